@@ -1,0 +1,297 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Copyright (c) 2026 The vnpu authors
+ *
+ * vnpu_accel.h - the ioctl ABI of vnpu.ko, the DRM accel driver for the
+ * QEMU-emulated vnpu NPU.
+ *
+ * This header is the single source of truth for the ABI: the kernel module
+ * includes it, and libaccel reads it with cffi. docs/uapi.md explains it with
+ * examples.
+ *
+ * Rules every ioctl follows (Documentation/process/botching-up-ioctls.rst):
+ *
+ * - every struct is padded to a multiple of 64 bits and every field is
+ *   naturally aligned;
+ * - user pointers are passed as __u64;
+ * - every pad and reserved field, and every undefined flag bit, must be zero
+ *   on input, or the ioctl fails with -EINVAL;
+ * - timeouts are absolute CLOCK_MONOTONIC times in nanoseconds;
+ * - errors are returned as negative errno values (errno in userspace).
+ *
+ * Device addresses: every open file of /dev/accel/accelN owns a private
+ * device virtual address space of DRM_VNPU_PARAM_VA_SIZE bytes. BO_CREATE
+ * maps each buffer object there and reports its device virtual address
+ * (VA); command streams name memory by VA only. A job can touch nothing but
+ * the buffers listed in its submission.
+ */
+#ifndef __VNPU_ACCEL_H__
+#define __VNPU_ACCEL_H__
+
+#include "drm.h"
+
+#if defined(__cplusplus)
+extern "C" {
+#endif
+
+#define DRM_VNPU_GET_PARAM	0x00
+#define DRM_VNPU_BO_CREATE	0x01
+#define DRM_VNPU_BO_INFO	0x02
+#define DRM_VNPU_BO_WAIT	0x03
+#define DRM_VNPU_SUBMIT		0x04
+
+/**
+ * enum drm_vnpu_param - parameters readable with DRM_IOCTL_VNPU_GET_PARAM
+ *
+ * @DRM_VNPU_PARAM_DEVICE_ID: PCI-independent device identifier of the NPU
+ *	(0x0001 for the vnpu emulated NPU).
+ * @DRM_VNPU_PARAM_DEVICE_REVISION: hardware revision of the NPU.
+ * @DRM_VNPU_PARAM_ISA_VERSION: version of the command-stream ISA the device
+ *	executes, as (major << 16) | minor. docs/isa.md describes it.
+ * @DRM_VNPU_PARAM_FW_VERSION: version of the running firmware, as
+ *	(major << 16) | (minor << 8) | patch.
+ * @DRM_VNPU_PARAM_VA_SIZE: size in bytes of each file's device virtual
+ *	address space. Device VAs lie in [DRM_VNPU_VA_START, VA_SIZE).
+ * @DRM_VNPU_PARAM_MAX_JOB_SIZE: largest command stream of one job, in bytes.
+ * @DRM_VNPU_PARAM_MAX_JOB_BOS: largest number of BOs one job may list.
+ * @DRM_VNPU_PARAM_MAX_BO_SIZE: largest size of one BO, in bytes.
+ * @DRM_VNPU_PARAM_CAPABILITIES: bitmask of DRM_VNPU_CAP_*.
+ * @DRM_VNPU_PARAM_JOB_TIMEOUT_MS: time after which a running job is
+ *	considered hung; the device is then reset and the job fails with
+ *	-ETIMEDOUT.
+ */
+enum drm_vnpu_param {
+	DRM_VNPU_PARAM_DEVICE_ID = 0,
+	DRM_VNPU_PARAM_DEVICE_REVISION = 1,
+	DRM_VNPU_PARAM_ISA_VERSION = 2,
+	DRM_VNPU_PARAM_FW_VERSION = 3,
+	DRM_VNPU_PARAM_VA_SIZE = 4,
+	DRM_VNPU_PARAM_MAX_JOB_SIZE = 5,
+	DRM_VNPU_PARAM_MAX_JOB_BOS = 6,
+	DRM_VNPU_PARAM_MAX_BO_SIZE = 7,
+	DRM_VNPU_PARAM_CAPABILITIES = 8,
+	DRM_VNPU_PARAM_JOB_TIMEOUT_MS = 9,
+};
+
+/* First device VA handed out; VAs below it are never mapped, so VA 0 faults. */
+#define DRM_VNPU_VA_START		0x100000ULL
+
+/* Capability bits reported by DRM_VNPU_PARAM_CAPABILITIES. */
+/* DRM_VNPU_BO_DEVICE_READ_ONLY is supported. */
+#define DRM_VNPU_CAP_READ_ONLY_BO	(1ULL << 0)
+/* The ISA's per-channel requantization is supported. */
+#define DRM_VNPU_CAP_PER_CHANNEL_QUANT	(1ULL << 1)
+/* A hung job is failed and the device reset; other files keep working. */
+#define DRM_VNPU_CAP_RESET_RECOVERY	(1ULL << 2)
+
+/**
+ * struct drm_vnpu_get_param - argument of DRM_IOCTL_VNPU_GET_PARAM
+ *
+ * Errors: -EINVAL if @param is unknown or @pad is not zero; -EFAULT if the
+ * argument cannot be copied.
+ */
+struct drm_vnpu_get_param {
+	/** @param: in, one of enum drm_vnpu_param. */
+	__u32 param;
+	/** @pad: must be zero. */
+	__u32 pad;
+	/** @value: out, the parameter's value. */
+	__u64 value;
+};
+
+/*
+ * BO_CREATE flags.
+ * DRM_VNPU_BO_DEVICE_READ_ONLY: the device may read the BO but never write
+ * it (weights, command streams); a job listing it with DRM_VNPU_JOB_BO_WRITE
+ * is refused with -EACCES.
+ */
+#define DRM_VNPU_BO_DEVICE_READ_ONLY	(1U << 0)
+#define DRM_VNPU_BO_FLAGS_MASK		(DRM_VNPU_BO_DEVICE_READ_ONLY)
+
+/**
+ * struct drm_vnpu_bo_create - argument of DRM_IOCTL_VNPU_BO_CREATE
+ *
+ * Creates a zero-filled GEM buffer object, maps it into the calling file's
+ * device address space, and returns its handle, mmap offset and device VA.
+ * The size is rounded up to the page size.
+ *
+ * Errors: -EINVAL if @size is zero, @flags has unknown bits, or an output
+ * field is not zero on input; -E2BIG if @size exceeds
+ * DRM_VNPU_PARAM_MAX_BO_SIZE; -ENOSPC if the file's device address space is
+ * full; -ENOMEM if memory runs out; -EFAULT if the argument cannot be copied.
+ */
+struct drm_vnpu_bo_create {
+	/** @size: in, size in bytes (rounded up to a page). */
+	__u64 size;
+	/** @flags: in, DRM_VNPU_BO_* flags. */
+	__u32 flags;
+	/** @handle: out, the GEM handle. */
+	__u32 handle;
+	/** @mmap_offset: out, offset to pass to mmap() on the device fd. */
+	__u64 mmap_offset;
+	/** @va: out, the BO's device virtual address in this file's space. */
+	__u64 va;
+};
+
+/**
+ * struct drm_vnpu_bo_info - argument of DRM_IOCTL_VNPU_BO_INFO
+ *
+ * Looks up a BO of the calling file.
+ *
+ * Errors: -ENOENT if @handle names no BO of this file; -EINVAL if @pad is
+ * not zero; -EFAULT if the argument cannot be copied.
+ */
+struct drm_vnpu_bo_info {
+	/** @handle: in, the GEM handle. */
+	__u32 handle;
+	/** @pad: must be zero. */
+	__u32 pad;
+	/** @size: out, size in bytes (page-rounded). */
+	__u64 size;
+	/** @flags: out, the DRM_VNPU_BO_* flags it was created with. */
+	__u32 flags;
+	/** @pad2: out, always zero. */
+	__u32 pad2;
+	/** @mmap_offset: out, offset to pass to mmap() on the device fd. */
+	__u64 mmap_offset;
+	/** @va: out, the BO's device virtual address. */
+	__u64 va;
+};
+
+/**
+ * struct drm_vnpu_bo_wait - argument of DRM_IOCTL_VNPU_BO_WAIT
+ *
+ * Waits until no job that uses the BO is pending, or until @timeout_ns.
+ * On success, reports the outcome of the last job that listed the BO with
+ * DRM_VNPU_JOB_BO_WRITE: 0 if it completed (or if no job ever wrote the BO),
+ * else the job's negative errno (see "Job status" below) and, for an MMU
+ * fault, the faulting device VA.
+ *
+ * A @timeout_ns in the past (for example 0) polls.
+ *
+ * Errors: -ENOENT if @handle names no BO of this file; -EINVAL if @pad or
+ * an output field is not zero on input; -ETIME if the timeout expired first;
+ * -EINTR/-ERESTARTSYS if a signal arrived; -EFAULT if the argument cannot be
+ * copied.
+ */
+struct drm_vnpu_bo_wait {
+	/** @handle: in, the GEM handle. */
+	__u32 handle;
+	/** @pad: must be zero. */
+	__u32 pad;
+	/** @timeout_ns: in, absolute CLOCK_MONOTONIC deadline in ns. */
+	__s64 timeout_ns;
+	/** @job_status: out, 0 or the last writer job's negative errno. */
+	__s32 job_status;
+	/** @pad2: must be zero. */
+	__u32 pad2;
+	/** @fault_va: out, faulting device VA if @job_status is -EFAULT. */
+	__u64 fault_va;
+};
+
+/*
+ * Job status: the error a failed job leaves on its out-syncobj's fence and
+ * reports through BO_WAIT.
+ *   -EFAULT     the device MMU faulted (access to an unmapped VA, or a write
+ *               to a read-only page)
+ *   -EIO        the device found a bad instruction or operand at run time
+ *   -ETIMEDOUT  the job hung past DRM_VNPU_PARAM_JOB_TIMEOUT_MS; the device
+ *               was reset
+ *   -ECANCELED  the job was queued behind a reset or its file was closed
+ */
+
+/* drm_vnpu_job_bo.flags: how the job's command stream uses the BO. */
+#define DRM_VNPU_JOB_BO_READ	(1U << 0)
+#define DRM_VNPU_JOB_BO_WRITE	(1U << 1)
+#define DRM_VNPU_JOB_BO_FLAGS_MASK (DRM_VNPU_JOB_BO_READ | DRM_VNPU_JOB_BO_WRITE)
+
+/**
+ * struct drm_vnpu_job_bo - one BO a job uses
+ */
+struct drm_vnpu_job_bo {
+	/** @handle: the GEM handle. */
+	__u32 handle;
+	/** @flags: DRM_VNPU_JOB_BO_READ and/or DRM_VNPU_JOB_BO_WRITE, not 0. */
+	__u32 flags;
+};
+
+/**
+ * struct drm_vnpu_job - one job of a DRM_IOCTL_VNPU_SUBMIT
+ *
+ * The command stream is @cmd_size bytes at @cmd_offset in BO
+ * @cmd_bo_handle; the kernel validates it before queueing: every
+ * instruction must be well formed, and every tensor it reads or writes must
+ * lie inside a BO of @bos used in that direction.
+ *
+ * The job runs after all @in_syncobjs have signalled and after earlier jobs
+ * that write a BO it uses. When it ends, @out_syncobj (if not 0) is given a
+ * fence that signals with the job's status.
+ */
+struct drm_vnpu_job {
+	/** @cmd_bo_handle: BO holding the command stream. */
+	__u32 cmd_bo_handle;
+	/** @cmd_offset: byte offset of the stream in it, 8-byte aligned. */
+	__u32 cmd_offset;
+	/** @cmd_size: stream size in bytes, 8-byte aligned, not 0. */
+	__u32 cmd_size;
+	/** @bo_count: number of entries at @bos, 1..MAX_JOB_BOS. */
+	__u32 bo_count;
+	/** @bos: user pointer to an array of struct drm_vnpu_job_bo. */
+	__u64 bos;
+	/** @in_syncobjs: user pointer to an array of __u32 syncobj handles. */
+	__u64 in_syncobjs;
+	/** @in_syncobj_count: number of entries at @in_syncobjs. */
+	__u32 in_syncobj_count;
+	/** @out_syncobj: syncobj to receive the job's fence, or 0. */
+	__u32 out_syncobj;
+	/** @flags: must be zero. */
+	__u32 flags;
+	/** @pad: must be zero. */
+	__u32 pad;
+};
+
+/**
+ * struct drm_vnpu_submit - argument of DRM_IOCTL_VNPU_SUBMIT
+ *
+ * Queues @job_count jobs, in order. Either every job is validated and
+ * queued, or none is.
+ *
+ * @job_struct_size lets struct drm_vnpu_job grow: userspace sets it to
+ * sizeof(struct drm_vnpu_job) as it knows it. A smaller size than this
+ * header's first version is refused; bytes the kernel does not know must be
+ * zero.
+ *
+ * Errors: -EINVAL for a zero or too large @job_count, a bad
+ * @job_struct_size, non-zero flags/pad/unknown trailing bytes, a command
+ * range outside its BO or misaligned, a zero or too large @bo_count, a BO
+ * listed twice or with bad flags; -ENOENT for an unknown BO or syncobj
+ * handle; -ENOEXEC for a malformed command stream; -EACCES if the stream
+ * touches memory outside the listed BOs or writes a BO listed read-only;
+ * -ENOMEM; -EFAULT if an array cannot be copied.
+ */
+struct drm_vnpu_submit {
+	/** @jobs: user pointer to @job_count jobs of @job_struct_size bytes. */
+	__u64 jobs;
+	/** @job_count: number of jobs, 1..DRM_VNPU_MAX_JOBS_PER_SUBMIT. */
+	__u32 job_count;
+	/** @job_struct_size: sizeof(struct drm_vnpu_job) as userspace knows it. */
+	__u32 job_struct_size;
+	/** @flags: must be zero. */
+	__u32 flags;
+	/** @pad: must be zero. */
+	__u32 pad;
+};
+
+#define DRM_VNPU_MAX_JOBS_PER_SUBMIT	64
+
+#define DRM_IOCTL_VNPU_GET_PARAM	DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_GET_PARAM, struct drm_vnpu_get_param)
+#define DRM_IOCTL_VNPU_BO_CREATE	DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_BO_CREATE, struct drm_vnpu_bo_create)
+#define DRM_IOCTL_VNPU_BO_INFO		DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_BO_INFO, struct drm_vnpu_bo_info)
+#define DRM_IOCTL_VNPU_BO_WAIT		DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_BO_WAIT, struct drm_vnpu_bo_wait)
+#define DRM_IOCTL_VNPU_SUBMIT		DRM_IOW(DRM_COMMAND_BASE + DRM_VNPU_SUBMIT, struct drm_vnpu_submit)
+
+#if defined(__cplusplus)
+}
+#endif
+
+#endif /* __VNPU_ACCEL_H__ */
