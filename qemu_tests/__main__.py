@@ -1,0 +1,5 @@
+import sys
+
+from qemu_tests.harness import main
+
+sys.exit(main())

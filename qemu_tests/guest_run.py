@@ -1,0 +1,125 @@
+"""Guest side of the QEMU harness: bring the NPU up, then run the suite or one command.
+
+Runs inside the vng guest, by the venv's absolute python. The host's ``/`` is
+the guest's root (read-only, with overlays), so results go to ``--out``, the
+``--rwdir`` shared with the host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PCI_VENDOR = "0x1af4"
+PCI_DEVICE = "0x1110"
+DEPENDENCIES = ("drm", "drm_shmem_helper", "gpu-sched")
+
+
+def say(msg: str) -> None:
+    print(f"[guest {time.monotonic():7.1f}s] {msg}", flush=True)
+
+
+def find_ivshmem() -> Path | None:
+    """The sysfs directory of the ivshmem-doorbell PCI device (1af4:1110), if QEMU added it."""
+    for dev in sorted(glob.glob("/sys/bus/pci/devices/*")):
+        p = Path(dev)
+        try:
+            if (p / "vendor").read_text().strip() == PCI_VENDOR and (
+                p / "device"
+            ).read_text().strip() == PCI_DEVICE:
+                return p
+        except OSError:
+            continue
+    return None
+
+
+def run(cmd: list[str]) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+
+
+def wait_for(path: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if glob.glob(path):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def setup(repo: Path, load_module: bool) -> None:
+    dev = find_ivshmem()
+    if dev is None:
+        raise RuntimeError("no ivshmem-doorbell PCI device (1af4:1110) in the guest")
+    say(f"NPU PCI device at {dev.name}")
+    if not load_module:
+        return
+    run(["modprobe", "-a", *DEPENDENCIES])
+    # request_firmware() searches this path first: the repo's firmware/ directory.
+    Path("/sys/module/firmware_class/parameters/path").write_text(str(repo / "firmware"))
+    ko = repo / "kernel" / "drivers_accel_stub" / "vnpu.ko"
+    run(["insmod", str(ko)])
+    if not wait_for("/dev/accel/accel*", 10.0):
+        raise RuntimeError("vnpu.ko loaded but no /dev/accel/accel* appeared (see dmesg)")
+    say("vnpu.ko loaded, " + ", ".join(sorted(glob.glob("/dev/accel/accel*"))))
+
+
+def save_dmesg(out: Path) -> None:
+    r = subprocess.run(["dmesg"], capture_output=True, text=True, check=False)
+    (out / "dmesg.txt").write_text(r.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="guest_run")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--repo", type=Path, required=True)
+    p.add_argument("--no-module", action="store_true")
+    p.add_argument("--exec", dest="exec_cmd")
+    p.add_argument("--suites", nargs="*", default=[])
+    p.add_argument("--pytest-args", default="")
+    args = p.parse_args(argv)
+
+    venv_bin = Path(sys.executable).parent
+    os.environ["PATH"] = f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+    # The root is read-only: no bytecode or pytest cache writes.
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    os.environ["VNPU_GUEST"] = "1"
+    os.chdir(args.repo)
+    try:
+        setup(args.repo, not args.no_module)
+    except (RuntimeError, OSError) as e:
+        say(f"setup failed: {e}")
+        save_dmesg(args.out)
+        return 3
+    try:
+        if args.exec_cmd is not None:
+            say(f"exec: {args.exec_cmd}")
+            return subprocess.run(["sh", "-c", args.exec_cmd], check=False).returncode
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--backend",
+            "kernel",
+            f"--junitxml={args.out / 'junit.xml'}",
+            "-q",
+            *shlex.split(args.pytest_args),
+            *args.suites,
+        ]
+        say("pytest: " + shlex.join(cmd[1:]))
+        return subprocess.run(cmd, check=False).returncode
+    finally:
+        save_dmesg(args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

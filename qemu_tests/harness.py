@@ -1,0 +1,340 @@
+"""Host side of the QEMU harness: install, build, start the device model, boot, collect results.
+
+One guest boot runs the whole in-guest suite (``python -m qemu_tests``) or
+one command (``python -m qemu_tests --exec CMD``). docs/qemu_tests.md
+describes the flow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from device_model.qemu_server import READY_MARK
+from qemu_tests import ktap
+
+REPO = Path(__file__).resolve().parent.parent
+KVER = "6.12.107+deb12-amd64"
+KERNEL_IMAGE = Path(f"/boot/vmlinuz-{KVER}")
+APT_PACKAGES = (f"linux-image-{KVER}-unsigned", f"linux-headers-{KVER}", "qemu-system-x86")
+MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
+MODULE = MODULE_DIR / "vnpu.ko"
+GUEST_OUT = "/tmp/vnpu-out"  # where the --rwdir appears inside the guest
+GUEST_RAM = "1G"
+DEFAULT_SUITES = ("tests/conformance", "tests/kernel")
+
+
+class HarnessError(RuntimeError):
+    """A phase failed before the tests could run."""
+
+
+@dataclass
+class Clock:
+    """Prints each phase with the time since the harness started."""
+
+    start: float = field(default_factory=time.monotonic)
+    quiet: bool = False
+
+    def say(self, phase: str, msg: str) -> None:
+        if not self.quiet:
+            print(f"[{time.monotonic() - self.start:6.1f}s] {phase}: {msg}", flush=True)
+
+
+def venv_bin() -> Path:
+    """The venv's bin/: vng calls ``virtme-run`` by name, so it must be on PATH."""
+    return Path(sys.executable).parent
+
+
+def host_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{venv_bin()}:{env.get('PATH', '/usr/bin:/bin')}"
+    return env
+
+
+# --- install ---------------------------------------------------------------
+
+
+def missing_apt_packages(packages: tuple[str, ...] = APT_PACKAGES) -> list[str]:
+    missing = []
+    for p in packages:
+        r = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True, check=False
+        )
+        if "install ok installed" not in r.stdout:
+            missing.append(p)
+    return missing
+
+
+def install(clock: Clock) -> None:
+    """Install what is missing; a no-op taking milliseconds when everything is present."""
+    missing = missing_apt_packages()
+    if missing:
+        clock.say("install", f"apt-get install {' '.join(missing)}")
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run([*sudo, "apt-get", "update", "-q"], check=True, env=env)
+        subprocess.run([*sudo, "apt-get", "install", "-y", "-q", *missing], check=True, env=env)
+    if not (venv_bin() / "vng").exists():
+        clock.say("install", "pip install virtme-ng")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "virtme-ng"], check=True)
+    if not KERNEL_IMAGE.exists():
+        raise HarnessError(f"{KERNEL_IMAGE} is missing after installing linux-image-{KVER}-unsigned")
+    clock.say("install", "ok" if not missing else f"installed {' '.join(missing)}")
+
+
+# --- build -----------------------------------------------------------------
+
+
+def build_module(clock: Clock) -> None:
+    if not (MODULE_DIR / "Makefile").exists() and not (MODULE_DIR / "Kbuild").exists():
+        raise HarnessError(f"no kernel module sources in {MODULE_DIR}")
+    r = subprocess.run(["make", "-C", str(MODULE_DIR)], capture_output=True, text=True, check=False)
+    if r.returncode != 0 or not MODULE.exists():
+        sys.stdout.write(r.stdout[-4000:])
+        sys.stdout.write(r.stderr[-4000:])
+        raise HarnessError(f"module build failed (make -C {MODULE_DIR}, exit {r.returncode})")
+    clock.say("build", f"{MODULE.relative_to(REPO)} ok")
+
+
+# --- device model ----------------------------------------------------------
+
+
+class DeviceModelProcess:
+    """The ``vnpu-device-model`` server, started before QEMU and stopped after it."""
+
+    def __init__(self, workdir: Path, log_path: Path, verbose: bool = False) -> None:
+        self.socket = workdir / "ivshmem.sock"
+        self.ram = Path("/dev/shm") / f"vnpu-ram-{os.getpid()}"
+        self.log_path = log_path
+        self.verbose = verbose
+        self.proc: subprocess.Popen[str] | None = None
+        self._log = None
+        self._pump: threading.Thread | None = None
+
+    def start(self, timeout: float = 30.0) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "device_model.qemu_server",
+            "--socket",
+            str(self.socket),
+            "--ram",
+            str(self.ram),
+            "--ram-size",
+            GUEST_RAM,
+        ]
+        if self.verbose:
+            cmd.append("--verbose")
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=self._log, text=True, cwd=REPO, env=host_env()
+        )
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if line.startswith(READY_MARK):
+                break
+            if not line and self.proc.poll() is not None:
+                raise HarnessError(
+                    f"device model exited ({self.proc.returncode}) before it was ready; see {self.log_path}"
+                )
+            if time.monotonic() > deadline:
+                raise HarnessError(f"device model not ready after {timeout:.0f}s; see {self.log_path}")
+        # Keep draining stdout so the server can never block on a full pipe.
+        self._pump = threading.Thread(target=self._drain, daemon=True)
+        self._pump.start()
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if self._log:
+                self._log.write(line)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """Wait for the server to exit (it does when QEMU disconnects), else SIGTERM, then SIGKILL."""
+        rc = None
+        if self.proc is not None:
+            try:
+                rc = self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    rc = self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    rc = self.proc.wait()
+        if self._pump:
+            self._pump.join(timeout=2)
+        if self._log:
+            self._log.close()
+            self._log = None
+        for p in (self.ram, self.socket):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+        return rc
+
+
+# --- boot ------------------------------------------------------------------
+
+
+def qemu_opts(sock: Path, ram: Path) -> str:
+    """The QEMU options that add the NPU: shared guest RAM and the ivshmem-doorbell device."""
+    return " ".join(
+        [
+            f"-object memory-backend-file,id=vnpu-ram,size={GUEST_RAM},share=on,mem-path={ram}",
+            "-machine memory-backend=vnpu-ram",
+            f"-chardev socket,path={sock},id=vnpu-ivs",
+            "-device ivshmem-doorbell,chardev=vnpu-ivs,vectors=2",
+        ]
+    )
+
+
+def vng_command(guest_cmd: list[str], sock: Path, ram: Path, outdir: Path, cpus: int) -> list[str]:
+    return [
+        str(venv_bin() / "vng"),
+        "--run",
+        str(KERNEL_IMAGE),
+        "--disable-kvm",  # KVM is unreliable here: TCG only
+        "--memory",
+        GUEST_RAM,
+        "--cpus",
+        str(cpus),
+        "--rwdir",
+        f"{GUEST_OUT}={outdir}",
+        # One "--opt=value" word: vng's argparse rejects a separate value starting with "-".
+        f"--qemu-opts={qemu_opts(sock, ram)}",
+        "--exec",
+        shlex.join(guest_cmd),
+    ]
+
+
+def guest_command(args: argparse.Namespace) -> list[str]:
+    """The in-guest command: the venv's python (the guest's /usr/bin/python3 lacks our packages)."""
+    cmd = [sys.executable, "-m", "qemu_tests.guest_run", "--out", GUEST_OUT, "--repo", str(REPO)]
+    if args.no_module:
+        cmd.append("--no-module")
+    if args.exec_cmd is not None:
+        cmd += ["--exec", args.exec_cmd]
+    else:
+        cmd += ["--suites", *args.suites]
+        if args.pytest_args:
+            cmd += ["--pytest-args", args.pytest_args]
+    return cmd
+
+
+def boot(cmd: list[str], timeout: float, clock: Clock) -> int:
+    """Run vng; the guest's stdout/stderr pass through. Returns the guest command's exit code."""
+    proc = subprocess.Popen(cmd, env=host_env(), cwd=REPO, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        clock.say("boot", f"guest still running after {timeout:.0f}s: killing QEMU")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return 124
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+        raise
+
+
+# --- main ------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m qemu_tests",
+        description="Boot the vnpu stack under QEMU (TCG) and run the in-guest test suite, or one command.",
+    )
+    p.add_argument(
+        "--exec",
+        dest="exec_cmd",
+        metavar="CMD",
+        help="run CMD (sh -c) in the prepared guest instead of the suite; exit with its code",
+    )
+    p.add_argument(
+        "--suites",
+        nargs="+",
+        default=list(DEFAULT_SUITES),
+        help=f"test paths for the in-guest pytest (default: {' '.join(DEFAULT_SUITES)})",
+    )
+    p.add_argument("--pytest-args", default="", help="extra arguments for the in-guest pytest (one string)")
+    p.add_argument("--out", type=Path, default=None, help="results directory (default build/qemu_tests/)")
+    p.add_argument("--no-install", action="store_true", help="skip the install phase")
+    p.add_argument("--no-build", action="store_true", help="use the already built vnpu.ko")
+    p.add_argument("--no-module", action="store_true", help="boot with the device but do not load vnpu.ko")
+    p.add_argument("--cpus", type=int, default=2, help="guest vCPUs (default 2)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the guest is killed")
+    p.add_argument("-v", "--verbose", action="store_true", help="verbose device model log")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    clock = Clock()
+    outdir = (args.out or REPO / "build" / "qemu_tests").resolve()
+    if outdir.exists():
+        shutil.rmtree(outdir)
+    outdir.mkdir(parents=True)
+    try:
+        if not args.no_install:
+            install(clock)
+        if not args.no_module and not args.no_build:
+            build_module(clock)
+        elif not args.no_module and not MODULE.exists():
+            raise HarnessError(f"{MODULE} is not built (drop --no-build)")
+    except (HarnessError, subprocess.CalledProcessError) as e:
+        print(f"qemu_tests: {e}", file=sys.stderr)
+        return 2
+
+    workdir = Path(tempfile.mkdtemp(prefix="vnpu-qemu-"))
+    server = DeviceModelProcess(workdir, outdir / "device_model.log", verbose=args.verbose)
+    try:
+        server.start()
+        clock.say("server", f"device model ready ({server.socket})")
+        cmd = vng_command(guest_command(args), server.socket, server.ram, outdir, args.cpus)
+        clock.say("boot", "starting the guest (vng, TCG)")
+        rc = boot(cmd, args.timeout, clock)
+    except HarnessError as e:
+        print(f"qemu_tests: {e}", file=sys.stderr)
+        return 2
+    finally:
+        server_rc = server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    clock.say("guest", f"exit code {rc}; device model exit code {server_rc}")
+
+    if args.exec_cmd is not None:
+        return rc
+    return report(outdir, rc, clock)
+
+
+def report(outdir: Path, rc: int, clock: Clock) -> int:
+    """Print KTAP from the guest's JUnit XML; non-zero if anything failed or results are missing."""
+    junit = outdir / "junit.xml"
+    if not junit.exists():
+        print(f"qemu_tests: no JUnit results at {junit} (guest exit code {rc})", file=sys.stderr)
+        return rc or 1
+    suites = ktap.parse_junit(junit.read_text())
+    sys.stdout.write(ktap.to_ktap(suites))
+    failed = sum(c.failed for s in suites for c in s.cases)
+    total = sum(len(s.cases) for s in suites)
+    clock.say("tests", f"{total} tests, {failed} failed; JUnit XML: {junit}")
+    dmesg = outdir / "dmesg.txt"
+    if dmesg.exists():
+        clock.say("tests", f"guest kernel log: {dmesg}")
+    if failed or rc:
+        return rc or 1
+    return 0
