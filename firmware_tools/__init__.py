@@ -1,0 +1,1 @@
+"""Tools for NPU firmware and compiler people: firmware images and command-stream assembly."""
