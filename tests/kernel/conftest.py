@@ -1,0 +1,42 @@
+"""Kernel-only tests: run in the QEMU guest against vnpu.ko (``python -m qemu_tests``).
+
+Everything here skips cleanly where no vnpu accel device exists (on the host).
+Tests marked ``isolated`` (module reload, the final dmesg check) need no other
+open file of the device, so the guest runs them in a second pytest process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kernel_helpers import accel_nodes
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "isolated: needs the device unused by this process (module reload)")
+
+
+def _have_vnpu() -> bool:
+    if not accel_nodes():
+        return False
+    from libaccel import discovery
+
+    return bool(discovery.list_devices())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _have_vnpu():
+        return
+    skip = pytest.mark.skip(reason="no vnpu device (/dev/accel/accel*): kernel tests run in the QEMU guest")
+    for item in items:
+        if "tests/kernel/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def dev() -> Iterator[object]:
+    from libaccel import Device
+
+    with Device.open("kernel") as d:
+        yield d

@@ -1,0 +1,80 @@
+"""Helpers of the kernel-only tests: command streams, debugfs counters, the module's path.
+
+Command streams are built with :func:`uapi.isa.encode`, the one encoder of the ISA.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from uapi.isa import SPEC, encode
+
+REPO = Path(__file__).resolve().parents[2]
+MODULE = Path(os.environ.get("VNPU_MODULE", REPO / "kernel" / "drivers_accel_stub" / "vnpu.ko"))
+DEBUGFS = Path("/sys/kernel/debug")
+INT8 = SPEC.dtypes["INT8"].code
+INT32 = SPEC.dtypes["INT32"].code
+
+
+def accel_nodes() -> list[str]:
+    return sorted(glob.glob("/dev/accel/accel*"))
+
+
+def vector(slot: int, va: int, count: int, dtype: int = INT8) -> bytes:
+    """TENSOR: slot ``slot`` is ``count`` contiguous elements at device VA ``va``."""
+    size = SPEC.dtype_by_code(dtype).size
+    return encode("TENSOR", slot=slot, dtype=dtype, va=va, n=1, h=1, w=1, c=count, stride_c=size)
+
+
+def end() -> bytes:
+    return encode("END")
+
+
+def fill_stream(va: int, count: int, value: int) -> bytes:
+    """A stream that fills ``count`` INT8 elements at ``va`` with ``value``."""
+    return vector(0, va, count) + encode("FILL", dst=0, value=value) + end()
+
+
+def copy_stream(src_va: int, dst_va: int, count: int) -> bytes:
+    """A stream that copies ``count`` bytes from ``src_va`` to ``dst_va``."""
+    return vector(0, src_va, count) + vector(1, dst_va, count) + encode("COPY", src=0, dst=1) + end()
+
+
+def hang_stream(sem_va: int, out_va: int) -> bytes:
+    """A stream that waits for the INT32 at ``sem_va`` to become 1 (it never does), then writes out."""
+    return (
+        vector(0, sem_va, 1, INT32)
+        + vector(1, out_va, 1)
+        + encode("WAIT", sem=0, value=1)
+        + encode("FILL", dst=1, value=7)
+        + end()
+    )
+
+
+def debugfs_counters() -> dict[str, int]:
+    """Every ``name: value`` (or ``name value``/``name=value``) integer line of vnpu's debugfs files.
+
+    Names are prefixed with the file name (``stats.bos``) so files cannot collide.
+    """
+    out: dict[str, int] = {}
+    for d in sorted(glob.glob(str(DEBUGFS / "accel" / "*"))):
+        for f in sorted(Path(d).iterdir()):
+            if not f.is_file():
+                continue
+            try:
+                text = f.read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                m = re.fullmatch(r"\s*([A-Za-z_][\w.]*)\s*[:=]?\s+(-?\d+|0x[0-9a-fA-F]+)\s*", line)
+                if m:
+                    out[f"{f.name}.{m.group(1)}"] = int(m.group(2), 0)
+    return out
+
+
+def dmesg() -> str:
+    return subprocess.run(["dmesg"], capture_output=True, text=True, check=False).stdout

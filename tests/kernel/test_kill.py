@@ -1,0 +1,72 @@
+"""A process killed mid-job releases everything: debugfs's live counters return to their baseline."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+from kernel_helpers import REPO, debugfs_counters, fill_stream
+
+# Totals only ever grow; every other counter counts live objects and must come back down.
+MONOTONIC = re.compile(r"submitted|done|completed|failed|resets?|total|irq|timeouts?|faults?|seqno|cancel")
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from libaccel import Device, Job, JobBo
+    sys.path.insert(0, {helpers!r})
+    from kernel_helpers import hang_stream
+    dev = Device.open("kernel")
+    bos = [dev.create_bo(65536) for _ in range(8)]
+    sem, out = bos[0], bos[1]
+    stream = hang_stream(sem.va, out.va)
+    cmd = dev.create_bo_with(stream, read_only=True)
+    dev.submit(Job(cmd, len(stream), [JobBo(sem), JobBo(out, write=True)]))
+    print("ready", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def _live(counters: dict[str, int]) -> dict[str, int]:
+    return {k: v for k, v in counters.items() if not MONOTONIC.search(k.split(".")[-1])}
+
+
+def test_killed_process_releases_everything(dev) -> None:
+    from libaccel import Job, JobBo
+
+    baseline = _live(debugfs_counters())
+    assert baseline, "vnpu debugfs exposes no counters under /sys/kernel/debug/accel/*/"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(helpers=str(REPO / "tests" / "kernel"))],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        during = _live(debugfs_counters())
+        grown = {k for k in baseline if during.get(k, 0) > baseline[k]}
+        assert grown, f"no live counter grew while the child held BOs and a job: {during}"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+
+    deadline = time.monotonic() + dev.params.job_timeout_ms / 1000 + 30
+    now = _live(debugfs_counters())
+    while now != baseline and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = _live(debugfs_counters())
+    assert now == baseline
+
+    # The device still serves this file.
+    out = dev.create_bo(4096)
+    s = fill_stream(out.va, 4096, 5)
+    dev.submit(Job(dev.create_bo_with(s, read_only=True), len(s), [JobBo(out, write=True)]))
+    assert out.wait(timeout=30).status == 0
+    assert (out.array(np.int8, 4096) == 5).all()

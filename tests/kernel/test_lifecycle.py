@@ -1,0 +1,50 @@
+"""Module lifecycle, then the kernel log. Runs last, in its own pytest process (marker ``isolated``)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from kernel_helpers import MODULE, accel_nodes, dmesg, fill_stream
+
+pytestmark = pytest.mark.isolated
+
+BAD = re.compile(
+    r"WARNING:|BUG:|Oops|general protection fault|Call Trace:|UBSAN|KASAN|refcount_t:"
+    r"|list_(add|del) corruption"
+)
+
+
+def _wait(cond, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def test_rmmod_insmod_cycle() -> None:
+    from libaccel import Device, Job, JobBo
+
+    for _ in range(2):
+        r = subprocess.run(["rmmod", "vnpu"], capture_output=True, text=True, check=False)
+        assert r.returncode == 0, r.stderr
+        assert _wait(lambda: not accel_nodes(), 10)
+        r = subprocess.run(["insmod", str(MODULE)], capture_output=True, text=True, check=False)
+        assert r.returncode == 0, r.stderr
+        assert _wait(lambda: bool(accel_nodes()), 10)
+        with Device.open("kernel") as dev:
+            out = dev.create_bo(4096)
+            s = fill_stream(out.va, 4096, 11)
+            dev.submit(Job(dev.create_bo_with(s, read_only=True), len(s), [JobBo(out, write=True)]))
+            assert out.wait(timeout=30).status == 0
+            assert (out.array(np.int8, 4096) == 11).all()
+
+
+def test_dmesg_has_no_warnings() -> None:
+    bad = [line for line in dmesg().splitlines() if BAD.search(line)]
+    assert not bad, "\n".join(bad[:40])
