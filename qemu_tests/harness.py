@@ -324,14 +324,15 @@ def main(argv: list[str] | None = None) -> int:
 def report(outdir: Path, rc: int, clock: Clock) -> int:
     """Print KTAP from the guest's JUnit XML; non-zero if anything failed or results are missing."""
     junit = outdir / "junit.xml"
+    files = sorted(outdir.glob("junit*.xml"))
     if not junit.exists():
         print(f"qemu_tests: no JUnit results at {junit} (guest exit code {rc})", file=sys.stderr)
         return rc or 1
-    suites = ktap.parse_junit(junit.read_text())
+    suites = [s for f in files for s in ktap.parse_junit(f.read_text())]
     sys.stdout.write(ktap.to_ktap(suites))
     failed = sum(c.failed for s in suites for c in s.cases)
     total = sum(len(s.cases) for s in suites)
-    clock.say("tests", f"{total} tests, {failed} failed; JUnit XML: {junit}")
+    clock.say("tests", f"{total} tests, {failed} failed; JUnit XML: {', '.join(map(str, files))}")
     dmesg = outdir / "dmesg.txt"
     if dmesg.exists():
         clock.say("tests", f"guest kernel log: {dmesg}")
