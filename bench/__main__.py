@@ -1,0 +1,5 @@
+import sys
+
+from bench.jobs import main
+
+sys.exit(main())

@@ -1,0 +1,195 @@
+"""Empty-job round trip and jobs/s, on the shim or the kernel device.
+
+An empty job is a command stream that is just END: what it measures is the
+whole path (ioctl, validation, scheduler, doorbell, device model, MSI-X,
+fence) with no device work. Round trip: submit one job, wait for its fence,
+repeat. Throughput: each of P processes queues jobs back to back and waits
+for the last one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from uapi.isa import encode
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    backend: str
+    iterations: int
+    p50_us: float
+    p99_us: float
+    mean_us: float
+    min_us: float
+
+
+@dataclass(frozen=True)
+class ThroughputResult:
+    backend: str
+    processes: int
+    jobs: int
+    seconds: float
+    jobs_per_s: float
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation between closest ranks."""
+    if not samples:
+        raise ValueError("percentile of no samples")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q} is outside 0..100")
+    s = sorted(samples)
+    pos = (len(s) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+class EmptyJob:
+    """One file's empty job: END in a read-only BO, a scratch BO to list, an out syncobj."""
+
+    def __init__(self, device_name: str) -> None:
+        from libaccel import Device, Job, JobBo
+
+        self.dev = Device.open(device_name)
+        stream = encode("END")
+        self.cmd = self.dev.create_bo_with(stream, read_only=True)
+        self.scratch = self.dev.create_bo(4096)
+        self.syncobj = self.dev.create_syncobj()
+        self.job = Job(self.cmd, len(stream), [JobBo(self.scratch)], out_syncobj=self.syncobj)
+
+    def submit(self) -> None:
+        self.dev.submit(self.job)
+
+    def wait(self) -> None:
+        self.dev.wait_syncobjs([self.syncobj], timeout=60)
+
+    def close(self) -> None:
+        self.dev.close()
+
+
+def round_trip(device_name: str, iterations: int, warmup: int = 10) -> LatencyResult:
+    ej = EmptyJob(device_name)
+    try:
+        for _ in range(warmup):
+            ej.submit()
+            ej.wait()
+        samples = []
+        for _ in range(iterations):
+            t0 = time.perf_counter_ns()
+            ej.submit()
+            ej.wait()
+            samples.append((time.perf_counter_ns() - t0) / 1000)
+    finally:
+        ej.close()
+    return LatencyResult(
+        backend=device_name,
+        iterations=iterations,
+        p50_us=percentile(samples, 50),
+        p99_us=percentile(samples, 99),
+        mean_us=statistics.fmean(samples),
+        min_us=min(samples),
+    )
+
+
+def _stream_jobs(device_name: str, jobs: int, start: mp.Event, queue: mp.Queue) -> None:
+    try:
+        ej = EmptyJob(device_name)
+        ej.submit()
+        ej.wait()
+        start.wait()
+        t0 = time.perf_counter()
+        for _ in range(jobs):
+            ej.submit()
+        ej.wait()  # jobs of one file run in order: the last fence covers them all
+        queue.put(("ok", t0, time.perf_counter()))
+        ej.close()
+    except Exception as e:
+        queue.put(("error", repr(e), 0.0))
+
+
+def throughput(device_name: str, processes: int, jobs_per_process: int) -> ThroughputResult:
+    ctx = mp.get_context("fork")
+    start = ctx.Event()
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=_stream_jobs, args=(device_name, jobs_per_process, start, queue))
+        for _ in range(processes)
+    ]
+    for p in procs:
+        p.start()
+    time.sleep(0.2)
+    start.set()
+    results = [queue.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    errors = [r[1] for r in results if r[0] != "ok"]
+    if errors:
+        raise RuntimeError(f"benchmark worker failed: {errors[0]}")
+    seconds = max(r[2] for r in results) - min(r[1] for r in results)
+    total = processes * jobs_per_process
+    return ThroughputResult(device_name, processes, total, seconds, total / seconds)
+
+
+def in_guest() -> bool:
+    return os.environ.get("VNPU_GUEST") == "1"
+
+
+def format_table(lat: LatencyResult, tps: list[ThroughputResult]) -> str:
+    lines = [
+        f"backend: {lat.backend}",
+        f"{'empty-job round trip':<28}{'p50':>10}{'p99':>10}{'mean':>10}{'min':>10}",
+        f"{'  (us, ' + str(lat.iterations) + ' jobs)':<28}"
+        f"{lat.p50_us:>10.1f}{lat.p99_us:>10.1f}{lat.mean_us:>10.1f}{lat.min_us:>10.1f}",
+        f"{'throughput':<28}{'procs':>10}{'jobs':>10}{'jobs/s':>10}",
+    ]
+    for t in tps:
+        lines.append(f"{'':<28}{t.processes:>10}{t.jobs:>10}{t.jobs_per_s:>10.0f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "out", nargs="?", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})"
+    )
+    p.add_argument("--kernel", action="store_true", help="the kernel device (default inside the QEMU guest)")
+    p.add_argument("--shim", action="store_true", help="the in-process shim (default on the host)")
+    p.add_argument("--iterations", type=int, default=200, help="round trips to time (default 200)")
+    p.add_argument("--jobs", type=int, default=200, help="jobs per process for throughput (default 200)")
+    p.add_argument("--processes", type=int, nargs="+", default=[1, 4], help="process counts (default 1 4)")
+    args = p.parse_args(argv)
+    if args.kernel and args.shim:
+        p.error("--kernel and --shim are exclusive")
+    device = "kernel" if args.kernel or (in_guest() and not args.shim) else "shim"
+    if args.iterations < 1 or args.jobs < 1 or min(args.processes) < 1:
+        p.error("--iterations, --jobs and --processes must be positive")
+
+    lat = round_trip(device, args.iterations)
+    tps = [throughput(device, n, args.jobs) for n in args.processes]
+    print(format_table(lat, tps))
+    result = {
+        "backend": device,
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "round_trip": asdict(lat),
+        "throughput": [asdict(t) for t in tps],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"results: {args.out}")
+    return 0
