@@ -1,0 +1,459 @@
+"""Executes one job: a command stream in a device address space.
+
+The command processor fetches the stream through the job's MMU, decodes it
+with :mod:`uapi.isa` (the one ISA codec), keeps the job's tensor-slot table
+and runs each unit's numerics (:mod:`device_model.numerics`) on operands it
+gathers through the MMU. It never raises: every outcome is a
+:class:`JobResult` whose status is what the completion queue reports:
+
+* 0 when the stream reached END;
+* -EFAULT with ``fault_va`` when an access faulted in the MMU;
+* -EIO for a malformed stream, an undefined slot, an operand of the wrong
+  dtype or shape, bad parameters, or an opcode the firmware disabled;
+* -ECANCELED when the abort event was set (a device reset).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+import numpy as np
+
+from uapi import isa
+
+from . import numerics as nm
+from .memory import SystemMemory
+from .mmu import Mmu, MmuFault
+
+log = logging.getLogger(__name__)
+
+MAX_CMD_SIZE = 1 << 24  # a stream larger than this is refused (-EIO) before it is fetched
+WAIT_POLL_S = 0.0005  # first WAIT poll interval; doubles up to WAIT_POLL_MAX_S
+WAIT_POLL_MAX_S = 0.005
+
+_NP_DTYPES = {"INT8": np.dtype("i1"), "UINT8": np.dtype("u1"), "INT32": np.dtype("<i4")}
+_BYTE_TYPES = ("INT8", "UINT8")
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """How a job ended, as the completion queue reports it."""
+
+    status: int  # 0 or a negative errno
+    fault_va: int = 0  # faulting VA when status is -EFAULT
+    cycles: int = 0  # modelled cycles: instructions executed
+    error: str = ""  # a human-readable reason for a non-zero status (debug only)
+
+
+class JobError(Exception):
+    """A job fails with -EIO; the message names the instruction and the problem."""
+
+
+class JobCancelled(Exception):
+    """The abort event was set while the job ran."""
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A decoded TENSOR descriptor."""
+
+    dtype: str
+    va: int
+    shape: tuple[int, int, int, int]
+    strides: tuple[int, int, int, int]
+    zero_point: int
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return _NP_DTYPES[self.dtype]
+
+    @property
+    def extent(self) -> tuple[int, int]:
+        last = sum((d - 1) * s for d, s in zip(self.shape, self.strides, strict=True))
+        return self.va, self.va + last + self.np_dtype.itemsize
+
+    @property
+    def dense(self) -> bool:
+        """True if the elements tile [va, va + nbytes) in C order."""
+        expected = []
+        step = self.np_dtype.itemsize
+        for d in reversed(self.shape):
+            expected.append(step)
+            step *= d
+        return all(
+            s == e or d == 1 for s, e, d in zip(self.strides, reversed(expected), self.shape, strict=True)
+        )
+
+    @classmethod
+    def from_instruction(cls, ins: isa.Instruction) -> Tensor:
+        dtype = isa.SPEC.dtype_by_code(ins["dtype"])
+        if dtype is None or dtype.name not in _NP_DTYPES:
+            raise JobError(f"TENSOR at byte {ins.offset}: unknown dtype {ins['dtype']}")
+        try:
+            isa.tensor_extent(ins.fields)
+        except isa.IsaError as e:
+            raise JobError(f"TENSOR at byte {ins.offset}: {e}") from None
+        return cls(
+            dtype=dtype.name,
+            va=ins["va"],
+            shape=(ins["n"], ins["h"], ins["w"], ins["c"]),
+            strides=(ins["stride_n"], ins["stride_h"], ins["stride_w"], ins["stride_c"]),
+            zero_point=ins["zero_point"],
+        )
+
+
+class _Job:
+    """The state of one running job."""
+
+    def __init__(
+        self,
+        memory: SystemMemory,
+        pt_root: int,
+        enabled_opcodes: Collection[int] | None,
+        abort: threading.Event,
+        on_irq: Callable[[int], None] | None,
+    ) -> None:
+        self.mmu = Mmu(memory, pt_root)
+        self.enabled = enabled_opcodes
+        self.abort = abort
+        self.on_irq = on_irq
+        self.slots: list[Tensor | None] = [None] * isa.SPEC.slots
+        self.ins: isa.Instruction | None = None
+
+    # --- operands -------------------------------------------------------------
+    def tensor(self, field: str) -> Tensor:
+        assert self.ins is not None
+        slot = self.ins[field]
+        t = self.slots[slot]
+        if t is None:
+            raise JobError(f"{field}: slot {slot} is not defined")
+        return t
+
+    def fail(self, message: str) -> JobError:
+        assert self.ins is not None
+        return JobError(f"{self.ins.op} at byte {self.ins.offset}: {message}")
+
+    def expect(self, field: str, dtypes: Collection[str], shape: tuple[int, ...] | None = None) -> Tensor:
+        t = self.tensor(field)
+        if t.dtype not in dtypes:
+            raise self.fail(f"{field} is {t.dtype}, expected {' or '.join(dtypes)}")
+        if shape is not None and t.shape != shape:
+            raise self.fail(f"{field} has shape {list(t.shape)}, expected {list(shape)}")
+        return t
+
+    def load(self, t: Tensor) -> np.ndarray:
+        """The tensor's elements as a read-only [n, h, w, c] array."""
+        start, end = t.extent
+        raw = self.mmu.gather(start, end - start)
+        arr = np.ndarray(t.shape, dtype=t.np_dtype, buffer=raw, strides=t.strides)
+        arr.flags.writeable = False
+        return arr
+
+    def store(self, t: Tensor, values: np.ndarray) -> None:
+        """Write ``values`` (any integer array of t's shape) to the tensor, saturating to its dtype."""
+        info = np.iinfo(t.np_dtype)
+        data = np.clip(values, info.min, info.max).astype(t.np_dtype).reshape(t.shape)
+        start, end = t.extent
+        if t.dense:
+            self.mmu.scatter(start, data)
+            return
+        # A strided tensor leaves gaps in its extent: read-modify-write them unchanged.
+        raw = self.mmu.gather(start, end - start, write=True)
+        np.ndarray(t.shape, dtype=t.np_dtype, buffer=raw, strides=t.strides)[...] = data
+        self.mmu.scatter(start, raw)
+
+    def quant(self, cout: int) -> tuple[np.ndarray | int, np.ndarray | int]:
+        """Requantization (multiplier, shift): per channel from the quant operand, or per tensor."""
+        assert self.ins is not None
+        if self.ins["flags"] & isa.SPEC.flags["PER_CHANNEL"]:
+            q = self.load(self.expect("quant", ("INT32",), (1, 1, cout, 2)))
+            return q[0, 0, :, 0].astype(np.int64), q[0, 0, :, 1].astype(np.int64)
+        return self.ins["multiplier"], self.ins["shift"]
+
+    def bias(self, cout: int) -> np.ndarray | None:
+        assert self.ins is not None
+        if self.ins["flags"] & isa.SPEC.flags["HAS_BIAS"]:
+            return self.load(self.expect("bias", ("INT32",), (1, 1, 1, cout))).reshape(cout)
+        return None
+
+    # --- units ------------------------------------------------------------------
+    def op_NOP(self) -> None:  # noqa: N802 - named after the opcode
+        pass
+
+    op_FENCE = op_NOP  # noqa: N815 - execution is in order, every write is visible at once
+
+    def op_IRQ(self) -> None:  # noqa: N802
+        assert self.ins is not None
+        if self.on_irq is not None:
+            self.on_irq(self.ins["value"])
+
+    def op_WAIT(self) -> None:  # noqa: N802
+        assert self.ins is not None
+        sem = self.expect("sem", ("INT32",))
+        if sem.shape != (1, 1, 1, 1):
+            raise self.fail(f"sem has shape {list(sem.shape)}, expected one element")
+        want = self.ins["value"]
+        delay = WAIT_POLL_S
+        while int(self.mmu.gather(sem.va, 4).view("<i4")[0]) != want:
+            if self.abort.wait(delay):
+                raise JobCancelled()
+            delay = min(delay * 2, WAIT_POLL_MAX_S)
+
+    def op_TENSOR(self) -> None:  # noqa: N802
+        assert self.ins is not None
+        slot = self.ins["slot"]
+        if slot >= isa.SPEC.slots:
+            raise self.fail(f"slot {slot} is not below {isa.SPEC.slots}")
+        self.slots[slot] = Tensor.from_instruction(self.ins)
+
+    def _conv_common(self, depthwise: bool) -> None:
+        assert self.ins is not None
+        ins = self.ins
+        inp = self.expect("input", _BYTE_TYPES)
+        filt = self.expect("filter", _BYTE_TYPES)
+        out = self.expect("output", _BYTE_TYPES)
+        n, _, _, cin = inp.shape
+        if depthwise:
+            one, kh, kw, cout = filt.shape
+            if one != 1:
+                raise self.fail(f"filter has shape {list(filt.shape)}, expected [1, KH, KW, Cout]")
+            if ins["depth_multiplier"] < 1 or cout != cin * ins["depth_multiplier"]:
+                raise self.fail(
+                    f"filter has {cout} channels, input {cin} x depth_multiplier {ins['depth_multiplier']}"
+                )
+        else:
+            cout, kh, kw, fcin = filt.shape
+            if fcin != cin:
+                raise self.fail(f"filter has {fcin} input channels, the input has {cin}")
+        if out.shape[0] != n or out.shape[3] != cout:
+            raise self.fail(f"output has shape {list(out.shape)}, expected [{n}, OH, OW, {cout}]")
+        multiplier, shift = self.quant(cout)
+        bias = self.bias(cout)
+        common = dict(
+            input_zp=inp.zero_point,
+            filter_zp=filt.zero_point,
+            stride_h=ins["stride_h"],
+            stride_w=ins["stride_w"],
+            dilation_h=ins["dilation_h"],
+            dilation_w=ins["dilation_w"],
+            pad_top=ins["pad_top"],
+            pad_left=ins["pad_left"],
+            out_h=out.shape[1],
+            out_w=out.shape[2],
+            multiplier=multiplier,
+            shift=shift,
+            output_zp=out.zero_point,
+            act_min=ins["act_min"],
+            act_max=ins["act_max"],
+        )
+        if depthwise:
+            result = nm.depthwise_conv2d(
+                self.load(inp), self.load(filt), bias, depth_multiplier=ins["depth_multiplier"], **common
+            )
+        else:
+            result = nm.conv2d(self.load(inp), self.load(filt), bias, **common)
+        self.store(out, result)
+
+    def op_CONV2D(self) -> None:  # noqa: N802
+        self._conv_common(depthwise=False)
+
+    def op_DEPTHWISE_CONV2D(self) -> None:  # noqa: N802
+        self._conv_common(depthwise=True)
+
+    def op_FULLY_CONNECTED(self) -> None:  # noqa: N802
+        assert self.ins is not None
+        ins = self.ins
+        inp = self.expect("input", _BYTE_TYPES)
+        filt = self.expect("filter", _BYTE_TYPES)
+        out = self.expect("output", _BYTE_TYPES)
+        rows = inp.shape[0] * inp.shape[1] * inp.shape[2]
+        k = inp.shape[3]
+        cout = filt.shape[0] * filt.shape[1] * filt.shape[2]
+        if filt.shape[3] != k:
+            raise self.fail(f"filter has depth {filt.shape[3]}, the input {k}")
+        if out.shape[0] * out.shape[1] * out.shape[2] != rows or out.shape[3] != cout:
+            raise self.fail(f"output has shape {list(out.shape)}, expected {rows} rows of {cout}")
+        multiplier, shift = self.quant(cout)
+        result = nm.fully_connected(
+            self.load(inp).reshape(rows, k),
+            self.load(filt).reshape(cout, k),
+            self.bias(cout),
+            input_zp=inp.zero_point,
+            filter_zp=filt.zero_point,
+            multiplier=multiplier,
+            shift=shift,
+            output_zp=out.zero_point,
+            act_min=ins["act_min"],
+            act_max=ins["act_max"],
+        )
+        self.store(out, result)
+
+    def _elementwise(self) -> tuple[Tensor, Tensor, Tensor]:
+        out = self.expect("output", _BYTE_TYPES)
+        in1 = self.expect("input1", _BYTE_TYPES, out.shape)
+        in2 = self.expect("input2", _BYTE_TYPES, out.shape)
+        return in1, in2, out
+
+    def _add_sub(self, subtract: bool) -> None:
+        assert self.ins is not None
+        ins = self.ins
+        in1, in2, out = self._elementwise()
+        result = nm.add(
+            self.load(in1),
+            self.load(in2),
+            input1_zp=in1.zero_point,
+            input2_zp=in2.zero_point,
+            left_shift=ins["left_shift"],
+            input1_multiplier=ins["input1_multiplier"],
+            input1_shift=ins["input1_shift"],
+            input2_multiplier=ins["input2_multiplier"],
+            input2_shift=ins["input2_shift"],
+            output_multiplier=ins["output_multiplier"],
+            output_shift=ins["output_shift"],
+            output_zp=out.zero_point,
+            act_min=ins["act_min"],
+            act_max=ins["act_max"],
+            subtract=subtract,
+        )
+        self.store(out, result)
+
+    def op_ADD(self) -> None:  # noqa: N802
+        self._add_sub(subtract=False)
+
+    def op_SUB(self) -> None:  # noqa: N802
+        self._add_sub(subtract=True)
+
+    def op_MUL(self) -> None:  # noqa: N802
+        assert self.ins is not None
+        ins = self.ins
+        in1, in2, out = self._elementwise()
+        result = nm.mul(
+            self.load(in1),
+            self.load(in2),
+            input1_zp=in1.zero_point,
+            input2_zp=in2.zero_point,
+            output_multiplier=ins["output_multiplier"],
+            output_shift=ins["output_shift"],
+            output_zp=out.zero_point,
+            act_min=ins["act_min"],
+            act_max=ins["act_max"],
+        )
+        self.store(out, result)
+
+    def _pool(self, fn: Callable[..., np.ndarray]) -> None:
+        assert self.ins is not None
+        ins = self.ins
+        inp = self.expect("input", _BYTE_TYPES)
+        out = self.expect("output", (inp.dtype,))
+        if out.shape[0] != inp.shape[0] or out.shape[3] != inp.shape[3]:
+            raise self.fail(f"output has shape {list(out.shape)}, input {list(inp.shape)}")
+        if out.zero_point != inp.zero_point:
+            raise self.fail(f"input zero point {inp.zero_point} differs from the output's {out.zero_point}")
+        result = fn(
+            self.load(inp),
+            filter_h=ins["filter_h"],
+            filter_w=ins["filter_w"],
+            stride_h=ins["stride_h"],
+            stride_w=ins["stride_w"],
+            pad_top=ins["pad_top"],
+            pad_left=ins["pad_left"],
+            out_h=out.shape[1],
+            out_w=out.shape[2],
+            act_min=ins["act_min"],
+            act_max=ins["act_max"],
+        )
+        self.store(out, result)
+
+    def op_MAXPOOL(self) -> None:  # noqa: N802
+        self._pool(nm.max_pool)
+
+    def op_AVGPOOL(self) -> None:  # noqa: N802
+        self._pool(nm.avg_pool)
+
+    def op_LUT(self) -> None:  # noqa: N802
+        inp = self.expect("input", _BYTE_TYPES)
+        out = self.expect("output", tuple(_NP_DTYPES), inp.shape)
+        table = self.expect("table", (out.dtype,))
+        if np.prod(table.shape) != 256:
+            raise self.fail(f"table has shape {list(table.shape)}, expected 256 elements")
+        self.store(out, nm.lut(self.load(inp), self.load(table), signed_input=inp.dtype == "INT8"))
+
+    def op_COPY(self) -> None:  # noqa: N802
+        src = self.tensor("src")
+        self.expect("dst", (src.dtype,), src.shape)
+        self.store(self.tensor("dst"), self.load(src))
+
+    def op_FILL(self) -> None:  # noqa: N802
+        assert self.ins is not None
+        dst = self.tensor("dst")
+        value = self.ins["value"]
+        info = np.iinfo(dst.np_dtype)
+        if not info.min <= value <= info.max:
+            raise self.fail(f"value {value} does not fit {dst.dtype}")
+        self.store(dst, np.full(dst.shape, value, dtype=np.int64))
+
+    # --- driver ------------------------------------------------------------------
+    def execute(self, ins: isa.Instruction) -> None:
+        opcode = ins.spec.opcode
+        if self.enabled is not None and opcode not in self.enabled:
+            raise JobError(f"{ins.op} at byte {ins.offset}: opcode {opcode:#04x} is disabled by the firmware")
+        self.ins = ins
+        try:
+            getattr(self, f"op_{ins.op}")()
+        except ValueError as e:  # numerics refuse bad parameters with ValueError
+            raise self.fail(str(e)) from None
+
+
+class CommandProcessor:
+    """Runs jobs against one system memory.
+
+    ``enabled_opcodes`` is the set the booted firmware enables (None: all).
+    """
+
+    def __init__(self, memory: SystemMemory, enabled_opcodes: Collection[int] | None = None) -> None:
+        self.memory = memory
+        self.enabled_opcodes = None if enabled_opcodes is None else frozenset(enabled_opcodes)
+
+    def run(
+        self,
+        pt_root: int,
+        cmd_va: int,
+        cmd_size: int,
+        abort: threading.Event | None = None,
+        on_irq: Callable[[int], None] | None = None,
+    ) -> JobResult:
+        """Execute the stream at ``cmd_va`` in the address space at ``pt_root``. Never raises."""
+        abort = abort if abort is not None else threading.Event()
+        cycles = 0
+        try:
+            if pt_root % 4096 or not 0 <= pt_root < self.memory.size:
+                raise JobError(f"page-table root {pt_root:#x} is not a page of system memory")
+            if not 0 < cmd_size <= MAX_CMD_SIZE:
+                raise JobError(f"command stream size {cmd_size} is not in (0, {MAX_CMD_SIZE}]")
+            job = _Job(self.memory, pt_root, self.enabled_opcodes, abort, on_irq)
+            stream = job.mmu.gather(cmd_va, cmd_size)
+            try:
+                program = isa.decode(stream.tobytes())
+            except isa.IsaError as e:
+                raise JobError(f"malformed command stream: {e}") from None
+            for ins in program:
+                if abort.is_set():
+                    raise JobCancelled()
+                cycles += 1
+                if ins.op == "END":
+                    return JobResult(0, 0, cycles)
+                job.execute(ins)
+            raise JobError("command stream ended without END")  # decode() guarantees END; be safe
+        except MmuFault as e:
+            return JobResult(-errno.EFAULT, e.va, cycles, str(e))
+        except JobError as e:
+            return JobResult(-errno.EIO, 0, cycles, str(e))
+        except JobCancelled:
+            return JobResult(-errno.ECANCELED, 0, cycles, "aborted by a device reset")
+        except Exception as e:  # a model bug must fail the job, not kill the device
+            log.exception("command processor: unexpected error")
+            return JobResult(-errno.EIO, 0, cycles, f"internal error: {e!r}")
