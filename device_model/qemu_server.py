@@ -262,7 +262,10 @@ class DeviceServer:
         self.npu = None
         close_mem = getattr(self.memory, "close", None)
         if callable(close_mem):
-            close_mem()
+            try:
+                close_mem()
+            except BufferError:
+                pass  # the NPU's numpy views still reference guest RAM; freed at exit
         self.memory = None
         self.listener.close()
         try:
