@@ -1,0 +1,62 @@
+"""The kernel backend: ioctls on /dev/accel/accelN through fcntl."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import mmap
+import os
+from typing import Any
+
+from libaccel.backends import Backend
+from libaccel.errors import DeviceClosed, NoDevice, from_errno
+from uapi.bindings import ffi, ioctl_name
+
+
+class KernelBackend(Backend):
+    """An open file of a vnpu accel node."""
+
+    kind = "kernel"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise NoDevice(errno.ENODEV, f"open {path}", "no such device node; is vnpu.ko loaded?") from None
+        except PermissionError:
+            raise from_errno(
+                errno.EACCES, f"open {path}", "no permission on the node; add yourself to its group (render)"
+            ) from None
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def ioctl(self, request: int, arg: Any) -> None:
+        if self._fd < 0:
+            raise DeviceClosed(errno.EBADF, ioctl_name(request))
+        # The struct is copied in and out in place; nested user pointers
+        # (arrays) point at cffi-owned memory the kernel reads directly.
+        buf = ffi.buffer(arg)
+        try:
+            fcntl.ioctl(self._fd, request, buf, True)
+        except OSError as e:
+            raise from_errno(e.errno, ioctl_name(request)) from None
+
+    def mmap(self, offset: int, size: int) -> memoryview:
+        if self._fd < 0:
+            raise DeviceClosed(errno.EBADF, "mmap")
+        try:
+            m = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
+        except OSError as e:
+            raise from_errno(e.errno, "mmap", "bad mmap offset or size; use BO_INFO's values") from None
+        return memoryview(m)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

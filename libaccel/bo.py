@@ -1,0 +1,120 @@
+"""Buffer objects: GEM memory the NPU reads and writes, mapped into the CPU with no copy."""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from libaccel.errors import DeviceClosed, JobFault
+from libaccel.job import deadline_after
+from uapi.bindings import DRM_VNPU_BO_DEVICE_READ_ONLY, ffi
+
+if TYPE_CHECKING:
+    from libaccel.device import Device
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What BO_WAIT reports: the last writer job's status (0 or a negative errno) and fault VA."""
+
+    status: int
+    fault_va: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+    def raise_for_status(self) -> None:
+        if self.status:
+            raise JobFault(self.status, self.fault_va, "DRM_IOCTL_VNPU_BO_WAIT")
+
+
+class BufferObject:
+    """One BO of a :class:`~libaccel.device.Device`: handle, size, device VA, CPU mapping."""
+
+    def __init__(self, device: Device, handle: int, size: int, flags: int, mmap_offset: int, va: int) -> None:
+        self.device = device
+        self.handle = handle
+        self.size = size
+        self.flags = flags
+        self.mmap_offset = mmap_offset
+        self.va = va
+        self._map: memoryview | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"BufferObject(handle={self.handle}, size={self.size:#x}, va={self.va:#x}, flags={self.flags:#x})"
+        )
+
+    @property
+    def read_only(self) -> bool:
+        return bool(self.flags & DRM_VNPU_BO_DEVICE_READ_ONLY)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def map(self) -> memoryview:
+        """The CPU mapping of the whole BO (created on first use, then reused)."""
+        if self._closed:
+            raise DeviceClosed(errno.EBADF, "mmap", f"BO {self.handle} was closed")
+        if self._map is None:
+            self._map = self.device.backend.mmap(self.mmap_offset, self.size)
+        return self._map
+
+    def array(self, dtype: np.typing.DTypeLike, shape: tuple[int, ...] | int, offset: int = 0) -> np.ndarray:
+        """A numpy view of the BO's memory (no copy): writes go straight to the buffer."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if offset < 0 or offset + count * dt.itemsize > self.size:
+            raise ValueError(
+                f"view of {count} x {dt} at offset {offset} exceeds BO {self.handle} of {self.size} bytes"
+            )
+        return np.frombuffer(self.map(), dtype=dt, count=count, offset=offset).reshape(shape)
+
+    def write(self, data: bytes | bytearray | memoryview | np.ndarray, offset: int = 0) -> None:
+        """Copy ``data`` into the BO at ``offset``."""
+        raw = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else data
+        n = len(memoryview(raw).cast("B"))
+        if offset < 0 or offset + n > self.size:
+            raise ValueError(f"{n} bytes at offset {offset} exceed BO {self.handle} of {self.size} bytes")
+        self.map()[offset : offset + n] = memoryview(raw).cast("B")
+
+    def read(self, size: int | None = None, offset: int = 0) -> bytes:
+        size = self.size - offset if size is None else size
+        return bytes(self.map()[offset : offset + size])
+
+    def wait(self, timeout: float | None = 10.0, deadline_ns: int | None = None) -> JobStatus:
+        """Wait for the BO's jobs (``timeout`` seconds, or an absolute ``deadline_ns``); their status.
+
+        Raises :class:`~libaccel.errors.Timeout` when the deadline passes first.
+        """
+        if deadline_ns is None:
+            deadline_ns = deadline_after(timeout if timeout is not None else 1e9)
+        arg = ffi.new("struct drm_vnpu_bo_wait *")
+        arg.handle = self.handle
+        arg.timeout_ns = deadline_ns
+        self.device.ioctl("DRM_IOCTL_VNPU_BO_WAIT", arg)
+        return JobStatus(arg.job_status, arg.fault_va)
+
+    def close(self) -> None:
+        """Release the handle (GEM_CLOSE). The CPU mapping stays valid until dropped, as with munmap."""
+        if self._closed:
+            return
+        self._closed = True
+        self._map = None
+        if not self.device.closed:
+            arg = ffi.new("struct drm_gem_close *")
+            arg.handle = self.handle
+            self.device.ioctl("DRM_IOCTL_GEM_CLOSE", arg)
+
+    def __enter__(self) -> BufferObject:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,75 @@
+"""Finding vnpu devices: udev's ``accel`` subsystem, filtered to PCI devices bound to vnpu.ko."""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+
+from libaccel.errors import NoDevice
+
+DRIVER_NAME = "vnpu"
+SHIM = "shim"
+ENV_DEVICE = "VNPU_DEVICE"
+
+
+@dataclass(frozen=True)
+class AccelDevice:
+    """One vnpu accel node."""
+
+    node: str  # /dev/accel/accelN
+    sys_path: str  # /sys/devices/.../accel/accelN
+    pci_slot: str  # e.g. 0000:00:03.0
+    driver: str = DRIVER_NAME
+
+    def __str__(self) -> str:
+        return f"{self.node}\t{self.pci_slot}\t{self.driver}\t{self.sys_path}"
+
+
+def list_devices(driver: str = DRIVER_NAME) -> list[AccelDevice]:
+    """Every accel node whose parent PCI device is bound to ``driver``, sorted by node name."""
+    import pyudev  # imported here so the shim works where udev is absent
+
+    try:
+        context = pyudev.Context()
+    except (ImportError, OSError):
+        return []  # no libudev: no kernel devices
+    found = []
+    for dev in context.list_devices(subsystem="accel"):
+        if dev.device_node is None:
+            continue
+        pci = dev.find_parent("pci")
+        if pci is None or pci.driver != driver:
+            continue
+        found.append(
+            AccelDevice(
+                node=dev.device_node,
+                sys_path=dev.sys_path,
+                pci_slot=pci.properties.get("PCI_SLOT_NAME", pci.sys_name),
+                driver=pci.driver,
+            )
+        )
+    return sorted(found, key=lambda d: (len(d.node), d.node))
+
+
+def resolve(which: str | None = None) -> str:
+    """What to open: ``"shim"`` or a device node path.
+
+    ``which`` wins; else $VNPU_DEVICE; else the first vnpu kernel device.
+    ``"kernel"`` asks for the first kernel device explicitly.
+    """
+    if which is None:
+        which = os.environ.get(ENV_DEVICE) or None
+    if which == SHIM:
+        return SHIM
+    if which not in (None, "kernel"):
+        return which
+    devices = list_devices()
+    if not devices:
+        raise NoDevice(
+            errno.ENODEV,
+            "open",
+            "no vnpu device found under /sys/class/accel (is vnpu.ko loaded, in a QEMU guest with the "
+            f"vnpu device?); to run without one, use the in-process shim: {ENV_DEVICE}=shim or --device shim",
+        )
+    return devices[0].node
