@@ -1,0 +1,70 @@
+"""Builds address spaces, buffers and command streams for device-model tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from device_model import hw_layout as hw
+from device_model.memory import AnonymousMemory
+from device_model.mmu import Mmu
+from device_model.page_tables import AddressSpace, PageAllocator
+from uapi import isa
+
+DTYPES = {"INT8": np.int8, "UINT8": np.uint8, "INT32": np.int32}
+
+
+class Machine:
+    """System memory, a page allocator and one address space."""
+
+    def __init__(self, size: int = 16 << 20) -> None:
+        self.memory = AnonymousMemory(size)
+        self.allocator = PageAllocator(self.memory, base=hw.PAGE_SIZE)  # keep PA 0 unused
+        self.space = AddressSpace(self.memory, self.allocator)
+        self.next_va = 0x10_0000
+
+    def buffer(self, size: int, data: bytes | np.ndarray | None = None, writable: bool = True) -> int:
+        """Map a fresh buffer of ``size`` bytes (rounded to pages) and return its VA."""
+        npages = -(-size // hw.PAGE_SIZE)
+        va = self.next_va
+        self.next_va += (npages + 1) * hw.PAGE_SIZE  # leave an unmapped guard page
+        self.space.map(va, self.allocator.alloc_pages(npages), writable=writable)
+        if data is not None:
+            self.write(va, data)
+        return va
+
+    def write(self, va: int, data: bytes | np.ndarray) -> None:
+        raw = data.tobytes() if isinstance(data, np.ndarray) else data
+        mmu = Mmu(self.memory, self.space.root)
+        # write through the tables without the PTE_WRITE check (read-only buffers get data too)
+        pos = 0
+        for pa, length in mmu.translate_range(va, len(raw)):
+            self.memory.view(pa, length)[:] = raw[pos : pos + length]
+            pos += length
+
+    def read(self, va: int, size: int) -> np.ndarray:
+        return Mmu(self.memory, self.space.root).gather(va, size)
+
+    def array(self, arr: np.ndarray, writable: bool = True) -> int:
+        return self.buffer(arr.nbytes, np.ascontiguousarray(arr), writable)
+
+
+def tensor(slot: int, dtype: str, va: int, shape: tuple[int, ...], zp: int = 0, strides=None) -> bytes:
+    """A TENSOR instruction for a dense (or explicitly strided) NHWC tensor."""
+    shape = (1,) * (4 - len(shape)) + tuple(shape)
+    size = np.dtype(DTYPES[dtype]).itemsize
+    if strides is None:
+        strides = []
+        step = size
+        for d in reversed(shape):
+            strides.insert(0, step)
+            step *= d
+    n, h, w, c = shape
+    sn, sh, sw, sc = strides
+    return isa.encode(
+        "TENSOR", slot=slot, dtype=isa.SPEC.dtypes[dtype].code, va=va, n=n, h=h, w=w, c=c,
+        stride_n=sn, stride_h=sh, stride_w=sw, stride_c=sc, zero_point=zp,
+    )  # fmt: skip
+
+
+def program(*parts: bytes) -> bytes:
+    return b"".join(parts) + isa.encode("END")
