@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 from uapi.isa import SPEC, FieldSpec, Instruction, IsaError, decode, encode
 
-# Fields printed in hex by the disassembler: addresses.
+# Fields the disassembler prints in hex: addresses and Q31 fixed-point multipliers.
 _HEX_FIELDS = {"va"}
+_HEX_SUFFIXES = ("multiplier",)
 
 
 class AsmError(ValueError):
@@ -171,7 +172,7 @@ def format_value(f: FieldSpec, value: int) -> str:
         return "|".join(parts) if parts else "0"
     if f.name == "dtype" and (d := SPEC.dtype_by_code(value)) is not None:
         return d.name
-    if f.name in _HEX_FIELDS:
+    if f.name in _HEX_FIELDS or f.name.endswith(_HEX_SUFFIXES):
         return f"{value:#x}"
     return str(value)
 
