@@ -74,9 +74,9 @@ SQE_CONTEXT = 0x20  # u32 the submitting file's id (for debug)
 # --- Completion queue: the device produces, the driver consumes ------------
 # The device writes an entry, advances CQ_TAIL, then raises IRQ_COMPLETION.
 # Interrupts coalesce: the driver drains every entry up to CQ_TAIL.
-CQ_HEAD = 0x2000  # u32, written by the driver
-CQ_TAIL = 0x2004  # u32, written by the device
-CQ_BASE = 0x2100
+CQ_HEAD = 0x3000  # u32, written by the driver (the SQ entries end at 0x2100)
+CQ_TAIL = 0x3004  # u32, written by the device
+CQ_BASE = 0x3100
 CQ_ENTRIES = 64
 CQ_ENTRY_SIZE = 32
 CQE_SEQNO = 0x00  # u64

@@ -88,9 +88,10 @@
  * The device writes an entry, advances CQ_TAIL, then raises IRQ_COMPLETION.
  * Interrupts coalesce: the driver drains every entry up to CQ_TAIL.
  */
-#define VNPU_CQ_HEAD		0x2000	/* u32, written by the driver */
-#define VNPU_CQ_TAIL		0x2004	/* u32, written by the device */
-#define VNPU_CQ_BASE		0x2100
+/* u32, written by the driver (the SQ entries end at 0x2100) */
+#define VNPU_CQ_HEAD		0x3000
+#define VNPU_CQ_TAIL		0x3004	/* u32, written by the device */
+#define VNPU_CQ_BASE		0x3100
 #define VNPU_CQ_ENTRIES		64
 #define VNPU_CQ_ENTRY_SIZE	32
 #define VNPU_CQE_SEQNO		0x00	/* u64 */

@@ -1,0 +1,236 @@
+"""The Npu ring protocol end to end, with a test driver playing vnpu.ko's part."""
+
+from __future__ import annotations
+
+import errno
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from device_model import hw_layout as hw
+from device_model.npu import Npu
+from firmware_tools.image import FirmwareImage, all_opcodes, build_image, default_image
+from uapi import isa
+
+from . import reference as ref
+from .helpers import Machine, program, tensor
+
+TIMEOUT = 5.0
+
+
+@dataclass
+class Completion:
+    seqno: int
+    status: int
+    fault_va: int
+    cycles: int
+
+
+class Driver:
+    """The driver side of BAR2: what vnpu.ko (or the shim) does, in Python."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.m = machine
+        self.bar2 = bytearray(hw.BAR2_SIZE)
+        self.irqs = {hw.IRQ_COMPLETION: 0, hw.IRQ_CONTROL: 0}
+        self.cond = threading.Condition()
+        self.npu = Npu(memoryview(self.bar2), machine.memory, self._irq, device_peer=3)
+        self.seq = 0
+        self.next_seqno = 1
+
+    def _irq(self, vector: int) -> None:
+        with self.cond:
+            self.irqs[vector] += 1
+            self.cond.notify_all()
+
+    def r32(self, off: int) -> int:
+        return struct.unpack_from("<I", self.bar2, off)[0]
+
+    def w32(self, off: int, v: int) -> None:
+        struct.pack_into("<I", self.bar2, off, v & 0xFFFFFFFF)
+
+    def control(self, cmd: int, arg0: int = 0, arg1: int = 0) -> int:
+        struct.pack_into("<QQ", self.bar2, hw.REG_CMD_ARG0, arg0, arg1)
+        self.w32(hw.REG_CMD, cmd)
+        self.seq += 1
+        self.w32(hw.REG_CMD_SEQ, self.seq)
+        self.npu.kick(hw.VEC_CONTROL)
+        with self.cond:
+            assert self.cond.wait_for(lambda: self.r32(hw.REG_CMD_ACK) == self.seq, TIMEOUT)
+        return struct.unpack_from("<i", self.bar2, hw.REG_CMD_STATUS)[0]
+
+    def boot(self, image: bytes) -> int:
+        pages = self.m.allocator.alloc_pages(-(-len(image) // hw.PAGE_SIZE))  # fresh pages are contiguous
+        self.m.memory.view(pages[0], len(image))[:] = image
+        return self.control(hw.CMD_BOOT, pages[0], len(image))
+
+    def enqueue(self, stream: bytes, kick: bool = True) -> int:
+        va = self.m.buffer(len(stream), stream)
+        tail = self.r32(hw.SQ_TAIL)
+        assert tail - self.r32(hw.SQ_HEAD) < hw.SQ_ENTRIES
+        e = hw.SQ_BASE + (tail % hw.SQ_ENTRIES) * hw.SQ_ENTRY_SIZE
+        seqno = self.next_seqno
+        self.next_seqno += 1
+        struct.pack_into("<QQQII", self.bar2, e, seqno, self.m.space.root, va, len(stream), 0)
+        self.w32(hw.SQ_TAIL, tail + 1)
+        if kick:
+            self.npu.kick(hw.VEC_QUEUE)
+        return seqno
+
+    def wait_cq(self, count: int) -> None:
+        with self.cond:
+            ok = self.cond.wait_for(lambda: self.r32(hw.CQ_TAIL) - self.r32(hw.CQ_HEAD) >= count, TIMEOUT)
+        assert ok, f"only {self.r32(hw.CQ_TAIL) - self.r32(hw.CQ_HEAD)} of {count} completions"
+
+    def drain(self) -> list[Completion]:
+        head, tail = self.r32(hw.CQ_HEAD), self.r32(hw.CQ_TAIL)
+        out = []
+        for i in range(head, tail):
+            e = hw.CQ_BASE + (i % hw.CQ_ENTRIES) * hw.CQ_ENTRY_SIZE
+            seqno, status, _, fault_va, cycles = struct.unpack_from("<QiIQQ", self.bar2, e)
+            out.append(Completion(seqno, status, fault_va, cycles))
+        self.w32(hw.CQ_HEAD, tail)
+        return out
+
+
+@pytest.fixture
+def drv():
+    d = Driver(Machine())
+    yield d
+    d.npu.close()
+
+
+NOP_JOB = program(isa.encode("NOP"))
+
+
+def test_identification_block(drv: Driver) -> None:
+    assert drv.r32(hw.REG_MAGIC) == hw.MAGIC
+    assert drv.r32(hw.REG_DEVICE_ID) == hw.DEVICE_ID
+    assert drv.r32(hw.REG_REVISION) == hw.DEVICE_REVISION
+    assert drv.r32(hw.REG_ISA_VERSION) == isa.SPEC.version
+    assert drv.r32(hw.REG_VA_BITS) == hw.VA_BITS
+    assert drv.r32(hw.REG_CAPS) == 0b111
+    assert drv.r32(hw.REG_DEVICE_PEER) == 3
+    assert drv.r32(hw.REG_STATUS) == 0 and drv.r32(hw.REG_FW_VERSION) == 0
+
+
+def test_jobs_before_boot_fail_then_boot_and_run(drv: Driver) -> None:
+    s = drv.enqueue(NOP_JOB)
+    drv.wait_cq(1)
+    assert drv.drain() == [Completion(s, -errno.EIO, 0, 0)]
+    assert drv.boot(build_image(default_image())) == 0
+    assert drv.r32(hw.REG_STATUS) == hw.STATUS_READY
+    assert drv.r32(hw.REG_FW_VERSION) == default_image().fw_version
+    assert drv.irqs[hw.IRQ_CONTROL] == 1
+    s = drv.enqueue(NOP_JOB)
+    drv.wait_cq(1)
+    assert drv.drain() == [Completion(s, 0, 0, 2)]
+    assert drv.r32(hw.REG_JOBS_DONE) == 2
+
+
+def test_bad_firmware_is_refused(drv: Driver) -> None:
+    image = bytearray(build_image(default_image()))
+    image[-1] ^= 0xFF  # breaks the CRC
+    assert drv.boot(bytes(image)) == -errno.ENOEXEC
+    assert drv.r32(hw.REG_STATUS) == hw.STATUS_FW_ERROR
+    assert drv.control(hw.CMD_BOOT, 1 << 40, 128) == -errno.EFAULT
+    assert drv.control(99) == -errno.EINVAL
+    assert drv.boot(build_image(default_image())) == 0
+    assert drv.r32(hw.REG_STATUS) == hw.STATUS_READY
+
+
+def test_conv2d_job_end_to_end(drv: Driver) -> None:
+    assert drv.boot(build_image(default_image())) == 0
+    rng = np.random.default_rng(5)
+    m = drv.m
+    inp = rng.integers(0, 256, size=(1, 6, 6, 4), dtype=np.uint8)
+    filt = rng.integers(0, 256, size=(5, 3, 3, 4), dtype=np.uint8)
+    bias = rng.integers(-1000, 1000, size=5, dtype=np.int32)
+    out = m.buffer(6 * 6 * 5)
+    stream = program(
+        tensor(0, "UINT8", m.array(inp), inp.shape, zp=120),
+        tensor(1, "UINT8", m.array(filt), filt.shape, zp=130),
+        tensor(2, "INT32", m.array(bias), (1, 1, 1, 5)),
+        tensor(3, "UINT8", out, (1, 6, 6, 5), zp=7),
+        isa.encode(
+            "CONV2D", flags=isa.SPEC.flags["HAS_BIAS"], input=0, filter=1, bias=2, output=3, stride_h=1,
+            stride_w=1, dilation_h=1, dilation_w=1, pad_top=1, pad_left=1, multiplier=1594323187, shift=-9,
+            act_min=0, act_max=255,
+        ),
+        isa.encode("IRQ", value=42),
+    )  # fmt: skip
+    s = drv.enqueue(stream)
+    drv.wait_cq(1)
+    assert drv.drain() == [Completion(s, 0, 0, 7)]
+    want = ref.conv2d(
+        inp.tolist(), filt.tolist(), bias.tolist(), 120, 130, 1, 1, 1, 1, 1, 1, 6, 6,
+        [1594323187] * 5, [-9] * 5, 7, 0, 255,
+    )  # fmt: skip
+    assert m.read(out, 180).reshape(1, 6, 6, 5).tolist() == want
+    assert (drv.r32(hw.REG_IRQ_COUNT), drv.r32(hw.REG_IRQ_VALUE)) == (1, 42)
+    assert drv.irqs[hw.IRQ_COMPLETION] == 1
+
+
+def test_fault_and_disabled_opcode_completions(drv: Driver) -> None:
+    fill = isa.SPEC.by_name("FILL").opcode
+    assert drv.boot(build_image(FirmwareImage(enabled_opcodes=all_opcodes() - {fill}))) == 0
+    dst = drv.m.buffer(16)
+    s1 = drv.enqueue(program(tensor(0, "INT8", dst, (4,)), isa.encode("FILL", dst=0, value=1)))
+    s2 = drv.enqueue(program(tensor(0, "INT8", 0x2000_0000, (4,)), isa.encode("COPY", src=0, dst=0)))
+    drv.wait_cq(2)
+    assert drv.drain() == [Completion(s1, -errno.EIO, 0, 2), Completion(s2, -errno.EFAULT, 0x2000_0000, 2)]
+
+
+def test_coalesced_kicks_drain_whole_queue(drv: Driver) -> None:
+    assert drv.boot(build_image(default_image())) == 0
+    seqnos = [drv.enqueue(NOP_JOB, kick=False) for _ in range(10)]
+    for _ in range(5):
+        drv.npu.kick(hw.VEC_QUEUE)  # five kicks for ten jobs: each job completes once
+    drv.wait_cq(10)
+    time.sleep(0.05)
+    assert [c.seqno for c in drv.drain()] == seqnos
+    assert drv.r32(hw.SQ_HEAD) == drv.r32(hw.SQ_TAIL) == 10
+
+
+def test_full_cq_waits_for_the_driver(drv: Driver) -> None:
+    assert drv.boot(build_image(default_image())) == 0
+    for _ in range(hw.SQ_ENTRIES):
+        drv.enqueue(NOP_JOB)
+    drv.wait_cq(hw.CQ_ENTRIES)
+    extra = [drv.enqueue(NOP_JOB) for _ in range(3)]
+    time.sleep(0.1)
+    assert drv.r32(hw.CQ_TAIL) == hw.CQ_ENTRIES  # no room: the device waits
+    assert len(drv.drain()) == hw.CQ_ENTRIES
+    drv.wait_cq(3)
+    assert [c.seqno for c in drv.drain()] == extra
+
+
+def test_reset_aborts_a_hung_wait_and_drops_the_queue(drv: Driver) -> None:
+    assert drv.boot(build_image(default_image())) == 0
+    sem = drv.m.buffer(4)
+    drv.enqueue(program(tensor(0, "INT32", sem, (1,)), isa.encode("WAIT", sem=0, value=1)))
+    drv.enqueue(NOP_JOB)
+    drv.enqueue(NOP_JOB)
+    time.sleep(0.1)
+    assert drv.r32(hw.CQ_TAIL) == 0 and drv.r32(hw.SQ_HEAD) == 0  # hung in WAIT
+    t0 = time.monotonic()
+    assert drv.control(hw.CMD_RESET) == 0
+    assert time.monotonic() - t0 < 1
+    assert drv.r32(hw.REG_RESET_COUNT) == 1
+    assert drv.r32(hw.SQ_HEAD) == drv.r32(hw.SQ_TAIL) == 3
+    time.sleep(0.05)
+    assert drv.r32(hw.CQ_TAIL) == 0 and drv.irqs[hw.IRQ_COMPLETION] == 0  # no completion for any of them
+    s = drv.enqueue(NOP_JOB)  # the device works after the reset
+    drv.wait_cq(1)
+    assert drv.drain() == [Completion(s, 0, 0, 2)]
+
+
+def test_construction_checks_bar2(drv: Driver) -> None:
+    with pytest.raises(ValueError, match="BAR2"):
+        Npu(memoryview(bytearray(100)), drv.m.memory, lambda v: None)
+    with pytest.raises(ValueError, match="BAR2"):
+        Npu(memoryview(bytes(hw.BAR2_SIZE)), drv.m.memory, lambda v: None)
