@@ -216,6 +216,16 @@ def generate_isa_header(spec: IsaSpec = SPEC) -> str:
     return "\n".join(out) + "\n"
 
 
+def _reserved_words(ins: InstructionSpec) -> int:
+    """Bit i set: the instruction's 32-bit word i is reserved (no field covers it)."""
+    if ins.size > 64 * 4:
+        raise ValueError(f"{ins.name}: {ins.size} bytes do not fit the table's 64-bit reserved-word mask")
+    used = {0}  # the header
+    for f in ins.fields:
+        used.update(range(f.offset // 4, (f.offset + f.size) // 4))
+    return sum(1 << w for w in range(ins.size // 4) if w not in used)
+
+
 def generate_table_header(spec: IsaSpec = SPEC) -> str:
     out: list[str] = []
     w = out.append
@@ -239,6 +249,8 @@ def generate_table_header(spec: IsaSpec = SPEC) -> str:
     w(_define("VNPU_ISA_TABLE_SLOTS\t", f"{spec.slots}"))
     w(_define("VNPU_ISA_TABLE_ALIGN\t", f"{spec.align}"))
     w(_define("VNPU_ISA_TABLE_MAX_OPERANDS", f"{max_ops}"))
+    w("/* struct vnpu_isa_op_desc has @reserved_words */")
+    w("#define VNPU_ISA_TABLE_HAS_RESERVED_WORDS")
     w(_define("VNPU_ISA_TABLE_OPCODE_END", f"{spec.by_name('END').opcode:#04x}"))
     w(_define("VNPU_ISA_TABLE_OPCODE_TENSOR", f"{spec.by_name('TENSOR').opcode:#04x}"))
     w("")
@@ -270,6 +282,8 @@ def generate_table_header(spec: IsaSpec = SPEC) -> str:
     w(" * @flags_offset: byte offset of the flags field, or -1 if it has none")
     w(" * @flags_allowed: defined flag bits; any other bit set is invalid")
     w(" * @num_operands: number of valid entries in @operands")
+    w(" * @reserved_words: bit i set: bytes [4i, 4i + 4) are reserved (alignment padding or")
+    w(" *\tthe tail) and must be zero; the header word is never marked")
     w(" * @operands: the instruction's tensor-slot operands, in field order")
     w(" */")
     w("struct vnpu_isa_op_desc {")
@@ -278,6 +292,7 @@ def generate_table_header(spec: IsaSpec = SPEC) -> str:
     w("\ts8 flags_offset;")
     w("\tu32 flags_allowed;")
     w("\tu8 num_operands;")
+    w("\tu64 reserved_words;")
     w("\tstruct vnpu_isa_operand_desc operands[VNPU_ISA_TABLE_MAX_OPERANDS];")
     w("};")
     w("")
@@ -293,6 +308,7 @@ def generate_table_header(spec: IsaSpec = SPEC) -> str:
         w(f"\t\t.flags_offset = {flags.offset if flags else -1},")
         w(f"\t\t.flags_allowed = {allowed:#x},")
         w(f"\t\t.num_operands = {len(ins.operands)},")
+        w(f"\t\t.reserved_words = {_reserved_words(ins):#x},")
         if ins.operands:
             w("\t\t.operands = {")
             for f in ins.operands:

@@ -17,6 +17,8 @@
 #define VNPU_ISA_TABLE_SLOTS			16
 #define VNPU_ISA_TABLE_ALIGN			8
 #define VNPU_ISA_TABLE_MAX_OPERANDS	5
+/* struct vnpu_isa_op_desc has @reserved_words */
+#define VNPU_ISA_TABLE_HAS_RESERVED_WORDS
 #define VNPU_ISA_TABLE_OPCODE_END	0x01
 #define VNPU_ISA_TABLE_OPCODE_TENSOR	0x08
 
@@ -58,6 +60,8 @@ struct vnpu_isa_operand_desc {
  * @flags_offset: byte offset of the flags field, or -1 if it has none
  * @flags_allowed: defined flag bits; any other bit set is invalid
  * @num_operands: number of valid entries in @operands
+ * @reserved_words: bit i set: bytes [4i, 4i + 4) are reserved (alignment padding or
+ *	the tail) and must be zero; the header word is never marked
  * @operands: the instruction's tensor-slot operands, in field order
  */
 struct vnpu_isa_op_desc {
@@ -66,6 +70,7 @@ struct vnpu_isa_op_desc {
 	s8 flags_offset;
 	u32 flags_allowed;
 	u8 num_operands;
+	u64 reserved_words;
 	struct vnpu_isa_operand_desc operands[VNPU_ISA_TABLE_MAX_OPERANDS];
 };
 
@@ -77,6 +82,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 0,
+		.reserved_words = 0x2,
 	},
 	[0x01] = {
 		.name = "END",
@@ -84,6 +90,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 0,
+		.reserved_words = 0x2,
 	},
 	[0x02] = {
 		.name = "FENCE",
@@ -91,6 +98,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 0,
+		.reserved_words = 0x2,
 	},
 	[0x03] = {
 		.name = "IRQ",
@@ -98,6 +106,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 0,
+		.reserved_words = 0x0,
 	},
 	[0x04] = {
 		.name = "WAIT",
@@ -105,6 +114,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 1,
+		.reserved_words = 0x8,
 		.operands = {
 			{ .offset = 0x04, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* sem */
 		},
@@ -115,6 +125,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 0,
+		.reserved_words = 0x8008,
 	},
 	[0x10] = {
 		.name = "CONV2D",
@@ -122,6 +133,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = 4,
 		.flags_allowed = 0x3,
 		.num_operands = 5,
+		.reserved_words = 0x20000,
 		.operands = {
 			{ .offset = 0x08, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input */
 			{ .offset = 0x0c, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* filter */
@@ -136,6 +148,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = 4,
 		.flags_allowed = 0x3,
 		.num_operands = 5,
+		.reserved_words = 0x0,
 		.operands = {
 			{ .offset = 0x08, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input */
 			{ .offset = 0x0c, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* filter */
@@ -150,6 +163,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = 4,
 		.flags_allowed = 0x3,
 		.num_operands = 5,
+		.reserved_words = 0x800,
 		.operands = {
 			{ .offset = 0x08, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input */
 			{ .offset = 0x0c, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* filter */
@@ -164,6 +178,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 3,
+		.reserved_words = 0x2000,
 		.operands = {
 			{ .offset = 0x04, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input1 */
 			{ .offset = 0x08, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input2 */
@@ -176,6 +191,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 3,
+		.reserved_words = 0x2000,
 		.operands = {
 			{ .offset = 0x04, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input1 */
 			{ .offset = 0x08, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input2 */
@@ -188,6 +204,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 3,
+		.reserved_words = 0x0,
 		.operands = {
 			{ .offset = 0x04, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input1 */
 			{ .offset = 0x08, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input2 */
@@ -200,6 +217,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 2,
+		.reserved_words = 0x800,
 		.operands = {
 			{ .offset = 0x04, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input */
 			{ .offset = 0x08, .dir = VNPU_ISA_DIR_OUT, .when = 0x0 }, /* output */
@@ -211,6 +229,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 2,
+		.reserved_words = 0x800,
 		.operands = {
 			{ .offset = 0x04, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input */
 			{ .offset = 0x08, .dir = VNPU_ISA_DIR_OUT, .when = 0x0 }, /* output */
@@ -222,6 +241,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 3,
+		.reserved_words = 0x0,
 		.operands = {
 			{ .offset = 0x04, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input */
 			{ .offset = 0x08, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* table */
@@ -234,6 +254,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 2,
+		.reserved_words = 0x8,
 		.operands = {
 			{ .offset = 0x04, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* src */
 			{ .offset = 0x08, .dir = VNPU_ISA_DIR_OUT, .when = 0x0 }, /* dst */
@@ -245,6 +266,7 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 		.flags_offset = -1,
 		.flags_allowed = 0x0,
 		.num_operands = 1,
+		.reserved_words = 0x8,
 		.operands = {
 			{ .offset = 0x04, .dir = VNPU_ISA_DIR_OUT, .when = 0x0 }, /* dst */
 		},

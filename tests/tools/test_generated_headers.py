@@ -108,6 +108,9 @@ def _c_program() -> tuple[str, dict[str, int]]:
         emit(f"table.{ins.name}.flags_offset", f"{t}.flags_offset", flags[0].offset if flags else -1)
         emit(f"table.{ins.name}.flags_allowed", f"{t}.flags_allowed", allowed)
         emit(f"table.{ins.name}.num_operands", f"{t}.num_operands", len(ins.operands))
+        used = {0} | {w for f in ins.fields for w in range(f.offset // 4, (f.offset + f.size) // 4)}
+        reserved = sum(1 << w for w in range(ins.size // 4) if w not in used)
+        emit(f"table.{ins.name}.reserved_words", f"{t}.reserved_words", reserved)
         for k, f in enumerate(ins.operands):
             emit(f"table.{ins.name}.{f.name}.offset", f"{t}.operands[{k}].offset", f.offset)
             emit(
@@ -135,6 +138,7 @@ def _c_program() -> tuple[str, dict[str, int]]:
             "typedef __u8 u8;",
             "typedef __u16 u16;",
             "typedef __u32 u32;",
+            "typedef __u64 u64;",
             "typedef __s8 s8;",
             "#pragma GCC diagnostic push",
             '#pragma GCC diagnostic ignored "-Wpadded"',
