@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from uapi.isa import SPEC, FieldSpec, Instruction, IsaError, decode, encode
+from uapi.isa import SPEC, FieldSpec, Instruction, IsaError, decode, decode_one, encode
 
 # Fields the disassembler prints in hex: addresses and Q31 fixed-point multipliers.
 _HEX_FIELDS = {"va"}
@@ -192,3 +192,26 @@ def disassemble(stream: bytes | bytearray | memoryview) -> str:
     for ins in decode(bytes(stream)):
         lines.append(f"{format_instruction(ins)}  # {ins.offset:#06x}")
     return "\n".join(lines) + "\n"
+
+
+def disassemble_prefix(stream: bytes | bytearray | memoryview) -> tuple[str, IsaError | None]:
+    """Disassemble as much of a possibly broken stream as decodes, for debugging.
+
+    Returns the text of every instruction before the first problem, and that problem
+    (None if the stream is valid). The text is what :func:`disassemble` would print.
+    """
+    data = bytes(stream)
+    lines = []
+    offset = 0
+    error: IsaError | None = None
+    try:
+        while offset < len(data):
+            ins = decode_one(data, offset)
+            lines.append(f"{format_instruction(ins)}  # {ins.offset:#06x}")
+            offset += ins.spec.size
+            if ins.op == "END":
+                break
+        decode(data)  # the whole-stream rules: END present, nothing after it
+    except IsaError as e:
+        error = e
+    return "".join(line + "\n" for line in lines), error

@@ -1,7 +1,8 @@
 """``vnpu-asm``: assemble and disassemble vnpu command streams.
 
     vnpu-asm asm IN.s -o OUT.bin [--fragment]   (IN.s may be - for stdin)
-    vnpu-asm disasm IN.bin                      (prints source text with byte offsets)
+    vnpu-asm disasm IN.bin                      (prints source text with byte offsets; for a
+                                                 broken stream, the valid prefix, then the error)
 
 Bad input gives a one-line error on stderr and exit status 1.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from uapi.isa import IsaError
 
-from .asm import AsmError, assemble, disassemble
+from .asm import AsmError, assemble, disassemble_prefix
 
 
 def cmd_asm(args: argparse.Namespace) -> int:
@@ -26,7 +27,12 @@ def cmd_asm(args: argparse.Namespace) -> int:
 
 
 def cmd_disasm(args: argparse.Namespace) -> int:
-    sys.stdout.write(disassemble(Path(args.input).read_bytes()))
+    # Print every instruction that decodes, then the first problem: a broken stream is
+    # exactly when a driver developer needs to see it.
+    text, error = disassemble_prefix(Path(args.input).read_bytes())
+    sys.stdout.write(text)
+    if error is not None:
+        raise error
     return 0
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firmware_tools import asm_cli
-from firmware_tools.asm import AsmError, assemble, disassemble
+from firmware_tools.asm import AsmError, assemble, disassemble, disassemble_prefix
 from uapi.isa import SPEC, Instruction, InstructionSpec, decode, encode
 
 EXAMPLE = """\
@@ -162,3 +162,20 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown opcode 0xff" in capsys.readouterr().err
     assert asm_cli.main(["disasm", str(tmp_path / "missing.bin")]) == 1
     assert "No such file" in capsys.readouterr().err
+
+
+def test_disassemble_prefix_of_a_broken_stream(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    good = assemble("IRQ value=7\nNOP\nEND\n")
+    assert disassemble_prefix(good) == (disassemble(good), None)
+    broken = good[:16] + b"\xee\0\x08\0" + bytes(4)
+    text, err = disassemble_prefix(broken)
+    assert text == "IRQ value=7  # 0x0000\nNOP  # 0x0008\n"
+    assert err is not None and err.offset == 16 and "unknown opcode 0xee" in str(err)
+    text, err = disassemble_prefix(good + encode("NOP"))
+    assert text == disassemble(good) and err is not None and "8 bytes after END" in str(err)
+    path = tmp_path / "broken.bin"
+    path.write_bytes(broken)
+    assert asm_cli.main(["disasm", str(path)]) == 1
+    out = capsys.readouterr()
+    assert out.out == "IRQ value=7  # 0x0000\nNOP  # 0x0008\n"
+    assert out.err == f"vnpu-asm: {path}: at byte 16: unknown opcode 0xee\n"
