@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Copyright (c) 2026 The vnpu authors
+ *
+ * Device state under /sys/kernel/debug/accel/<pci-id>/.
+ *
+ * state     device registers and queue positions
+ * counters  global counts: live objects ("name: value") return to their
+ *           baseline when every file is closed and every job has ended;
+ *           *_total, *_done, *_failed... only grow
+ * files     one line per open file: context, pid, BOs, bytes, jobs
+ */
+#include <linux/debugfs.h>
+#include <linux/seq_file.h>
+
+#include <drm/drm_debugfs.h>
+#include <drm/drm_file.h>
+
+#include "vnpu_drv.h"
+#include "vnpu_io.h"
+#include "vnpu_job.h"
+
+static struct vnpu_device *vnpu_debugfs_dev(struct seq_file *m)
+{
+	struct drm_debugfs_entry *entry = m->private;
+
+	return to_vnpu_device(entry->dev);
+}
+
+static int vnpu_debugfs_state(struct seq_file *m, void *data)
+{
+	struct vnpu_device *vdev = vnpu_debugfs_dev(m);
+	u32 status = vnpu_rd32(vdev, VNPU_REG_STATUS);
+
+	seq_printf(m, "status: %#x\n", status);
+	seq_printf(m, "ready: %u\n", !!(status & VNPU_STATUS_READY));
+	seq_printf(m, "device_id: %#x\n", vnpu_rd32(vdev, VNPU_REG_DEVICE_ID));
+	seq_printf(m, "revision: %u\n", vnpu_rd32(vdev, VNPU_REG_REVISION));
+	seq_printf(m, "isa_version: %#x\n", vnpu_rd32(vdev, VNPU_REG_ISA_VERSION));
+	seq_printf(m, "fw_version: %#x\n", vnpu_rd32(vdev, VNPU_REG_FW_VERSION));
+	seq_printf(m, "device_peer: %u\n", vdev->peer);
+	seq_printf(m, "va_bits: %u\n", vdev->va_bits);
+	seq_printf(m, "caps: %#llx\n", vdev->caps);
+	seq_printf(m, "timeout_ms: %u\n", vnpu_job_timeout_ms);
+	seq_printf(m, "device_reset_count: %u\n", vnpu_rd32(vdev, VNPU_REG_RESET_COUNT));
+	seq_printf(m, "device_jobs_done: %u\n", vnpu_rd32(vdev, VNPU_REG_JOBS_DONE));
+	seq_printf(m, "device_irq_count: %u\n", vnpu_rd32(vdev, VNPU_REG_IRQ_COUNT));
+	seq_printf(m, "device_irq_value: %#x\n", vnpu_rd32(vdev, VNPU_REG_IRQ_VALUE));
+	/* Several values per line: positions are neither live counts nor totals. */
+	seq_printf(m, "sq head %u tail %u\n", vnpu_rd32(vdev, VNPU_SQ_HEAD),
+		   vnpu_rd32(vdev, VNPU_SQ_TAIL));
+	seq_printf(m, "cq head %u tail %u\n", vnpu_rd32(vdev, VNPU_CQ_HEAD),
+		   vnpu_rd32(vdev, VNPU_CQ_TAIL));
+	seq_printf(m, "last seqno %llu\n", vdev->next_seqno);
+	return 0;
+}
+
+static int vnpu_debugfs_counters(struct seq_file *m, void *data)
+{
+	struct vnpu_device *vdev = vnpu_debugfs_dev(m);
+	struct vnpu_stats *s = &vdev->stats;
+	struct vnpu_job *job;
+	unsigned int active = 0;
+
+	spin_lock_irq(&vdev->job_lock);
+	list_for_each_entry(job, &vdev->active, node)
+		active++;
+	spin_unlock_irq(&vdev->job_lock);
+
+	seq_printf(m, "files: %d\n", atomic_read(&s->files));
+	seq_printf(m, "contexts: %d\n", atomic_read(&s->contexts));
+	seq_printf(m, "bos: %d\n", atomic_read(&s->bos));
+	seq_printf(m, "bo_bytes: %lld\n", atomic64_read(&s->bo_bytes));
+	seq_printf(m, "jobs: %d\n", atomic_read(&s->jobs));
+	seq_printf(m, "jobs_on_device: %u\n", active);
+	seq_printf(m, "jobs_submitted: %lld\n", atomic64_read(&s->jobs_submitted));
+	seq_printf(m, "jobs_done: %lld\n", atomic64_read(&s->jobs_done));
+	seq_printf(m, "jobs_failed: %lld\n", atomic64_read(&s->jobs_failed));
+	seq_printf(m, "jobs_timedout: %lld\n", atomic64_read(&s->jobs_timedout));
+	seq_printf(m, "jobs_cancelled: %lld\n", atomic64_read(&s->jobs_cancelled));
+	seq_printf(m, "resets: %d\n", atomic_read(&s->resets));
+	return 0;
+}
+
+static int vnpu_debugfs_files(struct seq_file *m, void *data)
+{
+	struct vnpu_device *vdev = vnpu_debugfs_dev(m);
+	struct drm_file *file;
+
+	seq_puts(m, "# ctx pid bos bo_bytes jobs_in_flight\n");
+	mutex_lock(&vdev->drm.filelist_mutex);
+	list_for_each_entry(file, &vdev->drm.filelist, lhead) {
+		struct vnpu_file_priv *fpriv = file->driver_priv;
+		struct vnpu_ctx *ctx;
+
+		if (!fpriv)
+			continue;
+		ctx = fpriv->ctx;
+		seq_printf(m, "ctx %u pid %d bos %d bo_bytes %lld jobs_in_flight %d\n", ctx->id,
+			   ctx->pid, atomic_read(&ctx->bo_count), atomic64_read(&ctx->bo_bytes),
+			   atomic_read(&ctx->jobs_in_flight));
+	}
+	mutex_unlock(&vdev->drm.filelist_mutex);
+	return 0;
+}
+
+static const struct drm_debugfs_info vnpu_debugfs_list[] = {
+	{ "state", vnpu_debugfs_state, 0 },
+	{ "counters", vnpu_debugfs_counters, 0 },
+	{ "files", vnpu_debugfs_files, 0 },
+};
+
+/**
+ * vnpu_debugfs_init() - create the driver's debugfs files
+ * @vdev: the device
+ */
+void vnpu_debugfs_init(struct vnpu_device *vdev)
+{
+	drm_debugfs_add_files(&vdev->drm, vnpu_debugfs_list, ARRAY_SIZE(vnpu_debugfs_list));
+}

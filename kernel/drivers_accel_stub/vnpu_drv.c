@@ -1,0 +1,343 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Copyright (c) 2026 The vnpu authors
+ *
+ * PCI probe and remove, the DRM driver, GET_PARAM and
+ * per-file state.
+ *
+ * The NPU is QEMU's ivshmem-doorbell PCI device (1af4:1110) served by the
+ * vnpu device model: BAR0 holds the doorbell, BAR2 the NPU's registers and
+ * rings (vnpu_hw.h), MSI-X vector IRQ_COMPLETION signals completed jobs and
+ * IRQ_CONTROL acknowledged control commands.
+ */
+#include <linux/dma-mapping.h>
+#include <linux/interrupt.h>
+#include <linux/module.h>
+#include <linux/pci.h>
+#include <linux/sched.h>
+#include <linux/slab.h>
+
+#include <drm/drm_accel.h>
+#include <drm/drm_drv.h>
+#include <drm/drm_gem.h>
+#include <drm/drm_ioctl.h>
+#include <drm/drm_print.h>
+
+#include "vnpu_drv.h"
+#include "vnpu_gem.h"
+#include "vnpu_io.h"
+#include "vnpu_job.h"
+
+unsigned int vnpu_job_timeout_ms = 5000;
+module_param_named(timeout_ms, vnpu_job_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(timeout_ms, "Time in ms after which a running job is failed and the device reset (default 5000)");
+
+static unsigned int vnpu_probe_timeout_ms = 5000;
+module_param_named(probe_timeout_ms, vnpu_probe_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(probe_timeout_ms, "Time in ms to wait for the device model at probe (default 5000)");
+
+static void vnpu_ctx_release(struct kref *ref)
+{
+	struct vnpu_ctx *ctx = container_of(ref, struct vnpu_ctx, ref);
+	struct vnpu_device *vdev = ctx->vdev;
+
+	vnpu_vm_fini(&ctx->vm);
+	ida_free(&vdev->ctx_ids, ctx->id);
+	atomic_dec(&vdev->stats.contexts);
+	kfree(ctx);
+	drm_dev_put(&vdev->drm);
+}
+
+/**
+ * vnpu_ctx_get() - take a reference on a context
+ * @ctx: the context
+ *
+ * Return: @ctx.
+ */
+struct vnpu_ctx *vnpu_ctx_get(struct vnpu_ctx *ctx)
+{
+	kref_get(&ctx->ref);
+	return ctx;
+}
+
+/**
+ * vnpu_ctx_put() - drop a reference on a context
+ * @ctx: the context; freed with its page tables on the last reference
+ */
+void vnpu_ctx_put(struct vnpu_ctx *ctx)
+{
+	kref_put(&ctx->ref, vnpu_ctx_release);
+}
+
+static int vnpu_open(struct drm_device *drm, struct drm_file *file)
+{
+	struct vnpu_device *vdev = to_vnpu_device(drm);
+	struct drm_gpu_scheduler *sched = &vdev->sched;
+	struct vnpu_file_priv *fpriv;
+	struct vnpu_ctx *ctx;
+	int ret;
+
+	fpriv = kzalloc(sizeof(*fpriv), GFP_KERNEL);
+	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+	if (!fpriv || !ctx) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	ret = ida_alloc_min(&vdev->ctx_ids, 1, GFP_KERNEL);
+	if (ret < 0)
+		goto err_free;
+	ctx->id = ret;
+	ret = vnpu_vm_init(vdev, &ctx->vm);
+	if (ret)
+		goto err_ida;
+	ret = drm_sched_entity_init(&fpriv->entity, DRM_SCHED_PRIORITY_NORMAL, &sched, 1, NULL);
+	if (ret)
+		goto err_vm;
+
+	kref_init(&ctx->ref);
+	ctx->vdev = vdev;
+	ctx->pid = task_tgid_nr(current);
+	drm_dev_get(drm);
+	fpriv->vdev = vdev;
+	fpriv->ctx = ctx;
+	file->driver_priv = fpriv;
+	atomic_inc(&vdev->stats.files);
+	atomic_inc(&vdev->stats.contexts);
+	return 0;
+
+err_vm:
+	vnpu_vm_fini(&ctx->vm);
+err_ida:
+	ida_free(&vdev->ctx_ids, ctx->id);
+err_free:
+	kfree(ctx);
+	kfree(fpriv);
+	return ret;
+}
+
+static void vnpu_postclose(struct drm_device *drm, struct drm_file *file)
+{
+	struct vnpu_file_priv *fpriv = file->driver_priv;
+	struct vnpu_device *vdev = fpriv->vdev;
+
+	/*
+	 * Queued jobs still go to the device (or are killed if the process
+	 * is exiting); jobs keep the context alive until they are freed.
+	 */
+	drm_sched_entity_destroy(&fpriv->entity);
+	WRITE_ONCE(fpriv->ctx->closed, true);
+	vnpu_ctx_put(fpriv->ctx);
+	kfree(fpriv);
+	atomic_dec(&vdev->stats.files);
+}
+
+static int vnpu_ioctl_get_param(struct drm_device *drm, void *data, struct drm_file *file)
+{
+	struct vnpu_device *vdev = to_vnpu_device(drm);
+	struct drm_vnpu_get_param *args = data;
+
+	if (args->pad)
+		return -EINVAL;
+	switch (args->param) {
+	case DRM_VNPU_PARAM_DEVICE_ID:
+		args->value = vnpu_rd32(vdev, VNPU_REG_DEVICE_ID);
+		break;
+	case DRM_VNPU_PARAM_DEVICE_REVISION:
+		args->value = vnpu_rd32(vdev, VNPU_REG_REVISION);
+		break;
+	case DRM_VNPU_PARAM_ISA_VERSION:
+		args->value = vnpu_rd32(vdev, VNPU_REG_ISA_VERSION);
+		break;
+	case DRM_VNPU_PARAM_FW_VERSION:
+		args->value = vdev->fw_version;
+		break;
+	case DRM_VNPU_PARAM_VA_SIZE:
+		args->value = 1ULL << vdev->va_bits;
+		break;
+	case DRM_VNPU_PARAM_MAX_JOB_SIZE:
+		args->value = VNPU_MAX_JOB_SIZE;
+		break;
+	case DRM_VNPU_PARAM_MAX_JOB_BOS:
+		args->value = VNPU_MAX_JOB_BOS;
+		break;
+	case DRM_VNPU_PARAM_MAX_BO_SIZE:
+		args->value = VNPU_MAX_BO_SIZE;
+		break;
+	case DRM_VNPU_PARAM_CAPABILITIES:
+		args->value = vdev->caps;
+		break;
+	case DRM_VNPU_PARAM_JOB_TIMEOUT_MS:
+		args->value = vnpu_job_timeout_ms;
+		break;
+	default:
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static const struct drm_ioctl_desc vnpu_ioctls[] = {
+	DRM_IOCTL_DEF_DRV(VNPU_GET_PARAM, vnpu_ioctl_get_param, 0),
+	DRM_IOCTL_DEF_DRV(VNPU_BO_CREATE, vnpu_ioctl_bo_create, 0),
+	DRM_IOCTL_DEF_DRV(VNPU_BO_INFO, vnpu_ioctl_bo_info, 0),
+	DRM_IOCTL_DEF_DRV(VNPU_BO_WAIT, vnpu_ioctl_bo_wait, 0),
+	DRM_IOCTL_DEF_DRV(VNPU_SUBMIT, vnpu_ioctl_submit, 0),
+};
+
+DEFINE_DRM_ACCEL_FOPS(vnpu_fops);
+
+static const struct drm_driver vnpu_drm_driver = {
+	.driver_features = DRIVER_COMPUTE_ACCEL | DRIVER_GEM | DRIVER_SYNCOBJ,
+	.open = vnpu_open,
+	.postclose = vnpu_postclose,
+	.gem_create_object = vnpu_gem_create_object,
+	.ioctls = vnpu_ioctls,
+	.num_ioctls = ARRAY_SIZE(vnpu_ioctls),
+	.fops = &vnpu_fops,
+	.name = VNPU_DRIVER_NAME,
+	.desc = VNPU_DRIVER_DESC,
+	.major = 1,
+	.minor = 0,
+};
+
+/* Map the BARs, wait for the device model and read its identity. */
+static int vnpu_hw_init(struct vnpu_device *vdev)
+{
+	struct pci_dev *pdev = vdev->pdev;
+	u32 id;
+	int ret;
+
+	vdev->bar0 = pcim_iomap_region(pdev, 0, VNPU_DRIVER_NAME);
+	if (IS_ERR(vdev->bar0))
+		return PTR_ERR(vdev->bar0);
+	if (pci_resource_len(pdev, 2) < VNPU_BAR2_SIZE) {
+		drm_err(&vdev->drm, "BAR2 is %llu bytes, need %u\n",
+			(u64)pci_resource_len(pdev, 2), VNPU_BAR2_SIZE);
+		return -ENODEV;
+	}
+	vdev->bar2 = pcim_iomap_region(pdev, 2, VNPU_DRIVER_NAME);
+	if (IS_ERR(vdev->bar2))
+		return PTR_ERR(vdev->bar2);
+
+	ret = vnpu_io_wait_magic(vdev, vnpu_probe_timeout_ms);
+	if (ret) {
+		drm_err(&vdev->drm, "no vnpu device model behind this ivshmem device (magic %#x)\n",
+			vnpu_rd32(vdev, VNPU_REG_MAGIC));
+		return ret;
+	}
+	id = vnpu_rd32(vdev, VNPU_REG_DEVICE_ID);
+	if (id != VNPU_DEVICE_ID) {
+		drm_err(&vdev->drm, "unknown device id %#x\n", id);
+		return -ENODEV;
+	}
+	vdev->peer = vnpu_rd32(vdev, VNPU_REG_DEVICE_PEER);
+	vdev->va_bits = vnpu_rd32(vdev, VNPU_REG_VA_BITS);
+	/* Two levels of 512 entries of 4 KiB pages cover at most VA_BITS bits. */
+	if (vdev->va_bits > VNPU_VA_BITS || (1ULL << vdev->va_bits) <= DRM_VNPU_VA_START) {
+		drm_err(&vdev->drm, "unsupported VA width %u\n", vdev->va_bits);
+		return -ENODEV;
+	}
+	vdev->caps = (vnpu_rd32(vdev, VNPU_REG_CAPS) & DRM_VNPU_CAP_PER_CHANNEL_QUANT) |
+		     VNPU_DRIVER_CAPS;
+	return 0;
+}
+
+static int vnpu_irq_init(struct vnpu_device *vdev)
+{
+	struct pci_dev *pdev = vdev->pdev;
+	int ret;
+
+	ret = pci_alloc_irq_vectors(pdev, VNPU_NUM_VECTORS, VNPU_NUM_VECTORS, PCI_IRQ_MSIX);
+	if (ret < 0) {
+		drm_err(&vdev->drm, "cannot enable %u MSI-X vectors: %d\n", VNPU_NUM_VECTORS, ret);
+		return ret;
+	}
+	vdev->irq_completion = pci_irq_vector(pdev, VNPU_IRQ_COMPLETION);
+	vdev->irq_control = pci_irq_vector(pdev, VNPU_IRQ_CONTROL);
+	ret = devm_request_irq(&pdev->dev, vdev->irq_completion, vnpu_job_irq, 0,
+			       "vnpu-completion", vdev);
+	if (ret)
+		return ret;
+	return devm_request_irq(&pdev->dev, vdev->irq_control, vnpu_io_control_irq, 0,
+				"vnpu-control", vdev);
+}
+
+static int vnpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	struct vnpu_device *vdev;
+	int ret;
+
+	vdev = devm_drm_dev_alloc(&pdev->dev, &vnpu_drm_driver, struct vnpu_device, drm);
+	if (IS_ERR(vdev))
+		return PTR_ERR(vdev);
+	vdev->pdev = pdev;
+	pci_set_drvdata(pdev, vdev);
+	mutex_init(&vdev->ctrl_lock);
+	init_waitqueue_head(&vdev->ctrl_wq);
+	ida_init(&vdev->ctx_ids);
+
+	ret = pcim_enable_device(pdev);
+	if (ret)
+		return ret;
+	/* Without bus mastering QEMU delivers no MSI-X. */
+	pci_set_master(pdev);
+	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(52));
+	if (ret)
+		return ret;
+
+	ret = vnpu_hw_init(vdev);
+	if (ret)
+		return ret;
+	ret = vnpu_irq_init(vdev);
+	if (ret)
+		return ret;
+	ret = vnpu_fw_boot(vdev);
+	if (ret)
+		return ret;
+	ret = vnpu_job_init(vdev);
+	if (ret)
+		goto err_fw;
+	ret = drm_dev_register(&vdev->drm, 0);
+	if (ret)
+		goto err_job;
+	vnpu_debugfs_init(vdev);
+	drm_info(&vdev->drm, "vnpu NPU rev %u, ISA %#x, device peer %u, %u-bit VA\n",
+		 vnpu_rd32(vdev, VNPU_REG_REVISION), vnpu_rd32(vdev, VNPU_REG_ISA_VERSION),
+		 vdev->peer, vdev->va_bits);
+	return 0;
+
+err_job:
+	vnpu_job_fini(vdev);
+err_fw:
+	vnpu_fw_fini(vdev);
+	return ret;
+}
+
+static void vnpu_remove(struct pci_dev *pdev)
+{
+	struct vnpu_device *vdev = pci_get_drvdata(pdev);
+
+	drm_dev_unplug(&vdev->drm);
+	vnpu_job_fini(vdev);
+	vnpu_fw_fini(vdev);
+	/* Interrupts are still requested (devres); keep them quiet. */
+	disable_irq(vdev->irq_completion);
+	disable_irq(vdev->irq_control);
+}
+
+static const struct pci_device_id vnpu_pci_ids[] = {
+	{ PCI_DEVICE(VNPU_PCI_VENDOR_ID, VNPU_PCI_DEVICE_ID) },
+	{ }
+};
+MODULE_DEVICE_TABLE(pci, vnpu_pci_ids);
+
+static struct pci_driver vnpu_pci_driver = {
+	.name = VNPU_DRIVER_NAME,
+	.id_table = vnpu_pci_ids,
+	.probe = vnpu_probe,
+	.remove = vnpu_remove,
+};
+module_pci_driver(vnpu_pci_driver);
+
+MODULE_AUTHOR("The vnpu authors");
+MODULE_DESCRIPTION("DRM accel driver for the QEMU-emulated vnpu NPU");
+MODULE_LICENSE("GPL");

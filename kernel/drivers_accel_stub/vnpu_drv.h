@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Copyright (c) 2026 The vnpu authors
+ *
+ * Core structures of vnpu.ko, the DRM accel driver for the
+ * QEMU-emulated vnpu NPU.
+ */
+#ifndef __VNPU_DRV_H__
+#define __VNPU_DRV_H__
+
+#include <linux/atomic.h>
+#include <linux/kref.h>
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/spinlock.h>
+#include <linux/wait.h>
+
+#include <drm/drm_device.h>
+#include <drm/drm_file.h>
+#include <drm/drm_mm.h>
+#include <drm/gpu_scheduler.h>
+
+#include "vnpu_accel.h"
+#include "vnpu_hw.h"
+
+#define VNPU_DRIVER_NAME	"vnpu"
+#define VNPU_DRIVER_DESC	"vnpu emulated NPU"
+
+/* Limits reported through DRM_VNPU_PARAM_*. */
+#define VNPU_MAX_JOB_SIZE	(1U << 20)
+#define VNPU_MAX_JOB_BOS	64U
+#define VNPU_MAX_BO_SIZE	(256ULL << 20)
+
+/* Capabilities the driver implements whatever the device reports. */
+#define VNPU_DRIVER_CAPS	(DRM_VNPU_CAP_READ_ONLY_BO | DRM_VNPU_CAP_RESET_RECOVERY)
+
+extern unsigned int vnpu_job_timeout_ms;
+
+/**
+ * struct vnpu_stats - global counters, shown in debugfs
+ * @files: open files
+ * @contexts: live per-file contexts (they outlive the file while its BOs
+ *	or jobs exist)
+ * @bos: live buffer objects
+ * @bo_bytes: bytes of live buffer objects
+ * @jobs: live job structures (queued, running or awaiting free)
+ * @jobs_submitted: jobs accepted by SUBMIT since load
+ * @jobs_done: jobs completed successfully
+ * @jobs_failed: jobs that ended with an error
+ * @jobs_timedout: jobs failed with -ETIMEDOUT
+ * @jobs_cancelled: jobs failed with -ECANCELED by a reset or teardown
+ * @resets: device resets performed by the driver
+ */
+struct vnpu_stats {
+	atomic_t files;
+	atomic_t contexts;
+	atomic_t bos;
+	atomic64_t bo_bytes;
+	atomic_t jobs;
+	atomic64_t jobs_submitted;
+	atomic64_t jobs_done;
+	atomic64_t jobs_failed;
+	atomic64_t jobs_timedout;
+	atomic64_t jobs_cancelled;
+	atomic_t resets;
+};
+
+/**
+ * struct vnpu_device - one vnpu PCI function
+ * @drm: the DRM device (accel node)
+ * @pdev: the PCI device
+ * @bar0: ivshmem registers (doorbell)
+ * @bar2: shared memory holding the NPU registers and rings
+ * @peer: ivshmem peer id of the device model, from REG_DEVICE_PEER
+ * @va_bits: device VA width from REG_VA_BITS
+ * @caps: DRM_VNPU_CAP_* bits reported to userspace
+ * @ctrl_lock: serialises control-block commands
+ * @ctrl_wq: woken by the control interrupt
+ * @ctrl_seq: last control sequence number written
+ * @fw_cpu: kernel address of the firmware copy the device booted from
+ * @fw_dma: its bus address
+ * @fw_size: its size
+ * @fw_version: firmware version reported after boot
+ * @sched: the job scheduler feeding the submission queue
+ * @reset_lock: serialises recovery (timeout handler, teardown)
+ * @hw_lock: serialises submission-queue writes against reset
+ * @job_lock: protects @active and the completion queue (taken in IRQ)
+ * @fence_lock: lock of the hardware fences
+ * @active: jobs written to the submission queue, oldest first
+ * @sq_tail: driver copy of SQ_TAIL
+ * @cq_head: driver copy of CQ_HEAD
+ * @next_seqno: sequence number of the next job written to the queue
+ * @fence_context: dma-fence context of hardware fences
+ * @idle_wq: woken whenever a job is freed (for teardown)
+ * @ctx_ids: allocator of per-file context ids
+ * @stats: global counters
+ * @irq_completion: Linux IRQ number of the completion vector
+ * @irq_control: Linux IRQ number of the control vector
+ */
+struct vnpu_device {
+	struct drm_device drm;
+	struct pci_dev *pdev;
+	void __iomem *bar0;
+	void __iomem *bar2;
+	u32 peer;
+	u32 va_bits;
+	u64 caps;
+
+	struct mutex ctrl_lock; /* see kernel-doc */
+	wait_queue_head_t ctrl_wq;
+	u32 ctrl_seq;
+
+	void *fw_cpu;
+	dma_addr_t fw_dma;
+	size_t fw_size;
+	u32 fw_version;
+
+	struct drm_gpu_scheduler sched;
+	struct mutex reset_lock; /* see kernel-doc */
+	struct mutex hw_lock; /* see kernel-doc */
+	spinlock_t job_lock; /* see kernel-doc */
+	spinlock_t fence_lock; /* see kernel-doc */
+	struct list_head active;
+	u32 sq_tail;
+	u32 cq_head;
+	u64 next_seqno;
+	u64 fence_context;
+	wait_queue_head_t idle_wq;
+
+	struct ida ctx_ids;
+	struct vnpu_stats stats;
+	int irq_completion;
+	int irq_control;
+};
+
+#define to_vnpu_device(dev) container_of(dev, struct vnpu_device, drm)
+
+/**
+ * struct vnpu_vm - one device address space (one per open file)
+ * @vdev: the device
+ * @lock: protects @mm and the page tables
+ * @mm: allocator of device VAs
+ * @l1_cpu: the L1 table (kernel address)
+ * @l1_dma: the L1 table (bus address, SQE_PT_ROOT)
+ * @l2_cpu: the L2 tables, NULL where not yet allocated
+ * @l2_dma: bus addresses of the L2 tables
+ */
+struct vnpu_vm {
+	struct vnpu_device *vdev;
+	struct mutex lock; /* see kernel-doc */
+	struct drm_mm mm;
+	__le64 *l1_cpu;
+	dma_addr_t l1_dma;
+	__le64 *l2_cpu[VNPU_PT_ENTRIES];
+	dma_addr_t l2_dma[VNPU_PT_ENTRIES];
+};
+
+/**
+ * struct vnpu_ctx - per-file state that may outlive the file
+ *
+ * Buffer objects and jobs hold a reference, so the address space stays
+ * mapped until the last job using it has finished.
+ *
+ * @ref: reference count
+ * @vdev: the device
+ * @id: context id (SQE_CONTEXT, debugfs)
+ * @pid: the opening process, for debugfs
+ * @vm: the address space
+ * @bo_count: live BOs of this file
+ * @bo_bytes: their bytes
+ * @jobs_in_flight: jobs submitted and not yet freed
+ * @closed: the file has been closed
+ */
+struct vnpu_ctx {
+	struct kref ref;
+	struct vnpu_device *vdev;
+	u32 id;
+	pid_t pid;
+	struct vnpu_vm vm;
+	atomic_t bo_count;
+	atomic64_t bo_bytes;
+	atomic_t jobs_in_flight;
+	bool closed;
+};
+
+/**
+ * struct vnpu_file_priv - drm_file driver_priv
+ * @vdev: the device
+ * @ctx: the file's context
+ * @entity: scheduler entity of the file's jobs
+ */
+struct vnpu_file_priv {
+	struct vnpu_device *vdev;
+	struct vnpu_ctx *ctx;
+	struct drm_sched_entity entity;
+};
+
+/* vnpu_drv.c */
+struct vnpu_ctx *vnpu_ctx_get(struct vnpu_ctx *ctx);
+void vnpu_ctx_put(struct vnpu_ctx *ctx);
+
+/* vnpu_mmu.c */
+int vnpu_vm_init(struct vnpu_device *vdev, struct vnpu_vm *vm);
+void vnpu_vm_fini(struct vnpu_vm *vm);
+int vnpu_vm_map_sgt(struct vnpu_vm *vm, u64 va, struct sg_table *sgt, size_t size,
+		    bool writable);
+void vnpu_vm_unmap(struct vnpu_vm *vm, u64 va, size_t size);
+
+/* vnpu_fw.c */
+int vnpu_fw_boot(struct vnpu_device *vdev);
+void vnpu_fw_fini(struct vnpu_device *vdev);
+
+/* vnpu_debugfs.c */
+void vnpu_debugfs_init(struct vnpu_device *vdev);
+
+#endif /* __VNPU_DRV_H__ */

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Copyright (c) 2026 The vnpu authors
+ *
+ * BO_CREATE, BO_INFO and BO_WAIT.
+ *
+ * A BO is a GEM shmem object whose pages are pinned and mapped into the
+ * creating file's device address space for the BO's whole life, so a job
+ * never waits for a page to be faulted in. The BO belongs to that file only:
+ * a handle that reaches another file (through PRIME) names no BO there.
+ */
+#include <linux/dma-resv.h>
+#include <linux/slab.h>
+
+#include <drm/drm_gem.h>
+#include <drm/drm_utils.h>
+
+#include "vnpu_gem.h"
+
+static void vnpu_gem_free(struct drm_gem_object *obj)
+{
+	struct vnpu_bo *bo = to_vnpu_bo(obj);
+	struct vnpu_ctx *ctx = bo->ctx;
+
+	if (ctx) {
+		struct vnpu_device *vdev = ctx->vdev;
+
+		if (bo->mapped)
+			vnpu_vm_unmap(&ctx->vm, vnpu_bo_va(bo), vnpu_bo_size(bo));
+		mutex_lock(&ctx->vm.lock);
+		if (drm_mm_node_allocated(&bo->node))
+			drm_mm_remove_node(&bo->node);
+		mutex_unlock(&ctx->vm.lock);
+		atomic_dec(&ctx->bo_count);
+		atomic64_sub(vnpu_bo_size(bo), &ctx->bo_bytes);
+		atomic_dec(&vdev->stats.bos);
+		atomic64_sub(vnpu_bo_size(bo), &vdev->stats.bo_bytes);
+		vnpu_ctx_put(ctx);
+	}
+	drm_gem_shmem_free(&bo->base);
+}
+
+static const struct drm_gem_object_funcs vnpu_gem_funcs = {
+	.free = vnpu_gem_free,
+	.print_info = drm_gem_shmem_object_print_info,
+	.pin = drm_gem_shmem_object_pin,
+	.unpin = drm_gem_shmem_object_unpin,
+	.get_sg_table = drm_gem_shmem_object_get_sg_table,
+	.vmap = drm_gem_shmem_object_vmap,
+	.vunmap = drm_gem_shmem_object_vunmap,
+	.mmap = drm_gem_shmem_object_mmap,
+	.vm_ops = &drm_gem_shmem_vm_ops,
+};
+
+/**
+ * vnpu_gem_create_object() - &drm_driver.gem_create_object hook
+ * @drm: the DRM device
+ * @size: object size
+ *
+ * Return: the embedded GEM object of a new &struct vnpu_bo, or ERR_PTR.
+ */
+struct drm_gem_object *vnpu_gem_create_object(struct drm_device *drm, size_t size)
+{
+	struct vnpu_bo *bo = kzalloc(sizeof(*bo), GFP_KERNEL);
+
+	if (!bo)
+		return ERR_PTR(-ENOMEM);
+	spin_lock_init(&bo->status_lock);
+	bo->base.map_wc = false;
+	bo->base.base.funcs = &vnpu_gem_funcs;
+	return &bo->base.base;
+}
+
+/**
+ * vnpu_bo_lookup() - find a BO of this file by handle
+ * @file: the DRM file
+ * @handle: GEM handle
+ *
+ * Return: the BO with a reference held, or NULL if @handle names no object
+ * or an object this file did not create.
+ */
+struct vnpu_bo *vnpu_bo_lookup(struct drm_file *file, u32 handle)
+{
+	struct vnpu_file_priv *fpriv = file->driver_priv;
+	struct drm_gem_object *obj = drm_gem_object_lookup(file, handle);
+
+	if (!obj)
+		return NULL;
+	if (obj->funcs != &vnpu_gem_funcs || to_vnpu_bo(obj)->ctx != fpriv->ctx) {
+		drm_gem_object_put(obj);
+		return NULL;
+	}
+	return to_vnpu_bo(obj);
+}
+
+/**
+ * vnpu_bo_set_status() - record the outcome of a job that wrote the BO
+ * @bo: the BO
+ * @status: 0 or the job's negative errno
+ * @fault_va: faulting VA when @status is -EFAULT
+ *
+ * Called before the job's fence signals, so BO_WAIT sees the status once
+ * its wait returns.
+ */
+void vnpu_bo_set_status(struct vnpu_bo *bo, int status, u64 fault_va)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&bo->status_lock, flags);
+	bo->job_status = status;
+	bo->fault_va = status == -EFAULT ? fault_va : 0;
+	spin_unlock_irqrestore(&bo->status_lock, flags);
+}
+
+/**
+ * vnpu_ioctl_bo_create() - DRM_IOCTL_VNPU_BO_CREATE
+ * @drm: the DRM device
+ * @data: struct drm_vnpu_bo_create
+ * @file: the calling file
+ *
+ * Return: 0 or a negative errno as documented in vnpu_accel.h.
+ */
+int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *file)
+{
+	struct vnpu_file_priv *fpriv = file->driver_priv;
+	struct vnpu_device *vdev = to_vnpu_device(drm);
+	struct vnpu_ctx *ctx = fpriv->ctx;
+	struct drm_vnpu_bo_create *args = data;
+	struct drm_gem_shmem_object *shmem;
+	struct sg_table *sgt;
+	struct vnpu_bo *bo;
+	size_t size;
+	int ret;
+
+	if (!args->size || args->flags & ~DRM_VNPU_BO_FLAGS_MASK ||
+	    args->handle || args->mmap_offset || args->va)
+		return -EINVAL;
+	if (args->size > VNPU_MAX_BO_SIZE)
+		return -E2BIG;
+	size = PAGE_ALIGN(args->size);
+
+	shmem = drm_gem_shmem_create(drm, size);
+	if (IS_ERR(shmem))
+		return PTR_ERR(shmem);
+	bo = container_of(shmem, struct vnpu_bo, base);
+	bo->flags = args->flags;
+	bo->ctx = vnpu_ctx_get(ctx);
+	atomic_inc(&ctx->bo_count);
+	atomic64_add(size, &ctx->bo_bytes);
+	atomic_inc(&vdev->stats.bos);
+	atomic64_add(size, &vdev->stats.bo_bytes);
+
+	/* Pins the (zero-filled) pages and maps them for DMA. */
+	sgt = drm_gem_shmem_get_pages_sgt(shmem);
+	if (IS_ERR(sgt)) {
+		ret = PTR_ERR(sgt);
+		goto out_put;
+	}
+
+	/* One unmapped guard page after each BO turns overruns into faults. */
+	mutex_lock(&ctx->vm.lock);
+	ret = drm_mm_insert_node_generic(&ctx->vm.mm, &bo->node, size + PAGE_SIZE,
+					 PAGE_SIZE, 0, DRM_MM_INSERT_BEST);
+	mutex_unlock(&ctx->vm.lock);
+	if (ret)
+		goto out_put;
+
+	ret = vnpu_vm_map_sgt(&ctx->vm, vnpu_bo_va(bo), sgt, size,
+			      !(bo->flags & DRM_VNPU_BO_DEVICE_READ_ONLY));
+	if (ret)
+		goto out_put;
+	bo->mapped = true;
+
+	ret = drm_gem_create_mmap_offset(&shmem->base);
+	if (ret)
+		goto out_put;
+
+	ret = drm_gem_handle_create(file, &shmem->base, &args->handle);
+	if (ret)
+		goto out_put;
+
+	args->mmap_offset = drm_vma_node_offset_addr(&shmem->base.vma_node);
+	args->va = vnpu_bo_va(bo);
+out_put:
+	/* On success the handle holds the reference. */
+	drm_gem_object_put(&shmem->base);
+	return ret;
+}
+
+/**
+ * vnpu_ioctl_bo_info() - DRM_IOCTL_VNPU_BO_INFO
+ * @drm: the DRM device
+ * @data: struct drm_vnpu_bo_info
+ * @file: the calling file
+ *
+ * Return: 0 or a negative errno as documented in vnpu_accel.h.
+ */
+int vnpu_ioctl_bo_info(struct drm_device *drm, void *data, struct drm_file *file)
+{
+	struct drm_vnpu_bo_info *args = data;
+	struct vnpu_bo *bo;
+
+	if (args->pad)
+		return -EINVAL;
+	bo = vnpu_bo_lookup(file, args->handle);
+	if (!bo)
+		return -ENOENT;
+	args->size = vnpu_bo_size(bo);
+	args->flags = bo->flags;
+	args->pad2 = 0;
+	args->mmap_offset = drm_vma_node_offset_addr(&bo->base.base.vma_node);
+	args->va = vnpu_bo_va(bo);
+	drm_gem_object_put(&bo->base.base);
+	return 0;
+}
+
+/**
+ * vnpu_ioctl_bo_wait() - DRM_IOCTL_VNPU_BO_WAIT
+ * @drm: the DRM device
+ * @data: struct drm_vnpu_bo_wait
+ * @file: the calling file
+ *
+ * Waits for every fence on the BO's reservation (readers and writers), then
+ * reports the status of its last writer.
+ *
+ * Return: 0 or a negative errno as documented in vnpu_accel.h.
+ */
+int vnpu_ioctl_bo_wait(struct drm_device *drm, void *data, struct drm_file *file)
+{
+	struct drm_vnpu_bo_wait *args = data;
+	unsigned long flags;
+	struct vnpu_bo *bo;
+	long ret;
+
+	if (args->pad || args->pad2 || args->job_status || args->fault_va)
+		return -EINVAL;
+	bo = vnpu_bo_lookup(file, args->handle);
+	if (!bo)
+		return -ENOENT;
+
+	ret = dma_resv_wait_timeout(bo->base.base.resv, DMA_RESV_USAGE_READ, true,
+				    drm_timeout_abs_to_jiffies(args->timeout_ns));
+	if (ret == 0) {
+		ret = -ETIME;
+	} else if (ret > 0) {
+		spin_lock_irqsave(&bo->status_lock, flags);
+		args->job_status = bo->job_status;
+		args->fault_va = bo->fault_va;
+		spin_unlock_irqrestore(&bo->status_lock, flags);
+		ret = 0;
+	}
+	drm_gem_object_put(&bo->base.base);
+	return ret;
+}

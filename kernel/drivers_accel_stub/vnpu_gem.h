@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Copyright (c) 2026 The vnpu authors
+ *
+ * Buffer objects: GEM shmem objects mapped into the owning
+ * file's device address space.
+ */
+#ifndef __VNPU_GEM_H__
+#define __VNPU_GEM_H__
+
+#include <drm/drm_gem_shmem_helper.h>
+#include <drm/drm_mm.h>
+
+#include "vnpu_drv.h"
+
+/**
+ * struct vnpu_bo - a vnpu buffer object
+ * @base: the shmem GEM object
+ * @ctx: the owning file's context, NULL for an object not created by
+ *	BO_CREATE (an imported dma-buf), which no job may use
+ * @node: its device VA range (plus one unmapped guard page)
+ * @flags: DRM_VNPU_BO_* flags
+ * @mapped: the pages are in @ctx's page tables
+ * @status_lock: protects @job_status and @fault_va
+ * @job_status: outcome of the last job that wrote the BO
+ * @fault_va: faulting VA of that job, if it faulted
+ */
+struct vnpu_bo {
+	struct drm_gem_shmem_object base;
+	struct vnpu_ctx *ctx;
+	struct drm_mm_node node;
+	u32 flags;
+	bool mapped;
+	spinlock_t status_lock; /* see kernel-doc */
+	s32 job_status;
+	u64 fault_va;
+};
+
+static inline struct vnpu_bo *to_vnpu_bo(struct drm_gem_object *obj)
+{
+	return container_of(to_drm_gem_shmem_obj(obj), struct vnpu_bo, base);
+}
+
+static inline u64 vnpu_bo_va(struct vnpu_bo *bo)
+{
+	return bo->node.start;
+}
+
+static inline size_t vnpu_bo_size(struct vnpu_bo *bo)
+{
+	return bo->base.base.size;
+}
+
+struct drm_gem_object *vnpu_gem_create_object(struct drm_device *drm, size_t size);
+struct vnpu_bo *vnpu_bo_lookup(struct drm_file *file, u32 handle);
+void vnpu_bo_set_status(struct vnpu_bo *bo, int status, u64 fault_va);
+
+int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *file);
+int vnpu_ioctl_bo_info(struct drm_device *drm, void *data, struct drm_file *file);
+int vnpu_ioctl_bo_wait(struct drm_device *drm, void *data, struct drm_file *file);
+
+#endif /* __VNPU_GEM_H__ */

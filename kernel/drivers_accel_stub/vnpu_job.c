@@ -1,0 +1,700 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Copyright (c) 2026 The vnpu authors
+ *
+ * SUBMIT, the scheduler back end, completion and recovery.
+ *
+ * Life of a job: SUBMIT copies and checks the job, looks up its BOs,
+ * validates the command stream and collects its dependencies (in-syncobjs
+ * and the BOs' reservations); then every job of the submission is armed and
+ * pushed to the file's scheduler entity. When its dependencies have
+ * signalled, run_job() writes a submission-queue entry into BAR2 and rings
+ * the doorbell; the device executes entries in order and writes one
+ * completion-queue entry per job. The completion interrupt drains the whole
+ * completion queue (interrupts coalesce) and signals each job's hardware
+ * fence with the job's status; the scheduler then signals the finished fence
+ * that userspace sees through the out-syncobj and the BOs' reservations.
+ *
+ * Timeout policy: when the oldest job on the device runs longer than
+ * vnpu_job_timeout_ms, the device is reset (CMD_RESET: it aborts the running
+ * job and drops the queued ones), the guilty job fails with -ETIMEDOUT, and
+ * every other job that was on the device is written to the queue again, in
+ * its original order, with its original fence: jobs of other files are
+ * delayed, not failed. Jobs that are still on the device when the driver
+ * unbinds fail with -ECANCELED.
+ */
+#include <linux/dma-resv.h>
+#include <linux/overflow.h>
+#include <linux/slab.h>
+#include <linux/sort.h>
+#include <linux/uaccess.h>
+
+#include <drm/drm_file.h>
+#include <drm/drm_gem.h>
+#include <drm/drm_print.h>
+
+#include "vnpu_io.h"
+#include "vnpu_job.h"
+
+/* Cap on in-syncobjs per job, to bound the copy; the header sets none. */
+#define VNPU_MAX_IN_SYNCOBJS	256U
+/* Cap on job_struct_size, to bound the zero check of unknown fields. */
+#define VNPU_MAX_JOB_STRUCT_SIZE	4096U
+
+static inline struct vnpu_job *to_vnpu_job(struct drm_sched_job *sched_job)
+{
+	return container_of(sched_job, struct vnpu_job, base);
+}
+
+static const char *vnpu_fence_driver_name(struct dma_fence *fence)
+{
+	return VNPU_DRIVER_NAME;
+}
+
+static const char *vnpu_fence_timeline_name(struct dma_fence *fence)
+{
+	return "vnpu-hw";
+}
+
+static const struct dma_fence_ops vnpu_fence_ops = {
+	.get_driver_name = vnpu_fence_driver_name,
+	.get_timeline_name = vnpu_fence_timeline_name,
+};
+
+/* Free a job that the scheduler never saw or has finished with. */
+static void vnpu_job_free(struct vnpu_job *job)
+{
+	struct vnpu_device *vdev = job->vdev;
+	u32 i;
+
+	if (job->initialised)
+		drm_sched_job_cleanup(&job->base);
+	for (i = 0; i < job->bo_count; i++)
+		if (job->bos[i].bo)
+			drm_gem_object_put(&job->bos[i].bo->base.base);
+	kvfree(job->bos);
+	if (job->cmd_bo)
+		drm_gem_object_put(&job->cmd_bo->base.base);
+	if (job->out_syncobj)
+		drm_syncobj_put(job->out_syncobj);
+	if (job->done)
+		dma_fence_put(job->done);
+	else
+		kfree(job->fence_mem);
+	if (job->ctx) {
+		atomic_dec(&job->ctx->jobs_in_flight);
+		vnpu_ctx_put(job->ctx);
+	}
+	kfree(job);
+	atomic_dec(&vdev->stats.jobs);
+	wake_up_all(&vdev->idle_wq);
+}
+
+/* Write the job's submission-queue entry and kick the device. */
+static void vnpu_job_write_sqe(struct vnpu_device *vdev, struct vnpu_job *job)
+{
+	u32 sqe = VNPU_SQ_BASE + (vdev->sq_tail % VNPU_SQ_ENTRIES) * VNPU_SQ_ENTRY_SIZE;
+
+	lockdep_assert_held(&vdev->hw_lock);
+	vnpu_wr64(vdev, sqe + VNPU_SQE_SEQNO, job->seqno);
+	vnpu_wr64(vdev, sqe + VNPU_SQE_PT_ROOT, job->ctx->vm.l1_dma);
+	vnpu_wr64(vdev, sqe + VNPU_SQE_CMD_VA, job->cmd_va);
+	vnpu_wr32(vdev, sqe + VNPU_SQE_CMD_SIZE, job->cmd_size);
+	vnpu_wr32(vdev, sqe + VNPU_SQE_FLAGS, 0);
+	vnpu_wr32(vdev, sqe + VNPU_SQE_CONTEXT, job->ctx->id);
+	vdev->sq_tail++;
+	/* writel() orders the entry before the new tail, the tail before the kick. */
+	vnpu_wr32(vdev, VNPU_SQ_TAIL, vdev->sq_tail);
+	vnpu_ring(vdev, VNPU_VEC_QUEUE);
+}
+
+/*
+ * End a job the device no longer owns: record its status on the BOs it
+ * writes, then signal its hardware fence. Called with job_lock held.
+ */
+static void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, int status,
+			      u64 fault_va)
+{
+	u32 i;
+
+	lockdep_assert_held(&vdev->job_lock);
+	list_del_init(&job->node);
+	for (i = 0; i < job->bo_count; i++)
+		if (job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE)
+			vnpu_bo_set_status(job->bos[i].bo, status, fault_va);
+	if (status) {
+		atomic64_inc(&vdev->stats.jobs_failed);
+		if (status == -ETIMEDOUT)
+			atomic64_inc(&vdev->stats.jobs_timedout);
+		else if (status == -ECANCELED)
+			atomic64_inc(&vdev->stats.jobs_cancelled);
+		dma_fence_set_error(job->done, status);
+	} else {
+		atomic64_inc(&vdev->stats.jobs_done);
+	}
+	dma_fence_signal(job->done);
+}
+
+/* Only the statuses the device contract allows reach userspace. */
+static int vnpu_cqe_status(s32 status)
+{
+	if (status == 0 || status == -EFAULT || status == -EIO)
+		return status;
+	return -EIO;
+}
+
+/* Consume every completion-queue entry up to CQ_TAIL. Called with job_lock held. */
+static void vnpu_job_drain_cq(struct vnpu_device *vdev)
+{
+	u32 tail = vnpu_rd32(vdev, VNPU_CQ_TAIL);
+
+	lockdep_assert_held(&vdev->job_lock);
+	/* A tail more than a ring ahead is garbage; never loop over it. */
+	if (tail - vdev->cq_head > VNPU_CQ_ENTRIES) {
+		drm_err(&vdev->drm, "CQ tail %u is beyond head %u\n", tail, vdev->cq_head);
+		vdev->cq_head = tail;
+	}
+	while (vdev->cq_head != tail) {
+		u32 cqe = VNPU_CQ_BASE + (vdev->cq_head % VNPU_CQ_ENTRIES) * VNPU_CQ_ENTRY_SIZE;
+		u64 seqno = vnpu_rd64(vdev, cqe + VNPU_CQE_SEQNO);
+		int status = vnpu_cqe_status(vnpu_rd32(vdev, cqe + VNPU_CQE_STATUS));
+		u64 fault_va = vnpu_rd64(vdev, cqe + VNPU_CQE_FAULT_VA);
+		struct vnpu_job *job, *found = NULL;
+
+		vdev->cq_head++;
+		list_for_each_entry(job, &vdev->active, node) {
+			if (job->seqno == seqno) {
+				found = job;
+				break;
+			}
+		}
+		if (found)
+			vnpu_job_complete(vdev, found, status, fault_va);
+		else
+			drm_dbg_driver(&vdev->drm, "completion of unknown job %llu\n", seqno);
+	}
+	vnpu_wr32(vdev, VNPU_CQ_HEAD, vdev->cq_head);
+}
+
+/**
+ * vnpu_job_irq() - the completion vector's interrupt handler
+ * @irq: the Linux IRQ number
+ * @arg: the device
+ *
+ * Return: IRQ_HANDLED.
+ */
+irqreturn_t vnpu_job_irq(int irq, void *arg)
+{
+	struct vnpu_device *vdev = arg;
+
+	spin_lock(&vdev->job_lock);
+	vnpu_job_drain_cq(vdev);
+	spin_unlock(&vdev->job_lock);
+	return IRQ_HANDLED;
+}
+
+static struct dma_fence *vnpu_job_run(struct drm_sched_job *sched_job)
+{
+	struct vnpu_job *job = to_vnpu_job(sched_job);
+	struct vnpu_device *vdev = job->vdev;
+
+	/* Called again by drm_sched_resubmit_jobs() after a reset: see vnpu_job_recover(). */
+	if (job->done)
+		return dma_fence_get(job->done);
+	if (unlikely(sched_job->s_fence->finished.error))
+		return NULL;
+
+	mutex_lock(&vdev->hw_lock);
+	job->seqno = ++vdev->next_seqno;
+	dma_fence_init(job->fence_mem, &vnpu_fence_ops, &vdev->fence_lock,
+		       vdev->fence_context, job->seqno);
+	job->done = job->fence_mem;
+	job->fence_mem = NULL;
+	spin_lock_irq(&vdev->job_lock);
+	list_add_tail(&job->node, &vdev->active);
+	spin_unlock_irq(&vdev->job_lock);
+	vnpu_job_write_sqe(vdev, job);
+	mutex_unlock(&vdev->hw_lock);
+	return dma_fence_get(job->done);
+}
+
+/*
+ * Reset the device and settle every job it owned. @guilty (may be NULL)
+ * fails with @guilty_status; the others are queued again when @requeue,
+ * else they fail with -ECANCELED. Called with the scheduler stopped.
+ */
+static void vnpu_job_reset_hw(struct vnpu_device *vdev, struct vnpu_job *guilty,
+			      int guilty_status, bool requeue)
+{
+	struct vnpu_job *job, *tmp;
+	LIST_HEAD(owned);
+	int ret;
+
+	mutex_lock(&vdev->hw_lock);
+	ret = vnpu_io_reset(vdev);
+	atomic_inc(&vdev->stats.resets);
+	if (ret) {
+		drm_err(&vdev->drm, "device reset failed: %d\n", ret);
+		requeue = false;
+	}
+
+	spin_lock_irq(&vdev->job_lock);
+	/* Completions written before the reset still count. */
+	vnpu_job_drain_cq(vdev);
+	/* The device emptied both queues; start again from where it stands. */
+	vdev->sq_tail = vnpu_rd32(vdev, VNPU_SQ_HEAD);
+	vnpu_wr32(vdev, VNPU_SQ_TAIL, vdev->sq_tail);
+	vdev->cq_head = vnpu_rd32(vdev, VNPU_CQ_TAIL);
+	vnpu_wr32(vdev, VNPU_CQ_HEAD, vdev->cq_head);
+	list_splice_init(&vdev->active, &owned);
+	list_for_each_entry_safe(job, tmp, &owned, node) {
+		if (job == guilty)
+			vnpu_job_complete(vdev, job, guilty_status, 0);
+		else if (!requeue)
+			vnpu_job_complete(vdev, job, -ECANCELED, 0);
+	}
+	/* What is left goes back on the device, oldest first. */
+	list_splice_tail_init(&owned, &vdev->active);
+	spin_unlock_irq(&vdev->job_lock);
+
+	list_for_each_entry(job, &vdev->active, node)
+		vnpu_job_write_sqe(vdev, job);
+	mutex_unlock(&vdev->hw_lock);
+}
+
+/*
+ * The scheduler side of recovery, around vnpu_job_reset_hw(): the stopped
+ * scheduler detaches from the hardware fences; resubmission hands it the
+ * same fences again (vnpu_job_run() returns job->done), so a job that was
+ * queued again keeps its fence and the guilty one reports its error.
+ */
+static void vnpu_job_recover(struct vnpu_device *vdev, struct vnpu_job *bad)
+{
+	bool hung;
+
+	mutex_lock(&vdev->reset_lock);
+	drm_sched_stop(&vdev->sched, bad ? &bad->base : NULL);
+
+	spin_lock_irq(&vdev->job_lock);
+	vnpu_job_drain_cq(vdev);
+	/* The job may have completed while the timeout fired. */
+	hung = bad && bad->done && !dma_fence_is_signaled(bad->done);
+	spin_unlock_irq(&vdev->job_lock);
+
+	if (hung) {
+		drm_warn(&vdev->drm, "job %llu of context %u timed out after %u ms, resetting\n",
+			 bad->seqno, bad->ctx->id, vnpu_job_timeout_ms);
+		vnpu_job_reset_hw(vdev, bad, -ETIMEDOUT, true);
+	} else if (!bad) {
+		vnpu_job_reset_hw(vdev, NULL, 0, false);
+	}
+
+	drm_sched_resubmit_jobs(&vdev->sched);
+	drm_sched_start(&vdev->sched);
+	mutex_unlock(&vdev->reset_lock);
+}
+
+static enum drm_gpu_sched_stat vnpu_job_timedout(struct drm_sched_job *sched_job)
+{
+	struct vnpu_job *job = to_vnpu_job(sched_job);
+
+	vnpu_job_recover(job->vdev, job);
+	return DRM_GPU_SCHED_STAT_NOMINAL;
+}
+
+static void vnpu_job_free_cb(struct drm_sched_job *sched_job)
+{
+	vnpu_job_free(to_vnpu_job(sched_job));
+}
+
+static const struct drm_sched_backend_ops vnpu_sched_ops = {
+	.run_job = vnpu_job_run,
+	.timedout_job = vnpu_job_timedout,
+	.free_job = vnpu_job_free_cb,
+};
+
+/**
+ * vnpu_job_init() - set up the queues and the scheduler
+ * @vdev: the device, booted
+ *
+ * Return: 0 or a negative errno.
+ */
+int vnpu_job_init(struct vnpu_device *vdev)
+{
+	mutex_init(&vdev->reset_lock);
+	mutex_init(&vdev->hw_lock);
+	spin_lock_init(&vdev->job_lock);
+	spin_lock_init(&vdev->fence_lock);
+	INIT_LIST_HEAD(&vdev->active);
+	init_waitqueue_head(&vdev->idle_wq);
+	vdev->fence_context = dma_fence_context_alloc(1);
+
+	/*
+	 * The device may have served an earlier instance of the driver:
+	 * start from its queue positions, with both queues empty.
+	 */
+	vdev->sq_tail = vnpu_rd32(vdev, VNPU_SQ_HEAD);
+	vnpu_wr32(vdev, VNPU_SQ_TAIL, vdev->sq_tail);
+	vdev->cq_head = vnpu_rd32(vdev, VNPU_CQ_TAIL);
+	vnpu_wr32(vdev, VNPU_CQ_HEAD, vdev->cq_head);
+
+	/*
+	 * One credit per job and as many credits as queue entries: the
+	 * submission and completion queues can never overflow.
+	 */
+	return drm_sched_init(&vdev->sched, &vnpu_sched_ops, NULL, DRM_SCHED_PRIORITY_COUNT,
+			      min(VNPU_SQ_ENTRIES, VNPU_CQ_ENTRIES), 0,
+			      msecs_to_jiffies(vnpu_job_timeout_ms), NULL, NULL,
+			      VNPU_DRIVER_NAME, vdev->drm.dev);
+}
+
+/**
+ * vnpu_job_fini() - fail the jobs still on the device and stop the scheduler
+ * @vdev: the device; no file is open any more
+ *
+ * Closing a file flushed its entity, so every job left is on the device (or
+ * about to be freed). They are cancelled rather than awaited: a hung job
+ * would otherwise hold rmmod for a timeout per job.
+ */
+void vnpu_job_fini(struct vnpu_device *vdev)
+{
+	if (atomic_read(&vdev->stats.jobs))
+		vnpu_job_recover(vdev, NULL);
+	if (!wait_event_timeout(vdev->idle_wq, !atomic_read(&vdev->stats.jobs),
+				msecs_to_jiffies(5000)))
+		drm_err(&vdev->drm, "%d jobs still alive at teardown\n",
+			atomic_read(&vdev->stats.jobs));
+	drm_sched_fini(&vdev->sched);
+}
+
+/* Copy, check and look up a job's BO list. */
+static int vnpu_job_get_bos(struct vnpu_job *job, struct drm_file *file,
+			    const struct drm_vnpu_job *args)
+{
+	struct drm_vnpu_job_bo *ubos;
+	u32 i, j;
+	int ret = 0;
+
+	if (!args->bo_count || args->bo_count > VNPU_MAX_JOB_BOS)
+		return -EINVAL;
+	ubos = kvmalloc_array(args->bo_count, sizeof(*ubos), GFP_KERNEL);
+	job->bos = kvcalloc(args->bo_count, sizeof(*job->bos), GFP_KERNEL);
+	if (!ubos || !job->bos) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (copy_from_user(ubos, u64_to_user_ptr(args->bos),
+			   array_size(args->bo_count, sizeof(*ubos)))) {
+		ret = -EFAULT;
+		goto out;
+	}
+	/* Every -EINVAL before any -ENOENT: shape errors first. */
+	for (i = 0; i < args->bo_count; i++) {
+		if (!ubos[i].flags || ubos[i].flags & ~DRM_VNPU_JOB_BO_FLAGS_MASK) {
+			ret = -EINVAL;
+			goto out;
+		}
+		for (j = 0; j < i; j++) {
+			if (ubos[j].handle == ubos[i].handle) {
+				ret = -EINVAL;
+				goto out;
+			}
+		}
+	}
+	job->bo_count = args->bo_count;
+	for (i = 0; i < args->bo_count; i++) {
+		job->bos[i].flags = ubos[i].flags;
+		job->bos[i].bo = vnpu_bo_lookup(file, ubos[i].handle);
+		if (!job->bos[i].bo) {
+			ret = -ENOENT;
+			goto out;
+		}
+	}
+	for (i = 0; i < args->bo_count; i++) {
+		if (job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE &&
+		    job->bos[i].bo->flags & DRM_VNPU_BO_DEVICE_READ_ONLY) {
+			ret = -EACCES;
+			goto out;
+		}
+	}
+out:
+	kvfree(ubos);
+	return ret;
+}
+
+/* Look up the command BO, check the range and validate the stream. */
+static int vnpu_job_get_cmd(struct vnpu_job *job, struct drm_file *file,
+			    const struct drm_vnpu_job *args)
+{
+	struct iosys_map map;
+	u32 i;
+	int ret;
+
+	if (!args->cmd_size || args->cmd_size > VNPU_MAX_JOB_SIZE ||
+	    !IS_ALIGNED(args->cmd_offset, 8) || !IS_ALIGNED(args->cmd_size, 8))
+		return -EINVAL;
+	job->cmd_bo = vnpu_bo_lookup(file, args->cmd_bo_handle);
+	if (!job->cmd_bo)
+		return -ENOENT;
+	if ((u64)args->cmd_offset + args->cmd_size > vnpu_bo_size(job->cmd_bo))
+		return -EINVAL;
+	job->cmd_va = vnpu_bo_va(job->cmd_bo) + args->cmd_offset;
+	job->cmd_size = args->cmd_size;
+	for (i = 0; i < job->bo_count; i++)
+		if (job->bos[i].bo == job->cmd_bo)
+			job->cmd_listed = true;
+
+	ret = drm_gem_vmap_unlocked(&job->cmd_bo->base.base, &map);
+	if (ret)
+		return ret;
+	ret = vnpu_validate_stream(job->vdev, (const u8 *)map.vaddr + args->cmd_offset,
+				   args->cmd_size, job->bos, job->bo_count);
+	drm_gem_vunmap_unlocked(&job->cmd_bo->base.base, &map);
+	return ret;
+}
+
+/* Add the in-syncobjs' fences as dependencies and look up the out-syncobj. */
+static int vnpu_job_get_syncobjs(struct vnpu_job *job, struct drm_file *file,
+				 const struct drm_vnpu_job *args)
+{
+	u32 *handles;
+	u32 i;
+	int ret = 0;
+
+	if (args->in_syncobj_count > VNPU_MAX_IN_SYNCOBJS)
+		return -EINVAL;
+	if (args->in_syncobj_count) {
+		handles = kvmalloc_array(args->in_syncobj_count, sizeof(*handles), GFP_KERNEL);
+		if (!handles)
+			return -ENOMEM;
+		if (copy_from_user(handles, u64_to_user_ptr(args->in_syncobjs),
+				   array_size(args->in_syncobj_count, sizeof(*handles))))
+			ret = -EFAULT;
+		for (i = 0; !ret && i < args->in_syncobj_count; i++)
+			ret = drm_sched_job_add_syncobj_dependency(&job->base, file, handles[i], 0);
+		kvfree(handles);
+		if (ret)
+			return ret;
+	}
+	if (args->out_syncobj) {
+		job->out_syncobj = drm_syncobj_find(file, args->out_syncobj);
+		if (!job->out_syncobj)
+			return -ENOENT;
+	}
+	return 0;
+}
+
+/* Build one job from its userspace description; nothing is queued yet. */
+static int vnpu_job_create(struct vnpu_device *vdev, struct drm_file *file,
+			   const struct drm_vnpu_job *args, struct vnpu_job **out)
+{
+	struct vnpu_file_priv *fpriv = file->driver_priv;
+	struct vnpu_job *job;
+	int ret;
+
+	if (args->flags || args->pad)
+		return -EINVAL;
+
+	job = kzalloc(sizeof(*job), GFP_KERNEL);
+	if (!job)
+		return -ENOMEM;
+	job->vdev = vdev;
+	INIT_LIST_HEAD(&job->node);
+	atomic_inc(&vdev->stats.jobs);
+	job->ctx = vnpu_ctx_get(fpriv->ctx);
+	atomic_inc(&job->ctx->jobs_in_flight);
+	job->fence_mem = kzalloc(sizeof(*job->fence_mem), GFP_KERNEL);
+	if (!job->fence_mem) {
+		ret = -ENOMEM;
+		goto err;
+	}
+
+	ret = vnpu_job_get_bos(job, file, args);
+	if (ret)
+		goto err;
+	ret = vnpu_job_get_cmd(job, file, args);
+	if (ret)
+		goto err;
+
+	ret = drm_sched_job_init(&job->base, &fpriv->entity, 1, fpriv, file->client_id);
+	if (ret)
+		goto err;
+	job->initialised = true;
+
+	ret = vnpu_job_get_syncobjs(job, file, args);
+	if (ret)
+		goto err;
+	*out = job;
+	return 0;
+err:
+	vnpu_job_free(job);
+	return ret;
+}
+
+/* Copy job @i of the array, of @size bytes each, into @job. */
+static int vnpu_job_copy(const struct drm_vnpu_submit *args, u32 i, struct drm_vnpu_job *job)
+{
+	u8 __user *src = u64_to_user_ptr(args->jobs + (u64)i * args->job_struct_size);
+	int ret;
+
+	if (copy_from_user(job, src, sizeof(*job)))
+		return -EFAULT;
+	if (args->job_struct_size > sizeof(*job)) {
+		/* A newer userspace: fields this kernel does not know must be zero. */
+		ret = check_zeroed_user(src + sizeof(*job), args->job_struct_size - sizeof(*job));
+		if (ret < 0)
+			return ret;
+		if (!ret)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+static int vnpu_cmp_ptr(const void *a, const void *b)
+{
+	uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Every distinct GEM object the jobs use, sorted, for locking. */
+static int vnpu_collect_objs(struct vnpu_job **jobs, u32 count,
+			     struct drm_gem_object ***out, u32 *n_out)
+{
+	struct drm_gem_object **objs;
+	u32 i, j, n = 0, total = 0;
+
+	for (i = 0; i < count; i++)
+		total += jobs[i]->bo_count + 1;
+	objs = kvmalloc_array(total, sizeof(*objs), GFP_KERNEL);
+	if (!objs)
+		return -ENOMEM;
+	for (i = 0; i < count; i++) {
+		for (j = 0; j < jobs[i]->bo_count; j++)
+			objs[n++] = &jobs[i]->bos[j].bo->base.base;
+		objs[n++] = &jobs[i]->cmd_bo->base.base;
+	}
+	sort(objs, n, sizeof(*objs), vnpu_cmp_ptr, NULL);
+	for (i = 0, j = 0; i < n; i++)
+		if (!j || objs[j - 1] != objs[i])
+			objs[j++] = objs[i];
+	*out = objs;
+	*n_out = j;
+	return 0;
+}
+
+/*
+ * Add the BOs' current fences as dependencies. Jobs of this submission
+ * need not wait for each other through the reservations: they share one
+ * entity, which runs them in order on an in-order device.
+ */
+static int vnpu_job_add_implicit_deps(struct vnpu_job *job)
+{
+	u32 i;
+	int ret;
+
+	for (i = 0; i < job->bo_count; i++) {
+		ret = drm_sched_job_add_implicit_dependencies(&job->base, &job->bos[i].bo->base.base,
+							      job->bos[i].flags &
+							      DRM_VNPU_JOB_BO_WRITE);
+		if (ret)
+			return ret;
+	}
+	if (!job->cmd_listed)
+		return drm_sched_job_add_implicit_dependencies(&job->base,
+							       &job->cmd_bo->base.base, false);
+	return 0;
+}
+
+/* Arm and queue a fully prepared job; cannot fail. Reservations are locked. */
+static void vnpu_job_push(struct vnpu_job *job)
+{
+	struct dma_fence *finished;
+	u32 i;
+
+	drm_sched_job_arm(&job->base);
+	finished = &job->base.s_fence->finished;
+	for (i = 0; i < job->bo_count; i++)
+		dma_resv_add_fence(job->bos[i].bo->base.base.resv, finished,
+				   job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE ?
+				   DMA_RESV_USAGE_WRITE : DMA_RESV_USAGE_READ);
+	if (!job->cmd_listed)
+		dma_resv_add_fence(job->cmd_bo->base.base.resv, finished, DMA_RESV_USAGE_READ);
+	if (job->out_syncobj)
+		drm_syncobj_replace_fence(job->out_syncobj, finished);
+	atomic64_inc(&job->vdev->stats.jobs_submitted);
+	drm_sched_entity_push_job(&job->base);
+}
+
+/**
+ * vnpu_ioctl_submit() - DRM_IOCTL_VNPU_SUBMIT
+ * @drm: the DRM device
+ * @data: struct drm_vnpu_submit
+ * @file: the calling file
+ *
+ * All or nothing: every job is built and every fallible step (copies,
+ * lookups, validation, dependency collection, locking and fence-slot
+ * reservation) is done for all jobs before the first one is armed.
+ *
+ * Return: 0 or a negative errno as documented in vnpu_accel.h.
+ */
+int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file)
+{
+	struct vnpu_device *vdev = to_vnpu_device(drm);
+	struct drm_vnpu_submit *args = data;
+	struct ww_acquire_ctx acquire;
+	struct drm_gem_object **objs = NULL;
+	struct vnpu_job **jobs;
+	struct drm_vnpu_job ujob;
+	u32 i, n_objs = 0, n_jobs = 0;
+	int ret;
+
+	if (args->flags || args->pad || !args->job_count ||
+	    args->job_count > DRM_VNPU_MAX_JOBS_PER_SUBMIT ||
+	    args->job_struct_size < sizeof(struct drm_vnpu_job) ||
+	    args->job_struct_size > VNPU_MAX_JOB_STRUCT_SIZE)
+		return -EINVAL;
+
+	jobs = kcalloc(args->job_count, sizeof(*jobs), GFP_KERNEL);
+	if (!jobs)
+		return -ENOMEM;
+	for (n_jobs = 0; n_jobs < args->job_count; n_jobs++) {
+		ret = vnpu_job_copy(args, n_jobs, &ujob);
+		if (ret)
+			goto out_free;
+		ret = vnpu_job_create(vdev, file, &ujob, &jobs[n_jobs]);
+		if (ret)
+			goto out_free;
+	}
+
+	ret = vnpu_collect_objs(jobs, n_jobs, &objs, &n_objs);
+	if (ret)
+		goto out_free;
+	ret = drm_gem_lock_reservations(objs, n_objs, &acquire);
+	if (ret)
+		goto out_free;
+	for (i = 0; i < n_objs; i++) {
+		ret = dma_resv_reserve_fences(objs[i]->resv, n_jobs);
+		if (ret)
+			goto out_unlock;
+	}
+	for (i = 0; i < n_jobs; i++) {
+		ret = vnpu_job_add_implicit_deps(jobs[i]);
+		if (ret)
+			goto out_unlock;
+	}
+
+	for (i = 0; i < n_jobs; i++)
+		vnpu_job_push(jobs[i]);
+	/* The scheduler owns the jobs now. */
+	n_jobs = 0;
+out_unlock:
+	drm_gem_unlock_reservations(objs, n_objs, &acquire);
+out_free:
+	for (i = 0; i < n_jobs; i++)
+		if (jobs[i])
+			vnpu_job_free(jobs[i]);
+	kvfree(objs);
+	kfree(jobs);
+	return ret;
+}

@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Copyright (c) 2026 The vnpu authors
+ *
+ * Jobs: SUBMIT, scheduling, completion, timeout and reset.
+ */
+#ifndef __VNPU_JOB_H__
+#define __VNPU_JOB_H__
+
+#include <linux/dma-fence.h>
+#include <linux/interrupt.h>
+
+#include <drm/drm_syncobj.h>
+#include <drm/gpu_scheduler.h>
+
+#include "vnpu_drv.h"
+#include "vnpu_gem.h"
+
+/**
+ * struct vnpu_job_bo - one BO a job uses
+ * @bo: the BO, with a reference held
+ * @flags: DRM_VNPU_JOB_BO_READ and/or DRM_VNPU_JOB_BO_WRITE
+ */
+struct vnpu_job_bo {
+	struct vnpu_bo *bo;
+	u32 flags;
+};
+
+/**
+ * struct vnpu_job - one command stream on its way to the device
+ * @base: the scheduler job
+ * @vdev: the device
+ * @ctx: the submitting file's context (keeps its page tables alive)
+ * @node: entry in &vnpu_device.active while the device owns the job
+ * @fence_mem: preallocated storage for @done, so run_job never allocates
+ * @done: the hardware fence, signalled from the completion queue
+ * @seqno: the device-visible job id (SQE_SEQNO)
+ * @cmd_bo: BO holding the command stream
+ * @cmd_listed: @cmd_bo is also one of @bos
+ * @cmd_va: device VA of the stream
+ * @cmd_size: its size in bytes
+ * @bo_count: entries in @bos
+ * @bos: the BOs listed in the submission
+ * @out_syncobj: syncobj to receive the finished fence, or NULL
+ * @initialised: drm_sched_job_init() succeeded
+ */
+struct vnpu_job {
+	struct drm_sched_job base;
+	struct vnpu_device *vdev;
+	struct vnpu_ctx *ctx;
+	struct list_head node;
+	struct dma_fence *fence_mem;
+	struct dma_fence *done;
+	u64 seqno;
+	struct vnpu_bo *cmd_bo;
+	bool cmd_listed;
+	u64 cmd_va;
+	u32 cmd_size;
+	u32 bo_count;
+	struct vnpu_job_bo *bos;
+	struct drm_syncobj *out_syncobj;
+	bool initialised;
+};
+
+int vnpu_job_init(struct vnpu_device *vdev);
+void vnpu_job_fini(struct vnpu_device *vdev);
+irqreturn_t vnpu_job_irq(int irq, void *arg);
+int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file);
+
+/* vnpu_validate.c */
+int vnpu_validate_stream(struct vnpu_device *vdev, const u8 *stream, u32 size,
+			 const struct vnpu_job_bo *bos, u32 bo_count);
+
+#endif /* __VNPU_JOB_H__ */

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Copyright (c) 2026 The vnpu authors
+ *
+ * Command-stream validation before a job is queued.
+ *
+ * The stream is decoded with the table generated from uapi/vnpu_isa.toml
+ * (vnpu_isa_table.h). A malformed stream fails with -ENOEXEC: an unknown
+ * opcode, a header whose reserved bits or size are wrong, a truncated
+ * instruction, undefined flag bits, a reserved byte that is not zero, an
+ * operand slot out of range or not defined by an earlier TENSOR, an operand
+ * that is set without its enabling flag, a TENSOR with an unknown dtype or
+ * an empty dimension, no END, or bytes after END. A stream that names
+ * memory outside the job's BOs fails with -EACCES: every tensor an
+ * instruction reads must lie inside one BO listed with DRM_VNPU_JOB_BO_READ,
+ * every tensor it writes inside one BO listed with DRM_VNPU_JOB_BO_WRITE.
+ *
+ * The validator gives userspace precise errors early; isolation itself is
+ * the per-file page tables, which also hold if userspace rewrites the
+ * stream after validation.
+ */
+#include <linux/overflow.h>
+#include <linux/unaligned.h>
+
+#include <drm/drm_print.h>
+
+#include "vnpu_job.h"
+#include "vnpu_isa_table.h"
+
+#define VNPU_ISA_HEADER_SIZE	4
+
+/**
+ * struct vnpu_tensor - a TENSOR slot as the validator tracks it
+ * @defined: an earlier TENSOR instruction set the slot
+ * @start: first device VA the tensor can touch
+ * @end: one past the last such VA
+ */
+struct vnpu_tensor {
+	bool defined;
+	u64 start;
+	u64 end;
+};
+
+static u32 vnpu_get_u32(const u8 *insn, u32 off)
+{
+	return get_unaligned_le32(insn + off);
+}
+
+/*
+ * Byte range [start, end) a TENSOR can touch: the element at the largest
+ * index of every dimension, plus one element. Returns -EACCES if the range
+ * overflows the 64-bit VA space (it then lies in no BO).
+ */
+static int vnpu_tensor_extent(const u8 *insn, struct vnpu_tensor *t)
+{
+	static const u32 dims[] = { VNPU_ISA_TENSOR_N, VNPU_ISA_TENSOR_H, VNPU_ISA_TENSOR_W,
+				    VNPU_ISA_TENSOR_C };
+	static const u32 strides[] = { VNPU_ISA_TENSOR_STRIDE_N, VNPU_ISA_TENSOR_STRIDE_H,
+				       VNPU_ISA_TENSOR_STRIDE_W, VNPU_ISA_TENSOR_STRIDE_C };
+	u32 dtype = vnpu_get_u32(insn, VNPU_ISA_TENSOR_DTYPE);
+	u64 last = 0, term;
+	unsigned int i;
+
+	if (dtype >= ARRAY_SIZE(vnpu_isa_dtype_size) || !vnpu_isa_dtype_size[dtype])
+		return -ENOEXEC;
+	for (i = 0; i < ARRAY_SIZE(dims); i++) {
+		u32 dim = vnpu_get_u32(insn, dims[i]);
+
+		if (!dim)
+			return -ENOEXEC;
+		/* (2^32 - 1)^2 fits in 64 bits; only the sums can overflow. */
+		term = (u64)(dim - 1) * vnpu_get_u32(insn, strides[i]);
+		if (check_add_overflow(last, term, &last))
+			return -EACCES;
+	}
+	t->start = get_unaligned_le64(insn + VNPU_ISA_TENSOR_VA);
+	if (check_add_overflow(t->start, last, &t->end) ||
+	    check_add_overflow(t->end, (u64)vnpu_isa_dtype_size[dtype], &t->end))
+		return -EACCES;
+	t->defined = true;
+	return 0;
+}
+
+/* The TENSOR instruction's bytes outside its fields. */
+static bool vnpu_tensor_reserved_clear(const u8 *insn, u32 size)
+{
+	u32 off;
+
+	if (vnpu_get_u32(insn, VNPU_ISA_TENSOR_DTYPE + 4))
+		return false;
+	for (off = VNPU_ISA_TENSOR_ZERO_POINT + 4; off < size; off++)
+		if (insn[off])
+			return false;
+	return true;
+}
+
+/*
+ * Reserved words of @op (implicit padding and the tail up to the 8-byte
+ * size) must be zero. The table marks them when the generator provides
+ * VNPU_ISA_TABLE_HAS_RESERVED_WORDS (bit i: bytes [4i, 4i + 4) reserved);
+ * without it, only the header and the TENSOR padding are checked.
+ */
+static bool vnpu_reserved_clear(const struct vnpu_isa_op_desc *op, const u8 *insn)
+{
+#ifdef VNPU_ISA_TABLE_HAS_RESERVED_WORDS
+	u32 w;
+
+	for (w = 0; w < op->size / 4; w++)
+		if (op->reserved_words & BIT_ULL(w) && vnpu_get_u32(insn, 4 * w))
+			return false;
+#endif
+	return true;
+}
+
+/* Is [start, end) inside one BO of the job used in direction @need? */
+static int vnpu_check_access(const struct vnpu_tensor *t, const struct vnpu_job_bo *bos,
+			     u32 bo_count, u32 need)
+{
+	u32 i;
+
+	for (i = 0; i < bo_count; i++) {
+		u64 va = vnpu_bo_va(bos[i].bo);
+		u64 size = vnpu_bo_size(bos[i].bo);
+
+		if (t->start >= va && t->end <= va + size)
+			return (bos[i].flags & need) == need ? 0 : -EACCES;
+	}
+	return -EACCES;
+}
+
+/**
+ * vnpu_validate_stream() - check a command stream before queueing it
+ * @vdev: the device, for debug messages
+ * @stream: the stream's bytes (a kernel mapping of the command BO)
+ * @size: its size in bytes, a multiple of 8
+ * @bos: the BOs the job lists
+ * @bo_count: their number
+ *
+ * Return: 0, -ENOEXEC for a malformed stream, or -EACCES for an access
+ * outside the listed BOs or against a BO's listed direction.
+ */
+int vnpu_validate_stream(struct vnpu_device *vdev, const u8 *stream, u32 size,
+			 const struct vnpu_job_bo *bos, u32 bo_count)
+{
+	struct vnpu_tensor slots[VNPU_ISA_TABLE_SLOTS] = {};
+	u32 off = 0;
+
+	while (off < size) {
+		const u8 *insn = stream + off;
+		const struct vnpu_isa_op_desc *op;
+		u32 header, opcode, insn_size, flags = 0;
+		unsigned int i;
+		int ret;
+
+		if (size - off < VNPU_ISA_HEADER_SIZE)
+			goto malformed;
+		header = vnpu_get_u32(insn, 0);
+		opcode = header & 0xff;
+		insn_size = header >> 16;
+		if (opcode >= ARRAY_SIZE(vnpu_isa_ops) || !vnpu_isa_ops[opcode].size)
+			goto malformed;
+		op = &vnpu_isa_ops[opcode];
+		if (header & 0xff00 || insn_size != op->size || insn_size > size - off)
+			goto malformed;
+
+		if (op->flags_offset >= 0) {
+			flags = vnpu_get_u32(insn, op->flags_offset);
+			if (flags & ~op->flags_allowed)
+				goto malformed;
+		}
+
+		if (opcode == VNPU_ISA_TABLE_OPCODE_TENSOR) {
+			u32 slot = vnpu_get_u32(insn, VNPU_ISA_TENSOR_SLOT);
+
+			if (slot >= VNPU_ISA_TABLE_SLOTS || !vnpu_tensor_reserved_clear(insn, insn_size))
+				goto malformed;
+			ret = vnpu_tensor_extent(insn, &slots[slot]);
+			if (ret) {
+				drm_dbg_driver(&vdev->drm, "TENSOR at byte %u: %d\n", off, ret);
+				return ret;
+			}
+		}
+
+		if (!vnpu_reserved_clear(op, insn))
+			goto malformed;
+
+		for (i = 0; i < op->num_operands; i++) {
+			const struct vnpu_isa_operand_desc *opd = &op->operands[i];
+			u32 slot = vnpu_get_u32(insn, opd->offset);
+
+			if (opd->when && !(flags & opd->when)) {
+				if (slot)
+					goto malformed;
+				continue;
+			}
+			if (slot >= VNPU_ISA_TABLE_SLOTS || !slots[slot].defined)
+				goto malformed;
+			ret = vnpu_check_access(&slots[slot], bos, bo_count,
+						opd->dir == VNPU_ISA_DIR_OUT ?
+						DRM_VNPU_JOB_BO_WRITE : DRM_VNPU_JOB_BO_READ);
+			if (ret) {
+				drm_dbg_driver(&vdev->drm, "%s at byte %u: slot %u [%#llx, %#llx) not in a %s BO\n",
+					       op->name, off, slot, slots[slot].start, slots[slot].end,
+					       opd->dir == VNPU_ISA_DIR_OUT ? "writable" : "readable");
+				return ret;
+			}
+		}
+
+		off += insn_size;
+		if (opcode == VNPU_ISA_TABLE_OPCODE_END)
+			return off == size ? 0 : -ENOEXEC;
+	}
+malformed:
+	drm_dbg_driver(&vdev->drm, "malformed command stream at byte %u of %u\n", off, size);
+	return -ENOEXEC;
+}
