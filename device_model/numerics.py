@@ -41,27 +41,40 @@ def wrap_int32(x: np.ndarray) -> np.ndarray:
 
 
 def saturating_rounding_doubling_high_mul(a: ArrayLike, b: ArrayLike) -> np.ndarray:
-    """gemmlowp's SaturatingRoundingDoublingHighMul on int32 values (as int64 arrays)."""
+    """gemmlowp's SaturatingRoundingDoublingHighMul on int32 values (as int64 arrays).
+
+    gemmlowp adds a nudge of 2**30 (or 1 - 2**30 for negative products) and
+    divides by 2**31 truncating toward zero; both cases are the same as
+    adding 2**30 and flooring, which is one add and one arithmetic shift.
+    """
     a64 = np.asarray(a, dtype=np.int64)
     b64 = np.asarray(b, dtype=np.int64)
-    ab = a64 * b64  # |ab| <= 2**62: no int64 overflow
-    nudged = ab + np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
-    # C's integer division truncates toward zero; >> floors, so divide magnitudes.
-    high = np.where(nudged >= 0, nudged >> 31, -((-nudged) >> 31))
-    overflow = (a64 == b64) & (a64 == INT32_MIN)
-    return np.where(overflow, INT32_MAX, high)
+    high = a64 * b64  # |ab| <= 2**62: no int64 overflow
+    high += 1 << 30
+    high >>= 31
+    if np.any(b64 == INT32_MIN):  # the only product that saturates: INT32_MIN * INT32_MIN
+        high = np.where((a64 == INT32_MIN) & (b64 == INT32_MIN), INT32_MAX, high)
+    return high
 
 
 def rounding_divide_by_pot(x: ArrayLike, exponent: ArrayLike) -> np.ndarray:
-    """gemmlowp's RoundingDivideByPOT: x / 2**exponent rounded half away from zero."""
+    """gemmlowp's RoundingDivideByPOT: x / 2**exponent rounded half away from zero.
+
+    gemmlowp rounds up when the remainder exceeds half (half - 1 for x >= 0):
+    that is (x + 2**(e-1) - [x < 0]) >> e for e >= 1, and x for e == 0.
+    """
     x64 = np.asarray(x, dtype=np.int64)
     e = np.asarray(exponent, dtype=np.int64)
     if np.any((e < 0) | (e > 31)):
         raise ValueError(f"rounding shift exponent must be in [0, 31], got {e.min()}..{e.max()}")
-    mask = (np.int64(1) << e) - 1
-    remainder = x64 & mask
-    threshold = (mask >> 1) + (x64 < 0)
-    return (x64 >> e) + (remainder > threshold)
+    half = np.where(e > 0, np.left_shift(1, np.maximum(e - 1, 0)), 0)
+    negative_fix = np.where(e > 0, -1, 0)  # AND-mask: keep x >> 63 (-1 for x < 0) only where e > 0
+    out = x64 >> 63
+    out &= negative_fix
+    out += x64
+    out += half
+    out >>= e
+    return out
 
 
 def check_shift(shift: ArrayLike) -> None:
@@ -70,6 +83,14 @@ def check_shift(shift: ArrayLike) -> None:
         raise ValueError(
             f"requantization shift must be in [{SHIFT_MIN}, {SHIFT_MAX}], got {s.min()}..{s.max()}"
         )
+
+
+def _as_int32(x: np.ndarray) -> np.ndarray:
+    """x as int64 values in the int32 range, wrapping only if some value is outside it."""
+    x = np.asarray(x, dtype=np.int64)
+    if x.size and (x.min() < INT32_MIN or x.max() > INT32_MAX):
+        return wrap_int32(x)
+    return x
 
 
 def multiply_by_quantized_multiplier(x: ArrayLike, multiplier: ArrayLike, shift: ArrayLike) -> np.ndarray:
@@ -81,10 +102,10 @@ def multiply_by_quantized_multiplier(x: ArrayLike, multiplier: ArrayLike, shift:
     """
     check_shift(shift)
     s = np.asarray(shift, dtype=np.int64)
-    left = np.maximum(s, 0)
-    right = np.maximum(-s, 0)
-    shifted = wrap_int32(np.asarray(x, dtype=np.int64) << left)
-    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted, multiplier), right)
+    x64 = _as_int32(np.asarray(x, dtype=np.int64))
+    if np.any(s > 0):
+        x64 = wrap_int32(x64 << np.maximum(s, 0))
+    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x64, multiplier), np.maximum(-s, 0))
 
 
 def requantize(
@@ -92,8 +113,10 @@ def requantize(
 ) -> np.ndarray:
     """acc (int32 accumulators) -> clamp(MBQM(acc) + output_zp, act_min, act_max) as int32."""
     check_clamp(act_min, act_max)
-    out = multiply_by_quantized_multiplier(wrap_int32(acc), multiplier, shift) + output_zp
-    return np.clip(out, act_min, act_max).astype(np.int32)
+    out = multiply_by_quantized_multiplier(acc, multiplier, shift)
+    out += output_zp
+    np.clip(out, act_min, act_max, out=out)
+    return out.astype(np.int32)
 
 
 ZERO_POINT_LIMIT = 1 << 15  # 8-bit operands minus zero point stay small, exact in float32
