@@ -235,20 +235,43 @@ def guest_command(args: argparse.Namespace) -> list[str]:
     return cmd
 
 
-def boot(cmd: list[str], timeout: float, clock: Clock) -> int:
-    """Run vng; the guest's stdout/stderr pass through. Returns the guest command's exit code."""
-    proc = subprocess.Popen(cmd, env=host_env(), cwd=REPO, stdin=subprocess.DEVNULL, start_new_session=True)
+def boot(cmd: list[str], timeout: float, clock: Clock, log_path: Path) -> int:
+    """Run vng; returns the guest command's exit code.
+
+    The guest's output is copied line by line to our stdout and to
+    ``log_path``. vng must write into a pipe: QEMU opens its output chardevs
+    as files (``/proc/self/fd/1``), which truncates and overwrites a regular
+    file stdout.
+    """
+    proc = subprocess.Popen(
+        cmd,
+        env=host_env(),
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    timer.start()
     try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        clock.say("boot", f"guest still running after {timeout:.0f}s: killing QEMU")
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return 124
+        with open(log_path, "wb") as log:
+            for line in proc.stdout:
+                sys.stdout.buffer.write(line)
+                sys.stdout.buffer.flush()
+                log.write(line)
+        rc = proc.wait()
     except KeyboardInterrupt:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait()
         raise
+    finally:
+        timer.cancel()
+    if rc == -signal.SIGKILL:
+        clock.say("boot", f"guest killed after {timeout:.0f}s")
+        return 124
+    return rc
 
 
 # --- main ------------------------------------------------------------------
@@ -307,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         clock.say("server", f"device model ready ({server.socket})")
         cmd = vng_command(guest_command(args), server.socket, server.ram, outdir, args.cpus)
         clock.say("boot", "starting the guest (vng, TCG)")
-        rc = boot(cmd, args.timeout, clock)
+        rc = boot(cmd, args.timeout, clock, outdir / "console.log")
     except HarnessError as e:
         print(f"qemu_tests: {e}", file=sys.stderr)
         return 2
