@@ -56,23 +56,13 @@ def hang_stream(sem_va: int, out_va: int) -> bytes:
 
 
 def debugfs_counters() -> dict[str, int]:
-    """Every ``name: value`` (or ``name value``/``name=value``) integer line of vnpu's debugfs files.
-
-    Names are prefixed with the file name (``stats.bos``) so files cannot collide.
-    """
+    """The ``name: value`` lines of vnpu's debugfs ``counters`` file (/sys/kernel/debug/accel/*/counters)."""
     out: dict[str, int] = {}
-    for d in sorted(glob.glob(str(DEBUGFS / "accel" / "*"))):
-        for f in sorted(Path(d).iterdir()):
-            if not f.is_file():
-                continue
-            try:
-                text = f.read_text()
-            except OSError:
-                continue
-            for line in text.splitlines():
-                m = re.fullmatch(r"\s*([A-Za-z_][\w.]*)\s*[:=]?\s+(-?\d+|0x[0-9a-fA-F]+)\s*", line)
-                if m:
-                    out[f"{f.name}.{m.group(1)}"] = int(m.group(2), 0)
+    for f in sorted(glob.glob(str(DEBUGFS / "accel" / "*" / "counters"))):
+        for line in Path(f).read_text().splitlines():
+            m = re.fullmatch(r"\s*([A-Za-z_]\w*):\s+(-?\d+|0x[0-9a-fA-F]+)\s*", line)
+            if m:
+                out[m.group(1)] = int(m.group(2), 0)
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,6 +32,31 @@ def test_foreign_va_is_refused_or_faults() -> None:
         else:
             status = out.wait(timeout=60)
             assert status.status == -errno.EFAULT
+        assert not (out.array(np.uint8, SIZE) == SECRET).any()
+
+
+def test_device_mmu_faults_when_the_check_is_off() -> None:
+    """With the driver's stream check off (debug knob), the device MMU alone must stop the access."""
+    from libaccel import Device, Job, JobBo
+
+    param = Path("/sys/module/vnpu/parameters/validate_streams")
+    if not param.exists():
+        pytest.skip("vnpu.ko has no validate_streams parameter")
+    old = param.read_text().strip()
+    with Device.open("kernel") as a, Device.open("kernel") as b:
+        secret = [a.create_bo(SIZE) for _ in range(3)][-1]
+        secret.write(bytes([SECRET]) * SIZE)
+        out = b.create_bo(SIZE)
+        stream = copy_stream(secret.va, out.va, SIZE)
+        cmd = b.create_bo_with(stream, read_only=True)
+        param.write_text("0")
+        try:
+            b.submit(Job(cmd, len(stream), [JobBo(out, write=True)]))
+        finally:
+            param.write_text(old)
+        status = out.wait(timeout=60)
+        assert status.status == -errno.EFAULT
+        assert status.fault_va == secret.va
         assert not (out.array(np.uint8, SIZE) == SECRET).any()
 
 
