@@ -1,0 +1,728 @@
+"""Write int8/uint8 TFLite models from Python descriptions (no TensorFlow needed).
+
+The models are real TFLite flatbuffers, written with the schema's generated
+Python (the ``tflite`` package) and ``flatbuffers``. Quantization is real:
+weights are stored as int8/uint8 with per-tensor or per-channel scales, the
+bias is int32 with scale = input_scale * filter_scale (what TFLite checks),
+and output scales are chosen from the accumulator's expected spread so the
+outputs use the int8 range instead of saturating.
+
+Two levels of API:
+
+* :class:`ModelBuilder`: tensors, buffers, operators, options by name, any graph;
+* one-op builders (:func:`conv2d_model`, :func:`depthwise_conv2d_model`,
+  :func:`fully_connected_model`, :func:`elementwise_model`, :func:`pool_model`,
+  ...) returning the model as ``bytes``.
+
+:func:`run_reference` runs a model on TFLite's reference kernels
+(``OpResolverType.BUILTIN_REF``), the spec the NPU is bit-exact with, and
+:func:`random_inputs` makes inputs for it.
+
+Command line: ``python -m tools.models.generate OUT_DIR`` writes a small set of
+sample models (see ``SAMPLES``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import flatbuffers
+import numpy as np
+import tflite
+
+TENSOR_TYPES = {
+    "float32": tflite.TensorType.FLOAT32,
+    "int32": tflite.TensorType.INT32,
+    "uint8": tflite.TensorType.UINT8,
+    "int64": tflite.TensorType.INT64,
+    "int16": tflite.TensorType.INT16,
+    "int8": tflite.TensorType.INT8,
+    "bool": tflite.TensorType.BOOL,
+}
+NP_TYPES = {
+    "float32": np.float32,
+    "int32": np.int32,
+    "uint8": np.uint8,
+    "int64": np.int64,
+    "int16": np.int16,
+    "int8": np.int8,
+    "bool": np.bool_,
+}
+
+# op name -> options table name (module of the ``tflite`` package); ops absent need no options.
+OPTIONS_TABLES = {
+    "CONV_2D": "Conv2DOptions",
+    "DEPTHWISE_CONV_2D": "DepthwiseConv2DOptions",
+    "FULLY_CONNECTED": "FullyConnectedOptions",
+    "ADD": "AddOptions",
+    "SUB": "SubOptions",
+    "MUL": "MulOptions",
+    "AVERAGE_POOL_2D": "Pool2DOptions",
+    "MAX_POOL_2D": "Pool2DOptions",
+    "RESHAPE": "ReshapeOptions",
+    "CONCATENATION": "ConcatenationOptions",
+    "PAD": "PadOptions",
+    "MEAN": "ReducerOptions",
+    "STRIDED_SLICE": "StridedSliceOptions",
+    "TRANSPOSE": "TransposeOptions",
+    "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions",
+    "QUANTIZE": "QuantizeOptions",
+    "DEQUANTIZE": "DequantizeOptions",
+    "SOFTMAX": "SoftmaxOptions",
+    "HARD_SWISH": "HardSwishOptions",
+}
+# Option fields whose values are enum names in our dicts.
+ENUM_FIELDS = {
+    "padding": tflite.Padding,
+    "fused_activation_function": tflite.ActivationFunctionType,
+}
+# Operator versions TFLite 2.14's resolvers register for int8 kernels (uint8 and float use 1).
+INT8_OP_VERSIONS = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 4}
+
+
+def camel(name: str) -> str:
+    """stride_w -> StrideW, the generated schema's accessor spelling."""
+    return "".join(p[:1].upper() + p[1:] for p in name.split("_"))
+
+
+def snake(name: str) -> str:
+    """DilationHFactor -> dilation_h_factor."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+@dataclass(frozen=True)
+class Quant:
+    """Affine quantization of a tensor: one (scale, zero point) per tensor or per channel along ``axis``."""
+
+    scales: tuple[float, ...]
+    zero_points: tuple[int, ...]
+    axis: int = 0
+
+    @classmethod
+    def tensor(cls, scale: float, zero_point: int) -> Quant:
+        return cls((float(scale),), (int(zero_point),), 0)
+
+
+@dataclass
+class _Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    quant: Quant | None
+    buffer: int
+
+
+@dataclass
+class _Op:
+    op: str
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    options: dict[str, Any]
+    version: int
+
+
+@dataclass
+class ModelBuilder:
+    """A one-subgraph TFLite model under construction.
+
+    ``add_tensor`` returns the tensor index, ``add_op`` appends an operator
+    (options by their schema field names in snake_case, enums by name:
+    ``padding="SAME"``, ``fused_activation_function="RELU6"``), ``build``
+    returns the flatbuffer bytes.
+    """
+
+    description: str = "vnpu tools/models"
+    tensors: list[_Tensor] = field(default_factory=list)
+    buffers: list[bytes] = field(default_factory=lambda: [b""])  # buffer 0: the empty sentinel
+    ops: list[_Op] = field(default_factory=list)
+
+    def add_tensor(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: str,
+        quant: Quant | None = None,
+        data: np.ndarray | None = None,
+    ) -> int:
+        if dtype not in TENSOR_TYPES:
+            raise ValueError(f"tensor {name!r}: unknown dtype {dtype!r}")
+        shape = tuple(int(d) for d in shape)
+        buffer = 0
+        if data is not None:
+            arr = np.asarray(data)
+            if tuple(arr.shape) != shape:
+                raise ValueError(f"tensor {name!r}: data has shape {arr.shape}, declared {shape}")
+            self.buffers.append(np.ascontiguousarray(arr.astype(NP_TYPES[dtype])).tobytes())
+            buffer = len(self.buffers) - 1
+        self.tensors.append(_Tensor(name, shape, dtype, quant, buffer))
+        return len(self.tensors) - 1
+
+    def add_const(self, name: str, data: np.ndarray, dtype: str, quant: Quant | None = None) -> int:
+        return self.add_tensor(name, np.shape(data), dtype, quant, data)
+
+    def add_op(
+        self,
+        op: str,
+        inputs: Sequence[int],
+        outputs: Sequence[int],
+        version: int | None = None,
+        **options: Any,
+    ) -> None:
+        if not hasattr(tflite.BuiltinOperator, op):
+            raise ValueError(f"unknown TFLite builtin operator {op!r}")
+        if version is None:
+            first = self.tensors[inputs[0]].dtype if inputs and inputs[0] >= 0 else "float32"
+            version = INT8_OP_VERSIONS.get(op, 2) if first == "int8" else 1
+        self.ops.append(_Op(op, tuple(inputs), tuple(outputs), dict(options), version))
+
+    # --- serialization ----------------------------------------------------------
+    def build(self, inputs: Sequence[int], outputs: Sequence[int]) -> bytes:
+        b = flatbuffers.Builder(1024)
+        buffers = [self._buffer(b, data) for data in self.buffers]
+        tensors = [self._tensor(b, t) for t in self.tensors]
+        codes: list[tuple[str, int]] = []
+        for o in self.ops:
+            if (o.op, o.version) not in codes:
+                codes.append((o.op, o.version))
+        operators = [self._operator(b, o, codes.index((o.op, o.version))) for o in self.ops]
+
+        def vec_i32(start: Callable[[Any, int], None], values: Sequence[int]) -> int:
+            start(b, len(values))
+            for v in reversed(values):
+                b.PrependInt32(int(v))
+            return b.EndVector()
+
+        def vec_off(start: Callable[[Any, int], None], offs: Sequence[int]) -> int:
+            start(b, len(offs))
+            for off in reversed(offs):
+                b.PrependUOffsetTRelative(off)
+            return b.EndVector()
+
+        t_vec = vec_off(tflite.SubGraphStartTensorsVector, tensors)
+        i_vec = vec_i32(tflite.SubGraphStartInputsVector, inputs)
+        o_vec = vec_i32(tflite.SubGraphStartOutputsVector, outputs)
+        op_vec = vec_off(tflite.SubGraphStartOperatorsVector, operators)
+        name = b.CreateString("main")
+        tflite.SubGraphStart(b)
+        tflite.SubGraphAddTensors(b, t_vec)
+        tflite.SubGraphAddInputs(b, i_vec)
+        tflite.SubGraphAddOutputs(b, o_vec)
+        tflite.SubGraphAddOperators(b, op_vec)
+        tflite.SubGraphAddName(b, name)
+        subgraph = tflite.SubGraphEnd(b)
+
+        code_offs = []
+        for op, version in codes:
+            code = getattr(tflite.BuiltinOperator, op)
+            tflite.OperatorCodeStart(b)
+            tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
+            tflite.OperatorCodeAddBuiltinCode(b, code)
+            tflite.OperatorCodeAddVersion(b, version)
+            code_offs.append(tflite.OperatorCodeEnd(b))
+        codes_vec = vec_off(tflite.ModelStartOperatorCodesVector, code_offs)
+        sub_vec = vec_off(tflite.ModelStartSubgraphsVector, [subgraph])
+        buf_vec = vec_off(tflite.ModelStartBuffersVector, buffers)
+        desc = b.CreateString(self.description)
+        tflite.ModelStart(b)
+        tflite.ModelAddVersion(b, 3)
+        tflite.ModelAddOperatorCodes(b, codes_vec)
+        tflite.ModelAddSubgraphs(b, sub_vec)
+        tflite.ModelAddDescription(b, desc)
+        tflite.ModelAddBuffers(b, buf_vec)
+        b.Finish(tflite.ModelEnd(b), file_identifier=b"TFL3")
+        return bytes(b.Output())
+
+    @staticmethod
+    def _buffer(b: flatbuffers.Builder, data: bytes) -> int:
+        if not data:
+            tflite.BufferStart(b)
+            return tflite.BufferEnd(b)
+        b.StartVector(1, len(data), 16)  # 16-byte alignment, as TFLite's converter writes
+        b.head = b.head - len(data)
+        b.Bytes[b.head : b.head + len(data)] = data
+        vec = b.EndVector()
+        tflite.BufferStart(b)
+        tflite.BufferAddData(b, vec)
+        return tflite.BufferEnd(b)
+
+    @staticmethod
+    def _tensor(b: flatbuffers.Builder, t: _Tensor) -> int:
+        name = b.CreateString(t.name)
+        tflite.TensorStartShapeVector(b, len(t.shape))
+        for d in reversed(t.shape):
+            b.PrependInt32(d)
+        shape = b.EndVector()
+        quant = None
+        if t.quant is not None:
+            tflite.QuantizationParametersStartScaleVector(b, len(t.quant.scales))
+            for s in reversed(t.quant.scales):
+                b.PrependFloat32(s)
+            scales = b.EndVector()
+            tflite.QuantizationParametersStartZeroPointVector(b, len(t.quant.zero_points))
+            for z in reversed(t.quant.zero_points):
+                b.PrependInt64(z)
+            zps = b.EndVector()
+            tflite.QuantizationParametersStart(b)
+            tflite.QuantizationParametersAddScale(b, scales)
+            tflite.QuantizationParametersAddZeroPoint(b, zps)
+            tflite.QuantizationParametersAddQuantizedDimension(b, t.quant.axis)
+            quant = tflite.QuantizationParametersEnd(b)
+        tflite.TensorStart(b)
+        tflite.TensorAddShape(b, shape)
+        tflite.TensorAddType(b, TENSOR_TYPES[t.dtype])
+        tflite.TensorAddBuffer(b, t.buffer)
+        tflite.TensorAddName(b, name)
+        if quant is not None:
+            tflite.TensorAddQuantization(b, quant)
+        return tflite.TensorEnd(b)
+
+    @staticmethod
+    def _options(b: flatbuffers.Builder, op: _Op) -> tuple[int, int | None]:
+        table = OPTIONS_TABLES.get(op.op)
+        if table is None:
+            if op.options:
+                raise ValueError(f"{op.op} takes no options, got {sorted(op.options)}")
+            return 0, None
+        module = importlib.import_module(f"tflite.{table}")
+        vectors = {}
+        for key, value in op.options.items():  # vectors must be written before the table starts
+            if isinstance(value, list | tuple):
+                getattr(module, f"{table}Start{camel(key)}Vector")(b, len(value))
+                for v in reversed(value):
+                    b.PrependInt32(int(v))
+                vectors[key] = b.EndVector()
+        getattr(module, f"{table}Start")(b)
+        for key, value in op.options.items():
+            adder = getattr(module, f"{table}Add{camel(key)}", None)
+            if adder is None:
+                raise ValueError(f"{op.op}: {table} has no field {key!r}")
+            if key in vectors:
+                value = vectors[key]
+            elif key in ENUM_FIELDS:
+                value = getattr(ENUM_FIELDS[key], value)
+            adder(b, value)
+        return getattr(tflite.BuiltinOptions, table), getattr(module, f"{table}End")(b)
+
+    def _operator(self, b: flatbuffers.Builder, op: _Op, code_index: int) -> int:
+        kind, options = self._options(b, op)
+        tflite.OperatorStartInputsVector(b, len(op.inputs))
+        for i in reversed(op.inputs):
+            b.PrependInt32(i)
+        ins = b.EndVector()
+        tflite.OperatorStartOutputsVector(b, len(op.outputs))
+        for i in reversed(op.outputs):
+            b.PrependInt32(i)
+        outs = b.EndVector()
+        tflite.OperatorStart(b)
+        tflite.OperatorAddOpcodeIndex(b, code_index)
+        tflite.OperatorAddInputs(b, ins)
+        tflite.OperatorAddOutputs(b, outs)
+        if options is not None:
+            tflite.OperatorAddBuiltinOptionsType(b, kind)
+            tflite.OperatorAddBuiltinOptions(b, options)
+        return tflite.OperatorEnd(b)
+
+
+# --- quantization helpers -----------------------------------------------------
+QMIN = {"int8": -128, "uint8": 0}
+QMAX = {"int8": 127, "uint8": 255}
+ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+
+
+def activation_quant(rng: np.random.Generator, dtype: str, scale: float) -> Quant:
+    """An activation tensor's quantization: ``scale`` and a random zero point in the middle of the range."""
+    lo, hi = QMIN[dtype], QMAX[dtype]
+    mid = (lo + hi) // 2
+    return Quant.tensor(scale, int(rng.integers(mid - 40, mid + 41)))
+
+
+def random_scale(rng: np.random.Generator, lo: float = 0.005, hi: float = 0.05) -> float:
+    """A float32-representable scale, log-uniform in [lo, hi]."""
+    return float(np.float32(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+
+def quantized_filter(
+    rng: np.random.Generator, shape: Sequence[int], dtype: str, per_channel: bool, axis: int
+) -> tuple[np.ndarray, Quant]:
+    """Random weights of ``shape`` and their quantization (int8: symmetric, zero point 0, as TFLite needs)."""
+    channels = shape[axis]
+    if dtype == "int8":
+        data = rng.integers(-127, 128, size=shape).astype(np.int8)
+        n = channels if per_channel else 1
+        scales = tuple(random_scale(rng, 0.002, 0.02) for _ in range(n))
+        return data, Quant(scales, (0,) * n, axis if per_channel else 0)
+    if per_channel:
+        raise ValueError("TFLite has per-channel quantization only for int8 weights")
+    data = rng.integers(0, 256, size=shape).astype(np.uint8)
+    return data, Quant.tensor(random_scale(rng, 0.002, 0.02), int(rng.integers(100, 156)))
+
+
+def quantized_bias(rng: np.random.Generator, in_scale: float, fq: Quant, cout: int, spread: float) -> tuple:
+    """int32 bias with scale input_scale * filter_scale[c] (TFLite checks this), values ~ ``spread``."""
+    scales = tuple(float(np.float32(in_scale * s)) for s in fq.scales)
+    data = rng.integers(-int(spread), int(spread) + 1, size=(cout,)).astype(np.int32)
+    return data, Quant(scales, (0,) * len(scales), 0)
+
+
+def accumulator_output_scale(in_scale: float, fq: Quant, depth: int) -> float:
+    """An output scale mapping the accumulator's expected standard deviation to ~40 quantized units.
+
+    Inputs and weights are roughly uniform over 8 bits (standard deviation ~74),
+    so a sum of ``depth`` products has a spread of ~74*74*sqrt(depth).
+    """
+    filter_scale = float(np.mean(fq.scales))
+    return float(np.float32(in_scale * filter_scale * 74.0 * 74.0 * math.sqrt(depth) / 40.0))
+
+
+def same_padding_out(size: int, k: int, stride: int, dilation: int, padding: str) -> int:
+    effective = (k - 1) * dilation + 1
+    if padding == "SAME":
+        return (size + stride - 1) // stride
+    return (size - effective + stride) // stride
+
+
+# --- one-op models ----------------------------------------------------------------
+def conv2d_model(
+    in_shape: Sequence[int],
+    out_ch: int,
+    kernel: int | tuple[int, int] = 3,
+    stride: int | tuple[int, int] = 1,
+    padding: str = "SAME",
+    per_channel: bool = True,
+    act: str = "NONE",
+    seed: int = 0,
+    dtype: str = "int8",
+    dilation: int | tuple[int, int] = 1,
+    bias: bool = True,
+) -> bytes:
+    """One CONV_2D: input [N,H,W,Cin] -> [N,OH,OW,out_ch], filter [out_ch,KH,KW,Cin]."""
+    rng = np.random.default_rng(seed)
+    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+    sh, sw = (stride, stride) if isinstance(stride, int) else stride
+    dh, dw = (dilation, dilation) if isinstance(dilation, int) else dilation
+    n, h, w, cin = in_shape
+    oh, ow = same_padding_out(h, kh, sh, dh, padding), same_padding_out(w, kw, sw, dw, padding)
+    m = ModelBuilder()
+    iq = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, iq)
+    wdata, wq = quantized_filter(rng, (out_ch, kh, kw, cin), dtype, per_channel, 0)
+    wt = m.add_const("filter", wdata, dtype, wq)
+    depth = kh * kw * cin
+    oq = activation_quant(rng, dtype, accumulator_output_scale(iq.scales[0], wq, depth))
+    b = -1
+    if bias:
+        bdata, bq = quantized_bias(rng, iq.scales[0], wq, out_ch, 74 * 74 * math.sqrt(depth))
+        b = m.add_const("bias", bdata, "int32", bq)
+    y = m.add_tensor("output", (n, oh, ow, out_ch), dtype, oq)
+    m.add_op(
+        "CONV_2D",
+        [x, wt, b],
+        [y],
+        padding=padding,
+        stride_h=sh,
+        stride_w=sw,
+        dilation_h_factor=dh,
+        dilation_w_factor=dw,
+        fused_activation_function=act,
+    )
+    return m.build([x], [y])
+
+
+def depthwise_conv2d_model(
+    in_shape: Sequence[int],
+    depth_multiplier: int = 1,
+    kernel: int | tuple[int, int] = 3,
+    stride: int | tuple[int, int] = 1,
+    padding: str = "SAME",
+    per_channel: bool = True,
+    act: str = "NONE",
+    seed: int = 0,
+    dtype: str = "int8",
+    dilation: int | tuple[int, int] = 1,
+    bias: bool = True,
+) -> bytes:
+    """One DEPTHWISE_CONV_2D: filter [1,KH,KW,Cin*depth_multiplier], per-channel along axis 3."""
+    rng = np.random.default_rng(seed)
+    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+    sh, sw = (stride, stride) if isinstance(stride, int) else stride
+    dh, dw = (dilation, dilation) if isinstance(dilation, int) else dilation
+    n, h, w, cin = in_shape
+    cout = cin * depth_multiplier
+    oh, ow = same_padding_out(h, kh, sh, dh, padding), same_padding_out(w, kw, sw, dw, padding)
+    m = ModelBuilder()
+    iq = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, iq)
+    wdata, wq = quantized_filter(rng, (1, kh, kw, cout), dtype, per_channel, 3)
+    wt = m.add_const("filter", wdata, dtype, wq)
+    oq = activation_quant(rng, dtype, accumulator_output_scale(iq.scales[0], wq, kh * kw))
+    b = -1
+    if bias:
+        bdata, bq = quantized_bias(rng, iq.scales[0], wq, cout, 74 * 74 * kh)
+        b = m.add_const("bias", bdata, "int32", bq)
+    y = m.add_tensor("output", (n, oh, ow, cout), dtype, oq)
+    m.add_op(
+        "DEPTHWISE_CONV_2D",
+        [x, wt, b],
+        [y],
+        padding=padding,
+        stride_h=sh,
+        stride_w=sw,
+        depth_multiplier=depth_multiplier,
+        dilation_h_factor=dh,
+        dilation_w_factor=dw,
+        fused_activation_function=act,
+    )
+    return m.build([x], [y])
+
+
+def fully_connected_model(
+    batch: int,
+    in_features: int,
+    out_features: int,
+    act: str = "NONE",
+    seed: int = 0,
+    dtype: str = "int8",
+    per_channel: bool = False,
+    bias: bool = True,
+    in_shape: Sequence[int] | None = None,
+) -> bytes:
+    """One FULLY_CONNECTED: input [batch, in_features] (or ``in_shape``) -> [batch, out_features]."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    iq = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape or (batch, in_features), dtype, iq)
+    wdata, wq = quantized_filter(rng, (out_features, in_features), dtype, per_channel, 0)
+    wt = m.add_const("filter", wdata, dtype, wq)
+    oq = activation_quant(rng, dtype, accumulator_output_scale(iq.scales[0], wq, in_features))
+    b = -1
+    if bias:
+        bdata, bq = quantized_bias(rng, iq.scales[0], wq, out_features, 74 * 74 * math.sqrt(in_features))
+        b = m.add_const("bias", bdata, "int32", bq)
+    y = m.add_tensor("output", (batch, out_features), dtype, oq)
+    m.add_op("FULLY_CONNECTED", [x, wt, b], [y], fused_activation_function=act)
+    return m.build([x], [y])
+
+
+def elementwise_model(
+    op: str,
+    shape1: Sequence[int],
+    shape2: Sequence[int] | None = None,
+    act: str = "NONE",
+    seed: int = 0,
+    dtype: str = "int8",
+) -> bytes:
+    """One ADD, SUB or MUL of two variable inputs (``shape2`` may broadcast against ``shape1``)."""
+    if op not in ("ADD", "SUB", "MUL"):
+        raise ValueError(f"elementwise_model: {op!r} is not ADD, SUB or MUL")
+    rng = np.random.default_rng(seed)
+    shape2 = tuple(shape1) if shape2 is None else tuple(shape2)
+    out_shape = tuple(np.broadcast_shapes(tuple(shape1), shape2))
+    m = ModelBuilder()
+    q1 = activation_quant(rng, dtype, random_scale(rng, 0.01, 0.1))
+    q2 = activation_quant(rng, dtype, random_scale(rng, 0.01, 0.1))
+    a = m.add_tensor("input1", shape1, dtype, q1)
+    c = m.add_tensor("input2", shape2, dtype, q2)
+    if op == "MUL":
+        out_scale = q1.scales[0] * q2.scales[0] * 74 * 74 / 60
+    else:
+        out_scale = (q1.scales[0] + q2.scales[0]) * 1.2
+    y = m.add_tensor("output", out_shape, dtype, activation_quant(rng, dtype, float(np.float32(out_scale))))
+    m.add_op(op, [a, c], [y], fused_activation_function=act)
+    return m.build([a, c], [y])
+
+
+def pool_model(
+    op: str,
+    in_shape: Sequence[int],
+    filter_size: int | tuple[int, int] = 2,
+    stride: int | tuple[int, int] = 2,
+    padding: str = "VALID",
+    act: str = "NONE",
+    seed: int = 0,
+    dtype: str = "int8",
+) -> bytes:
+    """One AVERAGE_POOL_2D or MAX_POOL_2D (input and output share scale and zero point, as TFLite needs)."""
+    if op not in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
+        raise ValueError(f"pool_model: {op!r} is not a pooling op")
+    rng = np.random.default_rng(seed)
+    fh, fw = (filter_size, filter_size) if isinstance(filter_size, int) else filter_size
+    sh, sw = (stride, stride) if isinstance(stride, int) else stride
+    n, h, w, c = in_shape
+    oh, ow = same_padding_out(h, fh, sh, 1, padding), same_padding_out(w, fw, sw, 1, padding)
+    m = ModelBuilder()
+    q = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, q)
+    y = m.add_tensor("output", (n, oh, ow, c), dtype, q)
+    m.add_op(
+        op,
+        [x],
+        [y],
+        padding=padding,
+        stride_h=sh,
+        stride_w=sw,
+        filter_height=fh,
+        filter_width=fw,
+        fused_activation_function=act,
+    )
+    return m.build([x], [y])
+
+
+def activation_model(op: str, shape: Sequence[int], seed: int = 0, dtype: str = "int8") -> bytes:
+    """One RELU, RELU6, LOGISTIC, TANH or HARD_SWISH (LOGISTIC/TANH: TFLite's fixed output quantization)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    iq = activation_quant(rng, dtype, random_scale(rng, 0.01, 0.08))
+    x = m.add_tensor("input", shape, dtype, iq)
+    if op == "LOGISTIC":
+        oq = Quant.tensor(1 / 256, -128 if dtype == "int8" else 0)
+    elif op == "TANH":
+        oq = Quant.tensor(1 / 128, 0 if dtype == "int8" else 128)
+    else:
+        oq = activation_quant(rng, dtype, random_scale(rng, 0.01, 0.08))
+    y = m.add_tensor("output", shape, dtype, oq)
+    m.add_op(op, [x], [y])
+    return m.build([x], [y])
+
+
+def reshape_model(
+    in_shape: Sequence[int], out_shape: Sequence[int], seed: int = 0, dtype: str = "int8"
+) -> bytes:
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    q = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, q)
+    s = m.add_const("shape", np.array(out_shape, dtype=np.int32), "int32")
+    y = m.add_tensor("output", out_shape, dtype, q)
+    m.add_op("RESHAPE", [x, s], [y], new_shape=list(out_shape))
+    return m.build([x], [y])
+
+
+def concat_model(shapes: Sequence[Sequence[int]], axis: int, seed: int = 0, dtype: str = "int8") -> bytes:
+    """CONCATENATION of variable inputs sharing one quantization (what an exact copy needs)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    q = activation_quant(rng, dtype, random_scale(rng))
+    xs = [m.add_tensor(f"input{i}", s, dtype, q) for i, s in enumerate(shapes)]
+    out_shape = list(shapes[0])
+    out_shape[axis] = sum(s[axis] for s in shapes)
+    y = m.add_tensor("output", out_shape, dtype, q)
+    m.add_op("CONCATENATION", xs, [y], axis=axis, fused_activation_function="NONE")
+    return m.build(xs, [y])
+
+
+def pad_model(
+    in_shape: Sequence[int], paddings: Sequence[Sequence[int]], seed: int = 0, dtype: str = "int8"
+) -> bytes:
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    q = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, q)
+    p = m.add_const("paddings", np.array(paddings, dtype=np.int32), "int32")
+    out_shape = [d + lo + hi for d, (lo, hi) in zip(in_shape, paddings, strict=True)]
+    y = m.add_tensor("output", out_shape, dtype, q)
+    m.add_op("PAD", [x, p], [y])
+    return m.build([x], [y])
+
+
+def softmax_model(shape: Sequence[int], seed: int = 0) -> bytes:
+    """One int8 SOFTMAX: an op the NPU does not run (a CPU-fallback case)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    x = m.add_tensor("input", shape, "int8", activation_quant(rng, "int8", random_scale(rng)))
+    y = m.add_tensor("output", shape, "int8", Quant.tensor(1 / 256, -128))
+    m.add_op("SOFTMAX", [x], [y], beta=1.0)
+    return m.build([x], [y])
+
+
+# --- running -----------------------------------------------------------------------
+def _interpreter_module(runtime: str) -> Any:
+    if runtime == "tflite_runtime":
+        import tflite_runtime.interpreter as mod
+    elif runtime == "ai_edge_litert":
+        import ai_edge_litert.interpreter as mod
+    else:
+        raise ValueError(f"unknown runtime {runtime!r} (tflite_runtime or ai_edge_litert)")
+    return mod
+
+
+def reference_interpreter(
+    model: bytes, runtime: str = "tflite_runtime", delegates: Sequence[Any] = ()
+) -> Any:
+    """An allocated interpreter for ``model`` on TFLite's reference kernels (BUILTIN_REF)."""
+    mod = _interpreter_module(runtime)
+    interp = mod.Interpreter(
+        model_content=model,
+        experimental_op_resolver_type=mod.OpResolverType.BUILTIN_REF,
+        experimental_delegates=list(delegates) or None,
+    )
+    interp.allocate_tensors()
+    return interp
+
+
+def random_inputs(model: bytes, seed: int = 0) -> list[np.ndarray]:
+    """Uniformly random inputs over each input's full integer range (as Mesa's Teflon tests do)."""
+    from libaccel.compiler.graph import graph_from_tflite
+
+    g = graph_from_tflite(model)
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in g.inputs:
+        t = g.tensors[i]
+        dt = np.dtype(NP_TYPES[t.dtype])
+        if dt.kind in "iu":
+            info = np.iinfo(dt)
+            out.append(rng.integers(info.min, int(info.max) + 1, size=t.shape).astype(dt))
+        else:
+            out.append(rng.standard_normal(t.shape).astype(dt))
+    return out
+
+
+def run_reference(
+    model: bytes, inputs: Sequence[np.ndarray], runtime: str = "tflite_runtime", delegates: Sequence[Any] = ()
+) -> list[np.ndarray]:
+    """Run ``model`` once on BUILTIN_REF (plus ``delegates``); its outputs in the model's order."""
+    interp = reference_interpreter(model, runtime, delegates)
+    for detail, value in zip(interp.get_input_details(), inputs, strict=True):
+        interp.set_tensor(detail["index"], value)
+    interp.invoke()
+    return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
+
+
+# --- samples -------------------------------------------------------------------------
+SAMPLES: dict[str, Callable[[], bytes]] = {
+    "conv2d_int8_per_channel": lambda: conv2d_model((1, 16, 16, 8), 16, 3, 1, "SAME", True, "RELU6", 1),
+    "conv2d_uint8": lambda: conv2d_model((1, 12, 12, 4), 8, 3, 2, "VALID", False, "RELU", 2, "uint8"),
+    "depthwise_int8": lambda: depthwise_conv2d_model((1, 16, 16, 8), 1, 3, 2, "SAME", True, "RELU6", 3),
+    "fully_connected_int8": lambda: fully_connected_model(1, 64, 10, "NONE", 4),
+    "add_int8": lambda: elementwise_model("ADD", (1, 8, 8, 16), None, "NONE", 5),
+    "avgpool_int8": lambda: pool_model("AVERAGE_POOL_2D", (1, 8, 8, 16), 2, 2, "VALID", "NONE", 6),
+    "softmax_int8": lambda: softmax_model((1, 10), 7),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the sample int8 TFLite models")
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--check", action="store_true", help="also run each on TFLite's reference kernels")
+    args = parser.parse_args(argv)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for name, make in SAMPLES.items():
+        data = make()
+        path = args.out_dir / f"{name}.tflite"
+        path.write_bytes(data)
+        if args.check:
+            run_reference(data, random_inputs(data))
+        print(f"{path} ({len(data)} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
