@@ -1,0 +1,350 @@
+"""The TFLite C ABI the delegate speaks, as C declarations shared by cffi's cdef and the C source.
+
+These mirror ``tensorflow/lite/core/c/common.h`` and ``builtin_op_data.h`` of the supported runtimes
+(tflite-runtime 2.14, ai-edge-litert 2.x) on LP64 Linux. TFLite promises that struct fields are only
+ever appended, so a *prefix* of a struct is stable; where a struct changed or grew, this file keeps one
+declaration per layout and :mod:`delegate_teflon.runtime_abi` picks one at run time:
+
+- ``TfLiteRegistration`` is passed *by value* to ``ReplaceNodeSubsetsWithDelegateKernels``, so the
+  delegate's copy must be exactly the runtime's. 2.14 and every later release have the 88-byte layout
+  ending in ``inplace_operator`` (``vnpu_registration_v4``); releases before 2.13 had shorter ones
+  (``_v1``: 64 bytes, up to ``version``; ``_v3``: 80 bytes, up to ``async_kernel``).
+- ``TfLiteFloatArray`` (per-channel scales) was ``{int size; float data[];}`` for years; recent
+  TensorFlow turned it into ``{float *data; int size; bool owning;}``. Both are declared.
+- ``TfLiteContext``, ``TfLiteTensor`` and ``TfLiteNode`` are owned by the runtime; only the prefix the
+  delegate reads is declared (the runtime allocates them, never the delegate).
+- ``TfLiteDelegate`` is allocated by the delegate: its full 56-byte layout is declared (unchanged since
+  2.9) and zero-initialised.
+"""
+
+from __future__ import annotations
+
+# Types and the structs the delegate reads or builds. Used verbatim by the C source and by cdef.
+TYPES = r"""
+typedef int TfLiteStatus;      /* kTfLiteOk = 0, kTfLiteError = 1 */
+typedef int TfLiteType;        /* enum TfLiteType */
+
+typedef struct TfLiteIntArray {
+    int size;
+    int data[];
+} TfLiteIntArray;
+
+/* TfLiteFloatArray, layout of tflite 2.14 and LiteRT: a flexible array. */
+typedef struct vnpu_float_array_inline {
+    int size;
+    float data[];
+} vnpu_float_array_inline;
+
+/* TfLiteFloatArray, layout of recent TensorFlow: a view. */
+typedef struct vnpu_float_array_view {
+    float *data;
+    int size;
+    _Bool owning;
+} vnpu_float_array_view;
+
+typedef struct TfLiteQuantizationParams {
+    float scale;
+    int32_t zero_point;
+} TfLiteQuantizationParams;
+
+typedef struct TfLiteQuantization {
+    int type;                  /* kTfLiteNoQuantization = 0, kTfLiteAffineQuantization = 1 */
+    void *params;
+} TfLiteQuantization;
+
+typedef struct TfLiteAffineQuantization {
+    void *scale;               /* a TfLiteFloatArray of the runtime's layout */
+    TfLiteIntArray *zero_point;
+    int32_t quantized_dimension;
+} TfLiteAffineQuantization;
+
+typedef struct TfLiteTensor {
+    TfLiteType type;
+    void *data;
+    TfLiteIntArray *dims;
+    TfLiteQuantizationParams params;
+    int allocation_type;       /* kTfLiteMmapRo = 1, kTfLiteArenaRw = 2, ... */
+    size_t bytes;
+    const void *allocation;
+    const char *name;
+    void *delegate;
+    int buffer_handle;
+    _Bool data_is_stale;
+    _Bool is_variable;
+    TfLiteQuantization quantization;
+    void *sparsity;
+    const TfLiteIntArray *dims_signature;
+} TfLiteTensor;
+
+typedef struct TfLiteNode {
+    TfLiteIntArray *inputs;
+    TfLiteIntArray *outputs;
+    TfLiteIntArray *intermediates;
+    TfLiteIntArray *temporaries;
+    void *user_data;
+    void *builtin_data;
+    const void *custom_initial_data;
+    int custom_initial_data_size;
+    void *delegate;
+    _Bool might_have_side_effect;
+} TfLiteNode;
+
+/* The prefix of TfLiteRegistration every version shares (the runtime's, read through a pointer). */
+typedef struct vnpu_registration_prefix {
+    void *init;
+    void *free;
+    void *prepare;
+    void *invoke;
+    void *profiling_string;
+    int32_t builtin_code;
+    const char *custom_name;
+    int version;
+} vnpu_registration_prefix;
+
+struct TfLiteDelegate;
+
+/* The prefix of TfLiteContext the delegate uses (unchanged from 2.3 to today). */
+typedef struct TfLiteContext {
+    size_t tensors_size;
+    TfLiteStatus (*GetExecutionPlan)(struct TfLiteContext *context, TfLiteIntArray **execution_plan);
+    TfLiteTensor *tensors;
+    void *impl_;
+    void *ResizeTensor;
+    void *ReportError;         /* void (*)(TfLiteContext *, const char *fmt, ...): see vnpu_report */
+    void *AddTensors;
+    TfLiteStatus (*GetNodeAndRegistration)(struct TfLiteContext *, int node_index, TfLiteNode **node,
+                                           vnpu_registration_prefix **registration);
+    void *ReplaceNodeSubsetsWithDelegateKernels;   /* takes TfLiteRegistration BY VALUE */
+    int recommended_num_threads;
+} TfLiteContext;
+
+typedef struct TfLiteDelegate {
+    void *data_;
+    TfLiteStatus (*Prepare)(TfLiteContext *context, struct TfLiteDelegate *delegate);
+    void *CopyFromBufferHandle;
+    void *CopyToBufferHandle;
+    void *FreeBufferHandle;
+    int64_t flags;
+    void *opaque_delegate_builder;
+} TfLiteDelegate;
+
+typedef struct TfLiteDelegateParams {
+    TfLiteDelegate *delegate;
+    TfLiteIntArray *nodes_to_replace;
+    TfLiteIntArray *input_tensors;
+    TfLiteIntArray *output_tensors;
+} TfLiteDelegateParams;
+
+/* builtin_op_data.h: prefixes of the option structs of the ops the NPU may take. */
+typedef struct TfLiteConvParams {
+    int padding;               /* kTfLitePaddingSame = 1, kTfLitePaddingValid = 2 */
+    int stride_width;
+    int stride_height;
+    int activation;            /* TfLiteFusedActivation */
+    int dilation_width_factor;
+    int dilation_height_factor;
+} TfLiteConvParams;
+
+typedef struct TfLiteDepthwiseConvParams {
+    int padding;
+    int stride_width;
+    int stride_height;
+    int depth_multiplier;
+    int activation;
+    int dilation_width_factor;
+    int dilation_height_factor;
+} TfLiteDepthwiseConvParams;
+
+typedef struct TfLitePoolParams {
+    int padding;
+    int stride_width;
+    int stride_height;
+    int filter_width;
+    int filter_height;
+    int activation;
+} TfLitePoolParams;
+
+typedef struct TfLiteFullyConnectedParams {
+    int activation;
+    int weights_format;
+    _Bool keep_num_dims;
+    _Bool asymmetric_quantize_inputs;
+} TfLiteFullyConnectedParams;
+
+typedef struct TfLiteAddParams {
+    int activation;
+    _Bool pot_scale_int16;
+} TfLiteAddParams;
+
+typedef struct TfLiteSubParams {
+    int activation;
+    _Bool pot_scale_int16;
+} TfLiteSubParams;
+
+typedef struct TfLiteMulParams {
+    int activation;
+} TfLiteMulParams;
+
+typedef struct TfLiteConcatenationParams {
+    int axis;
+    int activation;
+} TfLiteConcatenationParams;
+
+typedef struct TfLiteReshapeParams {
+    int32_t shape[8];
+    int num_dimensions;
+} TfLiteReshapeParams;
+
+typedef struct TfLiteReducerParams {
+    _Bool keep_dims;
+} TfLiteReducerParams;
+
+typedef struct TfLiteStridedSliceParams {
+    int begin_mask;
+    int end_mask;
+    int ellipsis_mask;
+    int new_axis_mask;
+    int shrink_axis_mask;
+    _Bool offset;
+} TfLiteStridedSliceParams;
+
+typedef struct TfLiteResizeNearestNeighborParams {
+    _Bool align_corners;
+    _Bool half_pixel_centers;
+} TfLiteResizeNearestNeighborParams;
+
+/* The three TfLiteRegistration layouts (see the module docstring). */
+typedef struct vnpu_registration_v1 {
+    void *init; void *free; void *prepare; void *invoke; void *profiling_string;
+    int32_t builtin_code; const char *custom_name; int version;
+} vnpu_registration_v1;
+
+typedef struct vnpu_registration_v3 {
+    void *init; void *free; void *prepare; void *invoke; void *profiling_string;
+    int32_t builtin_code; const char *custom_name; int version;
+    void *registration_external; void *async_kernel;
+} vnpu_registration_v3;
+
+typedef struct vnpu_registration_v4 {
+    void *init; void *free; void *prepare; void *invoke; void *profiling_string;
+    int32_t builtin_code; const char *custom_name; int version;
+    void *registration_external; void *async_kernel; uint64_t inplace_operator;
+} vnpu_registration_v4;
+"""
+
+# C helpers (bodies in C_SOURCE), callable from Python.
+HELPERS = r"""
+TfLiteStatus vnpu_replace_nodes(TfLiteContext *context, int registration_layout,
+                                const TfLiteIntArray *nodes, TfLiteDelegate *delegate);
+void vnpu_report(TfLiteContext *context, const char *message);
+const char *vnpu_object_of(const void *address);
+void vnpu_call_report_error(void (*report_error)(const char *), const char *message);
+"""
+
+# Callbacks implemented in Python (cffi extern "Python": each takes the GIL, which Invoke released).
+CALLBACKS = r"""
+extern "Python" TfLiteStatus vnpu_delegate_prepare(TfLiteContext *context, TfLiteDelegate *delegate);
+extern "Python" void *vnpu_kernel_init(TfLiteContext *context, const char *buffer, size_t length);
+extern "Python" void vnpu_kernel_free(TfLiteContext *context, void *buffer);
+extern "Python" TfLiteStatus vnpu_kernel_prepare(TfLiteContext *context, TfLiteNode *node);
+extern "Python" TfLiteStatus vnpu_kernel_invoke(TfLiteContext *context, TfLiteNode *node);
+"""
+
+# The exported plugin entry points (delegates/external/external_delegate_adaptor.cc).
+EXPORTS = r"""
+TfLiteDelegate *tflite_plugin_create_delegate(char **options_keys, char **options_values,
+                                              size_t num_options,
+                                              void (*report_error)(const char *));
+void tflite_plugin_destroy_delegate(TfLiteDelegate *delegate);
+"""
+
+C_SOURCE = (
+    r"""
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+"""
+    + TYPES
+    + r"""
+static TfLiteStatus vnpu_delegate_prepare(TfLiteContext *context, TfLiteDelegate *delegate);
+static void *vnpu_kernel_init(TfLiteContext *context, const char *buffer, size_t length);
+static void vnpu_kernel_free(TfLiteContext *context, void *buffer);
+static TfLiteStatus vnpu_kernel_prepare(TfLiteContext *context, TfLiteNode *node);
+static TfLiteStatus vnpu_kernel_invoke(TfLiteContext *context, TfLiteNode *node);
+
+#define VNPU_BUILTIN_DELEGATE 51   /* BuiltinOperator_DELEGATE */
+
+/* Fill one registration layout: zero everything, then set the fields every layout has. */
+#define VNPU_FILL(reg) do {                                  \
+        memset(&(reg), 0, sizeof(reg));                      \
+        (reg).init = (void *)vnpu_kernel_init;               \
+        (reg).free = (void *)vnpu_kernel_free;               \
+        (reg).prepare = (void *)vnpu_kernel_prepare;         \
+        (reg).invoke = (void *)vnpu_kernel_invoke;           \
+        (reg).builtin_code = VNPU_BUILTIN_DELEGATE;          \
+        (reg).custom_name = "vnpu";                          \
+        (reg).version = 1;                                   \
+    } while (0)
+
+/* ReplaceNodeSubsetsWithDelegateKernels takes the registration by value: the call must be made
+   with the runtime's exact struct type, which C (not libffi) gets right for each layout. */
+TfLiteStatus vnpu_replace_nodes(TfLiteContext *context, int registration_layout,
+                                const TfLiteIntArray *nodes, TfLiteDelegate *delegate)
+{
+    switch (registration_layout) {
+    case 1: {
+        vnpu_registration_v1 reg;
+        VNPU_FILL(reg);
+        return ((TfLiteStatus (*)(TfLiteContext *, vnpu_registration_v1, const TfLiteIntArray *,
+                                  TfLiteDelegate *))context->ReplaceNodeSubsetsWithDelegateKernels)(
+            context, reg, nodes, delegate);
+    }
+    case 3: {
+        vnpu_registration_v3 reg;
+        VNPU_FILL(reg);
+        return ((TfLiteStatus (*)(TfLiteContext *, vnpu_registration_v3, const TfLiteIntArray *,
+                                  TfLiteDelegate *))context->ReplaceNodeSubsetsWithDelegateKernels)(
+            context, reg, nodes, delegate);
+    }
+    case 4: {
+        vnpu_registration_v4 reg;
+        VNPU_FILL(reg);
+        return ((TfLiteStatus (*)(TfLiteContext *, vnpu_registration_v4, const TfLiteIntArray *,
+                                  TfLiteDelegate *))context->ReplaceNodeSubsetsWithDelegateKernels)(
+            context, reg, nodes, delegate);
+    }
+    default:
+        return 1;
+    }
+}
+
+/* ReportError is variadic: cffi cannot pass through a printf format safely, C can. */
+void vnpu_report(TfLiteContext *context, const char *message)
+{
+    if (context && context->ReportError)
+        ((void (*)(TfLiteContext *, const char *, ...))context->ReportError)(context, "%s", message);
+}
+
+/* The file name of the shared object that holds `address` (which runtime owns a function). */
+const char *vnpu_object_of(const void *address)
+{
+    Dl_info info;
+    if (address && dladdr(address, &info) && info.dli_fname)
+        return info.dli_fname;
+    return NULL;
+}
+
+void vnpu_call_report_error(void (*report_error)(const char *), const char *message)
+{
+    if (report_error)
+        report_error(message);
+}
+"""
+)
+
+CDEF = TYPES + HELPERS + CALLBACKS

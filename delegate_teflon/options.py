@@ -1,0 +1,92 @@
+"""Delegate options: the ``{key: value}`` strings ``load_delegate(path, options)`` passes in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOG_LEVELS = ("quiet", "info", "verbose")
+
+OPTION_HELP = {
+    "device": "the NPU: a device node path (/dev/accel/accel0), 'shim' (in-process), or 'kernel' "
+    "(the first kernel device); default: $VNPU_DEVICE, else the first kernel device",
+    "cache_dir": "directory of the compile cache (default: $VNPU_CACHE_DIR or ~/.cache/vnpu)",
+    "log_level": "quiet | info | verbose (verbose prints the placement report); default info",
+    "allow_ops": "comma list of TFLite op names; only these may run on the NPU",
+    "deny_ops": "comma list of TFLite op names that stay on the CPU",
+}
+
+
+class OptionError(ValueError):
+    """An unknown option or a bad value; the message is what the runtime reports."""
+
+
+@dataclass(frozen=True)
+class DelegateOptions:
+    device: str | None = None
+    cache_dir: Path | None = None
+    log_level: str = "info"
+    allow_ops: frozenset[str] | None = None
+    deny_ops: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def verbose(self) -> bool:
+        return self.log_level == "verbose"
+
+    @property
+    def quiet(self) -> bool:
+        return self.log_level == "quiet"
+
+
+def _op_list(key: str, value: str, known_ops: frozenset[str]) -> frozenset[str]:
+    names = [n.strip().upper() for n in value.split(",") if n.strip()]
+    if not names:
+        raise OptionError(f"vnpu delegate: option {key!r} is empty; give a comma list of TFLite op names")
+    unknown = sorted(n for n in names if n not in known_ops)
+    if unknown:
+        raise OptionError(
+            f"vnpu delegate: option {key!r}: unknown TFLite op name(s) {', '.join(unknown)} "
+            f"(names as in the TFLite schema, e.g. CONV_2D,ADD)"
+        )
+    return frozenset(names)
+
+
+def parse_options(pairs: list[tuple[str, str]], known_ops: frozenset[str]) -> DelegateOptions:
+    """Validate ``pairs`` (in the order given) into :class:`DelegateOptions`; :class:`OptionError` if bad."""
+    values: dict[str, object] = {}
+    for key, value in pairs:
+        if key not in OPTION_HELP:
+            raise OptionError(
+                f"vnpu delegate: unknown option {key!r}; known options: " + ", ".join(sorted(OPTION_HELP))
+            )
+        if key in values:
+            raise OptionError(f"vnpu delegate: option {key!r} given twice")
+        if key == "device":
+            if not value:
+                raise OptionError("vnpu delegate: option 'device' is empty; give a node path, shim or kernel")
+            if value not in ("shim", "kernel") and not value.startswith("/"):
+                raise OptionError(
+                    f"vnpu delegate: option 'device' = {value!r}: expected an absolute device "
+                    "node path (/dev/accel/accelN), 'shim' or 'kernel'"
+                )
+            values[key] = value
+        elif key == "cache_dir":
+            if not value:
+                raise OptionError("vnpu delegate: option 'cache_dir' is empty")
+            path = Path(value).expanduser()
+            if path.exists() and not path.is_dir():
+                raise OptionError(f"vnpu delegate: option 'cache_dir' = {value!r} is not a directory")
+            values[key] = path
+        elif key == "log_level":
+            if value not in LOG_LEVELS:
+                raise OptionError(
+                    f"vnpu delegate: option 'log_level' = {value!r}: expected one of " + ", ".join(LOG_LEVELS)
+                )
+            values[key] = value
+        else:
+            values[key] = _op_list(key, value, known_ops)
+    opts = DelegateOptions(**values)  # type: ignore[arg-type]
+    if opts.allow_ops is not None and opts.allow_ops & opts.deny_ops:
+        both = ", ".join(sorted(opts.allow_ops & opts.deny_ops))
+        raise OptionError(f"vnpu delegate: op(s) {both} are in both allow_ops and deny_ops")
+    return opts
