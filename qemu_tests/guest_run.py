@@ -90,7 +90,7 @@ def pytest_command(out: Path, suites: list[str], marker: str, junit: str, extra:
     # The conformance suite runs on either backend; here it is the kernel's.
     if any(Path(s).parts[:2] == ("tests", "conformance") for s in suites):
         cmd += ["--backend", "kernel"]
-    return cmd + ["-q", *shlex.split(extra), *suites]
+    return cmd + ["-q", "--durations=10", *shlex.split(extra), *suites]
 
 
 def run_suites(args: argparse.Namespace) -> int:

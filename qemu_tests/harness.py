@@ -276,6 +276,31 @@ def boot(cmd: list[str], timeout: float, clock: Clock, log_path: Path) -> int:
 
 # --- main ------------------------------------------------------------------
 
+RESULTS = REPO / "build" / "qemu_tests"
+
+
+def results_dir(out: Path | None) -> Path:
+    """A fresh results directory: ``out``, else a new ``build/qemu_tests/<time>-<pid>/``.
+
+    Runs never share a directory, so concurrent runs (several developers, CI)
+    cannot delete each other's results; ``build/qemu_tests/latest`` points at
+    the newest.
+    """
+    if out is not None:
+        out = out.resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in [*out.glob("junit*.xml"), out / "dmesg.txt", out / "console.log"]:
+            stale.unlink(missing_ok=True)
+        return out
+    run = RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    run.mkdir(parents=True)
+    latest = RESULTS / "latest"
+    tmp = RESULTS / f".latest-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(run.name)
+    os.replace(tmp, latest)
+    return run
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -295,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"test paths for the in-guest pytest (default: {' '.join(DEFAULT_SUITES)})",
     )
     p.add_argument("--pytest-args", default="", help="extra arguments for the in-guest pytest (one string)")
-    p.add_argument("--out", type=Path, default=None, help="results directory (default build/qemu_tests/)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="results directory (default build/qemu_tests/<time>-<pid>/)"
+    )
     p.add_argument("--no-install", action="store_true", help="skip the install phase")
     p.add_argument("--no-build", action="store_true", help="use the already built vnpu.ko")
     p.add_argument("--no-module", action="store_true", help="boot with the device but do not load vnpu.ko")
@@ -308,10 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     clock = Clock()
-    outdir = (args.out or REPO / "build" / "qemu_tests").resolve()
-    if outdir.exists():
-        shutil.rmtree(outdir)
-    outdir.mkdir(parents=True)
+    outdir = results_dir(args.out)
+    clock.say("results", str(outdir))
     try:
         if not args.no_install:
             install(clock)
