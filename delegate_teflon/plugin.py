@@ -73,7 +73,22 @@ class PartitionKernel:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class PrepareRecord:
+    """What one delegate Prepare saw and decided (for tests and tools in the same process)."""
+
+    graph: Graph
+    layout: RuntimeLayout
+    placements: list[Placement]
+
+
 _delegates: dict[int, DelegateState] = {}  # address of the TfLiteDelegate -> state
+_last_prepare: PrepareRecord | None = None
+
+
+def last_prepare() -> PrepareRecord | None:
+    """The graph, runtime layout and placement of the most recent delegate Prepare in this process."""
+    return _last_prepare
 _kernels: dict[int, PartitionKernel] = {}  # handle stored in TfLiteNode.user_data -> kernel
 
 
@@ -137,8 +152,10 @@ def _delegate_prepare(context: Any, delegate: Any) -> int:
     layout = identify(_ffi, _lib, context)
     graph = read_context(_ffi, context, layout)
     placements = place(graph, state.options, compiler_bridge.check)
+    global _last_prepare
     state.graphs[_addr(context)] = (graph, layout)
     state.placements[_addr(context)] = placements
+    _last_prepare = PrepareRecord(graph, layout, placements)
     state.log("verbose", f"vnpu delegate: runtime {layout.describe()}")
     state.log("verbose", format_report(placements, layout.distribution))
     npu_nodes = [p.node for p in placements if p.npu]

@@ -8,13 +8,15 @@ map that file to its Python distribution and version. The layouts (see :mod:`del
 runtime              TfLiteRegistration       TfLiteFloatArray
 ===================  =======================  ==============================
 tflite-runtime 2.14  v4 (88 bytes)            inline ``{size; data[]}``
-ai-edge-litert 2.x   v4 (88 bytes)            inline, checked per tensor
+ai-edge-litert 2.x   v4 (88 bytes)            inline
 unknown              v4                       detected per tensor
 ===================  =======================  ==============================
 
 Choosing v4 for an unknown runtime is the safe default on x86-64 SysV: a by-value struct this large
 travels in memory, so a runtime whose struct is a prefix of v4 reads its prefix and ignores the rest,
-while a struct shorter than the runtime's would leave it reading stack garbage.
+while a struct shorter than the runtime's would leave it reading stack garbage. A known
+TfLiteFloatArray layout is still checked on every per-channel tensor against the zero-point count
+(a TfLiteIntArray in every version), so a wrong table entry is an error, not wrong numbers.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def layout_for(distribution: str, version: str, library: str) -> RuntimeLayout:
         float_array = "inline" if v <= (2, 19) else "detect"
         return RuntimeLayout(distribution, version, library, 4, float_array)
     if distribution == "ai-edge-litert":
-        return RuntimeLayout(distribution, version, library, 4, "detect")
+        return RuntimeLayout(distribution, version, library, 4, "inline")
     return RuntimeLayout("unknown", version, library, 4, "detect")
 
 

@@ -1,0 +1,27 @@
+"""Fixtures of the delegate tests: the built library and the two TFLite runtimes."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+
+import delegate_teflon
+
+RUNTIMES = ("tflite_runtime", "ai_edge_litert")
+
+
+@pytest.fixture(scope="session")
+def lib_path() -> str:
+    return delegate_teflon.library_path()
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def interp_mod(runtime: str) -> Any:
+    return importlib.import_module(f"{runtime}.interpreter")

@@ -1,0 +1,83 @@
+"""load_delegate on both runtimes: good options load, bad ones raise with the delegate's message,
+and a model with nothing the NPU takes runs wholly on the CPU, equal to the reference kernels."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+import delegate_teflon
+from delegate_teflon import plugin
+from tools.models import generate as gen
+
+
+def test_library_path_is_absolute_and_built(lib_path: str) -> None:
+    assert os.path.isabs(lib_path) and os.path.isfile(lib_path)
+    assert delegate_teflon.library_path() == lib_path  # second call: the cached build
+
+
+def test_loads_on_the_shim(interp_mod: Any, lib_path: str) -> None:
+    delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "log_level": "quiet"})
+    assert delegate is not None
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"device": "shim", "colour": "red"}, "unknown option 'colour'"),
+        ({"device": "shim", "log_level": "loud"}, "log_level"),
+        ({"device": "shim", "deny_ops": "CONV_2D,NOPE"}, "NOPE"),
+        ({"device": "relative/path"}, "'device' = 'relative/path'"),
+        ({"device": "/dev/accel/does-not-exist"}, "cannot open device"),
+    ],
+)
+def test_bad_options_raise(interp_mod: Any, lib_path: str, options: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        interp_mod.load_delegate(lib_path, options)
+
+
+def _run(interp_mod: Any, model: bytes, inputs: list[np.ndarray], delegates: list[Any]) -> list[np.ndarray]:
+    interp = interp_mod.Interpreter(
+        model_content=model,
+        experimental_delegates=delegates or None,
+        experimental_op_resolver_type=interp_mod.OpResolverType.BUILTIN_REF,
+    )
+    interp.allocate_tensors()
+    for detail, value in zip(interp.get_input_details(), inputs, strict=True):
+        interp.set_tensor(detail["index"], value)
+    interp.invoke()
+    return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
+
+
+def test_nothing_supported_runs_on_cpu(interp_mod: Any, lib_path: str, capfd: pytest.CaptureFixture) -> None:
+    model = gen.conv2d_model((1, 6, 6, 3), 4, 3, 1, "SAME", True, "NONE", 11)
+    inputs = gen.random_inputs(model, 1)
+    delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "deny_ops": "CONV_2D"})
+    got = _run(interp_mod, model, inputs, [delegate])
+    want = _run(interp_mod, model, inputs, [])
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
+    err = capfd.readouterr().err
+    assert "no node of this graph (1 nodes) can run on the NPU" in err
+    record = plugin.last_prepare()
+    assert record is not None and not any(p.npu for p in record.placements)
+
+
+def test_verbose_placement_report(interp_mod: Any, lib_path: str, capfd: pytest.CaptureFixture) -> None:
+    model = gen.softmax_model((1, 10), 3)
+    delegate = interp_mod.load_delegate(
+        lib_path, {"device": "shim", "log_level": "verbose", "allow_ops": "CONV_2D,ADD"}
+    )
+    _run(interp_mod, model, gen.random_inputs(model, 0), [delegate])
+    err = capfd.readouterr().err
+    assert "placement" in err and "0 of 1 nodes on the NPU" in err
+    assert "SOFTMAX" in err and "CPU  (not in the allow_ops option)" in err
+
+
+def test_quiet_prints_nothing(interp_mod: Any, lib_path: str, capfd: pytest.CaptureFixture) -> None:
+    model = gen.softmax_model((1, 10), 3)
+    delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "log_level": "quiet"})
+    _run(interp_mod, model, gen.random_inputs(model, 0), [delegate])
+    assert "vnpu delegate" not in capfd.readouterr().err

@@ -1,0 +1,71 @@
+"""Option parsing and the runtime layout table (pure functions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from delegate_teflon.context_reader import KNOWN_OPS
+from delegate_teflon.options import DelegateOptions, OptionError, parse_options
+from delegate_teflon.runtime_abi import layout_for
+
+
+def test_defaults() -> None:
+    assert parse_options([], KNOWN_OPS) == DelegateOptions()
+
+
+def test_all_options(tmp_path: Path) -> None:
+    opts = parse_options(
+        [
+            ("device", "shim"),
+            ("cache_dir", str(tmp_path)),
+            ("log_level", "verbose"),
+            ("allow_ops", "conv_2d, ADD"),
+            ("deny_ops", "MUL"),
+        ],
+        KNOWN_OPS,
+    )
+    assert opts.device == "shim" and opts.cache_dir == tmp_path and opts.verbose
+    assert opts.allow_ops == {"CONV_2D", "ADD"} and opts.deny_ops == {"MUL"}
+
+
+@pytest.mark.parametrize(
+    ("pairs", "message"),
+    [
+        ([("colour", "red")], "unknown option 'colour'"),
+        ([("log_level", "loud")], "'log_level' = 'loud'"),
+        ([("device", "accel0")], "'device' = 'accel0'"),
+        ([("device", "")], "'device' is empty"),
+        ([("allow_ops", "CONV_2D,NOT_AN_OP")], "NOT_AN_OP"),
+        ([("deny_ops", " , ")], "'deny_ops' is empty"),
+        ([("allow_ops", "ADD"), ("deny_ops", "ADD")], "both allow_ops and deny_ops"),
+        ([("device", "shim"), ("device", "shim")], "given twice"),
+    ],
+)
+def test_bad_options(pairs: list[tuple[str, str]], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        parse_options(pairs, KNOWN_OPS)
+
+
+def test_cache_dir_must_be_a_directory(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(OptionError, match="not a directory"):
+        parse_options([("cache_dir", str(f))], KNOWN_OPS)
+
+
+@pytest.mark.parametrize(
+    ("dist", "version", "registration", "float_array"),
+    [
+        ("tflite-runtime", "2.14.0", 4, "inline"),
+        ("tflite-runtime", "2.12.0", 3, "inline"),
+        ("tflite-runtime", "2.9.1", 1, "inline"),
+        ("ai-edge-litert", "2.3.0", 4, "inline"),
+        ("tensorflow", "2.21.0", 4, "detect"),
+        ("unknown", "?", 4, "detect"),
+    ],
+)
+def test_layout_table(dist: str, version: str, registration: int, float_array: str) -> None:
+    layout = layout_for(dist, version, "/x/lib.so")
+    assert (layout.registration, layout.float_array) == (registration, float_array)
