@@ -1,0 +1,79 @@
+"""The on-disk compile cache: compiled partitions keyed by content hash + compiler + ISA version."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from libaccel.compiler.graph import Graph
+from libaccel.compiler.lower import COMPILER_VERSION, CompiledPartition, compile_partition
+
+ENV_CACHE_DIR = "VNPU_COMPILE_CACHE"
+
+
+def default_cache_dir() -> Path:
+    """$VNPU_COMPILE_CACHE, else $XDG_CACHE_HOME/vnpu/compile, else ~/.cache/vnpu/compile."""
+    env = os.environ.get(ENV_CACHE_DIR)
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "vnpu" / "compile"
+
+
+def cache_key(
+    graph: Graph, node_indices: Sequence[int], isa_version: int, outputs: Sequence[int] | None = None
+) -> str:
+    """SHA-256 over the partition's content, the requested outputs, the compiler and ISA versions."""
+    h = hashlib.sha256()
+    h.update(graph.content_hash(tuple(node_indices)).encode())
+    h.update(repr((tuple(outputs) if outputs is not None else None, COMPILER_VERSION, isa_version)).encode())
+    return h.hexdigest()
+
+
+class CompileCache:
+    """A directory of compiled partitions, one file per key (written atomically)."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else default_cache_dir()
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}.vnpucp"
+
+    def get(self, key: str) -> CompiledPartition | None:
+        """The cached partition, or None (missing, or unreadable: a stale or torn file is ignored)."""
+        try:
+            return CompiledPartition.from_bytes(self.path(key).read_bytes())
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def put(self, key: str, compiled: CompiledPartition) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(compiled.to_bytes())
+            os.replace(tmp, self.path(key))
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def compile_cached(
+    graph: Graph,
+    node_indices: Sequence[int],
+    isa_version: int,
+    cache: CompileCache | None = None,
+    outputs: Sequence[int] | None = None,
+) -> tuple[CompiledPartition, bool]:
+    """compile_partition through ``cache`` (default directory if None); returns (partition, cache_hit)."""
+    cache = cache if cache is not None else CompileCache()
+    key = cache_key(graph, node_indices, isa_version, outputs)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit, True
+    compiled = compile_partition(graph, node_indices, isa_version, outputs)
+    cache.put(key, compiled)
+    return compiled, False

@@ -1,0 +1,409 @@
+"""compile_partition: a set of graph nodes -> one vnpu job (command stream + memory plan).
+
+Memory model of a compiled partition (three buffer objects per job):
+
+* **weights** (read-only): every constant the partition reads (filters,
+  biases, constant operands) and tables the compiler makes (per-channel
+  requantization, lookup tables), each 64-byte aligned; uploaded once when a
+  :class:`~libaccel.compiler.runner.PartitionRunner` is created;
+* **arena** (read/write): every non-constant tensor (partition inputs,
+  intermediates, outputs), placed by lifetime: two tensors share bytes when
+  no node needs both (greedy first-fit by size, the usual offline planner);
+  RESHAPE aliases its input's bytes and costs no instruction;
+* **command stream**: TENSOR descriptors and operations. Device addresses in
+  the stream are offsets into the weights or arena; the runner adds the BOs'
+  VAs through :attr:`CompiledPartition.relocations` once, at load.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from libaccel.compiler import ops as O
+from libaccel.compiler.graph import Graph, TensorInfo
+from uapi import isa
+
+COMPILER_VERSION = "1.0.0"  # bump whenever the generated code can change
+ALIGN = 64
+REGION_WEIGHTS, REGION_ARENA = 0, 1
+_ISA_DTYPES = {"int8": "INT8", "uint8": "UINT8", "int32": "INT32"}
+_TENSOR_SPEC = isa.SPEC.by_name("TENSOR")
+_VA_OFFSET = _TENSOR_SPEC.field("va").offset
+
+
+class CompileError(ValueError):
+    """The partition cannot be compiled (an unsupported node, a bad node list, a wrong ISA version)."""
+
+
+@dataclass(frozen=True)
+class IoBinding:
+    """Where a partition input or output lives in the arena (a dense tensor of ``shape`` at ``offset``)."""
+
+    index: int
+    offset: int
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class CompiledPartition:
+    """One job's worth of compiled code: what PartitionRunner loads and the compile cache stores."""
+
+    isa_version: int
+    node_indices: tuple[int, ...]
+    stream: bytes  # command stream; TENSOR va fields hold region offsets until relocated
+    relocations: tuple[tuple[int, int], ...]  # (byte offset of a TENSOR va field, region)
+    weights: bytes
+    arena_size: int
+    inputs: tuple[IoBinding, ...]
+    outputs: tuple[IoBinding, ...]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def input(self, index: int) -> IoBinding:
+        for b in self.inputs:
+            if b.index == index:
+                return b
+        raise KeyError(f"tensor {index} is not an input of this partition")
+
+    def output(self, index: int) -> IoBinding:
+        for b in self.outputs:
+            if b.index == index:
+                return b
+        raise KeyError(f"tensor {index} is not an output of this partition")
+
+    # --- serialization (the compile cache's file format) -----------------------------------
+    MAGIC = b"VNPUCP01"
+
+    def to_bytes(self) -> bytes:
+        header = {
+            "compiler_version": COMPILER_VERSION,
+            "isa_version": self.isa_version,
+            "node_indices": list(self.node_indices),
+            "relocations": [list(r) for r in self.relocations],
+            "arena_size": self.arena_size,
+            "inputs": [asdict(b) for b in self.inputs],
+            "outputs": [asdict(b) for b in self.outputs],
+            "stats": self.stats,
+            "stream_size": len(self.stream),
+            "weights_size": len(self.weights),
+        }
+        raw = json.dumps(header).encode()
+        return self.MAGIC + struct.pack("<Q", len(raw)) + raw + self.stream + self.weights
+
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview) -> CompiledPartition:
+        mv = memoryview(data)
+        if bytes(mv[:8]) != cls.MAGIC:
+            raise ValueError("not a compiled vnpu partition (bad magic)")
+        (n,) = struct.unpack_from("<Q", mv, 8)
+        h = json.loads(bytes(mv[16 : 16 + n]))
+        if h["compiler_version"] != COMPILER_VERSION:
+            raise ValueError(f"compiled by compiler {h['compiler_version']}, this is {COMPILER_VERSION}")
+        start = 16 + n
+        stream = bytes(mv[start : start + h["stream_size"]])
+        weights = bytes(mv[start + h["stream_size"] : start + h["stream_size"] + h["weights_size"]])
+        if len(weights) != h["weights_size"]:
+            raise ValueError("compiled partition is truncated")
+
+        def io(d: dict) -> IoBinding:
+            return IoBinding(d["index"], d["offset"], tuple(d["shape"]), d["dtype"])
+
+        return cls(
+            isa_version=h["isa_version"],
+            node_indices=tuple(h["node_indices"]),
+            stream=stream,
+            relocations=tuple((a, b) for a, b in h["relocations"]),
+            weights=weights,
+            arena_size=h["arena_size"],
+            inputs=tuple(io(d) for d in h["inputs"]),
+            outputs=tuple(io(d) for d in h["outputs"]),
+            stats=h["stats"],
+        )
+
+
+def _align(n: int, a: int = ALIGN) -> int:
+    return (n + a - 1) // a * a
+
+
+def dense_strides(shape: Sequence[int], itemsize: int) -> tuple[int, int, int, int]:
+    s = [0, 0, 0, 0]
+    step = itemsize
+    for i in (3, 2, 1, 0):
+        s[i] = step
+        step *= shape[i]
+    return s[0], s[1], s[2], s[3]
+
+
+# --- memory planning -------------------------------------------------------------------------
+def plan_arena(sizes: dict[int, int], lifetimes: dict[int, tuple[int, int]]) -> tuple[dict[int, int], int]:
+    """Offsets for buffers of ``sizes`` live over inclusive step ranges: overlapping lives never share bytes.
+
+    Greedy by decreasing size, each at the lowest aligned offset that fits
+    between the buffers already placed whose lifetimes intersect its own.
+    """
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+    offsets: dict[int, int] = {}
+    for key in sorted(sizes, key=lambda k: (-sizes[k], lifetimes[k][0], k)):
+        first, last = lifetimes[key]
+        size = _align(max(sizes[key], 1))
+        busy = sorted((o, e) for o, e, f, la in placed if f <= last and first <= la)
+        offset = 0
+        for o, e in busy:
+            if offset + size <= o:
+                break
+            offset = max(offset, e)
+        offsets[key] = offset
+        placed.append((offset, offset + size, first, last))
+    total = max((e for _, e, _, _ in placed), default=0)
+    return offsets, total
+
+
+class Emitter:
+    """Builds the command stream: TENSOR descriptors in 16 slots (reused LRU) and operations."""
+
+    def __init__(self, graph: Graph, arena_offsets: dict[int, int]) -> None:
+        self.graph = graph
+        self.arena_offsets = arena_offsets  # tensor index -> arena offset (aliases resolved)
+        self.stream = bytearray()
+        self.relocations: list[tuple[int, int]] = []
+        self.weights = bytearray()
+        self.weight_offsets: dict[int, int] = {}
+        self.slots: OrderedDict[tuple, int] = OrderedDict()  # descriptor -> slot, least recent first
+        self.pinned: set[int] = set()
+        self.counts: dict[str, int] = {}
+
+    # --- data ---------------------------------------------------------------------------------
+    def _add_weight(self, data: bytes) -> int:
+        offset = _align(len(self.weights))
+        self.weights.extend(b"\0" * (offset - len(self.weights)))
+        self.weights.extend(data)
+        return offset
+
+    def _location(self, t: TensorInfo) -> tuple[int, int]:
+        if t.data is not None:
+            if t.index not in self.weight_offsets:
+                self.weight_offsets[t.index] = self._add_weight(np.ascontiguousarray(t.data).tobytes())
+            return REGION_WEIGHTS, self.weight_offsets[t.index]
+        return REGION_ARENA, self.arena_offsets[t.index]
+
+    def tensor(
+        self,
+        index: int,
+        shape: tuple[int, int, int, int] | None = None,
+        broadcast_to: tuple[int, int, int, int] | None = None,
+        origin: tuple[int, int, int, int] | None = None,
+    ) -> int:
+        """A slot describing graph tensor ``index``.
+
+        ``shape`` reinterprets the dense tensor as that 4-D shape; ``origin``
+        instead selects a ``shape`` block of the tensor's own 4-D layout
+        starting at that element (concatenation, padding); ``broadcast_to``
+        stretches size-1 dimensions with zero strides.
+        """
+        t = self.graph.tensors[index]
+        region, offset = self._location(t)
+        full = O.to4d(t.shape) if (origin is not None or shape is None) else shape
+        strides = dense_strides(full, t.itemsize)
+        view = shape if shape is not None else full
+        if origin is not None:
+            offset += sum(o * s for o, s in zip(origin, strides, strict=True))
+        if broadcast_to is not None:
+            strides = tuple(
+                0 if d == 1 and b > 1 else s for d, b, s in zip(view, broadcast_to, strides, strict=True)
+            )
+            view = broadcast_to
+        zp = t.quant.zero_point if t.quant is not None else 0
+        return self._slot((t.dtype, region, offset, tuple(view), tuple(strides), zp))
+
+    def const(self, array: np.ndarray, dtype: str) -> int:
+        """A slot for a compiler-made constant (a 4-D array) placed in the weights."""
+        data = np.ascontiguousarray(array.astype(np.dtype(dtype)))
+        offset = self._add_weight(data.tobytes())
+        shape = data.shape
+        return self._slot((dtype, REGION_WEIGHTS, offset, shape, dense_strides(shape, data.itemsize), 0))
+
+    def _slot(self, desc: tuple) -> int:
+        if desc in self.slots:
+            self.slots.move_to_end(desc)
+            slot = self.slots[desc]
+            self.pinned.add(slot)
+            return slot
+        used = set(self.slots.values())
+        free = [s for s in range(isa.SPEC.slots) if s not in used]
+        if free:
+            slot = free[0]
+        else:
+            victim = next(d for d, s in self.slots.items() if s not in self.pinned)
+            slot = self.slots.pop(victim)
+        self.slots[desc] = slot
+        self.pinned.add(slot)
+        dtype, region, offset, shape, strides, zp = desc
+        self.relocations.append((len(self.stream) + _VA_OFFSET, region))
+        self._emit(
+            "TENSOR",
+            slot=slot,
+            dtype=isa.SPEC.dtypes[_ISA_DTYPES[dtype]].code,
+            va=offset,
+            n=shape[0],
+            h=shape[1],
+            w=shape[2],
+            c=shape[3],
+            stride_n=strides[0],
+            stride_h=strides[1],
+            stride_w=strides[2],
+            stride_c=strides[3],
+            zero_point=zp,
+        )
+        return slot
+
+    def _emit(self, op: str, **fields: int) -> None:
+        self.stream += isa.encode(op, **fields)
+        self.counts[op] = self.counts.get(op, 0) + 1
+
+    def op(self, name: str, **fields: int | None) -> None:
+        spec = isa.SPEC.by_name(name)
+        values = {k: v for k, v in fields.items() if v is not None}
+        if any(f.name == "flags" for f in spec.fields):
+            flags = 0
+            if "bias" in values:
+                flags |= isa.SPEC.flags["HAS_BIAS"]
+            if "quant" in values:
+                flags |= isa.SPEC.flags["PER_CHANNEL"]
+            values["flags"] = flags
+        self._emit(name, **values)
+        self.pinned.clear()
+        # The op's output changed memory other slots may describe: the descriptors stay valid
+        # (they are addresses, not contents), so nothing is invalidated.
+
+
+# --- the compiler entry point -------------------------------------------------------------------
+def partition_io(graph: Graph, node_indices: Iterable[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(inputs, outputs) of a node set: non-constant tensors read but not produced inside it, and
+    tensors produced inside it that a node outside reads or that are graph outputs."""
+    inside = set(node_indices)
+    nodes = [n for n in graph.nodes if n.index in inside]
+    produced = {t for n in nodes for t in n.outputs}
+    inputs: list[int] = []
+    for n in nodes:
+        for t in n.inputs:
+            if t >= 0 and t not in produced and graph.tensors[t].data is None and t not in inputs:
+                inputs.append(t)
+    used_outside = {t for n in graph.nodes if n.index not in inside for t in n.inputs}
+    outputs = [t for n in nodes for t in n.outputs if t in used_outside or t in graph.outputs]
+    return tuple(inputs), tuple(outputs)
+
+
+def compile_partition(
+    graph: Graph,
+    node_indices: Sequence[int],
+    isa_version: int,
+    outputs: Sequence[int] | None = None,
+) -> CompiledPartition:
+    """Compile ``node_indices`` of ``graph`` into one job for a device of ``isa_version``.
+
+    ``isa_version`` is the device's DRM_VNPU_PARAM_ISA_VERSION ((major << 16) | minor;
+    ``Device.params.isa_version``). ``outputs`` overrides which produced tensors
+    the caller reads afterwards (default: those read outside the partition or
+    graph outputs). Raises :class:`CompileError` naming the first node that
+    cannot be lowered exactly. Partition inputs/outputs are
+    :attr:`CompiledPartition.inputs`/``outputs`` (graph tensor indices and
+    their arena placement).
+    """
+    if isa_version >> 16 != isa.SPEC.version_major:
+        raise CompileError(
+            f"device ISA {isa_version >> 16}.{isa_version & 0xFFFF} is not supported "
+            f"(the compiler emits ISA {isa.SPEC.version_major}.x)"
+        )
+    wanted = list(dict.fromkeys(node_indices))
+    known = {n.index for n in graph.nodes}
+    missing = [i for i in wanted if i not in known]
+    if missing:
+        raise CompileError(f"nodes {missing} are not in the graph")
+    if not wanted:
+        raise CompileError("empty partition")
+    nodes = [n for n in graph.nodes if n.index in set(wanted)]  # execution order
+    plans = []
+    for n in nodes:
+        try:
+            plans.append(O.plan_node(graph, n))
+        except O.Unsupported as e:
+            raise CompileError(f"node {n.index} ({n.op}): {e}") from None
+    p_inputs, p_outputs = partition_io(graph, wanted)
+    if outputs is not None:
+        produced = {t for n in nodes for t in n.outputs}
+        bad = [t for t in outputs if t not in produced]
+        if bad:
+            raise CompileError(f"requested outputs {bad} are not produced by the partition")
+        p_outputs = tuple(outputs)
+
+    # Storage: RESHAPE outputs alias their inputs; everything else non-constant gets arena bytes.
+    root: dict[int, int] = {}
+
+    def find(t: int) -> int:
+        while t in root:
+            t = root[t]
+        return t
+
+    for n, plan in zip(nodes, plans, strict=True):
+        if plan.alias_of is not None:
+            root[n.outputs[0]] = find(plan.alias_of)
+    lifetimes: dict[int, tuple[int, int]] = {}
+
+    def touch(t: int, step: int) -> None:
+        if t < 0 or graph.tensors[t].data is not None:
+            return
+        r = find(t)
+        lo, hi = lifetimes.get(r, (step, step))
+        lifetimes[r] = (min(lo, step), max(hi, step))
+
+    end = len(nodes)
+    for t in p_inputs:
+        touch(t, -1)
+    for step, n in enumerate(nodes):
+        for t in (*n.inputs, *n.outputs):
+            touch(t, step)
+    for t in p_outputs:
+        touch(t, end)
+    sizes = {r: graph.tensors[r].nbytes for r in lifetimes}
+    offsets, arena_size = plan_arena(sizes, lifetimes)
+    arena_offsets = {t: offsets[find(t)] for t in graph.tensors if find(t) in offsets}
+
+    em = Emitter(graph, arena_offsets)
+    for plan in plans:
+        if plan.emit is not None:
+            plan.emit(em)
+    em._emit("END")
+
+    def binding(t: int) -> IoBinding:
+        info = graph.tensors[t]
+        return IoBinding(t, arena_offsets[t], info.shape, info.dtype)
+
+    return CompiledPartition(
+        isa_version=isa_version,
+        node_indices=tuple(n.index for n in nodes),
+        stream=bytes(em.stream),
+        relocations=tuple(em.relocations),
+        weights=bytes(em.weights),
+        arena_size=max(arena_size, ALIGN),
+        inputs=tuple(binding(t) for t in p_inputs),
+        outputs=tuple(binding(t) for t in p_outputs),
+        stats={
+            "nodes": len(nodes),
+            "instructions": em.counts,
+            "stream_bytes": len(em.stream),
+            "weights_bytes": len(em.weights),
+            "arena_bytes": arena_size,
+            "activation_bytes_unshared": sum(sizes.values()),
+        },
+    )

@@ -1,0 +1,539 @@
+"""Per-operator support checks and lowering to vnpu instructions.
+
+Each TFLite op has one ``_plan_<op>`` function that checks everything the
+exact lowering needs (types, quantization, shapes, options, the range of the
+integer multipliers) and returns an :class:`OpPlan` whose ``emit`` writes the
+instructions. :func:`check_support` and the compiler call the same function,
+so what the partitioner accepts is exactly what the compiler can lower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from libaccel.compiler import quant as q
+from libaccel.compiler.graph import Graph, OpNode, TensorInfo
+
+if TYPE_CHECKING:
+    from libaccel.compiler.lower import Emitter
+
+BYTE_TYPES = ("int8", "uint8")
+ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+
+
+class Unsupported(Exception):
+    """The node cannot run exactly on the NPU; the message says why."""
+
+
+@dataclass(frozen=True)
+class Support:
+    """check_support's answer: ``ok``, or the reason the node stays on the CPU."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass
+class OpPlan:
+    """How one node lowers: instructions (``emit``), or an alias of its input's storage (``alias_of``)."""
+
+    emit: Callable[[Emitter], None] | None = None
+    alias_of: int | None = None  # RESHAPE of a dense tensor: the output is the input's bytes
+
+
+# --- common checks ---------------------------------------------------------------
+def _t(graph: Graph, index: int, what: str) -> TensorInfo:
+    if index < 0:
+        raise Unsupported(f"{what} is absent")
+    if index not in graph.tensors:
+        raise Unsupported(f"{what} is tensor {index}, which the graph does not have")
+    return graph.tensors[index]
+
+
+def _activation(graph: Graph, index: int, what: str, dtype: str | None = None) -> TensorInfo:
+    """A per-tensor quantized int8/uint8 tensor of static shape, rank <= 4."""
+    t = _t(graph, index, what)
+    if t.dtype not in BYTE_TYPES:
+        raise Unsupported(f"{what} {t.name!r} is {t.dtype}; the NPU computes int8/uint8")
+    if dtype is not None and t.dtype != dtype:
+        raise Unsupported(f"{what} {t.name!r} is {t.dtype}, the op's other tensors {dtype}")
+    if t.quant is None:
+        raise Unsupported(f"{what} {t.name!r} has no quantization")
+    if not t.quant.per_tensor:
+        raise Unsupported(f"{what} {t.name!r} is quantized per channel; activations must be per tensor")
+    if len(t.shape) > 4:
+        raise Unsupported(f"{what} {t.name!r} has rank {len(t.shape)}; the NPU has 4-D tensors")
+    if any(d < 1 for d in t.shape):
+        raise Unsupported(f"{what} {t.name!r} has a dynamic or empty shape {list(t.shape)}")
+    return t
+
+
+def _const(graph: Graph, index: int, what: str) -> TensorInfo:
+    t = _t(graph, index, what)
+    if t.data is None:
+        raise Unsupported(f"{what} {t.name!r} is not a constant")
+    return t
+
+
+def _fused(node: OpNode) -> str:
+    act = node.option("fused_activation_function")
+    if act not in ACTIVATIONS:
+        raise Unsupported(f"fused activation {act} has no exact clamp")
+    return act
+
+
+def _clamp(node: OpNode, out: TensorInfo) -> tuple[int, int]:
+    assert out.quant is not None
+    return q.activation_range(_fused(node), out.quant.scale, out.quant.zero_point, out.dtype)
+
+
+def _mult(real: float, what: str) -> tuple[int, int]:
+    m, shift = q.quantize_multiplier(real)
+    if not q.shift_ok(shift):
+        raise Unsupported(f"{what} multiplier {real:g} needs shift {shift}, outside [-31, 30]")
+    return m, shift
+
+
+def to4d(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    if len(shape) > 4:
+        raise Unsupported(f"rank {len(shape)} > 4")
+    s = (1,) * (4 - len(shape)) + tuple(shape)
+    return s[0], s[1], s[2], s[3]
+
+
+def out_size(padding: str, size: int, k: int, stride: int, dilation: int) -> int:
+    """ComputeOutSize."""
+    eff = (k - 1) * dilation + 1
+    if padding == "SAME":
+        return (size + stride - 1) // stride
+    if padding == "VALID":
+        return (size + stride - eff) // stride
+    raise Unsupported(f"padding {padding!r}")
+
+
+def pad_before(size: int, k: int, stride: int, dilation: int, out: int) -> int:
+    """ComputePaddingWithOffset's leading padding (the smaller half)."""
+    eff = (k - 1) * dilation + 1
+    return max(0, (out - 1) * stride + eff - size) // 2
+
+
+def _geometry(node: OpNode, h: int, w: int, kh: int, kw: int, oh: int, ow: int, dil: bool) -> dict:
+    sh, sw = int(node.option("stride_h")), int(node.option("stride_w"))
+    dh = int(node.option("dilation_h_factor")) if dil else 1
+    dw = int(node.option("dilation_w_factor")) if dil else 1
+    if min(sh, sw, dh, dw) < 1:
+        raise Unsupported(f"stride ({sh}, {sw}) or dilation ({dh}, {dw}) below 1")
+    padding = node.option("padding")
+    exp = (out_size(padding, h, kh, sh, dh), out_size(padding, w, kw, sw, dw))
+    if exp != (oh, ow):
+        raise Unsupported(f"output is {oh}x{ow}, {padding} padding gives {exp[0]}x{exp[1]}")
+    return dict(
+        stride_h=sh,
+        stride_w=sw,
+        dilation_h=dh,
+        dilation_w=dw,
+        pad_top=pad_before(h, kh, sh, dh, oh),
+        pad_left=pad_before(w, kw, sw, dw, ow),
+    )
+
+
+# --- convolutions ------------------------------------------------------------------------
+def _conv_quant(
+    x: TensorInfo, w: TensorInfo, y: TensorInfo, cout: int, axis: int, what: str
+) -> tuple[dict, np.ndarray | None]:
+    """(per-tensor fields, per-channel [Cout, 2] table or None); checks the filter's quantization."""
+    assert x.quant and y.quant
+    wq = w.quant
+    if wq is None:
+        raise Unsupported(f"{what} filter has no quantization")
+    if x.dtype == "int8":
+        if any(z != 0 for z in wq.zero_points):
+            raise Unsupported("int8 filter with a non-zero zero point (TFLite requires symmetric)")
+    elif not wq.per_tensor:
+        raise Unsupported("uint8 filter quantized per channel")
+    if not wq.per_tensor and (wq.axis != axis or len(wq.scales) != cout):
+        raise Unsupported(f"filter quantized along axis {wq.axis} with {len(wq.scales)} scales")
+    # TFLite: effective scale = double(input_scale) * double(filter_scale) / double(output_scale).
+    reals = [x.quant.scale * s / y.quant.scale for s in wq.scales]
+    mults = [_mult(r, what) for r in reals]
+    if len(mults) == 1 and x.dtype == "uint8":
+        m, s = mults[0]
+        return dict(multiplier=m, shift=s), None
+    if len(mults) == 1:
+        mults = mults * cout  # int8 kernels requantize per channel even for per-tensor filters
+    table = np.array(mults, dtype=np.int32).reshape(cout, 2)
+    if (table[:, 0] == table[0, 0]).all() and (table[:, 1] == table[0, 1]).all():
+        return dict(multiplier=int(table[0, 0]), shift=int(table[0, 1])), None
+    return dict(multiplier=0, shift=0), table
+
+
+def _bias(graph: Graph, node: OpNode, cout: int) -> TensorInfo | None:
+    if len(node.inputs) < 3 or node.inputs[2] < 0:
+        return None
+    b = _const(graph, node.inputs[2], "bias")
+    if b.dtype != "int32" or b.size != cout:
+        raise Unsupported(f"bias is {b.dtype} of {b.size} values; expected int32 x {cout}")
+    return b
+
+
+def _plan_conv(graph: Graph, node: OpNode, depthwise: bool) -> OpPlan:
+    name = node.op
+    x = _activation(graph, node.inputs[0], "input")
+    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    w = _const(graph, node.inputs[1], "filter")
+    if w.dtype != x.dtype:
+        raise Unsupported(f"filter is {w.dtype}, input {x.dtype} (hybrid models stay on the CPU)")
+    if len(x.shape) != 4 or len(y.shape) != 4 or len(w.shape) != 4:
+        raise Unsupported("input, filter and output must be 4-D")
+    n, h, wd, cin = x.shape
+    on, oh, ow, cout = y.shape
+    if depthwise:
+        one, kh, kw, fcout = w.shape
+        dm = int(node.option("depth_multiplier"))
+        if one != 1 or fcout != cout or cout != cin * dm:
+            raise Unsupported(
+                f"filter {list(w.shape)} with depth_multiplier {dm} does not fit {cin} -> {cout}"
+            )
+    else:
+        fcout, kh, kw, fcin = w.shape
+        if fcin != cin or fcout != cout:
+            raise Unsupported(f"filter {list(w.shape)} does not fit {cin} -> {cout} channels (grouped?)")
+        dm = 0
+    if on != n:
+        raise Unsupported(f"batch {n} -> {on}")
+    geo = _geometry(node, h, wd, kh, kw, oh, ow, dil=True)
+    fields, table = _conv_quant(x, w, y, cout, 3 if depthwise else 0, name)
+    bias = _bias(graph, node, cout)
+    act_min, act_max = _clamp(node, y)
+    op = "DEPTHWISE_CONV2D" if depthwise else "CONV2D"
+
+    def emit(em: Emitter) -> None:
+        extra = {"depth_multiplier": dm} if depthwise else {}
+        em.op(
+            op,
+            input=em.tensor(x.index),
+            filter=em.tensor(w.index),
+            bias=em.tensor(bias.index, shape=(1, 1, 1, cout)) if bias is not None else None,
+            quant=em.const(table.reshape(1, 1, cout, 2), "int32") if table is not None else None,
+            output=em.tensor(y.index),
+            act_min=act_min,
+            act_max=act_max,
+            **geo,
+            **fields,
+            **extra,
+        )
+
+    return OpPlan(emit)
+
+
+def _plan_fully_connected(graph: Graph, node: OpNode) -> OpPlan:
+    x = _activation(graph, node.inputs[0], "input")
+    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    w = _const(graph, node.inputs[1], "filter")
+    if w.dtype != x.dtype:
+        raise Unsupported(f"filter is {w.dtype}, input {x.dtype} (hybrid models stay on the CPU)")
+    if node.option("weights_format") not in ("DEFAULT", 0):
+        raise Unsupported(f"weights format {node.option('weights_format')}")
+    if len(w.shape) != 2:
+        raise Unsupported(f"filter has shape {list(w.shape)}, expected [Cout, K]")
+    cout, k = w.shape
+    if x.size % k:
+        raise Unsupported(f"input of {x.size} values is not rows of {k}")
+    rows = x.size // k
+    if y.size != rows * cout or y.shape[-1] != cout:
+        raise Unsupported(f"output shape {list(y.shape)} is not {rows} rows of {cout}")
+    if w.quant is not None and not w.quant.per_tensor:
+        raise Unsupported("per-channel FULLY_CONNECTED")
+    fields, table = _conv_quant(x, w, y, cout, 0, "FULLY_CONNECTED")
+    bias = _bias(graph, node, cout)
+    act_min, act_max = _clamp(node, y)
+
+    def emit(em: Emitter) -> None:
+        em.op(
+            "FULLY_CONNECTED",
+            input=em.tensor(x.index, shape=(1, 1, rows, k)),
+            filter=em.tensor(w.index, shape=(1, 1, cout, k)),
+            bias=em.tensor(bias.index, shape=(1, 1, 1, cout)) if bias is not None else None,
+            quant=em.const(table.reshape(1, 1, cout, 2), "int32") if table is not None else None,
+            output=em.tensor(y.index, shape=(1, 1, rows, cout)),
+            act_min=act_min,
+            act_max=act_max,
+            **fields,
+        )
+
+    return OpPlan(emit)
+
+
+# --- elementwise ----------------------------------------------------------------------------
+def _elementwise_operand(graph: Graph, index: int, what: str, dtype: str) -> TensorInfo:
+    t = _t(graph, index, what)
+    if t.data is not None:  # constant operands live in the weights region
+        if t.dtype != dtype or t.quant is None or not t.quant.per_tensor or len(t.shape) > 4:
+            raise Unsupported(f"constant {what} {t.name!r} is not a per-tensor {dtype} of rank <= 4")
+        return t
+    return _activation(graph, index, what, dtype)
+
+
+def _broadcast(shape: tuple[int, ...], out: tuple[int, int, int, int]) -> tuple[int, int, int, int] | None:
+    s = to4d(shape)
+    if any(d not in (1, o) for d, o in zip(s, out, strict=True)):
+        return None
+    return s
+
+
+def _plan_elementwise(graph: Graph, node: OpNode) -> OpPlan:
+    if len(node.inputs) != 2:
+        raise Unsupported(f"{node.op} with {len(node.inputs)} inputs")
+    y = _activation(graph, node.outputs[0], "output")
+    a = _elementwise_operand(graph, node.inputs[0], "input1", y.dtype)
+    b = _elementwise_operand(graph, node.inputs[1], "input2", y.dtype)
+    out4 = to4d(y.shape)
+    a4, b4 = _broadcast(a.shape, out4), _broadcast(b.shape, out4)
+    if a4 is None or b4 is None:
+        raise Unsupported(f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast to {list(y.shape)}")
+    assert a.quant and b.quant and y.quant
+    act_min, act_max = _clamp(node, y)
+    s1, s2, so = a.quant.scale, b.quant.scale, y.quant.scale
+    if node.op in ("ADD", "SUB"):
+        # TFLite's 8-bit ADD/SUB Prepare: both inputs rescaled to twice the larger input scale.
+        twice = 2.0 * max(s1, s2)
+        try:
+            m1, sh1 = q.quantize_multiplier_smaller_than_one_exp(s1 / twice)
+            m2, sh2 = q.quantize_multiplier_smaller_than_one_exp(s2 / twice)
+            mo, sho = q.quantize_multiplier_smaller_than_one_exp(twice / ((1 << q.ADD_LEFT_SHIFT) * so))
+        except ValueError as e:
+            raise Unsupported(f"{node.op} rescaling: {e}") from None
+        if not all(q.shift_ok(s) for s in (sh1, sh2, sho)):
+            raise Unsupported(f"{node.op} shifts outside [-31, 30]")
+        fields = dict(
+            left_shift=q.ADD_LEFT_SHIFT,
+            input1_multiplier=m1,
+            input1_shift=sh1,
+            input2_multiplier=m2,
+            input2_shift=sh2,
+            output_multiplier=mo,
+            output_shift=sho,
+        )
+    else:
+        # TFLite's MUL Prepare computes input1_scale * input2_scale / output_scale in float.
+        real = float(np.float32(np.float32(s1) * np.float32(s2)) / np.float32(so))
+        mo, sho = _mult(real, "MUL")
+        fields = dict(output_multiplier=mo, output_shift=sho)
+
+    def emit(em: Emitter) -> None:
+        em.op(
+            node.op,
+            input1=em.tensor(a.index, shape=a4, broadcast_to=out4),
+            input2=em.tensor(b.index, shape=b4, broadcast_to=out4),
+            output=em.tensor(y.index, shape=out4),
+            act_min=act_min,
+            act_max=act_max,
+            **fields,
+        )
+
+    return OpPlan(emit)
+
+
+# --- pooling -------------------------------------------------------------------------------
+def _plan_pool(graph: Graph, node: OpNode) -> OpPlan:
+    x = _activation(graph, node.inputs[0], "input")
+    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    if len(x.shape) != 4 or len(y.shape) != 4:
+        raise Unsupported("input and output must be 4-D")
+    if x.quant != y.quant:
+        raise Unsupported("input and output quantization differ")
+    n, h, w, c = x.shape
+    if (y.shape[0], y.shape[3]) != (n, c):
+        raise Unsupported(f"output {list(y.shape)} does not match input {list(x.shape)}")
+    fh, fw = int(node.option("filter_height")), int(node.option("filter_width"))
+    if min(fh, fw) < 1:
+        raise Unsupported(f"filter {fh}x{fw}")
+    geo = _geometry(node, h, w, fh, fw, y.shape[1], y.shape[2], dil=False)
+    for size, k, s, p, o in ((h, fh, geo["stride_h"], geo["pad_top"], y.shape[1]),
+                             (w, fw, geo["stride_w"], geo["pad_left"], y.shape[2])):  # fmt: skip
+        if any(min(k, size - (i * s - p)) - max(0, p - i * s) <= 0 for i in range(o)):
+            raise Unsupported("a pooling window covers no input position")
+    act_min, act_max = _clamp(node, y)
+    op = "AVGPOOL" if node.op == "AVERAGE_POOL_2D" else "MAXPOOL"
+    del geo["dilation_h"], geo["dilation_w"]
+
+    def emit(em: Emitter) -> None:
+        em.op(
+            op,
+            input=em.tensor(x.index),
+            output=em.tensor(y.index),
+            filter_h=fh,
+            filter_w=fw,
+            act_min=act_min,
+            act_max=act_max,
+            **geo,
+        )
+
+    return OpPlan(emit)
+
+
+# --- activations as lookup tables ---------------------------------------------------------
+def _relu_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
+    """TFLite's quantized ReluX (activations.cc): requantize then clamp, as a 256-entry table."""
+    assert x.quant and y.quant
+    # ReluPrepare: input_scale / output_scale in float, then QuantizeMultiplier.
+    real = float(np.float32(x.quant.scale) / np.float32(y.quant.scale))
+    m, shift = _mult(real, node.op)
+    lo, hi = q.QRANGE[y.dtype]
+    zo = y.quant.zero_point
+
+    def bound(f: float) -> int:
+        return zo + q.tflite_round(float(np.float32(f) / np.float32(y.quant.scale)))
+
+    bounds = {"RELU": (0.0, None), "RELU6": (0.0, 6.0), "RELU_N1_TO_1": (-1.0, 1.0)}[node.op]
+    act_min = max(lo, bound(bounds[0]))
+    act_max = hi if bounds[1] is None else min(hi, bound(bounds[1]))
+    base = -128 if x.dtype == "int8" else 0
+    zi = x.quant.zero_point
+    vals = [q.multiply_by_quantized_multiplier(v - zi, m, shift) + zo for v in range(base, base + 256)]
+    return np.clip(np.array(vals), act_min, act_max)
+
+
+def _plan_lut(graph: Graph, node: OpNode) -> OpPlan:
+    x = _activation(graph, node.inputs[0], "input")
+    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    if x.shape != y.shape:
+        raise Unsupported(f"input {list(x.shape)} and output {list(y.shape)} differ")
+    table = _relu_table(node, x, y)
+    np_t = np.int8 if y.dtype == "int8" else np.uint8
+    shape4 = to4d(x.shape)
+
+    def emit(em: Emitter) -> None:
+        em.op(
+            "LUT",
+            input=em.tensor(x.index, shape=shape4),
+            table=em.const(table.astype(np_t).reshape(1, 1, 1, 256), y.dtype),
+            output=em.tensor(y.index, shape=shape4),
+        )
+
+    return OpPlan(emit)
+
+
+# --- layout ----------------------------------------------------------------------------------
+def _plan_reshape(graph: Graph, node: OpNode) -> OpPlan:
+    x = _activation(graph, node.inputs[0], "input")
+    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    if x.quant != y.quant or x.size != y.size:
+        raise Unsupported("RESHAPE changing quantization or element count")
+    return OpPlan(alias_of=x.index)
+
+
+def _plan_concat(graph: Graph, node: OpNode) -> OpPlan:
+    y = _activation(graph, node.outputs[0], "output")
+    xs = [_activation(graph, i, f"input{k}", y.dtype) for k, i in enumerate(node.inputs)]
+    if _fused(node) != "NONE":
+        raise Unsupported("CONCATENATION with a fused activation")
+    if any(x.quant != y.quant for x in xs):
+        raise Unsupported("inputs quantized differently from the output (TFLite rescales)")
+    rank = len(y.shape)
+    axis = int(node.option("axis"))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank or any(len(x.shape) != rank for x in xs):
+        raise Unsupported(f"axis {node.option('axis')} of rank {rank}")
+    if sum(x.shape[axis] for x in xs) != y.shape[axis]:
+        raise Unsupported("input sizes along the axis do not add up")
+    shift = 4 - rank
+
+    def emit(em: Emitter) -> None:
+        start = 0
+        for x in xs:
+            x4 = to4d(x.shape)
+            em.op(
+                "COPY",
+                src=em.tensor(x.index, shape=x4),
+                dst=em.tensor(y.index, shape=x4, origin=_origin(shift + axis, start)),
+            )
+            start += x.shape[axis]
+
+    return OpPlan(emit)
+
+
+def _origin(axis4: int, start: int) -> tuple[int, int, int, int]:
+    o = [0, 0, 0, 0]
+    o[axis4] = start
+    return o[0], o[1], o[2], o[3]
+
+
+def _plan_pad(graph: Graph, node: OpNode) -> OpPlan:
+    x = _activation(graph, node.inputs[0], "input")
+    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    if len(node.inputs) > 2 and node.inputs[2] >= 0:
+        raise Unsupported("PAD with an explicit constant value (use PADV2 semantics on the CPU)")
+    p = _const(graph, node.inputs[1], "paddings")
+    assert p.data is not None
+    pads = np.asarray(p.data).reshape(-1, 2)
+    if pads.shape[0] != len(x.shape) or (pads < 0).any():
+        raise Unsupported(f"paddings {pads.tolist()} for rank {len(x.shape)}")
+    if x.quant != y.quant:
+        raise Unsupported("input and output quantization differ")
+    if tuple(int(d + lo + hi) for d, (lo, hi) in zip(x.shape, pads, strict=True)) != y.shape:
+        raise Unsupported("output shape does not match the paddings")
+    assert y.quant is not None
+    shift = 4 - len(x.shape)
+    origin = [0, 0, 0, 0]
+    for i, (lo, _) in enumerate(pads):
+        origin[shift + i] = int(lo)
+
+    def emit(em: Emitter) -> None:
+        assert y.quant is not None
+        em.op("FILL", dst=em.tensor(y.index, shape=to4d(y.shape)), value=y.quant.zero_point)
+        x4 = to4d(x.shape)
+        em.op(
+            "COPY",
+            src=em.tensor(x.index, shape=x4),
+            dst=em.tensor(y.index, shape=x4, origin=(origin[0], origin[1], origin[2], origin[3])),
+        )
+
+    return OpPlan(emit)
+
+
+PLANNERS: dict[str, Callable[[Graph, OpNode], OpPlan]] = {
+    "CONV_2D": lambda g, n: _plan_conv(g, n, depthwise=False),
+    "DEPTHWISE_CONV_2D": lambda g, n: _plan_conv(g, n, depthwise=True),
+    "FULLY_CONNECTED": _plan_fully_connected,
+    "ADD": _plan_elementwise,
+    "SUB": _plan_elementwise,
+    "MUL": _plan_elementwise,
+    "AVERAGE_POOL_2D": _plan_pool,
+    "MAX_POOL_2D": _plan_pool,
+    "RELU": _plan_lut,
+    "RELU6": _plan_lut,
+    "RELU_N1_TO_1": _plan_lut,
+    "RESHAPE": _plan_reshape,
+    "CONCATENATION": _plan_concat,
+    "PAD": _plan_pad,
+}
+
+
+def plan_node(graph: Graph, node: OpNode) -> OpPlan:
+    """The lowering of ``node``; raises :class:`Unsupported` with the reason it cannot be exact."""
+    planner = PLANNERS.get(node.op)
+    if planner is None:
+        raise Unsupported(f"{node.op} is not an NPU operator")
+    if not node.outputs or len(node.outputs) != 1:
+        raise Unsupported(f"{node.op} with {len(node.outputs)} outputs")
+    try:
+        return planner(graph, node)
+    except (IndexError, KeyError, TypeError) as e:  # malformed node: wrong input count, option types
+        raise Unsupported(f"malformed {node.op}: {e}") from None
+
+
+def check_support(graph: Graph, node: OpNode) -> Support:
+    """Whether ``node`` runs on the NPU bit-exactly, and if not, why (for the placement report)."""
+    try:
+        plan_node(graph, node)
+    except Unsupported as e:
+        return Support(False, str(e))
+    return Support(True, "")

@@ -1,0 +1,103 @@
+"""PartitionRunner: a compiled partition loaded on a device, run once per invoke."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+
+import numpy as np
+
+from libaccel.bo import BufferObject
+from libaccel.compiler.lower import REGION_ARENA, REGION_WEIGHTS, CompiledPartition, IoBinding
+from libaccel.device import Device
+from libaccel.job import Job, JobBo
+
+
+class PartitionRunner:
+    """Loads ``compiled`` on ``device`` (weights uploaded once) and runs it: one job per :meth:`run`.
+
+    Three BOs: weights (device read-only), the activation arena, and the
+    command stream with the BOs' VAs patched in. ``input_view``/``output_view``
+    are numpy views of the arena, so a caller can fill inputs and read outputs
+    in place (the delegate copies TFLite's buffers straight in and out).
+    Close it (or use it as a context manager) to free the BOs.
+    """
+
+    def __init__(self, device: Device, compiled: CompiledPartition, timeout: float = 30.0) -> None:
+        if device.params.isa_version != compiled.isa_version:
+            raise ValueError(
+                f"partition compiled for ISA {compiled.isa_version:#x}, "
+                f"the device has {device.params.isa_version:#x}"
+            )
+        self.device = device
+        self.compiled = compiled
+        self.timeout = timeout
+        self._bos: list[BufferObject] = []
+        try:
+            self.weights = self._bo(device.create_bo_with(compiled.weights or b"\0", read_only=True))
+            self.arena = self._bo(device.create_bo(compiled.arena_size))
+            stream = bytearray(compiled.stream)
+            bases = {REGION_WEIGHTS: self.weights.va, REGION_ARENA: self.arena.va}
+            for pos, region in compiled.relocations:
+                (offset,) = struct.unpack_from("<Q", stream, pos)
+                struct.pack_into("<Q", stream, pos, bases[region] + offset)
+            self.cmd = self._bo(device.create_bo_with(bytes(stream), read_only=True))
+        except BaseException:
+            self.close()
+            raise
+        self._job = Job(
+            self.cmd,
+            len(stream),
+            [JobBo(self.cmd), JobBo(self.weights), JobBo(self.arena, read=True, write=True)],
+        )
+        self._inputs = {b.index: b for b in compiled.inputs}
+        self._outputs = {b.index: b for b in compiled.outputs}
+
+    def _bo(self, bo: BufferObject) -> BufferObject:
+        self._bos.append(bo)
+        return bo
+
+    def _view(self, b: IoBinding) -> np.ndarray:
+        return self.arena.array(b.dtype, b.shape, b.offset)
+
+    def input_view(self, index: int) -> np.ndarray:
+        """The arena bytes of partition input ``index`` as a writable array."""
+        return self._view(self._inputs[index])
+
+    def output_view(self, index: int) -> np.ndarray:
+        """The arena bytes of partition output ``index`` (valid after :meth:`submit_and_wait`)."""
+        return self._view(self._outputs[index])
+
+    def submit_and_wait(self) -> None:
+        """Run the job on what the input views hold; raises JobFault if the device fails it."""
+        self.device.submit(self._job)
+        self.arena.wait(timeout=self.timeout).raise_for_status()
+
+    def run(self, inputs: Mapping[int, np.ndarray], copy: bool = True) -> dict[int, np.ndarray]:
+        """Copy ``inputs`` (tensor index -> array) in, run, return the outputs (views if not ``copy``)."""
+        missing = set(self._inputs) - set(inputs)
+        if missing:
+            raise ValueError(f"missing partition inputs {sorted(missing)}")
+        for index, value in inputs.items():
+            if index not in self._inputs:
+                raise ValueError(f"tensor {index} is not an input of this partition")
+            b = self._inputs[index]
+            arr = np.asarray(value)
+            if arr.dtype != np.dtype(b.dtype) or arr.size != int(np.prod(b.shape, dtype=np.int64)):
+                raise ValueError(
+                    f"input {index}: got {arr.dtype} {list(arr.shape)}, expected {b.dtype} {list(b.shape)}"
+                )
+            self._view(b)[...] = arr.reshape(b.shape)
+        self.submit_and_wait()
+        return {i: (self._view(b).copy() if copy else self._view(b)) for i, b in self._outputs.items()}
+
+    def close(self) -> None:
+        for bo in reversed(self._bos):
+            bo.close()
+        self._bos.clear()
+
+    def __enter__(self) -> PartitionRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
