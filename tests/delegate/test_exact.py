@@ -1,0 +1,119 @@
+"""Through the delegate (on the shim) == TFLite's reference kernels alone: 0 differing bytes.
+
+Both interpreters use ``OpResolverType.BUILTIN_REF``, so any node the delegate leaves on the CPU
+runs the reference kernel too. Every case also checks that the NPU really ran the nodes (a delegate
+that fell back to the CPU would trivially be equal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from delegate_teflon import plugin
+from tools.models import generate as gen
+
+CASES: dict[str, Callable[[], bytes]] = {
+    "conv_k3_s1_same_pc": lambda: gen.conv2d_model((1, 10, 10, 8), 16, 3, 1, "SAME", True, "RELU6", 1),
+    "conv_k5_s2_valid_pc": lambda: gen.conv2d_model((1, 13, 13, 3), 8, 5, 2, "VALID", True, "NONE", 2),
+    "conv_k1_uint8": lambda: gen.conv2d_model((1, 7, 7, 16), 12, 1, 1, "SAME", False, "RELU", 3, "uint8"),
+    "dw_k3_s2_same": lambda: gen.depthwise_conv2d_model((1, 12, 12, 8), 1, 3, 2, "SAME", True, "RELU6", 4),
+    "dw_k5_mult2_valid": lambda: gen.depthwise_conv2d_model((1, 9, 9, 4), 2, 5, 1, "VALID", True, "NONE", 5),
+    "fully_connected": lambda: gen.fully_connected_model(1, 96, 10, "NONE", 6),
+    "add": lambda: gen.elementwise_model("ADD", (1, 6, 6, 8), None, "RELU", 7),
+    "sub": lambda: gen.elementwise_model("SUB", (1, 5, 5, 4), None, "NONE", 8),
+    "mul": lambda: gen.elementwise_model("MUL", (1, 4, 4, 8), None, "NONE", 9),
+    "avgpool": lambda: gen.pool_model("AVERAGE_POOL_2D", (1, 8, 8, 16), 2, 2, "VALID", "NONE", 10),
+    "maxpool_same": lambda: gen.pool_model("MAX_POOL_2D", (1, 9, 9, 8), 3, 2, "SAME", "NONE", 11),
+}
+
+
+def _run(interp_mod: Any, model: bytes, inputs: list[np.ndarray], delegates: list[Any]) -> list[np.ndarray]:
+    interp = interp_mod.Interpreter(
+        model_content=model,
+        experimental_delegates=delegates or None,
+        experimental_op_resolver_type=interp_mod.OpResolverType.BUILTIN_REF,
+    )
+    interp.allocate_tensors()
+    for detail, value in zip(interp.get_input_details(), inputs, strict=True):
+        interp.set_tensor(detail["index"], value)
+    interp.invoke()
+    return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
+
+
+def _differing_bytes(got: list[np.ndarray], want: list[np.ndarray]) -> int:
+    assert [g.shape for g in got] == [w.shape for w in want]
+    return sum(
+        int(np.count_nonzero(g.view(np.uint8) != w.view(np.uint8))) for g, w in zip(got, want, strict=True)
+    )
+
+
+def _check(interp_mod: Any, lib_path: str, model: bytes, options: dict[str, str], cpu_ops: set[str]) -> None:
+    inputs = gen.random_inputs(model, 123)
+    want = _run(interp_mod, model, inputs, [])
+    delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "log_level": "quiet", **options})
+    got = _run(interp_mod, model, inputs, [delegate])
+    record = plugin.last_prepare()
+    assert record is not None
+    wrong = [(p.node, p.op, p.reason) for p in record.placements if p.npu == (p.op in cpu_ops)]
+    assert not wrong, f"unexpected placement: {wrong}"
+    assert _differing_bytes(got, want) == 0
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_one_op_exact(name: str, interp_mod: Any, lib_path: str) -> None:
+    _check(interp_mod, lib_path, CASES[name](), {}, set())
+
+
+def _conv_pool_conv() -> bytes:
+    """CONV_2D -> MAX_POOL_2D -> CONV_2D: with the pool denied, two NPU partitions around a CPU node."""
+    rng = np.random.default_rng(5)
+    m = gen.ModelBuilder()
+    iq = gen.activation_quant(rng, "int8", 0.02)
+    x = m.add_tensor("input", (1, 8, 8, 4), "int8", iq)
+    prev, prev_q, shape = x, iq, (1, 8, 8, 4)
+    for i, op in enumerate(("CONV_2D", "MAX_POOL_2D", "CONV_2D")):
+        if op == "MAX_POOL_2D":
+            shape = (1, shape[1] // 2, shape[2] // 2, shape[3])
+            y = m.add_tensor(f"pool{i}", shape, "int8", prev_q)
+            m.add_op(
+                op, [prev], [y], padding="VALID", stride_h=2, stride_w=2, filter_height=2, filter_width=2
+            )
+        else:
+            cin, cout = shape[3], 8
+            w, wq = gen.quantized_filter(rng, (cout, 3, 3, cin), "int8", True, 0)
+            wt = m.add_const(f"w{i}", w, "int8", wq)
+            b, bq = gen.quantized_bias(rng, prev_q.scales[0], wq, cout, 2000)
+            bt = m.add_const(f"b{i}", b, "int32", bq)
+            oq = gen.activation_quant(
+                rng, "int8", gen.accumulator_output_scale(prev_q.scales[0], wq, 9 * cin)
+            )
+            shape = (1, shape[1], shape[2], cout)
+            y = m.add_tensor(f"conv{i}", shape, "int8", oq)
+            m.add_op(
+                op,
+                [prev, wt, bt],
+                [y],
+                padding="SAME",
+                stride_h=1,
+                stride_w=1,
+                fused_activation_function="RELU",
+            )
+            prev_q = oq
+        prev = y
+    return m.build([x], [prev])
+
+
+def test_two_partitions_around_a_cpu_node(interp_mod: Any, lib_path: str) -> None:
+    _check(interp_mod, lib_path, _conv_pool_conv(), {"deny_ops": "MAX_POOL_2D"}, {"MAX_POOL_2D"})
+
+
+def test_whole_chain_on_npu(interp_mod: Any, lib_path: str) -> None:
+    _check(interp_mod, lib_path, _conv_pool_conv(), {}, set())
+
+
+def test_softmax_stays_on_cpu(interp_mod: Any, lib_path: str) -> None:
+    _check(interp_mod, lib_path, gen.softmax_model((1, 10), 3), {}, {"SOFTMAX"})
