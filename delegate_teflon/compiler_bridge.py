@@ -17,7 +17,8 @@ from libaccel.compiler.graph import Graph, OpNode
 # Where each entry point lives when the package does not re-export it.
 _HOMES = {
     "check_support": "libaccel.compiler.ops",
-    "compile_partition": "libaccel.compiler.lower",
+    "compile_cached": "libaccel.compiler.cache",
+    "CompileCache": "libaccel.compiler.cache",
     "PartitionRunner": "libaccel.compiler.runner",
 }
 
@@ -45,11 +46,14 @@ def check(graph: Graph, node: OpNode) -> tuple[bool, str]:
     return bool(result.ok), str(result.reason or "")
 
 
-def compile_partition(graph: Graph, device: Any, cache_dir: Any) -> Any:
-    """Compile all of ``graph`` (one partition, its outputs as given) for ``device``."""
-    compile_fn = _compiler_attr("compile_partition")
+def compile_partition(graph: Graph, device: Any, cache_dir: Any) -> tuple[Any, bool]:
+    """Compile all of ``graph`` (one partition, its outputs as given) for ``device``, through the
+    compiler's on-disk cache in ``cache_dir`` (None: the compiler's default). Returns (compiled, hit)."""
+    cache = _compiler_attr("CompileCache")(cache_dir)
     node_indices = [n.index for n in graph.nodes]
-    return compile_fn(graph, node_indices, device.params.isa_version, outputs=graph.outputs)
+    return _compiler_attr("compile_cached")(
+        graph, node_indices, device.params.isa_version, cache=cache, outputs=graph.outputs
+    )
 
 
 def make_runner(compiled: Any, device: Any) -> Any:

@@ -10,7 +10,7 @@ LOG_LEVELS = ("quiet", "info", "verbose")
 OPTION_HELP = {
     "device": "the NPU: a device node path (/dev/accel/accel0), 'shim' (in-process), or 'kernel' "
     "(the first kernel device); default: $VNPU_DEVICE, else the first kernel device",
-    "cache_dir": "directory of the compile cache (default: $VNPU_CACHE_DIR or ~/.cache/vnpu)",
+    "cache_dir": "directory of the compile cache (default: $VNPU_COMPILE_CACHE, else ~/.cache/vnpu/compile)",
     "log_level": "quiet | info | verbose (verbose prints the placement report); default info",
     "allow_ops": "comma list of TFLite op names; only these may run on the NPU",
     "deny_ops": "comma list of TFLite op names that stay on the CPU",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,7 @@ class PartitionKernel:
     """One delegate kernel: a partition of NPU nodes, compiled at its first prepare."""
 
     delegate: DelegateState
+    handle: int
     graph: Graph  # the partition: its nodes, inputs (non-constant), outputs
     compiled: Any = None
     runner: Any = None
@@ -89,6 +91,8 @@ _last_prepare: PrepareRecord | None = None
 def last_prepare() -> PrepareRecord | None:
     """The graph, runtime layout and placement of the most recent delegate Prepare in this process."""
     return _last_prepare
+
+
 _kernels: dict[int, PartitionKernel] = {}  # handle stored in TfLiteNode.user_data -> kernel
 
 
@@ -193,9 +197,9 @@ def _kernel_init(context: Any, buffer: Any, length: int) -> Any:
     part = Graph(
         tensors={t: whole.tensors[t] for t in sorted(used)}, nodes=nodes, inputs=inputs, outputs=outputs
     )
-    kernel = PartitionKernel(delegate=state, graph=part)
     with _lock:
         handle = next(_handles)
+        kernel = PartitionKernel(delegate=state, handle=handle, graph=part)
         _kernels[handle] = kernel
     state.log(
         "verbose",
@@ -233,9 +237,16 @@ def _kernel_prepare(context: Any, node: Any) -> int:
             return K_TFLITE_ERROR
     if kernel.runner is None:
         state = kernel.delegate
-        cache_dir = state.options.cache_dir
-        kernel.compiled = compiler_bridge.compile_partition(kernel.graph, state.device, cache_dir)
+        start = time.perf_counter()
+        kernel.compiled, hit = compiler_bridge.compile_partition(
+            kernel.graph, state.device, state.options.cache_dir
+        )
         kernel.runner = compiler_bridge.make_runner(kernel.compiled, state.device)
+        how = "loaded from the compile cache" if hit else "compiled"
+        ms = 1000 * (time.perf_counter() - start)
+        state.log(
+            "verbose", f"vnpu delegate: NPU partition {kernel.handle}: {how} and uploaded in {ms:.1f} ms"
+        )
     return K_TFLITE_OK
 
 
