@@ -85,7 +85,7 @@ ENUM_FIELDS = {
     "fused_activation_function": tflite.ActivationFunctionType,
 }
 # Operator versions TFLite 2.14's resolvers register for int8 kernels (uint8 and float use 1).
-INT8_OP_VERSIONS = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 4, "RESHAPE": 1, "HARD_SWISH": 1}
+INT8_OP_VERSIONS = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 4, "RESHAPE": 1, "HARD_SWISH": 1, "RELU_N1_TO_1": 1}
 
 
 def camel(name: str) -> str:
@@ -424,7 +424,7 @@ def conv2d_model(
     y = m.add_tensor("output", (n, oh, ow, out_ch), dtype, oq)
     m.add_op(
         "CONV_2D",
-        [x, wt, b],
+        [x, wt, b] if b >= 0 else [x, wt],
         [y],
         padding=padding,
         stride_h=sh,
@@ -470,7 +470,7 @@ def depthwise_conv2d_model(
     y = m.add_tensor("output", (n, oh, ow, cout), dtype, oq)
     m.add_op(
         "DEPTHWISE_CONV_2D",
-        [x, wt, b],
+        [x, wt, b] if b >= 0 else [x, wt],
         [y],
         padding=padding,
         stride_h=sh,
@@ -507,7 +507,7 @@ def fully_connected_model(
         bdata, bq = quantized_bias(rng, iq.scales[0], wq, out_features, 74 * 74 * math.sqrt(in_features))
         b = m.add_const("bias", bdata, "int32", bq)
     y = m.add_tensor("output", (batch, out_features), dtype, oq)
-    m.add_op("FULLY_CONNECTED", [x, wt, b], [y], fused_activation_function=act)
+    m.add_op("FULLY_CONNECTED", [x, wt, b] if b >= 0 else [x, wt], [y], fused_activation_function=act)
     return m.build([x], [y])
 
 

@@ -1,0 +1,175 @@
+"""The op grid (in the spirit of Mesa's test_teflon.cpp): every case compiled, run on the shim, and
+compared with TFLite's reference kernels (BUILTIN_REF) with 0 differing bytes.
+
+The grid is a representative sample sized for a 2-core CI machine: sizes 1-112,
+kernels 1/3/5, channels 1-256, strides 1/2, SAME/VALID, per-tensor and
+per-channel int8, uint8, every fused activation.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from libaccel import Device
+from tests.compiler.helpers import assert_exact
+from tools.models import generate as g
+
+# (in_shape, out_ch, kernel, stride, padding, per_channel, act, dtype)
+CONV_CASES = [
+    ((1, 1, 1, 8), 4, 1, 1, "SAME", True, "NONE", "int8"),
+    ((1, 5, 5, 1), 1, 3, 1, "SAME", True, "NONE", "int8"),
+    ((1, 8, 8, 3), 16, 3, 2, "SAME", True, "RELU6", "int8"),
+    ((1, 8, 8, 16), 8, 1, 1, "VALID", False, "RELU", "int8"),
+    ((1, 9, 7, 4), 6, 5, 1, "SAME", True, "RELU_N1_TO_1", "int8"),
+    ((1, 11, 11, 5), 7, 5, 2, "VALID", True, "NONE", "int8"),
+    ((1, 17, 17, 8), 32, 3, 1, "VALID", True, "RELU6", "int8"),
+    ((1, 16, 16, 32), 64, 1, 1, "SAME", True, "NONE", "int8"),
+    ((1, 4, 4, 256), 16, 3, 1, "SAME", True, "RELU", "int8"),
+    ((1, 4, 4, 16), 256, 1, 1, "SAME", False, "NONE", "int8"),
+    ((2, 6, 6, 3), 5, 3, 2, "SAME", True, "NONE", "int8"),
+    ((1, 112, 112, 3), 8, 3, 2, "SAME", True, "RELU6", "int8"),
+    ((1, 8, 8, 3), 8, 3, 1, "SAME", False, "NONE", "uint8"),
+    ((1, 10, 10, 4), 6, 5, 2, "VALID", False, "RELU6", "uint8"),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    CONV_CASES,
+    ids=lambda c: (
+        f"{c[7]}-{'x'.join(map(str, c[0]))}-o{c[1]}-k{c[2]}s{c[3]}-{c[4]}-{'pc' if c[5] else 'pt'}-{c[6]}"
+    ),
+)
+def test_conv2d(dev: Device, case: tuple) -> None:
+    in_shape, out_ch, kernel, stride, padding, per_channel, act, dtype = case
+    assert_exact(dev, g.conv2d_model(in_shape, out_ch, kernel, stride, padding, per_channel, act, 7, dtype))
+
+
+def test_conv2d_dilated(dev: Device) -> None:
+    assert_exact(dev, g.conv2d_model((1, 12, 12, 4), 8, 3, 1, "SAME", True, "NONE", 3, dilation=2))
+
+
+def test_depthwise_dilated_without_bias(dev: Device) -> None:
+    model = g.depthwise_conv2d_model((1, 12, 12, 4), 1, 3, 1, "SAME", True, "NONE", 3, dilation=2, bias=False)
+    assert_exact(dev, model)
+
+
+def test_fully_connected_without_bias(dev: Device) -> None:
+    assert_exact(dev, g.fully_connected_model(2, 30, 7, "NONE", 5, bias=False))
+
+
+# (in_shape, depth_multiplier, kernel, stride, padding, per_channel, act, dtype)
+DW_CASES = [
+    ((1, 5, 5, 1), 1, 3, 1, "SAME", True, "NONE", "int8"),
+    ((1, 8, 8, 16), 1, 3, 2, "SAME", True, "RELU6", "int8"),
+    ((1, 9, 9, 8), 2, 3, 1, "VALID", True, "RELU", "int8"),
+    ((1, 14, 14, 32), 1, 5, 2, "SAME", False, "NONE", "int8"),
+    ((1, 7, 7, 256), 1, 3, 1, "SAME", True, "RELU6", "int8"),
+    ((1, 56, 56, 8), 1, 3, 2, "SAME", True, "RELU6", "int8"),
+    ((1, 6, 6, 4), 1, 1, 1, "VALID", True, "NONE", "int8"),
+    ((1, 8, 8, 6), 1, 3, 1, "SAME", False, "RELU", "uint8"),
+    ((1, 9, 9, 3), 2, 5, 2, "VALID", False, "NONE", "uint8"),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    DW_CASES,
+    ids=lambda c: (
+        f"{c[7]}-{'x'.join(map(str, c[0]))}-m{c[1]}-k{c[2]}s{c[3]}-{c[4]}-{'pc' if c[5] else 'pt'}-{c[6]}"
+    ),
+)
+def test_depthwise_conv2d(dev: Device, case: tuple) -> None:
+    in_shape, dm, kernel, stride, padding, per_channel, act, dtype = case
+    assert_exact(
+        dev, g.depthwise_conv2d_model(in_shape, dm, kernel, stride, padding, per_channel, act, 11, dtype)
+    )
+
+
+# (batch, in_features, out_features, act, dtype)
+FC_CASES = [
+    (1, 1, 1, "NONE", "int8"),
+    (1, 64, 10, "NONE", "int8"),
+    (3, 100, 17, "RELU", "int8"),
+    (1, 1024, 256, "RELU6", "int8"),
+    (2, 48, 12, "NONE", "uint8"),
+]
+
+
+@pytest.mark.parametrize("case", FC_CASES, ids=lambda c: f"{c[4]}-b{c[0]}-k{c[1]}-o{c[2]}-{c[3]}")
+def test_fully_connected(dev: Device, case: tuple) -> None:
+    batch, k, n, act, dtype = case
+    assert_exact(dev, g.fully_connected_model(batch, k, n, act, 13, dtype))
+
+
+def test_fully_connected_flattens_4d_input(dev: Device) -> None:
+    assert_exact(dev, g.fully_connected_model(1, 4 * 4 * 8, 10, "NONE", 17, in_shape=(1, 4, 4, 8)))
+
+
+# (op, shape1, shape2, act, dtype)
+ELEMENTWISE_CASES = [
+    ("ADD", (1, 8, 8, 16), None, "NONE", "int8"),
+    ("ADD", (1, 5, 5, 8), (1, 1, 1, 8), "RELU", "int8"),
+    ("ADD", (2, 3, 4, 5), (1, 3, 1, 5), "RELU6", "int8"),
+    ("ADD", (1, 7, 7, 3), None, "NONE", "uint8"),
+    ("SUB", (1, 6, 6, 8), None, "NONE", "int8"),
+    ("SUB", (1, 6, 6, 8), (8,), "RELU_N1_TO_1", "int8"),
+    ("SUB", (4, 9), None, "RELU", "uint8"),
+    ("MUL", (1, 8, 8, 16), None, "NONE", "int8"),
+    ("MUL", (1, 4, 4, 8), (1, 4, 4, 1), "RELU6", "int8"),
+    ("MUL", (1, 5, 5, 4), None, "NONE", "uint8"),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ELEMENTWISE_CASES,
+    ids=lambda c: f"{c[0]}-{c[4]}-{'x'.join(map(str, c[1]))}-{'x'.join(map(str, c[2] or c[1]))}-{c[3]}",
+)
+def test_elementwise(dev: Device, case: tuple) -> None:
+    op, s1, s2, act, dtype = case
+    for seed in (1, 2):  # different scale ratios
+        assert_exact(dev, g.elementwise_model(op, s1, s2, act, seed, dtype))
+
+
+# (op, in_shape, filter, stride, padding, act, dtype)
+POOL_CASES = [
+    ("AVERAGE_POOL_2D", (1, 8, 8, 16), 2, 2, "VALID", "NONE", "int8"),
+    ("AVERAGE_POOL_2D", (1, 7, 7, 4), 3, 2, "SAME", "RELU6", "int8"),
+    ("AVERAGE_POOL_2D", (1, 7, 7, 64), 7, 1, "VALID", "NONE", "int8"),
+    ("AVERAGE_POOL_2D", (1, 9, 9, 3), 3, 1, "SAME", "NONE", "uint8"),
+    ("MAX_POOL_2D", (1, 8, 8, 16), 2, 2, "VALID", "NONE", "int8"),
+    ("MAX_POOL_2D", (1, 9, 9, 5), 3, 2, "SAME", "RELU", "int8"),
+    ("MAX_POOL_2D", (1, 6, 6, 3), 3, 1, "SAME", "NONE", "uint8"),
+]
+
+
+@pytest.mark.parametrize(
+    "case", POOL_CASES, ids=lambda c: f"{c[0]}-{c[6]}-{'x'.join(map(str, c[1]))}-f{c[2]}s{c[3]}-{c[4]}-{c[5]}"
+)
+def test_pool(dev: Device, case: tuple) -> None:
+    op, shape, f, s, padding, act, dtype = case
+    assert_exact(dev, g.pool_model(op, shape, f, s, padding, act, 19, dtype))
+
+
+@pytest.mark.parametrize("op", ["RELU", "RELU6", "RELU_N1_TO_1"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_relu_activations(dev: Device, op: str, dtype: str) -> None:
+    assert_exact(dev, g.activation_model(op, (1, 6, 6, 8), 23, dtype))
+
+
+def test_reshape(dev: Device) -> None:
+    assert_exact(dev, g.reshape_model((1, 4, 4, 8), (1, 128), 29))
+
+
+@pytest.mark.parametrize("axis", [3, 2, 1, -1])
+def test_concatenation(dev: Device, axis: int) -> None:
+    shapes = [[1, 4, 5, 3], [1, 4, 5, 3], [1, 4, 5, 3]]
+    for i, s in enumerate(shapes):
+        s[axis] += i
+    assert_exact(dev, g.concat_model(shapes, axis, 31))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_pad(dev: Device, dtype: str) -> None:
+    assert_exact(dev, g.pad_model((1, 5, 4, 3), [(0, 0), (1, 2), (2, 0), (0, 1)], 37, dtype))
