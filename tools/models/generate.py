@@ -85,7 +85,14 @@ ENUM_FIELDS = {
     "fused_activation_function": tflite.ActivationFunctionType,
 }
 # Operator versions TFLite 2.14's resolvers register for int8 kernels (uint8 and float use 1).
-INT8_OP_VERSIONS = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 4, "RESHAPE": 1, "HARD_SWISH": 1, "RELU_N1_TO_1": 1}
+INT8_OP_VERSIONS = {
+    "CONV_2D": 3,
+    "DEPTHWISE_CONV_2D": 3,
+    "FULLY_CONNECTED": 4,
+    "RESHAPE": 1,
+    "HARD_SWISH": 1,
+    "RELU_N1_TO_1": 1,
+}
 
 
 def camel(name: str) -> str:
