@@ -141,8 +141,9 @@ def destroy_delegate(delegate: Any) -> None:
         state = _delegates.pop(_addr(delegate), None)
         if state is None:
             return
-        for handle in [h for h, k in _kernels.items() if k.delegate is state]:
-            del _kernels[handle]
+        orphans = [_kernels.pop(h) for h, k in list(_kernels.items()) if k.delegate is state]
+    for kernel in orphans:  # kernels whose interpreter outlives the delegate (normally none)
+        _close_runner(kernel)
     if state.device is not None:
         state.device.close()
 
@@ -209,9 +210,18 @@ def _kernel_init(context: Any, buffer: Any, length: int) -> Any:
     return _ffi.cast("void *", handle)
 
 
+def _close_runner(kernel: PartitionKernel) -> None:
+    """Free the partition's BOs now (weights, arena, stream), not when the device closes."""
+    runner, kernel.runner = kernel.runner, None
+    if runner is not None and not kernel.delegate.device.backend.closed:
+        runner.close()
+
+
 def _kernel_free(context: Any, buffer: Any) -> None:
     with _lock:
-        _kernels.pop(_addr(buffer), None)
+        kernel = _kernels.pop(_addr(buffer), None)
+    if kernel is not None:
+        _close_runner(kernel)
 
 
 def _kernel_of(context: Any, node: Any) -> PartitionKernel | None:

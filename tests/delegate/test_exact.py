@@ -117,3 +117,28 @@ def test_whole_chain_on_npu(interp_mod: Any, lib_path: str) -> None:
 
 def test_softmax_stays_on_cpu(interp_mod: Any, lib_path: str) -> None:
     _check(interp_mod, lib_path, gen.softmax_model((1, 10), 3), {}, {"SOFTMAX"})
+
+
+def test_invoke_from_threads(interp_mod: Any, lib_path: str) -> None:
+    """invoke() releases the GIL; the delegate's callbacks take it back, from any thread, concurrently."""
+    import threading
+
+    model = CASES["conv_k3_s1_same_pc"]()
+    inputs = gen.random_inputs(model, 7)
+    want = _run(interp_mod, model, inputs, [])
+    results: list[Any] = []
+
+    def worker() -> None:
+        try:
+            delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "log_level": "quiet"})
+            for _ in range(3):
+                results.append(_differing_bytes(_run(interp_mod, model, inputs, [delegate]), want))
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            results.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results == [0] * 6
