@@ -1,0 +1,29 @@
+"""python -m delegate_teflon.run: a user's own .tflite file, the report, the comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from delegate_teflon import run
+from tools.models import generate as gen
+
+
+@pytest.mark.parametrize("runtime", run.RUNTIMES)
+def test_run_own_model(runtime: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "dw.tflite"
+    path.write_bytes(gen.depthwise_conv2d_model((1, 10, 10, 6), 1, 3, 1, "SAME", True, "RELU6", 31))
+    rc = run.main([str(path), "--runtime", runtime, "--runs", "1", "--option", "deny_ops=ADD"])
+    out, err = capsys.readouterr()
+    assert rc == 0, out + err
+    assert "0 differing bytes" in out and "1 of 1 nodes on the NPU" in err
+
+
+def test_bad_option_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "add.tflite"
+    path.write_bytes(gen.elementwise_model("ADD", (1, 4, 4, 4), None, "NONE", 1))
+    assert run.main([str(path), "--option", "speed=fast"]) == 2
+    assert "unknown option 'speed'" in capsys.readouterr().err
+    assert run.main([str(tmp_path / "missing.tflite")]) == 2
+    assert "cannot read" in capsys.readouterr().err
