@@ -142,3 +142,83 @@ def test_invoke_from_threads(interp_mod: Any, lib_path: str) -> None:
     for t in threads:
         t.join(timeout=60)
     assert results == [0] * 6
+
+
+def _small_mobilenet(dtype: str = "int8") -> bytes:
+    """A MobileNetV1-shaped int8 network in miniature: conv s2, 2 depthwise-separable blocks,
+    average pool, reshape, fully connected, softmax (the softmax stays on the CPU)."""
+    rng = np.random.default_rng(17)
+    m = gen.ModelBuilder()
+    q = gen.activation_quant(rng, dtype, 0.02)
+    x = m.add_tensor("input", (1, 16, 16, 3), dtype, q)
+    cur, shape = x, (1, 16, 16, 3)
+
+    def conv(kind: str, cout: int, k: int, stride: int) -> None:
+        nonlocal cur, shape, q
+        cin = shape[3]
+        if kind == "CONV_2D":
+            w, wq = gen.quantized_filter(rng, (cout, k, k, cin), dtype, dtype == "int8", 0)
+            depth = k * k * cin
+        else:
+            cout = cin
+            w, wq = gen.quantized_filter(rng, (1, k, k, cin), dtype, dtype == "int8", 3)
+            depth = k * k
+        wt = m.add_const(f"w{len(m.ops)}", w, dtype, wq)
+        b, bq = gen.quantized_bias(rng, q.scales[0], wq, cout, 500)
+        bt = m.add_const(f"b{len(m.ops)}", b, "int32", bq)
+        oq = gen.activation_quant(rng, dtype, gen.accumulator_output_scale(q.scales[0], wq, depth))
+        h = (shape[1] + stride - 1) // stride
+        shape = (1, h, h, cout)
+        y = m.add_tensor(f"t{len(m.ops)}", shape, dtype, oq)
+        extra = {"depth_multiplier": 1} if kind == "DEPTHWISE_CONV_2D" else {}
+        m.add_op(
+            kind,
+            [cur, wt, bt],
+            [y],
+            padding="SAME",
+            stride_h=stride,
+            stride_w=stride,
+            fused_activation_function="RELU6",
+            **extra,
+        )
+        cur, q = y, oq
+
+    conv("CONV_2D", 8, 3, 2)
+    conv("DEPTHWISE_CONV_2D", 0, 3, 1)
+    conv("CONV_2D", 16, 1, 1)
+    conv("DEPTHWISE_CONV_2D", 0, 3, 2)
+    conv("CONV_2D", 32, 1, 1)
+    pooled = m.add_tensor("pool", (1, 1, 1, 32), dtype, q)
+    m.add_op(
+        "AVERAGE_POOL_2D",
+        [cur],
+        [pooled],
+        padding="VALID",
+        stride_h=1,
+        stride_w=1,
+        filter_height=shape[1],
+        filter_width=shape[2],
+    )
+    flat = m.add_tensor("flat", (1, 32), dtype, q)
+    s = m.add_const("shape", np.array([1, 32], dtype=np.int32), "int32")
+    m.add_op("RESHAPE", [pooled, s], [flat], new_shape=[1, 32])
+    w, wq = gen.quantized_filter(rng, (10, 32), dtype, False, 0)
+    wt = m.add_const("fc_w", w, dtype, wq)
+    b, bq = gen.quantized_bias(rng, q.scales[0], wq, 10, 500)
+    bt = m.add_const("fc_b", b, "int32", bq)
+    lq = gen.activation_quant(rng, dtype, gen.accumulator_output_scale(q.scales[0], wq, 32))
+    logits = m.add_tensor("logits", (1, 10), dtype, lq)
+    m.add_op("FULLY_CONNECTED", [flat, wt, bt], [logits], fused_activation_function="NONE")
+    if dtype != "int8":
+        return m.build([x], [logits])
+    probs = m.add_tensor("probs", (1, 10), "int8", gen.Quant.tensor(1 / 256, -128))
+    m.add_op("SOFTMAX", [logits], [probs], beta=1.0)
+    return m.build([x], [probs, logits])
+
+
+def test_small_mobilenet_int8(interp_mod: Any, lib_path: str) -> None:
+    _check(interp_mod, lib_path, _small_mobilenet("int8"), {}, {"SOFTMAX"})
+
+
+def test_small_mobilenet_uint8(interp_mod: Any, lib_path: str) -> None:
+    _check(interp_mod, lib_path, _small_mobilenet("uint8"), {}, set())

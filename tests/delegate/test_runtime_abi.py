@@ -26,6 +26,7 @@ MODELS: dict[str, Callable[[], bytes]] = {
     "sub_broadcast": lambda: gen.elementwise_model("SUB", (1, 4, 4, 6), (1, 1, 1, 6), "RELU6", 5),
     "maxpool_same": lambda: gen.pool_model("MAX_POOL_2D", (1, 7, 7, 4), 3, 2, "SAME", "NONE", 6),
     "concat": lambda: gen.concat_model([(1, 2, 2, 3), (1, 2, 2, 5)], 3, 7),
+    "reshape": lambda: gen.reshape_model((1, 4, 4, 2), (1, 32), 8),
     "pad": lambda: gen.pad_model((1, 3, 3, 2), [[0, 0], [1, 2], [2, 1], [0, 0]], 9),
 }
 
