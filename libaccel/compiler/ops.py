@@ -9,6 +9,7 @@ so what the partitioner accepts is exactly what the compiler can lower.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -95,8 +96,9 @@ def _clamp(node: OpNode, out: TensorInfo) -> tuple[int, int]:
 
 
 def _mult(real: float, what: str) -> tuple[int, int]:
+    # TFLite saturates or flushes multipliers beyond the shift range; such models stay on the CPU.
     m, shift = q.quantize_multiplier(real)
-    if not q.shift_ok(shift):
+    if not q.shift_ok(math.frexp(real)[1] if real else 0):
         raise Unsupported(f"{what} multiplier {real:g} needs shift {shift}, outside [-31, 30]")
     return m, shift
 

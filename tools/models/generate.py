@@ -357,14 +357,23 @@ def random_scale(rng: np.random.Generator, lo: float = 0.005, hi: float = 0.05) 
 
 
 def quantized_filter(
-    rng: np.random.Generator, shape: Sequence[int], dtype: str, per_channel: bool, axis: int
+    rng: np.random.Generator,
+    shape: Sequence[int],
+    dtype: str,
+    per_channel: bool,
+    axis: int,
+    depth: int | None = None,
 ) -> tuple[np.ndarray, Quant]:
     """Random weights of ``shape`` and their quantization (int8: symmetric, zero point 0, as TFLite needs)."""
     channels = shape[axis]
     if dtype == "int8":
         data = rng.integers(-127, 128, size=shape).astype(np.int8)
         n = channels if per_channel else 1
-        scales = tuple(random_scale(rng, 0.002, 0.02) for _ in range(n))
+        # With ``depth`` (chained layers): real weights ~ 1/sqrt(depth) keep activations O(1).
+        lo, hi = (
+            (0.002, 0.02) if depth is None else (0.5 / (74 * math.sqrt(depth)), 2 / (74 * math.sqrt(depth)))
+        )
+        scales = tuple(random_scale(rng, lo, hi) for _ in range(n))
         return data, Quant(scales, (0,) * n, axis if per_channel else 0)
     if per_channel:
         raise ValueError("TFLite has per-channel quantization only for int8 weights")
@@ -647,6 +656,204 @@ def softmax_model(shape: Sequence[int], seed: int = 0) -> bytes:
     y = m.add_tensor("output", shape, "int8", Quant.tensor(1 / 256, -128))
     m.add_op("SOFTMAX", [x], [y], beta=1.0)
     return m.build([x], [y])
+
+
+# --- whole networks ----------------------------------------------------------------------
+class NetworkBuilder:
+    """Chains quantized layers on a :class:`ModelBuilder`: each method takes and returns tensor indices.
+
+    Weights are random, the quantization is real (per-channel int8 filters,
+    int32 biases at input_scale * filter_scale, output scales from the
+    accumulator spread), so the networks exercise the same arithmetic as
+    converted models.
+    """
+
+    def __init__(self, seed: int = 0, dtype: str = "int8") -> None:
+        self.m = ModelBuilder()
+        self.rng = np.random.default_rng(seed)
+        self.dtype = dtype
+        self._n = 0
+
+    def _name(self, kind: str) -> str:
+        self._n += 1
+        return f"{kind}_{self._n}"
+
+    def t(self, index: int) -> _Tensor:
+        return self.m.tensors[index]
+
+    def input(self, shape: Sequence[int]) -> int:
+        return self.m.add_tensor("input", shape, self.dtype, activation_quant(self.rng, self.dtype, 0.02))
+
+    def conv(
+        self, x: int, out_ch: int, kernel: int, stride: int = 1, act: str = "RELU6", depthwise: bool = False
+    ) -> int:
+        xt = self.t(x)
+        assert xt.quant is not None
+        n, h, w, cin = xt.shape
+        cout = cin if depthwise else out_ch
+        oh, ow = (
+            same_padding_out(h, kernel, stride, 1, "SAME"),
+            same_padding_out(w, kernel, stride, 1, "SAME"),
+        )
+        shape = (1, kernel, kernel, cout) if depthwise else (cout, kernel, kernel, cin)
+        depth = kernel * kernel * (1 if depthwise else cin)
+        wdata, wq = quantized_filter(
+            self.rng, shape, self.dtype, self.dtype == "int8", 3 if depthwise else 0, depth
+        )
+        in_scale = xt.quant.scales[0]
+        wt = self.m.add_const(self._name("filter"), wdata, self.dtype, wq)
+        bdata, bq = quantized_bias(self.rng, in_scale, wq, cout, 74 * 74 * math.sqrt(depth))
+        b = self.m.add_const(self._name("bias"), bdata, "int32", bq)
+        oq = activation_quant(self.rng, self.dtype, accumulator_output_scale(in_scale, wq, depth))
+        y = self.m.add_tensor(self._name("act"), (n, oh, ow, cout), self.dtype, oq)
+        options: dict[str, Any] = dict(
+            padding="SAME", stride_h=stride, stride_w=stride, fused_activation_function=act
+        )
+        if depthwise:
+            options["depth_multiplier"] = 1
+        self.m.add_op("DEPTHWISE_CONV_2D" if depthwise else "CONV_2D", [x, wt, b], [y], **options)
+        return y
+
+    def add(self, a: int, b: int, act: str = "NONE") -> int:
+        ta, tb = self.t(a), self.t(b)
+        assert ta.quant is not None and tb.quant is not None
+        scale = float(np.float32((ta.quant.scales[0] + tb.quant.scales[0]) * 0.8))
+        y = self.m.add_tensor(
+            self._name("add"), ta.shape, self.dtype, activation_quant(self.rng, self.dtype, scale)
+        )
+        self.m.add_op("ADD", [a, b], [y], fused_activation_function=act)
+        return y
+
+    def avgpool_global(self, x: int) -> int:
+        xt = self.t(x)
+        n, h, w, c = xt.shape
+        y = self.m.add_tensor(self._name("pool"), (n, 1, 1, c), self.dtype, xt.quant)
+        self.m.add_op(
+            "AVERAGE_POOL_2D",
+            [x],
+            [y],
+            padding="VALID",
+            stride_h=1,
+            stride_w=1,
+            filter_height=h,
+            filter_width=w,
+            fused_activation_function="NONE",
+        )
+        return y
+
+    def reshape(self, x: int, shape: Sequence[int]) -> int:
+        xt = self.t(x)
+        s = self.m.add_const(self._name("shape"), np.array(shape, dtype=np.int32), "int32")
+        y = self.m.add_tensor(self._name("reshape"), shape, self.dtype, xt.quant)
+        self.m.add_op("RESHAPE", [x, s], [y], new_shape=list(shape))
+        return y
+
+    def fc(self, x: int, out: int, act: str = "NONE") -> int:
+        xt = self.t(x)
+        assert xt.quant is not None
+        k = xt.shape[-1]
+        wdata, wq = quantized_filter(self.rng, (out, k), self.dtype, False, 0, k)
+        wt = self.m.add_const(self._name("fc_filter"), wdata, self.dtype, wq)
+        bdata, bq = quantized_bias(self.rng, xt.quant.scales[0], wq, out, 74 * 74 * math.sqrt(k))
+        b = self.m.add_const(self._name("fc_bias"), bdata, "int32", bq)
+        oq = activation_quant(self.rng, self.dtype, accumulator_output_scale(xt.quant.scales[0], wq, k))
+        y = self.m.add_tensor(self._name("logits"), (xt.shape[0], out), self.dtype, oq)
+        self.m.add_op("FULLY_CONNECTED", [x, wt, b], [y], fused_activation_function=act)
+        return y
+
+    def concat(self, xs: Sequence[int], axis: int) -> int:
+        """CONCATENATION; inputs are first re-expressed in one quantization by the caller's design."""
+        shapes = [self.t(x).shape for x in xs]
+        out_shape = list(shapes[0])
+        out_shape[axis] = sum(s[axis] for s in shapes)
+        y = self.m.add_tensor(self._name("concat"), out_shape, self.dtype, self.t(xs[0]).quant)
+        self.m.add_op("CONCATENATION", list(xs), [y], axis=axis, fused_activation_function="NONE")
+        return y
+
+    def build(self, inputs: Sequence[int], outputs: Sequence[int]) -> bytes:
+        return self.m.build(inputs, outputs)
+
+
+MOBILENET_V1_BLOCKS = (
+    [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)]
+    + [(512, 1)] * 5
+    + [
+        (1024, 2),
+        (1024, 1),
+    ]
+)
+
+
+def mobilenet_v1_model(size: int = 224, alpha: float = 1.0, classes: int = 1000, seed: int = 0) -> bytes:
+    """MobileNetV1-shaped int8 network: conv 3x3/2, 13 depthwise-separable blocks, global pool, FC."""
+    nb = NetworkBuilder(seed)
+    x = nb.input((1, size, size, 3))
+    y = nb.conv(x, max(8, int(32 * alpha)), 3, 2)
+    for ch, stride in MOBILENET_V1_BLOCKS:
+        y = nb.conv(y, 0, 3, stride, depthwise=True)
+        y = nb.conv(y, max(8, int(ch * alpha)), 1, 1)
+    y = nb.avgpool_global(y)
+    y = nb.reshape(y, (1, nb.t(y).shape[-1]))
+    y = nb.fc(y, classes)
+    return nb.build([x], [y])
+
+
+MOBILENET_V2_BLOCKS = [  # (expansion, channels, repeats, first stride)
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+]
+
+
+def mobilenet_v2_model(size: int = 224, alpha: float = 1.0, classes: int = 1000, seed: int = 0) -> bytes:
+    """MobileNetV2-shaped int8 network: inverted residual blocks with linear bottlenecks and ADDs."""
+    nb = NetworkBuilder(seed)
+    x = nb.input((1, size, size, 3))
+    y = nb.conv(x, max(8, int(32 * alpha)), 3, 2)
+    for t, c, n, s in MOBILENET_V2_BLOCKS:
+        ch = max(8, int(c * alpha))
+        for i in range(n):
+            cin = nb.t(y).shape[-1]
+            h = nb.conv(y, cin * t, 1, 1) if t != 1 else y
+            h = nb.conv(h, 0, 3, s if i == 0 else 1, depthwise=True)
+            h = nb.conv(h, ch, 1, 1, act="NONE")
+            y = nb.add(y, h) if (i > 0 and cin == ch) else h
+    y = nb.conv(y, max(8, int(1280 * alpha)), 1, 1)
+    y = nb.avgpool_global(y)
+    y = nb.reshape(y, (1, nb.t(y).shape[-1]))
+    y = nb.fc(y, classes)
+    return nb.build([x], [y])
+
+
+def ssd_like_model(size: int = 96, classes: int = 5, anchors: int = 3, seed: int = 0) -> bytes:
+    """A small SSD-style detector: a MobileNet-ish backbone and box/class heads on two feature maps.
+
+    Outputs: boxes [1, N, 4] and class scores [1, N, classes] (raw logits, no NMS).
+    """
+    nb = NetworkBuilder(seed)
+    x = nb.input((1, size, size, 3))
+    y = nb.conv(x, 16, 3, 2)
+    feats = []
+    for ch, stride in [(32, 2), (64, 2), (64, 1), (128, 2), (128, 1)]:
+        y = nb.conv(y, 0, 3, stride, depthwise=True)
+        y = nb.conv(y, ch, 1, 1)
+        if stride == 1:
+            feats.append(y)
+    boxes, scores = [], []
+    for f in feats:
+        _, h, w, _ = nb.t(f).shape
+        bo = nb.conv(f, anchors * 4, 3, 1, act="NONE")
+        sc = nb.conv(f, anchors * classes, 3, 1, act="NONE")
+        if boxes:  # one quantization per head type, so the reshapes and concats are exact copies
+            nb.t(bo).quant = nb.t(boxes[0]).quant
+            nb.t(sc).quant = nb.t(scores[0]).quant
+        boxes.append(nb.reshape(bo, (1, h * w * anchors, 4)))
+        scores.append(nb.reshape(sc, (1, h * w * anchors, classes)))
+    return nb.build([x], [nb.concat(boxes, 1), nb.concat(scores, 1)])
 
 
 # --- running -----------------------------------------------------------------------

@@ -1,0 +1,181 @@
+"""Support checks, partitions with CPU nodes around them, the memory plan and the compile cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from libaccel import Device
+from libaccel.compiler import (
+    CompileCache,
+    CompiledPartition,
+    CompileError,
+    PartitionRunner,
+    check_support,
+    compile_cached,
+    compile_partition,
+    graph_from_tflite,
+)
+from libaccel.compiler.graph import QuantParams
+from libaccel.compiler.lower import plan_arena
+from tools.models import generate as g
+
+ISA = 1 << 16
+
+
+def _only_node(model: bytes):
+    graph = graph_from_tflite(model)
+    return graph, graph.nodes[0]
+
+
+def test_supported_nodes_say_ok() -> None:
+    graph, node = _only_node(g.conv2d_model((1, 8, 8, 3), 4, 3, 1, "SAME", True, "RELU6", 1))
+    s = check_support(graph, node)
+    assert s.ok and bool(s) and s.reason == ""
+
+
+def test_unsupported_op_has_a_reason() -> None:
+    graph, node = _only_node(g.softmax_model((1, 10)))
+    s = check_support(graph, node)
+    assert not s.ok and "SOFTMAX is not an NPU operator" in s.reason
+
+
+def test_float_tensors_stay_on_cpu() -> None:
+    graph, node = _only_node(g.conv2d_model((1, 8, 8, 3), 4, 3, 1, "SAME", True, "NONE", 1))
+    graph.tensors[node.inputs[0]].dtype = "float32"
+    assert "float32" in check_support(graph, node).reason
+
+
+def test_asymmetric_int8_filter_stays_on_cpu() -> None:
+    graph, node = _only_node(g.conv2d_model((1, 8, 8, 3), 4, 3, 1, "SAME", False, "NONE", 1))
+    w = graph.tensors[node.inputs[1]]
+    assert w.quant is not None
+    w.quant = QuantParams(w.quant.scales, (3,), 0)
+    assert "zero point" in check_support(graph, node).reason
+
+
+def test_unrepresentable_multiplier_stays_on_cpu() -> None:
+    graph, node = _only_node(g.conv2d_model((1, 8, 8, 3), 4, 3, 1, "SAME", False, "NONE", 1))
+    y = graph.tensors[node.outputs[0]]
+    assert y.quant is not None
+    y.quant = QuantParams((1e-16,), y.quant.zero_points, 0)  # multiplier ~1e12: shift > 30
+    assert "shift" in check_support(graph, node).reason
+
+
+def test_wrong_output_shape_stays_on_cpu() -> None:
+    graph, node = _only_node(g.conv2d_model((1, 8, 8, 3), 4, 3, 2, "SAME", True, "NONE", 1))
+    graph.tensors[node.outputs[0]].shape = (1, 8, 8, 4)
+    assert "padding gives 4x4" in check_support(graph, node).reason
+
+
+def test_pool_with_different_quantization_stays_on_cpu() -> None:
+    graph, node = _only_node(g.pool_model("MAX_POOL_2D", (1, 4, 4, 2)))
+    graph.tensors[node.outputs[0]].quant = QuantParams((0.5,), (0,), 0)
+    assert "quantization differ" in check_support(graph, node).reason
+
+
+def test_compile_errors_name_the_problem() -> None:
+    graph = graph_from_tflite(g.softmax_model((1, 10)))
+    with pytest.raises(CompileError, match=r"node 0 \(SOFTMAX\)"):
+        compile_partition(graph, [0], ISA)
+    graph = graph_from_tflite(g.pool_model("MAX_POOL_2D", (1, 4, 4, 2)))
+    with pytest.raises(CompileError, match="not in the graph"):
+        compile_partition(graph, [5], ISA)
+    with pytest.raises(CompileError, match="ISA 2.0"):
+        compile_partition(graph, [0], 2 << 16)
+    with pytest.raises(CompileError, match="empty"):
+        compile_partition(graph, [], ISA)
+
+
+def _chain_model() -> bytes:
+    """conv -> conv -> softmax: the NPU takes the two convs, the CPU the softmax."""
+    nb = g.NetworkBuilder(seed=4)
+    x = nb.input((1, 12, 12, 4))
+    y = nb.conv(nb.conv(x, 8, 3, 1), 10, 3, 2, act="NONE")
+    y = nb.reshape(y, (1, 6 * 6 * 10))
+    out = nb.m.add_tensor("probs", (1, 360), "int8", g.Quant.tensor(1 / 256, -128))
+    nb.m.add_op("SOFTMAX", [y], [out], beta=1.0)
+    return nb.build([x], [out])
+
+
+def test_partition_with_cpu_consumer(dev: Device) -> None:
+    import tflite_runtime.interpreter as tfl
+
+    model = _chain_model()
+    graph = graph_from_tflite(model)
+    supported = [n.index for n in graph.nodes if check_support(graph, n)]
+    assert [graph.node(i).op for i in supported] == ["CONV_2D", "CONV_2D", "RESHAPE"]
+    compiled = compile_partition(graph, supported, dev.params.isa_version)
+    softmax = graph.nodes[-1]
+    assert [b.index for b in compiled.outputs] == [softmax.inputs[0]]
+    assert [b.index for b in compiled.inputs] == list(graph.inputs)
+
+    (x,) = g.random_inputs(model, seed=9)
+    interp = tfl.Interpreter(
+        model_content=model,
+        experimental_op_resolver_type=tfl.OpResolverType.BUILTIN_REF,
+        experimental_preserve_all_tensors=True,
+    )
+    interp.allocate_tensors()
+    interp.set_tensor(graph.inputs[0], x)
+    interp.invoke()
+    expected = interp.get_tensor(softmax.inputs[0])
+    with PartitionRunner(dev, compiled) as runner:
+        got = runner.run({graph.inputs[0]: x})[softmax.inputs[0]]
+        assert np.array_equal(got.reshape(expected.shape), expected)
+        # Inputs can also be written in place and the job rerun.
+        runner.input_view(graph.inputs[0])[...] = x
+        runner.submit_and_wait()
+        assert np.array_equal(runner.output_view(softmax.inputs[0]).reshape(expected.shape), expected)
+        with pytest.raises(ValueError, match="missing partition inputs"):
+            runner.run({})
+        with pytest.raises(ValueError, match="expected int8"):
+            runner.run({graph.inputs[0]: x.astype(np.int32)})
+
+
+def test_arena_shares_bytes_between_dead_tensors() -> None:
+    model = g.mobilenet_v1_model(64, 0.25, 10, seed=5)
+    graph = graph_from_tflite(model)
+    compiled = compile_partition(graph, [n.index for n in graph.nodes], ISA)
+    assert compiled.stats["arena_bytes"] < compiled.stats["activation_bytes_unshared"] / 2
+    # Weights hold each constant once: filters and biases, nothing per use.
+    const_bytes = sum(t.nbytes for t in graph.tensors.values() if t.data is not None and t.dtype != "int32")
+    assert const_bytes <= len(compiled.weights) <= const_bytes * 1.2 + 64 * 200
+
+
+def test_plan_arena_never_overlaps_live_buffers() -> None:
+    rng = np.random.default_rng(0)
+    sizes, lives = {}, {}
+    for k in range(40):
+        first = int(rng.integers(0, 20))
+        sizes[k] = int(rng.integers(1, 5000))
+        lives[k] = (first, first + int(rng.integers(0, 6)))
+    offsets, total = plan_arena(sizes, lives)
+    for a in sizes:
+        assert offsets[a] % 64 == 0 and offsets[a] + sizes[a] <= total
+        for b in sizes:
+            if a < b and lives[a][0] <= lives[b][1] and lives[b][0] <= lives[a][1]:
+                assert offsets[a] + sizes[a] <= offsets[b] or offsets[b] + sizes[b] <= offsets[a]
+
+
+def test_compile_cache_round_trip(tmp_path, dev: Device) -> None:
+    model = g.conv2d_model((1, 8, 8, 3), 4, 3, 1, "SAME", True, "RELU6", 1)
+    graph = graph_from_tflite(model)
+    cache = CompileCache(tmp_path)
+    first, hit1 = compile_cached(graph, [0], ISA, cache)
+    second, hit2 = compile_cached(graph_from_tflite(model), [0], ISA, cache)
+    assert (hit1, hit2) == (False, True)
+    assert second.to_bytes() == first.to_bytes()
+    # A different ISA version or different weights is a different key.
+    _, hit3 = compile_cached(graph, [0], ISA | 1, cache)
+    assert not hit3
+    other = graph_from_tflite(g.conv2d_model((1, 8, 8, 3), 4, 3, 1, "SAME", True, "RELU6", 2))
+    _, hit4 = compile_cached(other, [0], ISA, cache)
+    assert not hit4
+    # A torn cache file is ignored and rewritten.
+    for f in tmp_path.iterdir():
+        f.write_bytes(f.read_bytes()[:50])
+    again, hit5 = compile_cached(graph, [0], ISA, cache)
+    assert not hit5 and again.to_bytes() == first.to_bytes()
+    with pytest.raises(ValueError, match="magic"):
+        CompiledPartition.from_bytes(b"garbage!" * 4)
