@@ -18,6 +18,7 @@ it becomes ``kTfLiteError`` plus a message through the runtime's ``ReportError``
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 import threading
@@ -79,13 +80,15 @@ class PartitionKernel:
 class PrepareRecord:
     """What one delegate Prepare saw and decided (for tests and tools in the same process)."""
 
-    graph: Graph
+    graph: Graph | None  # None unless keep_last_graph (it holds a copy of every constant)
     layout: RuntimeLayout
     placements: list[Placement]
 
 
 _delegates: dict[int, DelegateState] = {}  # address of the TfLiteDelegate -> state
 _last_prepare: PrepareRecord | None = None
+#: Keep the whole graph (constants included) in :func:`last_prepare`'s record; tests and tools set it.
+keep_last_graph = False
 
 
 def last_prepare() -> PrepareRecord | None:
@@ -158,9 +161,8 @@ def _delegate_prepare(context: Any, delegate: Any) -> int:
     graph = read_context(_ffi, context, layout)
     placements = place(graph, state.options, compiler_bridge.check)
     global _last_prepare
-    state.graphs[_addr(context)] = (graph, layout)
     state.placements[_addr(context)] = placements
-    _last_prepare = PrepareRecord(graph, layout, placements)
+    _last_prepare = PrepareRecord(graph if keep_last_graph else None, layout, placements)
     state.log("verbose", f"vnpu delegate: runtime {layout.describe()}")
     state.log("verbose", format_report(placements, layout.distribution))
     npu_nodes = [p.node for p in placements if p.npu]
@@ -172,7 +174,13 @@ def _delegate_prepare(context: Any, delegate: Any) -> int:
         )
         return K_TFLITE_OK
     array = _ffi.new("TfLiteIntArray *", {"size": len(npu_nodes), "data": npu_nodes})
-    status = _lib.vnpu_replace_nodes(context, layout.registration, array, delegate)
+    # The runtime calls the kernels' init from inside this call; after it, each kernel holds its own
+    # partition and the whole graph (a copy of every constant of the model) can go.
+    state.graphs[_addr(context)] = (graph, layout)
+    try:
+        status = _lib.vnpu_replace_nodes(context, layout.registration, array, delegate)
+    finally:
+        del state.graphs[_addr(context)]
     if status != K_TFLITE_OK:
         _report(context, "vnpu delegate: ReplaceNodeSubsetsWithDelegateKernels failed")
     return status
@@ -195,9 +203,9 @@ def _kernel_init(context: Any, buffer: Any, length: int) -> Any:
     inputs = tuple(t for t in _int_list(params.input_tensors) if t >= 0 and not whole.tensors[t].is_const)
     outputs = tuple(_int_list(params.output_tensors))
     used = {t for n in nodes for t in (*n.inputs, *n.outputs) if t >= 0}
-    part = Graph(
-        tensors={t: whole.tensors[t] for t in sorted(used)}, nodes=nodes, inputs=inputs, outputs=outputs
-    )
+    # Own copies of the tensor records: the constants are dropped once compiled (see _kernel_prepare).
+    tensors = {t: dataclasses.replace(whole.tensors[t]) for t in sorted(used)}
+    part = Graph(tensors=tensors, nodes=nodes, inputs=inputs, outputs=outputs)
     with _lock:
         handle = next(_handles)
         kernel = PartitionKernel(delegate=state, handle=handle, graph=part)
@@ -252,6 +260,8 @@ def _kernel_prepare(context: Any, node: Any) -> int:
             kernel.graph, state.device, state.options.cache_dir
         )
         kernel.runner = compiler_bridge.make_runner(kernel.compiled, state.device)
+        for info in kernel.graph.tensors.values():
+            info.data = None  # the weights live in the runner's BO now; invoke needs shapes only
         how = "loaded from the compile cache" if hit else "compiled"
         ms = 1000 * (time.perf_counter() - start)
         state.log(

@@ -25,3 +25,13 @@ def runtime(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def interp_mod(runtime: str) -> Any:
     return importlib.import_module(f"{runtime}.interpreter")
+
+
+@pytest.fixture(autouse=True)
+def keep_last_graph() -> Any:
+    """Let the tests inspect the whole graph the delegate read at its last Prepare."""
+    from delegate_teflon import plugin
+
+    plugin.keep_last_graph = True
+    yield
+    plugin.keep_last_graph = False
