@@ -52,9 +52,9 @@ class DelegateState:
     options: DelegateOptions
     struct: Any  # the TfLiteDelegate, kept alive here
     device: Any = None
-    # Per TfLiteContext (an interpreter may prepare several subgraphs): the graph read at Prepare.
+    # Per TfLiteContext (an interpreter may prepare several subgraphs): the graph read at Prepare,
+    # held only while ReplaceNodeSubsetsWithDelegateKernels creates the kernels.
     graphs: dict[int, tuple[Graph, RuntimeLayout]] = field(default_factory=dict)
-    placements: dict[int, list[Placement]] = field(default_factory=dict)
 
     def log(self, level: str, message: str) -> None:
         if level == "info" and self.options.quiet:
@@ -153,6 +153,7 @@ def destroy_delegate(delegate: Any) -> None:
 
 # --- TfLiteDelegate.Prepare ----------------------------------------------------------------
 def _delegate_prepare(context: Any, delegate: Any) -> int:
+    global _last_prepare
     state = _delegates.get(_addr(delegate))
     if state is None:
         _report(context, "vnpu delegate: Prepare called with an unknown TfLiteDelegate")
@@ -160,8 +161,6 @@ def _delegate_prepare(context: Any, delegate: Any) -> int:
     layout = identify(_ffi, _lib, context)
     graph = read_context(_ffi, context, layout)
     placements = place(graph, state.options, compiler_bridge.check)
-    global _last_prepare
-    state.placements[_addr(context)] = placements
     _last_prepare = PrepareRecord(graph if keep_last_graph else None, layout, placements)
     state.log("verbose", f"vnpu delegate: runtime {layout.describe()}")
     state.log("verbose", format_report(placements, layout.distribution))
