@@ -52,13 +52,16 @@ class AccelError(OSError):
 
     default_hint = ""
 
-    def __init__(self, err: int, op: str, hint: str | None = None) -> None:
+    def __init__(self, err: int, op: str, hint: str | None = None, detail: str = "") -> None:
         self.op = op
         self.hint = hint if hint is not None else (_HINTS.get((op, err)) or self.default_hint)
+        self.detail = detail
         name = _errno.errorcode.get(err, str(err))
         text = f"{op} failed: {name} ({os.strerror(err)})"
+        if detail:
+            text += f": {detail}"
         if self.hint:
-            text += f": {self.hint}"
+            text += f" ({self.hint})" if detail else f": {self.hint}"
         super().__init__(err, text)
 
     def __str__(self) -> str:
@@ -169,6 +172,6 @@ def error_class(err: int) -> type[AccelError]:
     return _BY_ERRNO.get(err, AccelError)
 
 
-def from_errno(err: int, op: str, hint: str | None = None) -> AccelError:
-    """Build the exception for a positive errno returned by ``op``."""
-    return error_class(err)(err, op, hint)
+def from_errno(err: int, op: str, hint: str | None = None, detail: str = "") -> AccelError:
+    """Build the exception for a positive errno returned by ``op`` (``detail``: what exactly was wrong)."""
+    return error_class(err)(err, op, hint, detail)

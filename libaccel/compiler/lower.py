@@ -203,21 +203,27 @@ class Emitter:
         shape: tuple[int, int, int, int] | None = None,
         broadcast_to: tuple[int, int, int, int] | None = None,
         origin: tuple[int, int, int, int] | None = None,
+        strides: tuple[int, int, int, int] | None = None,
     ) -> int:
         """A slot describing graph tensor ``index``.
 
         ``shape`` reinterprets the dense tensor as that 4-D shape; ``origin``
         instead selects a ``shape`` block of the tensor's own 4-D layout
         starting at that element (concatenation, padding); ``broadcast_to``
-        stretches size-1 dimensions with zero strides.
+        stretches size-1 dimensions with zero strides; ``strides`` (in
+        elements, with ``origin``) views the tensor in any order (transpose,
+        strided slice).
         """
         t = self.graph.tensors[index]
         region, offset = self._location(t)
         full = O.to4d(t.shape) if (origin is not None or shape is None) else shape
-        strides = dense_strides(full, t.itemsize)
+        own = dense_strides(full, t.itemsize)
         view = shape if shape is not None else full
         if origin is not None:
-            offset += sum(o * s for o, s in zip(origin, strides, strict=True))
+            offset += sum(o * s for o, s in zip(origin, own, strict=True))
+        if strides is not None:
+            own = (strides[0] * t.itemsize, strides[1] * t.itemsize, strides[2] * t.itemsize, strides[3] * t.itemsize)
+        strides = own
         if broadcast_to is not None:
             strides = tuple(
                 0 if d == 1 and b > 1 else s for d, b, s in zip(view, broadcast_to, strides, strict=True)

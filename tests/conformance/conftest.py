@@ -1,0 +1,100 @@
+"""One uapi conformance suite, run against each selected backend.
+
+Select backends with ``--backend shim`` (default on the host), ``--backend
+kernel`` (inside the QEMU guest, where E's harness runs it), repeatable, or
+with $VNPU_CONFORMANCE_BACKENDS="shim,kernel". ``kernel`` is skipped cleanly
+when no vnpu /dev/accel node exists. Tests talk to the device only through
+``Device.ioctl`` / ``mmap`` (the shared ioctl layer), so they hold the kernel
+and the shim to the same contract.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from libaccel import Device
+from libaccel.discovery import list_devices
+
+ENV = "VNPU_CONFORMANCE_BACKENDS"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backend",
+        action="append",
+        choices=("shim", "kernel"),
+        help="backend(s) for tests/conformance (default: shim, or $VNPU_CONFORMANCE_BACKENDS)",
+    )
+
+
+def _backends(config: pytest.Config) -> list[str]:
+    chosen = config.getoption("--backend", default=None)
+    if chosen:
+        return list(dict.fromkeys(chosen))
+    env = os.environ.get(ENV, "")
+    return [b.strip() for b in env.split(",") if b.strip()] or ["shim"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", _backends(metafunc.config), scope="session")
+
+
+def open_device(backend: str) -> Device:
+    if backend == "kernel":
+        devices = list_devices()
+        if not devices:
+            pytest.skip("no vnpu device under /dev/accel (kernel backend runs inside the QEMU guest)")
+        return Device.open(devices[0].node)
+    return Device.open("shim")
+
+
+@pytest.fixture
+def device(backend: str) -> Iterator[Device]:
+    dev = open_device(backend)
+    try:
+        yield dev
+    finally:
+        dev.close()
+
+
+@pytest.fixture
+def opener(backend: str) -> Iterator:
+    """Opens more files of the same device; closes them at the end."""
+    opened: list[Device] = []
+
+    def _open() -> Device:
+        d = open_device(backend)
+        opened.append(d)
+        return d
+
+    yield _open
+    for d in opened:
+        d.close()
+
+
+@pytest.fixture
+def stream_check_off(backend: str) -> Iterator[None]:
+    """Turn the driver's command-stream check off (a debug knob), so the device MMU is the last guard."""
+    if backend == "kernel":
+        param = Path("/sys/module/vnpu/parameters/validate_streams")
+        if not param.exists():
+            pytest.skip("vnpu.ko has no validate_streams module parameter")
+        old = param.read_text().strip()
+        param.write_text("0")
+        try:
+            yield
+        finally:
+            param.write_text(old)
+    else:
+        from libaccel.backends.shim import ShimBackend
+
+        ShimBackend.validate_streams = False
+        try:
+            yield
+        finally:
+            ShimBackend.validate_streams = True
