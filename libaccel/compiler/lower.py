@@ -222,7 +222,12 @@ class Emitter:
         if origin is not None:
             offset += sum(o * s for o, s in zip(origin, own, strict=True))
         if strides is not None:
-            own = (strides[0] * t.itemsize, strides[1] * t.itemsize, strides[2] * t.itemsize, strides[3] * t.itemsize)
+            own = (
+                strides[0] * t.itemsize,
+                strides[1] * t.itemsize,
+                strides[2] * t.itemsize,
+                strides[3] * t.itemsize,
+            )
         strides = own
         if broadcast_to is not None:
             strides = tuple(

@@ -501,6 +501,91 @@ def _plan_pad(graph: Graph, node: OpNode) -> OpPlan:
     return OpPlan(emit)
 
 
+def _int_const(graph: Graph, index: int, what: str) -> np.ndarray:
+    t = _const(graph, index, what)
+    if t.dtype not in ("int32", "int64"):
+        raise Unsupported(f"{what} is {t.dtype}, expected int32")
+    assert t.data is not None
+    return np.asarray(t.data, dtype=np.int64).reshape(-1)
+
+
+def _elem_strides(shape4: tuple[int, int, int, int]) -> list[int]:
+    return [int(np.prod(shape4[i + 1 :], dtype=np.int64)) for i in range(4)]
+
+
+def _plan_transpose(graph: Graph, node: OpNode) -> OpPlan:
+    x = _activation(graph, node.inputs[0], "input")
+    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    perm = [int(p) for p in _int_const(graph, node.inputs[1], "permutation")]
+    rank = len(x.shape)
+    perm = [p + rank if p < 0 else p for p in perm]
+    if sorted(perm) != list(range(rank)):
+        raise Unsupported(f"permutation {perm} of rank {rank}")
+    if tuple(x.shape[p] for p in perm) != y.shape:
+        raise Unsupported(f"output shape {list(y.shape)} is not the permuted input")
+    shift = 4 - rank
+    elem = _elem_strides(to4d(x.shape))
+    src = [elem[i] for i in range(shift)] + [elem[shift + p] for p in perm]
+    y4 = to4d(y.shape)
+
+    def emit(em: Emitter) -> None:
+        em.op(
+            "COPY",
+            src=em.tensor(x.index, shape=y4, origin=(0, 0, 0, 0), strides=(src[0], src[1], src[2], src[3])),
+            dst=em.tensor(y.index, shape=y4),
+        )
+
+    return OpPlan(emit)
+
+
+def _plan_strided_slice(graph: Graph, node: OpNode) -> OpPlan:
+    x = _activation(graph, node.inputs[0], "input")
+    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    for mask in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask"):
+        if node.option(mask):
+            raise Unsupported(f"{mask} {node.option(mask)}")
+    if node.option("offset"):
+        raise Unsupported("offset=True")
+    rank = len(x.shape)
+    begin = _int_const(graph, node.inputs[1], "begin")
+    end = _int_const(graph, node.inputs[2], "end")
+    step = _int_const(graph, node.inputs[3], "strides")
+    if not len(begin) == len(end) == len(step) == rank:
+        raise Unsupported(f"begin/end/strides of lengths {len(begin)}/{len(end)}/{len(step)} for rank {rank}")
+    if (step < 1).any():
+        raise Unsupported(f"strides {step.tolist()}: only positive strides")
+    starts, counts = [], []
+    for i, d in enumerate(x.shape):
+        # TFLite's StartForAxis/StopForAxis for positive strides: wrap negatives, clamp to [0, d].
+        b = 0 if node.option("begin_mask") & (1 << i) else int(begin[i])
+        e = d if node.option("end_mask") & (1 << i) else int(end[i])
+        b = min(max(b + d if b < 0 else b, 0), d)
+        e = min(max(e + d if e < 0 else e, 0), d)
+        starts.append(b)
+        counts.append(max(0, -(-(e - b) // int(step[i]))))
+    if tuple(counts) != y.shape:
+        raise Unsupported(f"output shape {list(y.shape)} is not the slice's {counts}")
+    shift = 4 - rank
+    elem = _elem_strides(to4d(x.shape))
+    strides = [elem[i] * (int(step[i - shift]) if i >= shift else 1) for i in range(4)]
+    origin = [0] * shift + starts
+    y4 = to4d(y.shape)
+
+    def emit(em: Emitter) -> None:
+        em.op(
+            "COPY",
+            src=em.tensor(
+                x.index,
+                shape=y4,
+                origin=(origin[0], origin[1], origin[2], origin[3]),
+                strides=(strides[0], strides[1], strides[2], strides[3]),
+            ),
+            dst=em.tensor(y.index, shape=y4),
+        )
+
+    return OpPlan(emit)
+
+
 PLANNERS: dict[str, Callable[[Graph, OpNode], OpPlan]] = {
     "CONV_2D": lambda g, n: _plan_conv(g, n, depthwise=False),
     "DEPTHWISE_CONV_2D": lambda g, n: _plan_conv(g, n, depthwise=True),
@@ -516,6 +601,8 @@ PLANNERS: dict[str, Callable[[Graph, OpNode], OpPlan]] = {
     "RESHAPE": _plan_reshape,
     "CONCATENATION": _plan_concat,
     "PAD": _plan_pad,
+    "TRANSPOSE": _plan_transpose,
+    "STRIDED_SLICE": _plan_strided_slice,
 }
 
 

@@ -173,3 +173,23 @@ def test_concatenation(dev: Device, axis: int) -> None:
 @pytest.mark.parametrize("dtype", ["int8", "uint8"])
 def test_pad(dev: Device, dtype: str) -> None:
     assert_exact(dev, g.pad_model((1, 5, 4, 3), [(0, 0), (1, 2), (2, 0), (0, 1)], 37, dtype))
+
+
+@pytest.mark.parametrize(
+    "shape,perm",
+    [((1, 4, 5, 3), (0, 3, 1, 2)), ((1, 4, 5, 3), (0, 2, 1, 3)), ((6, 7), (1, 0)), ((2, 3, 4), (2, 0, 1))],
+)
+def test_transpose(dev: Device, shape: tuple, perm: tuple) -> None:
+    assert_exact(dev, g.transpose_model(shape, perm, 41))
+
+
+@pytest.mark.parametrize(
+    "shape,begin,end,strides,bmask,emask",
+    [
+        ((1, 8, 8, 6), (0, 1, 2, 0), (1, 7, 8, 6), (1, 1, 2, 1), 0, 0),
+        ((1, 8, 8, 6), (0, -5, 0, 1), (1, -1, 8, 5), (1, 2, 3, 2), 0b1001, 0b0100),
+        ((10, 12), (2, 3), (9, 100), (3, 1), 0, 0),
+    ],
+)
+def test_strided_slice(dev: Device, shape, begin, end, strides, bmask, emask) -> None:
+    assert_exact(dev, g.strided_slice_model(shape, begin, end, strides, bmask, emask, 43))

@@ -648,6 +648,48 @@ def pad_model(
     return m.build([x], [y])
 
 
+def transpose_model(
+    in_shape: Sequence[int], perm: Sequence[int], seed: int = 0, dtype: str = "int8"
+) -> bytes:
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    q = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, q)
+    p = m.add_const("perm", np.array(perm, dtype=np.int32), "int32")
+    y = m.add_tensor("output", [in_shape[i] for i in perm], dtype, q)
+    m.add_op("TRANSPOSE", [x, p], [y])
+    return m.build([x], [y])
+
+
+def strided_slice_model(
+    in_shape: Sequence[int],
+    begin: Sequence[int],
+    end: Sequence[int],
+    strides: Sequence[int],
+    begin_mask: int = 0,
+    end_mask: int = 0,
+    seed: int = 0,
+    dtype: str = "int8",
+) -> bytes:
+    """One STRIDED_SLICE with positive strides (the output shape is computed as TFLite does)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    q = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, q)
+    out = []
+    for i, d in enumerate(in_shape):
+        b = 0 if begin_mask >> i & 1 else begin[i]
+        e = d if end_mask >> i & 1 else end[i]
+        b = min(max(b + d if b < 0 else b, 0), d)
+        e = min(max(e + d if e < 0 else e, 0), d)
+        out.append(max(0, -(-(e - b) // strides[i])))
+    consts = (("begin", begin), ("end", end), ("strides", strides))
+    ins = [x] + [m.add_const(n, np.array(v, dtype=np.int32), "int32") for n, v in consts]
+    y = m.add_tensor("output", out, dtype, q)
+    m.add_op("STRIDED_SLICE", ins, [y], begin_mask=begin_mask, end_mask=end_mask)
+    return m.build([x], [y])
+
+
 def softmax_model(shape: Sequence[int], seed: int = 0) -> bytes:
     """One int8 SOFTMAX: an op the NPU does not run (a CPU-fallback case)."""
     rng = np.random.default_rng(seed)
