@@ -32,6 +32,7 @@ from .mmu import Mmu, MmuFault
 log = logging.getLogger(__name__)
 
 MAX_CMD_SIZE = 1 << 24  # a stream larger than this is refused (-EIO) before it is fetched
+MAX_TENSOR_ELEMENTS = 1 << 28  # broadcast (zero-stride) tensors could otherwise claim exabytes
 WAIT_POLL_S = 0.0005  # first WAIT poll interval; doubles up to WAIT_POLL_MAX_S
 WAIT_POLL_MAX_S = 0.005
 
@@ -97,6 +98,11 @@ class Tensor:
             isa.tensor_extent(ins.fields)
         except isa.IsaError as e:
             raise JobError(f"TENSOR at byte {ins.offset}: {e}") from None
+        elements = ins["n"] * ins["h"] * ins["w"] * ins["c"]
+        if elements > MAX_TENSOR_ELEMENTS:
+            raise JobError(
+                f"TENSOR at byte {ins.offset}: {elements} elements, more than {MAX_TENSOR_ELEMENTS}"
+            )
         return cls(
             dtype=dtype.name,
             va=ins["va"],

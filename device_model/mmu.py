@@ -137,9 +137,10 @@ class Mmu:
         ``write=True`` checks PTE_WRITE instead of PTE_READ: the command
         processor reads an output's extent before a strided write-back.
         """
+        runs = self.translate_range(va, size, write)  # fault before allocating anything
         out = np.empty(size, dtype=np.uint8)
         pos = 0
-        for pa, length in self.translate_range(va, size, write):
+        for pa, length in runs:
             out[pos : pos + length] = np.frombuffer(self.memory.view(pa, length), dtype=np.uint8)
             pos += length
         return out

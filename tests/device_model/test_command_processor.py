@@ -181,6 +181,7 @@ def test_faults_report_the_va() -> None:
         (program(isa.encode("TENSOR", slot=16, dtype=0, va=0, n=1, h=1, w=1, c=1)), "slot 16"),
         (program(isa.encode("TENSOR", slot=0, dtype=9, va=0, n=1, h=1, w=1, c=1)), "dtype"),
         (program(isa.encode("TENSOR", slot=0, dtype=0, va=0, n=1, h=0, w=1, c=1)), ">= 1"),
+        (program(isa.encode("TENSOR", slot=0, dtype=0, va=0, n=2**20, h=2**20, w=1, c=1)), "more than"),
         (
             program(
                 tensor(0, "INT8", 0x10_0000, (1, 2, 2, 1)),
