@@ -134,7 +134,7 @@ def generate_isa_header(spec: IsaSpec = SPEC) -> str:
     w = out.append
     w("/* SPDX-License-Identifier: MIT */")
     w("/*")
-    w(f" * vnpu_isa.h - {BANNER}.")
+    w(f" * The vnpu ISA in C: {BANNER}.")
     w(" * Source: uapi/vnpu_isa.toml (through uapi/isa.py); docs/isa.md explains the ISA.")
     w(" *")
     w(" * A command stream is a sequence of little-endian instructions. Each starts with a")
@@ -232,7 +232,7 @@ def generate_table_header(spec: IsaSpec = SPEC) -> str:
     max_ops = max(len(i.operands) for i in spec.instructions)
     w("/* SPDX-License-Identifier: GPL-2.0-only OR MIT */")
     w("/*")
-    w(f" * vnpu_isa_table.h - {BANNER}.")
+    w(f" * The kernel validator's ISA table: {BANNER}.")
     w(" * Source: uapi/vnpu_isa.toml (through uapi/isa.py).")
     w(" *")
     w(" * The command-stream validator's view of the ISA: for each opcode its size, where")
@@ -369,7 +369,7 @@ def generate_hw_header(path: Path = HW_LAYOUT) -> str:
     w = out.append
     w("/* SPDX-License-Identifier: GPL-2.0-only OR MIT */")
     w("/*")
-    w(f" * vnpu_hw.h - {BANNER}.")
+    w(f" * The vnpu hardware layout: {BANNER}.")
     w(" * Source: device_model/hw_layout.py; docs/hardware.md explains it.")
     w(" *")
     doc = ast.get_docstring(tree) or ""
