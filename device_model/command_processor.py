@@ -18,8 +18,10 @@ from __future__ import annotations
 import errno
 import logging
 import threading
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,6 +50,39 @@ class JobResult:
     fault_va: int = 0  # faulting VA when status is -EFAULT
     cycles: int = 0  # modelled cycles: instructions executed
     error: str = ""  # a human-readable reason for a non-zero status (debug only)
+
+
+@dataclass
+class JobProfile:
+    """Where one job's device time went (collected only inside :func:`profile_jobs`)."""
+
+    seconds: float  # wall time of CommandProcessor.run: fetch, decode, MMU traffic and numerics
+    status: int
+    cycles: int
+    op_seconds: dict[str, float] = field(default_factory=dict)  # per opcode, summed over the job
+    op_counts: dict[str, int] = field(default_factory=dict)
+
+
+_profile_sinks: list[list[JobProfile]] = []
+_profile_lock = threading.Lock()
+
+
+@contextmanager
+def profile_jobs() -> Iterator[list[JobProfile]]:
+    """Collect a :class:`JobProfile` for every job any CommandProcessor runs inside the block.
+
+    The benchmark uses it to split an invoke into device-model compute and
+    the rest of the stack. Outside such a block a job pays for nothing but a
+    list check.
+    """
+    sink: list[JobProfile] = []
+    with _profile_lock:
+        _profile_sinks.append(sink)
+    try:
+        yield sink
+    finally:
+        with _profile_lock:
+            _profile_sinks.remove(sink)
 
 
 class JobError(Exception):
@@ -433,6 +468,28 @@ class CommandProcessor:
         on_irq: Callable[[int], None] | None = None,
     ) -> JobResult:
         """Execute the stream at ``cmd_va`` in the address space at ``pt_root``. Never raises."""
+        if not _profile_sinks:
+            return self._run(pt_root, cmd_va, cmd_size, abort, on_irq, None)
+        start = time.perf_counter()
+        profile = JobProfile(0.0, 0, 0)
+        result = self._run(pt_root, cmd_va, cmd_size, abort, on_irq, profile)
+        profile.seconds = time.perf_counter() - start
+        profile.status = result.status
+        profile.cycles = result.cycles
+        with _profile_lock:
+            for sink in _profile_sinks:
+                sink.append(profile)
+        return result
+
+    def _run(
+        self,
+        pt_root: int,
+        cmd_va: int,
+        cmd_size: int,
+        abort: threading.Event | None,
+        on_irq: Callable[[int], None] | None,
+        profile: JobProfile | None,
+    ) -> JobResult:
         abort = abort if abort is not None else threading.Event()
         cycles = 0
         try:
@@ -452,7 +509,16 @@ class CommandProcessor:
                 cycles += 1
                 if ins.op == "END":
                     return JobResult(0, 0, cycles)
-                job.execute(ins)
+                if profile is None:
+                    job.execute(ins)
+                    continue
+                t0 = time.perf_counter()
+                try:
+                    job.execute(ins)
+                finally:
+                    op = ins.op
+                    profile.op_seconds[op] = profile.op_seconds.get(op, 0.0) + time.perf_counter() - t0
+                    profile.op_counts[op] = profile.op_counts.get(op, 0) + 1
             raise JobError("command stream ended without END")  # decode() guarantees END; be safe
         except MmuFault as e:
             return JobResult(-errno.EFAULT, e.va, cycles, str(e))

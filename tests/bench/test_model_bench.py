@@ -1,0 +1,50 @@
+"""bench.model_bench: its arithmetic, and one real (small) model through every measurement."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import model_bench as mb
+from device_model.command_processor import profile_jobs
+from tools.models import generate
+
+
+def test_overhead_fraction() -> None:
+    assert mb.overhead_fraction(10.0, 9.5) == pytest.approx(0.05)
+    assert mb.overhead_fraction(10.0, 10.5) == 0.0  # timer skew never goes negative
+    assert mb.overhead_fraction(0.0, 0.0) == 0.0
+
+
+def test_median_rejects_no_samples() -> None:
+    assert mb.median([3.0, 1.0, 2.0]) == 2.0
+    with pytest.raises(ValueError):
+        mb.median([])
+
+
+def test_small_model_end_to_end(tmp_path) -> None:
+    model = generate.conv2d_model((1, 16, 16, 8), 16, kernel=3, stride=1, padding="SAME", act="RELU6")
+    r = mb.bench_model("conv", model, runs=2, check=True, rss=False, threads=1)
+    assert r.exact is True and r.differing_bytes == 0
+    assert r.npu_nodes == r.nodes == 1 and r.partitions == 1
+    assert 0 < r.device_ms <= r.invoke_ms  # the job ran inside the timed invoke
+    assert r.device_op_counts.get("CONV2D") == 1
+    assert set(r.cpu_runtime_ms) == set(mb.CPU_RUNTIMES)
+    assert r.cpu_ms == min(r.cpu_runtime_ms.values())
+    table = mb.format_table([r])
+    assert "device-model compute" in table and "bit_exact" in table
+    json.dumps(r.targets())
+
+
+def test_profile_jobs_sees_nothing_outside_its_block() -> None:
+    with profile_jobs() as profiles:
+        pass
+    assert profiles == []
+
+
+def test_bad_arguments_exit_2(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        mb.main(["--models", "resnet"])
+    assert e.value.code == 2
+    assert "unknown model" in capsys.readouterr().err
