@@ -28,7 +28,7 @@
 #define VNPU_DRIVER_DESC	"vnpu emulated NPU"
 
 /* Limits reported through DRM_VNPU_PARAM_*. */
-#define VNPU_MAX_JOB_SIZE	(1U << 20)
+#define VNPU_MAX_JOB_SIZE	BIT(20)
 #define VNPU_MAX_JOB_BOS	64U
 #define VNPU_MAX_BO_SIZE	(256ULL << 20)
 

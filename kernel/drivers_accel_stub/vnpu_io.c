@@ -3,7 +3,7 @@
  * Copyright (c) 2026 The vnpu authors
  *
  * The control block: BOOT and RESET commands and their
- * acknowledgement interrupt.
+ * acknowledgment interrupt.
  */
 #include <linux/delay.h>
 #include <linux/interrupt.h>
@@ -44,7 +44,7 @@ int vnpu_io_wait_magic(struct vnpu_device *vdev, unsigned int timeout_ms)
  * @cmd: VNPU_CMD_*
  * @arg0: value for REG_CMD_ARG0
  * @arg1: value for REG_CMD_ARG1
- * @timeout_ms: how long to wait for the acknowledgement
+ * @timeout_ms: how long to wait for the acknowledgment
  *
  * Writes the arguments and the command, bumps CMD_SEQ, rings VEC_CONTROL and
  * waits until CMD_ACK equals the new sequence number. The control interrupt

@@ -36,6 +36,11 @@
 #include "vnpu_io.h"
 #include "vnpu_job.h"
 
+static bool vnpu_validate_streams = true;
+module_param_named(validate_streams, vnpu_validate_streams, bool, 0644);
+MODULE_PARM_DESC(validate_streams,
+		 "Validate command streams before queueing (default on; off leaves isolation to the device MMU, for testing it)");
+
 /* Cap on in-syncobjs per job, to bound the copy; the header sets none. */
 #define VNPU_MAX_IN_SYNCOBJS	256U
 /* Cap on job_struct_size, to bound the zero check of unknown fields. */
@@ -444,6 +449,8 @@ static int vnpu_job_get_cmd(struct vnpu_job *job, struct drm_file *file,
 		if (job->bos[i].bo == job->cmd_bo)
 			job->cmd_listed = true;
 
+	if (!READ_ONCE(vnpu_validate_streams))
+		return 0;
 	ret = drm_gem_vmap_unlocked(&job->cmd_bo->base.base, &map);
 	if (ret)
 		return ret;
@@ -594,9 +601,10 @@ static int vnpu_job_add_implicit_deps(struct vnpu_job *job)
 	int ret;
 
 	for (i = 0; i < job->bo_count; i++) {
-		ret = drm_sched_job_add_implicit_dependencies(&job->base, &job->bos[i].bo->base.base,
-							      job->bos[i].flags &
-							      DRM_VNPU_JOB_BO_WRITE);
+		struct drm_gem_object *obj = &job->bos[i].bo->base.base;
+		bool write = job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE;
+
+		ret = drm_sched_job_add_implicit_dependencies(&job->base, obj, write);
 		if (ret)
 			return ret;
 	}

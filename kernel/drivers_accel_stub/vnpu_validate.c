@@ -148,7 +148,7 @@ int vnpu_validate_stream(struct vnpu_device *vdev, const u8 *stream, u32 size,
 	while (off < size) {
 		const u8 *insn = stream + off;
 		const struct vnpu_isa_op_desc *op;
-		u32 header, opcode, insn_size, flags = 0;
+		u32 header, opcode, insn_size, need, flags = 0;
 		unsigned int i;
 		int ret;
 
@@ -172,7 +172,8 @@ int vnpu_validate_stream(struct vnpu_device *vdev, const u8 *stream, u32 size,
 		if (opcode == VNPU_ISA_TABLE_OPCODE_TENSOR) {
 			u32 slot = vnpu_get_u32(insn, VNPU_ISA_TENSOR_SLOT);
 
-			if (slot >= VNPU_ISA_TABLE_SLOTS || !vnpu_tensor_reserved_clear(insn, insn_size))
+			if (slot >= VNPU_ISA_TABLE_SLOTS ||
+			    !vnpu_tensor_reserved_clear(insn, insn_size))
 				goto malformed;
 			ret = vnpu_tensor_extent(insn, &slots[slot]);
 			if (ret) {
@@ -195,13 +196,16 @@ int vnpu_validate_stream(struct vnpu_device *vdev, const u8 *stream, u32 size,
 			}
 			if (slot >= VNPU_ISA_TABLE_SLOTS || !slots[slot].defined)
 				goto malformed;
-			ret = vnpu_check_access(&slots[slot], bos, bo_count,
-						opd->dir == VNPU_ISA_DIR_OUT ?
-						DRM_VNPU_JOB_BO_WRITE : DRM_VNPU_JOB_BO_READ);
+			need = opd->dir == VNPU_ISA_DIR_OUT ? DRM_VNPU_JOB_BO_WRITE :
+							       DRM_VNPU_JOB_BO_READ;
+			ret = vnpu_check_access(&slots[slot], bos, bo_count, need);
 			if (ret) {
-				drm_dbg_driver(&vdev->drm, "%s at byte %u: slot %u [%#llx, %#llx) not in a %s BO\n",
-					       op->name, off, slot, slots[slot].start, slots[slot].end,
-					       opd->dir == VNPU_ISA_DIR_OUT ? "writable" : "readable");
+				drm_dbg_driver(&vdev->drm,
+					       "%s at byte %u: slot %u [%#llx, %#llx) outside a %s BO\n",
+					       op->name, off, slot, slots[slot].start,
+					       slots[slot].end,
+					       need == DRM_VNPU_JOB_BO_WRITE ? "writable" :
+					       "readable");
 				return ret;
 			}
 		}
