@@ -2,35 +2,31 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import re
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 
 import numpy as np
-from kernel_helpers import REPO, debugfs_counters, fill_stream
+from kernel_helpers import debugfs_counters, fill_stream, hang_stream
 
 # Totals only ever grow; every other counter counts live objects and must come back down.
 MONOTONIC = re.compile(r"_total$|submitted|done|failed|timedout|cancel|resets")
 
-CHILD = textwrap.dedent(
-    """
-    import sys, time
+
+def _child(ready) -> None:
+    """Open the device, hold BOs and a hung job, report ready, then wait to be killed."""
     from libaccel import Device, Job, JobBo
-    sys.path.insert(0, {helpers!r})
-    from kernel_helpers import hang_stream
+
     dev = Device.open("kernel")
     bos = [dev.create_bo(65536) for _ in range(8)]
     sem, out = bos[0], bos[1]
     stream = hang_stream(sem.va, out.va)
     cmd = dev.create_bo_with(stream, read_only=True)
     dev.submit(Job(cmd, len(stream), [JobBo(sem), JobBo(out, write=True)]))
-    print("ready", flush=True)
+    ready.send("ready")
     time.sleep(600)
-    """
-)
 
 
 def _live(counters: dict[str, int]) -> dict[str, int]:
@@ -42,20 +38,21 @@ def test_killed_process_releases_everything(dev) -> None:
 
     baseline = _live(debugfs_counters())
     assert baseline, "vnpu debugfs has no /sys/kernel/debug/accel/*/counters"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD.format(helpers=str(REPO / "tests" / "kernel"))],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    # fork, not a new interpreter: a Python start-up costs seconds under TCG.
+    ctx = mp.get_context("fork")
+    parent_end, child_end = ctx.Pipe()
+    child = ctx.Process(target=_child, args=(child_end,))
+    child.start()
     try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
+        assert parent_end.poll(120), "child did not get its job queued"
+        assert parent_end.recv() == "ready"
         during = _live(debugfs_counters())
         grown = {k for k in baseline if during.get(k, 0) > baseline[k]}
         assert grown, f"no live counter grew while the child held BOs and a job: {during}"
     finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(timeout=30)
+    assert child.exitcode == -signal.SIGKILL
 
     deadline = time.monotonic() + dev.params.job_timeout_ms / 1000 + 30
     now = _live(debugfs_counters())

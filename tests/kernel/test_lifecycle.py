@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,12 +30,30 @@ def _wait(cond, timeout: float) -> bool:
     return cond()
 
 
+def holders() -> str:
+    """Who keeps vnpu loaded: its refcount, debugfs's open files, processes with the node open or mapped."""
+    lines = [f"refcnt {Path('/sys/module/vnpu/refcnt').read_text().strip()}"]
+    for f in glob.glob("/sys/kernel/debug/accel/*/files"):
+        lines.append(Path(f).read_text().strip())
+    for pid in glob.glob("/proc/[0-9]*"):
+        try:
+            fds = [os.readlink(fd) for fd in glob.glob(f"{pid}/fd/*")]
+            maps = Path(f"{pid}/maps").read_text()
+        except OSError:
+            continue
+        held = [fd for fd in fds if "accel" in fd] + (["mapped"] if "/dev/accel" in maps else [])
+        if held:
+            cmdline = Path(f"{pid}/cmdline").read_text().replace("\0", " ")[:120]
+            lines.append(f"pid {pid[6:]} {held} {cmdline}")
+    return "\n".join(lines)
+
+
 def test_rmmod_insmod_cycle() -> None:
     from libaccel import Device, Job, JobBo
 
     for _ in range(2):
         r = subprocess.run(["rmmod", "vnpu"], capture_output=True, text=True, check=False)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 0, f"{r.stderr}{holders()}"
         assert _wait(lambda: not accel_nodes(), 10)
         r = subprocess.run(["insmod", str(MODULE)], capture_output=True, text=True, check=False)
         assert r.returncode == 0, r.stderr
