@@ -196,8 +196,11 @@ class _Job:
 
     def store(self, t: Tensor, values: np.ndarray) -> None:
         """Write ``values`` (any integer array of t's shape) to the tensor, saturating to its dtype."""
-        info = np.iinfo(t.np_dtype)
-        data = np.clip(values, info.min, info.max).astype(t.np_dtype).reshape(t.shape)
+        if values.dtype == t.np_dtype:  # the numerics already saturated to the output's dtype
+            data = np.ascontiguousarray(values).reshape(t.shape)
+        else:
+            info = np.iinfo(t.np_dtype)
+            data = np.clip(values, info.min, info.max).astype(t.np_dtype).reshape(t.shape)
         start, end = t.extent
         if t.dense:
             self.mmu.scatter(start, data)
@@ -290,6 +293,7 @@ class _Job:
             output_zp=out.zero_point,
             act_min=ins["act_min"],
             act_max=ins["act_max"],
+            out_dtype=out.np_dtype,
         )
         if depthwise:
             result = nm.depthwise_conv2d(
@@ -330,6 +334,7 @@ class _Job:
             output_zp=out.zero_point,
             act_min=ins["act_min"],
             act_max=ins["act_max"],
+            out_dtype=out.np_dtype,
         )
         self.store(out, result)
 

@@ -161,6 +161,140 @@ def int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
 
 
+# --- fast exact paths (channel-major) -------------------------------------------------------
+# The per-channel requantization parameters broadcast along the long, contiguous axis when the
+# accumulators are laid out channel-major ([C, M]): numpy then runs one tight loop per channel
+# instead of one short loop per pixel, which is several times faster.
+_F64_EXACT_PRODUCT = 1 << 52  # |acc * multiplier| below this: every float64 step below is exact
+
+
+def _col(v: ArrayLike, c: int, dtype: type = np.int64) -> np.ndarray:
+    """A per-channel parameter (scalar or [C]) as a [C, 1] column."""
+    return np.broadcast_to(np.asarray(v, dtype=dtype).reshape(-1), (c,)).reshape(c, 1)
+
+
+def _out_range(act_min: int, act_max: int, out_dtype: np.dtype | None) -> tuple[int, int]:
+    """The clamp [act_min, act_max] combined with the saturation to ``out_dtype``."""
+    if out_dtype is None:
+        return act_min, act_max
+    info = np.iinfo(out_dtype)
+    return max(act_min, int(info.min)), min(act_max, int(info.max))
+
+
+def requantize_channels(
+    acc: np.ndarray,
+    bias: np.ndarray | None,
+    multiplier: ArrayLike,
+    shift: ArrayLike,
+    output_zp: int,
+    act_min: int,
+    act_max: int,
+    out_dtype: np.dtype | None = None,
+) -> np.ndarray:
+    """Channel-major [C, M] accumulators (+ bias [C]) -> clamp(MBQM(acc) + zp) as [C, M].
+
+    ``acc`` holds exact integers (any int or float dtype). Returns ``out_dtype`` values
+    saturated to it (the device's store), or int32 when ``out_dtype`` is None.
+
+    When |acc| * |multiplier| < 2**52 and no shift is positive, MultiplyByQuantizedMultiplier
+    is computed exactly in float64: h = floor(acc * m * 2**-31 + 1/2) is SRDHM (every value is
+    an integer or a dyadic fraction with fewer than 53 significant bits, and scaling by a power
+    of two is exact), and RoundingDivideByPOT(h, e) = trunc(h * 2**-e + copysign(1/2, h)) is
+    rounding half away from zero. Otherwise the int64 path (with int32 wrap-around) is used.
+    """
+    check_clamp(act_min, act_max)
+    check_shift(shift)
+    c = acc.shape[0]
+    lo, hi = _out_range(act_min, act_max, out_dtype)
+    m = _col(multiplier, c)
+    sh = _col(shift, c)
+    if acc.size == 0:
+        return np.zeros(acc.shape, dtype=out_dtype or np.int32)
+    amax = max(float(acc.max()), -float(acc.min()))
+    if bias is not None:
+        amax += float(np.abs(np.asarray(bias, dtype=np.float64)).max(initial=0))
+    m_abs = int(np.abs(m).max())
+    if sh.max() <= 0 and amax * m_abs < _F64_EXACT_PRODUCT and amax < 2**31 and m.min() > INT32_MIN:
+        return _requantize_f64(acc, bias, m, sh, output_zp, lo, hi, out_dtype or np.dtype(np.int32))
+    acc64 = np.asarray(acc, dtype=np.int64)
+    if bias is not None:
+        acc64 = acc64 + _col(bias, c)
+    out = multiply_by_quantized_multiplier(acc64, m, sh) + output_zp
+    np.clip(out, lo, hi, out=out)
+    return out.astype(out_dtype or np.int32, copy=False)
+
+
+_BLOCK_ELEMENTS = 1 << 15  # float64 temporaries of 256 KiB: they stay in the L2 cache
+
+
+def _requantize_f64(
+    acc: np.ndarray,
+    bias: np.ndarray | None,
+    m: np.ndarray,
+    sh: np.ndarray,
+    output_zp: int,
+    lo: int,
+    hi: int,
+    out_dtype: np.dtype,
+) -> np.ndarray:
+    """The exact float64 requantization (see :func:`requantize_channels`), a few channels at a time."""
+    c, n = acc.shape
+    out = np.empty((c, n), dtype=out_dtype)
+    scale = m.astype(np.float64) * 2.0**-31
+    down = np.ldexp(1.0, sh)
+    bias_f = _col(bias, c, np.float64) if bias is not None else None
+    any_down = bool(sh.min() < 0)
+    step = max(1, _BLOCK_ELEMENTS // max(n, 1))
+    buf = np.empty(min(c, step) * n, dtype=np.float64)
+    half = np.empty_like(buf)
+    for c0 in range(0, c, step):
+        c1 = min(c, c0 + step)
+        v = buf[: (c1 - c0) * n].reshape(c1 - c0, n)
+        v[...] = acc[c0:c1]
+        if bias_f is not None:
+            v += bias_f[c0:c1]
+        v *= scale[c0:c1]
+        v += 0.5
+        np.floor(v, out=v)
+        if any_down:  # channels with shift 0 keep h: h + copysign(1/2, h) truncates back to h
+            v *= down[c0:c1]
+            hv = half[: v.size].reshape(v.shape)
+            np.copysign(0.5, v, out=hv)
+            v += hv
+            np.trunc(v, out=v)
+        if output_zp:
+            v += output_zp
+        np.clip(v, lo, hi, out=v)
+        out[c0:c1] = v
+    return out
+
+
+def _gemm_channels(w: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Exact w [C, K] @ cols.T ([M, K]) -> [C, M] for small-integer float32 operands.
+
+    One float32 BLAS GEMM when K products of the largest magnitudes stay below 2**24, else
+    K-chunks that each do, summed in float64 (exact below 2**53); beyond a few chunks one
+    float64 GEMM.
+    """
+    k = w.shape[1]
+    if k == 0 or cols.size == 0:
+        return np.zeros((w.shape[0], cols.shape[0]), dtype=np.float32)
+    a_max = max(float(cols.max()), -float(cols.min()))
+    w_max = max(float(w.max()), -float(w.min()))
+    bound = a_max * w_max
+    if bound * k < _F32_EXACT:
+        return w @ cols.T
+    chunk = int(_F32_EXACT // bound) if bound else k
+    if chunk == 0 or -(-k // chunk) > _MAX_F32_CHUNKS:
+        if bound * k >= 2**53:
+            raise ValueError(f"GEMM of depth {k} with operands up to {bound} exceeds exact float64 range")
+        return w.astype(np.float64) @ cols.T.astype(np.float64)
+    out = np.zeros((w.shape[0], cols.shape[0]), dtype=np.float64)
+    for k0 in range(0, k, chunk):
+        out += w[:, k0 : k0 + chunk] @ cols[:, k0 : k0 + chunk].T
+    return out
+
+
 # --- geometry -----------------------------------------------------------------
 def _padded(x: np.ndarray, pad_top: int, pad_left: int, need_h: int, need_w: int, value: int) -> np.ndarray:
     """x [N,H,W,C] placed at (pad_top, pad_left) in a [N, >=need_h, >=need_w, C] canvas of ``value``."""
@@ -223,6 +357,7 @@ def conv2d(
     output_zp: int,
     act_min: int,
     act_max: int,
+    out_dtype: np.dtype | None = None,
 ) -> np.ndarray:
     """TFLite's quantized Conv2D: input [N,H,W,Cin], filter [Cout,KH,KW,Cin] -> [N,OH,OW,Cout]."""
     n, h, w, cin = inp.shape
@@ -235,8 +370,10 @@ def conv2d(
     check_zero_points("CONV2D", input_zp, filter_zp)
     # Positions outside the input contribute nothing: after subtracting the
     # zero point, padding is 0. float32 holds these small integers exactly.
-    x = inp.astype(np.float32) - np.float32(input_zp)
-    wt = (filt.astype(np.float32) - np.float32(filter_zp)).reshape(cout, kh * kw * cin).T
+    x = inp.astype(np.float32)
+    if input_zp:
+        x -= np.float32(input_zp)
+    wt = _filter_matrix(filt, filter_zp, cout)
     if (kh, kw, stride_h, stride_w, pad_top, pad_left) == (1, 1, 1, 1, 0, 0) and (out_h, out_w) == (h, w):
         cols = x.reshape(n * h * w, cin)
     else:
@@ -245,10 +382,17 @@ def conv2d(
         xp = _padded(x, pad_top, pad_left, need_h, need_w, 0)
         win = _windows(xp, out_h, out_w, kh, kw, stride_h, stride_w, dilation_h, dilation_w)
         cols = win.reshape(n * out_h * out_w, kh * kw * cin)
-    acc = int_matmul(cols, wt).reshape(n, out_h, out_w, cout)
-    if bias is not None:
-        acc = acc + np.asarray(bias, dtype=np.int64).reshape(cout)
-    return requantize(acc, multiplier, shift, output_zp, act_min, act_max)
+    acc = _gemm_channels(wt, cols)  # [Cout, N*OH*OW]
+    out = requantize_channels(acc, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype)
+    return out.T.reshape(n, out_h, out_w, cout)
+
+
+def _filter_matrix(filt: np.ndarray, filter_zp: int, rows: int) -> np.ndarray:
+    """(filter - zero point) as a float32 [rows, K] matrix."""
+    wt = filt.astype(np.float32).reshape(rows, -1)
+    if filter_zp:
+        wt -= np.float32(filter_zp)
+    return wt
 
 
 def depthwise_conv2d(
@@ -272,6 +416,7 @@ def depthwise_conv2d(
     output_zp: int,
     act_min: int,
     act_max: int,
+    out_dtype: np.dtype | None = None,
 ) -> np.ndarray:
     """TFLite's quantized DepthwiseConv2D: filter [1,KH,KW,Cin*dm]; channel oc reads input oc // dm."""
     n, h, w, cin = inp.shape
@@ -289,16 +434,25 @@ def depthwise_conv2d(
             f"DEPTHWISE_CONV2D: filter shape {filt.shape} does not match {cin} channels x {depth_multiplier}"
         )
     check_zero_points("DEPTHWISE_CONV2D", input_zp, filter_zp)
-    acc_type = np.int32 if kh * kw * 2**16 < 2**31 else np.int64
-    x = inp.astype(acc_type) - acc_type(input_zp)
+    x = inp.astype(np.float32)
+    if input_zp:
+        x -= np.float32(input_zp)
     if depth_multiplier > 1:
         x = np.repeat(x, depth_multiplier, axis=3)
-    wt = filt.astype(acc_type).reshape(kh, kw, cout) - acc_type(filter_zp)
+    wt = filt.astype(np.float32).reshape(kh * kw, cout)
+    if filter_zp:
+        wt -= np.float32(filter_zp)
+    # float32 sums are exact while every partial sum stays below 2**24; else float64 (2**53).
+    a_max = max(float(x.max(initial=0)), -float(x.min(initial=0)))
+    acc_type = np.float32 if a_max * float(np.abs(wt).sum(axis=0).max(initial=0)) < _F32_EXACT else np.float64
+    wt = wt.astype(acc_type)
     need_h = (out_h - 1) * stride_h + (kh - 1) * dilation_h + 1
     need_w = (out_w - 1) * stride_w + (kw - 1) * dilation_w + 1
     xp = _padded(x, pad_top, pad_left, need_h, need_w, 0)
     acc = np.zeros((n, out_h, out_w, cout), dtype=acc_type)
-    # One vectorized multiply-add per filter tap (KH*KW iterations, not per pixel).
+    tmp = np.empty_like(acc)
+    # One vectorized multiply-add per filter tap (KH*KW iterations, not per pixel); the channel
+    # axis is innermost, so each is a long contiguous loop against the tap's weights.
     for ky in range(kh):
         for kx in range(kw):
             y0 = ky * dilation_h
@@ -308,11 +462,12 @@ def depthwise_conv2d(
                 y0 : y0 + (out_h - 1) * stride_h + 1 : stride_h,
                 x0 : x0 + (out_w - 1) * stride_w + 1 : stride_w,
             ]
-            acc += tap * wt[ky, kx]
-    acc64 = acc.astype(np.int64)
-    if bias is not None:
-        acc64 += np.asarray(bias, dtype=np.int64).reshape(cout)
-    return requantize(acc64, multiplier, shift, output_zp, act_min, act_max)
+            np.multiply(tap, wt[ky * kw + kx], out=tmp)
+            acc += tmp
+    out = requantize_channels(
+        acc.reshape(-1, cout).T, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype
+    )
+    return out.T.reshape(n, out_h, out_w, cout)
 
 
 def fully_connected(
@@ -327,6 +482,7 @@ def fully_connected(
     output_zp: int,
     act_min: int,
     act_max: int,
+    out_dtype: np.dtype | None = None,
 ) -> np.ndarray:
     """TFLite's quantized FullyConnected: input [B,K], filter [Cout,K] -> [B,Cout]."""
     b, k = inp.shape
@@ -334,12 +490,11 @@ def fully_connected(
     if fk != k:
         raise ValueError(f"FULLY_CONNECTED: filter depth {fk} does not match input depth {k}")
     check_zero_points("FULLY_CONNECTED", input_zp, filter_zp)
-    x = inp.astype(np.float32) - np.float32(input_zp)
-    wt = (filt.astype(np.float32) - np.float32(filter_zp)).T
-    acc = int_matmul(x, wt)
-    if bias is not None:
-        acc = acc + np.asarray(bias, dtype=np.int64).reshape(cout)
-    return requantize(acc, multiplier, shift, output_zp, act_min, act_max)
+    x = inp.astype(np.float32)
+    if input_zp:
+        x -= np.float32(input_zp)
+    acc = _gemm_channels(_filter_matrix(filt, filter_zp, cout), x)  # [Cout, B]
+    return requantize_channels(acc, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype).T
 
 
 def add(
