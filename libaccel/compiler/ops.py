@@ -9,7 +9,6 @@ so what the partitioner accepts is exactly what the compiler can lower.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from libaccel.compiler import quant as q
+from libaccel.compiler import tables
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
 
 if TYPE_CHECKING:
@@ -96,10 +96,16 @@ def _clamp(node: OpNode, out: TensorInfo) -> tuple[int, int]:
 
 
 def _mult(real: float, what: str) -> tuple[int, int]:
-    # TFLite saturates or flushes multipliers beyond the shift range; such models stay on the CPU.
+    """QuantizeMultiplier(real), or Unsupported where the ISA cannot reproduce TFLite's result.
+
+    A shift below -31 is flushed by TFLite to multiplier 0 (every product is 0),
+    which the ISA reproduces exactly with multiplier 0. A shift above 30 (a
+    multiplier >= 2^30) overflows TFLite's int32 left shift: such models stay on
+    the CPU.
+    """
     m, shift = q.quantize_multiplier(real)
-    if not q.shift_ok(math.frexp(real)[1] if real else 0):
-        raise Unsupported(f"{what} multiplier {real:g} needs shift {shift}, outside [-31, 30]")
+    if q.raw_shift(real) > q.SHIFT_MAX:
+        raise Unsupported(f"{what} multiplier {real:g} needs shift {q.raw_shift(real)}, above 30")
     return m, shift
 
 
@@ -251,8 +257,6 @@ def _plan_fully_connected(graph: Graph, node: OpNode) -> OpPlan:
     rows = x.size // k
     if y.size != rows * cout or y.shape[-1] != cout:
         raise Unsupported(f"output shape {list(y.shape)} is not {rows} rows of {cout}")
-    if w.quant is not None and not w.quant.per_tensor:
-        raise Unsupported("per-channel FULLY_CONNECTED")
     fields, table = _conv_quant(x, w, y, cout, 0, "FULLY_CONNECTED")
     bias = _bias(graph, node, cout)
     act_min, act_max = _clamp(node, y)
@@ -403,12 +407,43 @@ def _relu_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
     return np.clip(np.array(vals), act_min, act_max)
 
 
+def _lut_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
+    """The 256-entry table of TFLite's reference kernel for ``node`` (see :mod:`.tables`)."""
+    assert x.quant and y.quant
+    args = (x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point)
+    if node.op in ("RELU", "RELU6", "RELU_N1_TO_1"):
+        return _relu_table(node, x, y)
+    if node.op == "LOGISTIC":
+        return tables.logistic_table(*args, x.dtype)
+    if node.op == "TANH":
+        return tables.tanh_table(*args, x.dtype)
+    if node.op == "HARD_SWISH":
+        try:
+            return tables.hard_swish_table(*args, x.dtype)
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
+    if node.op == "QUANTIZE":
+        real = float(x.quant.scale) / float(y.quant.scale)
+        _mult(real, "QUANTIZE")  # the same shift limits as every requantization
+        return tables.requantize_table(*args, x.dtype, y.dtype)
+    raise Unsupported(f"{node.op} has no lookup table")
+
+
 def _plan_lut(graph: Graph, node: OpNode) -> OpPlan:
+    """Any elementwise op of one 8-bit input: one LUT instruction with TFLite's table."""
+    if node.op in ("QUANTIZE", "DEQUANTIZE"):
+        # The NPU computes no float: float <-> int8 conversions at a model's edges stay on the CPU.
+        x0, y0 = _t(graph, node.inputs[0], "input"), _t(graph, node.outputs[0], "output")
+        if x0.dtype not in BYTE_TYPES or y0.dtype not in BYTE_TYPES:
+            raise Unsupported(
+                f"{node.op} {x0.dtype} -> {y0.dtype} converts to or from float; the NPU has no float "
+                "arithmetic (only 8-bit -> 8-bit requantization runs on the NPU)"
+            )
     x = _activation(graph, node.inputs[0], "input")
-    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    y = _activation(graph, node.outputs[0], "output", None if node.op == "QUANTIZE" else x.dtype)
     if x.shape != y.shape:
         raise Unsupported(f"input {list(x.shape)} and output {list(y.shape)} differ")
-    table = _relu_table(node, x, y)
+    table = _lut_table(node, x, y)
     np_t = np.int8 if y.dtype == "int8" else np.uint8
     shape4 = to4d(x.shape)
 
@@ -586,6 +621,139 @@ def _plan_strided_slice(graph: Graph, node: OpNode) -> OpPlan:
     return OpPlan(emit)
 
 
+def nearest_source(out_size: int, in_size: int, align_corners: bool, half_pixel_centers: bool) -> list[int]:
+    """The input index each output index reads: reference_ops' GetNearestNeighbor, in float32 as TFLite."""
+    f32 = np.float32
+    if align_corners and out_size > 1:
+        scale = f32(in_size - 1) / f32(out_size - 1)
+    else:
+        scale = f32(in_size) / f32(out_size)
+    offset = f32(0.5) if half_pixel_centers else f32(0.0)
+    src = []
+    for i in range(out_size):
+        v = f32(f32(i) + offset) * scale
+        j = q.tflite_round(float(v)) if align_corners else int(np.floor(v))
+        j = min(j, in_size - 1)
+        src.append(max(0, j) if half_pixel_centers else j)
+    return src
+
+
+def _phases(src: list[int], limit: int) -> list[tuple[int, int, int, int]] | None:
+    """Split an index map into the fewest arithmetic progressions over output phases.
+
+    Returns ``[(out_start, out_step, in_start, in_step)]``, one per phase
+    ``r`` of a period ``p`` dividing the output size, such that
+    ``src[r + p*i] == in_start + in_step*i``: each phase is one strided view.
+    """
+    n = len(src)
+    for p in range(1, min(n, limit) + 1):
+        if n % p:
+            continue
+        out = []
+        for r in range(p):
+            seq = src[r::p]
+            step = seq[1] - seq[0] if len(seq) > 1 else 0
+            if step < 0 or any(b - a != step for a, b in zip(seq, seq[1:], strict=False)):
+                break
+            out.append((r, p, seq[0], step))
+        else:
+            return out
+    return None
+
+
+MAX_RESIZE_COPIES = 64
+
+
+def _plan_resize_nearest(graph: Graph, node: OpNode) -> OpPlan:
+    """RESIZE_NEAREST_NEIGHBOR as strided COPYs: one per (row phase, column phase) of the index map."""
+    x = _activation(graph, node.inputs[0], "input")
+    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    if len(x.shape) != 4 or len(y.shape) != 4 or (x.shape[0], x.shape[3]) != (y.shape[0], y.shape[3]):
+        raise Unsupported(f"input {list(x.shape)} and output {list(y.shape)} are not NHWC of equal N, C")
+    size = _int_const(graph, node.inputs[1], "size")
+    if tuple(int(v) for v in size) != y.shape[1:3]:
+        raise Unsupported(f"size {size.tolist()} is not the output's {list(y.shape[1:3])}")
+    ac, hp = bool(node.option("align_corners")), bool(node.option("half_pixel_centers"))
+    n, h, w, c = x.shape
+    _, oh, ow, _ = y.shape
+    rows = _phases(nearest_source(oh, h, ac, hp), MAX_RESIZE_COPIES)
+    cols = _phases(nearest_source(ow, w, ac, hp), MAX_RESIZE_COPIES)
+    if rows is None or cols is None or len(rows) * len(cols) > MAX_RESIZE_COPIES:
+        raise Unsupported(
+            f"resize {h}x{w} -> {oh}x{ow} needs more than {MAX_RESIZE_COPIES} strided copies "
+            "(not an integer scale factor)"
+        )
+    # TFLite copies the stored bytes: no requantization, whatever the two quantizations are.
+
+    def emit(em: Emitter) -> None:
+        for ry, py, sy, ky in rows:
+            for rx, px, sx, kx in cols:
+                view = (n, oh // py, ow // px, c)
+                em.op(
+                    "COPY",
+                    src=em.tensor(
+                        x.index, shape=view, origin=(0, sy, sx, 0), strides=(h * w * c, ky * w * c, kx * c, 1)
+                    ),
+                    dst=em.tensor(
+                        y.index,
+                        shape=view,
+                        origin=(0, ry, rx, 0),
+                        strides=(oh * ow * c, py * ow * c, px * c, 1),
+                    ),
+                )
+
+    return OpPlan(emit)
+
+
+def _plan_mean(graph: Graph, node: OpNode) -> OpPlan:
+    """MEAN over H and W of a 4-D tensor: one DEPTHWISE_CONV2D with an all-ones filter.
+
+    TFLite's integer MEAN (reference/reduce.h QuantizedMeanOrSum) sums
+    ``x - input_zp`` over the window and requantizes once with ``1/(H*W)``
+    folded into the multiplier; the depthwise convolution with filter 1 and
+    that multiplier is the same arithmetic.
+    """
+    x = _activation(graph, node.inputs[0], "input")
+    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    axes = sorted({int(a) + 4 if int(a) < 0 else int(a) for a in _int_const(graph, node.inputs[1], "axis")})
+    if len(x.shape) != 4 or axes != [1, 2] or not node.option("keep_dims"):
+        raise Unsupported(
+            f"MEAN over axes {axes} of rank {len(x.shape)} with keep_dims={node.option('keep_dims')}: "
+            "only 4-D over H,W with keep_dims is lowered"
+        )
+    n, h, w, c = x.shape
+    if y.shape != (n, 1, 1, c):
+        raise Unsupported(f"output {list(y.shape)} is not [{n}, 1, 1, {c}]")
+    assert x.quant and y.quant
+    # PrepareMeanOrSum: QuantizeMultiplier(double(s_in) / double(s_out)), then 1/count folded in.
+    m, shift = _mult(float(x.quant.scale) / float(y.quant.scale), "MEAN")
+    fm, fs = tables.mean_multiplier(m, shift, h * w)
+    if not q.shift_ok(fs):
+        raise Unsupported(f"MEAN multiplier shift {fs} outside [-31, 30]")
+    lo, hi = q.QRANGE[y.dtype]
+
+    def emit(em: Emitter) -> None:
+        em.op(
+            "DEPTHWISE_CONV2D",
+            input=em.tensor(x.index),
+            filter=em.const(np.ones((1, h, w, c), dtype=np.int8), "int8"),
+            output=em.tensor(y.index),
+            stride_h=1,
+            stride_w=1,
+            dilation_h=1,
+            dilation_w=1,
+            pad_top=0,
+            pad_left=0,
+            depth_multiplier=1,
+            multiplier=fm,
+            shift=fs,
+            act_min=lo,
+            act_max=hi,
+        )
+
+    return OpPlan(emit)
+
+
 PLANNERS: dict[str, Callable[[Graph, OpNode], OpPlan]] = {
     "CONV_2D": lambda g, n: _plan_conv(g, n, depthwise=False),
     "DEPTHWISE_CONV_2D": lambda g, n: _plan_conv(g, n, depthwise=True),
@@ -598,6 +766,13 @@ PLANNERS: dict[str, Callable[[Graph, OpNode], OpPlan]] = {
     "RELU": _plan_lut,
     "RELU6": _plan_lut,
     "RELU_N1_TO_1": _plan_lut,
+    "LOGISTIC": _plan_lut,
+    "TANH": _plan_lut,
+    "HARD_SWISH": _plan_lut,
+    "QUANTIZE": _plan_lut,
+    "DEQUANTIZE": _plan_lut,
+    "RESIZE_NEAREST_NEIGHBOR": _plan_resize_nearest,
+    "MEAN": _plan_mean,
     "RESHAPE": _plan_reshape,
     "CONCATENATION": _plan_concat,
     "PAD": _plan_pad,

@@ -40,6 +40,14 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     return q_fixed, shift
 
 
+def raw_shift(real: float) -> int:
+    """QuantizeMultiplier's shift before TFLite flushes (< -31) or saturates (> 30) it."""
+    if real == 0.0:
+        return 0
+    frac, shift = math.frexp(real)
+    return shift + (1 if tflite_round(frac * (1 << 31)) == 1 << 31 else 0)
+
+
 def quantize_multiplier_smaller_than_one_exp(real: float) -> tuple[int, int]:
     """QuantizeMultiplierSmallerThanOneExp: 0 < real < 1, shift <= 0 (TFLite CHECK-fails otherwise)."""
     if not 0.0 < real < 1.0:

@@ -690,6 +690,74 @@ def strided_slice_model(
     return m.build([x], [y])
 
 
+def quantize_model(
+    shape: Sequence[int], in_dtype: str = "int8", out_dtype: str = "int8", seed: int = 0
+) -> bytes:
+    """One QUANTIZE: 8-bit requantization, or float32 -> 8-bit when ``in_dtype`` is float32."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    iq = None if in_dtype == "float32" else activation_quant(rng, in_dtype, random_scale(rng, 0.01, 0.1))
+    x = m.add_tensor("input", shape, in_dtype, iq)
+    y = m.add_tensor(
+        "output", shape, out_dtype, activation_quant(rng, out_dtype, random_scale(rng, 0.01, 0.1))
+    )
+    m.add_op("QUANTIZE", [x], [y])
+    return m.build([x], [y])
+
+
+def mean_model(
+    in_shape: Sequence[int],
+    axes: Sequence[int] = (1, 2),
+    keep_dims: bool = True,
+    seed: int = 0,
+    dtype: str = "int8",
+    same_quant: bool = False,
+) -> bytes:
+    """One MEAN over ``axes`` (the output keeps them as size 1 with ``keep_dims``)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    iq = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, iq)
+    a = m.add_const("axis", np.array(axes, dtype=np.int32), "int32")
+    norm = [ax % len(in_shape) for ax in axes]
+    out = [1 if i in norm else d for i, d in enumerate(in_shape)]
+    if not keep_dims:
+        out = [d for i, d in enumerate(in_shape) if i not in norm]
+    oq = (
+        iq
+        if same_quant
+        else activation_quant(rng, dtype, random_scale(rng, iq.scales[0] * 0.3, iq.scales[0]))
+    )
+    y = m.add_tensor("output", out, dtype, oq)
+    m.add_op("MEAN", [x, a], [y], keep_dims=keep_dims)
+    return m.build([x], [y])
+
+
+def resize_nearest_model(
+    in_shape: Sequence[int],
+    out_hw: Sequence[int],
+    align_corners: bool = False,
+    half_pixel_centers: bool = False,
+    seed: int = 0,
+    dtype: str = "int8",
+) -> bytes:
+    """One RESIZE_NEAREST_NEIGHBOR to ``out_hw`` (input and output share the quantization)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    q = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, q)
+    size = m.add_const("size", np.array(out_hw, dtype=np.int32), "int32")
+    y = m.add_tensor("output", (in_shape[0], out_hw[0], out_hw[1], in_shape[3]), dtype, q)
+    m.add_op(
+        "RESIZE_NEAREST_NEIGHBOR",
+        [x, size],
+        [y],
+        align_corners=align_corners,
+        half_pixel_centers=half_pixel_centers,
+    )
+    return m.build([x], [y])
+
+
 def softmax_model(shape: Sequence[int], seed: int = 0) -> bytes:
     """One int8 SOFTMAX: an op the NPU does not run (a CPU-fallback case)."""
     rng = np.random.default_rng(seed)

@@ -1,0 +1,197 @@
+"""256-entry lookup tables of TFLite's 8-bit elementwise kernels, computed exactly at compile time.
+
+Any elementwise op of one int8/uint8 input is a function of 256 values, so the
+NPU's LUT instruction runs it exactly once the table holds what TFLite's
+reference kernel (``OpResolverType.BUILTIN_REF``) computes for each value.
+Each function here mirrors one TFLite kernel, named in its docstring, in the
+kernel's own arithmetic:
+
+* LOGISTIC and TANH: TFLite's reference resolver itself evaluates them through
+  a table its Prepare fills with ``LUTPopulate`` (float32 arithmetic and the C
+  library's ``expf``/``tanhf``); we call the same libm functions through ctypes,
+  so the table is TFLite's, not an approximation of it;
+* HARD_SWISH: ``reference_ops::HardSwish`` (16-bit fixed point with the
+  multipliers of ``HardSwishPrepare``);
+* QUANTIZE (8-bit to 8-bit): ``Requantize``, one MultiplyByQuantizedMultiplier.
+
+Checked against both TFLite runtimes' BUILTIN_REF on all 256 inputs in
+tests/compiler/test_tables.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from collections.abc import Callable
+
+import numpy as np
+
+from libaccel.compiler import quant as q
+
+_f32 = np.float32
+I16_MIN, I16_MAX = -(2**15), 2**15 - 1
+
+
+def _libm() -> ctypes.CDLL:
+    lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    for name in ("expf", "tanhf"):
+        fn = getattr(lib, name)
+        fn.restype = ctypes.c_float
+        fn.argtypes = [ctypes.c_float]
+    return lib
+
+
+_LIBM = _libm()
+
+
+def input_values(dtype: str) -> range:
+    """The 256 input values in table order (the LUT instruction indexes int8 by value + 128)."""
+    lo, hi = q.QRANGE[dtype]
+    return range(lo, hi + 1)
+
+
+def _round_f32(x: np.float32) -> np.float32:
+    """roundf: half away from zero, in float."""
+    return _f32(np.floor(np.abs(x) + _f32(0.5))) * (_f32(1) if x >= 0 else _f32(-1))
+
+
+def lut_populate(
+    transform: Callable[[np.float32], np.float32],
+    in_scale: float,
+    in_zp: int,
+    out_scale: float,
+    out_zp: int,
+    dtype: str,
+) -> np.ndarray:
+    """TFLite's ``LUTPopulate<int8_t/uint8_t>`` (kernels/internal/common.h), in float32 as TFLite does."""
+    lo, hi = q.QRANGE[dtype]
+    inverse_scale = _f32(1) / _f32(out_scale)
+    out = np.empty(256, dtype=np.int32)
+    for i, v in enumerate(input_values(dtype)):
+        dequantized = _f32(in_scale) * _f32(v - in_zp)
+        rescaled = _round_f32(_f32(transform(dequantized)) * inverse_scale)
+        quantized = int(_f32(rescaled + _f32(out_zp)))  # static_cast<int32_t>: truncation
+        out[i] = min(max(quantized, lo), hi)
+    return out
+
+
+def _sigmoid(x: np.float32) -> np.float32:
+    return _f32(1) / (_f32(1) + _f32(_LIBM.expf(float(-x))))
+
+
+def _tanh(x: np.float32) -> np.float32:
+    return _f32(_LIBM.tanhf(float(x)))
+
+
+def logistic_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype: str) -> np.ndarray:
+    """LOGISTIC: SigmoidPrepare's ``LUTPopulate`` with ``1 / (1 + exp(-x))``."""
+    return lut_populate(_sigmoid, in_scale, in_zp, out_scale, out_zp, dtype)
+
+
+def tanh_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype: str) -> np.ndarray:
+    """TANH: TanhPrepare's ``LUTPopulate`` with ``tanh(x)``."""
+    return lut_populate(_tanh, in_scale, in_zp, out_scale, out_zp, dtype)
+
+
+def requantize_table(
+    in_scale: float, in_zp: int, out_scale: float, out_zp: int, in_dtype: str, out_dtype: str
+) -> np.ndarray:
+    """QUANTIZE between 8-bit types: ``Requantize`` with QuantizeMultiplier(double(s_in) / double(s_out))."""
+    m, shift = q.quantize_multiplier(float(in_scale) / float(out_scale))
+    lo, hi = q.QRANGE[out_dtype]
+    vals = [q.multiply_by_quantized_multiplier(v - in_zp, m, shift) + out_zp for v in input_values(in_dtype)]
+    return np.clip(np.array(vals, dtype=np.int64), lo, hi).astype(np.int32)
+
+
+# --- HARD_SWISH: 16-bit gemmlowp fixed point --------------------------------------------------
+def _i16(v: int) -> int:
+    """static_cast<int16_t>: wrap to 16 bits."""
+    return (v + 2**15) % 2**16 - 2**15
+
+
+def _trunc_div(a: int, b: int) -> int:
+    return a // b if a >= 0 else -((-a) // b)
+
+
+def srdhm16(a: int, b: int) -> int:
+    """gemmlowp::SaturatingRoundingDoublingHighMul on int16."""
+    if a == b == I16_MIN:
+        return I16_MAX
+    ab = a * b
+    return _i16(_trunc_div(ab + ((1 << 14) if ab >= 0 else 1 - (1 << 14)), 1 << 15))
+
+
+def sdhm16(a: int, b: int) -> int:
+    """reference_ops::SaturatingDoublingHighMul: as above but truncating (no rounding nudge)."""
+    if a == b == I16_MIN:
+        return I16_MAX
+    return _i16(_trunc_div(a * b, 1 << 15))
+
+
+def rdbp16(x: int, e: int) -> int:
+    """gemmlowp::RoundingDivideByPOT on int16."""
+    mask = (1 << e) - 1
+    threshold = (mask >> 1) + (1 if x < 0 else 0)
+    return _i16((x >> e) + (1 if (x & mask) > threshold else 0))
+
+
+def _sat_lshift16(v: int, amount: int) -> int:
+    return max(I16_MIN, min(I16_MAX, v * (1 << amount)))
+
+
+def _downscale_to_int16(m32: int) -> int:
+    """DownScaleInt32ToInt16Multiplier."""
+    if m32 >= q.INT32_MAX - (1 << 15):
+        return I16_MAX
+    return (m32 + (1 << 15)) >> 16
+
+
+def hard_swish_params(in_scale: float, out_scale: float) -> tuple[int, int, int, int]:
+    """HardSwishPrepare: (output multiplier int16, output exponent, reluish multiplier int16, exponent).
+
+    Raises ValueError where TFLite's Prepare fails (a positive output exponent)
+    or where the int16 right shift would exceed 15 bits.
+    """
+    hires = _f32(1.0 / 128.0) * _f32(in_scale)
+    m, out_exp = q.quantize_multiplier(float(hires / _f32(out_scale)))
+    if out_exp > 0:
+        raise ValueError(f"HARD_SWISH output multiplier exponent {out_exp} > 0 (TFLite rejects the model)")
+    if -out_exp > 15:
+        raise ValueError(f"HARD_SWISH output shift {-out_exp} exceeds 16-bit arithmetic")
+    rm, rel_exp = q.quantize_multiplier(float(hires / (_f32(3.0) / _f32(32768.0))))
+    if rel_exp < -15:
+        raise ValueError(f"HARD_SWISH reluish shift {-rel_exp} exceeds 16-bit arithmetic")
+    return _downscale_to_int16(m), out_exp, _downscale_to_int16(rm), rel_exp
+
+
+def hard_swish_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype: str) -> np.ndarray:
+    """HARD_SWISH: reference_ops::HardSwish<T>(params, ...) for each of the 256 inputs."""
+    out_m16, out_exp, rel_m16, rel_exp = hard_swish_params(in_scale, out_scale)
+    lo, hi = q.QRANGE[dtype]
+    out = np.empty(256, dtype=np.int32)
+    for i, v in enumerate(input_values(dtype)):
+        hires = _i16(_i16(v - in_zp) * 128)
+        preshift = srdhm16(hires, out_m16)
+        r = hires
+        if rel_exp > 0:
+            r = _sat_lshift16(r, rel_exp - 1)
+        r = srdhm16(r, rel_m16)
+        if rel_exp > 0:
+            r = _sat_lshift16(r, 1)
+        if rel_exp < 0:
+            r = rdbp16(r, -rel_exp)
+        r = (r + (1 << 15)) >> 1  # [-1, 1] -> [0, 1] in Q15
+        value = rdbp16(sdhm16(r, preshift), -out_exp) + out_zp
+        out[i] = min(max(value, lo), hi)
+    return out
+
+
+def mean_multiplier(m: int, shift: int, count: int) -> tuple[int, int]:
+    """QuantizedMeanOrSum's 1/count folded into the requantization multiplier (reference/reduce.h).
+
+    TFLite's integer MEAN computes ``MultiplyByQuantizedMultiplier(sum(x - zp), M', shift')`` with
+    ``M' = (M << k) / count`` (int64, truncating) and ``shift' = shift - k``,
+    ``k = min(floor(log2(count)), 32, 31 + shift)``.
+    """
+    k = min(count.bit_length() - 1, 32, 31 + shift)
+    return int((m << k) // count), shift - k
