@@ -99,6 +99,8 @@ class ModelResult:
     device_op_counts: dict[str, int] = field(default_factory=dict)
     peak_rss_bytes: int | None = None  # what creating + invoking added to the process's peak RSS
     rss_limit_bytes: int | None = None  # 1.5 x model + arena
+    rss_kib: dict[str, int] = field(default_factory=dict)  # the child's VmRSS/VmHWM readings
+    invoke_cpu_ms: float = 0.0  # median process CPU time (all threads) per invoke
 
     def targets(self) -> dict[str, bool | None]:
         rss_ok = None if self.peak_rss_bytes is None else self.peak_rss_bytes <= (self.rss_limit_bytes or 0)
@@ -236,14 +238,17 @@ def bench_model(name: str, model: bytes, runs: int, check: bool, rss: bool, thre
         got = _outputs(npu)
         invoke_samples: list[float] = []
         device_samples: list[float] = []
+        cpu_samples: list[float] = []
         op_ms: dict[str, float] = {}
         op_counts: dict[str, int] = {}
         with profile_jobs() as profiles:
             for _ in range(runs):
                 before = len(profiles)
+                c0 = time.process_time()
                 t0 = time.perf_counter()
                 npu.invoke()
                 invoke_samples.append(1000 * (time.perf_counter() - t0))
+                cpu_samples.append(1000 * (time.process_time() - c0))
                 jobs = profiles[before:]
                 device_samples.append(1000 * sum(p.seconds for p in jobs))
                 for p in jobs:
@@ -306,9 +311,12 @@ def bench_model(name: str, model: bytes, runs: int, check: bool, rss: bool, thre
         device_samples_ms=[round(s, 3) for s in device_samples],
         device_op_ms={k: round(v, 3) for k, v in sorted(op_ms.items(), key=lambda kv: -kv[1])},
         device_op_counts=op_counts,
+        invoke_cpu_ms=median(cpu_samples),
     )
     if rss:
-        result.peak_rss_bytes = measure_peak_rss(model, threads)
+        rss_doc = measure_peak_rss(model, threads)
+        result.peak_rss_bytes = rss_doc["added_bytes"]
+        result.rss_kib = {k: v for k, v in rss_doc.items() if k.endswith("_kib")}
         result.rss_limit_bytes = int(RSS_MODEL_FACTOR * len(model) + compiled.arena_size)
     return result
 
@@ -359,13 +367,21 @@ def rss_child(model_path: Path, threads: int) -> dict[str, int]:
         Path("/proc/self/clear_refs").write_text("5")
         interp = _interpreter(tfl, model, [delegate], tfl.OpResolverType.BUILTIN_REF, threads)
         _set_inputs(interp, inputs)
+        load_peak = _status_kib("VmHWM")
+        after_load = _status_kib("VmRSS")
         for _ in range(2):
             interp.invoke()
-        peak = _status_kib("VmHWM")
-    return {"baseline_kib": baseline, "peak_kib": peak, "added_bytes": 1024 * max(0, peak - baseline)}
+        peak = max(load_peak, _status_kib("VmHWM"))
+    return {
+        "baseline_kib": baseline,
+        "load_peak_kib": load_peak,  # peak while TFLite + the delegate read, compiled and uploaded
+        "after_load_kib": after_load,  # what stays resident once loaded
+        "peak_kib": peak,  # including two invokes (the in-process device model's temporaries)
+        "added_bytes": 1024 * max(0, peak - baseline),
+    }
 
 
-def measure_peak_rss(model: bytes, threads: int) -> int:
+def measure_peak_rss(model: bytes, threads: int) -> dict[str, int]:
     with tempfile.TemporaryDirectory(prefix="vnpu-bench-model-") as tmp:
         path = Path(tmp) / "model.tflite"
         path.write_bytes(model)
@@ -379,7 +395,7 @@ def measure_peak_rss(model: bytes, threads: int) -> int:
         )
     if out.returncode != 0:
         raise RuntimeError(f"peak-RSS child failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
-    return int(json.loads(out.stdout.strip().splitlines()[-1])["added_bytes"])
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 # --- report -------------------------------------------------------------------------------------------
@@ -396,6 +412,7 @@ def format_table(results: Sequence[ModelResult]) -> str:
         ("  device-model compute", "ms", lambda r: f"{r.device_ms:.2f}"),
         ("  everything else (stack)", "ms", lambda r: f"{r.overhead_ms:.2f}"),
         ("  stack overhead", "%", lambda r: f"{100 * r.overhead_fraction:.1f}"),
+        ("invoke CPU time (all threads)", "ms", lambda r: f"{r.invoke_cpu_ms:.2f}"),
         ("TFLite CPU: ai_edge_litert (XNNPACK)", "ms", lambda r: f"{r.cpu_runtime_ms['ai_edge_litert']:.2f}"),
         ("TFLite CPU: tflite_runtime 2.14", "ms", lambda r: f"{r.cpu_runtime_ms['tflite_runtime']:.2f}"),
         ("device compute / TFLite CPU", "x", lambda r: f"{r.device_vs_cpu:.1f}"),
@@ -408,6 +425,16 @@ def format_table(results: Sequence[ModelResult]) -> str:
             "  limit 1.5 x model + arena",
             "MB",
             lambda r: "n/a" if r.rss_limit_bytes is None else f"{r.rss_limit_bytes / 1e6:.1f}",
+        ),
+        (
+            "  of which load / after load",
+            "MB",
+            lambda r: (
+                f"{(r.rss_kib['load_peak_kib'] - r.rss_kib['baseline_kib']) / 1e3:.1f} / "
+                f"{(r.rss_kib['after_load_kib'] - r.rss_kib['baseline_kib']) / 1e3:.1f}"
+                if r.rss_kib
+                else "n/a"
+            ),
         ),
         ("model / arena", "MB", lambda r: f"{r.model_bytes / 1e6:.1f} / {r.arena_bytes / 1e6:.1f}"),
         ("bit-exact vs BUILTIN_REF", "", lambda r: _mark(r.exact)),
