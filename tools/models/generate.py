@@ -880,6 +880,66 @@ class NetworkBuilder:
         self.m.add_op("CONCATENATION", list(xs), [y], axis=axis, fused_activation_function="NONE")
         return y
 
+    def unary(self, op: str, x: int) -> int:
+        """LOGISTIC, TANH (TFLite's fixed output quantization), HARD_SWISH or RELU on ``x``."""
+        xt = self.t(x)
+        assert xt.quant is not None
+        if op == "LOGISTIC":
+            oq = Quant.tensor(1 / 256, -128 if self.dtype == "int8" else 0)
+        elif op == "TANH":
+            oq = Quant.tensor(1 / 128, 0 if self.dtype == "int8" else 128)
+        else:
+            oq = activation_quant(self.rng, self.dtype, float(np.float32(xt.quant.scales[0] * 0.7)))
+        y = self.m.add_tensor(self._name(op.lower()), xt.shape, self.dtype, oq)
+        self.m.add_op(op, [x], [y])
+        return y
+
+    def mul(self, a: int, b: int) -> int:
+        ta, tb = self.t(a), self.t(b)
+        assert ta.quant is not None and tb.quant is not None
+        scale = float(np.float32(ta.quant.scales[0] * tb.quant.scales[0] * 128))
+        y = self.m.add_tensor(
+            self._name("mul"), ta.shape, self.dtype, activation_quant(self.rng, self.dtype, scale)
+        )
+        self.m.add_op("MUL", [a, b], [y], fused_activation_function="NONE")
+        return y
+
+    def mean_hw(self, x: int) -> int:
+        """MEAN over H and W with keep_dims (squeeze-and-excite's squeeze)."""
+        xt = self.t(x)
+        assert xt.quant is not None
+        n, h, w, c = xt.shape
+        axis = self.m.add_const(self._name("axis"), np.array([1, 2], dtype=np.int32), "int32")
+        oq = activation_quant(self.rng, self.dtype, float(np.float32(xt.quant.scales[0] * 0.5)))
+        y = self.m.add_tensor(self._name("mean"), (n, 1, 1, c), self.dtype, oq)
+        self.m.add_op("MEAN", [x, axis], [y], keep_dims=True)
+        return y
+
+    def resize_nearest(self, x: int, factor: int) -> int:
+        xt = self.t(x)
+        n, h, w, c = xt.shape
+        size = self.m.add_const(
+            self._name("size"), np.array([h * factor, w * factor], dtype=np.int32), "int32"
+        )
+        y = self.m.add_tensor(self._name("resize"), (n, h * factor, w * factor, c), self.dtype, xt.quant)
+        self.m.add_op(
+            "RESIZE_NEAREST_NEIGHBOR", [x, size], [y], align_corners=False, half_pixel_centers=False
+        )
+        return y
+
+    def float_input(self, shape: Sequence[int]) -> tuple[int, int]:
+        """A float32 model input and its QUANTIZE to the network's type: (float input, quantized tensor)."""
+        f = self.m.add_tensor("input_float", shape, "float32")
+        y = self.m.add_tensor("input_q", shape, self.dtype, activation_quant(self.rng, self.dtype, 0.02))
+        self.m.add_op("QUANTIZE", [f], [y])
+        return f, y
+
+    def dequantize(self, x: int) -> int:
+        xt = self.t(x)
+        y = self.m.add_tensor(self._name("dequant"), xt.shape, "float32")
+        self.m.add_op("DEQUANTIZE", [x], [y])
+        return y
+
     def build(self, inputs: Sequence[int], outputs: Sequence[int]) -> bytes:
         return self.m.build(inputs, outputs)
 
@@ -964,6 +1024,51 @@ def ssd_like_model(size: int = 96, classes: int = 5, anchors: int = 3, seed: int
         boxes.append(nb.reshape(bo, (1, h * w * anchors, 4)))
         scores.append(nb.reshape(sc, (1, h * w * anchors, classes)))
     return nb.build([x], [nb.concat(boxes, 1), nb.concat(scores, 1)])
+
+
+def mobilenet_v3_like_model(size: int = 64, seed: int = 0, float_io: bool = True) -> bytes:
+    """MobileNetV3-flavoured int8 network: HARD_SWISH, squeeze-and-excite (MEAN, LOGISTIC, MUL), a
+    requantizing QUANTIZE, TANH; with ``float_io`` a float32 input QUANTIZE and output DEQUANTIZE
+    (the conversions a converted model has at its edges)."""
+    nb = NetworkBuilder(seed)
+    if float_io:
+        x_in, x = nb.float_input((1, size, size, 3))
+    else:
+        x_in = x = nb.input((1, size, size, 3))
+    y = nb.unary("HARD_SWISH", nb.conv(x, 16, 3, 2, act="NONE"))
+    for ch, stride in [(24, 2), (40, 2), (48, 1)]:
+        y = nb.conv(y, 0, 3, stride, act="NONE", depthwise=True)
+        y = nb.unary("HARD_SWISH", y)
+        gate = nb.unary(
+            "LOGISTIC",
+            nb.conv(nb.conv(nb.mean_hw(y), 8, 1, 1, act="RELU"), nb.t(y).shape[-1], 1, 1, act="NONE"),
+        )
+        y = nb.mul(y, gate)
+        y = nb.conv(y, ch, 1, 1, act="NONE")
+    requant = nb.m.add_tensor("requant", nb.t(y).shape, nb.dtype, activation_quant(nb.rng, nb.dtype, 0.05))
+    nb.m.add_op("QUANTIZE", [y], [requant])
+    y = nb.unary("TANH", requant)
+    y = nb.mean_hw(y)
+    y = nb.reshape(y, (1, nb.t(y).shape[-1]))
+    y = nb.fc(y, 10)
+    return nb.build([x_in], [nb.dequantize(y) if float_io else y])
+
+
+def fpn_detector_model(size: int = 64, classes: int = 4, anchors: int = 2, seed: int = 0) -> bytes:
+    """A small FPN-style detector: the coarse map upsampled by RESIZE_NEAREST_NEIGHBOR and added to the
+    finer one, box and LOGISTIC class-score heads."""
+    nb = NetworkBuilder(seed)
+    x = nb.input((1, size, size, 3))
+    y = nb.conv(x, 16, 3, 2)
+    y = nb.conv(nb.conv(y, 0, 3, 2, depthwise=True), 32, 1, 1)
+    fine = y
+    coarse = nb.conv(nb.conv(y, 0, 3, 2, depthwise=True), 32, 1, 1)
+    merged = nb.add(fine, nb.resize_nearest(coarse, 2), act="RELU")
+    _, h, w, _ = nb.t(merged).shape
+    boxes = nb.reshape(nb.conv(merged, anchors * 4, 3, 1, act="NONE"), (1, h * w * anchors, 4))
+    scores = nb.conv(merged, anchors * classes, 3, 1, act="NONE")
+    scores = nb.unary("LOGISTIC", nb.reshape(scores, (1, h * w * anchors, classes)))
+    return nb.build([x], [boxes, scores])
 
 
 # --- running -----------------------------------------------------------------------
