@@ -12,6 +12,8 @@ NETWORKS = {
     "mobilenet_v1_96_025": lambda: g.mobilenet_v1_model(96, 0.25, 10, seed=1),
     "mobilenet_v2_64_035": lambda: g.mobilenet_v2_model(64, 0.35, 10, seed=2),
     "ssd_like_64": lambda: g.ssd_like_model(64, seed=3),
+    "mobilenet_v3_like_64": lambda: g.mobilenet_v3_like_model(64, seed=4, float_io=False),
+    "fpn_detector_64": lambda: g.fpn_detector_model(64, seed=5),
 }
 
 
