@@ -1,0 +1,479 @@
+"""Native int8 kernels for the device model: exact int8 GEMM (AVX-512 VNNI) and depthwise convolution.
+
+numpy has no int8 GEMM, and a quantized layer in numpy is several full passes over its tensors.
+This module compiles a small C library with cffi (once per source version, into
+``$VNPU_CACHE_DIR`` or ``~/.cache/vnpu``) whose kernels do a whole layer in one pass: the integer
+dot products, then TFLite's requantization (MultiplyByQuantizedMultiplier with gemmlowp's rounding,
+written exactly as the reference kernels do it, int32 wrap-around included), the output zero
+point and the clamp, straight into the int8/uint8 output.
+
+Every kernel is bit-exact by construction (integer arithmetic only, modulo 2**32 where the C
+reference wraps). :func:`available` is False when the library cannot be built (no compiler) or
+``VNPU_NATIVE=0``; the numerics then use their numpy paths. The GEMM needs AVX-512 VNNI at run
+time (checked with ``__builtin_cpu_supports``); without it a portable C loop computes the same
+integers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+MODULE_NAME = "_vnpu_native"
+
+CDEF = """
+int vn_has_vnni(void);
+void vn_pack_filter(const int8_t *w, int64_t n, int64_t k, int64_t kp, int64_t npad, int8_t *packed,
+                    int64_t *colsum);
+void vn_gemm_requant(const uint8_t *a, int64_t m, int64_t kp, const int8_t *bp, int64_t npad, int64_t n,
+                     const int32_t *corr, const int32_t *mult, const int32_t *shift, int32_t zp,
+                     int32_t lo, int32_t hi, void *out, int out_signed, int force_portable);
+void vn_depthwise_requant(const uint8_t *x, int64_t h, int64_t w, int64_t c, int32_t x_signed, int32_t izp,
+                          const int8_t *f, int64_t kh, int64_t kw, int32_t f_signed, int32_t fzp,
+                          const int32_t *bias, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                          int64_t pt, int64_t pl, int64_t oh, int64_t ow,
+                          const int32_t *mult, const int32_t *shift, int32_t zp, int32_t lo, int32_t hi,
+                          void *out, int out_signed);
+"""
+
+C_SOURCE = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <immintrin.h>
+
+int vn_has_vnni(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+        && __builtin_cpu_supports("avx512vnni");
+}
+
+/* w [n][k] -> packed [kp/4][npad][4] (zero padding) and the per-row sums of w. */
+void vn_pack_filter(const int8_t *w, int64_t n, int64_t k, int64_t kp, int64_t npad, int8_t *packed,
+                    int64_t *colsum) {
+    memset(packed, 0, kp * npad);
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {  /* 16 rows at a time: 16 read streams, 64-byte writes */
+        int64_t j1 = j0 + 16 < n ? j0 + 16 : n;
+        int64_t k4 = k & ~(int64_t)3;
+        for (int64_t i = 0; i < k4; i += 4) {
+            int8_t *dst = packed + ((i >> 2) * npad) * 4;
+            for (int64_t j = j0; j < j1; j++) memcpy(dst + j * 4, w + j * k + i, 4);
+        }
+        if (k4 < k) {
+            int8_t *dst = packed + ((k4 >> 2) * npad) * 4;
+            for (int64_t j = j0; j < j1; j++) memcpy(dst + j * 4, w + j * k + k4, k - k4);
+        }
+        for (int64_t j = j0; j < j1; j++) {
+            int64_t sum = 0;
+            for (int64_t i = 0; i < k; i++) sum += w[j * k + i];
+            colsum[j] = sum;
+        }
+    }
+}
+
+/* TFLite's MultiplyByQuantizedMultiplier (double rounding) + zero point + clamp, for one row of
+ * c channels of int32 accumulators plus a per-channel int32 correction (bias), modulo 2**32.
+ * Branch-free, restrict-qualified, so the compiler vectorizes it. Per channel: left = max(shift, 0),
+ * right = max(-shift, 0). SRDHM(x, m) = (x * m + 2**30) >> 31 (floor), except
+ * x == m == INT32_MIN -> INT32_MAX (a multiplier of INT32_MIN takes the scalar loop);
+ * RDBP(v, e) = (v + 2**(e-1) - [v < 0]) >> e for e >= 1, v for e == 0. */
+typedef struct {
+    int64_t *m, *left, *right, *half, *negmask;
+    int any_min;
+} qparams;
+
+static void qparams_init(qparams *q, int64_t c, const int32_t *mult, const int32_t *shift) {
+    q->m = malloc(5 * c * sizeof(int64_t));
+    q->left = q->m + c; q->right = q->m + 2 * c; q->half = q->m + 3 * c; q->negmask = q->m + 4 * c;
+    q->any_min = 0;
+    for (int64_t i = 0; i < c; i++) {
+        int32_t s = shift[i];
+        q->m[i] = mult[i];
+        q->left[i] = s > 0 ? s : 0;
+        q->right[i] = s > 0 ? 0 : -s;
+        q->half[i] = q->right[i] > 0 ? ((int64_t)1 << (q->right[i] - 1)) : 0;
+        q->negmask[i] = q->right[i] > 0 ? -1 : 0;
+        if (mult[i] == INT32_MIN) q->any_min = 1;
+    }
+}
+
+static void qparams_free(qparams *q) { free(q->m); }
+
+#define VN_REQUANT_BODY(OUT_T)                                                                  \
+    for (int64_t i = 0; i < c; i++) {                                                           \
+        int64_t x = (int32_t)(((uint32_t)acc[i] + (uint32_t)corr[i]) << left[i]);               \
+        int64_t h = (x * m[i] + ((int64_t)1 << 30)) >> 31;                                      \
+        int64_t v = ((h + half[i] + ((h >> 63) & negmask[i])) >> right[i]) + zp;                \
+        v = v < lo ? lo : v;                                                                    \
+        out[i] = (OUT_T)(v > hi ? hi : v);                                                      \
+    }
+
+__attribute__((always_inline)) static inline void requant_s8(
+    const int32_t *restrict acc, const int32_t *restrict corr, int64_t c, const int64_t *restrict m,
+    const int64_t *restrict left, const int64_t *restrict right, const int64_t *restrict half,
+    const int64_t *restrict negmask, int32_t zp, int32_t lo, int32_t hi, int8_t *restrict out) {
+    VN_REQUANT_BODY(int8_t)
+}
+
+__attribute__((always_inline)) static inline void requant_u8(
+    const int32_t *restrict acc, const int32_t *restrict corr, int64_t c, const int64_t *restrict m,
+    const int64_t *restrict left, const int64_t *restrict right, const int64_t *restrict half,
+    const int64_t *restrict negmask, int32_t zp, int32_t lo, int32_t hi, uint8_t *restrict out) {
+    VN_REQUANT_BODY(uint8_t)
+}
+
+/* The one product SRDHM saturates: scalar, for rows whose multipliers include INT32_MIN. */
+static void requant_slow(const int32_t *acc, const int32_t *corr, int64_t c, const qparams *q, int32_t zp,
+                         int32_t lo, int32_t hi, void *out, int out_signed) {
+    for (int64_t i = 0; i < c; i++) {
+        int64_t x = (int32_t)(((uint32_t)acc[i] + (uint32_t)corr[i]) << q->left[i]);
+        int64_t h = (x == INT32_MIN && q->m[i] == INT32_MIN) ? INT32_MAX
+                                                             : (x * q->m[i] + ((int64_t)1 << 30)) >> 31;
+        int64_t v = ((h + q->half[i] + ((h >> 63) & q->negmask[i])) >> q->right[i]) + zp;
+        v = v < lo ? lo : (v > hi ? hi : v);
+        if (out_signed) ((int8_t *)out)[i] = (int8_t)v; else ((uint8_t *)out)[i] = (uint8_t)v;
+    }
+}
+
+__attribute__((always_inline)) static inline void requant_row(const int32_t *acc, const int32_t *corr,
+                                                              int64_t c, const qparams *q, int32_t zp,
+                                                              int32_t lo, int32_t hi, void *out,
+                                                              int out_signed) {
+    if (q->any_min)
+        requant_slow(acc, corr, c, q, zp, lo, hi, out, out_signed);
+    else if (out_signed)
+        requant_s8(acc, corr, c, q->m, q->left, q->right, q->half, q->negmask, zp, lo, hi, (int8_t *)out);
+    else
+        requant_u8(acc, corr, c, q->m, q->left, q->right, q->half, q->negmask, zp, lo, hi, (uint8_t *)out);
+}
+
+/* The hot loops are compiled for AVX-512, AVX2 and baseline x86-64; the loader picks one. */
+#define VN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+VN_CLONES
+static void epilogue(const int32_t *row, int64_t n, const int32_t *corr, const qparams *q, int32_t zp,
+                     int32_t lo, int32_t hi, void *out, int out_signed) {
+    requant_row(row, corr, n, q, zp, lo, hi, out, out_signed);
+}
+
+/* acc[r][n] = sum_k a[r][k] * b[k][n] (u8 x s8, int32 modulo 2**32) for 4 rows and all npad columns.
+ * bp is packed [kp/4][npad][4]: for one group of 4 k, 16 columns are 64 contiguous bytes. */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void tile4_vnni(const uint8_t *a, int64_t kp, const int8_t *bp, int64_t npad, int32_t *acc) {
+    for (int64_t n0 = 0; n0 < npad; n0 += 64) {
+        int nv = (int)((npad - n0) / 16 < 4 ? (npad - n0) / 16 : 4);
+        __m512i c[4][4];
+        for (int r = 0; r < 4; r++)
+            for (int v = 0; v < 4; v++) c[r][v] = _mm512_setzero_si512();
+        const int8_t *b = bp + n0 * 4;
+        if (nv == 4) {
+            for (int64_t k = 0; k < kp; k += 4) {
+                const int8_t *bk = b + (k / 4) * npad * 4;
+                __m512i b0 = _mm512_loadu_si512(bk), b1 = _mm512_loadu_si512(bk + 64);
+                __m512i b2 = _mm512_loadu_si512(bk + 128), b3 = _mm512_loadu_si512(bk + 192);
+                for (int r = 0; r < 4; r++) {
+                    int32_t av;
+                    memcpy(&av, a + r * kp + k, 4);
+                    __m512i ab = _mm512_set1_epi32(av);
+                    c[r][0] = _mm512_dpbusd_epi32(c[r][0], ab, b0);
+                    c[r][1] = _mm512_dpbusd_epi32(c[r][1], ab, b1);
+                    c[r][2] = _mm512_dpbusd_epi32(c[r][2], ab, b2);
+                    c[r][3] = _mm512_dpbusd_epi32(c[r][3], ab, b3);
+                }
+            }
+        } else {
+            for (int64_t k = 0; k < kp; k += 4) {
+                const int8_t *bk = b + (k / 4) * npad * 4;
+                for (int r = 0; r < 4; r++) {
+                    int32_t av;
+                    memcpy(&av, a + r * kp + k, 4);
+                    __m512i ab = _mm512_set1_epi32(av);
+                    for (int v = 0; v < nv; v++)
+                        c[r][v] = _mm512_dpbusd_epi32(c[r][v], ab, _mm512_loadu_si512(bk + 64 * v));
+                }
+            }
+        }
+        for (int r = 0; r < 4; r++)
+            for (int v = 0; v < nv; v++) _mm512_storeu_si512(acc + r * npad + n0 + 16 * v, c[r][v]);
+    }
+}
+
+static void tile4_portable(const uint8_t *a, int64_t kp, const int8_t *bp, int64_t npad, int32_t *acc) {
+    memset(acc, 0, 4 * npad * sizeof(int32_t));
+    for (int r = 0; r < 4; r++) {
+        uint32_t *row = (uint32_t *)(acc + r * npad);
+        for (int64_t k = 0; k < kp; k += 4) {
+            const int8_t *bk = bp + (k / 4) * npad * 4;
+            for (int j = 0; j < 4; j++) {
+                uint32_t av = a[r * kp + k + j];
+                for (int64_t n = 0; n < npad; n++) row[n] += av * (uint32_t)(int32_t)bk[n * 4 + j];
+            }
+        }
+    }
+}
+
+void vn_gemm_requant(const uint8_t *a, int64_t m, int64_t kp, const int8_t *bp, int64_t npad, int64_t n,
+                     const int32_t *corr, const int32_t *mult, const int32_t *shift, int32_t zp,
+                     int32_t lo, int32_t hi, void *out, int out_signed, int force_portable) {
+    int vnni = !force_portable && vn_has_vnni();
+    qparams q;
+    qparams_init(&q, n, mult, shift);
+    int32_t *acc = aligned_alloc(64, ((4 * npad * sizeof(int32_t) + 63) / 64) * 64);
+    uint8_t *tail = calloc(4 * kp, 1);
+    for (int64_t r0 = 0; r0 < m; r0 += 4) {
+        int rows = (int)(m - r0 < 4 ? m - r0 : 4);
+        const uint8_t *ablk = a + r0 * kp;
+        if (rows < 4) {  /* the last rows: zero-padded copy */
+            memcpy(tail, ablk, rows * kp);
+            ablk = tail;
+        }
+        if (vnni) tile4_vnni(ablk, kp, bp, npad, acc); else tile4_portable(ablk, kp, bp, npad, acc);
+        for (int r = 0; r < rows; r++)
+            epilogue(acc + r * npad, n, corr, &q, zp, lo, hi, (char *)out + (r0 + r) * n, out_signed);
+    }
+    free(tail);
+    free(acc);
+    qparams_free(&q);
+}
+
+/* NHWC depthwise convolution with depth multiplier 1: acc[c] = bias[c] + sum over the taps inside
+ * the input of (x - izp) * (f - fzp), modulo 2**32; |zero points| <= 255 keeps each product in
+ * int32. Then requant_row. */
+VN_CLONES
+void vn_depthwise_requant(const uint8_t *x, int64_t h, int64_t w, int64_t c, int32_t x_signed, int32_t izp,
+                          const int8_t *f, int64_t kh, int64_t kw, int32_t f_signed, int32_t fzp,
+                          const int32_t *bias, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                          int64_t pt, int64_t pl, int64_t oh, int64_t ow,
+                          const int32_t *mult, const int32_t *shift, int32_t zp, int32_t lo, int32_t hi,
+                          void *out, int out_signed) {
+    qparams q;
+    qparams_init(&q, c, mult, shift);
+    int32_t *fv = malloc(kh * kw * c * sizeof(int32_t));
+    for (int64_t i = 0; i < kh * kw * c; i++)
+        fv[i] = (f_signed ? (int32_t)f[i] : (int32_t)(uint8_t)f[i]) - fzp;
+    int32_t *zero = calloc(c, sizeof(int32_t));
+    uint32_t *acc = malloc(c * sizeof(uint32_t));
+    for (int64_t oy = 0; oy < oh; oy++) {
+        for (int64_t ox = 0; ox < ow; ox++) {
+            for (int64_t i = 0; i < c; i++) acc[i] = bias ? (uint32_t)bias[i] : 0u;
+            for (int64_t ky = 0; ky < kh; ky++) {
+                int64_t iy = oy * sh - pt + ky * dh;
+                if (iy < 0 || iy >= h) continue;
+                for (int64_t kx = 0; kx < kw; kx++) {
+                    int64_t ix = ox * sw - pl + kx * dw;
+                    if (ix < 0 || ix >= w) continue;
+                    const uint8_t *xp = x + (iy * w + ix) * c;
+                    const int32_t *fp = fv + (ky * kw + kx) * c;
+                    if (x_signed)
+                        for (int64_t i = 0; i < c; i++)
+                            acc[i] += (uint32_t)(((int32_t)(int8_t)xp[i] - izp) * fp[i]);
+                    else
+                        for (int64_t i = 0; i < c; i++)
+                            acc[i] += (uint32_t)(((int32_t)xp[i] - izp) * fp[i]);
+                }
+            }
+            char *dst = (char *)out + (oy * ow + ox) * c;
+            requant_row((const int32_t *)acc, zero, c, &q, zp, lo, hi, dst, out_signed);
+        }
+    }
+    free(acc);
+    free(zero);
+    free(fv);
+    qparams_free(&q);
+}
+"""
+
+_lock = threading.Lock()
+_module: ModuleType | None = None
+_failed = False
+
+
+def _source_hash() -> str:
+    import cffi
+
+    h = hashlib.sha256()
+    for part in (CDEF, C_SOURCE, cffi.__version__, sys.version):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _build_dir() -> Path:
+    base = os.environ.get("VNPU_CACHE_DIR")
+    root = Path(base) if base else Path.home() / ".cache" / "vnpu"
+    return root / f"native-{_source_hash()}"
+
+
+def _load(path: Path) -> ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(path))
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, path, loader=loader)
+    assert spec is not None
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def build(out_dir: Path) -> Path:
+    """Compile the kernels into ``out_dir`` (atomically) and return the extension's path."""
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF)
+    ffi.set_source(MODULE_NAME, C_SOURCE, extra_compile_args=["-O3", "-Wall", "-Wno-unused-function"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="vnpu-native-build-") as tmp:
+        built = Path(ffi.compile(tmpdir=tmp, verbose=False))
+        target = out_dir / built.name
+        staged = out_dir / f".{built.name}.{os.getpid()}"
+        shutil.copy2(built, staged)
+        os.replace(staged, target)  # a concurrent loader never sees a half-written library
+    return target
+
+
+def module() -> Any | None:
+    """The compiled kernels (built on first use), or None when they are unavailable."""
+    global _module, _failed
+    if _module is not None or _failed:
+        return _module
+    with _lock:
+        if _module is not None or _failed:
+            return _module
+        if os.environ.get("VNPU_NATIVE", "1") == "0":
+            _failed = True
+            return None
+        try:
+            d = _build_dir()
+            found = sorted(d.glob(f"{MODULE_NAME}*.so")) if d.is_dir() else []
+            path = found[0] if found else build(d)
+            _module = _load(path)
+        except Exception as e:  # no compiler, read-only home, ...: the numpy paths still work
+            log.warning("device model: native kernels unavailable (%s); using numpy", e)
+            _failed = True
+    return _module
+
+
+def available() -> bool:
+    return module() is not None
+
+
+def has_vnni() -> bool:
+    mod = module()
+    return bool(mod is not None and mod.lib.vn_has_vnni())
+
+
+def _ptr(mod: Any, arr: np.ndarray, ctype: str) -> Any:
+    return mod.ffi.cast(ctype, arr.ctypes.data)
+
+
+# --- prepared operands ----------------------------------------------------------------------------
+def pack_filter(wmat: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(filter - zero point) [N, K] (values in [-128, 127]) -> (packed [K/4, Npad, 4] int8, column
+    sums [N] int64, Kp, Npad) for :func:`gemm_requant`."""
+    mod = module()
+    assert mod is not None
+    n, k = wmat.shape
+    kp = -(-k // 4) * 4
+    npad = -(-n // 16) * 16
+    w = np.ascontiguousarray(wmat, dtype=np.int8)
+    packed = np.empty((kp // 4, npad, 4), dtype=np.int8)
+    colsum = np.empty(n, dtype=np.int64)
+    mod.lib.vn_pack_filter(
+        _ptr(mod, w, "int8_t *"),
+        n,
+        k,
+        kp,
+        npad,
+        _ptr(mod, packed, "int8_t *"),
+        _ptr(mod, colsum, "int64_t *"),
+    )
+    return packed, colsum, kp, npad
+
+
+def gemm_requant(
+    a: np.ndarray,
+    packed: np.ndarray,
+    colsum: np.ndarray,
+    kp: int,
+    npad: int,
+    n: int,
+    a_offset: int,
+    bias: np.ndarray | None,
+    multiplier: np.ndarray,
+    shift: np.ndarray,
+    output_zp: int,
+    lo: int,
+    hi: int,
+    out_dtype: np.dtype,
+    portable: bool = False,
+) -> np.ndarray:
+    """out[M, N] = requant(sum_k (a - a_offset) * w + bias) for ``a`` uint8 [M, Kp]."""
+    mod = module()
+    assert mod is not None
+    m = a.shape[0]
+    a = np.ascontiguousarray(a, dtype=np.uint8)
+    if a.shape[1] != kp:
+        raise ValueError(f"GEMM input has depth {a.shape[1]}, the packed filter {kp}")
+    corr = -a_offset * colsum
+    if bias is not None:
+        corr = corr + np.asarray(bias, dtype=np.int64)
+    corr32 = ((corr + 2**31) % 2**32 - 2**31).astype(np.int32)  # the C code's int32 wrap-around
+    mult = np.ascontiguousarray(np.broadcast_to(multiplier, (n,)), dtype=np.int32)
+    sh = np.ascontiguousarray(np.broadcast_to(shift, (n,)), dtype=np.int32)
+    out = np.empty((m, n), dtype=out_dtype)
+    mod.lib.vn_gemm_requant(
+        _ptr(mod, a, "uint8_t *"), m, kp, _ptr(mod, packed, "int8_t *"), npad, n,
+        _ptr(mod, corr32, "int32_t *"), _ptr(mod, mult, "int32_t *"), _ptr(mod, sh, "int32_t *"),
+        output_zp, lo, hi, _ptr(mod, out, "void *"), int(out_dtype == np.int8), int(portable),
+    )  # fmt: skip
+    return out
+
+
+def depthwise_requant(
+    x: np.ndarray,
+    input_zp: int,
+    filt: np.ndarray,
+    filter_zp: int,
+    bias: np.ndarray | None,
+    geometry: tuple[int, int, int, int, int, int, int, int],
+    multiplier: np.ndarray,
+    shift: np.ndarray,
+    output_zp: int,
+    lo: int,
+    hi: int,
+    out_dtype: np.dtype,
+) -> np.ndarray:
+    """One image [H, W, C] of a depth-multiplier-1 depthwise convolution -> [OH, OW, C]."""
+    mod = module()
+    assert mod is not None
+    h, w, c = x.shape
+    _, kh, kw, _ = filt.shape
+    sh_, sw_, dh, dw, pt, pl, oh, ow = geometry
+    x = np.ascontiguousarray(x)
+    f = np.ascontiguousarray(filt.reshape(kh, kw, c))
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=np.int32)
+    mult = np.ascontiguousarray(np.broadcast_to(multiplier, (c,)), dtype=np.int32)
+    shv = np.ascontiguousarray(np.broadcast_to(shift, (c,)), dtype=np.int32)
+    out = np.empty((oh, ow, c), dtype=out_dtype)
+    mod.lib.vn_depthwise_requant(
+        _ptr(mod, x, "uint8_t *"), h, w, c, int(x.dtype == np.int8), input_zp,
+        _ptr(mod, f, "int8_t *"), kh, kw, int(f.dtype == np.int8), filter_zp,
+        mod.ffi.NULL if b is None else _ptr(mod, b, "int32_t *"),
+        sh_, sw_, dh, dw, pt, pl, oh, ow,
+        _ptr(mod, mult, "int32_t *"), _ptr(mod, shv, "int32_t *"), output_zp, lo, hi,
+        _ptr(mod, out, "void *"), int(out_dtype == np.int8),
+    )  # fmt: skip
+    return out

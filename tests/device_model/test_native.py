@@ -1,0 +1,147 @@
+"""device_model.native: the C kernels (VNNI int8 GEMM, depthwise) through numerics, against the
+slow reference, with 8-bit outputs (the only case numerics hands to them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from device_model import native
+from device_model import numerics as nm
+
+from . import reference as ref
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels cannot be built here")
+
+
+def _quant(rng: np.random.Generator, c: int, extreme: bool) -> tuple[np.ndarray, np.ndarray]:
+    mults = rng.integers(2**30, 2**31, size=c)
+    shifts = rng.integers(-12, 1, size=c)
+    if extreme:  # the INT32_MIN multiplier (SRDHM saturation), positive shifts, the widest shifts
+        mults[0] = -(2**31)
+        shifts[0] = 0
+        shifts[-1] = 3
+        if c > 2:
+            shifts[1] = nm.SHIFT_MIN
+            mults[1] = -(2**30) - 5
+    return mults, shifts
+
+
+def _clamp8(dtype: np.dtype, lo: int, hi: int) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return max(lo, int(info.min)), min(hi, int(info.max))
+
+
+@settings(max_examples=25)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    signed=st.booleans(),
+    k=st.sampled_from([1, 3]),
+    stride=st.sampled_from([1, 2]),
+    dilation=st.sampled_from([1, 2]),
+    pad=st.integers(0, 2),
+    cin=st.integers(1, 9),
+    cout=st.integers(1, 40),
+    extreme=st.booleans(),
+)
+def test_conv2d_native_matches_reference(seed, signed, k, stride, dilation, pad, cin, cout, extreme) -> None:
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(np.int8 if signed else np.uint8)
+    info = np.iinfo(dtype)
+    h = w = 7
+    x = rng.integers(info.min, int(info.max) + 1, size=(1, h, w, cin)).astype(dtype)
+    f = rng.integers(info.min, int(info.max) + 1, size=(cout, k, k, cin)).astype(dtype)
+    izp = int(rng.integers(info.min, int(info.max) + 1))
+    fzp = 0 if signed else int(rng.integers(0, 256))
+    bias = rng.integers(-(2**31), 2**31, size=cout) if extreme else rng.integers(-5000, 5000, size=cout)
+    mults, shifts = _quant(rng, cout, extreme)
+    oh = (h + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    ozp = int(rng.integers(info.min, int(info.max) + 1))
+    args = (izp, fzp, stride, stride, dilation, dilation, pad, pad, oh, oh, mults, shifts, ozp, -300, 300)
+    want = np.array(ref.conv2d(x.tolist(), f.tolist(), bias.tolist(), *args))
+    got = nm.conv2d(
+        x, f, bias, input_zp=izp, filter_zp=fzp, stride_h=stride, stride_w=stride, dilation_h=dilation,
+        dilation_w=dilation, pad_top=pad, pad_left=pad, out_h=oh, out_w=oh, multiplier=mults,
+        shift=shifts, output_zp=ozp, act_min=-300, act_max=300, out_dtype=dtype,
+    )  # fmt: skip
+    lo, hi = _clamp8(dtype, -300, 300)
+    assert got.dtype == dtype
+    assert np.array_equal(got.astype(np.int64), np.clip(want, lo, hi))
+
+
+@settings(max_examples=25)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    signed=st.booleans(),
+    k=st.sampled_from([1, 3, 5]),
+    stride=st.sampled_from([1, 2]),
+    dilation=st.sampled_from([1, 2]),
+    pad=st.integers(0, 2),
+    c=st.integers(1, 40),
+    extreme=st.booleans(),
+)
+def test_depthwise_native_matches_reference(seed, signed, k, stride, dilation, pad, c, extreme) -> None:
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(np.int8 if signed else np.uint8)
+    info = np.iinfo(dtype)
+    h = w = 8
+    x = rng.integers(info.min, int(info.max) + 1, size=(2, h, w, c)).astype(dtype)
+    f = rng.integers(info.min, int(info.max) + 1, size=(1, k, k, c)).astype(dtype)
+    izp = int(rng.integers(-255, 256))
+    fzp = int(rng.integers(-255, 256))
+    bias = rng.integers(-(2**31), 2**31, size=c) if extreme else rng.integers(-5000, 5000, size=c)
+    mults, shifts = _quant(rng, c, extreme)
+    oh = max(1, (h + 2 * pad - dilation * (k - 1) - 1) // stride + 1)
+    ozp = int(rng.integers(-20, 20))
+    args = (izp, fzp, stride, stride, dilation, dilation, pad, pad, 1, oh, oh, mults, shifts, ozp, -128, 255)
+    want = np.array(ref.depthwise(x.tolist(), f.tolist(), bias.tolist(), *args))
+    got = nm.depthwise_conv2d(
+        x, f, bias, input_zp=izp, filter_zp=fzp, stride_h=stride, stride_w=stride, dilation_h=dilation,
+        dilation_w=dilation, pad_top=pad, pad_left=pad, depth_multiplier=1, out_h=oh, out_w=oh,
+        multiplier=mults, shift=shifts, output_zp=ozp, act_min=-128, act_max=255, out_dtype=dtype,
+    )  # fmt: skip
+    lo, hi = _clamp8(dtype, -128, 255)
+    assert got.dtype == dtype
+    assert np.array_equal(got.astype(np.int64), np.clip(want, lo, hi))
+
+
+@pytest.mark.parametrize("portable", [False, True])
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (5, 7, 17), (9, 64, 70), (4, 1030, 130)])
+def test_gemm_requant_both_kernels(portable: bool, m: int, k: int, n: int) -> None:
+    # Also the long-K case whose int32 sums wrap: the correction term is applied modulo 2**32.
+    rng = np.random.default_rng(m * 1000 + k)
+    a = rng.integers(0, 256, size=(m, k)).astype(np.uint8)
+    w = rng.integers(-128, 128, size=(n, k)).astype(np.int8)
+    a_offset = 200
+    bias = rng.integers(-(2**31), 2**31, size=n)
+    mults, shifts = _quant(rng, n, extreme=n > 2)
+    packed, colsum, kp, npad = native.pack_filter(w)
+    a_p = np.zeros((m, kp), dtype=np.uint8)
+    a_p[:, :k] = a
+    if portable or native.has_vnni():
+        got = native.gemm_requant(
+            a_p, packed, colsum, kp, npad, n, a_offset, bias, mults, shifts, 3, -128, 127, np.dtype(np.int8),
+            portable=portable,
+        )  # fmt: skip
+        want = ref.fully_connected(
+            (a.astype(np.int64)).tolist(), w.astype(np.int64).tolist(), bias.tolist(), a_offset, 0,
+            mults.tolist(), shifts.tolist(), 3, -128, 127,
+        )  # fmt: skip
+        assert np.array_equal(got.astype(np.int64), np.array(want))
+
+
+def test_fully_connected_native_uint8_with_filter_zero_point() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 256, size=(3, 50)).astype(np.uint8)
+    f = rng.integers(100, 200, size=(9, 50)).astype(np.uint8)  # minus zp 150: fits int8
+    bias = rng.integers(-1000, 1000, size=9)
+    got = nm.fully_connected(
+        x, f, bias, input_zp=128, filter_zp=150, multiplier=2**30 + 7, shift=-6, output_zp=10,
+        act_min=0, act_max=255, out_dtype=np.dtype(np.uint8),
+    )  # fmt: skip
+    want = ref.fully_connected(
+        x.tolist(), f.tolist(), bias.tolist(), 128, 150, [2**30 + 7] * 9, [-6] * 9, 10, 0, 255
+    )
+    assert got.dtype == np.uint8 and np.array_equal(got.astype(np.int64), np.array(want))
