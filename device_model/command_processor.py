@@ -19,6 +19,7 @@ import errno
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from .mmu import Mmu, MmuFault
 log = logging.getLogger(__name__)
 
 MAX_CMD_SIZE = 1 << 24  # a stream larger than this is refused (-EIO) before it is fetched
+PROGRAM_CACHE_ENTRIES = 64  # decoded streams kept (a model's partitions each have one)
 MAX_TENSOR_ELEMENTS = 1 << 28  # broadcast (zero-stride) tensors could otherwise claim exabytes
 WAIT_POLL_S = 0.0005  # first WAIT poll interval; doubles up to WAIT_POLL_MAX_S
 WAIT_POLL_MAX_S = 0.005
@@ -159,7 +161,12 @@ class _Job:
         on_irq: Callable[[int], None] | None,
     ) -> None:
         self.mmu = Mmu(memory, pt_root)
+        self.memory = memory
         self.enabled = enabled_opcodes
+        # The job's page tables do not change while it runs (the Mmu snapshots them), so a
+        # tensor's physical runs are looked up once per job.
+        self._runs: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}
+        self.tensors: dict[int, Tensor | str] = {}  # TENSOR decoded per stream offset (shared per stream)
         self.abort = abort
         self.on_irq = on_irq
         self.slots: list[Tensor | None] = [None] * isa.SPEC.slots
@@ -186,10 +193,25 @@ class _Job:
             raise self.fail(f"{field} has shape {list(t.shape)}, expected {list(shape)}")
         return t
 
+    def runs(self, va: int, size: int, write: bool) -> list[tuple[int, int]]:
+        key = (va, size, write)
+        runs = self._runs.get(key)
+        if runs is None:
+            runs = self._runs[key] = self.mmu.translate_range(va, size, write)
+        return runs
+
     def load(self, t: Tensor) -> np.ndarray:
-        """The tensor's elements as a read-only [n, h, w, c] array."""
+        """The tensor's elements as a read-only [n, h, w, c] array.
+
+        A tensor in one physically contiguous run is a view of system memory (no copy): the
+        units read it while they compute, and every unit writes its output only after that.
+        """
         start, end = t.extent
-        raw = self.mmu.gather(start, end - start)
+        runs = self.runs(start, end - start, False)
+        if len(runs) == 1:
+            raw = np.frombuffer(self.memory.view(runs[0][0], end - start), dtype=np.uint8)
+        else:
+            raw = self.mmu.gather(start, end - start)
         arr = np.ndarray(t.shape, dtype=t.np_dtype, buffer=raw, strides=t.strides)
         arr.flags.writeable = False
         return arr
@@ -203,7 +225,13 @@ class _Job:
             data = np.clip(values, info.min, info.max).astype(t.np_dtype).reshape(t.shape)
         start, end = t.extent
         if t.dense:
-            self.mmu.scatter(start, data)
+            runs = self.runs(start, end - start, True)
+            if len(runs) == 1:
+                # np.copyto handles a source that overlaps the destination (an in-place COPY).
+                dst = np.frombuffer(self.memory.view(runs[0][0], end - start), dtype=t.np_dtype)
+                np.copyto(dst, data.reshape(-1))
+            else:
+                self.mmu.scatter(start, data)
             return
         # A strided tensor leaves gaps in its extent: read-modify-write them unchanged.
         raw = self.mmu.gather(start, end - start, write=True)
@@ -252,7 +280,16 @@ class _Job:
         slot = self.ins["slot"]
         if slot >= isa.SPEC.slots:
             raise self.fail(f"slot {slot} is not below {isa.SPEC.slots}")
-        self.slots[slot] = Tensor.from_instruction(self.ins)
+        t = self.tensors.get(self.ins.offset)
+        if t is None:
+            try:
+                t = Tensor.from_instruction(self.ins)
+            except JobError as e:
+                t = str(e)
+            self.tensors[self.ins.offset] = t
+        if isinstance(t, str):
+            raise JobError(t)
+        self.slots[slot] = t
 
     def _conv_common(self, depthwise: bool) -> None:
         assert self.ins is not None
@@ -463,6 +500,31 @@ class CommandProcessor:
     def __init__(self, memory: SystemMemory, enabled_opcodes: Collection[int] | None = None) -> None:
         self.memory = memory
         self.enabled_opcodes = None if enabled_opcodes is None else frozenset(enabled_opcodes)
+        # Decoded streams by content: a model's job is the same stream every invoke.
+        self._programs: OrderedDict[bytes, tuple[list[isa.Instruction] | str, dict[int, Tensor | str]]] = (
+            OrderedDict()
+        )
+        self._programs_lock = threading.Lock()
+
+    def _decode(self, stream: bytes) -> tuple[list[isa.Instruction], dict[int, Tensor | str]]:
+        """The decoded stream (cached by its bytes) and its shared TENSOR cache."""
+        with self._programs_lock:
+            entry = self._programs.get(stream)
+            if entry is not None:
+                self._programs.move_to_end(stream)
+        if entry is None:
+            try:
+                program: list[isa.Instruction] | str = isa.decode(stream)
+            except isa.IsaError as e:
+                program = f"malformed command stream: {e}"
+            entry = (program, {})
+            with self._programs_lock:
+                self._programs[stream] = entry
+                while len(self._programs) > PROGRAM_CACHE_ENTRIES:
+                    self._programs.popitem(last=False)
+        if isinstance(entry[0], str):
+            raise JobError(entry[0])
+        return entry[0], entry[1]
 
     def run(
         self,
@@ -504,10 +566,7 @@ class CommandProcessor:
                 raise JobError(f"command stream size {cmd_size} is not in (0, {MAX_CMD_SIZE}]")
             job = _Job(self.memory, pt_root, self.enabled_opcodes, abort, on_irq)
             stream = job.mmu.gather(cmd_va, cmd_size)
-            try:
-                program = isa.decode(stream.tobytes())
-            except isa.IsaError as e:
-                raise JobError(f"malformed command stream: {e}") from None
+            program, job.tensors = self._decode(stream.tobytes())
             for ins in program:
                 if abort.is_set():
                     raise JobCancelled()
