@@ -28,14 +28,16 @@ import numpy as np
 
 from uapi import isa
 
+from . import hw_layout as hw
 from . import numerics as nm
-from .memory import SystemMemory
-from .mmu import Mmu, MmuFault
+from .memory import PhysicalAddressError, SystemMemory
+from .mmu import VA_LIMIT, Mmu, MmuFault
 
 log = logging.getLogger(__name__)
 
 MAX_CMD_SIZE = 1 << 24  # a stream larger than this is refused (-EIO) before it is fetched
 PROGRAM_CACHE_ENTRIES = 64  # decoded streams kept (a model's partitions each have one)
+TRANSLATION_CACHE_SPACES = 16  # address spaces whose tensor translations are kept between jobs
 MAX_TENSOR_ELEMENTS = 1 << 28  # broadcast (zero-stride) tensors could otherwise claim exabytes
 WAIT_POLL_S = 0.0005  # first WAIT poll interval; doubles up to WAIT_POLL_MAX_S
 WAIT_POLL_MAX_S = 0.005
@@ -149,6 +151,47 @@ class Tensor:
         )
 
 
+class _Translations:
+    """Physical runs of one address space's tensors, kept across jobs while its page tables stay the same.
+
+    A cached run depends on the L1 table at ``pt_root`` and the L2 tables its range goes
+    through; each is remembered byte for byte. A job reuses the cache only if every remembered
+    table is unchanged (a few 4 KiB compares), so a remap, unmap or permission change by the
+    kernel drops it. Only successful translations are cached: faults are re-evaluated.
+    """
+
+    def __init__(self, memory: SystemMemory, pt_root: int) -> None:
+        self.memory = memory
+        self.pt_root = pt_root
+        self.tables: dict[int, bytes] = {}  # table physical address -> its bytes when cached
+        self.runs: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}
+
+    def _table(self, pa: int) -> bytes | None:
+        try:
+            return bytes(self.memory.view(pa, hw.PT_ENTRIES * 8))
+        except PhysicalAddressError:
+            return None
+
+    def still_valid(self) -> bool:
+        return all(self._table(pa) == content for pa, content in self.tables.items())
+
+    def remember(self, va: int, size: int) -> bool:
+        """Record the tables [va, va + size) goes through; False if one cannot be read."""
+        l1 = self.tables.get(self.pt_root) or self._table(self.pt_root)
+        if l1 is None:
+            return False
+        self.tables[self.pt_root] = l1
+        entries = np.frombuffer(l1, dtype="<u8")
+        for index in range(va >> hw.L1_SHIFT, ((va + size - 1) >> hw.L1_SHIFT) + 1):
+            pa = int(entries[index]) & hw.PTE_ADDR_MASK
+            if pa not in self.tables:
+                table = self._table(pa)
+                if table is None:
+                    return False
+                self.tables[pa] = table
+        return True
+
+
 class _Job:
     """The state of one running job."""
 
@@ -159,13 +202,14 @@ class _Job:
         enabled_opcodes: Collection[int] | None,
         abort: threading.Event,
         on_irq: Callable[[int], None] | None,
+        translations: _Translations | None = None,
     ) -> None:
         self.mmu = Mmu(memory, pt_root)
         self.memory = memory
         self.enabled = enabled_opcodes
-        # The job's page tables do not change while it runs (the Mmu snapshots them), so a
-        # tensor's physical runs are looked up once per job.
-        self._runs: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}
+        # A tensor's physical runs are looked up once (the kernel does not edit a file's page
+        # tables while its job runs), and kept for the next job while the tables stay the same.
+        self.translations = translations if translations is not None else _Translations(memory, pt_root)
         self.tensors: dict[int, Tensor | str] = {}  # TENSOR decoded per stream offset (shared per stream)
         self.abort = abort
         self.on_irq = on_irq
@@ -195,9 +239,12 @@ class _Job:
 
     def runs(self, va: int, size: int, write: bool) -> list[tuple[int, int]]:
         key = (va, size, write)
-        runs = self._runs.get(key)
+        cache = self.translations
+        runs = cache.runs.get(key)
         if runs is None:
-            runs = self._runs[key] = self.mmu.translate_range(va, size, write)
+            runs = self.mmu.translate_range(va, size, write)  # raises MmuFault: never cached
+            if va + size <= VA_LIMIT and cache.remember(va, size):
+                cache.runs[key] = runs
         return runs
 
     def load(self, t: Tensor) -> np.ndarray:
@@ -505,6 +552,19 @@ class CommandProcessor:
             OrderedDict()
         )
         self._programs_lock = threading.Lock()
+        self._translations: OrderedDict[int, _Translations] = OrderedDict()  # by pt_root
+
+    def _translations_for(self, pt_root: int) -> _Translations:
+        """The address space's translation cache if its page tables are unchanged, else a new one."""
+        with self._programs_lock:
+            cache = self._translations.pop(pt_root, None)
+        if cache is None or not cache.still_valid():
+            cache = _Translations(self.memory, pt_root)
+        with self._programs_lock:
+            self._translations[pt_root] = cache
+            while len(self._translations) > TRANSLATION_CACHE_SPACES:
+                self._translations.popitem(last=False)
+        return cache
 
     def _decode(self, stream: bytes) -> tuple[list[isa.Instruction], dict[int, Tensor | str]]:
         """The decoded stream (cached by its bytes) and its shared TENSOR cache."""
@@ -564,7 +624,9 @@ class CommandProcessor:
                 raise JobError(f"page-table root {pt_root:#x} is not a page of system memory")
             if not 0 < cmd_size <= MAX_CMD_SIZE:
                 raise JobError(f"command stream size {cmd_size} is not in (0, {MAX_CMD_SIZE}]")
-            job = _Job(self.memory, pt_root, self.enabled_opcodes, abort, on_irq)
+            job = _Job(
+                self.memory, pt_root, self.enabled_opcodes, abort, on_irq, self._translations_for(pt_root)
+            )
             stream = job.mmu.gather(cmd_va, cmd_size)
             program, job.tensors = self._decode(stream.tobytes())
             for ins in program:

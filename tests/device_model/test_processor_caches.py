@@ -1,0 +1,65 @@
+"""The command processor's caches (decoded streams, tensor translations kept between jobs) never
+change what a job computes: a remap, unmap or permission change between jobs takes effect."""
+
+from __future__ import annotations
+
+import errno
+
+import numpy as np
+
+from device_model import hw_layout as hw
+from device_model.command_processor import CommandProcessor
+from uapi import isa
+
+from .helpers import Machine, program, tensor
+
+
+def test_remap_unmap_and_permissions_between_jobs_take_effect() -> None:
+    m = Machine()
+    src = m.array(np.arange(16, dtype=np.int8))
+    dst = m.buffer(16)
+    stream = program(
+        tensor(0, "INT8", src, (16,)), tensor(1, "INT8", dst, (16,)), isa.encode("COPY", src=0, dst=1)
+    )
+    cmd = m.buffer(len(stream), stream)
+    cp = CommandProcessor(m.memory)
+    assert cp.run(m.space.root, cmd, len(stream)).status == 0
+    assert m.read(dst, 16).view(np.int8).tolist() == list(range(16))
+
+    # Same VA, other physical page, other data: the second job must read the new page.
+    m.space.unmap(src, 1)
+    m.space.map(src, m.allocator.alloc_pages(1), writable=True)
+    m.write(src, (np.arange(16, dtype=np.int8) * -1).tobytes())
+    assert cp.run(m.space.root, cmd, len(stream)).status == 0
+    assert m.read(dst, 16).view(np.int8).tolist() == [-i for i in range(16)]
+
+    # The destination becomes read-only: the store faults instead of using the cached run.
+    page = m.space.unmap(dst, 1)
+    m.space.map(dst, page, writable=False)
+    res = cp.run(m.space.root, cmd, len(stream))
+    assert (res.status, res.fault_va) == (-errno.EFAULT, dst)
+
+    # Unmapped source: a read fault at its VA.
+    m.space.unmap(src, 1)
+    res = cp.run(m.space.root, cmd, len(stream))
+    assert (res.status, res.fault_va) == (-errno.EFAULT, src)
+
+
+def test_same_stream_bytes_in_a_new_place_and_a_rewritten_stream() -> None:
+    m = Machine()
+    dst = m.buffer(hw.PAGE_SIZE)
+    cp = CommandProcessor(m.memory)
+    fill = program(tensor(0, "INT8", dst, (8,)), isa.encode("FILL", dst=0, value=7))
+    for _ in range(2):  # the second run decodes from the cache
+        cmd = m.buffer(len(fill), fill)
+        assert cp.run(m.space.root, cmd, len(fill)).status == 0
+        assert m.read(dst, 8).tolist() == [7] * 8
+    other = program(tensor(0, "INT8", dst, (8,)), isa.encode("FILL", dst=0, value=-3))
+    m.write(cmd, other)  # same length, rewritten in place
+    assert cp.run(m.space.root, cmd, len(other)).status == 0
+    assert m.read(dst, 8).view(np.int8).tolist() == [-3] * 8
+    bad = program(tensor(0, "INT8", dst, (8,)), isa.encode("FILL", dst=5, value=1))
+    m.write(cmd, bad)
+    for _ in range(2):  # a cached failure fails the same way
+        res = cp.run(m.space.root, cmd, len(bad))
+        assert res.status == -errno.EIO and "slot 5" in res.error
