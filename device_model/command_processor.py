@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -111,12 +112,12 @@ class Tensor:
     def np_dtype(self) -> np.dtype:
         return _NP_DTYPES[self.dtype]
 
-    @property
+    @cached_property  # a frozen dataclass: computed once per descriptor
     def extent(self) -> tuple[int, int]:
         last = sum((d - 1) * s for d, s in zip(self.shape, self.strides, strict=True))
         return self.va, self.va + last + self.np_dtype.itemsize
 
-    @property
+    @cached_property
     def dense(self) -> bool:
         """True if the elements tile [va, va + nbytes) in C order."""
         expected = []

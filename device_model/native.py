@@ -376,7 +376,8 @@ def has_vnni() -> bool:
 
 
 def _ptr(mod: Any, arr: np.ndarray, ctype: str) -> Any:
-    return mod.ffi.cast(ctype, arr.ctypes.data)
+    """A C pointer to a C-contiguous array's first element (cheaper than ``arr.ctypes``)."""
+    return mod.ffi.cast(ctype, arr.__array_interface__["data"][0])
 
 
 # --- prepared operands ----------------------------------------------------------------------------
