@@ -145,3 +145,14 @@ def test_fully_connected_native_uint8_with_filter_zero_point() -> None:
         x.tolist(), f.tolist(), bias.tolist(), 128, 150, [2**30 + 7] * 9, [-6] * 9, 10, 0, 255
     )
     assert got.dtype == np.uint8 and np.array_equal(got.astype(np.int64), np.array(want))
+
+
+@pytest.mark.parametrize("n, k", [(1, 1), (16, 4), (17, 7), (33, 1030), (64, 3)])
+def test_pack_filter_layout_and_sums(n: int, k: int) -> None:
+    w = np.random.default_rng(n * k).integers(-128, 128, size=(n, k)).astype(np.int8)
+    packed, colsum, kp, npad = native.pack_filter(w)
+    padded = np.zeros((npad, kp), dtype=np.int8)
+    padded[:n, :k] = w
+    assert (kp % 4, npad % 16) == (0, 0) and kp - k < 4 and npad - n < 16
+    assert np.array_equal(packed, padded.reshape(npad, kp // 4, 4).transpose(1, 0, 2))
+    assert np.array_equal(colsum, w.sum(axis=1, dtype=np.int64))
