@@ -33,7 +33,7 @@ def _wait(cond, timeout: float) -> bool:
 def holders() -> str:
     """Who keeps vnpu loaded: its refcount, debugfs's open files, processes with the node open or mapped."""
     lines = [f"refcnt {Path('/sys/module/vnpu/refcnt').read_text().strip()}"]
-    for f in glob.glob("/sys/kernel/debug/accel/*/files"):
+    for f in glob.glob("/sys/kernel/debug/accel/*/files") + glob.glob("/sys/kernel/debug/accel/*/counters"):
         lines.append(Path(f).read_text().strip())
     for pid in glob.glob("/proc/[0-9]*"):
         try:
