@@ -449,6 +449,7 @@ class _Job:
             act_min=ins["act_min"],
             act_max=ins["act_max"],
             subtract=subtract,
+            out_dtype=out.np_dtype,
         )
         self.store(out, result)
 

@@ -37,6 +37,9 @@ MODULE_NAME = "_vnpu_native"
 
 CDEF = """
 int vn_has_vnni(void);
+void vn_add_requant(const void *in1, const void *in2, int64_t count, int in_signed, int32_t zp1, int32_t zp2,
+                    int32_t left_shift, int32_t m1, int32_t s1, int32_t m2, int32_t s2, int32_t mo,
+                    int32_t so, int32_t ozp, int32_t lo, int32_t hi, int subtract, void *out, int out_signed);
 void vn_pack_filter(const int8_t *w, int64_t n, int64_t k, int64_t kp, int64_t npad, int8_t *packed,
                     int64_t *colsum);
 void vn_gemm_requant(const uint8_t *a, int64_t m, int64_t kp, const int8_t *bp, int64_t npad, int64_t n,
@@ -200,6 +203,37 @@ __attribute__((always_inline)) static inline void requant_row(const int32_t *acc
 
 /* The hot loops are compiled for AVX-512, AVX2 and baseline x86-64; the loader picks one. */
 #define VN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+/* MultiplyByQuantizedMultiplier on one int32 value (see requant_row), any shift in [-31, 30]. */
+__attribute__((always_inline)) static inline int32_t mbqm1(int32_t x, int32_t m, int32_t s) {
+    int64_t left = s > 0 ? s : 0, right = s > 0 ? 0 : -s;
+    int64_t xl = (int32_t)((uint32_t)x << left);
+    int64_t h = (xl == INT32_MIN && m == INT32_MIN) ? INT32_MAX : (xl * m + ((int64_t)1 << 30)) >> 31;
+    int64_t half = right > 0 ? ((int64_t)1 << (right - 1)) : 0;
+    int64_t negmask = right > 0 ? -1 : 0;
+    return (int32_t)((h + half + ((h >> 63) & negmask)) >> right);
+}
+
+/* TFLite's 8-bit ADD/SUB: both inputs shifted left, rescaled to a common scale, summed with int32
+ * wrap-around, rescaled to the output, zero point, clamp. Dense, equal-shape operands. */
+VN_CLONES
+void vn_add_requant(const void *in1, const void *in2, int64_t count, int in_signed, int32_t zp1, int32_t zp2,
+                    int32_t left_shift, int32_t m1, int32_t s1, int32_t m2, int32_t s2, int32_t mo,
+                    int32_t so, int32_t ozp, int32_t lo, int32_t hi, int subtract, void *out,
+                    int out_signed) {
+    const int8_t *a8 = in1, *b8 = in2;
+    const uint8_t *au = in1, *bu = in2;
+    for (int64_t i = 0; i < count; i++) {
+        int32_t x1 = (in_signed ? a8[i] : au[i]) - zp1;
+        int32_t x2 = (in_signed ? b8[i] : bu[i]) - zp2;
+        int32_t a = mbqm1((int32_t)((uint32_t)x1 << left_shift), m1, s1);
+        int32_t b = mbqm1((int32_t)((uint32_t)x2 << left_shift), m2, s2);
+        int32_t raw = (int32_t)(subtract ? (uint32_t)a - (uint32_t)b : (uint32_t)a + (uint32_t)b);
+        int64_t v = (int64_t)mbqm1(raw, mo, so) + ozp;
+        v = v < lo ? lo : (v > hi ? hi : v);
+        if (out_signed) ((int8_t *)out)[i] = (int8_t)v; else ((uint8_t *)out)[i] = (uint8_t)v;
+    }
+}
 
 VN_CLONES
 static void epilogue(const int32_t *row, int64_t n, const int32_t *corr, const qparams *q, int32_t zp,
@@ -513,5 +547,31 @@ def depthwise_requant(
         sh_, sw_, dh, dw, pt, pl, oh, ow,
         _ptr(mod, mult, "int32_t *"), _ptr(mod, shv, "int32_t *"), output_zp, lo, hi,
         _ptr(mod, out, "void *"), int(out_dtype == np.int8),
+    )  # fmt: skip
+    return out
+
+
+def add_requant(
+    in1: np.ndarray,
+    in2: np.ndarray,
+    zps: tuple[int, int],
+    left_shift: int,
+    scales: tuple[int, int, int, int, int, int],
+    output_zp: int,
+    lo: int,
+    hi: int,
+    subtract: bool,
+    out_dtype: np.dtype,
+) -> np.ndarray:
+    """TFLite's 8-bit ADD/SUB on two equal-shape 8-bit arrays; ``scales`` is (m1, s1, m2, s2, mo, so)."""
+    mod = module()
+    assert mod is not None
+    a = np.ascontiguousarray(in1)
+    b = np.ascontiguousarray(in2)
+    out = np.empty(a.shape, dtype=out_dtype)
+    mod.lib.vn_add_requant(
+        _ptr(mod, a, "void *"), _ptr(mod, b, "void *"), a.size, int(a.dtype == np.int8), zps[0], zps[1],
+        left_shift, *scales, output_zp, lo, hi, int(subtract), _ptr(mod, out, "void *"),
+        int(out_dtype == np.int8),
     )  # fmt: skip
     return out

@@ -639,6 +639,7 @@ def add(
     act_min: int,
     act_max: int,
     subtract: bool = False,
+    out_dtype: np.dtype | None = None,
 ) -> np.ndarray:
     """TFLite's quantized Add (or Sub with ``subtract``): rescale both inputs to a common scale.
 
@@ -649,6 +650,23 @@ def add(
     if not 0 <= left_shift <= SHIFT_MAX:
         raise ValueError(f"ADD: left_shift must be in [0, {SHIFT_MAX}], got {left_shift}")
     check_clamp(act_min, act_max)
+    if (
+        out_dtype is not None
+        and np.dtype(out_dtype) in _NATIVE_OUT
+        and in1.dtype == in2.dtype
+        and in1.dtype in _NATIVE_OUT
+        and in1.shape == in2.shape
+        and native.available()
+    ):
+        for s in (input1_shift, input2_shift, output_shift):
+            check_shift(s)
+        check_zero_points("ADD", input1_zp, input2_zp)  # keeps (in - zp) << left_shift defined
+        lo, hi = _out_range(act_min, act_max, np.dtype(out_dtype))
+        scales = (input1_multiplier, input1_shift, input2_multiplier, input2_shift)
+        return native.add_requant(
+            in1, in2, (input1_zp, input2_zp), left_shift, (*scales, output_multiplier, output_shift),
+            output_zp, lo, hi, subtract, np.dtype(out_dtype),
+        )  # fmt: skip
     a = wrap_int32((in1.astype(np.int64) - input1_zp) << left_shift)
     b = wrap_int32((in2.astype(np.int64) - input2_zp) << left_shift)
     a = multiply_by_quantized_multiplier(a, input1_multiplier, input1_shift)

@@ -156,3 +156,36 @@ def test_pack_filter_layout_and_sums(n: int, k: int) -> None:
     assert (kp % 4, npad % 16) == (0, 0) and kp - k < 4 and npad - n < 16
     assert np.array_equal(packed, padded.reshape(npad, kp // 4, 4).transpose(1, 0, 2))
     assert np.array_equal(colsum, w.sum(axis=1, dtype=np.int64))
+
+
+int32s = st.integers(-(2**31), 2**31 - 1)
+
+
+@settings(max_examples=40)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    signed=st.booleans(),
+    subtract=st.booleans(),
+    ls=st.integers(0, 30),
+    q=st.tuples(int32s, st.integers(-31, 30), int32s, st.integers(-31, 30), int32s, st.integers(-31, 30)),
+)
+def test_add_native_matches_reference(seed, signed, subtract, ls, q) -> None:
+    # Any multipliers and shifts, the widest left shift: every int32 wrap-around of the C code.
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(np.int8 if signed else np.uint8)
+    info = np.iinfo(dtype)
+    x1 = rng.integers(info.min, int(info.max) + 1, size=(1, 3, 5, 4)).astype(dtype)
+    x2 = rng.integers(info.min, int(info.max) + 1, size=(1, 3, 5, 4)).astype(dtype)
+    zp1, zp2, ozp = (int(v) for v in rng.integers(-300, 300, size=3))
+    m1, s1, m2, s2, om, os_ = q
+    got = nm.add(
+        x1, x2, input1_zp=zp1, input2_zp=zp2, left_shift=ls, input1_multiplier=m1, input1_shift=s1,
+        input2_multiplier=m2, input2_shift=s2, output_multiplier=om, output_shift=os_, output_zp=ozp,
+        act_min=-200, act_max=200, subtract=subtract, out_dtype=dtype,
+    )  # fmt: skip
+    lo, hi = _clamp8(dtype, -200, 200)
+    want = [
+        ref.add_one(a, b, zp1, zp2, ls, m1, s1, m2, s2, om, os_, ozp, lo, hi, subtract)
+        for a, b in zip(x1.ravel().tolist(), x2.ravel().tolist(), strict=True)
+    ]
+    assert got.dtype == dtype and got.ravel().tolist() == want
