@@ -20,7 +20,10 @@ def test_vng_command_is_tcg_with_shared_ram_and_ivshmem() -> None:
     assert "-machine memory-backend=vnpu-ram" in opts
     assert "-chardev socket,path=/tmp/s.sock,id=vnpu-ivs" in opts
     assert "-device ivshmem-doorbell,chardev=vnpu-ivs,vectors=2" in opts
-    assert cmd[-2:] == ["--exec", "true"]
+    assert cmd[-2] == "--exec" and cmd[-1].endswith("; exec true")
+    # The repo (and its venv) is re-mounted read-only with a page cache: imports under TCG are slow.
+    assert f"path={harness.REPO},security_model=none,readonly=on" in opts
+    assert f"cache=loose,ro vnpu-fs0 {harness.REPO} " in cmd[-1]
 
 
 def test_guest_command_uses_the_venv_python_by_absolute_path() -> None:
