@@ -104,11 +104,12 @@ def round_trip(device_name: str, iterations: int, warmup: int = 10) -> LatencyRe
     )
 
 
-def _stream_jobs(device_name: str, jobs: int, start: mp.Event, queue: mp.Queue) -> None:
+def _stream_jobs(device_name: str, jobs: int, ready: mp.Queue, start: mp.Event, queue: mp.Queue) -> None:
     try:
         ej = EmptyJob(device_name)
         ej.submit()
         ej.wait()
+        ready.put(True)
         start.wait()
         t0 = time.perf_counter()
         for _ in range(jobs):
@@ -121,16 +122,25 @@ def _stream_jobs(device_name: str, jobs: int, start: mp.Event, queue: mp.Queue) 
 
 
 def throughput(device_name: str, processes: int, jobs_per_process: int) -> ThroughputResult:
-    ctx = mp.get_context("fork")
+    # The shim runs device threads inside the process: a fork could copy a lock
+    # one of them holds, so shim workers start fresh. Kernel workers fork
+    # (a Python start-up costs seconds under TCG).
+    ctx = mp.get_context("spawn" if device_name == "shim" else "fork")
     start = ctx.Event()
+    ready = ctx.Queue()
     queue = ctx.Queue()
     procs = [
-        ctx.Process(target=_stream_jobs, args=(device_name, jobs_per_process, start, queue))
+        ctx.Process(target=_stream_jobs, args=(device_name, jobs_per_process, ready, start, queue))
         for _ in range(processes)
     ]
     for p in procs:
         p.start()
-    time.sleep(0.2)
+    # Start the clock only when every worker has its device open and warm.
+    for _ in procs:
+        try:
+            ready.get(timeout=300)
+        except Exception:
+            break  # a worker failed before it got ready: its error is in `queue`
     start.set()
     results = [queue.get(timeout=600) for _ in procs]
     for p in procs:
