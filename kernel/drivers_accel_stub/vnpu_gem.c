@@ -181,6 +181,7 @@ int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *fi
 
 	args->mmap_offset = drm_vma_node_offset_addr(&shmem->base.vma_node);
 	args->va = vnpu_bo_va(bo);
+	args->size = size;
 out_put:
 	/* On success the handle holds the reference. */
 	drm_gem_object_put(&shmem->base);

@@ -121,7 +121,7 @@ struct drm_vnpu_get_param {
  * full; -ENOMEM if memory runs out; -EFAULT if the argument cannot be copied.
  */
 struct drm_vnpu_bo_create {
-	/** @size: in, size in bytes (rounded up to a page). */
+	/** @size: in, requested size in bytes; out, the size rounded up to a page. */
 	__u64 size;
 	/** @flags: in, DRM_VNPU_BO_* flags. */
 	__u32 flags;
