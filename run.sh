@@ -46,7 +46,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 case "${1:-}" in
 main)
 	shift
-	exec python -m libaccel.demo "$@"
+	exec python -m qemu_tests.main_job "$@"
 	;;
 test)
 	shift

@@ -70,6 +70,14 @@ def differing_bytes(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> in
     return total
 
 
+def reference_outputs(model: bytes, seed: int, path: Path, runtime: str = "tflite_runtime") -> None:
+    """Write BUILTIN_REF's outputs for ``seed``'s inputs to ``path`` (.npz), for ``--reference``."""
+    mod = importlib.import_module(f"{runtime}.interpreter")
+    interp = make_interpreter(mod, model, [], None)
+    outputs = invoke(interp, random_inputs(interp.get_input_details(), seed))
+    np.savez(path, **{f"output{i}": out for i, out in enumerate(outputs)})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m delegate_teflon.run",
@@ -89,6 +97,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed invokes after the first (default 5)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--no-compare", action="store_true", help="skip the BUILTIN_REF comparison")
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        help="expected outputs (.npz written by reference_outputs(); e.g. computed on a faster host) "
+        "instead of running BUILTIN_REF here",
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -128,7 +142,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.no_compare:
         return 0
-    want = invoke(make_interpreter(mod, model, [], None), inputs)
+    if args.reference is not None:
+        try:
+            with np.load(args.reference) as saved:
+                want = [saved[f"output{i}"] for i in range(len(saved.files))]
+        except (OSError, ValueError, KeyError) as e:
+            print(f"error: cannot read reference outputs {args.reference}: {e}", file=sys.stderr)
+            return 2
+    else:
+        want = invoke(make_interpreter(mod, model, [], None), inputs)
     diff = differing_bytes(got, want)
     if diff == 0:
         print("outputs equal TFLite's reference kernels (BUILTIN_REF): yes, 0 differing bytes")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import struct
 import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 SPEC_PATH = Path(__file__).with_name("vnpu_isa.toml")
 
@@ -255,7 +255,7 @@ def decode_one(stream: bytes | memoryview, offset: int = 0) -> Instruction:
     for f in spec.fields:
         (values[f.name],) = struct.unpack_from(_FIELD_FORMATS[f.type], raw, f.offset)
         used[f.offset : f.offset + f.size] = b"\1" * f.size
-    for i, (byte, is_used) in enumerate(zip(raw, used)):
+    for i, (byte, is_used) in enumerate(zip(raw, used, strict=True)):
         if byte and not is_used:
             raise IsaError(f"{spec.name}: reserved byte {i} is {byte:#x}, not 0", offset)
     _check_fields(spec, values, offset)
@@ -287,5 +287,5 @@ def tensor_extent(desc: Mapping[str, int]) -> tuple[int, int]:
     if min(dims) < 1:
         raise IsaError(f"TENSOR: dimensions {dims} must all be >= 1")
     strides = (desc["stride_n"], desc["stride_h"], desc["stride_w"], desc["stride_c"])
-    last = sum((d - 1) * s for d, s in zip(dims, strides))
+    last = sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
     return desc["va"], desc["va"] + last + dtype.size
