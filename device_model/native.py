@@ -204,35 +204,51 @@ __attribute__((always_inline)) static inline void requant_row(const int32_t *acc
 /* The hot loops are compiled for AVX-512, AVX2 and baseline x86-64; the loader picks one. */
 #define VN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
-/* MultiplyByQuantizedMultiplier on one int32 value (see requant_row), any shift in [-31, 30]. */
-__attribute__((always_inline)) static inline int32_t mbqm1(int32_t x, int32_t m, int32_t s) {
-    int64_t left = s > 0 ? s : 0, right = s > 0 ? 0 : -s;
-    int64_t xl = (int32_t)((uint32_t)x << left);
-    int64_t h = (xl == INT32_MIN && m == INT32_MIN) ? INT32_MAX : (xl * m + ((int64_t)1 << 30)) >> 31;
-    int64_t half = right > 0 ? ((int64_t)1 << (right - 1)) : 0;
-    int64_t negmask = right > 0 ? -1 : 0;
-    return (int32_t)((h + half + ((h >> 63) & negmask)) >> right);
+/* MultiplyByQuantizedMultiplier with one multiplier and shift (see requant_row), constants hoisted. */
+typedef struct { int64_t m, left, right, half, negmask; int min_min; } mbqm_c;
+
+static mbqm_c mbqm_const(int32_t m, int32_t s) {
+    mbqm_c c;
+    c.m = m;
+    c.left = s > 0 ? s : 0;
+    c.right = s > 0 ? 0 : -s;
+    c.half = c.right > 0 ? ((int64_t)1 << (c.right - 1)) : 0;
+    c.negmask = c.right > 0 ? -1 : 0;
+    c.min_min = m == INT32_MIN;
+    return c;
+}
+
+__attribute__((always_inline)) static inline int32_t mbqm1(int32_t x, const mbqm_c c) {
+    int64_t xl = (int32_t)((uint32_t)x << c.left);
+    int64_t h = (xl * c.m + ((int64_t)1 << 30)) >> 31;
+    if (c.min_min && xl == INT32_MIN) h = INT32_MAX;
+    return (int32_t)((h + c.half + ((h >> 63) & c.negmask)) >> c.right);
 }
 
 /* TFLite's 8-bit ADD/SUB: both inputs shifted left, rescaled to a common scale, summed with int32
  * wrap-around, rescaled to the output, zero point, clamp. Dense, equal-shape operands. */
+#define VN_ADD_LOOP(IN_T, OUT_T)                                                                     \
+    for (int64_t i = 0; i < count; i++) {                                                            \
+        int32_t x1 = (int32_t)((const IN_T *)in1)[i] - zp1;                                          \
+        int32_t x2 = (int32_t)((const IN_T *)in2)[i] - zp2;                                          \
+        int32_t a = mbqm1((int32_t)((uint32_t)x1 << left_shift), c1);                                \
+        int32_t b = mbqm1((int32_t)((uint32_t)x2 << left_shift), c2);                                \
+        int32_t raw = (int32_t)(subtract ? (uint32_t)a - (uint32_t)b : (uint32_t)a + (uint32_t)b);   \
+        int64_t v = (int64_t)mbqm1(raw, co) + ozp;                                                   \
+        v = v < lo ? lo : (v > hi ? hi : v);                                                         \
+        ((OUT_T *)out)[i] = (OUT_T)v;                                                                \
+    }
+
 VN_CLONES
 void vn_add_requant(const void *in1, const void *in2, int64_t count, int in_signed, int32_t zp1, int32_t zp2,
                     int32_t left_shift, int32_t m1, int32_t s1, int32_t m2, int32_t s2, int32_t mo,
                     int32_t so, int32_t ozp, int32_t lo, int32_t hi, int subtract, void *out,
                     int out_signed) {
-    const int8_t *a8 = in1, *b8 = in2;
-    const uint8_t *au = in1, *bu = in2;
-    for (int64_t i = 0; i < count; i++) {
-        int32_t x1 = (in_signed ? a8[i] : au[i]) - zp1;
-        int32_t x2 = (in_signed ? b8[i] : bu[i]) - zp2;
-        int32_t a = mbqm1((int32_t)((uint32_t)x1 << left_shift), m1, s1);
-        int32_t b = mbqm1((int32_t)((uint32_t)x2 << left_shift), m2, s2);
-        int32_t raw = (int32_t)(subtract ? (uint32_t)a - (uint32_t)b : (uint32_t)a + (uint32_t)b);
-        int64_t v = (int64_t)mbqm1(raw, mo, so) + ozp;
-        v = v < lo ? lo : (v > hi ? hi : v);
-        if (out_signed) ((int8_t *)out)[i] = (int8_t)v; else ((uint8_t *)out)[i] = (uint8_t)v;
-    }
+    const mbqm_c c1 = mbqm_const(m1, s1), c2 = mbqm_const(m2, s2), co = mbqm_const(mo, so);
+    if (in_signed && out_signed) { VN_ADD_LOOP(int8_t, int8_t) }
+    else if (in_signed) { VN_ADD_LOOP(int8_t, uint8_t) }
+    else if (out_signed) { VN_ADD_LOOP(uint8_t, int8_t) }
+    else { VN_ADD_LOOP(uint8_t, uint8_t) }
 }
 
 VN_CLONES
