@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     # The root is read-only: no bytecode or pytest cache writes.
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     os.environ["VNPU_GUEST"] = "1"
+    # The host's home is read-only in the guest: compile caches go to the guest's /tmp.
+    os.environ.setdefault("VNPU_COMPILE_CACHE", "/tmp/vnpu-compile-cache")
     # Entry-point plugin discovery scans every installed distribution: seconds under TCG.
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     os.environ["VNPU_MODULE"] = str(args.repo / "kernel" / "drivers_accel_stub" / "vnpu.ko")

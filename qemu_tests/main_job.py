@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import delegate_teflon
 from delegate_teflon.run import reference_outputs
 from qemu_tests import harness
 
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"main_job: {args.model} is not a file", file=sys.stderr)
         return 2
     model, reference = prepare(args.model, args.size, args.alpha, args.seed)
+    # Build libteflon.so on the host: the guest sees the host's cache read-only.
+    print(f"[main] delegate library: {delegate_teflon.library_path()}")
     run = [
         "python", "-m", "delegate_teflon.run", str(model),
         "--device", "kernel", "--runs", str(args.runs), "--seed", str(args.seed),

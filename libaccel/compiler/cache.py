@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -75,5 +76,11 @@ def compile_cached(
     if hit is not None:
         return hit, True
     compiled = compile_partition(graph, node_indices, isa_version, outputs)
-    cache.put(key, compiled)
+    try:
+        cache.put(key, compiled)
+    except OSError as e:
+        # The cache only saves time: a read-only or full disk must not fail the compile.
+        warnings.warn(
+            f"compile cache {cache.directory} not written ({e}); set ${ENV_CACHE_DIR}", stacklevel=2
+        )
     return compiled, False
