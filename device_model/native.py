@@ -133,13 +133,19 @@ void vn_pack_filter(const int8_t *w, int64_t n, int64_t k, int64_t kp, int64_t n
  * RDBP(v, e) = (v + 2**(e-1) - [v < 0]) >> e for e >= 1, v for e == 0. */
 typedef struct {
     int64_t *m, *left, *right, *half, *negmask;
-    int any_min;
+    int32_t *m32, *left32, *right32, *mask32;  /* for the 16-lane int32 path; mask = 2**right - 1 */
+    int any_min, avx512;
 } qparams;
 
+int vn_has_vnni(void);
+
 static void qparams_init(qparams *q, int64_t c, const int32_t *mult, const int32_t *shift) {
-    q->m = malloc(5 * c * sizeof(int64_t));
+    q->m = malloc(5 * c * sizeof(int64_t) + 4 * (c + 16) * sizeof(int32_t));
     q->left = q->m + c; q->right = q->m + 2 * c; q->half = q->m + 3 * c; q->negmask = q->m + 4 * c;
+    q->m32 = (int32_t *)(q->m + 5 * c);
+    q->left32 = q->m32 + (c + 16); q->right32 = q->left32 + (c + 16); q->mask32 = q->right32 + (c + 16);
     q->any_min = 0;
+    q->avx512 = vn_has_vnni();
     for (int64_t i = 0; i < c; i++) {
         int32_t s = shift[i];
         q->m[i] = mult[i];
@@ -147,11 +153,45 @@ static void qparams_init(qparams *q, int64_t c, const int32_t *mult, const int32
         q->right[i] = s > 0 ? 0 : -s;
         q->half[i] = q->right[i] > 0 ? ((int64_t)1 << (q->right[i] - 1)) : 0;
         q->negmask[i] = q->right[i] > 0 ? -1 : 0;
+        q->m32[i] = mult[i];
+        q->left32[i] = (int32_t)q->left[i];
+        q->right32[i] = (int32_t)q->right[i];
+        q->mask32[i] = (int32_t)(((int64_t)1 << q->right[i]) - 1);
         if (mult[i] == INT32_MIN) q->any_min = 1;
     }
 }
 
 static void qparams_free(qparams *q) { free(q->m); }
+
+/* requant_row's arithmetic on 16 int32 lanes: the 64-bit products of SRDHM come from two
+ * vpmuldq (even and odd lanes), (p + 2**30) >> 31 is taken in 64 bits and the low halves are
+ * recombined; RDBP is gemmlowp's overflow-free form (x >> e) + (remainder > threshold); the clamp
+ * happens before the zero point is added (bounds shifted by it), so nothing overflows. Same
+ * integers as the scalar code. */
+__attribute__((target("avx512f,avx512bw")))
+static void requant_row_avx512(const int32_t *acc, const int32_t *corr, int64_t c, const qparams *q,
+                               int32_t zp, int32_t lo, int32_t hi, void *out) {
+    const __m512i nudge = _mm512_set1_epi64((int64_t)1 << 30), one = _mm512_set1_epi32(1);
+    const __m512i vzp = _mm512_set1_epi32(zp);
+    const __m512i vlo = _mm512_set1_epi32(lo - zp), vhi = _mm512_set1_epi32(hi - zp);  /* |zp| <= 2**15 */
+    for (int64_t i = 0; i < c; i += 16) {
+        __mmask16 k = c - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (c - i)) - 1);
+        __m512i x = _mm512_add_epi32(_mm512_maskz_loadu_epi32(k, acc + i),
+                                     _mm512_maskz_loadu_epi32(k, corr + i));
+        x = _mm512_sllv_epi32(x, _mm512_maskz_loadu_epi32(k, q->left32 + i));
+        __m512i m = _mm512_maskz_loadu_epi32(k, q->m32 + i);
+        __m512i pe = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), nudge), 31);
+        __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m, 32));
+        po = _mm512_srai_epi64(_mm512_add_epi64(po, nudge), 31);
+        __m512i h = _mm512_mask_blend_epi32((__mmask16)0xAAAA, pe, _mm512_slli_epi64(po, 32));
+        __m512i mask = _mm512_maskz_loadu_epi32(k, q->mask32 + i);
+        __m512i thr = _mm512_sub_epi32(_mm512_srai_epi32(mask, 1), _mm512_srai_epi32(h, 31));
+        __m512i v = _mm512_srav_epi32(h, _mm512_maskz_loadu_epi32(k, q->right32 + i));
+        v = _mm512_mask_add_epi32(v, _mm512_cmpgt_epi32_mask(_mm512_and_si512(h, mask), thr), v, one);
+        v = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(v, vlo), vhi), vzp);
+        _mm512_mask_cvtepi32_storeu_epi8((char *)out + i, k, v);
+    }
+}
 
 #define VN_REQUANT_BODY(OUT_T)                                                                  \
     for (int64_t i = 0; i < c; i++) {                                                           \
@@ -195,6 +235,8 @@ __attribute__((always_inline)) static inline void requant_row(const int32_t *acc
                                                               int out_signed) {
     if (q->any_min)
         requant_slow(acc, corr, c, q, zp, lo, hi, out, out_signed);
+    else if (q->avx512)
+        requant_row_avx512(acc, corr, c, q, zp, lo, hi, out);  /* lo, hi lie in the output's range */
     else if (out_signed)
         requant_s8(acc, corr, c, q->m, q->left, q->right, q->half, q->negmask, zp, lo, hi, (int8_t *)out);
     else

@@ -27,9 +27,10 @@ def test_kernels_are_built_and_loaded() -> None:
 def _quant(rng: np.random.Generator, c: int, extreme: bool) -> tuple[np.ndarray, np.ndarray]:
     mults = rng.integers(2**30, 2**31, size=c)
     shifts = rng.integers(-12, 1, size=c)
-    if extreme:  # the INT32_MIN multiplier (SRDHM saturation), positive shifts, the widest shifts
-        mults[0] = -(2**31)
-        shifts[0] = 0
+    if extreme:  # positive shifts, the widest shifts; sometimes the INT32_MIN multiplier (saturation)
+        if rng.random() < 0.5:
+            mults[0] = -(2**31)
+            shifts[0] = 0
         shifts[-1] = 3
         if c > 2:
             shifts[1] = nm.SHIFT_MIN
@@ -197,3 +198,33 @@ def test_add_native_matches_reference(seed, signed, subtract, ls, q) -> None:
         for a, b in zip(x1.ravel().tolist(), x2.ravel().tolist(), strict=True)
     ]
     assert got.dtype == dtype and got.ravel().tolist() == want
+
+
+@pytest.mark.parametrize("out_dtype", [np.int8, np.uint8])
+def test_requantization_at_the_int32_limits(out_dtype) -> None:
+    # acc = bias (a == a_offset == 0): accumulators at +-2**31, multipliers near +-2**31, every shift,
+    # zero points at +-2**15: the 16-lane path must not overflow where the int64 path does not.
+    rng = np.random.default_rng(5)
+    n = 70
+    bias = np.concatenate(
+        [[2**31 - 1, -(2**31), 2**31 - 2, -(2**31) + 1], rng.integers(-(2**31), 2**31, n - 4)]
+    )
+    mults = np.concatenate(
+        [[2**31 - 1, 2**31 - 1, -(2**31) + 1, 2**30], rng.integers(-(2**31) + 1, 2**31, n - 4)]
+    )
+    shifts = np.arange(n) % 62 - 31  # -31 .. 30
+    w = np.zeros((n, 4), dtype=np.int8)
+    packed, colsum, kp, npad = native.pack_filter(w)
+    a = np.zeros((3, kp), dtype=np.uint8)
+    info = np.iinfo(out_dtype)
+    for zp in (-(2**15), 2**15, 0, 7):
+        got = native.gemm_requant(
+            a, packed, colsum, kp, npad, n, 0, bias, mults, shifts, zp, int(info.min), int(info.max),
+            np.dtype(out_dtype),
+        )  # fmt: skip
+        want = [
+            ref.clamp(ref.mbqm(int(b), int(m), int(s)) + zp, int(info.min), int(info.max))
+            for b, m, s in zip(bias, mults, shifts, strict=True)
+        ]
+        assert got.dtype == out_dtype
+        assert all(row == want for row in got.astype(np.int64).tolist())
