@@ -499,14 +499,31 @@ def available() -> bool:
     return module() is not None
 
 
+_vnni: bool | None = None
+
+
 def has_vnni() -> bool:
-    mod = module()
-    return bool(mod is not None and mod.lib.vn_has_vnni())
+    """True when the kernels are loaded and the CPU has AVX-512 VNNI (asked once)."""
+    global _vnni
+    if _vnni is None:
+        mod = module()
+        _vnni = bool(mod is not None and mod.lib.vn_has_vnni())
+    return _vnni
 
 
 def _ptr(mod: Any, arr: np.ndarray, ctype: str) -> Any:
     """A C pointer to a C-contiguous array's first element (cheaper than ``arr.ctypes``)."""
     return mod.ffi.cast(ctype, arr.__array_interface__["data"][0])
+
+
+def per_channel(value: np.ndarray | int, n: int, what: str) -> np.ndarray:
+    """A scalar or [n] requantization parameter as a contiguous int32 [n] array (the C code reads n)."""
+    a = np.asarray(value)
+    if a.ndim == 0:
+        return np.full(n, int(a), dtype=np.int32)
+    if a.size != n:
+        raise ValueError(f"{what} has {a.size} values for {n} channels")
+    return np.ascontiguousarray(a.reshape(n), dtype=np.int32)
 
 
 # --- prepared operands ----------------------------------------------------------------------------
@@ -561,8 +578,8 @@ def gemm_requant(
     if bias is not None:
         corr = corr + np.asarray(bias, dtype=np.int64)
     corr32 = ((corr + 2**31) % 2**32 - 2**31).astype(np.int32)  # the C code's int32 wrap-around
-    mult = np.ascontiguousarray(np.broadcast_to(multiplier, (n,)), dtype=np.int32)
-    sh = np.ascontiguousarray(np.broadcast_to(shift, (n,)), dtype=np.int32)
+    mult = per_channel(multiplier, n, "multiplier")
+    sh = per_channel(shift, n, "shift")
     out = np.empty((m, n), dtype=out_dtype)
     mod.lib.vn_gemm_requant(
         _ptr(mod, a, "uint8_t *"), m, kp, _ptr(mod, packed, "int8_t *"), npad, n,
@@ -595,8 +612,8 @@ def depthwise_requant(
     x = np.ascontiguousarray(x)
     f = np.ascontiguousarray(filt.reshape(kh, kw, c))
     b = None if bias is None else np.ascontiguousarray(bias, dtype=np.int32)
-    mult = np.ascontiguousarray(np.broadcast_to(multiplier, (c,)), dtype=np.int32)
-    shv = np.ascontiguousarray(np.broadcast_to(shift, (c,)), dtype=np.int32)
+    mult = per_channel(multiplier, c, "multiplier")
+    shv = per_channel(shift, c, "shift")
     out = np.empty((oh, ow, c), dtype=out_dtype)
     mod.lib.vn_depthwise_requant(
         _ptr(mod, x, "uint8_t *"), h, w, c, int(x.dtype == np.int8), input_zp,

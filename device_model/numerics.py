@@ -179,8 +179,13 @@ def _out_range(act_min: int, act_max: int, out_dtype: np.dtype | None) -> tuple[
     """The clamp [act_min, act_max] combined with the saturation to ``out_dtype``."""
     if out_dtype is None:
         return act_min, act_max
-    info = np.iinfo(out_dtype)
-    return max(act_min, int(info.min)), min(act_max, int(info.max))
+    lo, hi = _DTYPE_RANGES.get(np.dtype(out_dtype)) or (np.iinfo(out_dtype).min, np.iinfo(out_dtype).max)
+    return max(act_min, int(lo)), min(act_max, int(hi))
+
+
+_DTYPE_RANGES = {
+    np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in (np.int8, np.uint8, np.int32)
+}
 
 
 def requantize_channels(
@@ -534,6 +539,11 @@ def depthwise_conv2d(
         check_clamp(act_min, act_max)
         lo, hi = _out_range(act_min, act_max, np.dtype(out_dtype))
         geometry = (stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w)
+        if n == 1:  # one image: no stacking copy
+            return native.depthwise_requant(
+                inp[0], input_zp, filt, filter_zp, bias, geometry, np.asarray(multiplier), np.asarray(shift),
+                output_zp, lo, hi, np.dtype(out_dtype),
+            )[None]  # fmt: skip
         return np.stack(
             [
                 native.depthwise_requant(
