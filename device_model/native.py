@@ -495,6 +495,36 @@ def module() -> Any | None:
     return _module
 
 
+_background: threading.Thread | None = None
+_background_lock = threading.Lock()
+
+
+def ready() -> Any | None:
+    """The kernels if they can be had without waiting for a compiler, else None.
+
+    The device calls this from inside a job: an already built library is loaded at once, but a
+    build (a few seconds of gcc) runs in a background thread while the jobs use the numpy paths
+    (the same results), so no job waits long enough to hit a driver's job timeout.
+    """
+    global _background
+    if _module is not None or _failed:
+        return _module
+    if _lock.locked():  # a build is under way
+        return None
+    try:
+        d = _build_dir()
+        built = d.is_dir() and any(d.glob(f"{MODULE_NAME}*.so"))
+    except Exception:  # noqa: BLE001 - module() reports it
+        built = True
+    if built:
+        return module()
+    with _background_lock:
+        if _background is None:
+            _background = threading.Thread(target=module, name="vnpu-native-build", daemon=True)
+            _background.start()
+    return None
+
+
 def available() -> bool:
     return module() is not None
 
@@ -502,12 +532,19 @@ def available() -> bool:
 _vnni: bool | None = None
 
 
-def has_vnni() -> bool:
-    """True when the kernels are loaded and the CPU has AVX-512 VNNI (asked once)."""
+def has_vnni(wait: bool = True) -> bool:
+    """True when the kernels are loaded and the CPU has AVX-512 VNNI (asked once).
+
+    ``wait=False``: do not wait for a build (see :func:`ready`); False until it is done.
+    """
     global _vnni
     if _vnni is None:
-        mod = module()
-        _vnni = bool(mod is not None and mod.lib.vn_has_vnni())
+        mod = module() if wait else ready()
+        if mod is None:
+            if wait or _failed:
+                _vnni = False
+            return False
+        _vnni = bool(mod.lib.vn_has_vnni())
     return _vnni
 
 

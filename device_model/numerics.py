@@ -429,7 +429,7 @@ def _native_gemm_ready(
     """(input as uint8 with its offset, (filter - zp) as int8 [N, K]) when the native int8 GEMM
     applies: 8-bit output, an AVX-512 VNNI CPU, a zero point that fits a uint8 pad value, and
     filter values that fit int8 after the zero point. None: use the numpy path."""
-    if out_dtype is None or np.dtype(out_dtype) not in _NATIVE_OUT or not native.has_vnni():
+    if out_dtype is None or np.dtype(out_dtype) not in _NATIVE_OUT or not native.has_vnni(wait=False):
         return None
     check_shift(shift)
     check_clamp(act_min, act_max)
@@ -533,7 +533,7 @@ def depthwise_conv2d(
         and filt.dtype in _NATIVE_OUT
         and abs(input_zp) <= 255  # keeps each product inside int32 in the C loop
         and abs(filter_zp) <= 255
-        and native.available()
+        and native.ready() is not None
     ):
         check_shift(shift)
         check_clamp(act_min, act_max)
@@ -666,7 +666,7 @@ def add(
         and in1.dtype == in2.dtype
         and in1.dtype in _NATIVE_OUT
         and in1.shape == in2.shape
-        and native.available()
+        and native.ready() is not None
     ):
         for s in (input1_shift, input2_shift, output_shift):
             check_shift(s)
