@@ -395,31 +395,68 @@ void vn_depthwise_requant(const uint8_t *x, int64_t h, int64_t w, int64_t c, int
     for (int64_t i = 0; i < kh * kw * c; i++)
         fv[i] = (f_signed ? (int32_t)f[i] : (int32_t)(uint8_t)f[i]) - fzp;
     int32_t *zero = calloc(c, sizeof(int32_t));
-    uint32_t *acc = malloc(c * sizeof(uint32_t));
-    for (int64_t oy = 0; oy < oh; oy++) {
-        for (int64_t ox = 0; ox < ow; ox++) {
-            for (int64_t i = 0; i < c; i++) acc[i] = bias ? (uint32_t)bias[i] : 0u;
-            for (int64_t ky = 0; ky < kh; ky++) {
-                int64_t iy = oy * sh - pt + ky * dh;
-                if (iy < 0 || iy >= h) continue;
-                for (int64_t kx = 0; kx < kw; kx++) {
-                    int64_t ix = ox * sw - pl + kx * dw;
-                    if (ix < 0 || ix >= w) continue;
-                    const uint8_t *xp = x + (iy * w + ix) * c;
-                    const int32_t *fp = fv + (ky * kw + kx) * c;
-                    if (x_signed)
-                        for (int64_t i = 0; i < c; i++)
-                            acc[i] += (uint32_t)(((int32_t)(int8_t)xp[i] - izp) * fp[i]);
-                    else
-                        for (int64_t i = 0; i < c; i++)
-                            acc[i] += (uint32_t)(((int32_t)xp[i] - izp) * fp[i]);
-                }
-            }
-            char *dst = (char *)out + (oy * ow + ox) * c;
-            requant_row((const int32_t *)acc, zero, c, &q, zp, lo, hi, dst, out_signed);
+    /* Column phases: plane r holds input columns r, r + sw, r + 2 sw, ... (for sw == 1, the input
+     * itself). A tap then covers a contiguous run of one plane's row for consecutive output
+     * columns: one long multiply-add per tap and output row instead of one short loop per pixel. */
+    int64_t row = ow * c, taps = kh * kw;
+    const uint8_t **planes = malloc(sw * sizeof(*planes));
+    int64_t *pw = malloc(sw * sizeof(int64_t));
+    uint8_t *phase = NULL;
+    if (sw == 1) {
+        planes[0] = x;
+        pw[0] = w;
+    } else {
+        phase = malloc(h * w * c);
+        int64_t off = 0;
+        for (int64_t r = 0; r < sw; r++) {
+            pw[r] = r < w ? (w - r + sw - 1) / sw : 0;
+            planes[r] = phase + off;
+            for (int64_t y = 0; y < h; y++)
+                for (int64_t j = 0; j < pw[r]; j++)
+                    memcpy(phase + off + (y * pw[r] + j) * c, x + (y * w + r + j * sw) * c, c);
+            off += h * pw[r] * c;
         }
     }
+    int32_t *wtile = malloc(taps * row * sizeof(int32_t));  /* each tap's weights, once per pixel */
+    uint32_t *brow = malloc(row * sizeof(uint32_t)), *acc = malloc(row * sizeof(uint32_t));
+    for (int64_t t = 0; t < taps; t++)
+        for (int64_t ox = 0; ox < ow; ox++)
+            memcpy(wtile + t * row + ox * c, fv + t * c, c * sizeof(int32_t));
+    for (int64_t ox = 0; ox < ow; ox++)
+        for (int64_t i = 0; i < c; i++) brow[ox * c + i] = bias ? (uint32_t)bias[i] : 0u;
+    for (int64_t oy = 0; oy < oh; oy++) {
+        memcpy(acc, brow, row * sizeof(uint32_t));
+        for (int64_t ky = 0; ky < kh; ky++) {
+            int64_t iy = oy * sh - pt + ky * dh;
+            if (iy < 0 || iy >= h) continue;
+            for (int64_t kx = 0; kx < kw; kx++) {
+                int64_t shift_x = kx * dw - pl;  /* ix = sw * ox + shift_x */
+                int64_t r = ((shift_x % sw) + sw) % sw;  /* the tap reads plane r, column ox + q0 */
+                int64_t q0 = (shift_x - r) / sw;
+                int64_t ox0 = q0 < 0 ? -q0 : 0, ox1 = pw[r] - q0 < ow ? pw[r] - q0 : ow;
+                if (ox1 <= ox0) continue;
+                const uint8_t *xs = planes[r] + (iy * pw[r] + ox0 + q0) * c;
+                const int32_t *ws = wtile + (ky * kw + kx) * row + ox0 * c;
+                uint32_t *as = acc + ox0 * c;
+                int64_t len = (ox1 - ox0) * c;
+                if (x_signed)
+                    for (int64_t j = 0; j < len; j++)
+                        as[j] += (uint32_t)(((int32_t)(int8_t)xs[j] - izp) * ws[j]);
+                else
+                    for (int64_t j = 0; j < len; j++)
+                        as[j] += (uint32_t)(((int32_t)xs[j] - izp) * ws[j]);
+            }
+        }
+        for (int64_t ox = 0; ox < ow; ox++)
+            requant_row((const int32_t *)acc + ox * c, zero, c, &q, zp, lo, hi,
+                        (char *)out + (oy * ow + ox) * c, out_signed);
+    }
     free(acc);
+    free(brow);
+    free(wtile);
+    free(phase);
+    free(planes);
+    free(pw);
     free(zero);
     free(fv);
     qparams_free(&q);
