@@ -650,7 +650,7 @@ def gemm_requant(
         raise ValueError(f"GEMM input has depth {a.shape[1]}, the packed filter {kp}")
     corr = -a_offset * colsum
     if bias is not None:
-        corr = corr + np.asarray(bias, dtype=np.int64)
+        corr = corr + per_channel(bias, n, "bias").astype(np.int64)
     corr32 = ((corr + 2**31) % 2**32 - 2**31).astype(np.int32)  # the C code's int32 wrap-around
     mult = per_channel(multiplier, n, "multiplier")
     sh = per_channel(shift, n, "shift")
@@ -685,7 +685,7 @@ def depthwise_requant(
     sh_, sw_, dh, dw, pt, pl, oh, ow = geometry
     x = np.ascontiguousarray(x)
     f = np.ascontiguousarray(filt.reshape(kh, kw, c))
-    b = None if bias is None else np.ascontiguousarray(bias, dtype=np.int32)
+    b = None if bias is None else per_channel(bias, c, "bias")
     mult = per_channel(multiplier, c, "multiplier")
     shv = per_channel(shift, c, "shift")
     out = np.empty((oh, ow, c), dtype=out_dtype)

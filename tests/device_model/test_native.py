@@ -248,3 +248,16 @@ def test_a_cold_build_never_blocks_a_job(tmp_path) -> None:
     env.pop("VNPU_NATIVE", None)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_parameter_lengths_are_checked_before_the_c_code_reads_them() -> None:
+    w = np.ones((5, 8), dtype=np.int8)
+    packed, colsum, kp, npad = native.pack_filter(w)
+    a = np.zeros((2, kp), dtype=np.uint8)
+    args = (a, packed, colsum, kp, npad, 5, 0)
+    with pytest.raises(ValueError, match="bias has 4 values for 5 channels"):
+        native.gemm_requant(*args, np.zeros(4), 2**30, 0, 0, -128, 127, np.dtype(np.int8))
+    with pytest.raises(ValueError, match="multiplier has 6 values"):
+        native.gemm_requant(*args, None, np.full(6, 2**30), 0, 0, -128, 127, np.dtype(np.int8))
+    with pytest.raises(ValueError, match="depth"):
+        native.gemm_requant(np.zeros((2, kp + 4), np.uint8), *args[1:], None, 2**30, 0, 0, -128, 127, np.int8)
