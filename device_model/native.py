@@ -586,8 +586,21 @@ def has_vnni(wait: bool = True) -> bool:
 
 
 def _ptr(mod: Any, arr: np.ndarray, ctype: str) -> Any:
-    """A C pointer to a C-contiguous array's first element (cheaper than ``arr.ctypes``)."""
-    return mod.ffi.cast(ctype, arr.__array_interface__["data"][0])
+    """A C pointer to a C-contiguous array's first element (``void *``: as ``char[]``).
+
+    ``ffi.from_buffer`` is ten times cheaper than ``arr.ctypes`` and keeps ``arr`` alive for as
+    long as the pointer is used; it refuses arrays that are not contiguous.
+    """
+    return mod.ffi.from_buffer(_ARRAY_TYPES[ctype], arr)
+
+
+_ARRAY_TYPES = {
+    "void *": "char[]",
+    "int8_t *": "int8_t[]",
+    "uint8_t *": "uint8_t[]",
+    "int32_t *": "int32_t[]",
+    "int64_t *": "int64_t[]",
+}
 
 
 def per_channel(value: np.ndarray | int, n: int, what: str) -> np.ndarray:
