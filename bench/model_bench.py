@@ -139,18 +139,6 @@ def blas_info() -> list[dict[str, Any]]:
     return threadpool_info()
 
 
-def native_loaded() -> bool:
-    from device_model import native
-
-    return native.available()
-
-
-def native_vnni() -> bool:
-    from device_model import native
-
-    return native.has_vnni()
-
-
 def blas_threads(info: Sequence[dict[str, Any]]) -> int:
     blas = [p for p in info if p.get("user_api") == "blas"]
     return int(blas[0]["num_threads"]) if blas else 1
@@ -217,13 +205,11 @@ def bench_model(name: str, model: bytes, runs: int, check: bool, rss: bool, thre
     import tflite_runtime.interpreter as tfl
 
     import delegate_teflon
-    from device_model import native
     from device_model.command_processor import profile_jobs
     from libaccel.compiler import check_support, compile_partition, graph_from_tflite
     from libaccel.device import Device
     from tools.models.generate import random_inputs
 
-    native.module()  # build the native kernels now, not during the timed invokes
     graph = graph_from_tflite(model)
     npu_nodes = [n.index for n in graph.nodes if check_support(graph, n)]
     with Device.open("shim") as dev:
@@ -520,7 +506,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "time": started,
         "machine": machine,
         "blas": info,
-        "native_kernels": {"loaded": native_loaded(), "avx512_vnni": native_vnni()},
         "threads": threads,
         "models": [{**asdict(r), "targets": r.targets()} for r in results],
     }

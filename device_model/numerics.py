@@ -25,8 +25,6 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from . import native
-
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 SHIFT_MIN = -31  # RoundingDivideByPOT takes exponents up to 31
@@ -377,24 +375,6 @@ def conv2d(
     check_zero_points("CONV2D", input_zp, filter_zp)
     # Positions outside the input contribute nothing: after subtracting the
     # zero point, padding is 0. float32 holds these small integers exactly.
-    native = _native_gemm_ready(
-        inp, filt, input_zp, filter_zp, multiplier, shift, act_min, act_max, out_dtype
-    )
-    if native is not None:
-        a, a_offset, wmat = native
-        need_h = (out_h - 1) * stride_h + (kh - 1) * dilation_h + 1
-        need_w = (out_w - 1) * stride_w + (kw - 1) * dilation_w + 1
-        # Padding holds the input zero point: (pad - zero point) contributes nothing.
-        ap = _padded(a, pad_top, pad_left, need_h, need_w, a_offset)
-        if (kh, kw, stride_h, stride_w) == (1, 1, 1, 1) and ap.shape[1:3] == (out_h, out_w):
-            cols = ap.reshape(n * out_h * out_w, cin)
-        else:
-            win = _windows(ap, out_h, out_w, kh, kw, stride_h, stride_w, dilation_h, dilation_w)
-            cols = win.reshape(n * out_h * out_w, kh * kw * cin)
-        out = _native_gemm(
-            cols, wmat, a_offset, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype
-        )
-        return out.reshape(n, out_h, out_w, cout)
     x = inp.astype(np.float32)
     if input_zp:
         x -= np.float32(input_zp)
@@ -410,72 +390,6 @@ def conv2d(
     acc = _gemm_channels(wt, cols)  # [Cout, N*OH*OW]
     out = requantize_channels(acc, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype)
     return out.T.reshape(n, out_h, out_w, cout)
-
-
-_NATIVE_OUT = (np.dtype(np.int8), np.dtype(np.uint8))
-
-
-def _native_gemm_ready(
-    inp: np.ndarray,
-    filt: np.ndarray,
-    input_zp: int,
-    filter_zp: int,
-    multiplier: ArrayLike,
-    shift: ArrayLike,
-    act_min: int,
-    act_max: int,
-    out_dtype: np.dtype | None,
-) -> tuple[np.ndarray, int, np.ndarray] | None:
-    """(input as uint8 with its offset, (filter - zp) as int8 [N, K]) when the native int8 GEMM
-    applies: 8-bit output, an AVX-512 VNNI CPU, a zero point that fits a uint8 pad value, and
-    filter values that fit int8 after the zero point. None: use the numpy path."""
-    if out_dtype is None or np.dtype(out_dtype) not in _NATIVE_OUT or not native.has_vnni(wait=False):
-        return None
-    check_shift(shift)
-    check_clamp(act_min, act_max)
-    if inp.dtype == np.int8:
-        a, a_offset = inp.view(np.uint8) ^ np.uint8(0x80), input_zp + 128  # x + 128 as uint8
-    elif inp.dtype == np.uint8:
-        a, a_offset = inp, input_zp
-    else:
-        return None
-    if not 0 <= a_offset <= 255:
-        return None
-    wmat = filt.reshape(filt.shape[0], -1)
-    if filter_zp or wmat.dtype != np.int8:
-        w16 = wmat.astype(np.int16) - np.int16(filter_zp)
-        if w16.size and (w16.min() < -128 or w16.max() > 127):
-            return None
-        wmat = w16.astype(np.int8)
-    return a, a_offset, wmat
-
-
-def _native_gemm(
-    cols: np.ndarray,
-    wmat: np.ndarray,
-    a_offset: int,
-    bias: np.ndarray | None,
-    multiplier: ArrayLike,
-    shift: ArrayLike,
-    output_zp: int,
-    act_min: int,
-    act_max: int,
-    out_dtype: np.dtype,
-) -> np.ndarray:
-    """requant(sum_k (cols - a_offset) * wmat) as [M, N] through the native VNNI kernel."""
-    packed, colsum, kp, npad = native.pack_filter(wmat)
-    m, k = cols.shape
-    if k != kp:
-        a = np.zeros((m, kp), dtype=np.uint8)
-        a[:, :k] = cols
-    else:
-        a = np.ascontiguousarray(cols)
-    lo, hi = _out_range(act_min, act_max, np.dtype(out_dtype))
-    n = wmat.shape[0]
-    return native.gemm_requant(
-        a, packed, colsum, kp, npad, n, a_offset, bias, np.asarray(multiplier), np.asarray(shift),
-        output_zp, lo, hi, np.dtype(out_dtype),
-    )  # fmt: skip
 
 
 def _filter_matrix(filt: np.ndarray, filter_zp: int, rows: int) -> np.ndarray:
@@ -525,44 +439,6 @@ def depthwise_conv2d(
             f"DEPTHWISE_CONV2D: filter shape {filt.shape} does not match {cin} channels x {depth_multiplier}"
         )
     check_zero_points("DEPTHWISE_CONV2D", input_zp, filter_zp)
-    if (
-        depth_multiplier == 1
-        and out_dtype is not None
-        and np.dtype(out_dtype) in _NATIVE_OUT
-        and inp.dtype in _NATIVE_OUT
-        and filt.dtype in _NATIVE_OUT
-        and abs(input_zp) <= 255  # keeps each product inside int32 in the C loop
-        and abs(filter_zp) <= 255
-        and native.ready() is not None
-    ):
-        check_shift(shift)
-        check_clamp(act_min, act_max)
-        lo, hi = _out_range(act_min, act_max, np.dtype(out_dtype))
-        geometry = (stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w)
-        if n == 1:  # one image: no stacking copy
-            return native.depthwise_requant(
-                inp[0], input_zp, filt, filter_zp, bias, geometry, np.asarray(multiplier), np.asarray(shift),
-                output_zp, lo, hi, np.dtype(out_dtype),
-            )[None]  # fmt: skip
-        return np.stack(
-            [
-                native.depthwise_requant(
-                    inp[i],
-                    input_zp,
-                    filt,
-                    filter_zp,
-                    bias,
-                    geometry,
-                    np.asarray(multiplier),
-                    np.asarray(shift),
-                    output_zp,
-                    lo,
-                    hi,
-                    np.dtype(out_dtype),
-                )  # fmt: skip
-                for i in range(n)
-            ]
-        )
     x = inp.astype(np.float32)
     if input_zp:
         x -= np.float32(input_zp)
@@ -619,12 +495,6 @@ def fully_connected(
     if fk != k:
         raise ValueError(f"FULLY_CONNECTED: filter depth {fk} does not match input depth {k}")
     check_zero_points("FULLY_CONNECTED", input_zp, filter_zp)
-    ready = _native_gemm_ready(inp, filt, input_zp, filter_zp, multiplier, shift, act_min, act_max, out_dtype)
-    if ready is not None:
-        a, a_offset, wmat = ready
-        return _native_gemm(
-            a, wmat, a_offset, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype
-        )
     x = inp.astype(np.float32)
     if input_zp:
         x -= np.float32(input_zp)
@@ -660,23 +530,6 @@ def add(
     if not 0 <= left_shift <= SHIFT_MAX:
         raise ValueError(f"ADD: left_shift must be in [0, {SHIFT_MAX}], got {left_shift}")
     check_clamp(act_min, act_max)
-    if (
-        out_dtype is not None
-        and np.dtype(out_dtype) in _NATIVE_OUT
-        and in1.dtype == in2.dtype
-        and in1.dtype in _NATIVE_OUT
-        and in1.shape == in2.shape
-        and native.ready() is not None
-    ):
-        for s in (input1_shift, input2_shift, output_shift):
-            check_shift(s)
-        check_zero_points("ADD", input1_zp, input2_zp)  # keeps (in - zp) << left_shift defined
-        lo, hi = _out_range(act_min, act_max, np.dtype(out_dtype))
-        scales = (input1_multiplier, input1_shift, input2_multiplier, input2_shift)
-        return native.add_requant(
-            in1, in2, (input1_zp, input2_zp), left_shift, (*scales, output_multiplier, output_shift),
-            output_zp, lo, hi, subtract, np.dtype(out_dtype),
-        )  # fmt: skip
     a = wrap_int32((in1.astype(np.int64) - input1_zp) << left_shift)
     b = wrap_int32((in2.astype(np.int64) - input2_zp) << left_shift)
     a = multiply_by_quantized_multiplier(a, input1_multiplier, input1_shift)
