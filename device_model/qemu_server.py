@@ -14,8 +14,10 @@ On the socket, for its single client (QEMU), the server sends
    ``NUM_VECTORS`` vectors: int64 peer id with one eventfd.
 
 QEMU turns a guest write of ``(peer << 16) | vector`` to BAR0's Doorbell
-into a write to that peer's eventfd for ``vector``: the NPU reads its own
-eventfds and calls ``Npu.kick(vector)``. The NPU interrupts the guest by
+into a write to that peer's eventfd for ``vector``. The NPU's execution
+thread waits on its queue-vector eventfd itself (a job doorbell wakes the
+thread that runs the job, with no hand-off); the server's event loop reads
+the other vectors' eventfds and calls ``Npu.kick(vector)``. The NPU interrupts the guest by
 writing the guest's eventfd for a vector, which QEMU delivers as MSI-X.
 
 QEMU reads the first three messages while it starts, so the socket must be
@@ -191,7 +193,10 @@ class DeviceServer:
 
             factory = Npu
         self.memory = FileMemory(self.ram_path, self.ram_size)
-        return factory(self.bar2, self.memory, self.irq, DEVICE_PEER)
+        # The job doorbell's eventfd goes to the NPU's execution thread (see the module doc).
+        return factory(
+            self.bar2, self.memory, self.irq, DEVICE_PEER, queue_fd=self.device.fds[hw_layout.VEC_QUEUE]
+        )
 
     def request_stop(self) -> None:
         """Ask the loop to end (safe from a signal handler or another thread)."""
@@ -227,7 +232,8 @@ class DeviceServer:
                         send_setup(client, GUEST_PEER, self.shm_fd, [self.device, self.guest])
                         sel.register(client, selectors.EVENT_READ, ("client", None))
                         for vector, fd in enumerate(self.device.fds):
-                            sel.register(fd, selectors.EVENT_READ, ("doorbell", vector))
+                            if vector != hw_layout.VEC_QUEUE:
+                                sel.register(fd, selectors.EVENT_READ, ("doorbell", vector))
                         log.info("QEMU connected as peer %d", GUEST_PEER)
                     elif kind == "client":
                         # QEMU never sends anything: readable means EOF (QEMU exited).
