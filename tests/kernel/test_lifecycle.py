@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kernel_helpers import MODULE, accel_nodes, dmesg, fill_stream
+from kernel_helpers import MODULE, accel_nodes, dmesg, fill_stream, hang_stream
 
 pytestmark = pytest.mark.isolated
 
@@ -79,6 +79,38 @@ def test_rmmod_insmod_cycle() -> None:
         assert r.returncode == 0, r.stderr
         assert _wait(lambda: bool(accel_nodes()), 10)
         assert _job_works(11 + i)
+
+
+def _leave_hung_job() -> None:
+    """Submit a job that hangs (WAIT on a semaphore never set), then close everything at once."""
+    from libaccel import Device, Job, JobBo
+
+    with Device.open("kernel") as dev:
+        sem, out = dev.create_bo(4096), dev.create_bo(4096)
+        s = hang_stream(sem.va, out.va)
+        cmd = dev.create_bo_with(s, read_only=True)
+        dev.submit(Job(cmd, len(s), [JobBo(sem), JobBo(out, write=True)]))
+        for bo in (sem, out, cmd):
+            bo.close()
+
+
+def test_rmmod_with_a_job_in_flight() -> None:
+    """Closing a file with a hung job, then rmmod at once: the job is cancelled or times out, the
+    module unloads, and a reloaded module works."""
+    gc.collect()
+    _leave_hung_job()
+    gc.collect()
+    r = subprocess.run(["rmmod", "vnpu"], capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        # The driver may still be tearing the file down; give it the job timeout at most.
+        assert _wait(
+            lambda: subprocess.run(["rmmod", "vnpu"], capture_output=True, check=False).returncode == 0, 30
+        ), f"{r.stderr}{holders()}"
+    assert _wait(lambda: not accel_nodes(), 10)
+    r = subprocess.run(["insmod", str(MODULE)], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert _wait(lambda: bool(accel_nodes()), 10)
+    assert _job_works(21)
 
 
 def test_dmesg_has_no_warnings() -> None:
