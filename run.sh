@@ -13,6 +13,10 @@ install_debian_packages() {
 	local kver=6.12.107+deb12-amd64
 	local pkgs=(gcc make python3-venv kmod qemu-system-x86
 		"linux-image-${kver}-unsigned" "linux-headers-${kver}" linux-source-6.12)
+	# libteflon.so is built against Python's headers (cffi embedding).
+	local include
+	include=$(python3 -c 'import sysconfig; print(sysconfig.get_path("include"))')
+	[ -f "$include/Python.h" ] || pkgs+=(python3-dev)
 	local missing=()
 	for p in "${pkgs[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
