@@ -212,6 +212,7 @@ class _Job:
         # tables while its job runs), and kept for the next job while the tables stay the same.
         self.translations = translations if translations is not None else _Translations(memory, pt_root)
         self.tensors: dict[int, Tensor | str] = {}  # TENSOR decoded per stream offset (shared per stream)
+        self.plans: dict[int, tuple[tuple[np.ndarray, ...], object]] = {}  # layer plans (shared per stream)
         self.abort = abort
         self.on_irq = on_irq
         self.slots: list[Tensor | None] = [None] * isa.SPEC.slots
@@ -300,6 +301,26 @@ class _Job:
             return self.load(self.expect("bias", ("INT32",), (1, 1, 1, cout))).reshape(cout)
         return None
 
+    def plan(self, build: Callable[[], object], *params: np.ndarray | int | None) -> object:
+        """The instruction's layer plan (numerics.plan_*; may be None), rebuilt only when a parameter changed.
+
+        A plan depends on the instruction (the same for every run of a stream) and on the
+        parameters in memory (filter, bias, per-channel quantization), which the job's owner may
+        rewrite between jobs: their values are compared with the plan's copies (a memcmp-speed
+        pass over the weights, far cheaper than converting them again).
+        """
+        assert self.ins is not None
+        values = tuple(np.asarray(p if p is not None else ()) for p in params)
+        entry = self.plans.get(self.ins.offset)
+        if entry is not None and all(
+            a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b)
+            for a, b in zip(entry[0], values, strict=True)
+        ):
+            return entry[1]
+        plan = build()
+        self.plans[self.ins.offset] = (tuple(v.copy() for v in values), plan)
+        return plan
+
     # --- units ------------------------------------------------------------------
     def op_NOP(self) -> None:  # noqa: N802 - named after the opcode
         pass
@@ -362,9 +383,18 @@ class _Job:
             raise self.fail(f"output has shape {list(out.shape)}, expected [{n}, OH, OW, {cout}]")
         multiplier, shift = self.quant(cout)
         bias = self.bias(cout)
+        weights = self.load(filt)
         common = dict(
             input_zp=inp.zero_point,
             filter_zp=filt.zero_point,
+            multiplier=multiplier,
+            shift=shift,
+            output_zp=out.zero_point,
+            act_min=ins["act_min"],
+            act_max=ins["act_max"],
+            out_dtype=out.np_dtype,
+        )
+        geometry = dict(
             stride_h=ins["stride_h"],
             stride_w=ins["stride_w"],
             dilation_h=ins["dilation_h"],
@@ -373,19 +403,27 @@ class _Job:
             pad_left=ins["pad_left"],
             out_h=out.shape[1],
             out_w=out.shape[2],
-            multiplier=multiplier,
-            shift=shift,
-            output_zp=out.zero_point,
-            act_min=ins["act_min"],
-            act_max=ins["act_max"],
-            out_dtype=out.np_dtype,
         )
-        if depthwise:
+        build = nm.plan_depthwise if depthwise else nm.plan_gemm
+        plan = self.plan(
+            lambda: build(weights, bias, in_dtype=inp.np_dtype, **common), weights, bias, multiplier, shift
+        )
+        if plan is not None:
+            if depthwise:
+                assert isinstance(plan, nm.DepthwisePlan)
+                result = nm.run_depthwise_plan(
+                    self.load(inp), plan, kh, kw, ins["depth_multiplier"], tuple(geometry.values())
+                )
+            else:
+                assert isinstance(plan, nm.GemmPlan)
+                result = nm.run_conv2d_plan(self.load(inp), plan, kh, kw, tuple(geometry.values()))
+        elif depthwise:
             result = nm.depthwise_conv2d(
-                self.load(inp), self.load(filt), bias, depth_multiplier=ins["depth_multiplier"], **common
-            )
+                self.load(inp), weights, bias, depth_multiplier=ins["depth_multiplier"], fast=False,
+                **common, **geometry,
+            )  # fmt: skip
         else:
-            result = nm.conv2d(self.load(inp), self.load(filt), bias, **common)
+            result = nm.conv2d(self.load(inp), weights, bias, fast=False, **common, **geometry)
         self.store(out, result)
 
     def op_CONV2D(self) -> None:  # noqa: N802
@@ -408,10 +446,9 @@ class _Job:
         if out.shape[0] * out.shape[1] * out.shape[2] != rows or out.shape[3] != cout:
             raise self.fail(f"output has shape {list(out.shape)}, expected {rows} rows of {cout}")
         multiplier, shift = self.quant(cout)
-        result = nm.fully_connected(
-            self.load(inp).reshape(rows, k),
-            self.load(filt).reshape(cout, k),
-            self.bias(cout),
+        weights = self.load(filt).reshape(cout, k)
+        bias = self.bias(cout)
+        common = dict(
             input_zp=inp.zero_point,
             filter_zp=filt.zero_point,
             multiplier=multiplier,
@@ -421,6 +458,19 @@ class _Job:
             act_max=ins["act_max"],
             out_dtype=out.np_dtype,
         )
+        plan = self.plan(
+            lambda: nm.plan_gemm(weights, bias, in_dtype=inp.np_dtype, **common),
+            weights,
+            bias,
+            multiplier,
+            shift,
+        )
+        x = self.load(inp).reshape(rows, k)
+        if plan is not None:
+            assert isinstance(plan, nm.GemmPlan)
+            result = nm.run_fc_plan(x, plan)
+        else:
+            result = nm.fully_connected(x, weights, bias, fast=False, **common)
         self.store(out, result)
 
     def _elementwise(self) -> tuple[Tensor, Tensor, Tensor]:
@@ -550,9 +600,9 @@ class CommandProcessor:
         self.memory = memory
         self.enabled_opcodes = None if enabled_opcodes is None else frozenset(enabled_opcodes)
         # Decoded streams by content: a model's job is the same stream every invoke.
-        self._programs: OrderedDict[bytes, tuple[list[isa.Instruction] | str, dict[int, Tensor | str]]] = (
-            OrderedDict()
-        )
+        self._programs: OrderedDict[
+            bytes, tuple[list[isa.Instruction] | str, dict[int, Tensor | str], dict]
+        ] = OrderedDict()
         self._programs_lock = threading.Lock()
         self._translations: OrderedDict[int, _Translations] = OrderedDict()  # by pt_root
 
@@ -568,8 +618,8 @@ class CommandProcessor:
                 self._translations.popitem(last=False)
         return cache
 
-    def _decode(self, stream: bytes) -> tuple[list[isa.Instruction], dict[int, Tensor | str]]:
-        """The decoded stream (cached by its bytes) and its shared TENSOR cache."""
+    def _decode(self, stream: bytes) -> tuple[list[isa.Instruction], dict[int, Tensor | str], dict]:
+        """The decoded stream (cached by its bytes), its shared TENSOR cache and layer plans."""
         with self._programs_lock:
             entry = self._programs.get(stream)
             if entry is not None:
@@ -579,14 +629,14 @@ class CommandProcessor:
                 program: list[isa.Instruction] | str = isa.decode(stream)
             except isa.IsaError as e:
                 program = f"malformed command stream: {e}"
-            entry = (program, {})
+            entry = (program, {}, {})
             with self._programs_lock:
                 self._programs[stream] = entry
                 while len(self._programs) > PROGRAM_CACHE_ENTRIES:
                     self._programs.popitem(last=False)
         if isinstance(entry[0], str):
             raise JobError(entry[0])
-        return entry[0], entry[1]
+        return entry[0], entry[1], entry[2]
 
     def run(
         self,
@@ -630,7 +680,7 @@ class CommandProcessor:
                 self.memory, pt_root, self.enabled_opcodes, abort, on_irq, self._translations_for(pt_root)
             )
             stream = job.mmu.gather(cmd_va, cmd_size)
-            program, job.tensors = self._decode(stream.tobytes())
+            program, job.tensors, job.plans = self._decode(stream.tobytes())
             for ins in program:
                 if abort.is_set():
                     raise JobCancelled()
