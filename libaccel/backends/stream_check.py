@@ -10,6 +10,8 @@ BOs, or a write to a BO listed read-only, is -EACCES.
 from __future__ import annotations
 
 import errno
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,8 +46,34 @@ def _find_bo(bos: Sequence[BoRange], start: int, end: int) -> BoRange | None:
     return None
 
 
+CHECK_CACHE_ENTRIES = 64  # accepted (stream, BO layout) pairs remembered: a model submits the same job
+
+_accepted: OrderedDict[tuple[bytes, tuple[BoRange, ...]], list[isa.Instruction]] = OrderedDict()
+_accepted_lock = threading.Lock()
+
+
 def check_stream(stream: bytes, bos: Sequence[BoRange]) -> list[isa.Instruction]:
-    """Decode and check ``stream`` against the job's BOs; return the instructions or raise StreamRejected."""
+    """Decode and check ``stream`` against the job's BOs; return the instructions or raise StreamRejected.
+
+    The check is a pure function of the stream's bytes and the listed BOs' ranges and flags, so an
+    accepted pair is remembered (keyed by the full bytes, which the caller copied before the
+    check) and the same job submitted again is not decoded again. Rejections are not cached.
+    """
+    key = (bytes(stream), tuple(bos))
+    with _accepted_lock:
+        hit = _accepted.get(key)
+        if hit is not None:
+            _accepted.move_to_end(key)
+            return hit
+    instructions = _check(stream, bos)
+    with _accepted_lock:
+        _accepted[key] = instructions
+        while len(_accepted) > CHECK_CACHE_ENTRIES:
+            _accepted.popitem(last=False)
+    return instructions
+
+
+def _check(stream: bytes, bos: Sequence[BoRange]) -> list[isa.Instruction]:
     try:
         instructions = isa.decode(stream)
     except isa.IsaError as e:
