@@ -83,6 +83,7 @@ struct vnpu_stats {
  * @fw_size: its size
  * @fw_version: firmware version reported after boot
  * @sched: the job scheduler feeding the submission queue
+ * @sched_wq: per-CPU workqueue of @sched's run_job and free_job work
  * @reset_lock: serialises recovery (timeout handler, teardown)
  * @hw_lock: serialises submission-queue writes against reset
  * @job_lock: protects @active and the completion queue (taken in IRQ)
@@ -117,6 +118,7 @@ struct vnpu_device {
 	u32 fw_version;
 
 	struct drm_gpu_scheduler sched;
+	struct workqueue_struct *sched_wq;
 	struct mutex reset_lock; /* see kernel-doc */
 	struct mutex hw_lock; /* see kernel-doc */
 	spinlock_t job_lock; /* see kernel-doc */
