@@ -19,6 +19,8 @@ _HOMES = {
     "check_support": "libaccel.compiler.ops",
     "compile_cached": "libaccel.compiler.cache",
     "CompileCache": "libaccel.compiler.cache",
+    "model_key": "libaccel.compiler.cache",
+    "partition_key": "libaccel.compiler.cache",
     "PartitionRunner": "libaccel.compiler.runner",
 }
 
@@ -46,13 +48,56 @@ def check(graph: Graph, node: OpNode) -> tuple[bool, str]:
     return bool(result.ok), str(result.reason or "")
 
 
-def compile_partition(graph: Graph, device: Any, cache_dir: Any) -> tuple[Any, bool]:
+class SupportChecks:
+    """The compiler's support check for one model, memoized in the compile cache.
+
+    Checking a node computes its requantization constants (per channel: thousands of multipliers),
+    which dominates a cached load if redone; the results are a pure function of the model's content
+    and the compiler version, so they are stored next to the compiled partitions under the model's
+    key (:func:`model_key`) and read back on the next load.
+    """
+
+    def __init__(self, key: str, cache_dir: Any) -> None:
+        self.key = key
+        self.cache = _compiler_attr("CompileCache")(cache_dir)
+        self.results: dict[int, tuple[bool, str]] = self.cache.get_support(key)
+        self.cached = len(self.results)
+        self._dirty = False
+
+    def check(self, graph: Graph, node: OpNode) -> tuple[bool, str]:
+        hit = self.results.get(node.index)
+        if hit is None:
+            hit = self.results[node.index] = check(graph, node)
+            self._dirty = True
+        return hit
+
+    def save(self) -> None:
+        """Store the results if any were computed (an unwritable cache only costs time)."""
+        if self._dirty:
+            try:
+                self.cache.put_support(self.key, self.results)
+            except OSError:
+                pass
+            self._dirty = False
+
+
+def model_key(graph: Graph, device: Any) -> str:
+    """The compile-cache key of a whole model for ``device`` (one hash over its constant bytes)."""
+    return str(_compiler_attr("model_key")(graph, device.params.isa_version))
+
+
+def compile_partition(
+    graph: Graph, device: Any, cache_dir: Any, model: str | None = None
+) -> tuple[Any, bool]:
     """Compile all of ``graph`` (one partition, its outputs as given) for ``device``, through the
-    compiler's on-disk cache in ``cache_dir`` (None: the compiler's default). Returns (compiled, hit)."""
+    compiler's on-disk cache in ``cache_dir`` (None: the compiler's default). With ``model`` (the
+    whole model's :func:`model_key`) the partition's key derives from it, without hashing the
+    partition's constants again. Returns (compiled, hit)."""
     cache = _compiler_attr("CompileCache")(cache_dir)
     node_indices = [n.index for n in graph.nodes]
+    key = None if model is None else _compiler_attr("partition_key")(model, node_indices, graph.outputs)
     return _compiler_attr("compile_cached")(
-        graph, node_indices, device.params.isa_version, cache=cache, outputs=graph.outputs
+        graph, node_indices, device.params.isa_version, cache=cache, outputs=graph.outputs, key=key
     )
 
 

@@ -88,7 +88,12 @@ def _int_array(ptr: Any) -> list[int]:
     return [ptr.data[i] for i in range(ptr.size)]
 
 
-def read_tensor(ffi: Any, context: Any, index: int, layout: RuntimeLayout) -> TensorInfo:
+def read_tensor(
+    ffi: Any, context: Any, index: int, layout: RuntimeLayout, copy_constants: bool = False
+) -> TensorInfo:
+    """One tensor's record. A constant's ``data`` is a read-only view of the runtime's buffer (the
+    model's mmapped or in-memory flatbuffer, alive as long as the interpreter) unless
+    ``copy_constants``: reading a model then costs no copy of its weights."""
     t = context.tensors[index]
     dtype = TFLITE_TYPES.get(t.type, f"tflite_type_{t.type}")
     shape = tuple(_int_array(t.dims))
@@ -105,8 +110,11 @@ def read_tensor(ffi: Any, context: Any, index: int, layout: RuntimeLayout) -> Te
         quant = QuantParams((t.params.scale,), (t.params.zero_point,), 0)
     data = None
     if t.allocation_type == K_TFLITE_MMAP_RO and t.data and dtype in TFLITE_TYPES.values():
-        raw = ffi.buffer(t.data, t.bytes)
-        data = np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(shape).copy()
+        data = np.frombuffer(ffi.buffer(t.data, t.bytes), dtype=np.dtype(dtype)).reshape(shape)
+        if copy_constants:
+            data = data.copy()
+        else:
+            data.flags.writeable = False  # the model's own bytes: never written through the view
     return TensorInfo(index=index, name=name, dtype=dtype, shape=shape, quant=quant, data=data)
 
 
@@ -188,8 +196,11 @@ def _options(ffi: Any, op: str, builtin_data: Any) -> dict[str, Any]:
     return {}
 
 
-def read_context(ffi: Any, context: Any, layout: RuntimeLayout) -> Graph:
+def read_context(ffi: Any, context: Any, layout: RuntimeLayout, copy_constants: bool = False) -> Graph:
     """Decode the execution plan of ``context`` and every tensor its nodes touch.
+
+    Constants are views of the runtime's buffers (see :func:`read_tensor`) unless ``copy_constants``:
+    use the graph only while the interpreter lives, or copy.
 
     The graph's inputs are the non-constant tensors no node produces; its outputs the tensors no
     node consumes (the context does not say which tensors the model exposes; partitions do).
@@ -220,7 +231,7 @@ def read_context(ffi: Any, context: Any, layout: RuntimeLayout) -> Graph:
         nodes.append(info)
         for t in info.inputs + info.outputs:
             if t >= 0 and t not in tensors:
-                tensors[t] = read_tensor(ffi, context, t, layout)
+                tensors[t] = read_tensor(ffi, context, t, layout, copy_constants)
     produced = {t for n in nodes for t in n.outputs}
     consumed = {t for n in nodes for t in n.inputs}
     inputs = tuple(sorted(t for t in consumed if t >= 0 and t not in produced and not tensors[t].is_const))

@@ -54,7 +54,8 @@ class DelegateState:
     device: Any = None
     # Per TfLiteContext (an interpreter may prepare several subgraphs): the graph read at Prepare,
     # held only while ReplaceNodeSubsetsWithDelegateKernels creates the kernels.
-    graphs: dict[int, tuple[Graph, RuntimeLayout]] = field(default_factory=dict)
+    # With the model's compile-cache key (compiler_bridge.model_key).
+    graphs: dict[int, tuple[Graph, RuntimeLayout, str]] = field(default_factory=dict)
 
     def log(self, level: str, message: str) -> None:
         if level == "info" and self.options.quiet:
@@ -71,7 +72,7 @@ class PartitionKernel:
     delegate: DelegateState
     handle: int
     graph: Graph  # the partition: its nodes, inputs (non-constant), outputs
-    compiled: Any = None
+    model_key: str = ""  # the whole model's compile-cache key, from which the partition's derives
     runner: Any = None
     error: str = ""
 
@@ -80,7 +81,7 @@ class PartitionKernel:
 class PrepareRecord:
     """What one delegate Prepare saw and decided (for tests and tools in the same process)."""
 
-    graph: Graph | None  # None unless keep_last_graph (it holds a copy of every constant)
+    graph: Graph | None  # None unless keep_last_graph (then it holds a copy of every constant)
     layout: RuntimeLayout
     placements: list[Placement]
 
@@ -159,8 +160,12 @@ def _delegate_prepare(context: Any, delegate: Any) -> int:
         _report(context, "vnpu delegate: Prepare called with an unknown TfLiteDelegate")
         return K_TFLITE_ERROR
     layout = identify(_ffi, _lib, context)
-    graph = read_context(_ffi, context, layout)
-    placements = place(graph, state.options, compiler_bridge.check)
+    # The constants are views of the runtime's model buffer (no copy); a kept graph needs its own.
+    graph = read_context(_ffi, context, layout, copy_constants=keep_last_graph)
+    key = compiler_bridge.model_key(graph, state.device)
+    checks = compiler_bridge.SupportChecks(key, state.options.cache_dir)
+    placements = place(graph, state.options, checks.check)
+    checks.save()
     _last_prepare = PrepareRecord(graph if keep_last_graph else None, layout, placements)
     state.log("verbose", f"vnpu delegate: runtime {layout.describe()}")
     state.log("verbose", format_report(placements, layout.distribution))
@@ -174,8 +179,8 @@ def _delegate_prepare(context: Any, delegate: Any) -> int:
         return K_TFLITE_OK
     array = _ffi.new("TfLiteIntArray *", {"size": len(npu_nodes), "data": npu_nodes})
     # The runtime calls the kernels' init from inside this call; after it, each kernel holds its own
-    # partition and the whole graph (a copy of every constant of the model) can go.
-    state.graphs[_addr(context)] = (graph, layout)
+    # partition and the whole graph can go.
+    state.graphs[_addr(context)] = (graph, layout, key)
     try:
         status = _lib.vnpu_replace_nodes(context, layout.registration, array, delegate)
     finally:
@@ -196,18 +201,19 @@ def _kernel_init(context: Any, buffer: Any, length: int) -> Any:
     if state is None or _addr(context) not in state.graphs:
         _report(context, "vnpu delegate: kernel init for a delegate or graph it did not prepare")
         return _ffi.NULL
-    whole, _layout = state.graphs[_addr(context)]
+    whole, _layout, key = state.graphs[_addr(context)]
     node_ids = set(_int_list(params.nodes_to_replace))
     nodes = [n for n in whole.nodes if n.index in node_ids]
     inputs = tuple(t for t in _int_list(params.input_tensors) if t >= 0 and not whole.tensors[t].is_const)
     outputs = tuple(_int_list(params.output_tensors))
     used = {t for n in nodes for t in (*n.inputs, *n.outputs) if t >= 0}
-    # Own copies of the tensor records: the constants are dropped once compiled (see _kernel_prepare).
+    # Own copies of the tensor records: the constants (views of the model) are dropped once the
+    # weights are uploaded (see _kernel_prepare).
     tensors = {t: dataclasses.replace(whole.tensors[t]) for t in sorted(used)}
     part = Graph(tensors=tensors, nodes=nodes, inputs=inputs, outputs=outputs)
     with _lock:
         handle = next(_handles)
-        kernel = PartitionKernel(delegate=state, handle=handle, graph=part)
+        kernel = PartitionKernel(delegate=state, handle=handle, graph=part, model_key=key)
         _kernels[handle] = kernel
     state.log(
         "verbose",
@@ -255,12 +261,15 @@ def _kernel_prepare(context: Any, node: Any) -> int:
     if kernel.runner is None:
         state = kernel.delegate
         start = time.perf_counter()
-        kernel.compiled, hit = compiler_bridge.compile_partition(
-            kernel.graph, state.device, state.options.cache_dir
+        compiled, hit = compiler_bridge.compile_partition(
+            kernel.graph, state.device, state.options.cache_dir, model=kernel.model_key or None
         )
-        kernel.runner = compiler_bridge.make_runner(kernel.compiled, state.device)
+        kernel.runner = compiler_bridge.make_runner(compiled, state.device)
+        # The weights live in the runner's BO now: the compiled weights (or the cache file's bytes)
+        # go with ``compiled``, and the constants' views with the tensor records; invoke needs shapes.
+        del compiled
         for info in kernel.graph.tensors.values():
-            info.data = None  # the weights live in the runner's BO now; invoke needs shapes only
+            info.data = None
         how = "loaded from the compile cache" if hit else "compiled"
         ms = 1000 * (time.perf_counter() - start)
         state.log(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 import warnings
@@ -34,6 +35,24 @@ def cache_key(
     return h.hexdigest()
 
 
+def model_key(graph: Graph, isa_version: int) -> str:
+    """SHA-256 over a whole graph's content (every node, tensor and constant byte), the compiler and
+    ISA versions: one pass over the model, from which :func:`partition_key` derives every partition's
+    key without hashing the constants again."""
+    h = hashlib.sha256(b"vnpu-model\0")
+    h.update(graph.content_hash().encode())
+    h.update(repr((COMPILER_VERSION, isa_version)).encode())
+    return h.hexdigest()
+
+
+def partition_key(model: str, node_indices: Sequence[int], outputs: Sequence[int] | None = None) -> str:
+    """The key of the partition of ``node_indices`` (with ``outputs``) of the model keyed ``model``
+    (:func:`model_key`). The model key covers the whole graph, so it covers any part of it."""
+    h = hashlib.sha256(b"vnpu-partition\0")
+    h.update(repr((model, tuple(node_indices), tuple(outputs) if outputs is not None else None)).encode())
+    return h.hexdigest()
+
+
 class CompileCache:
     """A directory of compiled partitions, one file per key (written atomically)."""
 
@@ -51,12 +70,38 @@ class CompileCache:
             return None
 
     def put(self, key: str, compiled: CompiledPartition) -> None:
+        self._write(self.path(key), *compiled.to_chunks())
+
+    def support_path(self, key: str) -> Path:
+        return self.directory / f"{key}.vnpusup"
+
+    def get_support(self, key: str) -> dict[int, tuple[bool, str]]:
+        """The support-check results cached for the model keyed ``key`` (:func:`model_key`): node
+        index -> (runs on the NPU, why not). Empty when missing or unreadable."""
+        try:
+            doc = json.loads(self.support_path(key).read_bytes())
+            if doc.get("compiler_version") != COMPILER_VERSION:
+                return {}
+            return {int(n): (bool(ok), str(why)) for n, (ok, why) in doc["nodes"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
+    def put_support(self, key: str, results: dict[int, tuple[bool, str]]) -> None:
+        doc = {
+            "compiler_version": COMPILER_VERSION,
+            "nodes": {str(n): [ok, why] for n, (ok, why) in sorted(results.items())},
+        }
+        self._write(self.support_path(key), json.dumps(doc).encode())
+
+    def _write(self, path: Path, *chunks: bytes | bytearray | memoryview) -> None:
+        """Write ``chunks`` to ``path`` atomically (a reader sees the old file or the whole new one)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(compiled.to_bytes())
-            os.replace(tmp, self.path(key))
+                for chunk in chunks:
+                    f.write(chunk)
+            os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -68,10 +113,16 @@ def compile_cached(
     isa_version: int,
     cache: CompileCache | None = None,
     outputs: Sequence[int] | None = None,
+    key: str | None = None,
 ) -> tuple[CompiledPartition, bool]:
-    """compile_partition through ``cache`` (default directory if None); returns (partition, cache_hit)."""
+    """compile_partition through ``cache`` (default directory if None); returns (partition, cache_hit).
+
+    ``key`` is the cache key when the caller has one (:func:`partition_key` of a :func:`model_key`);
+    by default :func:`cache_key` hashes the partition.
+    """
     cache = cache if cache is not None else CompileCache()
-    key = cache_key(graph, node_indices, isa_version, outputs)
+    if key is None:
+        key = cache_key(graph, node_indices, isa_version, outputs)
     hit = cache.get(key)
     if hit is not None:
         return hit, True

@@ -191,8 +191,18 @@ class Graph:
         same compiled partition whichever runtime built the graph.
         """
         h = hashlib.sha256()
-        nodes = self.nodes if node_indices is None else [self.node(i) for i in node_indices]
+        if node_indices is None:
+            nodes = self.nodes
+        else:
+            by_index = {n.index: n for n in self.nodes}
+            try:
+                nodes = [by_index[i] for i in node_indices]
+            except KeyError as e:
+                raise KeyError(f"graph has no node {e.args[0]}") from None
         seen: set[int] = set()
+        # The structure goes in as one repr per node and tensor; the bulky parts (per-channel scales,
+        # constant bytes) go in as raw buffers, one update each, with their lengths in the repr so
+        # that the byte stream stays unambiguous. A warm delegate load pays this on every model.
         for n in nodes:
             h.update(repr((n.op, n.inputs, n.outputs, sorted(n.options.items()))).encode())
             for t in (*n.inputs, *n.outputs):
@@ -200,9 +210,24 @@ class Graph:
                     continue
                 seen.add(t)
                 info = self.tensors[t]
-                h.update(repr((t, info.dtype, info.shape, info.quant)).encode())
-                if info.data is not None:
-                    h.update(np.ascontiguousarray(info.data).tobytes())
+                q = info.quant
+                data = None if info.data is None else np.ascontiguousarray(info.data)
+                h.update(
+                    repr(
+                        (
+                            t,
+                            info.dtype,
+                            info.shape,
+                            None if q is None else (len(q.scales), q.axis),
+                            None if data is None else (data.dtype.str, data.nbytes),
+                        )
+                    ).encode()
+                )
+                if q is not None:
+                    h.update(np.asarray(q.scales, dtype=np.float64).tobytes())
+                    h.update(np.asarray(q.zero_points, dtype=np.int64).tobytes())
+                if data is not None:
+                    h.update(data.reshape(-1).view(np.uint8))
         return h.hexdigest()
 
 

@@ -64,7 +64,9 @@ class CompiledPartition:
     node_indices: tuple[int, ...]
     stream: bytes  # command stream; TENSOR va fields hold region offsets until relocated
     relocations: tuple[tuple[int, int], ...]  # (byte offset of a TENSOR va field, region)
-    weights: bytes
+    # The compiler's own buffer, or a view of the cache file's bytes when loaded from the cache: MBs
+    # that are uploaded once, so never copied on the way.
+    weights: bytes | bytearray | memoryview
     arena_size: int
     inputs: tuple[IoBinding, ...]
     outputs: tuple[IoBinding, ...]
@@ -86,6 +88,10 @@ class CompiledPartition:
     MAGIC = b"VNPUCP01"
 
     def to_bytes(self) -> bytes:
+        return b"".join(self.to_chunks())
+
+    def to_chunks(self) -> tuple[bytes | bytearray | memoryview, ...]:
+        """The serialized form in pieces (header, stream, weights), to write without joining them."""
         header = {
             "compiler_version": COMPILER_VERSION,
             "isa_version": self.isa_version,
@@ -99,7 +105,7 @@ class CompiledPartition:
             "weights_size": len(self.weights),
         }
         raw = json.dumps(header).encode()
-        return self.MAGIC + struct.pack("<Q", len(raw)) + raw + self.stream + self.weights
+        return self.MAGIC + struct.pack("<Q", len(raw)) + raw, self.stream, self.weights
 
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> CompiledPartition:
@@ -112,7 +118,8 @@ class CompiledPartition:
             raise ValueError(f"compiled by compiler {h['compiler_version']}, this is {COMPILER_VERSION}")
         start = 16 + n
         stream = bytes(mv[start : start + h["stream_size"]])
-        weights = bytes(mv[start + h["stream_size"] : start + h["stream_size"] + h["weights_size"]])
+        # The weights stay a view of ``data`` (MBs; uploaded once, then dropped with it).
+        weights = mv[start + h["stream_size"] : start + h["stream_size"] + h["weights_size"]]
         if len(weights) != h["weights_size"]:
             raise ValueError("compiled partition is truncated")
 
@@ -405,7 +412,7 @@ def compile_partition(
         node_indices=tuple(n.index for n in nodes),
         stream=bytes(em.stream),
         relocations=tuple(em.relocations),
-        weights=bytes(em.weights),
+        weights=em.weights,  # the emitter's bytearray itself: no copy of the model's weights
         arena_size=max(arena_size, ALIGN),
         inputs=tuple(binding(t) for t in p_inputs),
         outputs=tuple(binding(t) for t in p_outputs),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Mapping
 
@@ -30,7 +31,9 @@ class PartitionRunner:
                 f"the device has {device.params.isa_version:#x}"
             )
         self.device = device
-        self.compiled = compiled
+        # Kept for its bindings and stats; the weights (MBs) live in their BO once uploaded, so the
+        # runner does not hold the host copy.
+        self.compiled = dataclasses.replace(compiled, weights=b"")
         self.timeout = timeout
         self._bos: list[BufferObject] = []
         try:

@@ -16,6 +16,7 @@ from libaccel.compiler import (
     compile_partition,
     graph_from_tflite,
 )
+from libaccel.compiler.cache import model_key, partition_key
 from libaccel.compiler.graph import QuantParams
 from libaccel.compiler.lower import plan_arena
 from tools.models import generate as g
@@ -179,3 +180,49 @@ def test_compile_cache_round_trip(tmp_path, dev: Device) -> None:
     assert not hit5 and again.to_bytes() == first.to_bytes()
     with pytest.raises(ValueError, match="magic"):
         CompiledPartition.from_bytes(b"garbage!" * 4)
+
+
+def test_model_key_covers_every_constant_byte_and_scale() -> None:
+    """One flipped weight byte, one changed per-channel scale or zero point: another key."""
+    model = g.conv2d_model((1, 8, 8, 3), 4, 3, 1, "SAME", True, "RELU6", 1)
+    base = model_key(graph_from_tflite(model), ISA)
+    assert model_key(graph_from_tflite(model), ISA) == base
+    assert model_key(graph_from_tflite(model), ISA | 1) != base
+    graph = graph_from_tflite(model)
+    w = graph.tensors[graph.nodes[0].inputs[1]]
+    data = w.data.copy()
+    data.reshape(-1)[-1] ^= 1
+    w.data = data
+    assert model_key(graph, ISA) != base
+    for change in ("scale", "zero_point"):
+        graph = graph_from_tflite(model)
+        w = graph.tensors[graph.nodes[0].inputs[1]]
+        scales, zps = list(w.quant.scales), list(w.quant.zero_points)
+        if change == "scale":
+            scales[-1] = np.nextafter(scales[-1], 1.0)
+        else:
+            zps[-1] += 1
+        w.quant = QuantParams(tuple(scales), tuple(zps), w.quant.axis)
+        assert model_key(graph, ISA) != base, change
+    # A partition key derives from the model key, the nodes and the outputs.
+    assert partition_key(base, [0], (3,)) != partition_key(base, [0], None)
+    assert partition_key(base, [0], None) != partition_key(model_key(graph, ISA), [0], None)
+
+
+def test_compile_cached_with_a_given_key_and_support_results(tmp_path) -> None:
+    model = g.conv2d_model((1, 8, 8, 3), 4, 3, 1, "SAME", True, "RELU6", 1)
+    graph = graph_from_tflite(model)
+    cache = CompileCache(tmp_path)
+    key = partition_key(model_key(graph, ISA), [0])
+    first, hit1 = compile_cached(graph, [0], ISA, cache, key=key)
+    second, hit2 = compile_cached(graph, [0], ISA, cache, key=key)
+    assert (hit1, hit2) == (False, True) and cache.path(key).exists()
+    assert bytes(second.weights) == bytes(first.weights) and second.to_bytes() == first.to_bytes()
+    # Support results round-trip; a missing, torn or foreign file reads as empty.
+    assert cache.get_support(key) == {}
+    cache.put_support(key, {0: (True, ""), 2: (False, "SOFTMAX is not an NPU operator")})
+    assert cache.get_support(key) == {0: (True, ""), 2: (False, "SOFTMAX is not an NPU operator")}
+    cache.support_path(key).write_bytes(b'{"compiler_version": "0.0", "nodes": {"0": [true, ""]}}')
+    assert cache.get_support(key) == {}
+    cache.support_path(key).write_bytes(b"{torn")
+    assert cache.get_support(key) == {}
