@@ -3,8 +3,13 @@
 An empty job is a command stream that is just END: what it measures is the
 whole path (ioctl, validation, scheduler, doorbell, device model, MSI-X,
 fence) with no device work. Round trip: submit one job, wait for its fence,
-repeat. Throughput: each of P processes queues jobs back to back and waits
-for the last one.
+repeat; the time spent in the submit call is reported on its own (the rest
+is the wait: scheduler, device, interrupt, wake-up). Throughput: each of P
+processes queues jobs back to back and waits for the last one.
+
+Timings on a shared machine move with its load, so the JSON records the
+load average before and after the run (inside a QEMU guest that is the
+guest's own load; the host's must be noted by whoever runs it).
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ class LatencyResult:
     backend: str
     iterations: int
     p50_us: float
+    p90_us: float
     p99_us: float
     mean_us: float
     min_us: float
+    submit_p50_us: float  # of the round trip, time inside the submit call
 
 
 @dataclass(frozen=True)
@@ -87,20 +94,27 @@ def round_trip(device_name: str, iterations: int, warmup: int = 10) -> LatencyRe
             ej.submit()
             ej.wait()
         samples = []
+        submits = []
+        clock = time.perf_counter_ns
         for _ in range(iterations):
-            t0 = time.perf_counter_ns()
+            t0 = clock()
             ej.submit()
+            t1 = clock()
             ej.wait()
-            samples.append((time.perf_counter_ns() - t0) / 1000)
+            t2 = clock()
+            samples.append((t2 - t0) / 1000)
+            submits.append((t1 - t0) / 1000)
     finally:
         ej.close()
     return LatencyResult(
         backend=device_name,
         iterations=iterations,
         p50_us=percentile(samples, 50),
+        p90_us=percentile(samples, 90),
         p99_us=percentile(samples, 99),
         mean_us=statistics.fmean(samples),
         min_us=min(samples),
+        submit_p50_us=percentile(submits, 50),
     )
 
 
@@ -160,9 +174,10 @@ def in_guest() -> bool:
 def format_table(lat: LatencyResult, tps: list[ThroughputResult]) -> str:
     lines = [
         f"backend: {lat.backend}",
-        f"{'empty-job round trip':<28}{'p50':>10}{'p99':>10}{'mean':>10}{'min':>10}",
+        f"{'empty-job round trip':<28}{'p50':>10}{'p90':>10}{'p99':>10}{'mean':>10}{'min':>10}",
         f"{'  (us, ' + str(lat.iterations) + ' jobs)':<28}"
-        f"{lat.p50_us:>10.1f}{lat.p99_us:>10.1f}{lat.mean_us:>10.1f}{lat.min_us:>10.1f}",
+        f"{lat.p50_us:>10.1f}{lat.p90_us:>10.1f}{lat.p99_us:>10.1f}{lat.mean_us:>10.1f}{lat.min_us:>10.1f}",
+        f"{'  of which submit call, p50':<28}{lat.submit_p50_us:>10.1f}",
         f"{'throughput':<28}{'procs':>10}{'jobs':>10}{'jobs/s':>10}",
     ]
     for t in tps:
@@ -187,15 +202,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.iterations < 1 or args.jobs < 1 or min(args.processes) < 1:
         p.error("--iterations, --jobs and --processes must be positive")
 
+    load_before = os.getloadavg()
     lat = round_trip(device, args.iterations)
     tps = [throughput(device, n, args.jobs) for n in args.processes]
     print(format_table(lat, tps))
     result = {
         "backend": device,
         "host": platform.node(),
+        "in_qemu_guest": in_guest(),
+        "kernel": platform.release(),
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "load_avg_before": [round(x, 2) for x in load_before],
+        "load_avg_after": [round(x, 2) for x in os.getloadavg()],
         "round_trip": asdict(lat),
         "throughput": [asdict(t) for t in tps],
     }
