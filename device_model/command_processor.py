@@ -16,6 +16,7 @@ gathers through the MMU. It never raises: every outcome is a
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import threading
 import time
@@ -193,6 +194,25 @@ class _Translations:
         return True
 
 
+def param_digest(*params: np.ndarray | int | None) -> bytes:
+    """SHA-1 of the parameters' dtypes, shapes and bytes (None and ints included), in order.
+
+    A layer plan is reused only while this is unchanged. SHA-1 with the CPU's SHA instructions
+    runs at ~2 GB/s (MobileNetV1's 4.3 MB of weights: ~2.4 ms an invoke); a collision would need a
+    deliberately crafted filter from the job's owner, who can only corrupt its own results.
+    """
+    h = hashlib.sha1(usedforsecurity=False)
+    for p in params:
+        if p is None:
+            h.update(b"N")
+            continue
+        a = np.asarray(p)
+        h.update(repr((a.dtype.str, a.shape)).encode())
+        a = np.ascontiguousarray(a)  # a view of memory in one run already is: no copy
+        h.update(a.reshape(-1).view(np.uint8))
+    return h.digest()
+
+
 class _Job:
     """The state of one running job."""
 
@@ -212,7 +232,9 @@ class _Job:
         # tables while its job runs), and kept for the next job while the tables stay the same.
         self.translations = translations if translations is not None else _Translations(memory, pt_root)
         self.tensors: dict[int, Tensor | str] = {}  # TENSOR decoded per stream offset (shared per stream)
-        self.plans: dict[int, tuple[tuple[np.ndarray, ...], object]] = {}  # layer plans (shared per stream)
+        self.plans: dict[
+            int, tuple[bytes, object]
+        ] = {}  # layer plans by parameter digest (shared per stream)
         self.abort = abort
         self.on_irq = on_irq
         self.slots: list[Tensor | None] = [None] * isa.SPEC.slots
@@ -306,19 +328,16 @@ class _Job:
 
         A plan depends on the instruction (the same for every run of a stream) and on the
         parameters in memory (filter, bias, per-channel quantization), which the job's owner may
-        rewrite between jobs: their values are compared with the plan's copies (a memcmp-speed
-        pass over the weights, far cheaper than converting them again).
+        rewrite between jobs. The plan is kept with a digest of their bytes (:func:`param_digest`),
+        not a copy: the device holds no second copy of a model's weights.
         """
         assert self.ins is not None
-        values = tuple(np.asarray(p if p is not None else ()) for p in params)
+        digest = param_digest(*params)
         entry = self.plans.get(self.ins.offset)
-        if entry is not None and all(
-            a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b)
-            for a, b in zip(entry[0], values, strict=True)
-        ):
+        if entry is not None and entry[0] == digest:
             return entry[1]
         plan = build()
-        self.plans[self.ins.offset] = (tuple(v.copy() for v in values), plan)
+        self.plans[self.ins.offset] = (digest, plan)
         return plan
 
     # --- units ------------------------------------------------------------------
@@ -416,7 +435,7 @@ class _Job:
                 )
             else:
                 assert isinstance(plan, nm.GemmPlan)
-                result = nm.run_conv2d_plan(self.load(inp), plan, kh, kw, tuple(geometry.values()))
+                result = nm.run_conv2d_plan(self.load(inp), plan, kh, kw, tuple(geometry.values()), weights)
         elif depthwise:
             result = nm.depthwise_conv2d(
                 self.load(inp), weights, bias, depth_multiplier=ins["depth_multiplier"], fast=False,
@@ -468,7 +487,7 @@ class _Job:
         x = self.load(inp).reshape(rows, k)
         if plan is not None:
             assert isinstance(plan, nm.GemmPlan)
-            result = nm.run_fc_plan(x, plan)
+            result = nm.run_fc_plan(x, plan, weights)
         else:
             result = nm.fully_connected(x, weights, bias, fast=False, **common)
         self.store(out, result)

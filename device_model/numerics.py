@@ -386,7 +386,7 @@ def conv2d(
         )  # fmt: skip
         if plan is not None:
             geometry = (stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w)
-            return run_conv2d_plan(inp, plan, kh, kw, geometry)
+            return run_conv2d_plan(inp, plan, kh, kw, geometry, filt)
     # Positions outside the input contribute nothing: after subtracting the
     # zero point, padding is 0. float32 holds these small integers exactly.
     x = inp.astype(np.float32)
@@ -525,7 +525,7 @@ def fully_connected(
             shift=shift, output_zp=output_zp, act_min=act_min, act_max=act_max, out_dtype=out_dtype,
         )  # fmt: skip
         if plan is not None:
-            return run_fc_plan(inp, plan)
+            return run_fc_plan(inp, plan, filt)
     x = inp.astype(np.float32)
     if input_zp:
         x -= np.float32(input_zp)
@@ -686,6 +686,12 @@ def lut(inp: np.ndarray, table: np.ndarray, signed_input: bool) -> np.ndarray:
 # * Per-channel constants are tiled along whole output rows ([N*OH, OW*C]), so every numpy pass
 #   is one long contiguous loop; no transposes.
 _F64_MANTISSA = 1 << 53
+# Requantization works on blocks of output rows of about this many float64 bytes.
+REQUANT_BLOCK_BYTES = 1 << 20
+# A GEMM plan keeps its float32 filter matrix only up to this many elements (256 KiB); a larger one
+# is converted from the filter's int8 bytes at each call: ~0.2 ns a weight (MobileNetV1: ~0.7 ms an
+# invoke), against 4 bytes a weight held for as long as the plan lives (4x the model).
+KEEP_F32_WEIGHTS = 1 << 16
 _FAST_OUT = (np.dtype(np.int8), np.dtype(np.uint8))
 
 
@@ -729,10 +735,21 @@ class RequantPlan:
         return got
 
     def apply(self, acc: np.ndarray, repeat: int) -> np.ndarray:
-        """Raw float32 accumulators [R, repeat * C] -> the output dtype's values, same shape."""
+        """Raw float32 accumulators [R, repeat * C] -> the output dtype's values, same shape.
+
+        Blocks of rows keep the float64 and int32 temporaries near :data:`REQUANT_BLOCK_BYTES`
+        (a whole large layer's would be several MB each, the device model's peak memory)."""
         if not self.checked and acc.size and max(float(acc.max()), -float(acc.min())) > self.limit:
             return self._general(acc)
         consts = self.rows(repeat)
+        out = np.empty(acc.shape, dtype=np.uint8)
+        rows = acc.shape[0]
+        step = max(1, REQUANT_BLOCK_BYTES // max(1, 8 * acc.shape[1])) if acc.ndim == 2 else rows
+        for r in range(0, rows, step):
+            self._apply_rows(acc[r : r + step], consts, out[r : r + step])
+        return out.view(self.out_dtype)
+
+    def _apply_rows(self, acc: np.ndarray, consts: tuple[np.ndarray, ...], out: np.ndarray) -> None:
         v = acc.astype(np.float64)
         v *= consts[0]
         v += consts[1]
@@ -744,10 +761,9 @@ class RequantPlan:
             np.floor(v, out=v)
         q = v.astype(np.int32)  # truncation: the floor for every value that is not clamped to lo
         np.clip(q, self.lo, self.hi, out=q)
-        out = q.astype(np.uint8)
+        np.copyto(out, q, casting="unsafe")  # int32 -> uint8 wraps (mod 256), as astype does
         if self.shift_byte:
             out += np.uint8(self.shift_byte)
-        return out.view(self.out_dtype)
 
     def _general(self, acc: np.ndarray) -> np.ndarray:
         c = self.scale.shape[0]
@@ -831,11 +847,25 @@ def plan_requant(
 
 @dataclass(frozen=True)
 class GemmPlan:
-    """A CONV2D / FULLY_CONNECTED layer's filter as float32 [K, Cout] and its requantization."""
+    """A CONV2D / FULLY_CONNECTED layer's requantization, and its filter as float32 if small.
 
-    weights: np.ndarray  # (filter - filter_zp), float32 [K, Cout]
+    The float32 matrix is exact either way (integers below 2**24); :meth:`matrix` gives the kept one
+    or converts the filter the caller passes (the bytes the plan was built from: the command
+    processor rebuilds plans when they change)."""
+
+    weights: np.ndarray | None  # (filter - filter_zp), float32 [K, Cout], or None: convert per call
     input_zp: int
+    filter_zp: int
+    cout: int
     requant: RequantPlan
+
+    def matrix(self, filt: np.ndarray | None) -> np.ndarray:
+        """(filter - filter_zp) as float32 [K, Cout] (a transposed view when converted)."""
+        if self.weights is not None:
+            return self.weights
+        if filt is None:
+            raise ValueError("this plan keeps no float32 weights: pass the layer's filter")
+        return _filter_matrix(filt, self.filter_zp, self.cout).T
 
 
 @dataclass(frozen=True)
@@ -893,12 +923,17 @@ def plan_gemm(
     act_max: int,
     out_dtype: np.dtype | None,
 ) -> GemmPlan | None:
-    """The plan of a CONV2D ([Cout, KH, KW, Cin]) or FULLY_CONNECTED ([Cout, K]) filter, or None."""
-    wmat = np.ascontiguousarray(_filter_matrix(filt, filter_zp, filt.shape[0]).T)
+    """The plan of a CONV2D ([Cout, KH, KW, Cin]) or FULLY_CONNECTED ([Cout, K]) filter, or None.
+
+    The float32 filter is kept only when it has at most :data:`KEEP_F32_WEIGHTS` elements."""
+    cout = filt.shape[0]
+    wmat = np.ascontiguousarray(_filter_matrix(filt, filter_zp, cout).T)
     rq = _layer_requant(
         wmat, in_dtype, input_zp, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype
     )
-    return None if rq is None else GemmPlan(wmat, input_zp, rq)
+    if rq is None:
+        return None
+    return GemmPlan(wmat if wmat.size <= KEEP_F32_WEIGHTS else None, input_zp, filter_zp, cout, rq)
 
 
 def plan_depthwise(
@@ -927,12 +962,20 @@ def plan_depthwise(
 
 
 def run_conv2d_plan(
-    inp: np.ndarray, plan: GemmPlan, kh: int, kw: int, geometry: tuple[int, ...]
+    inp: np.ndarray,
+    plan: GemmPlan,
+    kh: int,
+    kw: int,
+    geometry: tuple[int, ...],
+    filt: np.ndarray | None = None,
 ) -> np.ndarray:
+    """CONV2D through its plan; ``filt`` is the layer's filter, needed when the plan keeps no
+    float32 weights (:meth:`GemmPlan.matrix`)."""
     sh, sw, dh, dw, pt, pl, oh, ow = geometry
     _check_geometry("CONV2D", stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw)
     n, h, w, cin = inp.shape
-    cout = plan.weights.shape[1]
+    cout = plan.cout
+    wmat = plan.matrix(filt)
     if (kh, kw, sh, sw, pt, pl) == (1, 1, 1, 1, 0, 0) and (oh, ow) == (h, w):
         cols = inp.reshape(n * h * w, cin).astype(np.float32)
     else:
@@ -941,7 +984,7 @@ def run_conv2d_plan(
             x, pt, pl, (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1, plan.input_zp
         )
         cols = _windows(xp, oh, ow, kh, kw, sh, sw, dh, dw).reshape(n * oh * ow, kh * kw * cin)
-    acc = cols @ plan.weights  # [M, Cout], exact integers
+    acc = cols @ wmat  # [M, Cout], exact integers
     out = plan.requant.apply(acc.reshape(n * oh, ow * cout), ow)
     return out.reshape(n, oh, ow, cout)
 
@@ -994,6 +1037,6 @@ def run_depthwise_plan(
     return out.reshape(n, oh, ow, cout)
 
 
-def run_fc_plan(inp: np.ndarray, plan: GemmPlan) -> np.ndarray:
-    """FULLY_CONNECTED [B, K] -> [B, Cout] through its plan."""
-    return plan.requant.apply(inp.astype(np.float32) @ plan.weights, 1)
+def run_fc_plan(inp: np.ndarray, plan: GemmPlan, filt: np.ndarray | None = None) -> np.ndarray:
+    """FULLY_CONNECTED [B, K] -> [B, Cout] through its plan (``filt`` [Cout, K]: as for CONV2D)."""
+    return plan.requant.apply(inp.astype(np.float32) @ plan.matrix(filt), 1)
