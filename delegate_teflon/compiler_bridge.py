@@ -97,7 +97,13 @@ def compile_partition(
     node_indices = [n.index for n in graph.nodes]
     key = None if model is None else _compiler_attr("partition_key")(model, node_indices, graph.outputs)
     return _compiler_attr("compile_cached")(
-        graph, node_indices, device.params.isa_version, cache=cache, outputs=graph.outputs, key=key
+        graph,
+        node_indices,
+        device.params.isa_version,
+        cache=cache,
+        outputs=graph.outputs,
+        key=key,
+        weights_in_file=True,  # uploaded from the cache file: never a second copy in memory
     )
 
 

@@ -265,11 +265,13 @@ def _kernel_prepare(context: Any, node: Any) -> int:
             kernel.graph, state.device, state.options.cache_dir, model=kernel.model_key or None
         )
         kernel.runner = compiler_bridge.make_runner(compiled, state.device)
-        # The weights live in the runner's BO now: the compiled weights (or the cache file's bytes)
-        # go with ``compiled``, and the constants' views with the tensor records; invoke needs shapes.
+        # The weights live in the runner's BO now: the compiled weights go with ``compiled``; of the
+        # partition, invoke needs only its inputs' and outputs' records (shape, dtype), so the rest
+        # (constants' views, per-channel scales, options) goes too.
         del compiled
-        for info in kernel.graph.tensors.values():
-            info.data = None
+        g = kernel.graph
+        io = {t: dataclasses.replace(g.tensors[t], data=None) for t in (*g.inputs, *g.outputs)}
+        kernel.graph = Graph(tensors=io, nodes=[], inputs=g.inputs, outputs=g.outputs)
         how = "loaded from the compile cache" if hit else "compiled"
         ms = 1000 * (time.perf_counter() - start)
         state.log(

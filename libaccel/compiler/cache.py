@@ -62,11 +62,16 @@ class CompileCache:
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.vnpucp"
 
-    def get(self, key: str) -> CompiledPartition | None:
-        """The cached partition, or None (missing, or unreadable: a stale or torn file is ignored)."""
+    def get(self, key: str, weights_in_file: bool = False) -> CompiledPartition | None:
+        """The cached partition, or None (missing, or unreadable: a stale or torn file is ignored).
+
+        ``weights_in_file``: leave the weights in the file (:class:`WeightsFile`), for a
+        :class:`PartitionRunner` to read straight into its BO."""
         try:
+            if weights_in_file:
+                return CompiledPartition.from_file(self.path(key))
             return CompiledPartition.from_bytes(self.path(key).read_bytes())
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
             return None
 
     def put(self, key: str, compiled: CompiledPartition) -> None:
@@ -114,16 +119,18 @@ def compile_cached(
     cache: CompileCache | None = None,
     outputs: Sequence[int] | None = None,
     key: str | None = None,
+    weights_in_file: bool = False,
 ) -> tuple[CompiledPartition, bool]:
     """compile_partition through ``cache`` (default directory if None); returns (partition, cache_hit).
 
     ``key`` is the cache key when the caller has one (:func:`partition_key` of a :func:`model_key`);
-    by default :func:`cache_key` hashes the partition.
+    by default :func:`cache_key` hashes the partition. ``weights_in_file``: the returned
+    partition's weights stay in the cache file (:class:`WeightsFile`) when it has one.
     """
     cache = cache if cache is not None else CompileCache()
     if key is None:
         key = cache_key(graph, node_indices, isa_version, outputs)
-    hit = cache.get(key)
+    hit = cache.get(key, weights_in_file)
     if hit is not None:
         return hit, True
     compiled = compile_partition(graph, node_indices, isa_version, outputs)
@@ -134,4 +141,11 @@ def compile_cached(
         warnings.warn(
             f"compile cache {cache.directory} not written ({e}); set ${ENV_CACHE_DIR}", stacklevel=2
         )
+        return compiled, False
+    if weights_in_file:
+        # Drop the compiler's copy of the weights now: the upload reads them back from the file
+        # (page cache), so they are never in memory twice.
+        stored = cache.get(key, weights_in_file=True)
+        if stored is not None:
+            return stored, False
     return compiled, False

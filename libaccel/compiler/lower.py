@@ -18,11 +18,12 @@ Memory model of a compiled partition (three buffer objects per job):
 from __future__ import annotations
 
 import json
+import os
 import struct
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -56,6 +57,43 @@ class IoBinding:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
+class WeightsFile:
+    """A cached partition's weights left in the cache file, read straight into a BO on upload.
+
+    The file stays open from :meth:`CompiledPartition.from_file` on, so a cache entry replaced or
+    removed meanwhile does not matter. Uploading this way puts the MBs of weights in the process
+    once (in the BO) instead of twice (a bytes object, then the BO).
+    """
+
+    def __init__(self, file: BinaryIO, offset: int, size: int) -> None:
+        self.file = file
+        self.offset = offset
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def readinto(self, buffer: memoryview) -> None:
+        """Fill ``buffer`` (exactly ``len(self)`` bytes) from the file."""
+        view = memoryview(buffer).cast("B")
+        if len(view) != self.size:
+            raise ValueError(f"weights are {self.size} bytes, the buffer {len(view)}")
+        done = 0
+        while done < self.size:
+            n = os.preadv(self.file.fileno(), [view[done:]], self.offset + done)
+            if n <= 0:
+                raise ValueError("compiled partition is truncated")
+            done += n
+
+    def read(self) -> bytes:
+        out = bytearray(self.size)
+        self.readinto(memoryview(out))
+        return bytes(out)
+
+    def close(self) -> None:
+        self.file.close()
+
+
 @dataclass
 class CompiledPartition:
     """One job's worth of compiled code: what PartitionRunner loads and the compile cache stores."""
@@ -64,9 +102,9 @@ class CompiledPartition:
     node_indices: tuple[int, ...]
     stream: bytes  # command stream; TENSOR va fields hold region offsets until relocated
     relocations: tuple[tuple[int, int], ...]  # (byte offset of a TENSOR va field, region)
-    # The compiler's own buffer, or a view of the cache file's bytes when loaded from the cache: MBs
-    # that are uploaded once, so never copied on the way.
-    weights: bytes | bytearray | memoryview
+    # The compiler's own buffer, a view of a serialized partition's bytes, or the cache file itself
+    # (WeightsFile): MBs that are uploaded once, so never copied on the way.
+    weights: bytes | bytearray | memoryview | WeightsFile
     arena_size: int
     inputs: tuple[IoBinding, ...]
     outputs: tuple[IoBinding, ...]
@@ -105,23 +143,51 @@ class CompiledPartition:
             "weights_size": len(self.weights),
         }
         raw = json.dumps(header).encode()
-        return self.MAGIC + struct.pack("<Q", len(raw)) + raw, self.stream, self.weights
+        weights = self.weights.read() if isinstance(self.weights, WeightsFile) else self.weights
+        return self.MAGIC + struct.pack("<Q", len(raw)) + raw, self.stream, weights
+
+    @classmethod
+    def _header(cls, head: bytes) -> dict:
+        if head[:8] != cls.MAGIC:
+            raise ValueError("not a compiled vnpu partition (bad magic)")
+        (n,) = struct.unpack_from("<Q", head, 8)
+        return {"header_size": 16 + n}
 
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> CompiledPartition:
         mv = memoryview(data)
-        if bytes(mv[:8]) != cls.MAGIC:
-            raise ValueError("not a compiled vnpu partition (bad magic)")
-        (n,) = struct.unpack_from("<Q", mv, 8)
-        h = json.loads(bytes(mv[16 : 16 + n]))
-        if h["compiler_version"] != COMPILER_VERSION:
-            raise ValueError(f"compiled by compiler {h['compiler_version']}, this is {COMPILER_VERSION}")
-        start = 16 + n
+        start = cls._header(bytes(mv[:16]))["header_size"]
+        h = json.loads(bytes(mv[16:start]))
         stream = bytes(mv[start : start + h["stream_size"]])
         # The weights stay a view of ``data`` (MBs; uploaded once, then dropped with it).
         weights = mv[start + h["stream_size"] : start + h["stream_size"] + h["weights_size"]]
         if len(weights) != h["weights_size"]:
             raise ValueError("compiled partition is truncated")
+        return cls._from_header(h, stream, weights)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> CompiledPartition:
+        """A serialized partition read from ``path`` without its weights: they stay in the file
+        (:class:`WeightsFile`) until the runner reads them into the weights BO."""
+        f = open(path, "rb")  # noqa: SIM115 - WeightsFile keeps it open until the upload
+        try:
+            start = cls._header(f.read(16))["header_size"]
+            h = json.loads(f.read(start - 16))
+            stream = f.read(h["stream_size"])
+            offset = start + h["stream_size"]
+            if len(stream) != h["stream_size"] or os.fstat(f.fileno()).st_size != offset + h["weights_size"]:
+                raise ValueError("compiled partition is truncated")
+            return cls._from_header(h, stream, WeightsFile(f, offset, h["weights_size"]))
+        except BaseException:
+            f.close()
+            raise
+
+    @classmethod
+    def _from_header(
+        cls, h: dict, stream: bytes, weights: bytes | memoryview | WeightsFile
+    ) -> CompiledPartition:
+        if h["compiler_version"] != COMPILER_VERSION:
+            raise ValueError(f"compiled by compiler {h['compiler_version']}, this is {COMPILER_VERSION}")
 
         def io(d: dict) -> IoBinding:
             return IoBinding(d["index"], d["offset"], tuple(d["shape"]), d["dtype"])

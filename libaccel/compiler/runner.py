@@ -9,9 +9,25 @@ from collections.abc import Mapping
 import numpy as np
 
 from libaccel.bo import BufferObject
-from libaccel.compiler.lower import REGION_ARENA, REGION_WEIGHTS, CompiledPartition, IoBinding
+from libaccel.compiler.lower import REGION_ARENA, REGION_WEIGHTS, CompiledPartition, IoBinding, WeightsFile
 from libaccel.device import Device
 from libaccel.job import Job, JobBo
+
+
+def _upload_weights(device: Device, weights: bytes | bytearray | memoryview | WeightsFile) -> BufferObject:
+    """The device-read-only weights BO, filled from memory or straight from the cache file."""
+    if not isinstance(weights, WeightsFile):
+        return device.create_bo_with(weights or b"\0", read_only=True)
+    bo = device.create_bo(max(len(weights), 1), read_only=True)
+    try:
+        if len(weights):
+            weights.readinto(bo.map()[: len(weights)])
+    except BaseException:
+        bo.close()
+        raise
+    finally:
+        weights.close()
+    return bo
 
 
 class PartitionRunner:
@@ -37,7 +53,7 @@ class PartitionRunner:
         self.timeout = timeout
         self._bos: list[BufferObject] = []
         try:
-            self.weights = self._bo(device.create_bo_with(compiled.weights or b"\0", read_only=True))
+            self.weights = self._bo(_upload_weights(device, compiled.weights))
             self.arena = self._bo(device.create_bo(compiled.arena_size))
             stream = bytearray(compiled.stream)
             bases = {REGION_WEIGHTS: self.weights.va, REGION_ARENA: self.arena.va}

@@ -18,7 +18,7 @@ from libaccel.compiler import (
 )
 from libaccel.compiler.cache import model_key, partition_key
 from libaccel.compiler.graph import QuantParams
-from libaccel.compiler.lower import plan_arena
+from libaccel.compiler.lower import WeightsFile, plan_arena
 from tools.models import generate as g
 
 ISA = 1 << 16
@@ -226,3 +226,29 @@ def test_compile_cached_with_a_given_key_and_support_results(tmp_path) -> None:
     assert cache.get_support(key) == {}
     cache.support_path(key).write_bytes(b"{torn")
     assert cache.get_support(key) == {}
+
+
+def test_weights_left_in_the_cache_file_upload_exactly(tmp_path, dev: Device) -> None:
+    """compile_cached(weights_in_file=True): the weights stay in the file and are read straight
+    into the runner's BO, on the miss (after the cache write) and on the hit; a torn file misses."""
+    model = g.conv2d_model((1, 8, 8, 3), 4, 3, 1, "SAME", True, "RELU6", 1)
+    graph = graph_from_tflite(model)
+    cache = CompileCache(tmp_path)
+    direct = compile_partition(graph, [0], dev.params.isa_version)
+    x = np.arange(8 * 8 * 3, dtype=np.int8).reshape(1, 8, 8, 3)
+    with PartitionRunner(dev, direct) as runner:
+        want = runner.run({graph.inputs[0]: x})
+    for expect_hit in (False, True):
+        compiled, hit = compile_cached(graph, [0], dev.params.isa_version, cache, weights_in_file=True)
+        assert hit == expect_hit
+        assert isinstance(compiled.weights, WeightsFile) and len(compiled.weights) == len(direct.weights)
+        assert compiled.to_bytes() == direct.to_bytes()
+        with PartitionRunner(dev, compiled) as runner:
+            assert bytes(runner.weights.map()[: len(direct.weights)]) == bytes(direct.weights)
+            got = runner.run({graph.inputs[0]: x})
+        assert all(np.array_equal(got[t], want[t]) for t in want)
+    (path,) = tmp_path.glob("*.vnpucp")
+    path.write_bytes(path.read_bytes()[:-1])
+    assert cache.get(path.stem, weights_in_file=True) is None
+    with pytest.raises(ValueError, match="truncated"):
+        CompiledPartition.from_file(path)
