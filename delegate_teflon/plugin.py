@@ -18,6 +18,7 @@ it becomes ``kTfLiteError`` plus a message through the runtime's ``ReportError``
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import itertools
 import sys
@@ -264,6 +265,8 @@ def _kernel_prepare(context: Any, node: Any) -> int:
         compiled, hit = compiler_bridge.compile_partition(
             kernel.graph, state.device, state.options.cache_dir, model=kernel.model_key or None
         )
+        if not hit:
+            _return_freed_memory()  # the compiler's temporaries, before the BOs take their place
         kernel.runner = compiler_bridge.make_runner(compiled, state.device)
         # The weights live in the runner's BO now: the compiled weights go with ``compiled``; of the
         # partition, invoke needs only its inputs' and outputs' records (shape, dtype), so the rest
@@ -278,6 +281,24 @@ def _kernel_prepare(context: Any, node: Any) -> int:
             "verbose", f"vnpu delegate: NPU partition {kernel.handle}: {how} and uploaded in {ms:.1f} ms"
         )
     return K_TFLITE_OK
+
+
+def _return_freed_memory() -> None:
+    """Give memory the allocator holds but no longer uses back to the system (glibc's malloc_trim).
+
+    A compile frees MBs of small and medium blocks that glibc keeps in its heap; without this they
+    would still be resident when the weights BO is filled, and count twice in the peak."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            _malloc_trim = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):  # not glibc: nothing to do
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None
 
 
 def _tensor_view(context: Any, index: int, info: Any) -> np.ndarray:
