@@ -412,6 +412,9 @@ def report(outdir: Path, rc: int, clock: Clock) -> int:
     dmesg = outdir / "dmesg.txt"
     if dmesg.exists():
         clock.say("tests", f"guest kernel log: {dmesg}")
+    # The plain closing line CI tools read: "N passed, N failed".
+    skipped = sum(c.outcome == "skip" for s in suites for c in s.cases)
+    print(f"qemu_tests: {total - failed - skipped} passed, {failed} failed, {skipped} skipped", flush=True)
     if failed or rc:
         return rc or 1
     return 0
