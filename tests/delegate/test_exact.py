@@ -31,19 +31,6 @@ CASES: dict[str, Callable[[], bytes]] = {
 }
 
 
-def _run(interp_mod: Any, model: bytes, inputs: list[np.ndarray], delegates: list[Any]) -> list[np.ndarray]:
-    interp = interp_mod.Interpreter(
-        model_content=model,
-        experimental_delegates=delegates or None,
-        experimental_op_resolver_type=interp_mod.OpResolverType.BUILTIN_REF,
-    )
-    interp.allocate_tensors()
-    for detail, value in zip(interp.get_input_details(), inputs, strict=True):
-        interp.set_tensor(detail["index"], value)
-    interp.invoke()
-    return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
-
-
 def _differing_bytes(got: list[np.ndarray], want: list[np.ndarray]) -> int:
     assert [g.shape for g in got] == [w.shape for w in want]
     return sum(
@@ -51,11 +38,13 @@ def _differing_bytes(got: list[np.ndarray], want: list[np.ndarray]) -> int:
     )
 
 
-def _check(interp_mod: Any, lib_path: str, model: bytes, options: dict[str, str], cpu_ops: set[str]) -> None:
+def _check(
+    runtime: str, interp_mod: Any, lib_path: str, model: bytes, options: dict[str, str], cpu_ops: set[str]
+) -> None:
     inputs = gen.random_inputs(model, 123)
-    want = _run(interp_mod, model, inputs, [])
+    want = gen.run_reference(model, inputs, runtime)
     delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "log_level": "quiet", **options})
-    got = _run(interp_mod, model, inputs, [delegate])
+    got = gen.run_reference(model, inputs, runtime, [delegate])
     record = plugin.last_prepare()
     assert record is not None
     wrong = [(p.node, p.op, p.reason) for p in record.placements if p.npu == (p.op in cpu_ops)]
@@ -64,8 +53,8 @@ def _check(interp_mod: Any, lib_path: str, model: bytes, options: dict[str, str]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_one_op_exact(name: str, interp_mod: Any, lib_path: str) -> None:
-    _check(interp_mod, lib_path, CASES[name](), {}, set())
+def test_one_op_exact(name: str, runtime: str, interp_mod: Any, lib_path: str) -> None:
+    _check(runtime, interp_mod, lib_path, CASES[name](), {}, set())
 
 
 def _conv_pool_conv() -> bytes:
@@ -107,32 +96,32 @@ def _conv_pool_conv() -> bytes:
     return m.build([x], [prev])
 
 
-def test_two_partitions_around_a_cpu_node(interp_mod: Any, lib_path: str) -> None:
-    _check(interp_mod, lib_path, _conv_pool_conv(), {"deny_ops": "MAX_POOL_2D"}, {"MAX_POOL_2D"})
+def test_two_partitions_around_a_cpu_node(runtime: str, interp_mod: Any, lib_path: str) -> None:
+    _check(runtime, interp_mod, lib_path, _conv_pool_conv(), {"deny_ops": "MAX_POOL_2D"}, {"MAX_POOL_2D"})
 
 
-def test_whole_chain_on_npu(interp_mod: Any, lib_path: str) -> None:
-    _check(interp_mod, lib_path, _conv_pool_conv(), {}, set())
+def test_whole_chain_on_npu(runtime: str, interp_mod: Any, lib_path: str) -> None:
+    _check(runtime, interp_mod, lib_path, _conv_pool_conv(), {}, set())
 
 
-def test_softmax_stays_on_cpu(interp_mod: Any, lib_path: str) -> None:
-    _check(interp_mod, lib_path, gen.softmax_model((1, 10), 3), {}, {"SOFTMAX"})
+def test_softmax_stays_on_cpu(runtime: str, interp_mod: Any, lib_path: str) -> None:
+    _check(runtime, interp_mod, lib_path, gen.softmax_model((1, 10), 3), {}, {"SOFTMAX"})
 
 
-def test_invoke_from_threads(interp_mod: Any, lib_path: str) -> None:
+def test_invoke_from_threads(runtime: str, interp_mod: Any, lib_path: str) -> None:
     """invoke() releases the GIL; the delegate's callbacks take it back, from any thread, concurrently."""
     import threading
 
     model = CASES["conv_k3_s1_same_pc"]()
     inputs = gen.random_inputs(model, 7)
-    want = _run(interp_mod, model, inputs, [])
+    want = gen.run_reference(model, inputs, runtime)
     results: list[Any] = []
 
     def worker() -> None:
         try:
             delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "log_level": "quiet"})
             for _ in range(3):
-                results.append(_differing_bytes(_run(interp_mod, model, inputs, [delegate]), want))
+                results.append(_differing_bytes(gen.run_reference(model, inputs, runtime, [delegate]), want))
         except Exception as e:  # noqa: BLE001 - reported by the assertion below
             results.append(e)
 
@@ -216,9 +205,9 @@ def _small_mobilenet(dtype: str = "int8") -> bytes:
     return m.build([x], [probs, logits])
 
 
-def test_small_mobilenet_int8(interp_mod: Any, lib_path: str) -> None:
-    _check(interp_mod, lib_path, _small_mobilenet("int8"), {}, {"SOFTMAX"})
+def test_small_mobilenet_int8(runtime: str, interp_mod: Any, lib_path: str) -> None:
+    _check(runtime, interp_mod, lib_path, _small_mobilenet("int8"), {}, {"SOFTMAX"})
 
 
-def test_small_mobilenet_uint8(interp_mod: Any, lib_path: str) -> None:
-    _check(interp_mod, lib_path, _small_mobilenet("uint8"), {}, set())
+def test_small_mobilenet_uint8(runtime: str, interp_mod: Any, lib_path: str) -> None:
+    _check(runtime, interp_mod, lib_path, _small_mobilenet("uint8"), {}, set())

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import numpy as np
 import pytest
 
 import delegate_teflon
@@ -39,25 +38,14 @@ def test_bad_options_raise(interp_mod: Any, lib_path: str, options: dict[str, st
         interp_mod.load_delegate(lib_path, options)
 
 
-def _run(interp_mod: Any, model: bytes, inputs: list[np.ndarray], delegates: list[Any]) -> list[np.ndarray]:
-    interp = interp_mod.Interpreter(
-        model_content=model,
-        experimental_delegates=delegates or None,
-        experimental_op_resolver_type=interp_mod.OpResolverType.BUILTIN_REF,
-    )
-    interp.allocate_tensors()
-    for detail, value in zip(interp.get_input_details(), inputs, strict=True):
-        interp.set_tensor(detail["index"], value)
-    interp.invoke()
-    return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
-
-
-def test_nothing_supported_runs_on_cpu(interp_mod: Any, lib_path: str, capfd: pytest.CaptureFixture) -> None:
+def test_nothing_supported_runs_on_cpu(
+    runtime: str, interp_mod: Any, lib_path: str, capfd: pytest.CaptureFixture
+) -> None:
     model = gen.conv2d_model((1, 6, 6, 3), 4, 3, 1, "SAME", True, "NONE", 11)
     inputs = gen.random_inputs(model, 1)
     delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "deny_ops": "CONV_2D"})
-    got = _run(interp_mod, model, inputs, [delegate])
-    want = _run(interp_mod, model, inputs, [])
+    got = gen.run_reference(model, inputs, runtime, [delegate])
+    want = gen.run_reference(model, inputs, runtime)
     assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
     err = capfd.readouterr().err
     assert "no node of this graph (1 nodes) can run on the NPU" in err
@@ -65,19 +53,23 @@ def test_nothing_supported_runs_on_cpu(interp_mod: Any, lib_path: str, capfd: py
     assert record is not None and not any(p.npu for p in record.placements)
 
 
-def test_verbose_placement_report(interp_mod: Any, lib_path: str, capfd: pytest.CaptureFixture) -> None:
+def test_verbose_placement_report(
+    runtime: str, interp_mod: Any, lib_path: str, capfd: pytest.CaptureFixture
+) -> None:
     model = gen.softmax_model((1, 10), 3)
     delegate = interp_mod.load_delegate(
         lib_path, {"device": "shim", "log_level": "verbose", "allow_ops": "CONV_2D,ADD"}
     )
-    _run(interp_mod, model, gen.random_inputs(model, 0), [delegate])
+    gen.run_reference(model, gen.random_inputs(model, 0), runtime, [delegate])
     err = capfd.readouterr().err
     assert "placement" in err and "0 of 1 nodes on the NPU" in err
     assert "SOFTMAX" in err and "CPU  (not in the allow_ops option)" in err
 
 
-def test_quiet_prints_nothing(interp_mod: Any, lib_path: str, capfd: pytest.CaptureFixture) -> None:
+def test_quiet_prints_nothing(
+    runtime: str, interp_mod: Any, lib_path: str, capfd: pytest.CaptureFixture
+) -> None:
     model = gen.softmax_model((1, 10), 3)
     delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "log_level": "quiet"})
-    _run(interp_mod, model, gen.random_inputs(model, 0), [delegate])
+    gen.run_reference(model, gen.random_inputs(model, 0), runtime, [delegate])
     assert "vnpu delegate" not in capfd.readouterr().err

@@ -26,24 +26,11 @@ NETWORKS: dict[str, Callable[[], bytes]] = {
 CPU_OPS = {"mobilenet_v3_like_64_float_io": {"QUANTIZE", "DEQUANTIZE"}}  # the float <-> int8 edges
 
 
-def _run(interp_mod: Any, model: bytes, inputs: list[np.ndarray], delegates: list[Any]) -> list[np.ndarray]:
-    interp = interp_mod.Interpreter(
-        model_content=model,
-        experimental_delegates=delegates or None,
-        experimental_op_resolver_type=interp_mod.OpResolverType.BUILTIN_REF,
-    )
-    interp.allocate_tensors()
-    for detail, value in zip(interp.get_input_details(), inputs, strict=True):
-        interp.set_tensor(detail["index"], value)
-    interp.invoke()
-    return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
-
-
-def _check_network(interp_mod: Any, lib_path: str, model: bytes, cpu_ops: set[str]) -> None:
+def _check_network(runtime: str, interp_mod: Any, lib_path: str, model: bytes, cpu_ops: set[str]) -> None:
     inputs = gen.random_inputs(model, 11)
-    want = _run(interp_mod, model, inputs, [])
+    want = gen.run_reference(model, inputs, runtime)
     delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "log_level": "quiet"})
-    got = _run(interp_mod, model, inputs, [delegate])
+    got = gen.run_reference(model, inputs, runtime, [delegate])
     record = plugin.last_prepare()
     assert record is not None
     on_cpu = [(p.node, p.op, p.reason) for p in record.placements if not p.npu]
@@ -57,8 +44,8 @@ def _check_network(interp_mod: Any, lib_path: str, model: bytes, cpu_ops: set[st
 
 
 @pytest.mark.parametrize("name", sorted(NETWORKS))
-def test_network_through_delegate(name: str, interp_mod: Any, lib_path: str) -> None:
-    _check_network(interp_mod, lib_path, NETWORKS[name](), CPU_OPS.get(name, set()))
+def test_network_through_delegate(name: str, runtime: str, interp_mod: Any, lib_path: str) -> None:
+    _check_network(runtime, interp_mod, lib_path, NETWORKS[name](), CPU_OPS.get(name, set()))
 
 
 @pytest.mark.slow
@@ -66,11 +53,15 @@ def test_mobilenet_v1_224_through_delegate(lib_path: str) -> None:
     """The issue's MobileNetV1 224x224 (alpha 1.0, 1000 classes), one runtime (several seconds)."""
     import tflite_runtime.interpreter as interp_mod
 
-    _check_network(interp_mod, lib_path, gen.mobilenet_v1_model(224, 1.0, 1000, seed=7), set())
+    _check_network(
+        "tflite_runtime", interp_mod, lib_path, gen.mobilenet_v1_model(224, 1.0, 1000, seed=7), set()
+    )
 
 
 @pytest.mark.slow
 def test_mobilenet_v2_224_through_delegate(lib_path: str) -> None:
     import ai_edge_litert.interpreter as interp_mod
 
-    _check_network(interp_mod, lib_path, gen.mobilenet_v2_model(224, 1.0, 1000, seed=8), set())
+    _check_network(
+        "ai_edge_litert", interp_mod, lib_path, gen.mobilenet_v2_model(224, 1.0, 1000, seed=8), set()
+    )
