@@ -91,6 +91,9 @@ def profile_jobs() -> Iterator[list[JobProfile]]:
             _profile_sinks.remove(sink)
 
 
+_NEVER_ABORTED = threading.Event()  # the abort event of jobs run without one; never set
+
+
 class JobError(Exception):
     """A job fails with -EIO; the message names the instruction and the problem."""
 
@@ -688,7 +691,7 @@ class CommandProcessor:
         on_irq: Callable[[int], None] | None,
         profile: JobProfile | None,
     ) -> JobResult:
-        abort = abort if abort is not None else threading.Event()
+        abort = abort if abort is not None else _NEVER_ABORTED
         cycles = 0
         try:
             if pt_root % 4096 or not 0 <= pt_root < self.memory.size:
@@ -698,8 +701,12 @@ class CommandProcessor:
             job = _Job(
                 self.memory, pt_root, self.enabled_opcodes, abort, on_irq, self._translations_for(pt_root)
             )
-            stream = job.mmu.gather(cmd_va, cmd_size)
-            program, job.tensors, job.plans = self._decode(stream.tobytes())
+            # The stream's runs come from the address space's translation cache (an unchanged
+            # stream of an unchanged space is not walked again) and are read as plain bytes.
+            runs = job.runs(cmd_va, cmd_size, False)
+            view = self.memory.view
+            stream = bytes(view(*runs[0])) if len(runs) == 1 else b"".join(view(*r) for r in runs)
+            program, job.tensors, job.plans = self._decode(stream)
             for ins in program:
                 if abort.is_set():
                     raise JobCancelled()

@@ -21,6 +21,9 @@ from .memory import PhysicalAddressError, SystemMemory
 VA_LIMIT = 1 << hw.VA_BITS
 _L2_SPAN = hw.PT_ENTRIES  # pages one L2 table maps
 _TABLE_BYTES = hw.PT_ENTRIES * 8
+# Ranges of at most this many pages are walked in plain Python: for a command stream of a few
+# KiB (an empty job's 8-byte END) numpy's per-call overhead costs more than the walk itself.
+SMALL_RANGE_PAGES = 8
 
 
 class MmuFault(Exception):
@@ -95,6 +98,8 @@ class Mmu:
             raise MmuFault(va, write, f"beyond the {hw.VA_BITS}-bit VA space")
         first_vpn = va >> hw.PAGE_SHIFT
         last_vpn = (in_range_end - 1) >> hw.PAGE_SHIFT
+        if last_vpn - first_vpn < SMALL_RANGE_PAGES:
+            return self._translate_small(va, end, first_vpn, last_vpn, write)
         ptes = self._ptes(first_vpn, last_vpn)
         need = hw.PTE_VALID | (hw.PTE_WRITE if write else hw.PTE_READ)
         pas = ptes & np.uint64(hw.PTE_ADDR_MASK)
@@ -124,6 +129,38 @@ class Mmu:
             run_end_va = min(end, (first_vpn + e) << hw.PAGE_SHIFT)
             runs.append((run_pa, run_end_va - pos))
             pos = run_end_va
+        return runs
+
+    def _translate_small(
+        self, va: int, end: int, first_vpn: int, last_vpn: int, write: bool
+    ) -> list[tuple[int, int]]:
+        """translate_range for a few pages, without numpy; the same runs and the same faults."""
+        need = hw.PTE_VALID | (hw.PTE_WRITE if write else hw.PTE_READ)
+        pa_limit = self.memory.size - hw.PAGE_SIZE
+        runs: list[tuple[int, int]] = []
+        pos = va
+        for vpn in range(first_vpn, last_vpn + 1):
+            l1, lo = divmod(vpn, _L2_SPAN)
+            table = self._l2_table(l1)
+            pte = int(table[lo]) if table is not None else 0
+            pa = pte & hw.PTE_ADDR_MASK
+            if (pte & need) != need or pa > pa_limit:
+                if not pte & hw.PTE_VALID:
+                    reason = "unmapped page"
+                elif (pte & need) != need:
+                    reason = "page is not writable" if write else "page is not readable"
+                else:
+                    reason = f"page maps physical {pa:#x}, outside system memory"
+                raise MmuFault(max(va, vpn << hw.PAGE_SHIFT), write, reason)
+            page_end = min(end, (vpn + 1) << hw.PAGE_SHIFT)
+            start_pa = pa + (pos & (hw.PAGE_SIZE - 1))
+            if runs and runs[-1][0] + runs[-1][1] == start_pa:  # physically contiguous: one run
+                runs[-1] = (runs[-1][0], runs[-1][1] + page_end - pos)
+            else:
+                runs.append((start_pa, page_end - pos))
+            pos = page_end
+        if end > VA_LIMIT:
+            raise MmuFault(VA_LIMIT, write, f"beyond the {hw.VA_BITS}-bit VA space")
         return runs
 
     def translate(self, va: int, write: bool = False) -> int:

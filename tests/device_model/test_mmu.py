@@ -140,3 +140,45 @@ def test_page_table_writer_bookkeeping() -> None:
     space.destroy()
     with pytest.raises(OutOfMemory):
         alloc.alloc_pages(1000)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(["rw", "ro", "none", "outside"]), min_size=1, max_size=12),
+    st.integers(0, 4095),
+    st.booleans(),
+    st.data(),
+)
+def test_small_walk_matches_the_numpy_walk(kinds: list[str], offset: int, write: bool, data) -> None:
+    """Ranges of up to SMALL_RANGE_PAGES take the plain-Python walk: same runs, same faults."""
+    m = Machine(4 << 20)
+    base = (1 << hw.L1_SHIFT) - 3 * hw.PAGE_SIZE  # crosses an L1 boundary
+    pages = m.allocator.alloc_pages(len(kinds))
+    pages[len(pages) // 2 :] = pages[len(pages) // 2 :][::-1]  # some contiguous runs, some breaks
+    for i, kind in enumerate(kinds):
+        va = base + i * hw.PAGE_SIZE
+        if kind in ("rw", "ro"):
+            m.space.map(va, [pages[i]], writable=kind == "rw")
+        elif kind == "outside":  # a PTE pointing past the end of system memory
+            m.space.map(va, [pages[i]])
+            l1 = int(np.frombuffer(m.memory.view(m.space.root, 4096), "<u8")[va >> hw.L1_SHIFT])
+            entry_pa = (l1 & hw.PTE_ADDR_MASK) + ((va >> hw.PAGE_SHIFT) % hw.PT_ENTRIES) * 8
+            pte = int.from_bytes(m.memory.view(entry_pa, 8), "little")
+            outside = (pte & ~hw.PTE_ADDR_MASK) | (m.memory.size & hw.PTE_ADDR_MASK)
+            m.memory.view(entry_pa, 8)[:] = outside.to_bytes(8, "little")
+    start = base + offset
+    size = data.draw(st.integers(1, len(kinds) * hw.PAGE_SIZE - offset))
+
+    def outcome(small_pages: int) -> object:
+        import device_model.mmu as mmu_module
+
+        saved = mmu_module.SMALL_RANGE_PAGES
+        mmu_module.SMALL_RANGE_PAGES = small_pages
+        try:
+            return Mmu(m.memory, m.space.root).translate_range(start, size, write)
+        except MmuFault as e:
+            return (e.va, e.write, e.reason)
+        finally:
+            mmu_module.SMALL_RANGE_PAGES = saved
+
+    assert outcome(1 << 20) == outcome(0)
