@@ -135,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["VNPU_GUEST"] = "1"
     # The host's home is read-only in the guest: compile caches go to the guest's /tmp.
     os.environ.setdefault("VNPU_COMPILE_CACHE", "/tmp/vnpu-compile-cache")
+    # Device-agnostic suites (the compiler's op grid, networks) run on the kernel device here.
+    os.environ.setdefault("VNPU_TEST_DEVICE", "kernel")
     # Entry-point plugin discovery scans every installed distribution: seconds under TCG.
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     os.environ["VNPU_MODULE"] = str(args.repo / "kernel" / "drivers_accel_stub" / "vnpu.ko")

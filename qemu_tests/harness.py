@@ -31,7 +31,14 @@ MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
 MODULE = MODULE_DIR / "vnpu.ko"
 GUEST_OUT = "/tmp/vnpu-out"  # where the --rwdir appears inside the guest
 GUEST_RAM = "1G"
-DEFAULT_SUITES = ("tests/conformance", "tests/kernel")
+# The compiler's op grid and networks run here too, on vnpu.ko (VNPU_TEST_DEVICE=kernel in the guest).
+DEFAULT_SUITES = (
+    "tests/conformance",
+    "tests/kernel",
+    "tests/compiler/test_op_grid.py",
+    "tests/compiler/test_new_ops.py",
+    "tests/compiler/test_networks.py",
+)
 
 
 class HarnessError(RuntimeError):

@@ -1,5 +1,6 @@
-"""The op grid (in the spirit of Mesa's test_teflon.cpp): every case compiled, run on the shim, and
-compared with TFLite's reference kernels (BUILTIN_REF) with 0 differing bytes.
+"""The op grid (in the spirit of Mesa's test_teflon.cpp): every case compiled, run on the test
+device (the shim; vnpu.ko in the QEMU guest), and compared with TFLite's reference kernels
+(BUILTIN_REF) with 0 differing bytes.
 
 The grid is a representative sample sized for a 2-core CI machine: sizes 1-112,
 kernels 1/3/5, channels 1-256, strides 1/2, SAME/VALID, per-tensor and
