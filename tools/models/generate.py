@@ -406,6 +406,64 @@ def same_padding_out(size: int, k: int, stride: int, dilation: int, padding: str
 
 
 # --- one-op models ----------------------------------------------------------------
+def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
+    """A kernel, stride or dilation argument: one int for both axes, or (height, width)."""
+    return (value, value) if isinstance(value, int) else (value[0], value[1])
+
+
+def _conv_model(
+    op: str,
+    in_shape: Sequence[int],
+    filter_shape: tuple[int, int, int, int],
+    channel_axis: int,
+    depth: int,
+    bias_spread: float,
+    stride: int | tuple[int, int],
+    padding: str,
+    per_channel: bool,
+    act: str,
+    seed: int,
+    dtype: str,
+    dilation: int | tuple[int, int],
+    bias: bool,
+    **op_options: int,
+) -> bytes:
+    """One CONV_2D or DEPTHWISE_CONV_2D: ``filter_shape`` [*, KH, KW, *] quantized along
+    ``channel_axis``; ``depth`` terms per accumulator set the output scale. The random draws keep one
+    order (input scale, filter, output scale, bias): tests and docs name their models by seed."""
+    rng = np.random.default_rng(seed)
+    kh, kw = filter_shape[1:3]
+    cout = filter_shape[channel_axis]
+    sh, sw = _pair(stride)
+    dh, dw = _pair(dilation)
+    n, h, w, _ = in_shape
+    oh, ow = same_padding_out(h, kh, sh, dh, padding), same_padding_out(w, kw, sw, dw, padding)
+    m = ModelBuilder()
+    iq = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, iq)
+    wdata, wq = quantized_filter(rng, filter_shape, dtype, per_channel, channel_axis)
+    wt = m.add_const("filter", wdata, dtype, wq)
+    oq = activation_quant(rng, dtype, accumulator_output_scale(iq.scales[0], wq, depth))
+    inputs = [x, wt]
+    if bias:
+        bdata, bq = quantized_bias(rng, iq.scales[0], wq, cout, bias_spread)
+        inputs.append(m.add_const("bias", bdata, "int32", bq))
+    y = m.add_tensor("output", (n, oh, ow, cout), dtype, oq)
+    m.add_op(
+        op,
+        inputs,
+        [y],
+        padding=padding,
+        stride_h=sh,
+        stride_w=sw,
+        **op_options,
+        dilation_h_factor=dh,
+        dilation_w_factor=dw,
+        fused_activation_function=act,
+    )
+    return m.build([x], [y])
+
+
 def conv2d_model(
     in_shape: Sequence[int],
     out_ch: int,
@@ -420,36 +478,25 @@ def conv2d_model(
     bias: bool = True,
 ) -> bytes:
     """One CONV_2D: input [N,H,W,Cin] -> [N,OH,OW,out_ch], filter [out_ch,KH,KW,Cin]."""
-    rng = np.random.default_rng(seed)
-    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
-    sh, sw = (stride, stride) if isinstance(stride, int) else stride
-    dh, dw = (dilation, dilation) if isinstance(dilation, int) else dilation
-    n, h, w, cin = in_shape
-    oh, ow = same_padding_out(h, kh, sh, dh, padding), same_padding_out(w, kw, sw, dw, padding)
-    m = ModelBuilder()
-    iq = activation_quant(rng, dtype, random_scale(rng))
-    x = m.add_tensor("input", in_shape, dtype, iq)
-    wdata, wq = quantized_filter(rng, (out_ch, kh, kw, cin), dtype, per_channel, 0)
-    wt = m.add_const("filter", wdata, dtype, wq)
+    kh, kw = _pair(kernel)
+    cin = in_shape[3]
     depth = kh * kw * cin
-    oq = activation_quant(rng, dtype, accumulator_output_scale(iq.scales[0], wq, depth))
-    b = -1
-    if bias:
-        bdata, bq = quantized_bias(rng, iq.scales[0], wq, out_ch, 74 * 74 * math.sqrt(depth))
-        b = m.add_const("bias", bdata, "int32", bq)
-    y = m.add_tensor("output", (n, oh, ow, out_ch), dtype, oq)
-    m.add_op(
+    return _conv_model(
         "CONV_2D",
-        [x, wt, b] if b >= 0 else [x, wt],
-        [y],
+        in_shape,
+        filter_shape=(out_ch, kh, kw, cin),
+        channel_axis=0,
+        depth=depth,
+        bias_spread=74 * 74 * math.sqrt(depth),
+        stride=stride,
         padding=padding,
-        stride_h=sh,
-        stride_w=sw,
-        dilation_h_factor=dh,
-        dilation_w_factor=dw,
-        fused_activation_function=act,
+        per_channel=per_channel,
+        act=act,
+        seed=seed,
+        dtype=dtype,
+        dilation=dilation,
+        bias=bias,
     )
-    return m.build([x], [y])
 
 
 def depthwise_conv2d_model(
@@ -466,37 +513,25 @@ def depthwise_conv2d_model(
     bias: bool = True,
 ) -> bytes:
     """One DEPTHWISE_CONV_2D: filter [1,KH,KW,Cin*depth_multiplier], per-channel along axis 3."""
-    rng = np.random.default_rng(seed)
-    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
-    sh, sw = (stride, stride) if isinstance(stride, int) else stride
-    dh, dw = (dilation, dilation) if isinstance(dilation, int) else dilation
-    n, h, w, cin = in_shape
-    cout = cin * depth_multiplier
-    oh, ow = same_padding_out(h, kh, sh, dh, padding), same_padding_out(w, kw, sw, dw, padding)
-    m = ModelBuilder()
-    iq = activation_quant(rng, dtype, random_scale(rng))
-    x = m.add_tensor("input", in_shape, dtype, iq)
-    wdata, wq = quantized_filter(rng, (1, kh, kw, cout), dtype, per_channel, 3)
-    wt = m.add_const("filter", wdata, dtype, wq)
-    oq = activation_quant(rng, dtype, accumulator_output_scale(iq.scales[0], wq, kh * kw))
-    b = -1
-    if bias:
-        bdata, bq = quantized_bias(rng, iq.scales[0], wq, cout, 74 * 74 * kh)
-        b = m.add_const("bias", bdata, "int32", bq)
-    y = m.add_tensor("output", (n, oh, ow, cout), dtype, oq)
-    m.add_op(
+    kh, kw = _pair(kernel)
+    cout = in_shape[3] * depth_multiplier
+    return _conv_model(
         "DEPTHWISE_CONV_2D",
-        [x, wt, b] if b >= 0 else [x, wt],
-        [y],
+        in_shape,
+        filter_shape=(1, kh, kw, cout),
+        channel_axis=3,
+        depth=kh * kw,
+        bias_spread=74 * 74 * kh,
+        stride=stride,
         padding=padding,
-        stride_h=sh,
-        stride_w=sw,
+        per_channel=per_channel,
+        act=act,
+        seed=seed,
+        dtype=dtype,
+        dilation=dilation,
+        bias=bias,
         depth_multiplier=depth_multiplier,
-        dilation_h_factor=dh,
-        dilation_w_factor=dw,
-        fused_activation_function=act,
     )
-    return m.build([x], [y])
 
 
 def fully_connected_model(
@@ -569,8 +604,8 @@ def pool_model(
     if op not in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
         raise ValueError(f"pool_model: {op!r} is not a pooling op")
     rng = np.random.default_rng(seed)
-    fh, fw = (filter_size, filter_size) if isinstance(filter_size, int) else filter_size
-    sh, sw = (stride, stride) if isinstance(stride, int) else stride
+    fh, fw = _pair(filter_size)
+    sh, sw = _pair(stride)
     n, h, w, c = in_shape
     oh, ow = same_padding_out(h, fh, sh, 1, padding), same_padding_out(w, fw, sw, 1, padding)
     m = ModelBuilder()
