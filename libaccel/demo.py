@@ -29,6 +29,8 @@ INT32 = isa.SPEC.dtypes["INT32"].code
 
 
 # --- TFLite's integer arithmetic (tensorflow/lite/kernels/internal/common.h) -------------
+# Written again here on purpose, not imported from libaccel.compiler.quant or the device model: the
+# demo checks the NPU against a reference that shares no code with what produced the NPU's numbers.
 def saturating_rounding_doubling_high_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a = a.astype(np.int64)
     b = np.broadcast_to(np.asarray(b, dtype=np.int64), a.shape)
@@ -62,7 +64,8 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     if real == 0.0:
         return 0, 0
     frac, shift = math.frexp(real)
-    q = round(frac * (1 << 31))
+    # std::round takes halves away from zero; Python's round() would take them to even.
+    q = int(math.copysign(math.floor(abs(frac) * (1 << 31) + 0.5), frac))
     if q == 1 << 31:
         q //= 2
         shift += 1
