@@ -73,7 +73,7 @@ def test_planned_conv2d_matches_reference(seed, signed, ties, k, stride, dil, n)
     assert got.astype(np.int64).tolist() == want
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
     signed=st.booleans(),
@@ -83,8 +83,9 @@ def test_planned_conv2d_matches_reference(seed, signed, ties, k, stride, dil, n)
     dil=st.integers(1, 2),
     dm=st.integers(1, 2),
     n=st.integers(1, 2),
+    einsum=st.booleans(),
 )
-def test_planned_depthwise_matches_reference(seed, signed, ties, k, stride, dil, dm, n) -> None:
+def test_planned_depthwise_matches_reference(seed, signed, ties, k, stride, dil, dm, n, einsum) -> None:
     rng = np.random.default_rng(seed)
     cin = int(rng.integers(1, 5))
     cout = cin * dm
@@ -104,7 +105,12 @@ def test_planned_depthwise_matches_reference(seed, signed, ties, k, stride, dil,
         filt, bias, in_dtype=inp.dtype, act_min=amin, act_max=amax, out_dtype=dtype, **kwargs
     )
     assert plan is not None
-    got = nm.run_depthwise_plan(inp, plan, k, k, dm, (stride, stride, dil, dil, pt, pl, oh, ow))
+    saved = nm.DEPTHWISE_EINSUM_CHANNELS
+    nm.DEPTHWISE_EINSUM_CHANNELS = 1 if einsum else 1 << 30  # both paths: the einsum and per tap
+    try:
+        got = nm.run_depthwise_plan(inp, plan, k, k, dm, (stride, stride, dil, dil, pt, pl, oh, ow))
+    finally:
+        nm.DEPTHWISE_EINSUM_CHANNELS = saved
     want = ref.depthwise(
         inp.tolist(), filt.tolist(), None if bias is None else bias.tolist(), izp, fzp, stride, stride,
         dil, dil, pt, pl, dm, oh, ow, mults.tolist(), shifts.tolist(), ozp, amin, amax,
