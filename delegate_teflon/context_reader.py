@@ -118,41 +118,37 @@ def read_tensor(
     return TensorInfo(index=index, name=name, dtype=dtype, shape=shape, quant=quant, data=data)
 
 
+def _window_options(p: Any) -> dict[str, Any]:
+    """The fields TfLiteConvParams, TfLiteDepthwiseConvParams and TfLitePoolParams share (same names)."""
+    return {
+        "padding": PADDINGS.get(p.padding, "UNKNOWN"),
+        "stride_w": p.stride_width,
+        "stride_h": p.stride_height,
+        "fused_activation_function": ACTIVATIONS.get(p.activation, "?"),
+    }
+
+
+def _conv_options(p: Any) -> dict[str, Any]:
+    """CONV_2D's options, which DEPTHWISE_CONV_2D's extend."""
+    return {
+        **_window_options(p),
+        "dilation_w_factor": p.dilation_width_factor,
+        "dilation_h_factor": p.dilation_height_factor,
+    }
+
+
 def _options(ffi: Any, op: str, builtin_data: Any) -> dict[str, Any]:
     """Decode ``builtin_data`` into the schema's option names (``fused_activation_function``...)."""
     if not builtin_data:
         return {}
     if op == "CONV_2D":
-        p = ffi.cast("TfLiteConvParams *", builtin_data)
-        return {
-            "padding": PADDINGS.get(p.padding, "UNKNOWN"),
-            "stride_w": p.stride_width,
-            "stride_h": p.stride_height,
-            "fused_activation_function": ACTIVATIONS.get(p.activation, "?"),
-            "dilation_w_factor": p.dilation_width_factor,
-            "dilation_h_factor": p.dilation_height_factor,
-        }
+        return _conv_options(ffi.cast("TfLiteConvParams *", builtin_data))
     if op == "DEPTHWISE_CONV_2D":
         p = ffi.cast("TfLiteDepthwiseConvParams *", builtin_data)
-        return {
-            "padding": PADDINGS.get(p.padding, "UNKNOWN"),
-            "stride_w": p.stride_width,
-            "stride_h": p.stride_height,
-            "depth_multiplier": p.depth_multiplier,
-            "fused_activation_function": ACTIVATIONS.get(p.activation, "?"),
-            "dilation_w_factor": p.dilation_width_factor,
-            "dilation_h_factor": p.dilation_height_factor,
-        }
+        return {**_conv_options(p), "depth_multiplier": p.depth_multiplier}
     if op in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
         p = ffi.cast("TfLitePoolParams *", builtin_data)
-        return {
-            "padding": PADDINGS.get(p.padding, "UNKNOWN"),
-            "stride_w": p.stride_width,
-            "stride_h": p.stride_height,
-            "filter_width": p.filter_width,
-            "filter_height": p.filter_height,
-            "fused_activation_function": ACTIVATIONS.get(p.activation, "?"),
-        }
+        return {**_window_options(p), "filter_width": p.filter_width, "filter_height": p.filter_height}
     if op == "FULLY_CONNECTED":
         p = ffi.cast("TfLiteFullyConnectedParams *", builtin_data)
         return {
