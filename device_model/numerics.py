@@ -303,14 +303,26 @@ def _gemm_channels(w: np.ndarray, cols: np.ndarray) -> np.ndarray:
 
 
 # --- geometry -----------------------------------------------------------------
-def _padded(x: np.ndarray, pad_top: int, pad_left: int, need_h: int, need_w: int, value: int) -> np.ndarray:
-    """x [N,H,W,C] placed at (pad_top, pad_left) in a [N, >=need_h, >=need_w, C] canvas of ``value``."""
+def _padded(
+    x: np.ndarray,
+    pad_top: int,
+    pad_left: int,
+    need_h: int,
+    need_w: int,
+    value: int,
+    dtype: np.dtype | type | None = None,
+) -> np.ndarray:
+    """x [N,H,W,C] placed at (pad_top, pad_left) in a [N, >=need_h, >=need_w, C] canvas of ``value``.
+
+    With ``dtype`` the canvas has that dtype (x is converted while it is copied in: one pass, not
+    a converted copy first)."""
     n, h, w, c = x.shape
     hp = max(pad_top + h, need_h)
     wp = max(pad_left + w, need_w)
+    dtype = x.dtype if dtype is None else np.dtype(dtype)
     if (pad_top, pad_left, hp, wp) == (0, 0, h, w):
-        return x
-    out = np.full((n, hp, wp, c), value, dtype=x.dtype)
+        return x if x.dtype == dtype else x.astype(dtype)
+    out = np.full((n, hp, wp, c), value, dtype=dtype)
     out[:, pad_top : pad_top + h, pad_left : pad_left + w, :] = x
     return out
 
@@ -982,10 +994,8 @@ def run_conv2d_plan(
     if (kh, kw, sh, sw, pt, pl) == (1, 1, 1, 1, 0, 0) and (oh, ow) == (h, w):
         cols = inp.reshape(n * h * w, cin).astype(np.float32)
     else:
-        x = inp.astype(np.float32)
-        xp = _padded(
-            x, pt, pl, (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1, plan.input_zp
-        )
+        need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+        xp = _padded(inp, pt, pl, need_h, need_w, plan.input_zp, np.float32)
         cols = _windows(xp, oh, ow, kh, kw, sh, sw, dh, dw).reshape(n * oh * ow, kh * kw * cin)
     acc = cols @ wmat  # [M, Cout], exact integers
     out = plan.requant.apply(acc.reshape(n * oh, ow * cout), ow)
@@ -1001,14 +1011,9 @@ def run_depthwise_plan(
     )
     n = inp.shape[0]
     cout = plan.taps.shape[1]
-    x = inp.astype(np.float32)
-    if dm > 1:
-        x = np.repeat(x, dm, axis=3)
-    xp = _padded(
-        x, pt, pl, (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1, plan.input_zp
-    )
-    if xp is x:
-        xp = np.ascontiguousarray(x)
+    x = np.repeat(inp, dm, axis=3) if dm > 1 else inp
+    need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+    xp = _padded(x, pt, pl, need_h, need_w, plan.input_zp, np.float32)  # a new float32 array
     out = np.empty((n, oh, ow * cout), dtype=plan.requant.out_dtype)
     if cout >= DEPTHWISE_EINSUM_CHANNELS:
         # One einsum over the windows: no tap-sized temporaries; the float32 sums are exact in any
