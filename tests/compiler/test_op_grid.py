@@ -15,6 +15,16 @@ from libaccel import Device
 from tests.compiler.helpers import assert_exact
 from tools.models import generate as g
 
+
+def _window_case_id(case: tuple, channels: str) -> str:
+    """A CONV_CASES/DW_CASES row's test id; ``channels`` prefixes the second field (o: out_ch,
+    m: depth_multiplier)."""
+    in_shape, second, kernel, stride, padding, per_channel, act, dtype = case
+    shape = "x".join(map(str, in_shape))
+    quant = "pc" if per_channel else "pt"
+    return f"{dtype}-{shape}-{channels}{second}-k{kernel}s{stride}-{padding}-{quant}-{act}"
+
+
 # (in_shape, out_ch, kernel, stride, padding, per_channel, act, dtype)
 CONV_CASES = [
     ((1, 1, 1, 8), 4, 1, 1, "SAME", True, "NONE", "int8"),
@@ -37,9 +47,7 @@ CONV_CASES = [
 @pytest.mark.parametrize(
     "case",
     CONV_CASES,
-    ids=lambda c: (
-        f"{c[7]}-{'x'.join(map(str, c[0]))}-o{c[1]}-k{c[2]}s{c[3]}-{c[4]}-{'pc' if c[5] else 'pt'}-{c[6]}"
-    ),
+    ids=lambda c: _window_case_id(c, "o"),
 )
 def test_conv2d(dev: Device, case: tuple) -> None:
     in_shape, out_ch, kernel, stride, padding, per_channel, act, dtype = case
@@ -76,9 +84,7 @@ DW_CASES = [
 @pytest.mark.parametrize(
     "case",
     DW_CASES,
-    ids=lambda c: (
-        f"{c[7]}-{'x'.join(map(str, c[0]))}-m{c[1]}-k{c[2]}s{c[3]}-{c[4]}-{'pc' if c[5] else 'pt'}-{c[6]}"
-    ),
+    ids=lambda c: _window_case_id(c, "m"),
 )
 def test_depthwise_conv2d(dev: Device, case: tuple) -> None:
     in_shape, dm, kernel, stride, padding, per_channel, act, dtype = case
