@@ -13,16 +13,10 @@ from delegate_teflon import compiler_bridge, plugin
 from tools.models import generate as gen
 
 
-def _load(interp_mod: Any, lib_path: str, model: bytes, cache: Path) -> Any:
+def _load(runtime: str, interp_mod: Any, lib_path: str, model: bytes, cache: Path) -> Any:
     options = {"device": "shim", "log_level": "verbose", "cache_dir": str(cache)}
     delegate = interp_mod.load_delegate(lib_path, options)
-    interp = interp_mod.Interpreter(
-        model_content=model,
-        experimental_delegates=[delegate],
-        experimental_op_resolver_type=interp_mod.OpResolverType.BUILTIN_REF,
-    )
-    interp.allocate_tensors()
-    return interp
+    return gen.reference_interpreter(model, runtime, [delegate])
 
 
 def _run(interp: Any, seed: int = 3) -> np.ndarray:
@@ -35,12 +29,8 @@ def _run(interp: Any, seed: int = 3) -> np.ndarray:
     return interp.get_tensor(interp.get_output_details()[0]["index"]).copy()
 
 
-def _reference(interp_mod: Any, model: bytes) -> np.ndarray:
-    ref = interp_mod.Interpreter(
-        model_content=model, experimental_op_resolver_type=interp_mod.OpResolverType.BUILTIN_REF
-    )
-    ref.allocate_tensors()
-    return _run(ref)
+def _reference(runtime: str, model: bytes) -> np.ndarray:
+    return _run(gen.reference_interpreter(model, runtime))
 
 
 @pytest.fixture
@@ -52,6 +42,7 @@ def constants_as_views() -> Any:
 
 
 def test_second_load_hits_the_cache(
+    runtime: str,
     interp_mod: Any,
     lib_path: str,
     tmp_path: Path,
@@ -70,7 +61,7 @@ def test_second_load_hits_the_cache(
     monkeypatch.setattr(compiler_bridge, "check", counting_check)
     logs, outputs = [], []
     for _ in range(2):
-        interp = _load(interp_mod, lib_path, model, tmp_path)
+        interp = _load(runtime, interp_mod, lib_path, model, tmp_path)
         logs.append(capfd.readouterr().err)
         outputs.append(_run(interp))
         del interp
@@ -78,12 +69,13 @@ def test_second_load_hits_the_cache(
     assert "loaded from the compile cache" in logs[1]
     assert checks == [0]  # the second load reused the first one's support check
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".vnpucp", ".vnpusup"]
-    want = _reference(interp_mod, model)
+    want = _reference(runtime, model)
     for got in outputs:
         np.testing.assert_array_equal(got, want)
 
 
 def test_changed_weights_miss_the_cache(
+    runtime: str,
     interp_mod: Any,
     lib_path: str,
     tmp_path: Path,
@@ -94,8 +86,8 @@ def test_changed_weights_miss_the_cache(
     a = gen.conv2d_model((1, 8, 8, 4), 8, 3, 1, "SAME", True, "RELU", 21)
     b = gen.conv2d_model((1, 8, 8, 4), 8, 3, 1, "SAME", True, "RELU", 22)
     for model in (a, b):
-        interp = _load(interp_mod, lib_path, model, tmp_path)
+        interp = _load(runtime, interp_mod, lib_path, model, tmp_path)
         assert "compiled and uploaded" in capfd.readouterr().err
-        np.testing.assert_array_equal(_run(interp), _reference(interp_mod, model))
+        np.testing.assert_array_equal(_run(interp), _reference(runtime, model))
         del interp
     assert len(list(tmp_path.glob("*.vnpucp"))) == 2

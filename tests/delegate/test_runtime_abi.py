@@ -31,14 +31,9 @@ MODELS: dict[str, Callable[[], bytes]] = {
 }
 
 
-def _prepare(interp_mod: Any, lib_path: str, model: bytes) -> plugin.PrepareRecord:
+def _prepare(runtime: str, interp_mod: Any, lib_path: str, model: bytes) -> plugin.PrepareRecord:
     delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "log_level": "quiet"})
-    interp = interp_mod.Interpreter(
-        model_content=model,
-        experimental_delegates=[delegate],
-        experimental_op_resolver_type=interp_mod.OpResolverType.BUILTIN_REF,
-    )
-    interp.allocate_tensors()
+    gen.reference_interpreter(model, runtime, [delegate])  # the delegate prepares while it is built
     record = plugin.last_prepare()
     assert record is not None
     return record
@@ -47,7 +42,7 @@ def _prepare(interp_mod: Any, lib_path: str, model: bytes) -> plugin.PrepareReco
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_context_graph_equals_file_graph(name: str, runtime: str, interp_mod: Any, lib_path: str) -> None:
     model = MODELS[name]()
-    record = _prepare(interp_mod, lib_path, model)
+    record = _prepare(runtime, interp_mod, lib_path, model)
     assert record.layout.distribution == runtime.replace("_", "-")
     want = graph_from_tflite(model)
     got = record.graph
@@ -69,7 +64,7 @@ def test_context_graph_equals_file_graph(name: str, runtime: str, interp_mod: An
 
 def test_per_channel_scales_are_read(runtime: str, interp_mod: Any, lib_path: str) -> None:
     """A per-channel filter's scales arrive one per output channel (the TfLiteFloatArray trap)."""
-    record = _prepare(interp_mod, lib_path, MODELS["conv_int8_per_channel"]())
+    record = _prepare(runtime, interp_mod, lib_path, MODELS["conv_int8_per_channel"]())
     conv = record.graph.nodes[0]
     q = record.graph.tensors[conv.inputs[1]].quant
     assert q is not None and len(q.scales) == 5 and len(set(q.scales)) > 1 and q.axis == 0
