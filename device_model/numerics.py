@@ -22,6 +22,7 @@ whatever order BLAS adds them in.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -569,10 +570,23 @@ def add(
     TFLite uses MultiplyByQuantizedMultiplierSmallerThanOneExp, which is
     MultiplyByQuantizedMultiplier for the shifts <= 0 it produces; positive
     shifts get MultiplyByQuantizedMultiplier's defined left shift.
+
+    With ``out_dtype`` int8/uint8 and byte inputs the result is already saturated to out_dtype (a
+    lookup in :func:`_add_table`); otherwise int32 values in [act_min, act_max].
     """
     if not 0 <= left_shift <= SHIFT_MAX:
         raise ValueError(f"ADD: left_shift must be in [0, {SHIFT_MAX}], got {left_shift}")
     check_clamp(act_min, act_max)
+    if out_dtype is not None and {np.dtype(out_dtype), in1.dtype, in2.dtype} <= set(_FAST_OUT):
+        table = _add_table(
+            in1.dtype.str, in2.dtype.str, np.dtype(out_dtype).str,
+            (input1_zp, input2_zp, left_shift, input1_multiplier, input1_shift, input2_multiplier,
+             input2_shift, output_multiplier, output_shift, output_zp, act_min, act_max, subtract),
+        )  # fmt: skip
+        idx = in1.view(np.uint8).astype(np.uint16)
+        idx <<= 8
+        idx |= in2.view(np.uint8)
+        return table.take(idx)
     a = wrap_int32((in1.astype(np.int64) - input1_zp) << left_shift)
     b = wrap_int32((in2.astype(np.int64) - input2_zp) << left_shift)
     a = multiply_by_quantized_multiplier(a, input1_multiplier, input1_shift)
@@ -580,6 +594,30 @@ def add(
     raw = wrap_int32(a - b if subtract else a + b)
     out = multiply_by_quantized_multiplier(raw, output_multiplier, output_shift) + output_zp
     return np.clip(out, act_min, act_max).astype(np.int32)
+
+
+# Byte-input ADD/SUB through a table of all 65536 input pairs: the output is a function of the two
+# bytes alone, so a lookup replaces a dozen int64 passes. Each table (64 KiB) is built once per
+# parameter set by the exact computation above; a model has a few dozen at most.
+ADD_TABLES = 64
+
+
+@functools.lru_cache(maxsize=ADD_TABLES)
+def _add_table(in1_dtype: str, in2_dtype: str, out_dtype: str, params: tuple) -> np.ndarray:
+    """[65536] of out_dtype: the saturated ADD/SUB of bytes (b1 << 8) | b2 (read as the inputs' dtypes)."""
+    zp1, zp2, ls, m1, s1, m2, s2, om, os_, ozp, act_min, act_max, subtract = params
+    byte = np.arange(256, dtype=np.uint8)
+    a = np.repeat(byte.view(in1_dtype), 256)
+    b = np.tile(byte.view(in2_dtype), 256)
+    full = add(
+        a, b, input1_zp=zp1, input2_zp=zp2, left_shift=ls, input1_multiplier=m1, input1_shift=s1,
+        input2_multiplier=m2, input2_shift=s2, output_multiplier=om, output_shift=os_, output_zp=ozp,
+        act_min=act_min, act_max=act_max, subtract=subtract,
+    )  # fmt: skip
+    info = np.iinfo(out_dtype)  # what storing to the output saturates to
+    table = np.clip(full, info.min, info.max).astype(out_dtype)
+    table.flags.writeable = False
+    return table
 
 
 def mul(

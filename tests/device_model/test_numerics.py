@@ -267,3 +267,41 @@ def test_int_matmul_exact_on_worst_case_operands() -> None:
     a = np.full((2, 900), 255)
     b = np.full((900, 2), 40)
     assert (nm.int_matmul(a, b) == 255 * 40 * 900).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.booleans(),
+    st.integers(
+        16, 20
+    ),  # TFLite's ADD uses left_shift 20 (16 for int16): realistic scales, not all saturated
+    st.tuples(
+        *[st.integers(1 << 30, (1 << 31) - 1), st.integers(-4, 0)] * 2,
+        st.integers(1 << 30, (1 << 31) - 1),
+        st.integers(-22, -14),
+    ),
+    st.sampled_from([np.int8, np.uint8]),
+    st.sampled_from([np.int8, np.uint8]),
+    st.sampled_from([np.int8, np.uint8]),
+    st.sampled_from([(-128, 127), (0, 255), (-1000, 1000), (-20, 30)]),
+)
+def test_add_byte_table_matches_direct_computation(
+    seed: int, subtract: bool, ls: int, q: tuple, t1, t2, tout, act: tuple[int, int]
+) -> None:
+    """Byte inputs with a byte output take a 65536-entry table: the same values, saturated as stored."""
+    rng = np.random.default_rng(seed)
+    x1 = rng.integers(0, 256, size=(1, 5, 7, 3), dtype=np.uint8).view(t1)
+    x2 = rng.integers(0, 256, size=(1, 5, 7, 3), dtype=np.uint8).view(t2)[:, :, ::-1]  # strided
+    zp1, zp2, ozp = (int(v) for v in rng.integers(-128, 128, size=3))
+    m1, s1, m2, s2, om, os_ = q
+    kwargs = dict(
+        input1_zp=zp1, input2_zp=zp2, left_shift=ls, input1_multiplier=m1, input1_shift=s1,
+        input2_multiplier=m2, input2_shift=s2, output_multiplier=om, output_shift=os_, output_zp=ozp,
+        act_min=act[0], act_max=act[1], subtract=subtract,
+    )  # fmt: skip
+    got = nm.add(x1, x2, out_dtype=np.dtype(tout), **kwargs)
+    info = np.iinfo(tout)
+    want = np.clip(nm.add(x1, x2, **kwargs), info.min, info.max)
+    assert got.dtype == np.dtype(tout)
+    assert got.tolist() == want.tolist()
