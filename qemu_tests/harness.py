@@ -38,6 +38,7 @@ DEFAULT_SUITES = (
     "tests/compiler/test_op_grid.py",
     "tests/compiler/test_new_ops.py",
     "tests/compiler/test_networks.py",
+    "tests/delegate/test_networks.py",
 )
 
 

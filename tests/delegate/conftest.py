@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 import pytest
@@ -15,6 +16,12 @@ RUNTIMES = ("tflite_runtime", "ai_edge_litert")
 @pytest.fixture(scope="session")
 def lib_path() -> str:
     return delegate_teflon.library_path()
+
+
+@pytest.fixture(scope="session")
+def test_device() -> str:
+    """The delegate's device: the shim on the host; the QEMU harness sets "kernel" in the guest."""
+    return os.environ.get("VNPU_TEST_DEVICE", "shim")
 
 
 @pytest.fixture(params=RUNTIMES)

@@ -1,4 +1,6 @@
-"""Whole int8 networks through libteflon.so on the shim == TFLite's reference kernels: 0 differing bytes.
+"""Whole int8 networks through libteflon.so == TFLite's reference kernels: 0 differing bytes.
+
+The device is the shim on the host and vnpu.ko in the QEMU guest (VNPU_TEST_DEVICE).
 
 Both interpreters use BUILTIN_REF, so nodes left on the CPU (float QUANTIZE/DEQUANTIZE at the edges)
 run the reference kernels too. Each case also checks the placement: every 8-bit node ran on the NPU.
@@ -26,10 +28,12 @@ NETWORKS: dict[str, Callable[[], bytes]] = {
 CPU_OPS = {"mobilenet_v3_like_64_float_io": {"QUANTIZE", "DEQUANTIZE"}}  # the float <-> int8 edges
 
 
-def _check_network(runtime: str, interp_mod: Any, lib_path: str, model: bytes, cpu_ops: set[str]) -> None:
+def _check_network(
+    runtime: str, interp_mod: Any, lib_path: str, device: str, model: bytes, cpu_ops: set[str]
+) -> None:
     inputs = gen.random_inputs(model, 11)
     want = gen.run_reference(model, inputs, runtime)
-    delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "log_level": "quiet"})
+    delegate = interp_mod.load_delegate(lib_path, {"device": device, "log_level": "quiet"})
     got = gen.run_reference(model, inputs, runtime, [delegate])
     record = plugin.last_prepare()
     assert record is not None
@@ -44,24 +48,36 @@ def _check_network(runtime: str, interp_mod: Any, lib_path: str, model: bytes, c
 
 
 @pytest.mark.parametrize("name", sorted(NETWORKS))
-def test_network_through_delegate(name: str, runtime: str, interp_mod: Any, lib_path: str) -> None:
-    _check_network(runtime, interp_mod, lib_path, NETWORKS[name](), CPU_OPS.get(name, set()))
+def test_network_through_delegate(
+    name: str, runtime: str, interp_mod: Any, lib_path: str, test_device: str
+) -> None:
+    _check_network(runtime, interp_mod, lib_path, test_device, NETWORKS[name](), CPU_OPS.get(name, set()))
 
 
 @pytest.mark.slow
-def test_mobilenet_v1_224_through_delegate(lib_path: str) -> None:
+def test_mobilenet_v1_224_through_delegate(lib_path: str, test_device: str) -> None:
     """The issue's MobileNetV1 224x224 (alpha 1.0, 1000 classes), one runtime (several seconds)."""
     import tflite_runtime.interpreter as interp_mod
 
     _check_network(
-        "tflite_runtime", interp_mod, lib_path, gen.mobilenet_v1_model(224, 1.0, 1000, seed=7), set()
+        "tflite_runtime",
+        interp_mod,
+        lib_path,
+        test_device,
+        gen.mobilenet_v1_model(224, 1.0, 1000, seed=7),
+        set(),
     )
 
 
 @pytest.mark.slow
-def test_mobilenet_v2_224_through_delegate(lib_path: str) -> None:
+def test_mobilenet_v2_224_through_delegate(lib_path: str, test_device: str) -> None:
     import ai_edge_litert.interpreter as interp_mod
 
     _check_network(
-        "ai_edge_litert", interp_mod, lib_path, gen.mobilenet_v2_model(224, 1.0, 1000, seed=8), set()
+        "ai_edge_litert",
+        interp_mod,
+        lib_path,
+        test_device,
+        gen.mobilenet_v2_model(224, 1.0, 1000, seed=8),
+        set(),
     )
