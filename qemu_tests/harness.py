@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,6 +117,9 @@ def build_module(clock: Clock) -> None:
 
 # --- device model ----------------------------------------------------------
 
+# A guest line that asks the harness to kill the device model (with --allow-kill-request).
+KILL_REQUEST = b"VNPU-KILL-DEVICE-MODEL"
+
 
 class DeviceModelProcess:
     """The ``vnpu-device-model`` server, started before QEMU and stopped after it."""
@@ -168,6 +172,11 @@ class DeviceModelProcess:
         for line in self.proc.stdout:
             if self._log:
                 self._log.write(line)
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would: the guest's driver must time its jobs out."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """Wait for the server to exit (it does when QEMU disconnects), else SIGTERM, then SIGKILL."""
@@ -271,7 +280,13 @@ def guest_command(args: argparse.Namespace) -> list[str]:
     return cmd
 
 
-def boot(cmd: list[str], timeout: float, clock: Clock, log_path: Path) -> int:
+def boot(
+    cmd: list[str],
+    timeout: float,
+    clock: Clock,
+    log_path: Path,
+    on_line: Callable[[bytes], None] | None = None,
+) -> int:
     """Run vng; returns the guest command's exit code.
 
     The guest's output is copied line by line to our stdout and to
@@ -297,6 +312,8 @@ def boot(cmd: list[str], timeout: float, clock: Clock, log_path: Path) -> int:
                 sys.stdout.buffer.write(line)
                 sys.stdout.buffer.flush()
                 log.write(line)
+                if on_line is not None:
+                    on_line(line)
         rc = proc.wait()
     except KeyboardInterrupt:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -364,6 +381,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-module", action="store_true", help="boot with the device but do not load vnpu.ko")
     p.add_argument("--cpus", type=int, default=2, help="guest vCPUs (default 2)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before the guest is killed")
+    p.add_argument(
+        "--allow-kill-request",
+        action="store_true",
+        help=f"SIGKILL the device model when the guest prints {KILL_REQUEST.decode()} (crash tests)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="verbose device model log")
     return p
 
@@ -391,7 +413,15 @@ def main(argv: list[str] | None = None) -> int:
         clock.say("server", f"device model ready ({server.socket})")
         cmd = vng_command(guest_command(args), server.socket, server.ram, outdir, args.cpus)
         clock.say("boot", "starting the guest (vng, TCG)")
-        rc = boot(cmd, args.timeout, clock, outdir / "console.log")
+        on_line = None
+        if args.allow_kill_request:
+
+            def on_line(line: bytes) -> None:
+                if line.strip() == KILL_REQUEST:
+                    clock.say("server", "killing the device model (SIGKILL), as the guest asked")
+                    server.kill()
+
+        rc = boot(cmd, args.timeout, clock, outdir / "console.log", on_line)
     except HarnessError as e:
         print(f"qemu_tests: {e}", file=sys.stderr)
         return 2
