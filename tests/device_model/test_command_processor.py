@@ -164,6 +164,19 @@ def test_faults_report_the_va() -> None:
     assert res.status == -errno.EFAULT and res.fault_va == big  # its first page is unmapped
 
 
+def conv_program(**overrides: int) -> bytes:
+    """A 1x2x2x1 CONV2D with a 1x1 filter, in place at VA 0x100000; ``overrides`` break one field."""
+    fields = dict(
+        input=0, filter=1, output=0, stride_h=1, stride_w=1, dilation_h=1, dilation_w=1,
+        multiplier=1 << 30, act_min=-128, act_max=127,
+    )  # fmt: skip
+    return program(
+        tensor(0, "INT8", 0x10_0000, (1, 2, 2, 1)),
+        tensor(1, "INT8", 0x10_0000, (1, 1, 1, 1)),
+        isa.encode("CONV2D", **{**fields, **overrides}),
+    )
+
+
 @pytest.mark.parametrize(
     "stream, why",
     [
@@ -182,47 +195,8 @@ def test_faults_report_the_va() -> None:
         (program(isa.encode("TENSOR", slot=0, dtype=9, va=0, n=1, h=1, w=1, c=1)), "dtype"),
         (program(isa.encode("TENSOR", slot=0, dtype=0, va=0, n=1, h=0, w=1, c=1)), ">= 1"),
         (program(isa.encode("TENSOR", slot=0, dtype=0, va=0, n=2**20, h=2**20, w=1, c=1)), "more than"),
-        (
-            program(
-                tensor(0, "INT8", 0x10_0000, (1, 2, 2, 1)),
-                tensor(1, "INT8", 0x10_0000, (1, 1, 1, 1)),
-                isa.encode(
-                    "CONV2D",
-                    input=0,
-                    filter=1,
-                    output=0,
-                    stride_h=1,
-                    stride_w=1,
-                    dilation_h=1,
-                    dilation_w=1,
-                    multiplier=1 << 30,
-                    shift=31,
-                    act_min=-128,
-                    act_max=127,
-                ),
-            ),
-            "shift",
-        ),  # fmt: skip
-        (
-            program(
-                tensor(0, "INT8", 0x10_0000, (1, 2, 2, 1)),
-                tensor(1, "INT8", 0x10_0000, (1, 1, 1, 1)),
-                isa.encode(
-                    "CONV2D",
-                    input=0,
-                    filter=1,
-                    output=0,
-                    stride_h=0,
-                    stride_w=1,
-                    dilation_h=1,
-                    dilation_w=1,
-                    multiplier=1 << 30,
-                    act_min=-128,
-                    act_max=127,
-                ),
-            ),
-            "stride_h",
-        ),  # fmt: skip
+        (conv_program(shift=31), "shift"),
+        (conv_program(stride_h=0), "stride_h"),
     ],
 )
 def test_bad_streams_fail_with_eio(stream: bytes, why: str) -> None:
