@@ -11,7 +11,7 @@ step() { printf '\n== %s\n' "$*"; }
 
 install_debian_packages() {
 	local kver=6.12.107+deb12-amd64
-	local pkgs=(gcc make python3-venv kmod qemu-system-x86
+	local pkgs=(gcc make python3-venv kmod qemu-system-x86 busybox-static
 		"linux-image-${kver}-unsigned" "linux-headers-${kver}" linux-source-6.12)
 	# libteflon.so is built against Python's headers (cffi embedding).
 	local include
