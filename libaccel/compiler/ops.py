@@ -503,11 +503,23 @@ def _origin(axis4: int, start: int) -> tuple[int, int, int, int]:
     return o[0], o[1], o[2], o[3]
 
 
+def _pad_value(graph: Graph, node: OpNode, y: TensorInfo) -> int:
+    """TFLite's quantized pad value: PADV2's constant_values as stored, else the output's zero point."""
+    assert y.quant is not None
+    if len(node.inputs) < 3 or node.inputs[2] < 0:
+        return y.quant.zero_point
+    v = _const(graph, node.inputs[2], "constant_values")
+    if v.dtype != y.dtype or v.size != 1 or v.quant != y.quant:
+        raise Unsupported("constant_values is not a scalar quantized like the output (TFLite requires it)")
+    assert v.data is not None
+    return int(np.asarray(v.data).reshape(-1)[0])
+
+
 def _plan_pad(graph: Graph, node: OpNode) -> OpPlan:
+    """PAD and PADV2: FILL with the pad value, then one COPY of the input into the interior."""
     x = _activation(graph, node.inputs[0], "input")
     y = _activation(graph, node.outputs[0], "output", x.dtype)
-    if len(node.inputs) > 2 and node.inputs[2] >= 0:
-        raise Unsupported("PAD with an explicit constant value (use PADV2 semantics on the CPU)")
+    value = _pad_value(graph, node, y)
     p = _const(graph, node.inputs[1], "paddings")
     assert p.data is not None
     pads = np.asarray(p.data).reshape(-1, 2)
@@ -525,7 +537,7 @@ def _plan_pad(graph: Graph, node: OpNode) -> OpPlan:
 
     def emit(em: Emitter) -> None:
         assert y.quant is not None
-        em.op("FILL", dst=em.tensor(y.index, shape=to4d(y.shape)), value=y.quant.zero_point)
+        em.op("FILL", dst=em.tensor(y.index, shape=to4d(y.shape)), value=value)
         x4 = to4d(x.shape)
         em.op(
             "COPY",
@@ -776,9 +788,16 @@ PLANNERS: dict[str, Callable[[Graph, OpNode], OpPlan]] = {
     "RESHAPE": _plan_reshape,
     "CONCATENATION": _plan_concat,
     "PAD": _plan_pad,
+    "PADV2": _plan_pad,
+    "SQUEEZE": _plan_reshape,  # like RESHAPE: the same bytes under another shape
+    "EXPAND_DIMS": _plan_reshape,
     "TRANSPOSE": _plan_transpose,
     "STRIDED_SLICE": _plan_strided_slice,
 }
+
+
+# Ops whose planners write several outputs (each checks every one); every other op has one output.
+MULTI_OUTPUT = frozenset({"SPLIT", "SPLIT_V"})
 
 
 def plan_node(graph: Graph, node: OpNode) -> OpPlan:
@@ -786,7 +805,7 @@ def plan_node(graph: Graph, node: OpNode) -> OpPlan:
     planner = PLANNERS.get(node.op)
     if planner is None:
         raise Unsupported(f"{node.op} is not an NPU operator")
-    if not node.outputs or len(node.outputs) != 1:
+    if not node.outputs or (len(node.outputs) != 1 and node.op not in MULTI_OUTPUT):
         raise Unsupported(f"{node.op} with {len(node.outputs)} outputs")
     try:
         return planner(graph, node)
@@ -801,3 +820,9 @@ def check_support(graph: Graph, node: OpNode) -> Support:
     except Unsupported as e:
         return Support(False, str(e))
     return Support(True, "")
+
+
+# Lowerings in their own modules import this module's helpers, so they register after it is built.
+from libaccel.compiler import movement  # noqa: E402
+
+PLANNERS.update(movement.PLANNERS)

@@ -9,23 +9,26 @@ from libaccel.compiler import PartitionRunner, check_support, compile_partition,
 from tools.models import generate as g
 
 
-def run_both(dev: Device, model: bytes, seed: int = 1) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(NPU outputs, BUILTIN_REF outputs) of ``model`` compiled as one partition of all its nodes."""
+def run_both(
+    dev: Device, model: bytes, seed: int = 1, runtime: str = "tflite_runtime"
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(NPU outputs, BUILTIN_REF outputs of ``runtime``) of ``model`` compiled as one partition of all
+    its nodes."""
     graph = graph_from_tflite(model)
     for node in graph.nodes:
         support = check_support(graph, node)
         assert support.ok, f"node {node.index} ({node.op}) unsupported: {support.reason}"
     compiled = compile_partition(graph, [n.index for n in graph.nodes], dev.params.isa_version)
     inputs = g.random_inputs(model, seed=seed)
-    ref = g.run_reference(model, inputs)
+    ref = g.run_reference(model, inputs, runtime)
     with PartitionRunner(dev, compiled) as runner:
         out = runner.run(dict(zip(graph.inputs, inputs, strict=True)))
     got = [out[i].reshape(r.shape) for i, r in zip(graph.outputs, ref, strict=True)]
     return got, ref
 
 
-def assert_exact(dev: Device, model: bytes, seed: int = 1) -> None:
-    got, ref = run_both(dev, model, seed)
+def assert_exact(dev: Device, model: bytes, seed: int = 1, runtime: str = "tflite_runtime") -> None:
+    got, ref = run_both(dev, model, seed, runtime)
     for a, b in zip(got, ref, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
         differing = int(np.count_nonzero(a != b))

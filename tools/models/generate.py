@@ -78,6 +78,19 @@ OPTIONS_TABLES = {
     "DEQUANTIZE": "DequantizeOptions",
     "SOFTMAX": "SoftmaxOptions",
     "HARD_SWISH": "HardSwishOptions",
+    "SUM": "ReducerOptions",
+    "SQUEEZE": "SqueezeOptions",
+    "EXPAND_DIMS": "ExpandDimsOptions",
+    "SPLIT": "SplitOptions",
+    "SPLIT_V": "SplitVOptions",
+    "SLICE": "SliceOptions",
+    "DEPTH_TO_SPACE": "DepthToSpaceOptions",
+    "SPACE_TO_DEPTH": "SpaceToDepthOptions",
+    "SPACE_TO_BATCH_ND": "SpaceToBatchNDOptions",
+    "BATCH_TO_SPACE_ND": "BatchToSpaceNDOptions",
+    "PADV2": "PadV2Options",
+    "LEAKY_RELU": "LeakyReluOptions",
+    "TRANSPOSE_CONV": "TransposeConvOptions",
 }
 # Option fields whose values are enum names in our dicts.
 ENUM_FIELDS = {
@@ -92,6 +105,9 @@ INT8_OP_VERSIONS = {
     "RESHAPE": 1,
     "HARD_SWISH": 1,
     "RELU_N1_TO_1": 1,
+    "SQUEEZE": 1,
+    "EXPAND_DIMS": 1,
+    "DEPTH_TO_SPACE": 1,
 }
 
 
@@ -791,6 +807,30 @@ def resize_nearest_model(
         half_pixel_centers=half_pixel_centers,
     )
     return m.build([x], [y])
+
+
+def layout_model(
+    op: str,
+    in_shape: Sequence[int],
+    out_shapes: Sequence[Sequence[int]],
+    consts: Sequence[tuple[str, Sequence[int] | np.ndarray]] = (),
+    input_at: int = 0,
+    seed: int = 0,
+    dtype: str = "int8",
+    **options: Any,
+) -> bytes:
+    """One data-movement op (SPLIT, SLICE, DEPTH_TO_SPACE, SPACE_TO_BATCH_ND, SQUEEZE, ...): one
+    variable input at position ``input_at`` among int32 constant operands ``consts`` (name, values),
+    outputs of ``out_shapes``, every tensor quantized alike (these ops copy bytes)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    q = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, q)
+    ins = [m.add_const(name, np.array(v, dtype=np.int32), "int32") for name, v in consts]
+    ins.insert(input_at, x)
+    ys = [m.add_tensor(f"output{k}", s, dtype, q) for k, s in enumerate(out_shapes)]
+    m.add_op(op, ins, ys, **options)
+    return m.build([x], ys)
 
 
 def softmax_model(shape: Sequence[int], seed: int = 0) -> bytes:

@@ -1,0 +1,165 @@
+"""The TensorFlow converter's idioms lowered without new instructions (SPLIT, SPLIT_V, SLICE, SQUEEZE,
+EXPAND_DIMS, DEPTH_TO_SPACE, SPACE_TO_DEPTH, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND, PADV2, ...):
+compiled, run on the test device, and compared with BUILTIN_REF of both TFLite runtimes (0
+differing bytes)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from libaccel import Device
+from tests.compiler.helpers import assert_exact
+from tools.models import generate as g
+
+RUNTIMES = ["tflite_runtime", "ai_edge_litert"]
+DTYPES = ["int8", "uint8"]
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+# (in_shape, axis, num_splits)
+SPLIT_CASES = [((1, 6, 4, 8), 3, 2), ((1, 6, 4, 8), 1, 3), ((2, 5, 6), -1, 3), ((12,), 0, 4)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=str)
+def test_split(dev: Device, runtime: str, dtype: str, case: tuple) -> None:
+    shape, axis, n = case
+    out = list(shape)
+    out[axis] //= n
+    model = g.layout_model("SPLIT", shape, [out] * n, [("axis", [axis])], 1, 3, dtype, num_splits=n)
+    assert_exact(dev, model, runtime=runtime)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "case", [((1, 4, 4, 10), 3, [2, 5, 3]), ((1, 7, 3, 4), 1, [3, -1]), ((3, 8), 0, [1, 2])], ids=str
+)
+def test_split_v(dev: Device, runtime: str, dtype: str, case: tuple) -> None:
+    shape, axis, sizes = case
+    real = list(sizes)
+    if -1 in real:
+        real[real.index(-1)] = shape[axis] - (sum(real) + 1)
+    outs = []
+    for s in real:
+        o = list(shape)
+        o[axis] = s
+        outs.append(o)
+    consts = [("size_splits", sizes), ("axis", [axis])]
+    model = g.layout_model("SPLIT_V", shape, outs, consts, 0, 4, dtype, num_splits=len(sizes))
+    assert_exact(dev, model, runtime=runtime)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "case",
+    [((1, 8, 8, 6), [0, 1, 2, 1], [1, 5, -1, 4]), ((2, 9, 7), [1, 3, 0], [1, 4, 7]), ((20,), [3], [-1])],
+    ids=str,
+)
+def test_slice(dev: Device, runtime: str, dtype: str, case: tuple) -> None:
+    shape, begin, size = case
+    out = [d - b if s == -1 else s for d, b, s in zip(shape, begin, size, strict=True)]
+    model = g.layout_model("SLICE", shape, [out], [("begin", begin), ("size", size)], 0, 5, dtype)
+    assert_exact(dev, model, runtime=runtime)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", [((1, 1, 1, 16), (1, 16), [1, 2]), ((1, 5, 1, 3), (5, 3), [0, 2])], ids=str)
+def test_squeeze(dev: Device, runtime: str, dtype: str, case: tuple) -> None:
+    shape, out, dims = case
+    assert_exact(
+        dev, g.layout_model("SQUEEZE", shape, [out], [], 0, 6, dtype, squeeze_dims=dims), runtime=runtime
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", [((4, 6), (4, 1, 6), 1), ((2, 3, 5), (2, 3, 5, 1), -1)], ids=str)
+def test_expand_dims(dev: Device, runtime: str, dtype: str, case: tuple) -> None:
+    shape, out, axis = case
+    assert_exact(
+        dev, g.layout_model("EXPAND_DIMS", shape, [out], [("axis", [axis])], 0, 7, dtype), runtime=runtime
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", [((1, 3, 4, 8), 2), ((2, 2, 3, 27), 3), ((1, 5, 5, 4), 1)], ids=str)
+def test_depth_to_space(dev: Device, runtime: str, dtype: str, case: tuple) -> None:
+    (n, h, w, c), b = case
+    out = (n, h * b, w * b, c // (b * b))
+    model = g.layout_model("DEPTH_TO_SPACE", (n, h, w, c), [out], [], 0, 8, dtype, block_size=b)
+    assert_exact(dev, model, runtime=runtime)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", [((1, 6, 8, 2), 2), ((2, 9, 6, 3), 3), ((1, 4, 4, 5), 4)], ids=str)
+def test_space_to_depth(dev: Device, runtime: str, dtype: str, case: tuple) -> None:
+    (n, h, w, c), b = case
+    out = (n, h // b, w // b, c * b * b)
+    model = g.layout_model("SPACE_TO_DEPTH", (n, h, w, c), [out], [], 0, 9, dtype, block_size=b)
+    assert_exact(dev, model, runtime=runtime)
+
+
+# (in_shape, block, paddings)
+S2B_CASES = [
+    ((1, 8, 8, 3), [2, 2], [[2, 2], [2, 2]]),
+    ((1, 7, 5, 4), [2, 2], [[2, 3], [1, 2]]),
+    ((2, 6, 6, 2), [3, 2], [[0, 0], [0, 0]]),
+    ((1, 9, 4), [3], [[3, 3]]),
+    ((1, 5, 6, 2), [4, 4], [[4, 7], [4, 6]]),
+]
+
+
+def _batch_shape(shape: tuple, block: list, pads: list) -> list[int]:
+    spatial = [(d + lo + hi) // b for d, b, (lo, hi) in zip(shape[1:-1], block, pads, strict=True)]
+    return [shape[0] * math.prod(block), *spatial, shape[-1]]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", S2B_CASES, ids=str)
+def test_space_to_batch_nd(dev: Device, runtime: str, dtype: str, case: tuple) -> None:
+    shape, block, pads = case
+    consts = [("block_shape", block), ("paddings", pads)]
+    model = g.layout_model(
+        "SPACE_TO_BATCH_ND", shape, [_batch_shape(shape, block, pads)], consts, 0, 10, dtype
+    )
+    assert_exact(dev, model, runtime=runtime)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", S2B_CASES, ids=str)
+def test_batch_to_space_nd(dev: Device, runtime: str, dtype: str, case: tuple) -> None:
+    """The inverse shapes of the SPACE_TO_BATCH_ND cases, with the paddings as crops."""
+    shape, block, crops = case
+    consts = [("block_shape", block), ("crops", crops)]
+    model = g.layout_model(
+        "BATCH_TO_SPACE_ND", _batch_shape(shape, block, crops), [shape], consts, 0, 11, dtype
+    )
+    assert_exact(dev, model, runtime=runtime)
+
+
+def _padv2_model(shape: tuple, pads: list, value: int | None, dtype: str) -> bytes:
+    """One PADV2, with a constant_values scalar quantized like the output when ``value`` is given."""
+    rng = np.random.default_rng(12)
+    m = g.ModelBuilder()
+    q = g.activation_quant(rng, dtype, g.random_scale(rng))
+    x = m.add_tensor("input", shape, dtype, q)
+    ins = [x, m.add_const("paddings", np.array(pads, dtype=np.int32), "int32")]
+    if value is not None:
+        ins.append(m.add_tensor("constant_values", (), dtype, q, np.array(value)))
+    out = [d + lo + hi for d, (lo, hi) in zip(shape, pads, strict=True)]
+    y = m.add_tensor("output", out, dtype, q)
+    m.add_op("PADV2", ins, [y])
+    return m.build([x], [y])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("value", [None, 7])
+def test_padv2(dev: Device, runtime: str, dtype: str, value: int | None) -> None:
+    model = _padv2_model((1, 5, 6, 3), [[0, 0], [1, 2], [2, 0], [0, 1]], value, dtype)
+    assert_exact(dev, model, runtime=runtime)
