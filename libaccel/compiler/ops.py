@@ -422,6 +422,11 @@ def _lut_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
             return tables.hard_swish_table(*args, x.dtype)
         except ValueError as e:
             raise Unsupported(str(e)) from None
+    if node.op == "LEAKY_RELU":
+        alpha = node.options.get("alpha")
+        if alpha is None:  # no schema default would be right: the slope must come from the model
+            raise Unsupported("LEAKY_RELU without its alpha option")
+        return tables.leaky_relu_table(*args, float(alpha), x.dtype)
     if node.op == "QUANTIZE":
         real = float(x.quant.scale) / float(y.quant.scale)
         _mult(real, "QUANTIZE")  # the same shift limits as every requantization
@@ -781,6 +786,7 @@ PLANNERS: dict[str, Callable[[Graph, OpNode], OpPlan]] = {
     "LOGISTIC": _plan_lut,
     "TANH": _plan_lut,
     "HARD_SWISH": _plan_lut,
+    "LEAKY_RELU": _plan_lut,
     "QUANTIZE": _plan_lut,
     "DEQUANTIZE": _plan_lut,
     "RESIZE_NEAREST_NEIGHBOR": _plan_resize_nearest,

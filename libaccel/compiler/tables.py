@@ -12,7 +12,8 @@ kernel's own arithmetic:
   so the table is TFLite's, not an approximation of it;
 * HARD_SWISH: ``reference_ops::HardSwish`` (16-bit fixed point with the
   multipliers of ``HardSwishPrepare``);
-* QUANTIZE (8-bit to 8-bit): ``Requantize``, one MultiplyByQuantizedMultiplier.
+* QUANTIZE (8-bit to 8-bit): ``Requantize``, one MultiplyByQuantizedMultiplier;
+* LEAKY_RELU: ``reference_ops::QuantizeLeakyRelu`` (two multipliers by the input's sign).
 
 Checked against both TFLite runtimes' BUILTIN_REF on all 256 inputs in
 tests/compiler/test_tables.py.
@@ -100,6 +101,29 @@ def requantize_table(
     m, shift = q.quantize_multiplier(float(in_scale) / float(out_scale))
     lo, hi = q.QRANGE[out_dtype]
     vals = [q.multiply_by_quantized_multiplier(v - in_zp, m, shift) + out_zp for v in input_values(in_dtype)]
+    return np.clip(np.array(vals, dtype=np.int64), lo, hi).astype(np.int32)
+
+
+def leaky_relu_multipliers(in_scale: float, out_scale: float, alpha: float) -> tuple[tuple[int, int], ...]:
+    """LeakyReluPrepare: ((identity M, shift), (alpha M, shift)), the reals computed in float as TFLite's
+    ``input->params.scale * params->alpha / output->params.scale`` is."""
+    identity = float(_f32(in_scale) / _f32(out_scale))
+    scaled_alpha = float(_f32(_f32(in_scale) * _f32(alpha)) / _f32(out_scale))
+    return q.quantize_multiplier(identity), q.quantize_multiplier(scaled_alpha)
+
+
+def leaky_relu_table(
+    in_scale: float, in_zp: int, out_scale: float, out_zp: int, alpha: float, dtype: str
+) -> np.ndarray:
+    """LEAKY_RELU: reference_ops::QuantizeLeakyRelu, the identity multiplier for inputs at or above the
+    zero point and the alpha multiplier below it, then the type's clamp."""
+    (mi, si), (ma, sa) = leaky_relu_multipliers(in_scale, out_scale, alpha)
+    lo, hi = q.QRANGE[dtype]
+    vals = []
+    for v in input_values(dtype):
+        d = v - in_zp
+        m, s = (mi, si) if d >= 0 else (ma, sa)
+        vals.append(out_zp + q.multiply_by_quantized_multiplier(d, m, s))
     return np.clip(np.array(vals, dtype=np.int64), lo, hi).astype(np.int32)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from libaccel import Device
+from libaccel.compiler import graph_from_tflite, tables
 from tests.compiler.helpers import assert_exact
 from tools.models import generate as g
 
@@ -163,3 +164,35 @@ def _padv2_model(shape: tuple, pads: list, value: int | None, dtype: str) -> byt
 def test_padv2(dev: Device, runtime: str, dtype: str, value: int | None) -> None:
     model = _padv2_model((1, 5, 6, 3), [[0, 0], [1, 2], [2, 0], [0, 1]], value, dtype)
     assert_exact(dev, model, runtime=runtime)
+
+
+def _leaky_relu_model(alpha: float, dtype: str, seed: int, shape: tuple = (1, 256)) -> bytes:
+    rng = np.random.default_rng(seed)
+    m = g.ModelBuilder()
+    x = m.add_tensor("input", shape, dtype, g.activation_quant(rng, dtype, g.random_scale(rng, 0.005, 0.3)))
+    y = m.add_tensor("output", shape, dtype, g.activation_quant(rng, dtype, g.random_scale(rng, 0.005, 0.3)))
+    m.add_op("LEAKY_RELU", [x], [y], alpha=alpha)
+    return m.build([x], [y])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("alpha", [0.2, 0.01, 0.3, 1.7, -0.5])
+def test_leaky_relu_table_on_all_inputs(runtime: str, dtype: str, alpha: float) -> None:
+    """The compile-time table equals each runtime's BUILTIN_REF on all 256 inputs."""
+    lo = -128 if dtype == "int8" else 0
+    every = np.arange(lo, lo + 256).astype(dtype).reshape(1, 256)
+    for seed in range(8):
+        model = _leaky_relu_model(alpha, dtype, seed)
+        graph = graph_from_tflite(model)
+        node = graph.nodes[0]
+        x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        assert x.quant and y.quant
+        args = (x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point)
+        table = tables.leaky_relu_table(*args, node.options["alpha"], dtype)
+        ref = g.run_reference(model, [every], runtime)[0].reshape(256).astype(np.int32)
+        np.testing.assert_array_equal(table, ref, err_msg=f"alpha {alpha} seed {seed}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_leaky_relu(dev: Device, runtime: str, dtype: str) -> None:
+    assert_exact(dev, _leaky_relu_model(0.2, dtype, 3, (1, 9, 7, 8)), runtime=runtime)
