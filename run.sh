@@ -10,21 +10,30 @@ cd "$(dirname "$0")"
 step() { printf '\n== %s\n' "$*"; }
 
 install_debian_packages() {
-	local kver=6.12.107+deb12-amd64
-	local pkgs=(gcc make python3-venv kmod qemu-system-x86 busybox-static
-		"linux-image-${kver}-unsigned" "linux-headers-${kver}" linux-source-6.12)
-	# libteflon.so is built against Python's headers (cffi embedding).
-	local include
-	include=$(python3 -c 'import sysconfig; print(sysconfig.get_path("include"))')
-	[ -f "$include/Python.h" ] || pkgs+=(python3-dev)
+	local sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo=sudo
+	if ! command -v python3 >/dev/null; then
+		step "installing python3"
+		$sudo apt-get update -q
+		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q python3
+	fi
+	# The one package list (qemu_tests/preflight.py, standard library only):
+	# the newest 6.12 generic kernel apt offers with its headers, QEMU, a
+	# static busybox, gcc, the kernel source for checkpatch, python3-dev
+	# where Python.h is missing. The harness's preflight checks the same list.
+	local list
+	if ! list=$(python3 -m qemu_tests.preflight --apt-packages 2>/dev/null); then
+		# No apt lists yet (a fresh container): fetch them and ask again.
+		step "apt-get update"
+		$sudo apt-get update -q
+		list=$(python3 -m qemu_tests.preflight --apt-packages)
+	fi
 	local missing=()
-	for p in "${pkgs[@]}"; do
+	for p in $list; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 	done
 	[ ${#missing[@]} -eq 0 ] && return 0
 	step "installing Debian packages: ${missing[*]}"
-	local sudo=""
-	[ "$(id -u)" -eq 0 ] || sudo=sudo
 	$sudo apt-get update -q
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
 }

@@ -21,13 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from device_model.qemu_server import READY_MARK
-from qemu_tests import ktap
+from device_model.qemu_server import READY_MARK, parse_size
+from qemu_tests import ktap, preflight
 
 REPO = Path(__file__).resolve().parent.parent
-KVER = "6.12.107+deb12-amd64"
-KERNEL_IMAGE = Path(f"/boot/vmlinuz-{KVER}")
-APT_PACKAGES = (f"linux-image-{KVER}-unsigned", f"linux-headers-{KVER}", "qemu-system-x86")
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
 MODULE = MODULE_DIR / "vnpu.ko"
 GUEST_OUT = "/tmp/vnpu-out"  # where the --rwdir appears inside the guest
@@ -73,7 +70,7 @@ def host_env() -> dict[str, str]:
 # --- install ---------------------------------------------------------------
 
 
-def missing_apt_packages(packages: tuple[str, ...] = APT_PACKAGES) -> list[str]:
+def missing_apt_packages(packages: list[str]) -> list[str]:
     missing = []
     for p in packages:
         r = subprocess.run(
@@ -85,8 +82,11 @@ def missing_apt_packages(packages: tuple[str, ...] = APT_PACKAGES) -> list[str]:
 
 
 def install(clock: Clock) -> None:
-    """Install what is missing; a no-op taking milliseconds when everything is present."""
-    missing = missing_apt_packages()
+    """Install what run.sh installs and is missing; a no-op taking a moment when everything is present."""
+    try:
+        missing = missing_apt_packages(preflight.debian_packages())
+    except LookupError as e:
+        raise HarnessError(str(e)) from e
     if missing:
         clock.say("install", f"apt-get install {' '.join(missing)}")
         sudo = [] if os.geteuid() == 0 else ["sudo"]
@@ -96,23 +96,23 @@ def install(clock: Clock) -> None:
     if not (venv_bin() / "vng").exists():
         clock.say("install", "pip install virtme-ng")
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "virtme-ng"], check=True)
-    if not KERNEL_IMAGE.exists():
-        raise HarnessError(f"{KERNEL_IMAGE} is missing after installing linux-image-{KVER}-unsigned")
     clock.say("install", "ok" if not missing else f"installed {' '.join(missing)}")
 
 
 # --- build -----------------------------------------------------------------
 
 
-def build_module(clock: Clock) -> None:
+def build_module(clock: Clock, kernel: preflight.Kernel) -> None:
     if not (MODULE_DIR / "Makefile").exists() and not (MODULE_DIR / "Kbuild").exists():
         raise HarnessError(f"no kernel module sources in {MODULE_DIR}")
-    r = subprocess.run(["make", "-C", str(MODULE_DIR)], capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        ["make", "-C", str(MODULE_DIR), f"KDIR={kernel.build}"], capture_output=True, text=True, check=False
+    )
     if r.returncode != 0 or not MODULE.exists():
         sys.stdout.write(r.stdout[-4000:])
         sys.stdout.write(r.stderr[-4000:])
         raise HarnessError(f"module build failed (make -C {MODULE_DIR}, exit {r.returncode})")
-    clock.say("build", f"{MODULE.relative_to(REPO)} ok")
+    clock.say("build", f"{MODULE.relative_to(REPO)} ok (against {kernel.build})")
 
 
 # --- device model ----------------------------------------------------------
@@ -246,12 +246,14 @@ def guest_script(guest_cmd: list[str], cached: list[Path]) -> str:
     return "; ".join([*mounts, f"cd {shlex.quote(str(REPO))}", f"exec {shlex.join(guest_cmd)}"])
 
 
-def vng_command(guest_cmd: list[str], sock: Path, ram: Path, outdir: Path, cpus: int) -> list[str]:
+def vng_command(
+    guest_cmd: list[str], sock: Path, ram: Path, outdir: Path, cpus: int, kernel_image: Path
+) -> list[str]:
     cached = cached_trees()
     return [
         str(venv_bin() / "vng"),
         "--run",
-        str(KERNEL_IMAGE),
+        str(kernel_image),
         "--disable-kvm",  # KVM is unreliable here: TCG only
         "--memory",
         GUEST_RAM,
@@ -376,6 +378,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out", type=Path, default=None, help="results directory (default build/qemu_tests/<time>-<pid>/)"
     )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help=f"only check the host's requirements: one line each, exit 0 or {preflight.EXIT_MISSING}",
+    )
+    p.add_argument(
+        "--kernel",
+        metavar="RELEASE",
+        help=f"boot /boot/vmlinuz-RELEASE, build against /lib/modules/RELEASE/build "
+        f"(default ${preflight.KERNEL_ENV}, else the newest installed generic 6.12 kernel)",
+    )
     p.add_argument("--no-install", action="store_true", help="skip the install phase")
     p.add_argument("--no-build", action="store_true", help="use the already built vnpu.ko")
     p.add_argument("--no-module", action="store_true", help="boot with the device but do not load vnpu.ko")
@@ -392,14 +405,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    guest_ram = parse_size(GUEST_RAM)
+    if args.check:
+        return preflight.report(preflight.check_host(guest_ram=guest_ram, kernel=args.kernel))
     clock = Clock()
     outdir = results_dir(args.out)
     clock.say("results", str(outdir))
     try:
         if not args.no_install:
-            install(clock)
+            try:
+                install(clock)
+            except (HarnessError, subprocess.CalledProcessError) as e:
+                # The preflight below says what is still missing and how to fix it.
+                clock.say("install", f"failed: {e}")
+        # A missing piece is one line with its fix here, not an error deep inside vng.
+        if preflight.report(
+            preflight.check_host(guest_ram=guest_ram, kernel=args.kernel), sys.stderr, only_missing=True
+        ):
+            print("qemu_tests: host requirements missing (python -m qemu_tests --check)", file=sys.stderr)
+            return preflight.EXIT_MISSING
+        kernel = preflight.select_kernel(override=args.kernel)
+        assert kernel is not None  # the preflight found it
+        clock.say("preflight", f"ok; kernel {kernel.release}")
         if not args.no_module and not args.no_build:
-            build_module(clock)
+            build_module(clock, kernel)
         elif not args.no_module and not MODULE.exists():
             raise HarnessError(f"{MODULE} is not built (drop --no-build)")
     except (HarnessError, subprocess.CalledProcessError) as e:
@@ -411,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.start()
         clock.say("server", f"device model ready ({server.socket})")
-        cmd = vng_command(guest_command(args), server.socket, server.ram, outdir, args.cpus)
+        cmd = vng_command(guest_command(args), server.socket, server.ram, outdir, args.cpus, kernel.image)
         clock.say("boot", "starting the guest (vng, TCG)")
         on_line = None
         if args.allow_kill_request:

@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alpha", type=float, default=1.0, help="width multiplier of the generated model")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--runs", type=int, default=3, help="timed invokes after the first")
+    p.add_argument("--kernel", metavar="RELEASE", help="the guest kernel (as python -m qemu_tests --kernel)")
     args = p.parse_args(argv)
     if args.model is not None and not args.model.is_file():
         print(f"main_job: {args.model} is not a file", file=sys.stderr)
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         "--device", "kernel", "--runs", str(args.runs), "--seed", str(args.seed),
         "--reference", str(reference),
     ]  # fmt: skip
-    return harness.main(["--exec", shlex.join(run)])
+    kernel = ["--kernel", args.kernel] if args.kernel else []
+    return harness.main([*kernel, "--exec", shlex.join(run)])
 
 
 if __name__ == "__main__":

@@ -5,21 +5,20 @@ One QEMU boot (about a minute): the in-guest half is qemu_tests/device_model_kil
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from qemu_tests import harness
+from qemu_tests import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(
-    not (shutil.which("qemu-system-x86_64") and harness.KERNEL_IMAGE.exists()),
-    reason="needs qemu-system-x86 and the 6.12 kernel image (./run.sh installs them)",
+    not all(r.ok for r in preflight.check_host()),
+    reason="host requirements missing: see python -m qemu_tests --check (./run.sh installs them)",
 )
 def test_killed_device_model_fails_the_job_and_the_guest_survives(tmp_path: Path) -> None:
     proc = subprocess.run(

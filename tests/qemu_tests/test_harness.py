@@ -11,7 +11,9 @@ from qemu_tests import harness
 
 
 def test_vng_command_is_tcg_with_shared_ram_and_ivshmem() -> None:
-    cmd = harness.vng_command(["true"], Path("/tmp/s.sock"), Path("/dev/shm/r"), Path("/tmp/o"), 2)
+    kernel = Path("/boot/vmlinuz-6.12.117+deb12-amd64")
+    cmd = harness.vng_command(["true"], Path("/tmp/s.sock"), Path("/dev/shm/r"), Path("/tmp/o"), 2, kernel)
+    assert cmd[cmd.index("--run") + 1] == str(kernel)
     assert "--disable-kvm" in cmd and "-enable-kvm" not in " ".join(cmd)
     assert cmd[cmd.index("--memory") + 1] == harness.GUEST_RAM
     assert cmd[cmd.index("--rwdir") + 1] == f"{harness.GUEST_OUT}=/tmp/o"
