@@ -176,7 +176,7 @@ class ShimDevice:
     """The emulated NPU and the driver state shared by all open files."""
 
     def __init__(self, firmware: Path | None = None, job_timeout_ms: int | None = None) -> None:
-        from device_model.npu import Npu  # the device model (engineer B's)
+        from device_model.npu import Npu  # the device model
 
         self.memory = AnonymousMemory(RAM_SIZE)
         self.bar2 = bytearray(hw.BAR2_SIZE)

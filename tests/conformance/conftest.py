@@ -1,7 +1,7 @@
 """One uapi conformance suite, run against each selected backend.
 
 Select backends with ``--backend shim`` (default on the host), ``--backend
-kernel`` (inside the QEMU guest, where E's harness runs it), repeatable, or
+kernel`` (inside the QEMU guest, where ``python -m qemu_tests`` runs it), repeatable, or
 with $VNPU_CONFORMANCE_BACKENDS="shim,kernel". ``kernel`` is skipped cleanly
 when no vnpu /dev/accel node exists. Tests talk to the device only through
 ``Device.ioctl`` / ``mmap`` (the shared ioctl layer), so they hold the kernel
