@@ -722,55 +722,6 @@ def _plan_resize_nearest(graph: Graph, node: OpNode) -> OpPlan:
     return OpPlan(emit)
 
 
-def _plan_mean(graph: Graph, node: OpNode) -> OpPlan:
-    """MEAN over H and W of a 4-D tensor: one DEPTHWISE_CONV2D with an all-ones filter.
-
-    TFLite's integer MEAN (reference/reduce.h QuantizedMeanOrSum) sums
-    ``x - input_zp`` over the window and requantizes once with ``1/(H*W)``
-    folded into the multiplier; the depthwise convolution with filter 1 and
-    that multiplier is the same arithmetic.
-    """
-    x = _activation(graph, node.inputs[0], "input")
-    y = _activation(graph, node.outputs[0], "output", x.dtype)
-    axes = sorted({int(a) + 4 if int(a) < 0 else int(a) for a in _int_const(graph, node.inputs[1], "axis")})
-    if len(x.shape) != 4 or axes != [1, 2] or not node.option("keep_dims"):
-        raise Unsupported(
-            f"MEAN over axes {axes} of rank {len(x.shape)} with keep_dims={node.option('keep_dims')}: "
-            "only 4-D over H,W with keep_dims is lowered"
-        )
-    n, h, w, c = x.shape
-    if y.shape != (n, 1, 1, c):
-        raise Unsupported(f"output {list(y.shape)} is not [{n}, 1, 1, {c}]")
-    assert x.quant and y.quant
-    # PrepareMeanOrSum: QuantizeMultiplier(double(s_in) / double(s_out)), then 1/count folded in.
-    m, shift = _mult(float(x.quant.scale) / float(y.quant.scale), "MEAN")
-    fm, fs = tables.mean_multiplier(m, shift, h * w)
-    if not q.shift_ok(fs):
-        raise Unsupported(f"MEAN multiplier shift {fs} outside [-31, 30]")
-    lo, hi = q.QRANGE[y.dtype]
-
-    def emit(em: Emitter) -> None:
-        em.op(
-            "DEPTHWISE_CONV2D",
-            input=em.tensor(x.index),
-            filter=em.const(np.ones((1, h, w, c), dtype=np.int8), "int8"),
-            output=em.tensor(y.index),
-            stride_h=1,
-            stride_w=1,
-            dilation_h=1,
-            dilation_w=1,
-            pad_top=0,
-            pad_left=0,
-            depth_multiplier=1,
-            multiplier=fm,
-            shift=fs,
-            act_min=lo,
-            act_max=hi,
-        )
-
-    return OpPlan(emit)
-
-
 PLANNERS: dict[str, Callable[[Graph, OpNode], OpPlan]] = {
     "CONV_2D": lambda g, n: _plan_conv(g, n, depthwise=False),
     "DEPTHWISE_CONV_2D": lambda g, n: _plan_conv(g, n, depthwise=True),
@@ -790,7 +741,6 @@ PLANNERS: dict[str, Callable[[Graph, OpNode], OpPlan]] = {
     "QUANTIZE": _plan_lut,
     "DEQUANTIZE": _plan_lut,
     "RESIZE_NEAREST_NEIGHBOR": _plan_resize_nearest,
-    "MEAN": _plan_mean,
     "RESHAPE": _plan_reshape,
     "CONCATENATION": _plan_concat,
     "PAD": _plan_pad,
@@ -829,6 +779,7 @@ def check_support(graph: Graph, node: OpNode) -> Support:
 
 
 # Lowerings in their own modules import this module's helpers, so they register after it is built.
-from libaccel.compiler import movement  # noqa: E402
+from libaccel.compiler import movement, reduce  # noqa: E402
 
 PLANNERS.update(movement.PLANNERS)
+PLANNERS.update(reduce.PLANNERS)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from libaccel import Device
-from libaccel.compiler import graph_from_tflite, tables
+from libaccel.compiler import check_support, graph_from_tflite, quant, tables
 from tests.compiler.helpers import assert_exact
 from tools.models import generate as g
 
@@ -196,3 +196,54 @@ def test_leaky_relu_table_on_all_inputs(runtime: str, dtype: str, alpha: float) 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_leaky_relu(dev: Device, runtime: str, dtype: str) -> None:
     assert_exact(dev, _leaky_relu_model(0.2, dtype, 3, (1, 9, 7, 8)), runtime=runtime)
+
+
+# (in_shape, keep_dims, dtype)
+REDUCE_CASES = [
+    ((1, 7, 7, 32), False, "int8"),
+    ((2, 5, 3, 16), False, "int8"),
+    ((1, 1, 1, 8), False, "int8"),
+    ((1, 6, 6, 16), False, "uint8"),
+    ((1, 4, 4, 8), True, "int8"),
+    ((1, 9, 9, 4), True, "uint8"),
+]
+
+
+@pytest.mark.parametrize("case", REDUCE_CASES, ids=str)
+def test_mean(dev: Device, runtime: str, case: tuple) -> None:
+    """MEAN over H, W (GlobalAveragePooling2D), with and without keep_dims."""
+    shape, keep_dims, dtype = case
+    assert_exact(dev, g.mean_model(shape, (1, 2), keep_dims, 21, dtype), runtime=runtime)
+
+
+@pytest.mark.parametrize(
+    "case", [((1, 6, 6, 16), False), ((2, 3, 5, 8), True), ((1, 1, 1, 4), False)], ids=str
+)
+def test_sum_uint8(dev: Device, runtime: str, case: tuple) -> None:
+    shape, keep_dims = case
+    assert_exact(dev, g.mean_model(shape, (2, 1), keep_dims, 22, "uint8", op="SUM"), runtime=runtime)
+
+
+def test_int8_sum_reference_reads_uint8(runtime: str) -> None:
+    """Why int8 SUM stays on the CPU: the reference kernel's output for an input x equals the
+    requantized sum of x read as uint8, clamped to [0, 255], cast to int8."""
+    model = g.mean_model((1, 1, 2, 256), (1, 2), True, 5, "int8", op="SUM")
+    graph = graph_from_tflite(model)
+    assert "uint8" in check_support(graph, graph.nodes[0]).reason
+    xq, yq = graph.tensors[0].quant, graph.tensors[2].quant
+    assert xq and yq
+    x = np.tile(np.arange(-128, 128, dtype=np.int8), 2).reshape(1, 1, 2, 256)
+    m, shift = quant.quantize_multiplier(xq.scale / yq.scale)
+    sums = (x.view(np.uint8).astype(np.int64) - xq.zero_point).sum(axis=(1, 2)).ravel()
+    as_uint8 = [
+        min(max(quant.multiply_by_quantized_multiplier(int(s), m, shift) + yq.zero_point, 0), 255)
+        for s in sums
+    ]
+    ref = g.run_reference(model, [x], runtime)[0].ravel()
+    np.testing.assert_array_equal(ref, np.array(as_uint8).astype(np.uint8).view(np.int8))
+
+
+@pytest.mark.parametrize("op", ["MEAN", "SUM"])
+def test_reduce_of_equal_quantization_stays_on_cpu(op: str) -> None:
+    graph = graph_from_tflite(g.mean_model((1, 4, 4, 8), (1, 2), op == "MEAN", 3, same_quant=True, op=op))
+    assert (op == "MEAN") == check_support(graph, graph.nodes[0]).ok

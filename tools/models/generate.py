@@ -763,8 +763,10 @@ def mean_model(
     seed: int = 0,
     dtype: str = "int8",
     same_quant: bool = False,
+    op: str = "MEAN",
 ) -> bytes:
-    """One MEAN over ``axes`` (the output keeps them as size 1 with ``keep_dims``)."""
+    """One MEAN (or SUM) over ``axes`` (the output keeps them as size 1 with ``keep_dims``); a SUM's
+    output scale grows with the number of values summed, so the outputs do not saturate."""
     rng = np.random.default_rng(seed)
     m = ModelBuilder()
     iq = activation_quant(rng, dtype, random_scale(rng))
@@ -774,13 +776,14 @@ def mean_model(
     out = [1 if i in norm else d for i, d in enumerate(in_shape)]
     if not keep_dims:
         out = [d for i, d in enumerate(in_shape) if i not in norm]
+    grow = math.prod(in_shape[i] for i in norm) ** 0.5 if op == "SUM" else 1.0
     oq = (
         iq
         if same_quant
-        else activation_quant(rng, dtype, random_scale(rng, iq.scales[0] * 0.3, iq.scales[0]))
+        else activation_quant(rng, dtype, random_scale(rng, iq.scales[0] * 0.3 * grow, iq.scales[0] * grow))
     )
     y = m.add_tensor("output", out, dtype, oq)
-    m.add_op("MEAN", [x, a], [y], keep_dims=keep_dims)
+    m.add_op(op, [x, a], [y], keep_dims=keep_dims)
     return m.build([x], [y])
 
 

@@ -1,0 +1,83 @@
+"""MEAN and SUM over H and W of a 4-D tensor: one DEPTHWISE_CONV2D with an all-ones filter.
+
+TFLite's integer mean and rescaling sum (reference/reduce.h ``QuantizedMeanOrSum``, and
+``reference_integer_ops::Mean`` for MEAN with keep_dims) accumulate ``x - input_zp`` over the
+reduced positions and requantize the int32 sum once: with QuantizeMultiplier(double(s_in) /
+double(s_out)) for SUM, and with ``1/(H*W)`` folded into that multiplier for MEAN
+(:func:`tables.mean_multiplier`). A depthwise convolution with filter 1 and that multiplier is the
+same arithmetic. keep_dims only changes the output's shape: [N, 1, 1, C] or [N, C] are the same bytes.
+
+Where the input and output quantization are equal, TFLite takes other paths that this arithmetic does
+not reproduce: MEAN without keep_dims divides the raw integer sum by the count (truncating, no zero
+point), and SUM adds the raw values in the 8-bit type itself (wrapping); those nodes stay on the CPU.
+So does int8 SUM: both runtimes' reference kernels read its input as uint8 (checked in the tests).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from libaccel.compiler import quant as q
+from libaccel.compiler import tables
+from libaccel.compiler.graph import Graph, OpNode
+from libaccel.compiler.ops import OpPlan, Unsupported, _activation, _int_const, _mult
+
+if TYPE_CHECKING:
+    from libaccel.compiler.lower import Emitter
+
+
+def plan_mean_or_sum(graph: Graph, node: OpNode) -> OpPlan:
+    x = _activation(graph, node.inputs[0], "input")
+    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    axes = sorted({int(a) + 4 if int(a) < 0 else int(a) for a in _int_const(graph, node.inputs[1], "axis")})
+    if len(x.shape) != 4 or axes != [1, 2]:
+        raise Unsupported(f"{node.op} over axes {axes} of rank {len(x.shape)}: only 4-D over H,W is lowered")
+    n, h, w, c = x.shape
+    # keep_dims is read from the output's shape, which is what it decides.
+    keep_dims = y.shape == (n, 1, 1, c)
+    if not keep_dims and y.shape != (n, c):
+        raise Unsupported(f"output {list(y.shape)} is neither [{n}, 1, 1, {c}] nor [{n}, {c}]")
+    assert x.quant and y.quant
+    if node.op == "SUM" and x.dtype == "int8":
+        # Measured on both runtimes: their reference SUM reads int8 inputs as uint8 and clamps to
+        # [0, 255] before the int8 cast, which no NPU arithmetic reproduces.
+        raise Unsupported("int8 SUM: TFLite's reference kernel reads int8 inputs as uint8")
+    if x.quant == y.quant and (node.op == "SUM" or not keep_dims):
+        raise Unsupported(
+            f"{node.op} with equal input and output quantization"
+            + (" sums the raw 8-bit values with wrap-around" if node.op == "SUM" else " divides the raw sum")
+            + " in TFLite, not the requantized integer sum the NPU computes"
+        )
+    # PrepareMeanOrSum: QuantizeMultiplier(double(s_in) / double(s_out)); MEAN folds in 1/count.
+    m, shift = _mult(float(x.quant.scale) / float(y.quant.scale), node.op)
+    if node.op == "MEAN":
+        m, shift = tables.mean_multiplier(m, shift, h * w)
+    if not q.shift_ok(shift):
+        raise Unsupported(f"{node.op} multiplier shift {shift} outside [-31, 30]")
+    lo, hi = q.QRANGE[y.dtype]
+
+    def emit(em: Emitter) -> None:
+        em.op(
+            "DEPTHWISE_CONV2D",
+            input=em.tensor(x.index),
+            filter=em.const(np.ones((1, h, w, c), dtype=np.int8), "int8"),
+            output=em.tensor(y.index, shape=(n, 1, 1, c)),
+            stride_h=1,
+            stride_w=1,
+            dilation_h=1,
+            dilation_w=1,
+            pad_top=0,
+            pad_left=0,
+            depth_multiplier=1,
+            multiplier=m,
+            shift=shift,
+            act_min=lo,
+            act_max=hi,
+        )
+
+    return OpPlan(emit)
+
+
+PLANNERS = {"MEAN": plan_mean_or_sum, "SUM": plan_mean_or_sum}
