@@ -327,6 +327,34 @@ static const struct drm_sched_backend_ops vnpu_sched_ops = {
 	.free_job = vnpu_job_free_cb,
 };
 
+/*
+ * One credit per job and as many credits as queue entries: the submission
+ * and completion queues can never overflow. drm_sched_init() takes a struct
+ * of arguments from Linux 6.15 on, and Debian's later 6.12 kernels carry
+ * that change too; Kbuild tells the two apart (VNPU_SCHED_INIT_ARGS).
+ */
+static int vnpu_sched_init(struct vnpu_device *vdev)
+{
+#ifdef VNPU_SCHED_INIT_ARGS
+	const struct drm_sched_init_args args = {
+		.ops = &vnpu_sched_ops,
+		.submit_wq = vdev->sched_wq,
+		.num_rqs = DRM_SCHED_PRIORITY_COUNT,
+		.credit_limit = min(VNPU_SQ_ENTRIES, VNPU_CQ_ENTRIES),
+		.timeout = msecs_to_jiffies(vnpu_job_timeout_ms),
+		.name = VNPU_DRIVER_NAME,
+		.dev = vdev->drm.dev,
+	};
+
+	return drm_sched_init(&vdev->sched, &args);
+#else
+	return drm_sched_init(&vdev->sched, &vnpu_sched_ops, vdev->sched_wq,
+			      DRM_SCHED_PRIORITY_COUNT, min(VNPU_SQ_ENTRIES, VNPU_CQ_ENTRIES), 0,
+			      msecs_to_jiffies(vnpu_job_timeout_ms), NULL, NULL,
+			      VNPU_DRIVER_NAME, vdev->drm.dev);
+#endif
+}
+
 /**
  * vnpu_job_init() - set up the queues and the scheduler
  * @vdev: the device, booted
@@ -364,14 +392,7 @@ int vnpu_job_init(struct vnpu_device *vdev)
 	if (!vdev->sched_wq)
 		return -ENOMEM;
 
-	/*
-	 * One credit per job and as many credits as queue entries: the
-	 * submission and completion queues can never overflow.
-	 */
-	ret = drm_sched_init(&vdev->sched, &vnpu_sched_ops, vdev->sched_wq,
-			     DRM_SCHED_PRIORITY_COUNT, min(VNPU_SQ_ENTRIES, VNPU_CQ_ENTRIES), 0,
-			     msecs_to_jiffies(vnpu_job_timeout_ms), NULL, NULL,
-			     VNPU_DRIVER_NAME, vdev->drm.dev);
+	ret = vnpu_sched_init(vdev);
 	if (ret) {
 		destroy_workqueue(vdev->sched_wq);
 		vdev->sched_wq = NULL;
