@@ -477,8 +477,17 @@ def _plan_concat(graph: Graph, node: OpNode) -> OpPlan:
     xs = [_activation(graph, i, f"input{k}", y.dtype) for k, i in enumerate(node.inputs)]
     if _fused(node) != "NONE":
         raise Unsupported("CONCATENATION with a fused activation")
-    if any(x.quant != y.quant for x in xs):
-        raise Unsupported("inputs quantized differently from the output (TFLite rescales)")
+    if y.dtype == "int8" and any(x.quant != y.quant for x in xs):
+        raise Unsupported("int8 inputs quantized differently from the output (TFLite rejects the model)")
+    # uint8 inputs quantized unlike the output go through ConcatenationWithScaling's table.
+    assert y.quant is not None
+    tabs = {
+        x.index: tables.concat_rescale_table(
+            x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point
+        )
+        for x in xs
+        if x.quant is not None and x.quant != y.quant
+    }
     rank = len(y.shape)
     axis = int(node.option("axis"))
     axis = axis + rank if axis < 0 else axis
@@ -492,11 +501,14 @@ def _plan_concat(graph: Graph, node: OpNode) -> OpPlan:
         start = 0
         for x in xs:
             x4 = to4d(x.shape)
-            em.op(
-                "COPY",
-                src=em.tensor(x.index, shape=x4),
-                dst=em.tensor(y.index, shape=x4, origin=_origin(shift + axis, start)),
-            )
+            src = em.tensor(x.index, shape=x4)
+            dst = em.tensor(y.index, shape=x4, origin=_origin(shift + axis, start))
+            if x.index in tabs:
+                em.op(
+                    "LUT", input=src, table=em.const(tabs[x.index].reshape(1, 1, 1, 256), "uint8"), output=dst
+                )
+            else:
+                em.op("COPY", src=src, dst=dst)
             start += x.shape[axis]
 
     return OpPlan(emit)

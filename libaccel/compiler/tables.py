@@ -13,7 +13,8 @@ kernel's own arithmetic:
 * HARD_SWISH: ``reference_ops::HardSwish`` (16-bit fixed point with the
   multipliers of ``HardSwishPrepare``);
 * QUANTIZE (8-bit to 8-bit): ``Requantize``, one MultiplyByQuantizedMultiplier;
-* LEAKY_RELU: ``reference_ops::QuantizeLeakyRelu`` (two multipliers by the input's sign).
+* LEAKY_RELU: ``reference_ops::QuantizeLeakyRelu`` (two multipliers by the input's sign);
+* uint8 CONCATENATION of differently quantized inputs: ``ConcatenationWithScaling`` (float32).
 
 Checked against both TFLite runtimes' BUILTIN_REF on all 256 inputs in
 tests/compiler/test_tables.py.
@@ -125,6 +126,16 @@ def leaky_relu_table(
         m, s = (mi, si) if d >= 0 else (ma, sa)
         vals.append(out_zp + q.multiply_by_quantized_multiplier(d, m, s))
     return np.clip(np.array(vals, dtype=np.int64), lo, hi).astype(np.int32)
+
+
+def concat_rescale_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> np.ndarray:
+    """uint8 CONCATENATION of an input quantized unlike the output: reference_ops'
+    ConcatenationWithScaling, ``round(x * scale + bias) + out_zp`` in float32 with
+    ``scale = s_in * (1 / s_out)`` and ``bias = -in_zp * scale``, clamped to [0, 255]."""
+    scale = _f32(in_scale) * (_f32(1.0) / _f32(out_scale))
+    bias = _f32(-in_zp) * scale
+    vals = [q.tflite_round(float(_f32(_f32(v) * scale + bias))) + out_zp for v in input_values("uint8")]
+    return np.clip(np.array(vals, dtype=np.int64), 0, 255).astype(np.int32)
 
 
 # --- HARD_SWISH: 16-bit gemmlowp fixed point --------------------------------------------------

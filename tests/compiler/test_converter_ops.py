@@ -247,3 +247,56 @@ def test_int8_sum_reference_reads_uint8(runtime: str) -> None:
 def test_reduce_of_equal_quantization_stays_on_cpu(op: str) -> None:
     graph = graph_from_tflite(g.mean_model((1, 4, 4, 8), (1, 2), op == "MEAN", 3, same_quant=True, op=op))
     assert (op == "MEAN") == check_support(graph, graph.nodes[0]).ok
+
+
+def _concat_requantized_model(dtype: str, axis: int, through_quantize: bool) -> bytes:
+    """CONCATENATION of three inputs, two quantized unlike the output: directly (uint8, which TFLite
+    rescales) or each through an 8-bit QUANTIZE first (what the converter writes for int8)."""
+    rng = np.random.default_rng(13)
+    m = g.ModelBuilder()
+    oq = g.activation_quant(rng, dtype, 0.03)
+    shapes = [(1, 4, 5, 3), (1, 4, 5, 6), (1, 4, 5, 2)]
+    if axis != 3:
+        shapes = [(1, 2 + k, 5, 4) for k in range(3)]
+    quants = [g.activation_quant(rng, dtype, s) for s in (0.02, 0.03, 0.07)]
+    quants[1] = oq
+    xs = [
+        m.add_tensor(f"input{k}", s, dtype, qk) for k, (s, qk) in enumerate(zip(shapes, quants, strict=True))
+    ]
+    parts = []
+    for k, (x, qk) in enumerate(zip(xs, quants, strict=True)):
+        if through_quantize and qk != oq:
+            r = m.add_tensor(f"requantized{k}", shapes[k], dtype, oq)
+            m.add_op("QUANTIZE", [x], [r])
+            x = r
+        parts.append(x)
+    out = list(shapes[0])
+    out[axis] = sum(s[axis] for s in shapes)
+    y = m.add_tensor("output", out, dtype, oq)
+    m.add_op("CONCATENATION", parts, [y], axis=axis, fused_activation_function="NONE")
+    return m.build(xs, [y])
+
+
+@pytest.mark.parametrize(
+    "dtype,axis,through_quantize",
+    [("uint8", 3, False), ("uint8", 1, False), ("int8", 3, True), ("int8", 1, True), ("uint8", 3, True)],
+)
+def test_concat_of_requantized_inputs(
+    dev: Device, runtime: str, dtype: str, axis: int, through_quantize: bool
+) -> None:
+    assert_exact(dev, _concat_requantized_model(dtype, axis, through_quantize), runtime=runtime)
+
+
+def test_concat_rescale_table_on_all_inputs(runtime: str) -> None:
+    rng = np.random.default_rng(14)
+    every = np.arange(256).astype(np.uint8).reshape(1, 256)
+    for _ in range(8):
+        iq = g.activation_quant(rng, "uint8", g.random_scale(rng, 0.005, 0.3))
+        oq = g.activation_quant(rng, "uint8", g.random_scale(rng, 0.005, 0.3))
+        m = g.ModelBuilder()
+        a = m.add_tensor("a", (1, 256), "uint8", iq)
+        y = m.add_tensor("y", (1, 256), "uint8", oq)
+        m.add_op("CONCATENATION", [a], [y], axis=1, fused_activation_function="NONE")
+        ref = g.run_reference(m.build([a], [y]), [every], runtime)[0].ravel().astype(np.int32)
+        table = tables.concat_rescale_table(iq.scales[0], iq.zero_points[0], oq.scales[0], oq.zero_points[0])
+        np.testing.assert_array_equal(table, ref)
