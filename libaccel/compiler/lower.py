@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from libaccel.compiler import fusion
 from libaccel.compiler import ops as O
 from libaccel.compiler.graph import Graph, TensorInfo
 from uapi import isa
@@ -430,6 +431,7 @@ def compile_partition(
         if bad:
             raise CompileError(f"requested outputs {bad} are not produced by the partition")
         p_outputs = tuple(outputs)
+    plans = fusion.fuse(graph, nodes, plans, set(p_outputs))
 
     # Storage: RESHAPE outputs alias their inputs; everything else non-constant gets arena bytes.
     root: dict[int, int] = {}
@@ -454,8 +456,10 @@ def compile_partition(
     end = len(nodes)
     for t in p_inputs:
         touch(t, -1)
-    for step, n in enumerate(nodes):
-        for t in (*n.inputs, *n.outputs):
+    for step, (n, plan) in enumerate(zip(nodes, plans, strict=True)):
+        # A fused node's tensors are either internal to the pattern (never stored) or read, through
+        # ``reads``, by the node that emits the pattern.
+        for t in () if plan.fused else (*n.inputs, *n.outputs, *plan.reads):
             touch(t, step)
     for t in p_outputs:
         touch(t, end)

@@ -15,6 +15,7 @@ import numpy as np
 
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
 from libaccel.compiler.ops import (
+    PLANNERS,
     OpPlan,
     Unsupported,
     _activation,
@@ -317,12 +318,14 @@ def _lift(origin: Shape4) -> Shape4:
     return 0, n, h, c
 
 
-PLANNERS = {
-    "SPLIT": plan_split,
-    "SPLIT_V": plan_split_v,
-    "SLICE": plan_slice,
-    "DEPTH_TO_SPACE": plan_depth_to_space,
-    "SPACE_TO_DEPTH": plan_space_to_depth,
-    "SPACE_TO_BATCH_ND": plan_space_to_batch_nd,
-    "BATCH_TO_SPACE_ND": plan_batch_to_space_nd,
-}
+PLANNERS.update(
+    {
+        "SPLIT": plan_split,
+        "SPLIT_V": plan_split_v,
+        "SLICE": plan_slice,
+        "DEPTH_TO_SPACE": plan_depth_to_space,
+        "SPACE_TO_DEPTH": plan_space_to_depth,
+        "SPACE_TO_BATCH_ND": plan_space_to_batch_nd,
+        "BATCH_TO_SPACE_ND": plan_batch_to_space_nd,
+    }
+)

@@ -43,10 +43,17 @@ class Support:
 
 @dataclass
 class OpPlan:
-    """How one node lowers: instructions (``emit``), or an alias of its input's storage (``alias_of``)."""
+    """How one node lowers: instructions (``emit``), or an alias of its input's storage (``alias_of``).
+
+    A pattern fused across nodes (:mod:`.fusion`) gives the last node the instructions, with the
+    tensors they read beyond that node's own inputs in ``reads`` (kept alive until it runs), and the
+    earlier nodes ``fused``: no instruction, and their tensors need no storage.
+    """
 
     emit: Callable[[Emitter], None] | None = None
     alias_of: int | None = None  # RESHAPE of a dense tensor: the output is the input's bytes
+    reads: tuple[int, ...] = ()
+    fused: bool = False
 
 
 # --- common checks ---------------------------------------------------------------
@@ -790,8 +797,6 @@ def check_support(graph: Graph, node: OpNode) -> Support:
     return Support(True, "")
 
 
-# Lowerings in their own modules import this module's helpers, so they register after it is built.
-from libaccel.compiler import movement, reduce  # noqa: E402
-
-PLANNERS.update(movement.PLANNERS)
-PLANNERS.update(reduce.PLANNERS)
+# Lowerings in their own modules: each adds its planners to PLANNERS when imported (they import this
+# module's helpers, so whichever of the two is imported first, both end up complete).
+from libaccel.compiler import movement, reduce  # noqa: E402, F401

@@ -22,7 +22,7 @@ import numpy as np
 from libaccel.compiler import quant as q
 from libaccel.compiler import tables
 from libaccel.compiler.graph import Graph, OpNode
-from libaccel.compiler.ops import OpPlan, Unsupported, _activation, _int_const, _mult
+from libaccel.compiler.ops import PLANNERS, OpPlan, Unsupported, _activation, _int_const, _mult
 
 if TYPE_CHECKING:
     from libaccel.compiler.lower import Emitter
@@ -80,4 +80,4 @@ def plan_mean_or_sum(graph: Graph, node: OpNode) -> OpPlan:
     return OpPlan(emit)
 
 
-PLANNERS = {"MEAN": plan_mean_or_sum, "SUM": plan_mean_or_sum}
+PLANNERS.update({"MEAN": plan_mean_or_sum, "SUM": plan_mean_or_sum})

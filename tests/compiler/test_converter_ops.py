@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from libaccel import Device
-from libaccel.compiler import check_support, graph_from_tflite, quant, tables
+from libaccel.compiler import (
+    PartitionRunner,
+    check_support,
+    compile_partition,
+    graph_from_tflite,
+    quant,
+    tables,
+)
 from tests.compiler.helpers import assert_exact
 from tools.models import generate as g
 
@@ -300,3 +307,69 @@ def test_concat_rescale_table_on_all_inputs(runtime: str) -> None:
         ref = g.run_reference(m.build([a], [y]), [every], runtime)[0].ravel().astype(np.int32)
         table = tables.concat_rescale_table(iq.scales[0], iq.zero_points[0], oq.scales[0], oq.zero_points[0])
         np.testing.assert_array_equal(table, ref)
+
+
+# (in_shape, out_ch (0: depthwise), kernel, dilation, padding, dtype)
+DILATED_CASES = [
+    ((1, 12, 12, 4), 8, 3, 2, "SAME", "int8"),
+    ((1, 11, 9, 3), 6, 3, 2, "SAME", "int8"),
+    ((1, 16, 16, 8), 0, 3, 4, "SAME", "int8"),
+    ((1, 13, 10, 4), 5, 3, 3, "VALID", "int8"),
+    ((2, 9, 9, 3), 0, 5, 2, "SAME", "uint8"),
+    ((1, 10, 10, 4), 4, 3, (2, 3), "SAME", "uint8"),
+]
+
+
+def _dilated_model(case: tuple) -> bytes:
+    shape, out_ch, kernel, dilation, padding, dtype = case
+    if out_ch == 0:
+        return g.depthwise_conv2d_model(
+            shape, 1, kernel, 1, padding, dtype == "int8", "RELU6", 31, dtype, dilation, space_to_batch=True
+        )
+    return g.conv2d_model(
+        shape, out_ch, kernel, 1, padding, dtype == "int8", "NONE", 32, dtype, dilation, space_to_batch=True
+    )
+
+
+@pytest.mark.parametrize("case", DILATED_CASES, ids=str)
+def test_dilated_conv_fused(dev: Device, runtime: str, case: tuple) -> None:
+    """SPACE_TO_BATCH_ND -> convolution -> BATCH_TO_SPACE_ND compiles to one dilated convolution."""
+    model = _dilated_model(case)
+    graph = graph_from_tflite(model)
+    assert [n.op for n in graph.nodes][::2] == ["SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND"]
+    compiled = compile_partition(graph, [n.index for n in graph.nodes], dev.params.isa_version)
+    ops = {k: v for k, v in compiled.stats["instructions"].items() if k not in ("TENSOR", "END")}
+    assert ops == {"DEPTHWISE_CONV2D" if case[1] == 0 else "CONV2D": 1}
+    assert_exact(dev, model, runtime=runtime)
+
+
+@pytest.mark.parametrize("case", DILATED_CASES[:3], ids=str)
+def test_dilated_conv_unfused_when_an_intermediate_is_needed(dev: Device, case: tuple) -> None:
+    """A partition that must also output the batch-folded tensor keeps the three nodes apart (COPYs and
+    a convolution on the batch), and is exact too."""
+    model = _dilated_model(case)
+    graph = graph_from_tflite(model)
+    s2b_out = graph.nodes[0].outputs[0]
+    compiled = compile_partition(
+        graph, [n.index for n in graph.nodes], dev.params.isa_version, outputs=[s2b_out, graph.outputs[0]]
+    )
+    assert compiled.stats["instructions"]["COPY"] >= 2
+    x = g.random_inputs(model, 5)
+    with PartitionRunner(dev, compiled) as runner:
+        got = runner.run({graph.inputs[0]: x[0]})[graph.outputs[0]]
+    np.testing.assert_array_equal(got.reshape(-1), g.run_reference(model, x)[0].reshape(-1))
+
+
+def test_dilated_conv_partial_partitions_are_exact(dev: Device) -> None:
+    """Each node of the pattern alone, as partitions split by a placement would leave them."""
+    model = _dilated_model(DILATED_CASES[1])
+    graph = graph_from_tflite(model)
+    values = dict(zip(graph.inputs, g.random_inputs(model, 6), strict=True))
+    for node in graph.nodes:
+        compiled = compile_partition(graph, [node.index], dev.params.isa_version)
+        with PartitionRunner(dev, compiled) as runner:
+            values.update(runner.run({t: values[t] for t in (b.index for b in compiled.inputs)}))
+    got = values[graph.outputs[0]]
+    np.testing.assert_array_equal(
+        got.reshape(-1), g.run_reference(model, g.random_inputs(model, 6))[0].reshape(-1)
+    )

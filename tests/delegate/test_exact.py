@@ -104,6 +104,23 @@ def test_whole_chain_on_npu(runtime: str, interp_mod: Any, lib_path: str) -> Non
     _check(runtime, interp_mod, lib_path, _conv_pool_conv(), {}, set())
 
 
+def _dilated_conv() -> bytes:
+    """Keras' Conv2D(dilation_rate=2, padding="same") as the converter writes it: SPACE_TO_BATCH_ND ->
+    CONV_2D (VALID) -> BATCH_TO_SPACE_ND."""
+    return gen.conv2d_model((1, 11, 9, 4), 8, 3, 1, "SAME", True, "RELU", 12, dilation=2, space_to_batch=True)
+
+
+def test_dilated_conv_pattern_on_npu(runtime: str, interp_mod: Any, lib_path: str) -> None:
+    """The three nodes are claimed together (one partition, fused into one dilated CONV2D)."""
+    _check(runtime, interp_mod, lib_path, _dilated_conv(), {}, set())
+
+
+def test_dilated_conv_pattern_split_by_placement(runtime: str, interp_mod: Any, lib_path: str) -> None:
+    """With the convolution kept on the CPU, SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND run alone on the
+    NPU (two partitions): still exact."""
+    _check(runtime, interp_mod, lib_path, _dilated_conv(), {"deny_ops": "CONV_2D"}, {"CONV_2D"})
+
+
 def test_softmax_stays_on_cpu(runtime: str, interp_mod: Any, lib_path: str) -> None:
     _check(runtime, interp_mod, lib_path, gen.softmax_model((1, 10), 3), {}, {"SOFTMAX"})
 

@@ -442,11 +442,14 @@ def _conv_model(
     dtype: str,
     dilation: int | tuple[int, int],
     bias: bool,
+    space_to_batch: bool = False,
     **op_options: int,
 ) -> bytes:
     """One CONV_2D or DEPTHWISE_CONV_2D: ``filter_shape`` [*, KH, KW, *] quantized along
     ``channel_axis``; ``depth`` terms per accumulator set the output scale. The random draws keep one
-    order (input scale, filter, output scale, bias): tests and docs name their models by seed."""
+    order (input scale, filter, output scale, bias): tests and docs name their models by seed.
+    ``space_to_batch`` writes a dilated convolution as the TensorFlow converter does:
+    SPACE_TO_BATCH_ND -> the convolution undilated and VALID -> BATCH_TO_SPACE_ND."""
     rng = np.random.default_rng(seed)
     kh, kw = filter_shape[1:3]
     cout = filter_shape[channel_axis]
@@ -465,10 +468,24 @@ def _conv_model(
         bdata, bq = quantized_bias(rng, iq.scales[0], wq, cout, bias_spread)
         inputs.append(m.add_const("bias", bdata, "int32", bq))
     y = m.add_tensor("output", (n, oh, ow, cout), dtype, oq)
+    conv_out = y
+    if space_to_batch:
+        if (sh, sw) != (1, 1):
+            raise ValueError("the converter's space-to-batch form needs stride 1")
+        (pt, pb), (ct, cb) = space_to_batch_paddings(h, kh, dh, padding)
+        (pl, pr), (cl, cr) = space_to_batch_paddings(w, kw, dw, padding)
+        hs, ws = (h + pt + pb) // dh, (w + pl + pr) // dw
+        block = m.add_const("block_shape", np.array([dh, dw], dtype=np.int32), "int32")
+        xs = m.add_tensor("space_to_batch", (n * dh * dw, hs, ws, in_shape[3]), dtype, iq)
+        pads = m.add_const("paddings", np.array([[pt, pb], [pl, pr]], dtype=np.int32), "int32")
+        m.add_op("SPACE_TO_BATCH_ND", [x, block, pads], [xs])
+        inputs[0] = xs
+        conv_out = m.add_tensor("batch_conv", (n * dh * dw, hs - kh + 1, ws - kw + 1, cout), dtype, oq)
+        padding, dh, dw = "VALID", 1, 1
     m.add_op(
         op,
         inputs,
-        [y],
+        [conv_out],
         padding=padding,
         stride_h=sh,
         stride_w=sw,
@@ -477,7 +494,20 @@ def _conv_model(
         dilation_w_factor=dw,
         fused_activation_function=act,
     )
+    if space_to_batch:
+        crops = m.add_const("crops", np.array([[ct, cb], [cl, cr]], dtype=np.int32), "int32")
+        m.add_op("BATCH_TO_SPACE_ND", [conv_out, block, crops], [y])
     return m.build([x], [y])
+
+
+def space_to_batch_paddings(size: int, kernel: int, dilation: int, padding: str) -> tuple[tuple, tuple]:
+    """((pad before, pad after), (crop before, crop after)) of one spatial dimension in the converter's
+    dilated convolution (TensorFlow's required_space_to_batch_paddings): SAME's padding of the dilated
+    filter, plus what rounds the padded size up to a multiple of the dilation, cropped off again."""
+    total = (kernel - 1) * dilation if padding == "SAME" else 0
+    before, after = total // 2, total - total // 2
+    extra = -(size + total) % dilation
+    return (before, after + extra), (0, extra)
 
 
 def conv2d_model(
@@ -492,8 +522,10 @@ def conv2d_model(
     dtype: str = "int8",
     dilation: int | tuple[int, int] = 1,
     bias: bool = True,
+    space_to_batch: bool = False,
 ) -> bytes:
-    """One CONV_2D: input [N,H,W,Cin] -> [N,OH,OW,out_ch], filter [out_ch,KH,KW,Cin]."""
+    """One CONV_2D: input [N,H,W,Cin] -> [N,OH,OW,out_ch], filter [out_ch,KH,KW,Cin] (with
+    ``space_to_batch``, a dilated one in the converter's three-op form)."""
     kh, kw = _pair(kernel)
     cin = in_shape[3]
     depth = kh * kw * cin
@@ -512,6 +544,7 @@ def conv2d_model(
         dtype=dtype,
         dilation=dilation,
         bias=bias,
+        space_to_batch=space_to_batch,
     )
 
 
@@ -527,8 +560,10 @@ def depthwise_conv2d_model(
     dtype: str = "int8",
     dilation: int | tuple[int, int] = 1,
     bias: bool = True,
+    space_to_batch: bool = False,
 ) -> bytes:
-    """One DEPTHWISE_CONV_2D: filter [1,KH,KW,Cin*depth_multiplier], per-channel along axis 3."""
+    """One DEPTHWISE_CONV_2D: filter [1,KH,KW,Cin*depth_multiplier], per-channel along axis 3 (with
+    ``space_to_batch``, a dilated one in the converter's three-op form)."""
     kh, kw = _pair(kernel)
     cout = in_shape[3] * depth_multiplier
     return _conv_model(
@@ -546,6 +581,7 @@ def depthwise_conv2d_model(
         dtype=dtype,
         dilation=dilation,
         bias=bias,
+        space_to_batch=space_to_batch,
         depth_multiplier=depth_multiplier,
     )
 

@@ -1,0 +1,110 @@
+"""Patterns fused across nodes when a partition holds all of them: the converter's dilated convolution.
+
+TensorFlow writes a dilated convolution (Keras ``Conv2D(dilation_rate=d)``) as SPACE_TO_BATCH_ND ->
+CONV_2D or DEPTHWISE_CONV_2D (stride 1, dilation 1) -> BATCH_TO_SPACE_ND. Each of the three lowers
+exactly on its own (movement.py's COPYs and the convolution on the batch-folded tensor), so whatever
+subset of them a partition holds is exact; when it holds all three, and nothing else reads the two
+intermediate tensors, they become one CONV2D / DEPTHWISE_CONV2D with dilation = block.
+
+Why the fused convolution is bit-exact: SPACE_TO_BATCH_ND pads with the input's zero point, and a
+padded position contributes ``(zp - zp) * w = 0`` to the integer accumulator, exactly as a position the
+dilated convolution skips; following the index maps, output row ``Y`` of BATCH_TO_SPACE_ND sums
+``input[Y - pad_top + ky * block]`` over the taps with
+``pad_top = paddings_top + inner_pad_top * block - crops_top`` (likewise for columns), the same integer
+sum the dilated convolution computes with that padding, requantized with the same multipliers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from libaccel.compiler import movement
+from libaccel.compiler import ops as O
+from libaccel.compiler.graph import Graph, OpNode
+
+CONVS = ("CONV_2D", "DEPTHWISE_CONV_2D")
+
+
+def _dilated_plan(graph: Graph, s2b: OpNode, conv: OpNode, b2s: OpNode) -> O.OpPlan | None:
+    """The one dilated convolution equal to ``s2b -> conv -> b2s``, or None where none is."""
+    x, y = graph.tensors[s2b.inputs[0]], graph.tensors[b2s.outputs[0]]
+    try:
+        into = movement.batch_layout(graph, s2b, x, graph.tensors[s2b.outputs[0]], "paddings")
+        back = movement.batch_layout(graph, b2s, y, graph.tensors[b2s.inputs[0]], "crops")
+    except O.Unsupported:
+        return None
+    w = graph.tensors[conv.inputs[1]]
+    if len(x.shape) != 4 or into.block != back.block or into.space[0] != back.space[0] or len(w.shape) != 4:
+        return None
+    if any(
+        int(conv.option(k)) != 1 for k in ("stride_h", "stride_w", "dilation_h_factor", "dilation_w_factor")
+    ):
+        return None
+    (bh, bw), (kh, kw) = into.block, (w.shape[1], w.shape[2])
+    hs, ws = into.batch[1], into.batch[2]
+    ohs, ows = back.batch[1], back.batch[2]
+    if conv.option("padding") == "SAME":
+        inner = (O.pad_before(hs, kh, 1, 1, ohs), O.pad_before(ws, kw, 1, 1, ows))
+    elif conv.option("padding") == "VALID":
+        inner = (0, 0)
+    else:
+        return None
+    pad_top = into.pads[0][0] + inner[0] * bh - back.pads[0][0]
+    pad_left = into.pads[1][0] + inner[1] * bw - back.pads[1][0]
+    _, h, wd, _ = x.shape
+    _, oh, ow, _ = y.shape
+    # The ISA's padding is TFLite's SAME/VALID formula: use whichever gives this output and padding.
+    for padding in ("VALID", "SAME"):
+        try:
+            size = (O.out_size(padding, h, kh, 1, bh), O.out_size(padding, wd, kw, 1, bw))
+        except O.Unsupported:
+            return None
+        pads = (O.pad_before(h, kh, 1, bh, oh), O.pad_before(wd, kw, 1, bw, ow))
+        if size == (oh, ow) and pads == (pad_top, pad_left):
+            break
+    else:
+        return None
+    options = {**conv.options, "padding": padding, "dilation_h_factor": bh, "dilation_w_factor": bw}
+    fused = OpNode(b2s.index, conv.op, (x.index, *conv.inputs[1:]), (y.index,), options)
+    try:
+        plan = O.PLANNERS[conv.op](graph, fused)
+    except O.Unsupported:
+        return None
+    return O.OpPlan(emit=plan.emit, reads=(x.index,))
+
+
+def fuse(graph: Graph, nodes: Sequence[OpNode], plans: Sequence[O.OpPlan], keep: set[int]) -> list[O.OpPlan]:
+    """``plans`` (one per node of the partition, in order) with each dilated-convolution pattern whose
+    three nodes are all in ``nodes`` fused, unless a tensor inside it is in ``keep`` (a partition
+    output) or read by any other node of the graph."""
+    readers: dict[int, int] = {}
+    for n in graph.nodes:
+        for t in n.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    producer = {t: n for n in nodes for t in n.outputs}
+    position = {n.index: i for i, n in enumerate(nodes)}
+    out = list(plans)
+
+    def private(t: int) -> bool:
+        return t not in keep and t not in graph.outputs and readers.get(t, 0) == 1
+
+    for i, b2s in enumerate(nodes):
+        if b2s.op != "BATCH_TO_SPACE_ND" or len(b2s.inputs) != 3:
+            continue
+        conv = producer.get(b2s.inputs[0])
+        if conv is None or conv.op not in CONVS or not private(b2s.inputs[0]):
+            continue
+        s2b = producer.get(conv.inputs[0])
+        if (
+            s2b is None
+            or s2b.op != "SPACE_TO_BATCH_ND"
+            or len(s2b.inputs) != 3
+            or not private(conv.inputs[0])
+        ):
+            continue
+        plan = _dilated_plan(graph, s2b, conv, b2s)
+        if plan is not None:
+            out[position[s2b.index]] = O.OpPlan(fused=True)
+            out[position[conv.index]] = O.OpPlan(fused=True)
+            out[i] = plan
+    return out
