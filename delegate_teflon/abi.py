@@ -213,6 +213,14 @@ typedef struct TfLiteResizeNearestNeighborParams {
     _Bool half_pixel_centers;
 } TfLiteResizeNearestNeighborParams;
 
+typedef struct TfLiteLeakyReluParams {
+    float alpha;
+} TfLiteLeakyReluParams;
+
+typedef struct TfLiteDepthToSpaceParams {  /* TfLiteSpaceToDepthParams has the same layout */
+    int block_size;
+} TfLiteDepthToSpaceParams;
+
 /* The three TfLiteRegistration layouts (see the module docstring). */
 typedef struct vnpu_registration_v1 {
     void *init; void *free; void *prepare; void *invoke; void *profiling_string;

@@ -39,6 +39,7 @@ _CORE_OPS = {
     2: "CONCATENATION",
     3: "CONV_2D",
     4: "DEPTHWISE_CONV_2D",
+    5: "DEPTH_TO_SPACE",
     6: "DEQUANTIZE",
     9: "FULLY_CONNECTED",
     14: "LOGISTIC",
@@ -48,6 +49,7 @@ _CORE_OPS = {
     21: "RELU6",
     22: "RESHAPE",
     25: "SOFTMAX",
+    26: "SPACE_TO_DEPTH",
     28: "TANH",
     34: "PAD",
     39: "TRANSPOSE",
@@ -56,7 +58,9 @@ _CORE_OPS = {
     45: "STRIDED_SLICE",
     51: "DELEGATE",
     60: "PADV2",
+    74: "SUM",
     97: "RESIZE_NEAREST_NEIGHBOR",
+    98: "LEAKY_RELU",
     114: "QUANTIZE",
     117: "HARD_SWISH",
 }
@@ -173,7 +177,11 @@ def _options(ffi: Any, op: str, builtin_data: Any) -> dict[str, Any]:
         p = ffi.cast("TfLiteReshapeParams *", builtin_data)
         n = max(0, min(p.num_dimensions, 8))
         return {"new_shape": tuple(p.shape[i] for i in range(n))}
-    if op == "MEAN":
+    if op == "LEAKY_RELU":
+        return {"alpha": ffi.cast("TfLiteLeakyReluParams *", builtin_data).alpha}
+    if op in ("DEPTH_TO_SPACE", "SPACE_TO_DEPTH"):
+        return {"block_size": ffi.cast("TfLiteDepthToSpaceParams *", builtin_data).block_size}
+    if op in ("MEAN", "SUM"):
         p = ffi.cast("TfLiteReducerParams *", builtin_data)
         return {"keep_dims": bool(p.keep_dims)}
     if op == "STRIDED_SLICE":

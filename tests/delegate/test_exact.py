@@ -28,7 +28,24 @@ CASES: dict[str, Callable[[], bytes]] = {
     "mul": lambda: gen.elementwise_model("MUL", (1, 4, 4, 8), None, "NONE", 9),
     "avgpool": lambda: gen.pool_model("AVERAGE_POOL_2D", (1, 8, 8, 16), 2, 2, "VALID", "NONE", 10),
     "maxpool_same": lambda: gen.pool_model("MAX_POOL_2D", (1, 9, 9, 8), 3, 2, "SAME", "NONE", 11),
+    "leaky_relu": lambda: _leaky_relu(0.3),
+    "depth_to_space": lambda: gen.layout_model("DEPTH_TO_SPACE", (1, 3, 4, 8), [(1, 6, 8, 2)], block_size=2),
+    "space_to_depth": lambda: gen.layout_model("SPACE_TO_DEPTH", (1, 6, 8, 2), [(1, 3, 4, 8)], block_size=2),
+    "mean_global_pool": lambda: gen.mean_model((1, 7, 7, 16), (1, 2), False, 12),
+    "sum_uint8": lambda: gen.mean_model((1, 4, 4, 8), (1, 2), True, 13, "uint8", op="SUM"),
+    "split": lambda: gen.layout_model(
+        "SPLIT", (1, 4, 4, 6), [(1, 4, 4, 2)] * 3, [("axis", [3])], 1, num_splits=3
+    ),
 }
+
+
+def _leaky_relu(alpha: float) -> bytes:
+    rng = np.random.default_rng(14)
+    m = gen.ModelBuilder()
+    x = m.add_tensor("input", (1, 6, 6, 8), "int8", gen.activation_quant(rng, "int8", 0.05))
+    y = m.add_tensor("output", (1, 6, 6, 8), "int8", gen.activation_quant(rng, "int8", 0.03))
+    m.add_op("LEAKY_RELU", [x], [y], alpha=alpha)
+    return m.build([x], [y])
 
 
 def _differing_bytes(got: list[np.ndarray], want: list[np.ndarray]) -> int:
