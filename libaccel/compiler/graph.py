@@ -33,6 +33,11 @@ compiler (:mod:`libaccel.compiler`). Conventions, all TFLite's:
   - MEAN: keep_dims
   - STRIDED_SLICE: begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask, offset
   - RESIZE_NEAREST_NEIGHBOR: align_corners, half_pixel_centers
+  - LEAKY_RELU: alpha (required: no default is assumed)
+  - SUM: keep_dims (MEAN and SUM read it from the output's shape)
+  - DEPTH_TO_SPACE, SPACE_TO_DEPTH: block_size (checked against the shapes when present)
+  - SPLIT, SPLIT_V, SLICE, SQUEEZE, EXPAND_DIMS, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND, PADV2: none
+    needed (sizes come from the constant operands and the output shapes)
   Missing keys take the schema defaults (:data:`OPTION_DEFAULTS`).
 
 :func:`graph_from_tflite` reads a .tflite flatbuffer into this IR.
