@@ -31,6 +31,7 @@ import numpy as np
 from uapi import isa
 
 from . import hw_layout as hw
+from . import mac_array
 from . import numerics as nm
 from .memory import PhysicalAddressError, SystemMemory
 from .mmu import VA_LIMIT, Mmu, MmuFault
@@ -46,6 +47,7 @@ WAIT_POLL_MAX_S = 0.005
 
 _NP_DTYPES = {"INT8": np.dtype("i1"), "UINT8": np.dtype("u1"), "INT32": np.dtype("<i4")}
 _BYTE_TYPES = ("INT8", "UINT8")
+_MAC_PLAN = 1  # in a plan's digest: C plans and numpy plans of one instruction never mix
 
 
 @dataclass(frozen=True)
@@ -426,6 +428,20 @@ class _Job:
             out_h=out.shape[1],
             out_w=out.shape[2],
         )
+        isa = mac_array.selected_isa()
+        if isa is not None:  # the C MAC array (numerics stays the reference and the fallback)
+            kind = mac_array.KIND_DEPTHWISE if depthwise else mac_array.KIND_CONV
+            dm = ins["depth_multiplier"] if depthwise else 1
+            mac = self.plan(
+                lambda: mac_array.plan_layer(
+                    kind, weights, bias, in_shape=inp.shape, in_dtype=inp.np_dtype,
+                    geometry=tuple(geometry.values()), depth_multiplier=dm, **common,
+                ),
+                weights, bias, multiplier, shift, _MAC_PLAN,
+            )  # fmt: skip
+            assert isinstance(mac, mac_array.MacPlan)
+            self.store(out, mac_array.run(mac, self.load(inp), isa))
+            return
         build = nm.plan_depthwise if depthwise else nm.plan_gemm
         plan = self.plan(
             lambda: build(weights, bias, in_dtype=inp.np_dtype, **common), weights, bias, multiplier, shift
@@ -480,6 +496,18 @@ class _Job:
             act_max=ins["act_max"],
             out_dtype=out.np_dtype,
         )
+        isa = mac_array.selected_isa()
+        if isa is not None:  # the C MAC array: a 1x1 convolution of rows x 1 x 1 x K
+            mac = self.plan(
+                lambda: mac_array.plan_layer(
+                    mac_array.KIND_CONV, weights.reshape(cout, 1, 1, k), bias, in_shape=(rows, 1, 1, k),
+                    in_dtype=inp.np_dtype, **common,
+                ),
+                weights, bias, multiplier, shift, _MAC_PLAN,
+            )  # fmt: skip
+            assert isinstance(mac, mac_array.MacPlan)
+            self.store(out, mac_array.run(mac, self.load(inp).reshape(rows, 1, 1, k), isa))
+            return
         plan = self.plan(
             lambda: nm.plan_gemm(weights, bias, in_dtype=inp.np_dtype, **common),
             weights,

@@ -1,0 +1,237 @@
+"""The MAC array in C: CONV2D, DEPTHWISE_CONV2D and FULLY_CONNECTED for the command processor.
+
+:mod:`device_model.numerics` is the readable reference; these kernels (``mac_array.c``, built with
+cffi on first use by :mod:`.build`) compute the same bytes faster: exact int32 accumulation modulo
+2**32 (int16 operands through AVX2's ``vpmaddwd`` when every ``x - zp`` and ``w - zp`` fits,
+int32 otherwise) and TFLite's requantization, with per-channel constants.
+
+Which implementation runs is chosen per layer call by ``VNPU_MAC_ARRAY``:
+
+* ``auto`` (default): the fastest C kernels this CPU runs; numpy when the C build fails (logged
+  once, with the reason and what to do);
+* ``numpy``: the numpy reference path;
+* ``generic`` / ``avx2``: that C variant (``avx2`` on a CPU without it falls back to generic).
+
+A plan (:func:`plan_layer`) holds the packed weights and per-channel constants of one layer; the
+command processor keeps it while the layer's parameter bytes are unchanged, like numpy's plans.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from .. import numerics as nm
+
+log = logging.getLogger(__name__)
+
+ENV = "VNPU_MAC_ARRAY"
+ISA_GENERIC = 0
+ISA_AVX2 = 1
+ISA_NAMES = {ISA_GENERIC: "generic", ISA_AVX2: "avx2"}
+KIND_CONV = 0
+KIND_DEPTHWISE = 1
+NR = 16  # output channels per packed GEMM panel (mac_array.c's NR)
+DW_BLOCK = 16  # depthwise channels per AVX2 block (mac_array.c's DW_BLOCK)
+# Position of channel c % 16 inside its block of packed depthwise weights (mac_array.c's dw_perm).
+_DW_POS = np.array([0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15])
+_RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
+_I16 = (-(2**15), 2**15 - 1)
+
+_lock = threading.Lock()
+_module: ModuleType | None = None
+_failed: str | None = None
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
+
+
+def library() -> ModuleType | None:
+    """The built extension (``ffi``, ``lib``), built now on first use; None if it cannot be built."""
+    global _module, _failed
+    if _module is not None or _failed is not None:
+        return _module
+    with _lock:
+        if _module is None and _failed is None:
+            from . import build
+
+            try:
+                out_dir = build.default_build_dir()
+                if not build._library_file(out_dir).exists():
+                    log.info("building the MAC array's C kernels into %s (first use, a few seconds)", out_dir)
+                t0 = time.perf_counter()
+                path = build.ensure_built(out_dir)
+                _module = build.load(path)
+                log.debug("MAC array library %s ready in %.2f s", path, time.perf_counter() - t0)
+            except Exception as e:  # no compiler, no Python headers, a read-only cache...
+                _failed = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+                _warn_once(
+                    f"MAC array: the C kernels could not be built ({_failed}); using the numpy path. "
+                    "Install gcc and the Python headers (python3-dev), or check "
+                    "`python -m device_model.mac_array.build`; set VNPU_MAC_ARRAY=numpy to choose numpy."
+                )
+    return _module
+
+
+def cpu_isas() -> list[int]:
+    """The C variants this host can run (empty when the library cannot be built)."""
+    mod = library()
+    if mod is None:
+        return []
+    best = int(mod.lib.mac_cpu_isa())
+    return [isa for isa in ISA_NAMES if isa <= best]
+
+
+def selected_isa() -> int | None:
+    """The C variant ``VNPU_MAC_ARRAY`` selects now, or None for the numpy path."""
+    mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if mode == "numpy":
+        return None
+    if mode not in ("auto", "c", "generic", "avx2"):
+        _warn_once(f"MAC array: {ENV}={mode!r} is not auto, numpy, generic or avx2; using auto")
+        mode = "auto"
+    isas = cpu_isas()
+    if not isas:
+        return None
+    if mode == "generic":
+        return ISA_GENERIC
+    if mode == "avx2" and ISA_AVX2 not in isas:
+        _warn_once("MAC array: VNPU_MAC_ARRAY=avx2 but this CPU has no AVX2; using the generic kernels")
+    return max(isas)
+
+
+@dataclass
+class MacPlan:
+    """One layer's C-side description (``struct mac_layer``) and the arrays it points into."""
+
+    layer: Any  # cffi struct mac_layer *
+    keep: tuple[np.ndarray, ...]  # packed weights, bias, multipliers, shifts: alive while the plan is
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, int, int, int]
+    out_dtype: np.dtype
+
+
+def _check_positive(name: str, **values: int) -> None:
+    for key, v in values.items():
+        if v < 1:
+            raise ValueError(f"{name}: {key} must be >= 1, got {v}")
+
+
+def _per_channel(v: nm.ArrayLike, c: int) -> np.ndarray:
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(v, dtype=np.int64).reshape(-1), (c,)), np.int32)
+
+
+def plan_layer(
+    kind: int,
+    filt: np.ndarray,
+    bias: np.ndarray | None,
+    *,
+    in_shape: tuple[int, int, int, int],
+    in_dtype: np.dtype,
+    input_zp: int,
+    filter_zp: int,
+    multiplier: nm.ArrayLike,
+    shift: nm.ArrayLike,
+    output_zp: int,
+    act_min: int,
+    act_max: int,
+    out_dtype: np.dtype,
+    geometry: tuple[int, int, int, int, int, int, int, int] = (1, 1, 1, 1, 0, 0, 1, 1),
+    depth_multiplier: int = 1,
+) -> MacPlan:
+    """The plan of a CONV2D (filter [Cout, KH, KW, Cin]; FULLY_CONNECTED: [Cout, 1, 1, K] with the
+    input as [rows, 1, 1, K]) or DEPTHWISE_CONV2D (filter [1, KH, KW, Cout]) layer.
+
+    ``geometry`` is (stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w).
+    Bad parameters raise ValueError with the numpy path's checks and messages."""
+    name = "DEPTHWISE_CONV2D" if kind == KIND_DEPTHWISE else "CONV2D"
+    sh, sw, dh, dw, pt, pl, oh, ow = geometry
+    _check_positive(name, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw)
+    if kind == KIND_DEPTHWISE:
+        _check_positive(name, depth_multiplier=depth_multiplier)
+    nm.check_zero_points(name, input_zp, filter_zp)
+    nm.check_clamp(act_min, act_max)
+    nm.check_shift(shift)
+    in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
+    if in_dtype not in _RANGES or out_dtype not in _RANGES:
+        raise ValueError(f"{name}: input and output must be int8 or uint8")
+    n, h, w, cin = in_shape
+    if kind == KIND_DEPTHWISE:
+        _, kh, kw, cout = filt.shape
+    else:
+        cout, kh, kw, _ = filt.shape
+    wq = filt.astype(np.int32).reshape(filt.shape[0], -1) - np.int32(filter_zp)  # [Cout, K] / [1, T*C]
+    in_lo, in_hi = _RANGES[in_dtype]
+    narrow = (
+        _I16[0] <= in_lo - input_zp
+        and in_hi - input_zp <= _I16[1]
+        and (wq.size == 0 or (_I16[0] <= int(wq.min()) and int(wq.max()) <= _I16[1]))
+    )
+    elem = np.int16 if narrow else np.int32
+    if kind == KIND_DEPTHWISE:
+        taps = kh * kw
+        kpad = taps + taps % 2
+        cout_pad = -(-cout // DW_BLOCK) * DW_BLOCK
+        grid = np.zeros((kpad, cout_pad), dtype=np.int32)
+        positions = (np.arange(cout) // DW_BLOCK) * DW_BLOCK + _DW_POS[np.arange(cout) % DW_BLOCK]
+        grid[:taps, positions] = wq.reshape(taps, cout)
+        packed = grid.reshape(kpad // 2, 2, cout_pad).transpose(0, 2, 1)  # [pairs][Cout_pad][2]
+    else:
+        k = kh * kw * cin
+        kpad = k + k % 2
+        cout_pad = -(-cout // NR) * NR
+        grid = np.zeros((cout_pad, kpad), dtype=np.int32)
+        grid[:cout, :k] = wq
+        packed = grid.reshape(cout_pad // NR, NR, kpad // 2, 2).transpose(0, 2, 1, 3)  # [panel][pair][NR][2]
+    packed = np.ascontiguousarray(packed, dtype=elem)
+    bias32 = np.zeros(cout, np.int32) if bias is None else np.ascontiguousarray(bias, dtype=np.int32)
+    mult = _per_channel(multiplier, cout)
+    shifts = _per_channel(shift, cout)
+    out_lo, out_hi = _RANGES[out_dtype]
+
+    mod = library()
+    if mod is None:
+        raise RuntimeError("the MAC array's C kernels are not available")
+    ffi = mod.ffi
+    layer = ffi.new("struct mac_layer *")
+    for key, value in dict(
+        n=n, h=h, w=w, cin=cin, kh=kh, kw=kw, cout=cout, stride_h=sh, stride_w=sw, dil_h=dh, dil_w=dw,
+        pad_top=pt, pad_left=pl, out_h=oh, out_w=ow, depth_multiplier=depth_multiplier, kpad=kpad,
+        cout_pad=cout_pad, kind=kind, wide=int(not narrow), in_signed=int(in_dtype == np.int8),
+        out_signed=int(out_dtype == np.int8), input_zp=input_zp, output_zp=output_zp,
+        lo=max(act_min, out_lo), hi=min(act_max, out_hi), zp_byte_ok=int(in_lo <= input_zp <= in_hi),
+        simple_quant=int(not np.any(mult == nm.INT32_MIN)),
+    ).items():  # fmt: skip
+        setattr(layer, key, value)
+    layer.packed = ffi.cast("const void *", packed.ctypes.data)
+    layer.bias = ffi.cast("const int32_t *", bias32.ctypes.data)
+    layer.multiplier = ffi.cast("const int32_t *", mult.ctypes.data)
+    layer.shift = ffi.cast("const int32_t *", shifts.ctypes.data)
+    return MacPlan(layer, (packed, bias32, mult, shifts), tuple(in_shape), (n, oh, ow, cout), out_dtype)
+
+
+def run(plan: MacPlan, inp: np.ndarray, isa: int) -> np.ndarray:
+    """The layer's output [N, OH, OW, Cout] in the output dtype, from its input (any strides)."""
+    if inp.shape != plan.in_shape:
+        raise ValueError(f"input shape {inp.shape} is not the planned {plan.in_shape}")
+    mod = library()
+    assert mod is not None  # a plan exists only when the library does
+    x = np.ascontiguousarray(inp)
+    out = np.empty(plan.out_shape, dtype=plan.out_dtype)
+    if out.size == 0:
+        return out
+    ffi = mod.ffi
+    if mod.lib.mac_run(plan.layer, ffi.from_buffer(x), ffi.from_buffer(out), isa) != 0:
+        raise MemoryError("MAC array: out of memory for the layer's buffers")
+    return out

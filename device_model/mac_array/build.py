@@ -1,0 +1,147 @@
+"""Build the MAC array's C kernels with cffi: ``python -m device_model.mac_array.build [--out DIR]``.
+
+The extension is built on first use into a cache directory keyed by a hash of everything that goes
+into the binary (``mac-array-<hash>`` under ``$VNPU_CACHE_DIR``, else ``$XDG_CACHE_HOME/vnpu`` or
+``~/.cache/vnpu``), so an edit rebuilds and hosts sharing the cache share the build. The binary is
+portable across x86-64 CPUs: it is compiled for the baseline ISA, and the AVX2 kernels carry their
+own ``target("avx2")`` attribute and run only when the CPU reports AVX2 (``mac_cpu_isa``). Running
+this module builds now and prints the library's path, or the compiler's error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import platform
+import shutil
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+import cffi
+
+MODULE_NAME = "_vnpu_mac_array"
+SOURCE_PATH = Path(__file__).resolve().parent / "mac_array.c"
+# -O3 for the vectoriser; no -march: the AVX2 code is selected at run time, not at build time.
+COMPILE_ARGS = ["-O3", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+
+CDEF = """
+struct mac_layer {
+    int64_t n, h, w, cin;
+    int64_t kh, kw, cout;
+    int64_t stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
+    int64_t out_h, out_w;
+    int64_t depth_multiplier;
+    int64_t kpad;
+    int64_t cout_pad;
+    int32_t kind;
+    int32_t wide;
+    int32_t in_signed;
+    int32_t out_signed;
+    int32_t input_zp;
+    int32_t output_zp;
+    int32_t lo, hi;
+    int32_t zp_byte_ok;
+    int32_t simple_quant;
+    const void *packed;
+    const int32_t *bias;
+    const int32_t *multiplier;
+    const int32_t *shift;
+};
+int mac_cpu_isa(void);
+int mac_run(const struct mac_layer *L, const void *in, void *out, int isa);
+"""
+
+
+def cache_root() -> Path:
+    if os.environ.get("VNPU_CACHE_DIR"):
+        return Path(os.environ["VNPU_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vnpu"
+
+
+def source_hash() -> str:
+    """A key over the C source, the declarations, the flags, cffi, Python and the machine type."""
+    h = hashlib.sha256()
+    for part in (
+        SOURCE_PATH.read_text(),
+        CDEF,
+        " ".join(COMPILE_ARGS),
+        cffi.__version__,
+        sys.version,
+        sysconfig.get_config_var("SOABI") or "",
+        platform.machine(),
+    ):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def default_build_dir() -> Path:
+    return cache_root() / f"mac-array-{source_hash()}"
+
+
+def _library_file(out_dir: Path) -> Path:
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    return out_dir / f"{MODULE_NAME}{suffix}"
+
+
+def build(out_dir: Path) -> Path:
+    """Compile the extension into ``out_dir`` (atomically replaced) and return its path.
+
+    Raises whatever the compiler step raises (``cffi.VerificationError`` with gcc's output)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = _library_file(out_dir)
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF)
+    ffi.set_source(MODULE_NAME, SOURCE_PATH.read_text(), extra_compile_args=COMPILE_ARGS)
+    with tempfile.TemporaryDirectory(prefix="vnpu-mac-array-build-") as tmp:
+        built = Path(ffi.compile(tmpdir=tmp, verbose=False))
+        staged = out_dir / f".{target.name}.{os.getpid()}"
+        shutil.copy2(built, staged)
+        os.replace(staged, target)  # a concurrent loader never sees a half-written library
+    return target
+
+
+def ensure_built(out_dir: Path | None = None) -> Path:
+    """The extension's path, built now (one builder at a time) if this source hash has none yet."""
+    out_dir = out_dir or default_build_dir()
+    target = _library_file(out_dir)
+    if not target.exists():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with open(out_dir / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not target.exists():
+                build(out_dir)
+    return target
+
+
+def load(path: Path) -> ModuleType:
+    """Import the built extension from ``path`` (it has ``ffi`` and ``lib``)."""
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build the vnpu device model's MAC array (C kernels).")
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default: the cache)")
+    args = parser.parse_args(argv)
+    path = build(args.out) if args.out else ensure_built()
+    module = load(path)
+    isa = {0: "generic", 1: "avx2"}.get(module.lib.mac_cpu_isa(), "?")
+    print(f"{path} (this CPU runs the {isa} kernels)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

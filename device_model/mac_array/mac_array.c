@@ -1,0 +1,466 @@
+/* The NPU's MAC array: int8/uint8 CONV2D, DEPTHWISE_CONV2D and FULLY_CONNECTED with exact integer
+ * accumulation and TFLite's requantization (numerics.py is the readable reference; a test checks
+ * that both give identical bytes).
+ *
+ * Arithmetic model: accumulators are 32-bit and wrap modulo 2**32 (unsigned arithmetic, so no
+ * undefined overflow). The sum of (x - x_zp) * (w - w_zp) modulo 2**32 does not depend on the
+ * order of the additions, so every kernel below, however it is blocked or vectorised, gives the
+ * reference's int32 accumulator bit for bit.
+ *
+ * Operands are "narrow" (int16) when every x - x_zp and w - w_zp fits in int16, which the Python
+ * side decides from the dtypes and zero points; otherwise "wide" (int32) and only the generic
+ * kernels run. Each kernel exists in a generic build and an AVX2 build of the same source
+ * (a target attribute, not -march=native, so one binary serves every x86-64 host that shares the
+ * cache); mac_cpu_isa() says which the running CPU can execute.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define MAC_X86 1
+#include <immintrin.h>
+#else
+#define MAC_X86 0
+#endif
+
+#define MAC_ISA_GENERIC 0
+#define MAC_ISA_AVX2 1
+
+#define KIND_CONV 0
+#define KIND_DEPTHWISE 1
+
+#define MR 6  /* GEMM micro-tile: output pixels */
+#define NR 16 /* GEMM micro-tile: output channels (two AVX2 vectors of int32) */
+#define DW_BLOCK 16
+
+struct mac_layer {
+    int64_t n, h, w, cin;
+    int64_t kh, kw, cout;
+    int64_t stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
+    int64_t out_h, out_w;
+    int64_t depth_multiplier;
+    int64_t kpad;     /* GEMM depth rounded up to even; depthwise: taps rounded up to even */
+    int64_t cout_pad; /* channels rounded up to NR (GEMM) or DW_BLOCK (depthwise) */
+    int32_t kind;
+    int32_t wide;      /* operands are int32, not int16 */
+    int32_t in_signed; /* input bytes are int8 (else uint8) */
+    int32_t out_signed;
+    int32_t input_zp;
+    int32_t output_zp;
+    int32_t lo, hi;         /* the activation clamp combined with the output dtype's range */
+    int32_t zp_byte_ok;     /* input_zp is a value of the input dtype: padding can point at it */
+    int32_t simple_quant;   /* no multiplier is INT32_MIN (SRDHM's one saturating case) */
+    const void *packed;     /* weights - w_zp, packed (int16 or int32, see pack_* in __init__.py) */
+    const int32_t *bias;    /* [cout] */
+    const int32_t *multiplier;
+    const int32_t *shift;
+};
+
+/* --- requantization: MultiplyByQuantizedMultiplier with TFLite's double rounding ------------------ */
+static inline int32_t requant_one(uint32_t acc, int32_t m, int32_t s, int32_t zp, int32_t lo, int32_t hi)
+{
+    int left = s > 0 ? s : 0;
+    int right = s > 0 ? 0 : -s;
+    int32_t x = (int32_t)(acc << left); /* the int32 left shift, wrapping */
+    int64_t high;
+    if (x == INT32_MIN && m == INT32_MIN)
+        high = INT32_MAX;
+    else
+        high = ((int64_t)x * m + ((int64_t)1 << 30)) >> 31; /* SRDHM: add 2**30, floor */
+    if (right)
+        high = (high + ((int64_t)1 << (right - 1)) - (high < 0)) >> right; /* RoundingDivideByPOT */
+    int64_t v = high + zp;
+    if (v < lo)
+        v = lo;
+    if (v > hi)
+        v = hi; /* numpy.clip order: hi wins when lo > hi */
+    return (int32_t)v;
+}
+
+static inline __attribute__((always_inline)) void requant_row_generic(
+    const struct mac_layer *L, const uint32_t *acc, int64_t c0, int64_t c1, void *out)
+{
+    /* acc[0] is channel c0's accumulator */
+    for (int64_t c = c0; c < c1; c++) {
+        int32_t v = requant_one(acc[c - c0] + (uint32_t)L->bias[c], L->multiplier[c], L->shift[c], L->output_zp,
+                                L->lo, L->hi);
+        if (L->out_signed)
+            ((int8_t *)out)[c] = (int8_t)v;
+        else
+            ((uint8_t *)out)[c] = (uint8_t)v;
+    }
+}
+
+/* --- generic kernels: plain C the compiler vectorises for whatever target it is built for ---------- */
+#define DEFINE_GENERIC(T, SUFFIX)                                                                          \
+    /* One output pixel's GEMM row of K values (x - x_zp; 0 where the window leaves the input). */        \
+    static inline __attribute__((always_inline)) void im2col_row_##SUFFIX(                                \
+        const struct mac_layer *L, const void *in, int64_t m, T *row)                                      \
+    {                                                                                                      \
+        int64_t ow = m % L->out_w, t = m / L->out_w;                                                      \
+        int64_t oh = t % L->out_h, b = t / L->out_h;                                                      \
+        int64_t cin = L->cin, zp = L->input_zp;                                                           \
+        T *dst = row;                                                                                      \
+        for (int64_t ky = 0; ky < L->kh; ky++) {                                                          \
+            int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h;                                    \
+            for (int64_t kx = 0; kx < L->kw; kx++, dst += cin) {                                          \
+                int64_t ix = ow * L->stride_w - L->pad_left + kx * L->dil_w;                               \
+                if (iy < 0 || iy >= L->h || ix < 0 || ix >= L->w) {                                        \
+                    memset(dst, 0, (size_t)cin * sizeof(T));                                               \
+                    continue;                                                                              \
+                }                                                                                          \
+                int64_t off = ((b * L->h + iy) * L->w + ix) * cin;                                         \
+                if (L->in_signed) {                                                                        \
+                    const int8_t *src = (const int8_t *)in + off;                                          \
+                    for (int64_t c = 0; c < cin; c++)                                                      \
+                        dst[c] = (T)((int32_t)src[c] - (int32_t)zp);                                       \
+                } else {                                                                                   \
+                    const uint8_t *src = (const uint8_t *)in + off;                                        \
+                    for (int64_t c = 0; c < cin; c++)                                                      \
+                        dst[c] = (T)((int32_t)src[c] - (int32_t)zp);                                       \
+                }                                                                                          \
+            }                                                                                              \
+        }                                                                                                  \
+        for (int64_t k = L->kh * L->kw * cin; k < L->kpad; k++)                                           \
+            row[k] = 0;                                                                                    \
+    }                                                                                                      \
+                                                                                                           \
+    /* acc[MR][NR] (row stride ldc) = A[MR][kpad] (row stride lda) x one packed panel [kpad/2][NR][2]. */ \
+    static inline __attribute__((always_inline)) void kernel_##SUFFIX(                                    \
+        const T *a, int64_t lda, const T *b, int64_t kpairs, uint32_t *c, int64_t ldc)                     \
+    {                                                                                                      \
+        uint32_t acc[MR][NR];                                                                              \
+        memset(acc, 0, sizeof(acc));                                                                       \
+        for (int64_t k = 0; k < kpairs; k++, b += 2 * NR) {                                               \
+            for (int r = 0; r < MR; r++) {                                                                 \
+                uint32_t a0 = (uint32_t)(int32_t)a[r * lda + 2 * k];                                       \
+                uint32_t a1 = (uint32_t)(int32_t)a[r * lda + 2 * k + 1];                                   \
+                for (int j = 0; j < NR; j++)                                                               \
+                    acc[r][j] += a0 * (uint32_t)(int32_t)b[2 * j] + a1 * (uint32_t)(int32_t)b[2 * j + 1];  \
+            }                                                                                              \
+        }                                                                                                  \
+        for (int r = 0; r < MR; r++)                                                                       \
+            memcpy(c + r * ldc, acc[r], sizeof(acc[r]));                                                   \
+    }                                                                                                      \
+                                                                                                           \
+    /* Depthwise, one output pixel, channels [c0, c1): acc[c] = sum over valid taps. */                   \
+    static inline __attribute__((always_inline)) void dw_pixel_##SUFFIX(                                  \
+        const struct mac_layer *L, const void *in, int64_t b, int64_t oh, int64_t ow, int64_t c0,          \
+        int64_t c1, uint32_t *acc)                                                                         \
+    {                                                                                                      \
+        const T *w = (const T *)L->packed;                                                                 \
+        int64_t dm = L->depth_multiplier, cp = L->cout_pad;                                                \
+        for (int64_t c = c0; c < c1; c++)                                                                  \
+            acc[c] = 0;                                                                                    \
+        for (int64_t ky = 0; ky < L->kh; ky++) {                                                          \
+            int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h;                                    \
+            if (iy < 0 || iy >= L->h)                                                                      \
+                continue;                                                                                  \
+            for (int64_t kx = 0; kx < L->kw; kx++) {                                                      \
+                int64_t ix = ow * L->stride_w - L->pad_left + kx * L->dil_w;                               \
+                if (ix < 0 || ix >= L->w)                                                                  \
+                    continue;                                                                              \
+                int64_t tap = ky * L->kw + kx;                                                             \
+                const T *wt = w + (tap / 2) * cp * 2 + (tap % 2);                                          \
+                int64_t off = ((b * L->h + iy) * L->w + ix) * L->cin;                                      \
+                for (int64_t c = c0; c < c1; c++) {                                                        \
+                    int32_t x = L->in_signed ? (int32_t)((const int8_t *)in)[off + c / dm]                 \
+                                             : (int32_t)((const uint8_t *)in)[off + c / dm];               \
+                    int64_t p = (c / DW_BLOCK) * DW_BLOCK + dw_perm(c % DW_BLOCK);                         \
+                    acc[c] += (uint32_t)(x - L->input_zp) * (uint32_t)(int32_t)wt[2 * p];                  \
+                }                                                                                          \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+
+/* Within a block of 16 depthwise channels the packed weights are in the order the AVX2 kernel's
+ * 256-bit unpacks produce: channels 0-3, 8-11, 4-7, 12-15. */
+static inline int64_t dw_perm(int64_t c)
+{
+    static const int8_t pos[DW_BLOCK] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+    return pos[c];
+}
+
+DEFINE_GENERIC(int16_t, i16)
+DEFINE_GENERIC(int32_t, i32)
+
+/* --- drivers (each built twice: generic and AVX2) --------------------------------------------------- */
+/* Rows of output pixels per GEMM block: its A rows (im2col) and int32 results stay in the caches. */
+static int64_t block_rows(const struct mac_layer *L, size_t elem)
+{
+    /* Every weight panel is read once per block: few, tall blocks when the weights are large. */
+    int64_t rows = (192 * 1024) / (L->kpad * (int64_t)elem);
+    int64_t acc_rows = (512 * 1024) / (L->cout_pad * 4);
+    if (acc_rows < rows)
+        rows = acc_rows;
+    rows = rows / MR * MR;
+    return rows < MR ? MR : rows;
+}
+
+#define DEFINE_DRIVERS(SUFFIX, ATTR, GEMM16, REQUANT, DWFAST, HAS_DWFAST)                                             \
+    ATTR static int conv_##SUFFIX(const struct mac_layer *L, const void *in, void *out)                    \
+    {                                                                                                      \
+        int64_t M = L->n * L->out_h * L->out_w, K2 = L->kpad / 2, cp = L->cout_pad;                        \
+        size_t elem = L->wide ? 4 : 2;                                                                     \
+        int64_t mb = block_rows(L, elem);                                                                  \
+        if (mb > (M + MR - 1) / MR * MR)                                                                   \
+            mb = (M + MR - 1) / MR * MR;                                                                   \
+        void *a = aligned_alloc(64, ((size_t)(mb * L->kpad) * elem + 63) / 64 * 64);                       \
+        uint32_t *acc = aligned_alloc(64, ((size_t)(mb * cp) * 4 + 63) / 64 * 64);                        \
+        if (!a || !acc) {                                                                                  \
+            free(a);                                                                                       \
+            free(acc);                                                                                     \
+            return -1;                                                                                     \
+        }                                                                                                  \
+        int64_t os = L->cout;                                                                              \
+        for (int64_t m0 = 0; m0 < M; m0 += mb) {                                                           \
+            int64_t rows = M - m0 < mb ? M - m0 : mb;                                                      \
+            int64_t tiles = (rows + MR - 1) / MR;                                                          \
+            for (int64_t r = 0; r < tiles * MR; r++) {                                                     \
+                if (L->wide) {                                                                             \
+                    int32_t *row = (int32_t *)a + r * L->kpad;                                             \
+                    if (r < rows)                                                                          \
+                        im2col_row_i32(L, in, m0 + r, row);                                                \
+                    else                                                                                   \
+                        memset(row, 0, (size_t)L->kpad * 4);                                               \
+                } else {                                                                                   \
+                    int16_t *row = (int16_t *)a + r * L->kpad;                                             \
+                    if (r < rows)                                                                          \
+                        im2col_row_i16(L, in, m0 + r, row);                                                \
+                    else                                                                                   \
+                        memset(row, 0, (size_t)L->kpad * 2);                                               \
+                }                                                                                          \
+            }                                                                                              \
+            for (int64_t p = 0; p < cp / NR; p++) {                                                        \
+                for (int64_t t = 0; t < tiles; t++) {                                                      \
+                    uint32_t *c = acc + t * MR * cp + p * NR;                                              \
+                    if (L->wide)                                                                           \
+                        kernel_i32((const int32_t *)a + t * MR * L->kpad, L->kpad,                         \
+                                   (const int32_t *)L->packed + p * L->kpad * NR, K2, c, cp);              \
+                    else                                                                                   \
+                        GEMM16((const int16_t *)a + t * MR * L->kpad, L->kpad,                             \
+                               (const int16_t *)L->packed + p * L->kpad * NR, K2, c, cp);                  \
+                }                                                                                          \
+            }                                                                                              \
+            for (int64_t r = 0; r < rows; r++)                                                             \
+                REQUANT(L, acc + r * cp, (char *)out + (m0 + r) * os);                                     \
+        }                                                                                                  \
+        free(a);                                                                                           \
+        free(acc);                                                                                         \
+        return 0;                                                                                          \
+    }                                                                                                      \
+                                                                                                           \
+    ATTR static int depthwise_##SUFFIX(const struct mac_layer *L, const void *in, void *out)               \
+    {                                                                                                      \
+        uint32_t *acc = malloc((size_t)L->cout_pad * 4);                                                   \
+        const uint8_t **taps = malloc((size_t)(L->kpad + 1) * sizeof(*taps));                              \
+        uint8_t *zrow = malloc((size_t)L->cin + 64);                                                       \
+        if (!acc || !taps || !zrow) {                                                                      \
+            free(acc);                                                                                     \
+            free(taps);                                                                                    \
+            free(zrow);                                                                                    \
+            return -1;                                                                                     \
+        }                                                                                                  \
+        memset(zrow, (uint8_t)L->input_zp, (size_t)L->cin + 64);                                           \
+        int fast = HAS_DWFAST && !L->wide && L->depth_multiplier == 1 && L->zp_byte_ok;                                  \
+        int64_t fast_end = fast ? L->cout / DW_BLOCK * DW_BLOCK : 0;                                      \
+        for (int64_t b = 0; b < L->n; b++)                                                                 \
+            for (int64_t oh = 0; oh < L->out_h; oh++)                                                      \
+                for (int64_t ow = 0; ow < L->out_w; ow++) {                                                \
+                    char *o = (char *)out + ((b * L->out_h + oh) * L->out_w + ow) * L->cout;               \
+                    if (fast_end) {                                                                        \
+                        for (int64_t ky = 0; ky < L->kh; ky++) {                                          \
+                            int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h;                    \
+                            for (int64_t kx = 0; kx < L->kw; kx++) {                                      \
+                                int64_t ix = ow * L->stride_w - L->pad_left + kx * L->dil_w;               \
+                                int ok = iy >= 0 && iy < L->h && ix >= 0 && ix < L->w;                     \
+                                taps[ky * L->kw + kx] =                                                    \
+                                    ok ? (const uint8_t *)in + ((b * L->h + iy) * L->w + ix) * L->cin      \
+                                       : zrow;                                                             \
+                            }                                                                              \
+                        }                                                                                  \
+                        for (int64_t t = L->kh * L->kw; t < L->kpad; t++)                                 \
+                            taps[t] = zrow;                                                                \
+                        DWFAST(L, taps, fast_end, o);                                                      \
+                    }                                                                                      \
+                    if (fast_end < L->cout) {                                                              \
+                        if (L->wide)                                                                       \
+                            dw_pixel_i32(L, in, b, oh, ow, fast_end, L->cout, acc);                        \
+                        else                                                                               \
+                            dw_pixel_i16(L, in, b, oh, ow, fast_end, L->cout, acc);                        \
+                        requant_row_generic(L, acc + fast_end, fast_end, L->cout, o);                                 \
+                    }                                                                                      \
+                }                                                                                          \
+        free(acc);                                                                                         \
+        free(taps);                                                                                        \
+        free(zrow);                                                                                        \
+        return 0;                                                                                          \
+    }
+
+static inline __attribute__((always_inline)) void requant_generic(const struct mac_layer *L, const uint32_t *acc,
+                                                                  void *out)
+{
+    requant_row_generic(L, acc, 0, L->cout, out);
+}
+
+static inline __attribute__((always_inline)) void dw_none(const struct mac_layer *L, const uint8_t **taps,
+                                                          int64_t c_end, void *out)
+{
+    (void)L, (void)taps, (void)c_end, (void)out;
+}
+
+DEFINE_DRIVERS(generic, , kernel_i16, requant_generic, dw_none, 0)
+
+#if MAC_X86
+/* --- AVX2 ------------------------------------------------------------------------------------------ */
+#define AVX2 __attribute__((target("avx2")))
+
+/* 6 pixels x 16 channels: each step takes one pair of K (two int16 of A broadcast as one int32)
+ * against the panel's 16 pairs; vpmaddwd forms a0*b0 + a1*b1 per lane, wrapping like the C model. */
+AVX2 static inline void gemm_6x16_avx2(const int16_t *a, int64_t lda, const int16_t *b, int64_t kpairs,
+                                       uint32_t *c, int64_t ldc)
+{
+    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    const int16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda,
+                  *a5 = a + 5 * lda;
+    for (int64_t k = 0; k < kpairs; k++, b += 2 * NR) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)b);
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(b + 16));
+        int32_t v;
+        __m256i x;
+#define ROW(R)                                                                                             \
+    memcpy(&v, a##R + 2 * k, 4);                                                                          \
+    x = _mm256_set1_epi32(v);                                                                              \
+    c##R##0 = _mm256_add_epi32(c##R##0, _mm256_madd_epi16(x, b0));                                         \
+    c##R##1 = _mm256_add_epi32(c##R##1, _mm256_madd_epi16(x, b1));
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+#undef ROW
+    }
+#define STORE(R)                                                                                           \
+    _mm256_storeu_si256((__m256i *)(c + R * ldc), c##R##0);                                                \
+    _mm256_storeu_si256((__m256i *)(c + R * ldc + 8), c##R##1);
+    STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
+#undef STORE
+}
+
+/* Per-channel requantization constants as vectors, built once per call. */
+struct rq_avx2 {
+    int32_t *left, *right, *mask, *half, *mult, *bias;
+};
+
+/* 8 channels of int32 accumulators -> 8 clamped int32 values (requant_one, lane by lane; the caller
+ * guarantees no multiplier is INT32_MIN). */
+AVX2 static inline __m256i requant8_avx2(__m256i acc, const struct mac_layer *L, int64_t c)
+{
+    __m256i bias = _mm256_loadu_si256((const __m256i *)(L->bias + c));
+    __m256i m = _mm256_loadu_si256((const __m256i *)(L->multiplier + c));
+    __m256i s = _mm256_loadu_si256((const __m256i *)(L->shift + c));
+    __m256i zero = _mm256_setzero_si256();
+    __m256i left = _mm256_max_epi32(s, zero);
+    __m256i right = _mm256_max_epi32(_mm256_sub_epi32(zero, s), zero);
+    __m256i x = _mm256_sllv_epi32(_mm256_add_epi32(acc, bias), left);
+    __m256i nudge = _mm256_set1_epi64x((int64_t)1 << 30);
+    __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(x, m), nudge);
+    __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(m, 32)), nudge);
+    /* bits 31..62 of each 64-bit product: the low half of pe >> 31, the high half of po << 1 */
+    __m256i h = _mm256_blend_epi32(_mm256_srli_epi64(pe, 31), _mm256_slli_epi64(po, 1), 0xAA);
+    /* RoundingDivideByPOT as gemmlowp writes it: (h >> e) + (remainder > (mask >> 1) + (h < 0)) */
+    __m256i one = _mm256_set1_epi32(1);
+    __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
+    __m256i rem = _mm256_and_si256(h, mask);
+    __m256i thr = _mm256_sub_epi32(_mm256_srli_epi32(mask, 1), _mm256_cmpgt_epi32(zero, h));
+    __m256i q = _mm256_sub_epi32(_mm256_srav_epi32(h, right), _mm256_cmpgt_epi32(rem, thr));
+    /* clamp before adding the zero point: q + zp could leave int32 */
+    __m256i zp = _mm256_set1_epi32(L->output_zp);
+    q = _mm256_max_epi32(q, _mm256_set1_epi32(L->lo - L->output_zp));
+    q = _mm256_min_epi32(q, _mm256_set1_epi32(L->hi - L->output_zp));
+    return _mm256_add_epi32(q, zp);
+}
+
+AVX2 static inline void store8_avx2(__m256i v, int out_signed, void *dst)
+{
+    __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    __m128i p8 = out_signed ? _mm_packs_epi16(p16, p16) : _mm_packus_epi16(p16, p16);
+    _mm_storel_epi64((__m128i *)dst, p8);
+}
+
+AVX2 static inline void requant_avx2(const struct mac_layer *L, const uint32_t *acc, void *out)
+{
+    int64_t c = 0;
+    if (L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN && L->hi - (int64_t)L->output_zp <= INT32_MAX) {
+        for (; c + 8 <= L->cout; c += 8) {
+            __m256i v = requant8_avx2(_mm256_loadu_si256((const __m256i *)(acc + c)), L, c);
+            store8_avx2(v, L->out_signed, (char *)out + c);
+        }
+    }
+    requant_row_generic(L, acc + c, c, L->cout, out);
+}
+
+/* 16 depthwise channels from two taps: x0, x1 (16 int16 each) interleaved by the in-lane unpacks
+ * into pairs (channels 0-3 and 8-11 | 4-7 and 12-15) against weights packed in that order. */
+AVX2 static inline __m256i dw_load16(const uint8_t *p, int in_signed)
+{
+    __m128i raw = _mm_loadu_si128((const __m128i *)p);
+    return in_signed ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw);
+}
+
+AVX2 static inline void dw_avx2(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, void *out)
+{
+    const int16_t *w = (const int16_t *)L->packed;
+    int64_t cp2 = L->cout_pad * 2, pairs = L->kpad / 2;
+    __m256i zp = _mm256_set1_epi16((int16_t)L->input_zp);
+    int simple = L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
+                 L->hi - (int64_t)L->output_zp <= INT32_MAX;
+    for (int64_t c = 0; c < c_end; c += DW_BLOCK) {
+        __m256i lo = _mm256_setzero_si256(), hi = lo;
+        const int16_t *wc = w + c * 2;
+        for (int64_t p = 0; p < pairs; p++) {
+            __m256i x0 = _mm256_sub_epi16(dw_load16(taps[2 * p] + c, L->in_signed), zp);
+            __m256i x1 = _mm256_sub_epi16(dw_load16(taps[2 * p + 1] + c, L->in_signed), zp);
+            const int16_t *wp = wc + p * cp2;
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1),
+                                                        _mm256_loadu_si256((const __m256i *)wp)));
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1),
+                                                        _mm256_loadu_si256((const __m256i *)(wp + 16))));
+        }
+        __m256i r0 = _mm256_permute2x128_si256(lo, hi, 0x20); /* channels 0-7 */
+        __m256i r1 = _mm256_permute2x128_si256(lo, hi, 0x31); /* channels 8-15 */
+        if (simple) {
+            store8_avx2(requant8_avx2(r0, L, c), L->out_signed, (char *)out + c);
+            store8_avx2(requant8_avx2(r1, L, c + 8), L->out_signed, (char *)out + c + 8);
+        } else {
+            uint32_t tmp[DW_BLOCK];
+            _mm256_storeu_si256((__m256i *)tmp, r0);
+            _mm256_storeu_si256((__m256i *)(tmp + 8), r1);
+            requant_row_generic(L, tmp, c, c + DW_BLOCK, out);
+        }
+    }
+}
+
+DEFINE_DRIVERS(avx2, AVX2, gemm_6x16_avx2, requant_avx2, dw_avx2, 1)
+#endif
+
+/* --- entry points ----------------------------------------------------------------------------------- */
+int mac_cpu_isa(void)
+{
+#if MAC_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2"))
+        return MAC_ISA_AVX2;
+#endif
+    return MAC_ISA_GENERIC;
+}
+
+/* Runs one layer: ``in`` is the dense NHWC input, ``out`` the dense NHWC output of the output dtype.
+ * ``isa`` is MAC_ISA_GENERIC or one the CPU supports (mac_cpu_isa()). 0, or -1 when out of memory. */
+int mac_run(const struct mac_layer *L, const void *in, void *out, int isa)
+{
+#if MAC_X86
+    if (isa == MAC_ISA_AVX2)
+        return L->kind == KIND_DEPTHWISE ? depthwise_avx2(L, in, out) : conv_avx2(L, in, out);
+#endif
+    (void)isa;
+    return L->kind == KIND_DEPTHWISE ? depthwise_generic(L, in, out) : conv_generic(L, in, out);
+}
