@@ -243,6 +243,21 @@ def test_harness_check_option_exits_with_the_preflight_code(monkeypatch: pytest.
     assert harness.main(["--check"]) == 0
 
 
+def test_a_harness_run_stops_before_the_build_with_the_missing_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = preflight.Requirement("busybox", False, "dynamic", "apt-get install busybox-static")
+    monkeypatch.setattr(
+        preflight, "check_host", lambda **_: [preflight.Requirement("qemu", True, "here"), missing]
+    )
+    monkeypatch.setattr(
+        harness, "build_module", lambda *_: pytest.fail("built despite a missing requirement")
+    )
+    assert harness.main(["--no-install", "--out", str(tmp_path)]) == preflight.EXIT_MISSING
+    err = capsys.readouterr().err
+    assert f"preflight: {missing.line()}" in err and "qemu: here" not in err
+
+
 # --- one package list -------------------------------------------------------
 
 
