@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 import shutil
@@ -280,6 +281,13 @@ def test_every_package_a_fix_names_is_in_the_install_list(tmp_path: Path) -> Non
         "python3-dev",
         *preflight.kernel_packages(NEW),
     } <= named
+
+
+def test_the_install_list_needs_apt_lists(tmp_path: Path) -> None:
+    host = dataclasses.replace(fake_host(tmp_path), apt_names=list)
+    with pytest.raises(LookupError, match="apt-get update"):
+        preflight.debian_packages(host)
+    assert preflight.debian_packages(host, release=OLD)[-2:] == list(preflight.kernel_packages(OLD))
 
 
 def test_run_sh_installs_the_preflight_list() -> None:
