@@ -1,0 +1,287 @@
+"""The C MAC array (device_model/mac_array) against the numpy reference (device_model/numerics):
+identical bytes on many random layer shapes, on edge cases, and on whole networks run through the
+shim with each implementation (the generated MobileNets, and every model in tests/corpus/models
+when that directory exists). Every C variant this CPU can run is checked."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from device_model import mac_array as ma
+from device_model import numerics as nm
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+ISAS = ma.cpu_isas()
+pytestmark = pytest.mark.skipif(not ISAS, reason="the MAC array's C kernels could not be built here")
+ISA_PARAMS = [pytest.param(isa, id=ma.ISA_NAMES[isa]) for isa in ISAS] or [pytest.param(0, id="none")]
+DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
+
+
+def _saturate(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """What the command processor stores: values saturated to the output dtype."""
+    info = np.iinfo(dtype)
+    return np.clip(v, info.min, info.max).astype(dtype)
+
+
+def _check(case: dict, isa: int) -> None:
+    """Run one layer through numpy (planned and general paths) and the C variant: identical bytes."""
+    kind = case.pop("kind")
+    x, f, bias = case.pop("x"), case.pop("f"), case.pop("bias")
+    geometry = case.pop("geometry", (1, 1, 1, 1, 0, 0, 1, 1))
+    dm = case.pop("depth_multiplier", 1)
+    sh, sw, dh, dw, pt, pl, oh, ow = geometry
+    geo = dict(
+        stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, pad_top=pt, pad_left=pl, out_h=oh, out_w=ow
+    )
+    refs = []
+    for fast in (True, False):
+        if kind == "depthwise":
+            r = nm.depthwise_conv2d(x, f, bias, depth_multiplier=dm, fast=fast, **case, **geo)
+        elif kind == "fc":
+            r = nm.fully_connected(x, f, bias, fast=fast, **case)
+        else:
+            r = nm.conv2d(x, f, bias, fast=fast, **case, **geo)
+        refs.append(_saturate(r, case["out_dtype"]))
+    assert np.array_equal(refs[0], refs[1])
+    if kind == "fc":
+        rows, k = x.shape
+        plan = ma.plan_layer(
+            ma.KIND_CONV,
+            f.reshape(f.shape[0], 1, 1, k),
+            bias,
+            in_shape=(rows, 1, 1, k),
+            in_dtype=x.dtype,
+            **case,
+        )
+        got = ma.run(plan, x.reshape(rows, 1, 1, k), isa).reshape(refs[0].shape)
+    else:
+        plan = ma.plan_layer(
+            ma.KIND_DEPTHWISE if kind == "depthwise" else ma.KIND_CONV, f, bias, in_shape=x.shape,
+            in_dtype=x.dtype, geometry=geometry, depth_multiplier=dm, **case,
+        )  # fmt: skip
+        got = ma.run(plan, x, isa)
+    assert got.dtype == refs[0].dtype and got.shape == refs[0].shape
+    differing = int(np.count_nonzero(got.view(np.uint8) != refs[0].view(np.uint8)))
+    assert differing == 0, f"{differing} of {got.size} bytes differ (wide operands: {plan.layer.wide})"
+
+
+def _values(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def _random_case(rng: np.random.Generator, kind: str) -> dict:
+    """A random layer: shapes, kernel sizes, strides, dilation, padding, int8/uint8 operands, zero
+    points (now and then beyond int16 once subtracted: the wide kernels), per-tensor or per-channel
+    requantization (with the saturating multiplier INT32_MIN and extreme shifts), clamps, bias."""
+    in_dt, f_dt, out_dt = (DTYPES[int(rng.integers(2))] for _ in range(3))
+    in_info, f_info, out_info = np.iinfo(in_dt), np.iinfo(f_dt), np.iinfo(out_dt)
+    input_zp = int(rng.integers(in_info.min, in_info.max + 1))
+    filter_zp = 0 if rng.random() < 0.6 else int(rng.integers(f_info.min, f_info.max + 1))
+    if rng.random() < 0.08:
+        input_zp = int(rng.integers(-(2**15), 2**15 + 1))
+    if rng.random() < 0.08:
+        filter_zp = int(rng.integers(-(2**15), 2**15 + 1))
+    output_zp = int(rng.integers(out_info.min, out_info.max + 1))
+    if kind == "fc":
+        rows, k, cout = int(rng.integers(1, 8)), int(rng.integers(1, 300)), int(rng.integers(1, 70))
+        x, f = _values(rng, in_dt, (rows, k)), _values(rng, f_dt, (cout, k))
+        geometry, dm = None, 1
+    else:
+        n = int(rng.integers(1, 3))
+        h, w = int(rng.integers(1, 14)), int(rng.integers(1, 14))
+        kh, kw = int(rng.choice([1, 2, 3, 5])), int(rng.choice([1, 2, 3, 5]))
+        sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        dh, dw = int(rng.choice([1, 1, 2, 3])), int(rng.choice([1, 1, 2]))
+        pt, pl = int(rng.integers(0, kh + 1)), int(rng.integers(0, kw + 1))
+        oh = max(1, (h + 2 * pt - dh * (kh - 1) - 1) // sh + 1) + int(rng.integers(0, 2))
+        ow = max(1, (w + 2 * pl - dw * (kw - 1) - 1) // sw + 1) + int(rng.integers(0, 2))
+        geometry = (sh, sw, dh, dw, pt, pl, oh, ow)
+        if kind == "depthwise":
+            cin = int(rng.choice([1, 3, 8, 15, 16, 17, 32, 33, 48, 64]))
+            dm = int(rng.choice([1, 1, 1, 2, 3]))
+            cout = cin * dm
+            f = _values(rng, f_dt, (1, kh, kw, cout))
+        else:
+            cin, cout, dm = int(rng.choice([1, 3, 4, 8, 16, 17, 32, 40])), int(rng.integers(1, 70)), 1
+            f = _values(rng, f_dt, (cout, kh, kw, cin))
+        x = _values(rng, in_dt, (n, h, w, cin))
+    per_channel = rng.random() < 0.6
+    size = cout if per_channel else 1
+    multiplier = rng.integers(2**30, 2**31, size)
+    shift = rng.integers(-14, 3, size)
+    extreme = rng.random()
+    if extreme < 0.05:
+        multiplier[...] = nm.INT32_MIN
+    elif extreme < 0.1:
+        multiplier = rng.integers(-(2**31), 2**31, size)
+    if rng.random() < 0.1:
+        shift = rng.integers(nm.SHIFT_MIN, nm.SHIFT_MAX + 1, size)
+    bias = None if rng.random() < 0.2 else rng.integers(-(2**20), 2**20, cout).astype(np.int32)
+    if bias is not None and rng.random() < 0.1:
+        bias = rng.integers(-(2**31), 2**31, cout).astype(np.int32)  # accumulators wrap
+    lo, hi = sorted(int(v) for v in rng.integers(out_info.min, out_info.max + 1, 2))
+    act_min, act_max = [(int(out_info.min), int(out_info.max)), (output_zp, int(out_info.max)), (lo, hi)][
+        int(rng.integers(3))
+    ]
+    case = dict(
+        kind=kind, x=x, f=f, bias=bias, input_zp=input_zp, filter_zp=filter_zp,
+        multiplier=multiplier if per_channel else int(multiplier[0]),
+        shift=shift if per_channel else int(shift[0]), output_zp=output_zp, act_min=act_min,
+        act_max=act_max, out_dtype=out_dt,
+    )  # fmt: skip
+    if geometry is not None:
+        case["geometry"] = geometry
+        if kind == "depthwise":
+            case["depth_multiplier"] = dm
+    return case
+
+
+@pytest.mark.parametrize("isa", ISA_PARAMS)
+@pytest.mark.parametrize("kind", ["conv", "depthwise", "fc"])
+@pytest.mark.parametrize("seed", range(12))
+def test_random_layers(kind: str, seed: int, isa: int) -> None:
+    rng = np.random.default_rng([seed, ["conv", "depthwise", "fc"].index(kind)])
+    for _ in range(12):
+        _check(_random_case(rng, kind), isa)
+
+
+def _conv_case(
+    x: np.ndarray,
+    f: np.ndarray,
+    geometry: tuple[int, ...],
+    *,
+    kind: str = "conv",
+    dm: int = 1,
+    **over: object,
+) -> dict:
+    rng = np.random.default_rng(5)
+    cout = f.shape[0] if kind == "conv" else f.shape[-1]
+    case = dict(
+        kind=kind, x=x, f=f, bias=rng.integers(-5000, 5000, cout).astype(np.int32), geometry=geometry,
+        input_zp=-3, filter_zp=0, multiplier=rng.integers(2**30, 2**31, cout),
+        shift=rng.integers(-9, -5, cout), output_zp=4, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8),
+    )  # fmt: skip
+    if kind == "depthwise":
+        case["depth_multiplier"] = dm
+    case.update(over)
+    return case
+
+
+@pytest.mark.parametrize("isa", ISA_PARAMS)
+def test_mobilenet_shaped_layers(isa: int) -> None:
+    """The shapes that matter for speed: deep 1x1 GEMMs, 3x3 depthwise over many channels, the stem."""
+    rng = np.random.default_rng(1)
+    i8 = np.int8
+    _check(
+        _conv_case(
+            _values(rng, i8, (1, 7, 7, 512)), _values(rng, i8, (1024, 1, 1, 512)), (1, 1, 1, 1, 0, 0, 7, 7)
+        ),
+        isa,
+    )
+    _check(
+        _conv_case(
+            _values(rng, i8, (1, 15, 15, 3)), _values(rng, i8, (32, 3, 3, 3)), (2, 2, 1, 1, 0, 0, 7, 7)
+        ),
+        isa,
+    )
+    for stride, pad, out in ((1, 1, 14), (2, 0, 7)):
+        geometry = (stride, stride, 1, 1, pad, pad, out, out)
+        x, f = _values(rng, i8, (1, 14, 14, 144)), _values(rng, i8, (1, 3, 3, 144))
+        _check(_conv_case(x, f, geometry, kind="depthwise"), isa)
+
+
+@pytest.mark.parametrize("isa", ISA_PARAMS)
+def test_accumulators_wrap_like_int32(isa: int) -> None:
+    """A deep layer with extreme zero points: the sums leave int32 and wrap in both implementations."""
+    rng = np.random.default_rng(2)
+    x = np.full((1, 3, 3, 4096), 255, dtype=np.uint8)
+    f = np.zeros((4, 1, 1, 4096), dtype=np.uint8)
+    case = _conv_case(
+        x, f, (1, 1, 1, 1, 0, 0, 3, 3), input_zp=-32768, filter_zp=32768, out_dtype=np.dtype(np.uint8)
+    )
+    case["multiplier"] = rng.integers(2**30, 2**31, 4)
+    _check(case, isa)
+
+
+@pytest.mark.parametrize("isa", ISA_PARAMS)
+def test_windows_entirely_in_the_padding(isa: int) -> None:
+    rng = np.random.default_rng(3)
+    x = _values(rng, np.int8, (1, 2, 2, 16))
+    _check(_conv_case(x, _values(rng, np.int8, (8, 3, 3, 16)), (1, 1, 1, 1, 4, 4, 6, 6)), isa)
+    _check(
+        _conv_case(x, _values(rng, np.int8, (1, 3, 3, 16)), (1, 1, 1, 1, 4, 4, 6, 6), kind="depthwise"), isa
+    )
+
+
+def test_plan_refuses_what_numpy_refuses() -> None:
+    rng = np.random.default_rng(4)
+    x = _values(rng, np.int8, (1, 4, 4, 2))
+    f = _values(rng, np.int8, (3, 1, 1, 2))
+    good = dict(
+        in_shape=x.shape, in_dtype=x.dtype, input_zp=0, filter_zp=0, multiplier=2**30, shift=0, output_zp=0,
+        act_min=-128, act_max=127, out_dtype=np.dtype(np.int8), geometry=(1, 1, 1, 1, 0, 0, 4, 4),
+    )  # fmt: skip
+    ma.plan_layer(ma.KIND_CONV, f, None, **good)
+    for bad in (
+        dict(shift=31),
+        dict(act_min=5, act_max=4),
+        dict(input_zp=40000),
+        dict(geometry=(0, 1, 1, 1, 0, 0, 4, 4)),
+    ):
+        with pytest.raises(ValueError):
+            ma.plan_layer(ma.KIND_CONV, f, None, **{**good, **bad})
+
+
+# --- whole networks through the shim, once per implementation ---------------------------------------------
+CORPUS = sorted((ROOT / "tests" / "corpus" / "models").glob("*.tflite"))
+
+
+def _networks() -> list:
+    from tools.models import generate as g
+
+    params = [
+        pytest.param(lambda: g.mobilenet_v1_model(64, alpha=0.25), id="mobilenet_v1-64"),
+        pytest.param(lambda: g.mobilenet_v2_model(64, alpha=0.35), id="mobilenet_v2-64"),
+    ]
+    params += [pytest.param(lambda p=p: p.read_bytes(), id=f"corpus-{p.stem}") for p in CORPUS]
+    return params
+
+
+def _run_on_shim(model: bytes) -> list[np.ndarray]:
+    from libaccel import Device
+    from libaccel.compiler import PartitionRunner, check_support, compile_partition, graph_from_tflite
+    from tools.models import generate as g
+
+    graph = graph_from_tflite(model)
+    unsupported = [n.op for n in graph.nodes if not check_support(graph, n).ok]
+    if unsupported:
+        pytest.skip(f"nodes the NPU does not run: {sorted(set(unsupported))}")
+    with Device.open("shim") as dev:
+        compiled = compile_partition(graph, [n.index for n in graph.nodes], dev.params.isa_version)
+        inputs = g.random_inputs(model, seed=3)
+        with PartitionRunner(dev, compiled) as runner:
+            out = runner.run(dict(zip(graph.inputs, inputs, strict=True)))
+    return [np.asarray(out[i]).copy() for i in graph.outputs]
+
+
+@pytest.mark.parametrize("model", _networks())
+def test_networks_identical_bytes(model, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = model()
+    monkeypatch.setenv(ma.ENV, "numpy")
+    want = _run_on_shim(data)
+    for isa in ISAS:
+        monkeypatch.setenv(ma.ENV, ma.ISA_NAMES[isa])
+        got = _run_on_shim(data)
+        for a, b in zip(got, want, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (
+                f"{ma.ISA_NAMES[isa]} differs from numpy"
+            )
