@@ -544,6 +544,28 @@ def format_table(results: Sequence[ModelResult]) -> str:
     return "\n".join(lines)
 
 
+def format_profile(results: Sequence[ModelResult]) -> str:
+    """Device-model time per op kind: ms per invoke, instructions per invoke, share of the device time."""
+    lines = [f"device model time per op kind ({mac_array_note()})"]
+    for r in results:
+        total = sum(r.device_op_ms.values()) or 1.0
+        lines.append(f"  {r.name}: {total:.2f} ms in instructions, {r.device_ms:.2f} ms per job")
+        lines.append(f"    {'op':<20}{'ms':>10}{'count':>8}{'us each':>10}{'share':>8}")
+        for op, ms in sorted(r.device_op_ms.items(), key=lambda kv: -kv[1]):
+            count = r.device_op_counts.get(op, 0)
+            each = 1000 * ms / count if count else 0.0
+            lines.append(f"    {op:<20}{ms:>10.2f}{count:>8}{each:>10.1f}{100 * ms / total:>7.1f}%")
+    return "\n".join(lines)
+
+
+def mac_array_note() -> str:
+    """Which implementation of the MAC array runs (VNPU_MAC_ARRAY and what this host could build)."""
+    from device_model import mac_array
+
+    isa = mac_array.selected_isa()
+    return f"MAC array: {'numpy' if isa is None else 'C ' + mac_array.ISA_NAMES[isa]}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.model_bench", description=__doc__.splitlines()[0])
     p.add_argument("--models", default="mobilenet_v1,mobilenet_v2", help="comma list (default: both)")
@@ -552,6 +574,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: numpy BLAS's)")
     p.add_argument("--no-check", action="store_true", help="skip the BUILTIN_REF exactness check")
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS measurement (a subprocess)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also print the device model's time per op kind (ms per invoke)",
+    )
     p.add_argument("--rss-child", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     info = blas_info()
@@ -574,6 +601,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = builders[name]()
         results.append(bench_model(name, model, args.runs, not args.no_check, not args.no_rss, threads))
     print(format_table(results))
+    if args.profile:
+        print()
+        print(format_profile(results))
     machine["load_average_end"] = list(os.getloadavg())
     doc = {
         "benchmark": "bench.model_bench",
@@ -581,6 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": machine,
         "blas": info,
         "threads": threads,
+        "mac_array": mac_array_note(),
         "models": [{**asdict(r), "targets": r.targets()} for r in results],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,8 @@ def test_small_model_end_to_end(tmp_path) -> None:
     table = mb.format_table([r])
     assert "device-model compute" in table and "bit_exact" in table
     json.dumps(r.targets())
+    profile = mb.format_profile([r])
+    assert "MAC array:" in profile and "CONV2D" in profile
 
 
 def test_profile_jobs_sees_nothing_outside_its_block() -> None:
