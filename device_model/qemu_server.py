@@ -137,8 +137,9 @@ class IrqLine:
         with self._lock:
             if self._closed:
                 return
-            os.eventfd_write(self._guest.fds[vector], 1)
+            # Count first: whoever the eventfd wakes may read the count at once.
             self.raised[vector] += 1
+            os.eventfd_write(self._guest.fds[vector], 1)
 
     def close(self) -> None:
         with self._lock:
