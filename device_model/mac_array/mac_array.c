@@ -93,85 +93,83 @@ static inline __attribute__((always_inline)) void requant_row_generic(
 }
 
 /* --- generic kernels: plain C the compiler vectorises for whatever target it is built for ---------- */
-#define DEFINE_GENERIC(T, SUFFIX)                                                                          \
-    /* One output pixel's GEMM row of K values (x - x_zp; 0 where the window leaves the input). */        \
-    static inline __attribute__((always_inline)) void im2col_row_##SUFFIX(                                \
-        const struct mac_layer *L, const void *in, int64_t m, T *row)                                      \
-    {                                                                                                      \
-        int64_t ow = m % L->out_w, t = m / L->out_w;                                                      \
-        int64_t oh = t % L->out_h, b = t / L->out_h;                                                      \
-        int64_t cin = L->cin, zp = L->input_zp;                                                           \
-        T *dst = row;                                                                                      \
-        for (int64_t ky = 0; ky < L->kh; ky++) {                                                          \
-            int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h;                                    \
-            for (int64_t kx = 0; kx < L->kw; kx++, dst += cin) {                                          \
-                int64_t ix = ow * L->stride_w - L->pad_left + kx * L->dil_w;                               \
-                if (iy < 0 || iy >= L->h || ix < 0 || ix >= L->w) {                                        \
-                    memset(dst, 0, (size_t)cin * sizeof(T));                                               \
-                    continue;                                                                              \
-                }                                                                                          \
-                int64_t off = ((b * L->h + iy) * L->w + ix) * cin;                                         \
-                if (L->in_signed) {                                                                        \
-                    const int8_t *src = (const int8_t *)in + off;                                          \
-                    for (int64_t c = 0; c < cin; c++)                                                      \
-                        dst[c] = (T)((int32_t)src[c] - (int32_t)zp);                                       \
-                } else {                                                                                   \
-                    const uint8_t *src = (const uint8_t *)in + off;                                        \
-                    for (int64_t c = 0; c < cin; c++)                                                      \
-                        dst[c] = (T)((int32_t)src[c] - (int32_t)zp);                                       \
-                }                                                                                          \
-            }                                                                                              \
-        }                                                                                                  \
-        for (int64_t k = L->kh * L->kw * cin; k < L->kpad; k++)                                           \
-            row[k] = 0;                                                                                    \
-    }                                                                                                      \
-                                                                                                           \
+#define DEFINE_GENERIC(T, SUFFIX) \
+    /* One output pixel's GEMM row of K values (x - x_zp; 0 where the window leaves the input). */ \
+    static inline __attribute__((always_inline)) void im2col_row_##SUFFIX( \
+        const struct mac_layer *L, const void *in, int64_t b, int64_t oh, int64_t ow, T *row) \
+    { \
+        int64_t cin = L->cin, zp = L->input_zp; \
+        T *dst = row; \
+        for (int64_t ky = 0; ky < L->kh; ky++) { \
+            int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h; \
+            for (int64_t kx = 0; kx < L->kw; kx++, dst += cin) { \
+                int64_t ix = ow * L->stride_w - L->pad_left + kx * L->dil_w; \
+                if (iy < 0 || iy >= L->h || ix < 0 || ix >= L->w) { \
+                    memset(dst, 0, (size_t)cin * sizeof(T)); \
+                    continue; \
+                } \
+                int64_t off = ((b * L->h + iy) * L->w + ix) * cin; \
+                if (L->in_signed) { \
+                    const int8_t *src = (const int8_t *)in + off; \
+                    for (int64_t c = 0; c < cin; c++) \
+                        dst[c] = (T)((int32_t)src[c] - (int32_t)zp); \
+                } else { \
+                    const uint8_t *src = (const uint8_t *)in + off; \
+                    for (int64_t c = 0; c < cin; c++) \
+                        dst[c] = (T)((int32_t)src[c] - (int32_t)zp); \
+                } \
+            } \
+        } \
+        for (int64_t k = L->kh * L->kw * cin; k < L->kpad; k++) \
+            row[k] = 0; \
+    } \
+ \
     /* acc[MR][NR] (row stride ldc) = A[MR][kpad] (row stride lda) x one packed panel [kpad/2][NR][2]. */ \
-    static inline __attribute__((always_inline)) void kernel_##SUFFIX(                                    \
-        const T *a, int64_t lda, const T *b, int64_t kpairs, uint32_t *c, int64_t ldc)                     \
-    {                                                                                                      \
-        uint32_t acc[MR][NR];                                                                              \
-        memset(acc, 0, sizeof(acc));                                                                       \
-        for (int64_t k = 0; k < kpairs; k++, b += 2 * NR) {                                               \
-            for (int r = 0; r < MR; r++) {                                                                 \
-                uint32_t a0 = (uint32_t)(int32_t)a[r * lda + 2 * k];                                       \
-                uint32_t a1 = (uint32_t)(int32_t)a[r * lda + 2 * k + 1];                                   \
-                for (int j = 0; j < NR; j++)                                                               \
-                    acc[r][j] += a0 * (uint32_t)(int32_t)b[2 * j] + a1 * (uint32_t)(int32_t)b[2 * j + 1];  \
-            }                                                                                              \
-        }                                                                                                  \
-        for (int r = 0; r < MR; r++)                                                                       \
-            memcpy(c + r * ldc, acc[r], sizeof(acc[r]));                                                   \
-    }                                                                                                      \
-                                                                                                           \
-    /* Depthwise, one output pixel, channels [c0, c1): acc[c] = sum over valid taps. */                   \
-    static inline __attribute__((always_inline)) void dw_pixel_##SUFFIX(                                  \
-        const struct mac_layer *L, const void *in, int64_t b, int64_t oh, int64_t ow, int64_t c0,          \
-        int64_t c1, uint32_t *acc)                                                                         \
-    {                                                                                                      \
-        const T *w = (const T *)L->packed;                                                                 \
-        int64_t dm = L->depth_multiplier, cp = L->cout_pad;                                                \
-        for (int64_t c = c0; c < c1; c++)                                                                  \
-            acc[c] = 0;                                                                                    \
-        for (int64_t ky = 0; ky < L->kh; ky++) {                                                          \
-            int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h;                                    \
-            if (iy < 0 || iy >= L->h)                                                                      \
-                continue;                                                                                  \
-            for (int64_t kx = 0; kx < L->kw; kx++) {                                                      \
-                int64_t ix = ow * L->stride_w - L->pad_left + kx * L->dil_w;                               \
-                if (ix < 0 || ix >= L->w)                                                                  \
-                    continue;                                                                              \
-                int64_t tap = ky * L->kw + kx;                                                             \
-                const T *wt = w + (tap / 2) * cp * 2 + (tap % 2);                                          \
-                int64_t off = ((b * L->h + iy) * L->w + ix) * L->cin;                                      \
-                for (int64_t c = c0; c < c1; c++) {                                                        \
-                    int32_t x = L->in_signed ? (int32_t)((const int8_t *)in)[off + c / dm]                 \
-                                             : (int32_t)((const uint8_t *)in)[off + c / dm];               \
-                    int64_t p = (c / DW_BLOCK) * DW_BLOCK + dw_perm(c % DW_BLOCK);                         \
-                    acc[c] += (uint32_t)(x - L->input_zp) * (uint32_t)(int32_t)wt[2 * p];                  \
-                }                                                                                          \
-            }                                                                                              \
-        }                                                                                                  \
+    static inline __attribute__((always_inline)) void kernel_##SUFFIX( \
+        const T *a, int64_t lda, const T *b, int64_t kpairs, uint32_t *c, int64_t ldc) \
+    { \
+        uint32_t acc[MR][NR]; \
+        memset(acc, 0, sizeof(acc)); \
+        for (int64_t k = 0; k < kpairs; k++, b += 2 * NR) { \
+            for (int r = 0; r < MR; r++) { \
+                uint32_t a0 = (uint32_t)(int32_t)a[r * lda + 2 * k]; \
+                uint32_t a1 = (uint32_t)(int32_t)a[r * lda + 2 * k + 1]; \
+                for (int j = 0; j < NR; j++) \
+                    acc[r][j] += a0 * (uint32_t)(int32_t)b[2 * j] + a1 * (uint32_t)(int32_t)b[2 * j + 1]; \
+            } \
+        } \
+        for (int r = 0; r < MR; r++) \
+            memcpy(c + r * ldc, acc[r], sizeof(acc[r])); \
+    } \
+ \
+    /* Depthwise, one output pixel, channels [c0, c1): acc[c] = sum over valid taps. */ \
+    static inline __attribute__((always_inline)) void dw_pixel_##SUFFIX( \
+        const struct mac_layer *L, const void *in, int64_t b, int64_t oh, int64_t ow, int64_t c0, \
+        int64_t c1, uint32_t *acc) \
+    { \
+        const T *w = (const T *)L->packed; \
+        int64_t dm = L->depth_multiplier, cp = L->cout_pad; \
+        for (int64_t c = c0; c < c1; c++) \
+            acc[c] = 0; \
+        for (int64_t ky = 0; ky < L->kh; ky++) { \
+            int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h; \
+            if (iy < 0 || iy >= L->h) \
+                continue; \
+            for (int64_t kx = 0; kx < L->kw; kx++) { \
+                int64_t ix = ow * L->stride_w - L->pad_left + kx * L->dil_w; \
+                if (ix < 0 || ix >= L->w) \
+                    continue; \
+                int64_t tap = ky * L->kw + kx; \
+                const T *wt = w + (tap / 2) * cp * 2 + (tap % 2); \
+                int64_t off = ((b * L->h + iy) * L->w + ix) * L->cin; \
+                for (int64_t c = c0; c < c1; c++) { \
+                    int32_t x = L->in_signed ? (int32_t)((const int8_t *)in)[off + c / dm] \
+                                             : (int32_t)((const uint8_t *)in)[off + c / dm]; \
+                    int64_t p = (c / DW_BLOCK) * DW_BLOCK + dw_perm(c % DW_BLOCK); \
+                    acc[c] += (uint32_t)(x - L->input_zp) * (uint32_t)(int32_t)wt[2 * p]; \
+                } \
+            } \
+        } \
     }
 
 /* Within a block of 16 depthwise channels the packed weights are in the order the AVX2 kernel's
@@ -198,104 +196,141 @@ static int64_t block_rows(const struct mac_layer *L, size_t elem)
     return rows < MR ? MR : rows;
 }
 
-#define DEFINE_DRIVERS(SUFFIX, ATTR, GEMM16, REQUANT, DWFAST, HAS_DWFAST)                                             \
-    ATTR static int conv_##SUFFIX(const struct mac_layer *L, const void *in, void *out)                    \
-    {                                                                                                      \
-        int64_t M = L->n * L->out_h * L->out_w, K2 = L->kpad / 2, cp = L->cout_pad;                        \
-        size_t elem = L->wide ? 4 : 2;                                                                     \
-        int64_t mb = block_rows(L, elem);                                                                  \
-        if (mb > (M + MR - 1) / MR * MR)                                                                   \
-            mb = (M + MR - 1) / MR * MR;                                                                   \
-        void *a = aligned_alloc(64, ((size_t)(mb * L->kpad) * elem + 63) / 64 * 64);                       \
-        uint32_t *acc = aligned_alloc(64, ((size_t)(mb * cp) * 4 + 63) / 64 * 64);                        \
-        if (!a || !acc) {                                                                                  \
-            free(a);                                                                                       \
-            free(acc);                                                                                     \
-            return -1;                                                                                     \
-        }                                                                                                  \
-        int64_t os = L->cout;                                                                              \
-        for (int64_t m0 = 0; m0 < M; m0 += mb) {                                                           \
-            int64_t rows = M - m0 < mb ? M - m0 : mb;                                                      \
-            int64_t tiles = (rows + MR - 1) / MR;                                                          \
-            for (int64_t r = 0; r < tiles * MR; r++) {                                                     \
-                if (L->wide) {                                                                             \
-                    int32_t *row = (int32_t *)a + r * L->kpad;                                             \
-                    if (r < rows)                                                                          \
-                        im2col_row_i32(L, in, m0 + r, row);                                                \
-                    else                                                                                   \
-                        memset(row, 0, (size_t)L->kpad * 4);                                               \
-                } else {                                                                                   \
-                    int16_t *row = (int16_t *)a + r * L->kpad;                                             \
-                    if (r < rows)                                                                          \
-                        im2col_row_i16(L, in, m0 + r, row);                                                \
-                    else                                                                                   \
-                        memset(row, 0, (size_t)L->kpad * 2);                                               \
-                }                                                                                          \
-            }                                                                                              \
-            for (int64_t p = 0; p < cp / NR; p++) {                                                        \
-                for (int64_t t = 0; t < tiles; t++) {                                                      \
-                    uint32_t *c = acc + t * MR * cp + p * NR;                                              \
-                    if (L->wide)                                                                           \
-                        kernel_i32((const int32_t *)a + t * MR * L->kpad, L->kpad,                         \
-                                   (const int32_t *)L->packed + p * L->kpad * NR, K2, c, cp);              \
-                    else                                                                                   \
-                        GEMM16((const int16_t *)a + t * MR * L->kpad, L->kpad,                             \
-                               (const int16_t *)L->packed + p * L->kpad * NR, K2, c, cp);                  \
-                }                                                                                          \
-            }                                                                                              \
-            for (int64_t r = 0; r < rows; r++)                                                             \
-                REQUANT(L, acc + r * cp, (char *)out + (m0 + r) * os);                                     \
-        }                                                                                                  \
-        free(a);                                                                                           \
-        free(acc);                                                                                         \
-        return 0;                                                                                          \
-    }                                                                                                      \
-                                                                                                           \
-    ATTR static int depthwise_##SUFFIX(const struct mac_layer *L, const void *in, void *out)               \
-    {                                                                                                      \
-        uint32_t *acc = malloc((size_t)L->cout_pad * 4);                                                   \
-        const uint8_t **taps = malloc((size_t)(L->kpad + 1) * sizeof(*taps));                              \
-        uint8_t *zrow = malloc((size_t)L->cin + 64);                                                       \
-        if (!acc || !taps || !zrow) {                                                                      \
-            free(acc);                                                                                     \
-            free(taps);                                                                                    \
-            free(zrow);                                                                                    \
-            return -1;                                                                                     \
-        }                                                                                                  \
-        memset(zrow, (uint8_t)L->input_zp, (size_t)L->cin + 64);                                           \
-        int fast = HAS_DWFAST && !L->wide && L->depth_multiplier == 1 && L->zp_byte_ok;                                  \
-        int64_t fast_end = fast ? L->cout / DW_BLOCK * DW_BLOCK : 0;                                      \
-        for (int64_t b = 0; b < L->n; b++)                                                                 \
-            for (int64_t oh = 0; oh < L->out_h; oh++)                                                      \
-                for (int64_t ow = 0; ow < L->out_w; ow++) {                                                \
-                    char *o = (char *)out + ((b * L->out_h + oh) * L->out_w + ow) * L->cout;               \
-                    if (fast_end) {                                                                        \
-                        for (int64_t ky = 0; ky < L->kh; ky++) {                                          \
-                            int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h;                    \
-                            for (int64_t kx = 0; kx < L->kw; kx++) {                                      \
-                                int64_t ix = ow * L->stride_w - L->pad_left + kx * L->dil_w;               \
-                                int ok = iy >= 0 && iy < L->h && ix >= 0 && ix < L->w;                     \
-                                taps[ky * L->kw + kx] =                                                    \
-                                    ok ? (const uint8_t *)in + ((b * L->h + iy) * L->w + ix) * L->cin      \
-                                       : zrow;                                                             \
-                            }                                                                              \
-                        }                                                                                  \
-                        for (int64_t t = L->kh * L->kw; t < L->kpad; t++)                                 \
-                            taps[t] = zrow;                                                                \
-                        DWFAST(L, taps, fast_end, o);                                                      \
-                    }                                                                                      \
-                    if (fast_end < L->cout) {                                                              \
-                        if (L->wide)                                                                       \
-                            dw_pixel_i32(L, in, b, oh, ow, fast_end, L->cout, acc);                        \
-                        else                                                                               \
-                            dw_pixel_i16(L, in, b, oh, ow, fast_end, L->cout, acc);                        \
-                        requant_row_generic(L, acc + fast_end, fast_end, L->cout, o);                                 \
-                    }                                                                                      \
-                }                                                                                          \
-        free(acc);                                                                                         \
-        free(taps);                                                                                        \
-        free(zrow);                                                                                        \
-        return 0;                                                                                          \
+#define DEFINE_DRIVERS(SUFFIX, ATTR, GEMM16, REQUANT, DWFAST, HAS_DWFAST) \
+    ATTR static int conv_##SUFFIX(const struct mac_layer *L, const void *in, void *out) \
+    { \
+        int64_t M = L->n * L->out_h * L->out_w, K2 = L->kpad / 2, cp = L->cout_pad; \
+        size_t elem = L->wide ? 4 : 2; \
+        int64_t mb = block_rows(L, elem); \
+        if (mb > (M + MR - 1) / MR * MR) \
+            mb = (M + MR - 1) / MR * MR; \
+        void *a = aligned_alloc(64, ((size_t)(mb * L->kpad) * elem + 63) / 64 * 64); \
+        uint32_t *acc = aligned_alloc(64, ((size_t)(mb * cp) * 4 + 63) / 64 * 64); \
+        if (!a || !acc) { \
+            free(a); \
+            free(acc); \
+            return -1; \
+        } \
+        int64_t os = L->cout; \
+        for (int64_t m0 = 0; m0 < M; m0 += mb) { \
+            int64_t rows = M - m0 < mb ? M - m0 : mb; \
+            int64_t tiles = (rows + MR - 1) / MR; \
+            /* the block's first pixel, then counted up: no division per row */ \
+            int64_t ow = m0 % L->out_w, oh = m0 / L->out_w % L->out_h, b = m0 / L->out_w / L->out_h; \
+            for (int64_t r = 0; r < tiles * MR; r++) { \
+                if (L->wide) { \
+                    int32_t *row = (int32_t *)a + r * L->kpad; \
+                    if (r < rows) \
+                        im2col_row_i32(L, in, b, oh, ow, row); \
+                    else \
+                        memset(row, 0, (size_t)L->kpad * 4); \
+                } else { \
+                    int16_t *row = (int16_t *)a + r * L->kpad; \
+                    if (r < rows) \
+                        im2col_row_i16(L, in, b, oh, ow, row); \
+                    else \
+                        memset(row, 0, (size_t)L->kpad * 2); \
+                } \
+                if (++ow == L->out_w) { \
+                    ow = 0; \
+                    if (++oh == L->out_h) { \
+                        oh = 0; \
+                        b++; \
+                    } \
+                } \
+            } \
+            for (int64_t p = 0; p < cp / NR; p++) { \
+                for (int64_t t = 0; t < tiles; t++) { \
+                    uint32_t *c = acc + t * MR * cp + p * NR; \
+                    if (L->wide) \
+                        kernel_i32((const int32_t *)a + t * MR * L->kpad, L->kpad, \
+                                   (const int32_t *)L->packed + p * L->kpad * NR, K2, c, cp); \
+                    else \
+                        GEMM16((const int16_t *)a + t * MR * L->kpad, L->kpad, \
+                               (const int16_t *)L->packed + p * L->kpad * NR, K2, c, cp); \
+                } \
+            } \
+            for (int64_t r = 0; r < rows; r++) \
+                REQUANT(L, acc + r * cp, (char *)out + (m0 + r) * os); \
+        } \
+        free(a); \
+        free(acc); \
+        return 0; \
+    } \
+ \
+    ATTR static int depthwise_##SUFFIX(const struct mac_layer *L, const void *in, void *out) \
+    { \
+        uint32_t *acc = malloc((size_t)L->cout_pad * 4); \
+        const uint8_t **taps = malloc((size_t)(L->kpad + 1) * sizeof(*taps)); \
+        uint8_t *zrow = malloc((size_t)L->cin + 64); \
+        if (!acc || !taps || !zrow) { \
+            free(acc); \
+            free(taps); \
+            free(zrow); \
+            return -1; \
+        } \
+        memset(zrow, (uint8_t)L->input_zp, (size_t)L->cin + 64); \
+        int fast = HAS_DWFAST && !L->wide && L->depth_multiplier == 1 && L->zp_byte_ok; \
+        int64_t fast_end = fast ? L->cout / DW_BLOCK * DW_BLOCK : 0; \
+        int64_t ntaps = L->kh * L->kw; \
+        /* The fast kernel multiplies raw inputs; taps outside the input read a row of zero-point \
+         * bytes, so sum (x - zp) w = sum x w - zp * sum w with the same per-channel sum everywhere: \
+         * it joins the bias (all modulo 2**32). */ \
+        struct mac_layer LF = *L; \
+        int32_t *fbias = malloc((size_t)(fast_end + 1) * 4); \
+        int64_t *toff = malloc((size_t)(ntaps + 1) * 8); \
+        if (!fbias || !toff) { \
+            free(acc), free(taps), free(zrow), free(fbias), free(toff); \
+            return -1; \
+        } \
+        for (int64_t c = 0; c < fast_end; c++) { \
+            const int16_t *wq = (const int16_t *)L->packed + (c / DW_BLOCK * DW_BLOCK + dw_perm(c % DW_BLOCK)) * 2; \
+            uint32_t sum = 0; \
+            for (int64_t t = 0; t < L->kpad; t++) \
+                sum += (uint32_t)(int32_t)wq[(t / 2) * L->cout_pad * 2 + t % 2]; \
+            fbias[c] = (int32_t)((uint32_t)L->bias[c] - (uint32_t)L->input_zp * sum); \
+        } \
+        LF.bias = fbias; \
+        for (int64_t t = 0; t < ntaps; t++) \
+            toff[t] = ((t / L->kw) * L->dil_h * L->w + (t % L->kw) * L->dil_w) * L->cin; \
+        int64_t span_h = (L->kh - 1) * L->dil_h, span_w = (L->kw - 1) * L->dil_w; \
+        for (int64_t b = 0; b < L->n; b++) \
+            for (int64_t oh = 0; oh < L->out_h; oh++) \
+                for (int64_t ow = 0; ow < L->out_w; ow++) { \
+                    char *o = (char *)out + ((b * L->out_h + oh) * L->out_w + ow) * L->cout; \
+                    int64_t iy0 = oh * L->stride_h - L->pad_top, ix0 = ow * L->stride_w - L->pad_left; \
+                    if (fast_end && iy0 >= 0 && iy0 + span_h < L->h && ix0 >= 0 && ix0 + span_w < L->w) { \
+                        const uint8_t *base = (const uint8_t *)in + ((b * L->h + iy0) * L->w + ix0) * L->cin; \
+                        for (int64_t t = 0; t < ntaps; t++) \
+                            taps[t] = base + toff[t]; \
+                        for (int64_t t = ntaps; t < L->kpad; t++) \
+                            taps[t] = zrow; \
+                        DWFAST(&LF, taps, fast_end, o); \
+                    } else if (fast_end) { \
+                        for (int64_t ky = 0; ky < L->kh; ky++) { \
+                            int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h; \
+                            for (int64_t kx = 0; kx < L->kw; kx++) { \
+                                int64_t ix = ow * L->stride_w - L->pad_left + kx * L->dil_w; \
+                                int ok = iy >= 0 && iy < L->h && ix >= 0 && ix < L->w; \
+                                taps[ky * L->kw + kx] = \
+                                    ok ? (const uint8_t *)in + ((b * L->h + iy) * L->w + ix) * L->cin \
+                                       : zrow; \
+                            } \
+                        } \
+                        for (int64_t t = L->kh * L->kw; t < L->kpad; t++) \
+                            taps[t] = zrow; \
+                        DWFAST(&LF, taps, fast_end, o); \
+                    } \
+                    if (fast_end < L->cout) { \
+                        if (L->wide) \
+                            dw_pixel_i32(L, in, b, oh, ow, fast_end, L->cout, acc); \
+                        else \
+                            dw_pixel_i16(L, in, b, oh, ow, fast_end, L->cout, acc); \
+                        requant_row_generic(L, acc + fast_end, fast_end, L->cout, o); \
+                    } \
+                } \
+        free(acc), free(taps), free(zrow), free(fbias), free(toff); \
+        return 0; \
     }
 
 static inline __attribute__((always_inline)) void requant_generic(const struct mac_layer *L, const uint32_t *acc,
@@ -330,16 +365,16 @@ AVX2 static inline void gemm_6x16_avx2(const int16_t *a, int64_t lda, const int1
         __m256i b1 = _mm256_loadu_si256((const __m256i *)(b + 16));
         int32_t v;
         __m256i x;
-#define ROW(R)                                                                                             \
-    memcpy(&v, a##R + 2 * k, 4);                                                                          \
-    x = _mm256_set1_epi32(v);                                                                              \
-    c##R##0 = _mm256_add_epi32(c##R##0, _mm256_madd_epi16(x, b0));                                         \
+#define ROW(R) \
+    memcpy(&v, a##R + 2 * k, 4); \
+    x = _mm256_set1_epi32(v); \
+    c##R##0 = _mm256_add_epi32(c##R##0, _mm256_madd_epi16(x, b0)); \
     c##R##1 = _mm256_add_epi32(c##R##1, _mm256_madd_epi16(x, b1));
         ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
 #undef ROW
     }
-#define STORE(R)                                                                                           \
-    _mm256_storeu_si256((__m256i *)(c + R * ldc), c##R##0);                                                \
+#define STORE(R) \
+    _mm256_storeu_si256((__m256i *)(c + R * ldc), c##R##0); \
     _mm256_storeu_si256((__m256i *)(c + R * ldc + 8), c##R##1);
     STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
 #undef STORE
@@ -410,15 +445,14 @@ AVX2 static inline void dw_avx2(const struct mac_layer *L, const uint8_t **taps,
 {
     const int16_t *w = (const int16_t *)L->packed;
     int64_t cp2 = L->cout_pad * 2, pairs = L->kpad / 2;
-    __m256i zp = _mm256_set1_epi16((int16_t)L->input_zp);
     int simple = L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
                  L->hi - (int64_t)L->output_zp <= INT32_MAX;
     for (int64_t c = 0; c < c_end; c += DW_BLOCK) {
         __m256i lo = _mm256_setzero_si256(), hi = lo;
         const int16_t *wc = w + c * 2;
         for (int64_t p = 0; p < pairs; p++) {
-            __m256i x0 = _mm256_sub_epi16(dw_load16(taps[2 * p] + c, L->in_signed), zp);
-            __m256i x1 = _mm256_sub_epi16(dw_load16(taps[2 * p + 1] + c, L->in_signed), zp);
+            __m256i x0 = dw_load16(taps[2 * p] + c, L->in_signed); /* raw x: zp * sum w is in the bias */
+            __m256i x1 = dw_load16(taps[2 * p + 1] + c, L->in_signed);
             const int16_t *wp = wc + p * cp2;
             lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1),
                                                         _mm256_loadu_si256((const __m256i *)wp)));
