@@ -47,7 +47,6 @@ WAIT_POLL_MAX_S = 0.005
 
 _NP_DTYPES = {"INT8": np.dtype("i1"), "UINT8": np.dtype("u1"), "INT32": np.dtype("<i4")}
 _BYTE_TYPES = ("INT8", "UINT8")
-_MAC_PLAN = 1  # in a plan's digest: C plans and numpy plans of one instruction never mix
 
 
 @dataclass(frozen=True)
@@ -345,6 +344,29 @@ class _Job:
         self.plans[self.ins.offset] = (digest, plan)
         return plan
 
+    def mac_plan(
+        self,
+        build: Callable[[], mac_array.MacPlan],
+        filt: np.ndarray,
+        bias: np.ndarray | None,
+        multiplier: np.ndarray | int,
+        shift: np.ndarray | int,
+    ) -> mac_array.MacPlan:
+        """The instruction's C MAC array plan, rebuilt only when a parameter changed.
+
+        Unlike :meth:`plan` no digest is taken: the plan keeps a copy of its parameters and compares
+        them with memory byte for byte (a memcmp, about five times cheaper than SHA-1 of the weights,
+        and exact). A numpy plan in the slot (another ``VNPU_MAC_ARRAY``) is replaced, and vice versa.
+        """
+        assert self.ins is not None
+        entry = self.plans.get(self.ins.offset)
+        if entry is not None and isinstance(entry[1], mac_array.MacPlan):
+            if entry[1].matches(filt, bias, multiplier, shift):
+                return entry[1]
+        plan = build()
+        self.plans[self.ins.offset] = (b"", plan)  # no digest matches b"": plan() rebuilds its own
+        return plan
+
     # --- units ------------------------------------------------------------------
     def op_NOP(self) -> None:  # noqa: N802 - named after the opcode
         pass
@@ -432,14 +454,13 @@ class _Job:
         if isa is not None:  # the C MAC array (numerics stays the reference and the fallback)
             kind = mac_array.KIND_DEPTHWISE if depthwise else mac_array.KIND_CONV
             dm = ins["depth_multiplier"] if depthwise else 1
-            mac = self.plan(
+            mac = self.mac_plan(
                 lambda: mac_array.plan_layer(
                     kind, weights, bias, in_shape=inp.shape, in_dtype=inp.np_dtype,
                     geometry=tuple(geometry.values()), depth_multiplier=dm, **common,
                 ),
-                weights, bias, multiplier, shift, _MAC_PLAN,
+                weights, bias, multiplier, shift,
             )  # fmt: skip
-            assert isinstance(mac, mac_array.MacPlan)
             self.store(out, mac_array.run(mac, self.load(inp), isa))
             return
         build = nm.plan_depthwise if depthwise else nm.plan_gemm
@@ -498,14 +519,13 @@ class _Job:
         )
         isa = mac_array.selected_isa()
         if isa is not None:  # the C MAC array: a 1x1 convolution of rows x 1 x 1 x K
-            mac = self.plan(
+            mac = self.mac_plan(
                 lambda: mac_array.plan_layer(
                     mac_array.KIND_CONV, weights.reshape(cout, 1, 1, k), bias, in_shape=(rows, 1, 1, k),
                     in_dtype=inp.np_dtype, **common,
                 ),
-                weights, bias, multiplier, shift, _MAC_PLAN,
+                weights.reshape(cout, 1, 1, k), bias, multiplier, shift,
             )  # fmt: skip
-            assert isinstance(mac, mac_array.MacPlan)
             self.store(out, mac_array.run(mac, self.load(inp).reshape(rows, 1, 1, k), isa))
             return
         plan = self.plan(

@@ -56,6 +56,7 @@ struct mac_layer {
 };
 int mac_cpu_isa(void);
 int mac_run(const struct mac_layer *L, const void *in, void *out, int isa);
+int mac_equal(const void *a, const void *b, size_t n);
 """
 
 

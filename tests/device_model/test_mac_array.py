@@ -285,3 +285,23 @@ def test_networks_identical_bytes(model, monkeypatch: pytest.MonkeyPatch) -> Non
             assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (
                 f"{ma.ISA_NAMES[isa]} differs from numpy"
             )
+
+
+def test_plan_matches_only_its_own_parameters() -> None:
+    rng = np.random.default_rng(6)
+    f = _values(rng, np.int8, (4, 1, 1, 8))
+    bias = rng.integers(-100, 100, 4).astype(np.int32)
+    mult, shift = rng.integers(2**30, 2**31, 4), rng.integers(-8, 0, 4)
+    plan = ma.plan_layer(
+        ma.KIND_CONV, f, bias, in_shape=(1, 2, 2, 8), in_dtype=np.dtype(np.int8), input_zp=0, filter_zp=0,
+        multiplier=mult, shift=shift, output_zp=0, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8),
+        geometry=(1, 1, 1, 1, 0, 0, 2, 2),
+    )  # fmt: skip
+    assert plan.matches(f.copy(), bias.copy(), mult.copy(), shift.copy())
+    g = f.copy()
+    g[3, 0, 0, 7] ^= 1
+    assert not plan.matches(g, bias, mult, shift)
+    assert not plan.matches(f.reshape(4, 8), bias, mult, shift)
+    assert not plan.matches(f, None, mult, shift)
+    assert not plan.matches(f, bias + 1, mult, shift)
+    assert not plan.matches(f, bias, mult, shift - 1)
