@@ -305,3 +305,29 @@ def test_plan_matches_only_its_own_parameters() -> None:
     assert not plan.matches(f, None, mult, shift)
     assert not plan.matches(f, bias + 1, mult, shift)
     assert not plan.matches(f, bias, mult, shift - 1)
+
+
+def test_a_failed_build_means_numpy_with_one_warning(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    from device_model.mac_array import build
+
+    def no_compiler(*args: object) -> None:
+        raise build.cffi.VerificationError("CompileError: command 'gcc' failed: No such file or directory")
+
+    monkeypatch.setattr(ma, "_module", None)
+    monkeypatch.setattr(ma, "_failed", None)
+    monkeypatch.setattr(ma, "_warned", set())
+    monkeypatch.setattr(build, "ensure_built", no_compiler)
+    monkeypatch.setenv(ma.ENV, "auto")
+    with caplog.at_level("WARNING", logger=ma.__name__):
+        assert ma.selected_isa() is None
+        assert ma.selected_isa() is None
+        assert ma.cpu_isas() == []
+    warnings = [r for r in caplog.records if "could not be built" in r.getMessage()]
+    assert len(warnings) == 1 and "numpy" in warnings[0].getMessage()
+
+
+def test_numpy_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ma.ENV, "numpy")
+    assert ma.selected_isa() is None
+    monkeypatch.setenv(ma.ENV, "generic")
+    assert ma.selected_isa() == ma.ISA_GENERIC
