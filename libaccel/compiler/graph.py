@@ -35,6 +35,8 @@ compiler (:mod:`libaccel.compiler`). Conventions, all TFLite's:
   - RESIZE_NEAREST_NEIGHBOR: align_corners, half_pixel_centers
   - LEAKY_RELU: alpha (required: no default is assumed)
   - SUM: keep_dims (MEAN and SUM read it from the output's shape)
+  - shape computations folded by :mod:`libaccel.compiler.shape_folding`: PACK (values_count, axis),
+    GATHER (axis, batch_dims), REDUCE_PROD (keep_dims), SHAPE (none: the output's dtype says)
   - DEPTH_TO_SPACE, SPACE_TO_DEPTH: block_size (checked against the shapes when present)
   - SPLIT, SPLIT_V, SLICE, SQUEEZE, EXPAND_DIMS, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND, PADV2: none
     needed (sizes come from the constant operands and the output shapes)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from libaccel.compiler import quant as q
-from libaccel.compiler import tables
+from libaccel.compiler import shape_folding, tables
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
 
 if TYPE_CHECKING:
@@ -472,6 +472,11 @@ def _plan_lut(graph: Graph, node: OpNode) -> OpPlan:
 
 # --- layout ----------------------------------------------------------------------------------
 def _plan_reshape(graph: Graph, node: OpNode) -> OpPlan:
+    if node.op == "RESHAPE" and len(node.inputs) > 1 and node.inputs[1] >= 0:
+        if _t(graph, node.inputs[1], "shape").data is None:
+            # TFLite then sizes the output at run time; shape_folding.fold_shapes makes it a constant
+            # where the input shapes are static.
+            raise Unsupported("RESHAPE's shape is computed at run time (not foldable at compile time)")
     x = _activation(graph, node.inputs[0], "input")
     y = _activation(graph, node.outputs[0], "output", x.dtype)
     if x.quant != y.quant or x.size != y.size:
@@ -777,6 +782,8 @@ MULTI_OUTPUT = frozenset({"SPLIT", "SPLIT_V"})
 
 def plan_node(graph: Graph, node: OpNode) -> OpPlan:
     """The lowering of ``node``; raises :class:`Unsupported` with the reason it cannot be exact."""
+    if shape_folding.is_folded(graph, node):
+        return OpPlan(fused=True)  # a shape computation folded into constants: nothing runs
     planner = PLANNERS.get(node.op)
     if planner is None:
         raise Unsupported(f"{node.op} is not an NPU operator")

@@ -91,6 +91,10 @@ OPTIONS_TABLES = {
     "PADV2": "PadV2Options",
     "LEAKY_RELU": "LeakyReluOptions",
     "TRANSPOSE_CONV": "TransposeConvOptions",
+    "SHAPE": "ShapeOptions",
+    "PACK": "PackOptions",
+    "GATHER": "GatherOptions",
+    "REDUCE_PROD": "ReducerOptions",
 }
 # Option fields whose values are enum names in our dicts.
 ENUM_FIELDS = {
@@ -774,6 +778,45 @@ def strided_slice_model(
     ins = [x] + [m.add_const(n, np.array(v, dtype=np.int32), "int32") for n, v in consts]
     y = m.add_tensor("output", out, dtype, q)
     m.add_op("STRIDED_SLICE", ins, [y], begin_mask=begin_mask, end_mask=end_mask)
+    return m.build([x], [y])
+
+
+def converter_flatten(m: ModelBuilder, x: int, out_shape: Sequence[int]) -> int:
+    """The TensorFlow converter's Keras ``Flatten``: ``RESHAPE(x, PACK([SHAPE(x)[0], -1]))``.
+
+    The shape operand is computed (SHAPE -> STRIDED_SLICE -> PACK), so TFLite treats the RESHAPE's
+    output as dynamic; ``out_shape`` is the shape the model declares for it. Returns its index.
+    """
+    t = m.tensors[x]
+    shape = m.add_tensor(f"{t.name}/shape", (len(t.shape),), "int32")
+    m.add_op("SHAPE", [x], [shape], version=1, out_type=tflite.TensorType.INT32)
+    ends = [
+        m.add_const(f"{t.name}/{n}", np.array([v], np.int32), "int32") for n, v in (("begin", 0), ("end", 1))
+    ]
+    stride = m.add_const(f"{t.name}/stride", np.array([1], np.int32), "int32")
+    batch = m.add_tensor(f"{t.name}/batch", (), "int32")
+    m.add_op("STRIDED_SLICE", [shape, *ends, stride], [batch], version=1, shrink_axis_mask=1)
+    rest = m.add_const(f"{t.name}/rest", np.array(-1, np.int32), "int32")
+    packed = m.add_tensor(f"{t.name}/packed", (2,), "int32")
+    m.add_op("PACK", [batch, rest], [packed], version=1, values_count=2, axis=0)
+    y = m.add_tensor(f"{t.name}/flat", out_shape, t.dtype, t.quant)
+    m.add_op("RESHAPE", [x, packed], [y], version=1)
+    return y
+
+
+def flatten_fc_model(in_shape: Sequence[int], out_features: int, seed: int = 0, dtype: str = "int8") -> bytes:
+    """The converter's Flatten (:func:`converter_flatten`) then FULLY_CONNECTED: a classifier head."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    iq = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, iq)
+    features = int(np.prod(in_shape[1:]))
+    flat = converter_flatten(m, x, (in_shape[0], features))
+    wdata, wq = quantized_filter(rng, (out_features, features), dtype, False, 0)
+    w = m.add_const("filter", wdata, dtype, wq)
+    oq = activation_quant(rng, dtype, accumulator_output_scale(iq.scales[0], wq, features))
+    y = m.add_tensor("output", (in_shape[0], out_features), dtype, oq)
+    m.add_op("FULLY_CONNECTED", [flat, w], [y], fused_activation_function="NONE")
     return m.build([x], [y])
 
 
