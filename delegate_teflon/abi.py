@@ -12,7 +12,8 @@ declaration per layout and :mod:`delegate_teflon.runtime_abi` picks one at run t
 - ``TfLiteFloatArray`` (per-channel scales) was ``{int size; float data[];}`` for years; recent
   TensorFlow turned it into ``{float *data; int size; bool owning;}``. Both are declared.
 - ``TfLiteContext``, ``TfLiteTensor`` and ``TfLiteNode`` are owned by the runtime; only the prefix the
-  delegate reads is declared (the runtime allocates them, never the delegate).
+  delegate reads is declared (the runtime allocates them, never the delegate). The context's prefix
+  ends at ``PreviewDelegatePartitioning`` (since TFLite 2.3).
 - ``TfLiteDelegate`` is allocated by the delegate: its full 56-byte layout is declared (unchanged since
   2.9) and zero-initialised.
 """
@@ -102,6 +103,7 @@ typedef struct vnpu_registration_prefix {
 } vnpu_registration_prefix;
 
 struct TfLiteDelegate;
+struct TfLiteDelegateParams;
 
 /* The prefix of TfLiteContext the delegate uses (unchanged from 2.3 to today). */
 typedef struct TfLiteContext {
@@ -116,6 +118,21 @@ typedef struct TfLiteContext {
                                            vnpu_registration_prefix **registration);
     void *ReplaceNodeSubsetsWithDelegateKernels;   /* takes TfLiteRegistration BY VALUE */
     int recommended_num_threads;
+    void *GetExternalContext;
+    void *SetExternalContext;
+    _Bool allow_fp32_relax_to_fp16;
+    void *profiler;
+    void *AllocatePersistentBuffer;
+    void *AllocateBufferForEval;
+    void *RequestScratchBufferInArena;
+    void *GetScratchBuffer;
+    void *ResizeTensorExplicit;
+    /* Available inside TfLiteDelegate.Prepare only (2.3 and later): the partitions TFLite would make
+       of a node set, without making them. */
+    TfLiteStatus (*PreviewDelegatePartitioning)(struct TfLiteContext *context,
+                                                const TfLiteIntArray *nodes_to_replace,
+                                                struct TfLiteDelegateParams **partition_params_array,
+                                                int *num_partitions);
 } TfLiteContext;
 
 typedef struct TfLiteDelegate {
@@ -217,6 +234,16 @@ typedef struct TfLiteLeakyReluParams {
     float alpha;
 } TfLiteLeakyReluParams;
 
+typedef struct TfLitePackParams {
+    int values_count;
+    int axis;
+} TfLitePackParams;
+
+typedef struct TfLiteGatherParams {
+    int axis;
+    int batch_dims;
+} TfLiteGatherParams;
+
 typedef struct TfLiteDepthToSpaceParams {  /* TfLiteSpaceToDepthParams has the same layout */
     int block_size;
 } TfLiteDepthToSpaceParams;
@@ -247,6 +274,7 @@ TfLiteStatus vnpu_replace_nodes(TfLiteContext *context, int registration_layout,
 void vnpu_report(TfLiteContext *context, const char *message);
 const char *vnpu_object_of(const void *address);
 void vnpu_call_report_error(void (*report_error)(const char *), const char *message);
+TfLiteStatus vnpu_resize_tensor(TfLiteContext *context, int tensor, int rank, const int *dims);
 """
 
 # Callbacks implemented in Python (cffi extern "Python": each takes the GIL, which Invoke released).
@@ -275,6 +303,7 @@ C_SOURCE = (
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 """
     + TYPES
@@ -351,6 +380,19 @@ void vnpu_call_report_error(void (*report_error)(const char *), const char *mess
 {
     if (report_error)
         report_error(message);
+}
+
+/* context->ResizeTensor takes ownership of the new dims, which the runtime frees with free():
+   they are malloc'ed here, as TfLiteIntArrayCreate does. */
+TfLiteStatus vnpu_resize_tensor(TfLiteContext *context, int tensor, int rank, const int *dims)
+{
+    TfLiteIntArray *shape = malloc(sizeof(TfLiteIntArray) + (size_t)rank * sizeof(int));
+    if (!shape)
+        return 1;
+    shape->size = rank;
+    memcpy(shape->data, dims, (size_t)rank * sizeof(int));
+    return ((TfLiteStatus (*)(TfLiteContext *, TfLiteTensor *, TfLiteIntArray *))context->ResizeTensor)(
+        context, &context->tensors[tensor], shape);
 }
 """
 )

@@ -8,6 +8,8 @@ and runs a model wholly on the CPU with a clear reason, where the compiler lacks
 from __future__ import annotations
 
 import importlib
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -111,13 +113,27 @@ def make_runner(compiled: Any, device: Any) -> Any:
     return _compiler_attr("PartitionRunner")(device, compiled)
 
 
-def run(runner: Any, inputs: dict[int, np.ndarray], outputs: dict[int, np.ndarray]) -> None:
+@dataclass(frozen=True)
+class InvokeTimes:
+    """Where one invoke's time went, in milliseconds."""
+
+    copy_in_ms: float
+    job_ms: float  # submit and wait for the job
+    copy_out_ms: float
+
+
+def run(runner: Any, inputs: dict[int, np.ndarray], outputs: dict[int, np.ndarray]) -> InvokeTimes:
     """One submit: copy ``inputs`` (the runtime's buffers) into the arena, run, copy ``outputs`` out.
 
     Exactly one copy each way: TFLite's buffer -> the input BO view, the output BO view -> TFLite's.
     """
+    t0 = time.perf_counter()
     for index, value in inputs.items():
         runner.input_view(index)[...] = value
+    t1 = time.perf_counter()
     runner.submit_and_wait()
+    t2 = time.perf_counter()
     for index, value in outputs.items():
         value[...] = runner.output_view(index)
+    t3 = time.perf_counter()
+    return InvokeTimes(1000 * (t1 - t0), 1000 * (t2 - t1), 1000 * (t3 - t2))

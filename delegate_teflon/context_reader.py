@@ -29,6 +29,7 @@ TFLITE_TYPES: dict[int, str] = {
     17: "uint16",
 }
 K_TFLITE_MMAP_RO = 1  # TfLiteAllocationType: constant data from the model file
+K_TFLITE_DYNAMIC = 4  # TfLiteAllocationType: sized by its producer at run time
 K_TFLITE_AFFINE_QUANTIZATION = 1
 K_TFLITE_OPTIONAL_TENSOR = -1
 
@@ -52,13 +53,18 @@ _CORE_OPS = {
     26: "SPACE_TO_DEPTH",
     28: "TANH",
     34: "PAD",
+    36: "GATHER",
     39: "TRANSPOSE",
     40: "MEAN",
     41: "SUB",
     45: "STRIDED_SLICE",
     51: "DELEGATE",
     60: "PADV2",
+    67: "TRANSPOSE_CONV",
     74: "SUM",
+    77: "SHAPE",
+    81: "REDUCE_PROD",
+    83: "PACK",
     97: "RESIZE_NEAREST_NEIGHBOR",
     98: "LEAKY_RELU",
     114: "QUANTIZE",
@@ -181,9 +187,15 @@ def _options(ffi: Any, op: str, builtin_data: Any) -> dict[str, Any]:
         return {"alpha": ffi.cast("TfLiteLeakyReluParams *", builtin_data).alpha}
     if op in ("DEPTH_TO_SPACE", "SPACE_TO_DEPTH"):
         return {"block_size": ffi.cast("TfLiteDepthToSpaceParams *", builtin_data).block_size}
-    if op in ("MEAN", "SUM"):
+    if op in ("MEAN", "SUM", "REDUCE_PROD"):
         p = ffi.cast("TfLiteReducerParams *", builtin_data)
         return {"keep_dims": bool(p.keep_dims)}
+    if op == "PACK":
+        p = ffi.cast("TfLitePackParams *", builtin_data)
+        return {"values_count": p.values_count, "axis": p.axis}
+    if op == "GATHER":
+        p = ffi.cast("TfLiteGatherParams *", builtin_data)
+        return {"axis": p.axis, "batch_dims": p.batch_dims}
     if op == "STRIDED_SLICE":
         p = ffi.cast("TfLiteStridedSliceParams *", builtin_data)
         return {
@@ -241,3 +253,8 @@ def read_context(ffi: Any, context: Any, layout: RuntimeLayout, copy_constants: 
     inputs = tuple(sorted(t for t in consumed if t >= 0 and t not in produced and not tensors[t].is_const))
     outputs = tuple(sorted(t for t in produced if t not in consumed))
     return Graph(tensors=tensors, nodes=nodes, inputs=inputs, outputs=outputs)
+
+
+def dynamic_tensors(context: Any, graph: Graph) -> frozenset[int]:
+    """The graph's tensors the runtime already allocates as kTfLiteDynamic (shapes set at run time)."""
+    return frozenset(t for t in graph.tensors if context.tensors[t].allocation_type == K_TFLITE_DYNAMIC)
