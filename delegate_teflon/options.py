@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 LOG_LEVELS = ("quiet", "info", "verbose")
+#: The log level when the ``log_level`` option is absent (for hosts whose options you cannot change).
+LOG_LEVEL_ENV = "VNPU_DELEGATE_LOG_LEVEL"
+#: Mesa Teflon's switch, honoured too: a comma list of flags of which ``verbose`` counts here.
+TEFLON_DEBUG_ENV = "TEFLON_DEBUG"
 
 OPTION_HELP = {
     "device": "the NPU: a device node path (/dev/accel/accel0), 'shim' (in-process), or 'kernel' "
     "(the first kernel device); default: $VNPU_DEVICE, else the first kernel device",
     "cache_dir": "directory of the compile cache (default: $VNPU_COMPILE_CACHE, else ~/.cache/vnpu/compile)",
-    "log_level": "quiet | info | verbose (verbose prints the placement report); default info",
+    "log_level": f"quiet | info | verbose (verbose prints the placement report); default ${LOG_LEVEL_ENV}, "
+    f"else verbose when ${TEFLON_DEBUG_ENV} has 'verbose', else info",
     "allow_ops": "comma list of TFLite op names; only these may run on the NPU",
     "deny_ops": "comma list of TFLite op names that stay on the CPU",
 }
@@ -51,8 +58,25 @@ def _op_list(key: str, value: str, known_ops: frozenset[str]) -> frozenset[str]:
     return frozenset(names)
 
 
-def parse_options(pairs: list[tuple[str, str]], known_ops: frozenset[str]) -> DelegateOptions:
-    """Validate ``pairs`` (in the order given) into :class:`DelegateOptions`; :class:`OptionError` if bad."""
+def default_log_level(environ: Mapping[str, str] = os.environ) -> str:
+    """The log level the environment asks for: $VNPU_DELEGATE_LOG_LEVEL, then $TEFLON_DEBUG, else info."""
+    level = environ.get(LOG_LEVEL_ENV, "")
+    if level:
+        if level not in LOG_LEVELS:
+            raise OptionError(
+                f"vnpu delegate: {LOG_LEVEL_ENV}={level!r}: expected one of " + ", ".join(LOG_LEVELS)
+            )
+        return level
+    flags = {f.strip() for f in environ.get(TEFLON_DEBUG_ENV, "").split(",")}
+    return "verbose" if "verbose" in flags else "info"
+
+
+def parse_options(
+    pairs: list[tuple[str, str]], known_ops: frozenset[str], environ: Mapping[str, str] = os.environ
+) -> DelegateOptions:
+    """Validate ``pairs`` (in the order given) into :class:`DelegateOptions`; :class:`OptionError` if bad.
+
+    An absent ``log_level`` comes from the environment (:func:`default_log_level`)."""
     values: dict[str, object] = {}
     for key, value in pairs:
         if key not in OPTION_HELP:
@@ -85,6 +109,8 @@ def parse_options(pairs: list[tuple[str, str]], known_ops: frozenset[str]) -> De
             values[key] = value
         else:
             values[key] = _op_list(key, value, known_ops)
+    if "log_level" not in values:
+        values["log_level"] = default_log_level(environ)
     opts = DelegateOptions(**values)  # type: ignore[arg-type]
     if opts.allow_ops is not None and opts.allow_ops & opts.deny_ops:
         both = ", ".join(sorted(opts.allow_ops & opts.deny_ops))
