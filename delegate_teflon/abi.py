@@ -284,9 +284,14 @@ extern "Python" void *vnpu_kernel_init(TfLiteContext *context, const char *buffe
 extern "Python" void vnpu_kernel_free(TfLiteContext *context, void *buffer);
 extern "Python" TfLiteStatus vnpu_kernel_prepare(TfLiteContext *context, TfLiteNode *node);
 extern "Python" TfLiteStatus vnpu_kernel_invoke(TfLiteContext *context, TfLiteNode *node);
+extern "Python" TfLiteDelegate *vnpu_plugin_create(char **options_keys, char **options_values,
+                                                   size_t num_options, void (*report_error)(const char *));
+extern "Python" void vnpu_plugin_destroy(TfLiteDelegate *delegate);
 """
 
-# The exported plugin entry points (delegates/external/external_delegate_adaptor.cc).
+# The exported plugin entry points (delegates/external/external_delegate_adaptor.cc), written in C
+# (delegate_teflon.build.HOST_SOURCE): they start Python in a host that has none, then call
+# vnpu_plugin_create / vnpu_plugin_destroy.
 EXPORTS = r"""
 TfLiteDelegate *tflite_plugin_create_delegate(char **options_keys, char **options_values,
                                               size_t num_options,
@@ -313,6 +318,9 @@ static void *vnpu_kernel_init(TfLiteContext *context, const char *buffer, size_t
 static void vnpu_kernel_free(TfLiteContext *context, void *buffer);
 static TfLiteStatus vnpu_kernel_prepare(TfLiteContext *context, TfLiteNode *node);
 static TfLiteStatus vnpu_kernel_invoke(TfLiteContext *context, TfLiteNode *node);
+static TfLiteDelegate *vnpu_plugin_create(char **options_keys, char **options_values, size_t num_options,
+                                          void (*report_error)(const char *));
+static void vnpu_plugin_destroy(TfLiteDelegate *delegate);
 
 #define VNPU_BUILTIN_DELEGATE 51   /* BuiltinOperator_DELEGATE */
 

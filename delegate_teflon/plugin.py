@@ -142,6 +142,9 @@ def _open_device(options: DelegateOptions) -> Any:
 # --- exported entry points ---------------------------------------------------------------
 def create_delegate(keys: Any, values: Any, count: int, report_error: Any) -> Any:
     def fail(message: str) -> Any:
+        # Both: the host's report_error (load_delegate's ValueError in Python) and stderr, which a C
+        # host that passes no report_error still shows.
+        print(message, file=sys.stderr, flush=True)
         _lib.vnpu_call_report_error(report_error, message.encode())
         return _ffi.NULL
 
@@ -538,7 +541,9 @@ def install(ffi: Any, lib: Any) -> None:
             return create_delegate(keys, values, count, report_error)
         except Exception as e:  # noqa: BLE001 - never let load_delegate crash the process
             traceback.print_exc(file=sys.stderr)
-            lib.vnpu_call_report_error(report_error, f"vnpu delegate: internal error: {e}".encode())
+            message = f"vnpu delegate: internal error: {type(e).__name__}: {e}"
+            print(message, file=sys.stderr, flush=True)
+            lib.vnpu_call_report_error(report_error, message.encode())
             return ffi.NULL
 
     def destroy(delegate: Any) -> None:
@@ -547,8 +552,8 @@ def install(ffi: Any, lib: Any) -> None:
         except Exception:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
 
-    ffi.def_extern(name="tflite_plugin_create_delegate")(create)
-    ffi.def_extern(name="tflite_plugin_destroy_delegate")(destroy)
+    ffi.def_extern(name="vnpu_plugin_create")(create)
+    ffi.def_extern(name="vnpu_plugin_destroy")(destroy)
     ffi.def_extern(name="vnpu_delegate_prepare", error=K_TFLITE_ERROR)(
         _guarded("Prepare", _delegate_prepare, K_TFLITE_ERROR)
     )
