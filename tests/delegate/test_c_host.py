@@ -5,6 +5,7 @@ and from an installed prefix (``python -m delegate_teflon.build --install PREFIX
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -72,3 +73,19 @@ def test_start_failure_is_reported(dlopen_host: Path, lib_path: str, tmp_path: P
     assert result.returncode == 1
     assert f"vnpu delegate: cannot start Python (home {tmp_path})" in result.stderr
     assert "create failed (1 reports): vnpu delegate: cannot start Python" in result.stderr
+
+
+def test_docs_c_example_runs(lib_path: str, tmp_path: Path) -> None:
+    """docs/delegate.md's C host compiles and runs as written (with the library's path put in)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "delegate.md").read_text()
+    source = re.findall(r"```c\n(.*?)```", doc, re.S)[0]
+    assert "/usr/local/lib/libteflon.so" in source
+    (tmp_path / "host.c").write_text(source.replace("/usr/local/lib/libteflon.so", lib_path))
+    subprocess.run(
+        ["gcc", "-Wall", "-Werror", "-o", str(tmp_path / "host"), str(tmp_path / "host.c"), "-ldl"],
+        check=True,
+    )
+    result = subprocess.run(
+        [str(tmp_path / "host")], env=_clean_env(), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
