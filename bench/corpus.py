@@ -1,0 +1,269 @@
+"""The real-model corpus on the NPU: exactness, placement and speed against LiteRT's XNNPACK.
+
+Runs every model of ``tests/corpus/models`` (made by ``tools.convert.make_corpus`` with the
+TensorFlow converter) through ``libteflon.so`` and prints one table:
+
+* differing bytes against TFLite's reference kernels (BUILTIN_REF), the CPU nodes on BUILTIN_REF too;
+* the placement: nodes on the NPU out of all nodes, NPU partitions, the ops left on the CPU;
+* the median invoke through the delegate next to LiteRT's default CPU path (XNNPACK, one thread),
+  measured in the same run (CPU nodes of the delegated model run TFLite's default kernels here).
+
+::
+
+    python -m bench.corpus                                  # shim, every model
+    python -m bench.corpus --device kernel --runs 5         # vnpu.ko (in the QEMU guest)
+    python -m bench.corpus --markdown docs/models.md        # rewrite the table in docs/models.md
+    python -m bench.corpus --update-placement               # rewrite tests/corpus/placement.json
+
+Writes JSON to ``bench/results/corpus.json`` (``--json`` to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS_DIR = ROOT / "tests" / "corpus" / "models"
+PLACEMENT_FILE = ROOT / "tests" / "corpus" / "placement.json"
+DEFAULT_JSON = ROOT / "bench" / "results" / "corpus.json"
+MARK_BEGIN = "<!-- corpus table: begin (python -m bench.corpus --markdown docs/models.md) -->"
+MARK_END = "<!-- corpus table: end -->"
+INPUT_SEED = 11
+
+
+def manifest() -> dict[str, dict[str, Any]]:
+    """The corpus manifest: model name -> what it is (source, exercises, io, bytes)."""
+    return json.loads((CORPUS_DIR / "manifest.json").read_text())
+
+
+def model_bytes(name: str) -> bytes:
+    return (CORPUS_DIR / f"{name}.tflite").read_bytes()
+
+
+@dataclass(frozen=True)
+class PlacementSummary:
+    """Where a model's nodes ran: the part of a run the placement expectation pins down."""
+
+    nodes: int
+    npu_nodes: int
+    partitions: int
+    cpu_ops: dict[str, int]  # op name -> nodes of that op left on the CPU
+
+
+@dataclass
+class ExactRun:
+    outputs: list[np.ndarray]
+    reference: list[np.ndarray]
+    placement: PlacementSummary
+    reasons: dict[str, str]  # op -> one reason it stayed on the CPU
+
+    @property
+    def differing_bytes(self) -> int:
+        from delegate_teflon.run import differing_bytes
+
+        return differing_bytes(self.outputs, self.reference)
+
+
+def run_exact(model: bytes, runtime: str, device: str, lib_path: str | None = None) -> ExactRun:
+    """``model`` through libteflon.so and alone, both on BUILTIN_REF; the placement the delegate chose."""
+    import delegate_teflon
+    from delegate_teflon import plugin
+    from delegate_teflon.run import invoke, make_interpreter, random_inputs
+
+    mod = importlib.import_module(f"{runtime}.interpreter")
+    reference = make_interpreter(mod, model, [], None)
+    inputs = random_inputs(reference.get_input_details(), INPUT_SEED)
+    want = invoke(reference, inputs)
+    delegate = mod.load_delegate(
+        lib_path or delegate_teflon.library_path(), {"device": device, "log_level": "quiet"}
+    )
+    npu = make_interpreter(mod, model, [delegate], None)
+    record = plugin.last_prepare()
+    if record is None:
+        raise RuntimeError("the delegate recorded no Prepare")
+    got = invoke(npu, inputs)
+    partitions = sum(1 for op in npu._get_ops_details() if op["op_name"] == "DELEGATE")
+    cpu = [p for p in record.placements if not p.npu]
+    placement = PlacementSummary(
+        nodes=len(record.placements),
+        npu_nodes=len(record.placements) - len(cpu),
+        partitions=partitions,
+        cpu_ops=dict(sorted(Counter(p.op for p in cpu).items())),
+    )
+    reasons = {p.op: p.reason for p in reversed(cpu)}
+    del npu
+    return ExactRun(got, want, placement, dict(sorted(reasons.items())))
+
+
+def _median_invoke_ms(interp: Any, inputs: Sequence[np.ndarray], runs: int) -> float:
+    import time
+
+    from delegate_teflon.run import invoke
+
+    invoke(interp, inputs)  # warm-up: first-touch of the arena and the plans
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        interp.invoke()
+        samples.append(1000 * (time.perf_counter() - t0))
+    return float(np.median(samples))
+
+
+def time_invokes(model: bytes, device: str, runs: int) -> tuple[float, float]:
+    """Median invoke (ms) through the delegate and on LiteRT's default CPU path, one thread each."""
+    import ai_edge_litert.interpreter as litert
+
+    import delegate_teflon
+    from delegate_teflon.run import random_inputs
+
+    cpu = litert.Interpreter(model_content=model, num_threads=1)
+    cpu.allocate_tensors()
+    inputs = random_inputs(cpu.get_input_details(), INPUT_SEED)
+    delegate = litert.load_delegate(delegate_teflon.library_path(), {"device": device, "log_level": "quiet"})
+    npu = litert.Interpreter(model_content=model, num_threads=1, experimental_delegates=[delegate])
+    npu.allocate_tensors()
+    # Interleave the two so that a change in the machine's load hits both alike.
+    npu_ms, cpu_ms = [], []
+    for _ in range(3):
+        npu_ms.append(_median_invoke_ms(npu, inputs, max(1, runs // 3)))
+        cpu_ms.append(_median_invoke_ms(cpu, inputs, max(1, runs // 3)))
+    return float(np.median(npu_ms)), float(np.median(cpu_ms))
+
+
+@dataclass
+class ModelRow:
+    name: str
+    exercises: str
+    differing_bytes: int
+    nodes: int
+    npu_nodes: int
+    partitions: int
+    cpu_ops: dict[str, int]
+    vnpu_ms: float
+    xnnpack_ms: float
+
+    @property
+    def ratio(self) -> float:
+        return self.vnpu_ms / self.xnnpack_ms if self.xnnpack_ms > 0 else float("inf")
+
+
+def _cpu_ops_text(cpu_ops: dict[str, int]) -> str:
+    return ", ".join(f"{op}" + (f" x{n}" if n > 1 else "") for op, n in cpu_ops.items()) or "-"
+
+
+def table(rows: Sequence[ModelRow], device: str) -> str:
+    head = (
+        f"| model | exercises | differing bytes | nodes on the NPU | partitions | on the CPU | "
+        f"vnpu ({device}) ms | XNNPACK ms | ratio |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r.name} | {r.exercises} | {r.differing_bytes} | {r.npu_nodes} / {r.nodes} | "
+            f"{r.partitions} | {_cpu_ops_text(r.cpu_ops)} | "
+            f"{r.vnpu_ms:.2f} | {r.xnnpack_ms:.2f} | {r.ratio:.1f}x |"
+        )
+    return "\n".join(lines)
+
+
+def replace_between_markers(text: str, body: str) -> str:
+    """``text`` with the part between the corpus-table markers replaced by ``body``."""
+    start, end = text.find(MARK_BEGIN), text.find(MARK_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the markers {MARK_BEGIN!r} and {MARK_END!r} are missing")
+    return text[: start + len(MARK_BEGIN)] + "\n" + body + "\n" + text[end:]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="shim", help="shim (default), kernel, or /dev/accel/accelN")
+    parser.add_argument("--runs", type=int, default=15, help="timed invokes per model and path (default 15)")
+    parser.add_argument("--only", action="append", help="a model name (repeatable)")
+    parser.add_argument("--runtime", default="ai_edge_litert", choices=("ai_edge_litert", "tflite_runtime"))
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--markdown", type=Path, help="rewrite the table between the markers of this file")
+    parser.add_argument("--update-placement", action="store_true", help=f"rewrite {PLACEMENT_FILE.name}")
+    args = parser.parse_args(argv)
+    entries = manifest()
+    for name in args.only or []:
+        if name not in entries:
+            print(
+                f"bench.corpus: unknown model {name!r}; known: {', '.join(sorted(entries))}", file=sys.stderr
+            )
+            return 2
+    rows: list[ModelRow] = []
+    placements: dict[str, dict[str, Any]] = {}
+    failed: list[str] = []
+    for name, entry in entries.items():
+        if args.only and name not in args.only:
+            continue
+        print(f"[{name}] exactness and placement ...", file=sys.stderr, flush=True)
+        model = model_bytes(name)
+        try:
+            run = run_exact(model, args.runtime, args.device)
+        except Exception as e:  # a model that does not load is a row of the table, not the end of the run
+            print(f"[{name}] FAILED: {e}", file=sys.stderr)
+            failed.append(name)
+            continue
+        print(f"[{name}] timing ({args.runs} invokes per path) ...", file=sys.stderr, flush=True)
+        vnpu_ms, cpu_ms = time_invokes(model, args.device, args.runs)
+        p = run.placement
+        rows.append(
+            ModelRow(
+                name,
+                entry["exercises"],
+                run.differing_bytes,
+                p.nodes,
+                p.npu_nodes,
+                p.partitions,
+                p.cpu_ops,
+                vnpu_ms,
+                cpu_ms,
+            )
+        )
+        placements[name] = asdict(p) | {"cpu_reasons": run.reasons}
+    text = table(rows, args.device)
+    if failed:
+        text += "\n\nFailed to load through the delegate: " + ", ".join(failed)
+    print(text)
+    from bench.model_bench import machine_info
+
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(
+        json.dumps(
+            {
+                "device": args.device,
+                "runs": args.runs,
+                "machine": machine_info(),
+                "models": [asdict(r) for r in rows],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"wrote {args.json}", file=sys.stderr)
+    if args.markdown:
+        args.markdown.write_text(replace_between_markers(args.markdown.read_text(), text))
+        print(f"wrote the table into {args.markdown}", file=sys.stderr)
+    if args.update_placement:
+        old = json.loads(PLACEMENT_FILE.read_text()) if PLACEMENT_FILE.exists() else {}
+        old.update(
+            {k: {kk: vv for kk, vv in v.items() if kk != "cpu_reasons"} for k, v in placements.items()}
+        )
+        PLACEMENT_FILE.write_text(json.dumps(dict(sorted(old.items())), indent=2) + "\n")
+        print(f"wrote {PLACEMENT_FILE}", file=sys.stderr)
+    return 0 if not failed and all(r.differing_bytes == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
