@@ -37,6 +37,7 @@ DEFAULT_SUITES = (
     "tests/compiler/test_new_ops.py",
     "tests/compiler/test_networks.py",
     "tests/delegate/test_networks.py",
+    "tests/corpus/test_corpus.py",
 )
 
 
