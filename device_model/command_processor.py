@@ -517,8 +517,12 @@ class _Job:
             act_max=ins["act_max"],
             out_dtype=out.np_dtype,
         )
-        isa = mac_array.selected_isa()
-        if isa is not None:  # the C MAC array: a 1x1 convolution of rows x 1 x 1 x K
+        if ins["flags"] & isa.SPEC.flags["SINGLE_ROUNDING"]:  # LiteRT's one-rounding requantization
+            x = self.load(inp).reshape(rows, k)
+            self.store(out, nm.fully_connected(x, weights, bias, fast=False, single_rounding=True, **common))
+            return
+        mac_isa = mac_array.selected_isa()
+        if mac_isa is not None:  # the C MAC array: a 1x1 convolution of rows x 1 x 1 x K
             mac = self.mac_plan(
                 lambda: mac_array.plan_layer(
                     mac_array.KIND_CONV, weights.reshape(cout, 1, 1, k), bias, in_shape=(rows, 1, 1, k),
@@ -526,7 +530,7 @@ class _Job:
                 ),
                 weights.reshape(cout, 1, 1, k), bias, multiplier, shift,
             )  # fmt: skip
-            self.store(out, mac_array.run(mac, self.load(inp).reshape(rows, 1, 1, k), isa))
+            self.store(out, mac_array.run(mac, self.load(inp).reshape(rows, 1, 1, k), mac_isa))
             return
         plan = self.plan(
             lambda: nm.plan_gemm(weights, bias, in_dtype=inp.np_dtype, **common),

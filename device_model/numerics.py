@@ -111,6 +111,22 @@ def multiply_by_quantized_multiplier(x: ArrayLike, multiplier: ArrayLike, shift:
     return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x64, multiplier), np.maximum(-s, 0))
 
 
+def multiply_by_quantized_multiplier_single_round(
+    x: ArrayLike, multiplier: ArrayLike, shift: ArrayLike
+) -> np.ndarray:
+    """MultiplyByQuantizedMultiplier with one rounding: (x * multiplier + 2**(30 - shift)) >> (31 - shift).
+
+    TFLite's ``TFLITE_SINGLE_ROUNDING`` form, which LiteRT's reference FULLY_CONNECTED uses: one
+    64-bit product and one round-half-up shift, where :func:`multiply_by_quantized_multiplier`
+    rounds twice (SRDHM, then a rounding shift) and so differs on values near a half.
+    """
+    check_shift(shift)
+    total = 31 - np.asarray(shift, dtype=np.int64)
+    x64 = _as_int32(np.asarray(x, dtype=np.int64))
+    product = x64 * np.asarray(multiplier, dtype=np.int64) + (np.int64(1) << (total - 1))
+    return wrap_int32(product >> total)
+
+
 def requantize(
     acc: np.ndarray, multiplier: ArrayLike, shift: ArrayLike, output_zp: int, act_min: int, act_max: int
 ) -> np.ndarray:
@@ -198,8 +214,11 @@ def requantize_channels(
     act_min: int,
     act_max: int,
     out_dtype: np.dtype | None = None,
+    single_rounding: bool = False,
 ) -> np.ndarray:
     """Channel-major [C, M] accumulators (+ bias [C]) -> clamp(MBQM(acc) + zp) as [C, M].
+
+    ``single_rounding`` requantizes with :func:`multiply_by_quantized_multiplier_single_round`.
 
     ``acc`` holds exact integers (any int or float dtype). Returns ``out_dtype`` values
     saturated to it (the device's store), or int32 when ``out_dtype`` is None.
@@ -222,12 +241,16 @@ def requantize_channels(
     if bias is not None:
         amax += float(np.abs(np.asarray(bias, dtype=np.float64)).max(initial=0))
     m_abs = int(np.abs(m).max())
-    if sh.max() <= 0 and amax * m_abs < _F64_EXACT_PRODUCT and amax < 2**31 and m.min() > INT32_MIN:
+    exact_f64 = amax * m_abs < _F64_EXACT_PRODUCT and amax < 2**31 and m.min() > INT32_MIN
+    if not single_rounding and sh.max() <= 0 and exact_f64:
         return _requantize_f64(acc, bias, m, sh, output_zp, lo, hi, out_dtype or np.dtype(np.int32))
     acc64 = np.asarray(acc, dtype=np.int64)
     if bias is not None:
         acc64 = acc64 + _col(bias, c)
-    out = multiply_by_quantized_multiplier(acc64, m, sh) + output_zp
+    mbqm = multiply_by_quantized_multiplier
+    if single_rounding:
+        mbqm = multiply_by_quantized_multiplier_single_round
+    out = mbqm(acc64, m, sh) + output_zp
     np.clip(out, lo, hi, out=out)
     return out.astype(out_dtype or np.int32, copy=False)
 
@@ -525,14 +548,18 @@ def fully_connected(
     act_max: int,
     out_dtype: np.dtype | None = None,
     fast: bool = True,
+    single_rounding: bool = False,
 ) -> np.ndarray:
-    """TFLite's quantized FullyConnected: input [B,K], filter [Cout,K] -> [B,Cout]."""
+    """TFLite's quantized FullyConnected: input [B,K], filter [Cout,K] -> [B,Cout].
+
+    ``single_rounding``: requantize with one rounding, as LiteRT's reference kernel does.
+    """
     b, k = inp.shape
     cout, fk = filt.shape
     if fk != k:
         raise ValueError(f"FULLY_CONNECTED: filter depth {fk} does not match input depth {k}")
     check_zero_points("FULLY_CONNECTED", input_zp, filter_zp)
-    if fast:
+    if fast and not single_rounding:
         plan = plan_gemm(
             filt, bias, in_dtype=inp.dtype, input_zp=input_zp, filter_zp=filter_zp, multiplier=multiplier,
             shift=shift, output_zp=output_zp, act_min=act_min, act_max=act_max, out_dtype=out_dtype,
@@ -543,7 +570,9 @@ def fully_connected(
     if input_zp:
         x -= np.float32(input_zp)
     acc = _gemm_channels(_filter_matrix(filt, filter_zp, cout), x)  # [Cout, B]
-    return requantize_channels(acc, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype).T
+    return requantize_channels(
+        acc, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype, single_rounding
+    ).T
 
 
 def add(

@@ -101,6 +101,7 @@ enum vnpu_isa_opcode {
 /* Bits of an instruction's flags field. */
 #define VNPU_FLAG_HAS_BIAS		0x1	/* bit 0 */
 #define VNPU_FLAG_PER_CHANNEL		0x2	/* bit 1 */
+#define VNPU_FLAG_SINGLE_ROUNDING	0x4	/* bit 2 */
 
 /**
  * struct vnpu_isa_nop - the NOP instruction (opcode 0x00)
@@ -322,7 +323,8 @@ struct vnpu_isa_depthwise_conv2d {
 /**
  * struct vnpu_isa_fully_connected - the FULLY_CONNECTED instruction (opcode 0x12)
  * @header: VNPU_ISA_HEADER(VNPU_OP_FULLY_CONNECTED, VNPU_ISA_SIZE_FULLY_CONNECTED).
- * @flags: VNPU_FLAG_* bits: VNPU_FLAG_HAS_BIAS | VNPU_FLAG_PER_CHANNEL; other bits must be zero.
+ * @flags: VNPU_FLAG_* bits: VNPU_FLAG_HAS_BIAS | VNPU_FLAG_PER_CHANNEL | VNPU_FLAG_SINGLE_ROUNDING;
+ *	other bits must be zero.
  * @input: input tensor slot.
  * @filter: input tensor slot.
  * @bias: input tensor slot; used only with VNPU_FLAG_HAS_BIAS, otherwise must be zero.
@@ -336,7 +338,8 @@ struct vnpu_isa_depthwise_conv2d {
  *
  * Fully connected layer. input [1,1,B,K] (B rows of K), filter [1,1,Cout,K], bias INT32
  * [1,1,1,Cout], output [1,1,B,Cout]. acc = bias[oc] + sum_k (input[b,k] - input_zp) * (filter[oc,k]
- * - filter_zp). Requantization and clamping as CONV2D.
+ * - filter_zp). Requantization and clamping as CONV2D, with one rounding instead of two when
+ * SINGLE_ROUNDING is set.
  */
 struct vnpu_isa_fully_connected {
 	__u32 header;
