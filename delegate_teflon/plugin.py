@@ -36,6 +36,7 @@ from delegate_teflon.options import DelegateOptions, OptionError, parse_options
 from delegate_teflon.placement import Placement, format_report, place
 from delegate_teflon.runtime_abi import RuntimeLayout, identify
 from libaccel.compiler.graph import Graph, OpNode
+from libaccel.compiler.reference import annotate_reference
 from libaccel.compiler.shape_folding import fold_shapes, is_folded
 
 K_TFLITE_OK = 0
@@ -226,7 +227,7 @@ def _plan_delegation(state: DelegateState, context: Any) -> tuple[PreparedGraph,
     # The constants are views of the runtime's model buffer (no copy); a kept graph needs its own.
     raw = read_context(_ffi, context, layout, copy_constants=keep_last_graph)
     folded = fold_shapes(raw, dynamic_tensors(context, raw))
-    graph = folded.graph
+    graph = annotate_reference(folded.graph, layout.distribution)
     key = compiler_bridge.model_key(graph, state.device)
     checks = compiler_bridge.SupportChecks(key, state.options.cache_dir)
 

@@ -32,7 +32,7 @@ from libaccel.compiler import ops as O
 from libaccel.compiler.graph import Graph, TensorInfo
 from uapi import isa
 
-COMPILER_VERSION = "1.3.0"  # bump whenever the generated code (or which nodes are supported) can change
+COMPILER_VERSION = "1.4.0"  # bump whenever the generated code (or which nodes are supported) can change
 ALIGN = 64
 REGION_WEIGHTS, REGION_ARENA = 0, 1
 _ISA_DTYPES = {"int8": "INT8", "uint8": "UINT8", "int32": "INT32"}
@@ -356,7 +356,7 @@ class Emitter:
         self.stream += isa.encode(op, **fields)
         self.counts[op] = self.counts.get(op, 0) + 1
 
-    def op(self, name: str, **fields: int | None) -> None:
+    def op(self, name: str, single_rounding: bool = False, **fields: int | None) -> None:
         spec = isa.SPEC.by_name(name)
         values = {k: v for k, v in fields.items() if v is not None}
         if any(f.name == "flags" for f in spec.fields):
@@ -365,6 +365,8 @@ class Emitter:
                 flags |= isa.SPEC.flags["HAS_BIAS"]
             if "quant" in values:
                 flags |= isa.SPEC.flags["PER_CHANNEL"]
+            if single_rounding:
+                flags |= isa.SPEC.flags["SINGLE_ROUNDING"]
             values["flags"] = flags
         self._emit(name, **values)
         self.pinned.clear()

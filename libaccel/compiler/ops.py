@@ -267,6 +267,9 @@ def _plan_fully_connected(graph: Graph, node: OpNode) -> OpPlan:
     fields, table = _conv_quant(x, w, y, cout, 0, "FULLY_CONNECTED")
     bias = _bias(graph, node, cout)
     act_min, act_max = _clamp(node, y)
+    rounding = node.option("rounding") or "double"  # reference.annotate_reference sets it
+    if rounding not in ("single", "double"):
+        raise Unsupported(f"requantization rounding {rounding!r}")
 
     def emit(em: Emitter) -> None:
         em.op(
@@ -278,6 +281,7 @@ def _plan_fully_connected(graph: Graph, node: OpNode) -> OpPlan:
             output=em.tensor(y.index, shape=(1, 1, rows, cout)),
             act_min=act_min,
             act_max=act_max,
+            single_rounding=rounding == "single",
             **fields,
         )
 

@@ -28,13 +28,7 @@ GUEST_SUBSET = ("resnet_small", "ssd_head", "ds_cnn_kws", "small_cnn_uint8")
 DEVICE = os.environ.get("VNPU_TEST_DEVICE", "shim")
 
 # Known failures, each with its cause (strict: a fixed case fails the run until its entry goes).
-_FC_ROUNDING = (
-    "LiteRT 2.3's reference FULLY_CONNECTED rounds the requantization once (a 64-bit product), "
-    "TFLite 2.14's twice (SaturatingRoundingDoublingHighMul, then a rounding shift); the NPU does the latter "
-    "(docs/compiler.md), so values on a .5 boundary differ by 1"
-)
 KNOWN_FAILURES = {
-    ("transformer_block", "ai_edge_litert"): _FC_ROUNDING,
     ("transformer_block", "tflite_runtime"): (
         "tflite_runtime 2.14's BUILTIN_REF gives different outputs for the same input on every new "
         "interpreter for this model (reads memory it never wrote), so it is no reference"
