@@ -150,7 +150,8 @@ def _check_positive(name: str, **values: int) -> None:
 
 
 def _per_channel(v: nm.ArrayLike, c: int) -> np.ndarray:
-    return np.ascontiguousarray(np.broadcast_to(np.asarray(v, dtype=np.int64).reshape(-1), (c,)), np.int32)
+    # Always a copy: the C layer keeps a pointer to it, and ``v`` may be a view of job memory.
+    return np.array(np.broadcast_to(np.asarray(v, dtype=np.int64).reshape(-1), (c,)), np.int32, order="C")
 
 
 def plan_layer(
@@ -216,7 +217,8 @@ def plan_layer(
         grid[:cout, :k] = wq
         packed = grid.reshape(cout_pad // NR, NR, kpad // 2, 2).transpose(0, 2, 1, 3)  # [panel][pair][NR][2]
     packed = np.ascontiguousarray(packed, dtype=elem)
-    bias32 = np.zeros(cout, np.int32) if bias is None else np.ascontiguousarray(bias, dtype=np.int32)
+    # A copy, never a view: the plan outlives the job whose memory ``bias`` may point into.
+    bias32 = np.zeros(cout, np.int32) if bias is None else np.array(bias, dtype=np.int32, order="C")
     mult = _per_channel(multiplier, cout)
     shifts = _per_channel(shift, cout)
     out_lo, out_hi = _RANGES[out_dtype]

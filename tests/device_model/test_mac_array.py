@@ -307,6 +307,27 @@ def test_plan_matches_only_its_own_parameters() -> None:
     assert not plan.matches(f, bias, mult, shift - 1)
 
 
+@pytest.mark.parametrize("isa", ISA_PARAMS)
+def test_plan_owns_its_parameters(isa: int) -> None:
+    """A plan outlives the job whose memory its parameters came from: overwriting that memory (a
+    closed file's BO reused by another) must not change what the plan computes."""
+    rng = np.random.default_rng(7)
+    f = _values(rng, np.int8, (4, 1, 1, 8))
+    bias = rng.integers(-100, 100, 4).astype(np.int32)
+    mult = rng.integers(2**30, 2**31, 4).astype(np.int32)
+    shift = rng.integers(-8, 0, 4).astype(np.int32)
+    x = _values(rng, np.int8, (1, 2, 2, 8))
+    plan = ma.plan_layer(
+        ma.KIND_CONV, f, bias, in_shape=(1, 2, 2, 8), in_dtype=np.dtype(np.int8), input_zp=0, filter_zp=0,
+        multiplier=mult, shift=shift, output_zp=0, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8),
+        geometry=(1, 1, 1, 1, 0, 0, 2, 2),
+    )  # fmt: skip
+    before = ma.run(plan, x, isa)
+    for source in (f, bias, mult, shift):
+        source[...] = rng.integers(-100, 100, source.shape)
+    assert np.array_equal(ma.run(plan, x, isa), before)
+
+
 def test_a_failed_build_means_numpy_with_one_warning(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
     from device_model.mac_array import build
 
