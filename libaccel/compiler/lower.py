@@ -9,6 +9,8 @@ Memory model of a compiled partition (three buffer objects per job):
 * **arena** (read/write): every non-constant tensor (partition inputs,
   intermediates, outputs), placed by lifetime: two tensors share bytes when
   no node needs both (greedy first-fit by size, the usual offline planner);
+  a plan's scratch tensors (:class:`~libaccel.compiler.ops.Scratch`) are
+  placed the same way, alive during their node only;
   RESHAPE aliases its input's bytes and costs no instruction;
 * **command stream**: TENSOR descriptors and operations. Device addresses in
   the stream are offsets into the weights or arena; the runner adds the BOs'
@@ -29,7 +31,7 @@ import numpy as np
 
 from libaccel.compiler import fusion
 from libaccel.compiler import ops as O
-from libaccel.compiler.graph import Graph, TensorInfo
+from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo
 from uapi import isa
 
 COMPILER_VERSION = "1.4.0"  # bump whenever the generated code (or which nodes are supported) can change
@@ -246,9 +248,13 @@ def plan_arena(sizes: dict[int, int], lifetimes: dict[int, tuple[int, int]]) -> 
 class Emitter:
     """Builds the command stream: TENSOR descriptors in 16 slots (reused LRU) and operations."""
 
-    def __init__(self, graph: Graph, arena_offsets: dict[int, int]) -> None:
+    def __init__(
+        self, graph: Graph, arena_offsets: dict[int, int], scratch: dict[int, TensorInfo] | None = None
+    ) -> None:
         self.graph = graph
         self.arena_offsets = arena_offsets  # tensor index -> arena offset (aliases resolved)
+        self.scratch_tensors = scratch or {}  # plans' scratch tensors, indexed past the graph's
+        self.current_scratch: tuple[int, ...] = ()  # those of the plan being emitted
         self.stream = bytearray()
         self.relocations: list[tuple[int, int]] = []
         self.weights = bytearray()
@@ -258,6 +264,16 @@ class Emitter:
         self.counts: dict[str, int] = {}
 
     # --- data ---------------------------------------------------------------------------------
+    def scratch(self, k: int) -> int:
+        """The tensor index of the emitting plan's ``k``-th scratch tensor (:class:`ops.Scratch`)."""
+        return self.current_scratch[k]
+
+    def info(self, index: int) -> TensorInfo:
+        """A graph tensor or a scratch tensor."""
+        if index in self.scratch_tensors:
+            return self.scratch_tensors[index]
+        return self.graph.tensors[index]
+
     def _add_weight(self, data: bytes) -> int:
         offset = _align(len(self.weights))
         self.weights.extend(b"\0" * (offset - len(self.weights)))
@@ -288,7 +304,7 @@ class Emitter:
         elements, with ``origin``) views the tensor in any order (transpose,
         strided slice).
         """
-        t = self.graph.tensors[index]
+        t = self.info(index)
         region, offset = self._location(t)
         full = O.to4d(t.shape) if (origin is not None or shape is None) else shape
         own = dense_strides(full, t.itemsize)
@@ -372,6 +388,24 @@ class Emitter:
         self.pinned.clear()
         # The op's output changed memory other slots may describe: the descriptors stay valid
         # (they are addresses, not contents), so nothing is invalidated.
+
+
+def scratch_tensors(
+    graph: Graph, nodes: Sequence[OpNode], plans: Sequence[O.OpPlan]
+) -> tuple[dict[int, TensorInfo], list[tuple[int, ...]]]:
+    """The plans' scratch tensors as TensorInfos indexed past the graph's tensors, and each plan's indices."""
+    first = max(graph.tensors, default=-1) + 1
+    infos: dict[int, TensorInfo] = {}
+    ids: list[tuple[int, ...]] = []
+    for n, plan in zip(nodes, plans, strict=True):
+        mine = []
+        for k, s in enumerate(plan.scratch):
+            index = first + len(infos)
+            quant = QuantParams((1.0,), (s.zero_point,))
+            infos[index] = TensorInfo(index, f"node{n.index}.scratch{k}", s.dtype, tuple(s.shape), quant)
+            mine.append(index)
+        ids.append(tuple(mine))
+    return infos, ids
 
 
 # --- the compiler entry point -------------------------------------------------------------------
@@ -465,13 +499,17 @@ def compile_partition(
             touch(t, step)
     for t in p_outputs:
         touch(t, end)
-    sizes = {r: graph.tensors[r].nbytes for r in lifetimes}
+    scratch, scratch_ids = scratch_tensors(graph, nodes, plans)
+    for step, ids in enumerate(scratch_ids):
+        lifetimes.update((t, (step, step)) for t in ids)  # only while its node's instructions run
+    sizes = {r: (scratch[r] if r in scratch else graph.tensors[r]).nbytes for r in lifetimes}
     offsets, arena_size = plan_arena(sizes, lifetimes)
-    arena_offsets = {t: offsets[find(t)] for t in graph.tensors if find(t) in offsets}
+    arena_offsets = {t: offsets[find(t)] for t in (*graph.tensors, *scratch) if find(t) in offsets}
 
-    em = Emitter(graph, arena_offsets)
-    for plan in plans:
+    em = Emitter(graph, arena_offsets, scratch)
+    for plan, ids in zip(plans, scratch_ids, strict=True):
         if plan.emit is not None:
+            em.current_scratch = ids
             plan.emit(em)
     em._emit("END")
 

@@ -41,6 +41,16 @@ class Support:
         return self.ok
 
 
+@dataclass(frozen=True)
+class Scratch:
+    """An arena tensor a plan makes for itself (an intermediate no graph tensor holds): dense,
+    per-tensor quantized with ``zero_point``, alive only while its node's instructions run."""
+
+    shape: tuple[int, int, int, int]
+    dtype: str
+    zero_point: int = 0
+
+
 @dataclass
 class OpPlan:
     """How one node lowers: instructions (``emit``), or an alias of its input's storage (``alias_of``).
@@ -48,12 +58,16 @@ class OpPlan:
     A pattern fused across nodes (:mod:`.fusion`) gives the last node the instructions, with the
     tensors they read beyond that node's own inputs in ``reads`` (kept alive until it runs), and the
     earlier nodes ``fused``: no instruction, and their tensors need no storage.
+
+    ``scratch`` asks the memory plan for intermediate tensors of the plan's own; ``emit`` describes
+    the k-th as ``em.tensor(em.scratch(k), ...)``.
     """
 
     emit: Callable[[Emitter], None] | None = None
     alias_of: int | None = None  # RESHAPE of a dense tensor: the output is the input's bytes
     reads: tuple[int, ...] = ()
     fused: bool = False
+    scratch: tuple[Scratch, ...] = ()
 
 
 # --- common checks ---------------------------------------------------------------
