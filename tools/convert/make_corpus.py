@@ -18,6 +18,8 @@ numpy and protobuf)::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import sys
@@ -330,7 +332,21 @@ def convert(entry: CorpusModel) -> bytes:
         io_type = {"int8": tf.int8, "uint8": tf.uint8}[entry.io]
         converter.inference_input_type = io_type
         converter.inference_output_type = io_type
-    return converter.convert()
+    # Keras prints every captured variable of the exported function to stdout: hundreds of lines.
+    with contextlib.redirect_stdout(io.StringIO()):
+        return converter.convert()
+
+
+def io_signature(model: bytes) -> dict[str, list[dict[str, Any]]]:
+    """The model's input and output tensors as the manifest records them (shape, dtype)."""
+    import tensorflow as tf
+
+    interp = tf.lite.Interpreter(model_content=model)
+
+    def describe(details: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"shape": [int(d) for d in t["shape"]], "dtype": np.dtype(t["dtype"]).name} for t in details]
+
+    return {"inputs": describe(interp.get_input_details()), "outputs": describe(interp.get_output_details())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -362,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         data = convert(entry)
         (args.out_dir / f"{entry.name}.tflite").write_bytes(data)
         record = {k: v for k, v in asdict(entry).items() if k != "build"}
-        record.update(bytes=len(data), tensorflow=tf.__version__)
+        record.update(io_signature(data), bytes=len(data), tensorflow=tf.__version__)
         manifest[entry.name] = record
         print(f"[{entry.name}] {len(data) / 1e6:.2f} MB in {time.monotonic() - t0:.1f} s", flush=True)
     manifest_path.write_text(json.dumps(dict(sorted(manifest.items())), indent=2) + "\n")
