@@ -59,6 +59,19 @@ def test_corpus_is_whole() -> None:
     assert set(GUEST_SUBSET) <= set(MODELS)
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_manifest_describes_the_model(name: str) -> None:
+    """The manifest's inputs and outputs are the model's, as a runtime reads them."""
+    import ai_edge_litert.interpreter as litert
+
+    interp = litert.Interpreter(model_content=corpus.model_bytes(name))
+    entry = corpus.manifest()[name]
+    for key, details in (("inputs", interp.get_input_details()), ("outputs", interp.get_output_details())):
+        got = [{"shape": [int(d) for d in t["shape"]], "dtype": np.dtype(t["dtype"]).name} for t in details]
+        assert got == entry[key]
+    assert entry["bytes"] == len(corpus.model_bytes(name))
+
+
 @pytest.mark.parametrize(("name", "runtime"), _cases())
 def test_model_exact_and_placed(name: str, runtime: str) -> None:
     run = corpus.run_exact(corpus.model_bytes(name), runtime, DEVICE)
