@@ -54,18 +54,17 @@ def wait_for(path: str, timeout: float) -> bool:
     return False
 
 
-def setup(repo: Path, load_module: bool) -> None:
+def setup(repo: Path, module: Path | None) -> None:
     dev = find_ivshmem()
     if dev is None:
         raise RuntimeError("no ivshmem-doorbell PCI device (1af4:1110) in the guest")
     say(f"NPU PCI device at {dev.name}")
-    if not load_module:
+    if module is None:
         return
     run(["modprobe", "-a", *DEPENDENCIES])
     # request_firmware() searches this path first: the repo's firmware/ directory.
     Path("/sys/module/firmware_class/parameters/path").write_text(str(repo / "firmware"))
-    ko = repo / "kernel" / "drivers_accel_stub" / "vnpu.ko"
-    run(["insmod", str(ko)])
+    run(["insmod", str(module)])
     if not wait_for("/dev/accel/accel*", 10.0):
         raise RuntimeError("vnpu.ko loaded but no /dev/accel/accel* appeared (see dmesg)")
     say("vnpu.ko loaded, " + ", ".join(sorted(glob.glob("/dev/accel/accel*"))))
@@ -125,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--repo", type=Path, required=True)
     p.add_argument("--no-module", action="store_true")
+    # The host builds vnpu.ko per kernel (build/kmod-<release>/); the in-tree build is the default.
+    p.add_argument("--module", type=Path, help="the vnpu.ko to load")
     p.add_argument("--exec", dest="exec_cmd")
     p.add_argument("--suites", nargs="*", default=[])
     p.add_argument("--pytest-args", default="")
@@ -141,11 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VNPU_TEST_DEVICE", "kernel")
     # Entry-point plugin discovery scans every installed distribution: seconds under TCG.
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    os.environ["VNPU_MODULE"] = str(args.repo / "kernel" / "drivers_accel_stub" / "vnpu.ko")
+    module = args.module or args.repo / "kernel" / "drivers_accel_stub" / "vnpu.ko"
+    os.environ["VNPU_MODULE"] = str(module)
     mount_debugfs()
     os.chdir(args.repo)
     try:
-        setup(args.repo, not args.no_module)
+        setup(args.repo, None if args.no_module else module)
     except (RuntimeError, OSError) as e:
         say(f"setup failed: {e}")
         save_dmesg(args.out)

@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from device_model.qemu_server import READY_MARK, parse_size
-from qemu_tests import ktap, preflight
+from qemu_tests import ktap, matrix, preflight
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
-MODULE = MODULE_DIR / "vnpu.ko"
 GUEST_OUT = "/tmp/vnpu-out"  # where the --rwdir appears inside the guest
 GUEST_RAM = "1G"
 # The compiler's op grid and networks run here too, on vnpu.ko (VNPU_TEST_DEVICE=kernel in the guest).
@@ -82,10 +81,13 @@ def missing_apt_packages(packages: list[str]) -> list[str]:
     return missing
 
 
-def install(clock: Clock) -> None:
-    """Install what run.sh installs and is missing; a no-op taking a moment when everything is present."""
+def install(clock: Clock, release: str | None = None) -> None:
+    """Install what run.sh installs and is missing; a no-op taking a moment when everything is present.
+
+    ``release``: the Debian kernel to install instead of the newest one apt offers.
+    """
     try:
-        missing = missing_apt_packages(preflight.debian_packages())
+        missing = missing_apt_packages(preflight.debian_packages(release=release))
     except LookupError as e:
         raise HarnessError(str(e)) from e
     if missing:
@@ -103,17 +105,41 @@ def install(clock: Clock) -> None:
 # --- build -----------------------------------------------------------------
 
 
-def build_module(clock: Clock, kernel: preflight.Kernel) -> None:
-    if not (MODULE_DIR / "Makefile").exists() and not (MODULE_DIR / "Kbuild").exists():
+def module_build_dir(kernel: preflight.Kernel) -> Path:
+    """Where vnpu.ko is built for ``kernel``: ``build/kmod-<release>/``, one directory per kernel.
+
+    Kbuild writes its objects next to the sources, so runs for different
+    kernels (a matrix, concurrent runs) each build in a copy of the sources.
+    The copy sits two levels under the repo, as kernel/drivers_accel_stub
+    does, because the Kbuild file finds the uapi header at $(src)/../../uapi.
+    """
+    return REPO / "build" / f"kmod-{matrix.subdir_name(kernel.release, ())}"
+
+
+def module_path(kernel: preflight.Kernel) -> Path:
+    return module_build_dir(kernel) / "vnpu.ko"
+
+
+def build_module(clock: Clock, kernel: preflight.Kernel) -> Path:
+    """Build vnpu.ko against ``kernel``'s build tree in its own directory; returns the module."""
+    sources = [p for pat in ("Makefile", "Kbuild", "*.c", "*.h") for p in MODULE_DIR.glob(pat)]
+    if not any(p.name == "Kbuild" for p in sources):
         raise HarnessError(f"no kernel module sources in {MODULE_DIR}")
+    build = module_build_dir(kernel)
+    build.mkdir(parents=True, exist_ok=True)
+    for src in sources:
+        # copy2 keeps the mtime, so make rebuilds exactly what changed since the last copy.
+        shutil.copy2(src, build / src.name)
+    module = build / "vnpu.ko"
     r = subprocess.run(
-        ["make", "-C", str(MODULE_DIR), f"KDIR={kernel.build}"], capture_output=True, text=True, check=False
+        ["make", "-C", str(build), f"KDIR={kernel.build}"], capture_output=True, text=True, check=False
     )
-    if r.returncode != 0 or not MODULE.exists():
+    if r.returncode != 0 or not module.exists():
         sys.stdout.write(r.stdout[-4000:])
         sys.stdout.write(r.stderr[-4000:])
-        raise HarnessError(f"module build failed (make -C {MODULE_DIR}, exit {r.returncode})")
-    clock.say("build", f"{MODULE.relative_to(REPO)} ok (against {kernel.build})")
+        raise HarnessError(f"module build failed (make -C {build} KDIR={kernel.build}, exit {r.returncode})")
+    clock.say("build", f"{module.relative_to(REPO)} ok (against {kernel.build})")
+    return module
 
 
 # --- device model ----------------------------------------------------------
@@ -269,11 +295,13 @@ def vng_command(
     ]
 
 
-def guest_command(args: argparse.Namespace) -> list[str]:
+def guest_command(args: argparse.Namespace, module: Path | None = None) -> list[str]:
     """The in-guest command: the venv's python (the guest's /usr/bin/python3 lacks our packages)."""
     cmd = [sys.executable, "-m", "qemu_tests.guest_run", "--out", GUEST_OUT, "--repo", str(REPO)]
     if args.no_module:
         cmd.append("--no-module")
+    elif module is not None:
+        cmd += ["--module", str(module)]
     if args.exec_cmd is not None:
         cmd += ["--exec", args.exec_cmd]
     else:
@@ -345,7 +373,10 @@ def results_dir(out: Path | None) -> Path:
     if out is not None:
         out = out.resolve()
         out.mkdir(parents=True, exist_ok=True)
-        for stale in [*out.glob("junit*.xml"), out / "dmesg.txt", out / "console.log"]:
+        for stale in [
+            *out.glob("junit*.xml"),
+            *(out / n for n in ("dmesg.txt", "console.log", "results.ktap")),
+        ]:
             stale.unlink(missing_ok=True)
         return out
     run = RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -356,6 +387,20 @@ def results_dir(out: Path | None) -> Path:
     tmp.symlink_to(run.name)
     os.replace(tmp, latest)
     return run
+
+
+def _spec(text: str) -> str:
+    try:
+        return preflight.kernel_spec(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _specs(text: str) -> list[str]:
+    specs = [_spec(t.strip()) for t in text.split(",") if t.strip()]
+    if not specs:
+        raise argparse.ArgumentTypeError("name at least one kernel")
+    return specs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -384,12 +429,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"only check the host's requirements: one line each, exit 0 or {preflight.EXIT_MISSING}",
     )
-    p.add_argument(
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
         "--kernel",
-        metavar="RELEASE",
-        help=f"boot /boot/vmlinuz-RELEASE, build against /lib/modules/RELEASE/build "
+        metavar="SPEC",
+        type=_spec,
+        help="the kernel: a release R (/boot/vmlinuz-R, built against /lib/modules/R/build), a kernel "
+        "build directory, or a bzImage (with --kdir) "
         f"(default ${preflight.KERNEL_ENV}, else the newest installed generic 6.12 kernel)",
     )
+    which.add_argument(
+        "--matrix",
+        metavar="SPEC,SPEC,...",
+        type=_specs,
+        help="run once per kernel (results in one subdirectory each), print a table, write summary.json",
+    )
+    p.add_argument("--kdir", type=Path, help="the build tree of the bzImage --kernel names")
     p.add_argument("--no-install", action="store_true", help="skip the install phase")
     p.add_argument("--no-build", action="store_true", help="use the already built vnpu.ko")
     p.add_argument("--no-module", action="store_true", help="boot with the device but do not load vnpu.ko")
@@ -405,43 +460,80 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    guest_ram = parse_size(GUEST_RAM)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.kdir is not None and args.kernel is None:
+        parser.error("--kdir goes with --kernel (a bzImage path)")
+    if args.matrix is not None:
+        return run_matrix(args)
     if args.check:
-        return preflight.report(preflight.check_host(guest_ram=guest_ram, kernel=args.kernel))
-    clock = Clock()
+        return preflight.report(
+            preflight.check_host(guest_ram=parse_size(GUEST_RAM), kernel=args.kernel, kdir=args.kdir)
+        )
     outdir = results_dir(args.out)
+    clock = Clock()
     clock.say("results", str(outdir))
+    return run_kernel(args, args.kernel, args.kdir, outdir, clock).rc
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How far one kernel's run got: its exit code, the build column, the kernel's release."""
+
+    rc: int
+    build: str
+    release: str
+
+
+def run_kernel(
+    args: argparse.Namespace, spec: str | None, kdir: Path | None, outdir: Path, clock: Clock
+) -> Outcome:
+    """Install, check, build, boot and report for one kernel (``spec``; None: the default kernel)."""
+    guest_ram = parse_size(GUEST_RAM)
+    spec = spec or os.environ.get(preflight.KERNEL_ENV)
+    try:
+        wanted = preflight.select_kernel(override=spec, kdir=kdir) if spec else None
+    except ValueError:
+        wanted = None  # the preflight below says what is wrong with the spec
+    release = wanted.release if wanted is not None else (spec or "default")
+    build = matrix.BUILD_SKIPPED
+    module = None
     try:
         if not args.no_install:
             try:
-                install(clock)
+                install(clock, wanted.release if wanted is not None and wanted.debian else None)
             except (HarnessError, subprocess.CalledProcessError) as e:
                 # The preflight below says what is still missing and how to fix it.
                 clock.say("install", f"failed: {e}")
         # A missing piece is one line with its fix here, not an error deep inside vng.
         if preflight.report(
-            preflight.check_host(guest_ram=guest_ram, kernel=args.kernel), sys.stderr, only_missing=True
+            preflight.check_host(guest_ram=guest_ram, kernel=spec, kdir=kdir), sys.stderr, only_missing=True
         ):
             print("qemu_tests: host requirements missing (python -m qemu_tests --check)", file=sys.stderr)
-            return preflight.EXIT_MISSING
-        kernel = preflight.select_kernel(override=args.kernel)
+            return Outcome(preflight.EXIT_MISSING, matrix.BUILD_MISSING, release)
+        kernel = preflight.select_kernel(override=spec, kdir=kdir)
         assert kernel is not None  # the preflight found it
+        release = kernel.release
         clock.say("preflight", f"ok; kernel {kernel.release}")
         if not args.no_module and not args.no_build:
-            build_module(clock, kernel)
-        elif not args.no_module and not MODULE.exists():
-            raise HarnessError(f"{MODULE} is not built (drop --no-build)")
+            build = matrix.BUILD_FAILED
+            module = build_module(clock, kernel)
+            build = matrix.BUILD_OK
+        elif not args.no_module:
+            module = module_path(kernel)
+            if not module.exists():
+                raise HarnessError(f"{module} is not built (drop --no-build)")
     except (HarnessError, subprocess.CalledProcessError) as e:
         print(f"qemu_tests: {e}", file=sys.stderr)
-        return 2
+        return Outcome(2, build, release)
 
     workdir = Path(tempfile.mkdtemp(prefix="vnpu-qemu-"))
     server = DeviceModelProcess(workdir, outdir / "device_model.log", verbose=args.verbose)
     try:
         server.start()
         clock.say("server", f"device model ready ({server.socket})")
-        cmd = vng_command(guest_command(args), server.socket, server.ram, outdir, args.cpus, kernel.image)
+        guest = guest_command(args, module)
+        cmd = vng_command(guest, server.socket, server.ram, outdir, args.cpus, kernel.image)
         clock.say("boot", "starting the guest (vng, TCG)")
         on_line = None
         if args.allow_kill_request:
@@ -454,15 +546,45 @@ def main(argv: list[str] | None = None) -> int:
         rc = boot(cmd, args.timeout, clock, outdir / "console.log", on_line)
     except HarnessError as e:
         print(f"qemu_tests: {e}", file=sys.stderr)
-        return 2
+        return Outcome(2, build, release)
     finally:
         server_rc = server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     clock.say("guest", f"exit code {rc}; device model exit code {server_rc}")
 
     if args.exec_cmd is not None:
-        return rc
-    return report(outdir, rc, clock)
+        return Outcome(rc, build, release)
+    return Outcome(report(outdir, rc, clock), build, release)
+
+
+def run_matrix(args: argparse.Namespace) -> int:
+    """One run per kernel of ``args.matrix``, each in its own subdirectory; then the table, summary.json."""
+    if args.check:
+        rcs = []
+        for spec in args.matrix:
+            print(f"== {spec}")
+            rcs.append(preflight.report(preflight.check_host(guest_ram=parse_size(GUEST_RAM), kernel=spec)))
+        return max(rcs)
+    top = results_dir(args.out)
+    print(f"qemu_tests: matrix of {len(args.matrix)} kernels; results in {top}", flush=True)
+    results: list[matrix.KernelResult] = []
+    names: list[str] = []
+    for spec in args.matrix:
+        try:
+            kernel = preflight.select_kernel(override=spec)
+        except ValueError:
+            kernel = None
+        names.append(matrix.subdir_name(kernel.release if kernel else spec, names))
+        sub = results_dir(top / names[-1])
+        clock = Clock()
+        clock.say("matrix", f"kernel {spec}: {sub}")
+        outcome = run_kernel(args, spec, None, sub, clock)
+        seconds = time.monotonic() - clock.start
+        results.append(matrix.collect(spec, outcome.release, outcome.build, outcome.rc, sub, seconds))
+    matrix.write_summary(top / "summary.json", results)
+    sys.stdout.write("\n" + matrix.table(results))
+    print(f"qemu_tests: summary {top / 'summary.json'}", flush=True)
+    return matrix.exit_code(results, preflight.EXIT_MISSING)
 
 
 def report(outdir: Path, rc: int, clock: Clock) -> int:
@@ -473,7 +595,9 @@ def report(outdir: Path, rc: int, clock: Clock) -> int:
         print(f"qemu_tests: no JUnit results at {junit} (guest exit code {rc})", file=sys.stderr)
         return rc or 1
     suites = [s for f in files for s in ktap.parse_junit(f.read_text())]
-    sys.stdout.write(ktap.to_ktap(suites))
+    text = ktap.to_ktap(suites)
+    sys.stdout.write(text)
+    (outdir / "results.ktap").write_text(text)
     failed = sum(c.failed for s in suites for c in s.cases)
     total = sum(len(s.cases) for s in suites)
     clock.say("tests", f"{total} tests, {failed} failed; JUnit XML: {', '.join(map(str, files))}")

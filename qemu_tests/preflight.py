@@ -111,6 +111,57 @@ class Kernel:
     release: str
     image: Path
     build: Path
+    debian: bool = True  # installed from apt (/boot, /lib/modules), else a user-built tree
+
+
+# A kernel spec (``--kernel``, ``--matrix``, $VNPU_KERNEL) is a release or a path.
+_RELEASE_SPEC = re.compile(r"^\d+\.\d+[0-9A-Za-z.+_~-]*$")
+BZIMAGE = Path("arch/x86/boot/bzImage")  # where an x86 kernel build puts its image
+
+
+def kernel_spec(text: str) -> str:
+    """``text`` when it is a kernel spec: a release (``6.12.117+deb12-rt-amd64``) or a path (has a ``/``).
+
+    Checks the form only: the files are the preflight's to look for.
+    """
+    if "/" in text or _RELEASE_SPEC.match(text):
+        return text
+    raise ValueError(
+        f"kernel {text!r} is neither a release (6.12.117+deb12-amd64) "
+        "nor a path (./linux, /src/linux/arch/x86/boot/bzImage)"
+    )
+
+
+def kernel_from_spec(spec: str, kdir: Path | None = None, host: Host | None = None) -> Kernel:
+    """The kernel a spec names.
+
+    - a release R: the installed Debian kernel, ``/boot/vmlinuz-R`` and ``/lib/modules/R/build``;
+    - a directory: a kernel build tree (``make O=DIR``), booting ``DIR/arch/x86/boot/bzImage``;
+    - a file: that image, built against ``kdir``, or against the build tree it sits in.
+
+    Raises ValueError for a bad spec or an image without a build tree.
+    """
+    host = host or Host()
+    kernel_spec(spec)
+    if "/" not in spec:
+        if kdir is not None:
+            raise ValueError(f"--kdir goes with an image path, not with the release {spec}")
+        return host.kernel(spec)
+    path = Path(spec).expanduser().absolute()
+    if kdir is not None:
+        image, build = (path / BZIMAGE if path.is_dir() else path), kdir.expanduser().absolute()
+    elif path.is_dir() or not path.exists():
+        image, build = path / BZIMAGE, path
+    elif path.parts[-len(BZIMAGE.parts) :] == BZIMAGE.parts:
+        image, build = path, path.parents[len(BZIMAGE.parts) - 1]
+    else:
+        raise ValueError(f"{path} is not in a kernel build tree: give the tree with --kdir DIR")
+    release_file = build / "include" / "config" / "kernel.release"
+    try:
+        release = release_file.read_text().strip()
+    except OSError:
+        release = ""
+    return Kernel(release or image.name, image, build, debian=False)
 
 
 @dataclass(frozen=True)
@@ -150,14 +201,20 @@ def installed_releases(host: Host) -> list[str]:
     )
 
 
-def select_kernel(host: Host | None = None, override: str | None = None) -> Kernel | None:
+def select_kernel(
+    host: Host | None = None, override: str | None = None, kdir: Path | None = None
+) -> Kernel | None:
     """The kernel to boot: ``override``, else $VNPU_KERNEL, else the newest installed generic 6.12 kernel.
 
-    An override names a release (``uname -r`` style) and is taken as is, even
+    An override is a kernel spec (kernel_from_spec) and is taken as is, even
     when its files are missing, so the check can say which file is missing.
+    Raises ValueError for a bad spec.
     """
     host = host or Host()
-    release = override or os.environ.get(KERNEL_ENV) or newest_release(installed_releases(host))
+    spec = override or os.environ.get(KERNEL_ENV)
+    if spec:
+        return kernel_from_spec(spec, kdir, host)
+    release = newest_release(installed_releases(host))
     return host.kernel(release) if release else None
 
 
@@ -243,9 +300,12 @@ def compiler_package(compiler: str) -> str:
     return f"{m[1]}-{m[2]}" if m else compiler
 
 
-def check_kernel(host: Host, override: str | None = None) -> list[Requirement]:
+def check_kernel(host: Host, override: str | None = None, kdir: Path | None = None) -> list[Requirement]:
     """Image, build tree, DRM accel support and the kernel's own compiler."""
-    kernel = select_kernel(host, override)
+    try:
+        kernel = select_kernel(host, override, kdir)
+    except ValueError as e:
+        return [Requirement("kernel", False, str(e))]
     if kernel is None:
         release = pick_kernel(host.apt_names()) or "6.12.N+deb12-amd64"
         return [
@@ -257,11 +317,27 @@ def check_kernel(host: Host, override: str | None = None) -> list[Requirement]:
                 *kernel_packages(release),
             )
         ]
-    image, headers = kernel_packages(kernel.release)
-    reqs = [
-        _apt("kernel image", kernel.image.is_file(), str(kernel.image), image),
-        _apt("kernel headers", kernel.build.is_dir(), str(kernel.build), headers),
-    ]
+    if kernel.debian:
+        image, headers = kernel_packages(kernel.release)
+        reqs = [
+            _apt("kernel image", kernel.image.is_file(), str(kernel.image), image),
+            _apt("kernel headers", kernel.build.is_dir(), str(kernel.build), headers),
+        ]
+    else:
+        reqs = [
+            Requirement(
+                "kernel image",
+                kernel.image.is_file(),
+                str(kernel.image),
+                "build it (make bzImage) or name the image",
+            ),
+            Requirement(
+                "kernel build tree",
+                (kernel.build / "Makefile").is_file(),
+                str(kernel.build),
+                "name the tree the image was built in (--kdir DIR, after make modules_prepare)",
+            ),
+        ]
     if not kernel.build.is_dir():
         return reqs
     config = _kernel_config(kernel)
@@ -271,7 +347,7 @@ def check_kernel(host: Host, override: str | None = None) -> list[Requirement]:
                 "kernel config",
                 False,
                 f"{kernel.release} has no CONFIG_DRM_ACCEL=y (the -cloud flavour has no DRM)",
-                f"use a generic -amd64 kernel ({KERNEL_ENV})",
+                f"use a generic -amd64 kernel ({KERNEL_ENV})" if kernel.debian else "enable CONFIG_DRM_ACCEL",
             )
         )
     version_text = config.get("CONFIG_CC_VERSION_TEXT", "")
@@ -292,7 +368,7 @@ def check_kernel(host: Host, override: str | None = None) -> list[Requirement]:
 
 
 def check_host(
-    host: Host | None = None, guest_ram: int = 1 << 30, kernel: str | None = None
+    host: Host | None = None, guest_ram: int = 1 << 30, kernel: str | None = None, kdir: Path | None = None
 ) -> list[Requirement]:
     """Every host requirement of the harness, in the order a reader fixes them."""
     host = host or Host()
@@ -320,7 +396,7 @@ def check_host(
         _apt("file", file_cmd is not None, file_cmd or "no `file` (virtme-ng checks busybox with it)", "file")
     )
 
-    reqs += check_kernel(host, kernel)
+    reqs += check_kernel(host, kernel, kdir)
     make = host.which("make")
     reqs.append(_apt("make", make is not None, make or "make not on PATH", "make"))
     modprobe = host.which_sbin("modprobe")
@@ -371,7 +447,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"preflight: {e}", file=sys.stderr)
             return EXIT_MISSING
         return 0
-    kernel = select_kernel()
+    try:
+        kernel = select_kernel()
+    except ValueError as e:
+        print(f"preflight: {e} (${KERNEL_ENV})", file=sys.stderr)
+        return EXIT_MISSING
     if kernel is None:
         print("preflight: no generic 6.12 kernel with headers installed", file=sys.stderr)
         return EXIT_MISSING

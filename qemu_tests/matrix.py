@@ -1,0 +1,162 @@
+"""The kernel matrix: one harness run per kernel, summed up as one table and a JSON summary.
+
+    python -m qemu_tests --matrix 6.12.107+deb12-amd64,6.12.117+deb12-rt-amd64,/src/linux
+
+The harness (harness.run_matrix) runs each kernel into its own results
+subdirectory; this module turns those directories into ``KernelResult`` rows
+(JUnit counts, splats in the guest's dmesg), the table and the summary.
+docs/qemu_tests.md shows a run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from qemu_tests import ktap
+
+# What a kernel run's build column says; only "ok" reached the boot.
+BUILD_OK = "ok"
+BUILD_FAILED = "FAILED"  # make failed
+BUILD_MISSING = "missing"  # a host requirement (the kernel's image or headers, ...) is missing
+BUILD_SKIPPED = "skipped"  # --no-build or --no-module
+
+# Kernel splats in dmesg, one per report: a report's first line names it, so each
+# pattern matches that line only (not "Call Trace:", which every report has).
+# The first matching kind wins: lockdep and KASAN reports start with WARNING: or BUG:.
+SPLATS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "lockdep",
+        re.compile(
+            r"WARNING: (possible (circular|recursive) locking|inconsistent lock state|suspicious RCU usage)"
+            r"|INFO: possible irq lock inversion|DEBUG_LOCKS_WARN_ON"
+        ),
+    ),
+    ("KASAN", re.compile(r"BUG: KASAN:")),
+    ("UBSAN", re.compile(r"UBSAN: ")),
+    ("refcount", re.compile(r"refcount_t: ")),
+    ("Oops", re.compile(r"Oops: |general protection fault")),
+    ("BUG", re.compile(r"\bBUG: |kernel BUG at ")),
+    ("WARN", re.compile(r"\bWARNING: ")),
+)
+
+
+def count_splats(dmesg: str) -> dict[str, int]:
+    """Splats per kind (only kinds that occur) in a kernel log."""
+    counts: dict[str, int] = {}
+    for line in dmesg.splitlines():
+        for kind, pattern in SPLATS:
+            if pattern.search(line):
+                counts[kind] = counts.get(kind, 0) + 1
+                break
+    return counts
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """One kernel's row: what the harness reached and what the guest reported."""
+
+    kernel: str  # the spec as given (release or path)
+    release: str
+    build: str  # BUILD_*
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    splats: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    rc: int = 0  # the single-kernel run's exit code
+    results: str = ""  # its results directory
+
+    @property
+    def ok(self) -> bool:
+        """Built, booted, every test passed or skipped, and a clean kernel log."""
+        return (
+            self.rc == 0 and self.build in (BUILD_OK, BUILD_SKIPPED) and not self.failed and not self.splats
+        )
+
+
+def collect(kernel: str, release: str, build: str, rc: int, outdir: Path, seconds: float) -> KernelResult:
+    """A row from a kernel's results directory (its JUnit files and dmesg.txt)."""
+    cases = [
+        c for f in sorted(outdir.glob("junit*.xml")) for s in ktap.parse_junit(f.read_text()) for c in s.cases
+    ]
+    dmesg = outdir / "dmesg.txt"
+    return KernelResult(
+        kernel=kernel,
+        release=release,
+        build=build,
+        passed=sum(c.outcome == "pass" for c in cases),
+        failed=sum(c.failed for c in cases),
+        skipped=sum(c.outcome == "skip" for c in cases),
+        splats=count_splats(dmesg.read_text(errors="replace")) if dmesg.exists() else {},
+        seconds=seconds,
+        rc=rc,
+        results=str(outdir),
+    )
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+def _splat_text(splats: dict[str, int]) -> str:
+    total = sum(splats.values())
+    return f"{total} ({', '.join(f'{k} {n}' for k, n in splats.items())})" if total else "0"
+
+
+def table(results: Sequence[KernelResult]) -> str:
+    """The matrix as a Markdown table (readable on a terminal, pasteable into docs)."""
+    header = ("kernel", "build", "passed", "failed", "skipped", "dmesg splats", "time", "result")
+    rows = [
+        (
+            r.kernel,
+            r.build,
+            str(r.passed),
+            str(r.failed),
+            str(r.skipped),
+            _splat_text(r.splats),
+            _duration(r.seconds),
+            "ok" if r.ok else f"FAIL (exit {r.rc})",
+        )
+        for r in results
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Iterable[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    return "\n".join([line(header), line("-" * w for w in widths), *map(line, rows)]) + "\n"
+
+
+def summary(results: Sequence[KernelResult]) -> dict[str, object]:
+    """The JSON summary: every row plus its verdict, and the matrix's."""
+    return {
+        "ok": all(r.ok for r in results),
+        "kernels": [{**asdict(r), "ok": r.ok} for r in results],
+    }
+
+
+def write_summary(path: Path, results: Sequence[KernelResult]) -> None:
+    path.write_text(json.dumps(summary(results), indent=2) + "\n")
+
+
+def exit_code(results: Sequence[KernelResult], missing_code: int) -> int:
+    """0 when every kernel is ok; ``missing_code`` when the only failures are missing requirements; else 1."""
+    bad = [r for r in results if not r.ok]
+    if not bad:
+        return 0
+    return missing_code if all(r.build == BUILD_MISSING for r in bad) else 1
+
+
+def subdir_name(release: str, taken: Iterable[str]) -> str:
+    """A results subdirectory name for a kernel: its release, made unique among ``taken``."""
+    base = re.sub(r"[^\w.+-]", "_", release) or "kernel"
+    taken = set(taken)
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}-{n}", n + 1
+    return name
