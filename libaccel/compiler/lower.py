@@ -34,7 +34,7 @@ from libaccel.compiler import ops as O
 from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo
 from uapi import isa
 
-COMPILER_VERSION = "1.4.0"  # bump whenever the generated code (or which nodes are supported) can change
+COMPILER_VERSION = "1.5.0"  # bump whenever the generated code (or which nodes are supported) can change
 ALIGN = 64
 REGION_WEIGHTS, REGION_ARENA = 0, 1
 _ISA_DTYPES = {"int8": "INT8", "uint8": "UINT8", "int32": "INT32"}
@@ -327,12 +327,14 @@ class Emitter:
         zp = t.quant.zero_point if t.quant is not None else 0
         return self._slot((t.dtype, region, offset, tuple(view), tuple(strides), zp))
 
-    def const(self, array: np.ndarray, dtype: str) -> int:
-        """A slot for a compiler-made constant (a 4-D array) placed in the weights."""
+    def const(self, array: np.ndarray, dtype: str, zero_point: int = 0) -> int:
+        """A slot for a compiler-made constant (a 4-D array) placed in the weights (a uint8 filter
+        made from a model's filter keeps its ``zero_point``)."""
         data = np.ascontiguousarray(array.astype(np.dtype(dtype)))
         offset = self._add_weight(data.tobytes())
         shape = data.shape
-        return self._slot((dtype, REGION_WEIGHTS, offset, shape, dense_strides(shape, data.itemsize), 0))
+        strides = dense_strides(shape, data.itemsize)
+        return self._slot((dtype, REGION_WEIGHTS, offset, shape, strides, zero_point))
 
     def _slot(self, desc: tuple) -> int:
         if desc in self.slots:

@@ -590,6 +590,58 @@ def depthwise_conv2d_model(
     )
 
 
+def transpose_conv_output(size: int, kernel: int, stride: int, padding: str) -> int:
+    """Keras Conv2DTranspose's output size (deconv_output_length without output_padding)."""
+    return size * stride if padding == "SAME" else size * stride + max(kernel - stride, 0)
+
+
+def transpose_conv_model(
+    in_shape: Sequence[int],
+    out_ch: int,
+    kernel: int | tuple[int, int] = 3,
+    stride: int | tuple[int, int] = 2,
+    padding: str = "SAME",
+    per_channel: bool = True,
+    act: str = "NONE",
+    seed: int = 0,
+    dtype: str = "int8",
+    bias: bool = True,
+    out_hw: tuple[int, int] | None = None,
+) -> bytes:
+    """One TRANSPOSE_CONV (inputs: output_shape, filter [out_ch,KH,KW,Cin], input, optional bias),
+    output [N, *out_hw, out_ch] (default: Keras Conv2DTranspose's size for the padding)."""
+    rng = np.random.default_rng(seed)
+    kh, kw = _pair(kernel)
+    sh, sw = _pair(stride)
+    n, h, w, cin = in_shape
+    if out_hw is None:
+        out_hw = (transpose_conv_output(h, kh, sh, padding), transpose_conv_output(w, kw, sw, padding))
+    m = ModelBuilder()
+    iq = activation_quant(rng, dtype, random_scale(rng))
+    x = m.add_tensor("input", in_shape, dtype, iq)
+    wdata, wq = quantized_filter(rng, (out_ch, kh, kw, cin), dtype, per_channel, 0)
+    wt = m.add_const("filter", wdata, dtype, wq)
+    depth = max(1, kh * kw * cin // (sh * sw))  # products per output, on average
+    oq = activation_quant(rng, dtype, accumulator_output_scale(iq.scales[0], wq, depth))
+    out_shape = (n, out_hw[0], out_hw[1], out_ch)
+    shape = m.add_const("output_shape", np.array(out_shape, dtype=np.int32), "int32")
+    inputs = [shape, wt, x]
+    if bias:
+        bdata, bq = quantized_bias(rng, iq.scales[0], wq, out_ch, 74 * 74 * math.sqrt(depth))
+        inputs.append(m.add_const("bias", bdata, "int32", bq))
+    y = m.add_tensor("output", out_shape, dtype, oq)
+    m.add_op(
+        "TRANSPOSE_CONV",
+        inputs,
+        [y],
+        padding=padding,
+        stride_h=sh,
+        stride_w=sw,
+        fused_activation_function=act,
+    )
+    return m.build([x], [y])
+
+
 def fully_connected_model(
     batch: int,
     in_features: int,
