@@ -1,10 +1,14 @@
 """``vnpu-asm``: assemble and disassemble vnpu command streams.
 
-    vnpu-asm asm IN.s -o OUT.bin [--fragment]   (IN.s may be - for stdin)
-    vnpu-asm disasm IN.bin                      (prints source text with byte offsets; for a
-                                                 broken stream, the valid prefix, then the error)
+    vnpu-asm asm IN.s -o OUT.bin [--fragment] [-D NAME=VALUE ...]   (IN.s may be - for stdin)
+    vnpu-asm disasm IN.bin [--region NAME=VA:SIZE ...] [--no-annotate]
+        prints source text with byte offsets and the tensors each instruction uses; for a
+        broken stream, the valid prefix, then the error
 
-Bad input gives a one-line error on stderr and exit status 1.
+``-D`` defines a symbol (``va=NAME+0x40`` in the source); ``--region`` names an address
+range, so the disassembly prints ``va=NAME+0x40`` back. Bad input gives a one-line error
+on stderr (``FILE:LINE:COLUMN: message`` for source errors) and exit status 1; a bad
+option exits with 2, as argparse does.
 """
 
 from __future__ import annotations
@@ -18,9 +22,44 @@ from uapi.isa import IsaError
 from .asm import AsmError, assemble, disassemble_prefix
 
 
+def _pairs(items: list[str], what: str) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name or not value:
+            raise ValueError(f"{what} {item!r}: expected NAME=VALUE")
+        out.append((name, value))
+    return out
+
+
+def _symbols(items: list[str]) -> dict[str, int]:
+    try:
+        return {name: int(value, 0) for name, value in _pairs(items, "-D")}
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _regions(items: list[str]) -> dict[str, tuple[int, int]]:
+    out = {}
+    try:
+        for name, value in _pairs(items, "--region"):
+            va, colon, size = value.partition(":")
+            if not colon:
+                raise ValueError(f"--region {name}={value}: expected NAME=VA:SIZE")
+            out[name] = (int(va, 0), int(size, 0))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return out
+
+
+class UsageError(ValueError):
+    """A bad option value (reported without a file name)."""
+
+
 def cmd_asm(args: argparse.Namespace) -> int:
+    symbols = _symbols(args.define)
     text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text()
-    data = assemble(text, require_end=not args.fragment)
+    data = assemble(text, require_end=not args.fragment, symbols=symbols)
     Path(args.output).write_bytes(data)
     print(f"wrote {args.output} ({len(data)} bytes)")
     return 0
@@ -29,7 +68,8 @@ def cmd_asm(args: argparse.Namespace) -> int:
 def cmd_disasm(args: argparse.Namespace) -> int:
     # Print every instruction that decodes, then the first problem: a broken stream is
     # exactly when a driver developer needs to see it.
-    text, error = disassemble_prefix(Path(args.input).read_bytes())
+    regions = _regions(args.region)
+    text, error = disassemble_prefix(Path(args.input).read_bytes(), regions, annotate=not args.no_annotate)
     sys.stdout.write(text)
     if error is not None:
         raise error
@@ -45,9 +85,20 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("input", help="source file, or - for stdin")
     a.add_argument("-o", "--output", required=True, help="output binary")
     a.add_argument("--fragment", action="store_true", help="allow a stream that does not end with END")
+    a.add_argument(
+        "-D", "--define", action="append", default=[], metavar="NAME=VALUE", help="define a symbol"
+    )
     a.set_defaults(func=cmd_asm)
     d = sub.add_parser("disasm", help="disassemble a command stream")
     d.add_argument("input", help="binary command stream")
+    d.add_argument(
+        "--region",
+        action="append",
+        default=[],
+        metavar="NAME=VA:SIZE",
+        help="print addresses in [VA, VA+SIZE) as NAME+offset",
+    )
+    d.add_argument("--no-annotate", action="store_true", help="no tensor notes in the comments")
     d.set_defaults(func=cmd_disasm)
     return ap
 
@@ -56,7 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (AsmError, IsaError) as e:
+    except UsageError as e:
+        print(f"vnpu-asm: {e}", file=sys.stderr)
+        return 2
+    except AsmError as e:
+        where = f"{args.input}:{e.line}:{e.column or 1}" if e.line is not None else args.input
+        print(f"vnpu-asm: {where}: {e.message}", file=sys.stderr)
+    except IsaError as e:
         print(f"vnpu-asm: {args.input}: {e}", file=sys.stderr)
     except (OSError, UnicodeDecodeError) as e:
         print(f"vnpu-asm: {args.input}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
