@@ -1,6 +1,8 @@
 """libteflon.so in hosts without Python: C programs (built here with gcc) dlopen it the way TFLite's
 external delegate loader does, with an environment that names no Python, from its build directory
-and from an installed prefix (``python -m delegate_teflon.build --install PREFIX``)."""
+and from an installed prefix (``python -m delegate_teflon.build --install PREFIX``); and a C program
+linked against LiteRT's C runtime (libLiteRt.so from the ai-edge-litert wheel) runs whole models
+through it, its outputs compared with BUILTIN_REF's, computed here in Python beforehand."""
 
 from __future__ import annotations
 
@@ -89,3 +91,94 @@ def test_docs_c_example_runs(lib_path: str, tmp_path: Path) -> None:
         [str(tmp_path / "host")], env=_clean_env(), capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
+
+
+# Every node of these runs on the NPU (`python -m delegate_teflon.run MODEL --device shim` places
+# none on the CPU): the C host asks LiteRT for the delegate's accelerator alone, so a CPU node would
+# be a compilation error rather than a node on LiteRT's optimized (non-reference) CPU kernels.
+FULLY_NPU_MODELS = ("resnet_small", "small_cnn_uint8")
+MODELS_DIR = Path(__file__).resolve().parents[1] / "corpus" / "models"
+
+
+@pytest.fixture(scope="module")
+def litert_host(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/delegate/c/litert_host.c linked against the wheel's libLiteRt.so (found by rpath)."""
+    import ai_edge_litert
+
+    lib_dir = Path(ai_edge_litert.__file__).parent
+    assert (lib_dir / "libLiteRt.so").is_file()
+    out = tmp_path_factory.mktemp("c") / "litert_host"
+    subprocess.run(
+        ["gcc", "-Wall", "-Werror", "-O1", "-o", str(out), str(C_DIR / "litert_host.c"),
+         f"-L{lib_dir}", "-l:libLiteRt.so", f"-Wl,-rpath,{lib_dir}", "-ldl"],
+        check=True,
+    )  # fmt: skip
+    linked = subprocess.run(["ldd", str(out)], capture_output=True, text=True, check=True).stdout
+    assert "libLiteRt.so" in linked and "libpython" not in linked
+    return out
+
+
+def _write_reference(model: Path, out_dir: Path) -> tuple[list[Path], list[Path]]:
+    """Seeded random inputs and BUILTIN_REF's outputs (ai-edge-litert), one raw file per tensor."""
+    from ai_edge_litert import interpreter as litert
+
+    from delegate_teflon.run import invoke, make_interpreter, random_inputs
+
+    interp = make_interpreter(litert, model.read_bytes(), [], None)
+    inputs = random_inputs(interp.get_input_details(), seed=0)
+    outputs = invoke(interp, inputs)
+    paths: tuple[list[Path], list[Path]] = ([], [])
+    for kind, arrays, dest in (("input", inputs, paths[0]), ("reference", outputs, paths[1])):
+        for i, array in enumerate(arrays):
+            dest.append(out_dir / f"{kind}{i}.bin")
+            array.tofile(dest[-1])
+    return paths
+
+
+def _run_litert_host(
+    host: Path, lib: str, model: Path, device: str, files: list[Path]
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **_clean_env(),
+        "VNPU_DELEGATE_LOG_LEVEL": "verbose",
+        # The shim's device model may build its C kernels on the first job of a cold cache: give
+        # that job more than the 2 s job timeout.
+        "VNPU_SHIM_JOB_TIMEOUT_MS": "120000",
+    }
+    return subprocess.run(
+        [str(host), lib, str(model), device, *map(str, files)],
+        env=env, capture_output=True, text=True, timeout=300, cwd="/",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", FULLY_NPU_MODELS)
+def test_litert_c_host_runs_model_on_npu(
+    litert_host: Path, lib_path: str, test_device: str, tmp_path: Path, name: str
+) -> None:
+    model = MODELS_DIR / f"{name}.tflite"
+    inputs, references = _write_reference(model, tmp_path)
+    result = _run_litert_host(litert_host, lib_path, model, test_device, inputs + references)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "fully delegated: yes" in result.stdout
+    for i, ref in enumerate(references):
+        assert f"output {i}: {ref.stat().st_size} bytes, 0 differing" in result.stdout
+    # The delegate ran inside libLiteRt.so's interpreter, every node on the NPU.
+    assert re.search(r"vnpu delegate: runtime ai-edge-litert [\d.]+ \(libLiteRt\.so\)", result.stderr)
+    assert re.search(
+        r"placement \(ai-edge-litert\): (\d+) of \1 nodes on the NPU, 0 on the CPU", result.stderr
+    )
+    assert "NPU partition 1: invoke 1 took" in result.stderr
+
+
+def test_litert_c_host_reports_a_differing_output(
+    litert_host: Path, lib_path: str, test_device: str, tmp_path: Path
+) -> None:
+    """The comparison can fail: one flipped reference byte is one differing byte, exit status 1."""
+    model = MODELS_DIR / "small_cnn_uint8.tflite"
+    inputs, references = _write_reference(model, tmp_path)
+    data = bytearray(references[0].read_bytes())
+    data[3] ^= 0x01
+    references[0].write_bytes(bytes(data))
+    result = _run_litert_host(litert_host, lib_path, model, test_device, inputs + references)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"output 0: {len(data)} bytes, 1 differing" in result.stdout
