@@ -248,6 +248,13 @@ typedef struct TfLiteDepthToSpaceParams {  /* TfLiteSpaceToDepthParams has the s
     int block_size;
 } TfLiteDepthToSpaceParams;
 
+typedef struct TfLiteTransposeConvParams {  /* LiteRT appends quantized_bias_type: a prefix */
+    int padding;
+    int stride_width;
+    int stride_height;
+    int activation;
+} TfLiteTransposeConvParams;
+
 /* The three TfLiteRegistration layouts (see the module docstring). */
 typedef struct vnpu_registration_v1 {
     void *init; void *free; void *prepare; void *invoke; void *profiling_string;

@@ -206,6 +206,8 @@ def _options(ffi: Any, op: str, builtin_data: Any) -> dict[str, Any]:
             "shrink_axis_mask": p.shrink_axis_mask,
             "offset": bool(p.offset),
         }
+    if op == "TRANSPOSE_CONV":
+        return _window_options(ffi.cast("TfLiteTransposeConvParams *", builtin_data))
     if op == "RESIZE_NEAREST_NEIGHBOR":
         p = ffi.cast("TfLiteResizeNearestNeighborParams *", builtin_data)
         return {"align_corners": bool(p.align_corners), "half_pixel_centers": bool(p.half_pixel_centers)}
