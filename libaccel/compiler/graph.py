@@ -31,6 +31,8 @@ compiler (:mod:`libaccel.compiler`). Conventions, all TFLite's:
   - CONCATENATION: axis, fused_activation_function
   - RESHAPE: new_shape (tuple, may be absent: the output shape is what counts)
   - MEAN: keep_dims
+  - TRANSPOSE_CONV: padding, stride_w, stride_h, fused_activation_function (inputs: output_shape,
+    filter [Cout, KH, KW, Cin], input, optional bias)
   - STRIDED_SLICE: begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask, offset
   - RESIZE_NEAREST_NEIGHBOR: align_corners, half_pixel_centers
   - LEAKY_RELU: alpha (required: no default is assumed)
