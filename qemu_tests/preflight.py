@@ -2,6 +2,7 @@
 
     python -m qemu_tests --check                       # one line per requirement, exit 0 or EXIT_MISSING
     python3 -m qemu_tests.preflight --apt-packages     # what run.sh installs (one package per line)
+    python3 -m qemu_tests.preflight --apt-packages --kernel 6.12.117+deb12-rt-amd64   # with that kernel
     python3 -m qemu_tests.preflight --kernel-build-dir # KDIR of the kernel the harness boots
 
 This module uses the standard library only: run.sh runs it with the system
@@ -434,15 +435,31 @@ def report(reqs: Sequence[Requirement], out: TextIO | None = None, only_missing:
     return 0 if all(r.ok for r in reqs) else EXIT_MISSING
 
 
+def _debian_release(text: str) -> str:
+    try:
+        kernel_spec(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if "/" in text:
+        raise argparse.ArgumentTypeError(f"{text} is a path; apt installs releases (6.12.117+deb12-rt-amd64)")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m qemu_tests.preflight", description=__doc__.split("\n\n")[0])
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--apt-packages", action="store_true", help="print the Debian packages to install")
     what.add_argument("--kernel-build-dir", action="store_true", help="print the chosen kernel's build tree")
+    p.add_argument(
+        "--kernel",
+        metavar="RELEASE",
+        type=_debian_release,
+        help="with --apt-packages: this Debian kernel instead of the newest one apt offers",
+    )
     args = p.parse_args(argv)
     if args.apt_packages:
         try:
-            print("\n".join(debian_packages()))
+            print("\n".join(debian_packages(release=args.kernel)))
         except LookupError as e:
             print(f"preflight: {e}", file=sys.stderr)
             return EXIT_MISSING
