@@ -182,3 +182,19 @@ def test_litert_c_host_reports_a_differing_output(
     result = _run_litert_host(litert_host, lib_path, model, test_device, inputs + references)
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"output 0: {len(data)} bytes, 1 differing" in result.stdout
+
+
+def test_docs_litert_host_recipe_runs(lib_path: str, tmp_path: Path) -> None:
+    """docs/delegate.md's libLiteRt.so recipe runs as written (the library's path and a scratch
+    directory put in) and reports equal outputs."""
+    repo = Path(__file__).resolve().parents[2]
+    doc = (repo / "docs" / "delegate.md").read_text()
+    (script,) = re.findall(r"```sh\n(.*?)```", doc, re.S)
+    assert "/usr/local/lib/libteflon.so" in script and "tests/delegate/c/litert_host.c" in script
+    script = script.replace("/usr/local/lib/libteflon.so", lib_path).replace("/tmp/", f"{tmp_path}/")
+    env = {**_clean_env(), "VNPU_SHIM_JOB_TIMEOUT_MS": "120000"}
+    result = subprocess.run(
+        ["bash", "-e", "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=repo
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "fully delegated: yes\noutput 0: 10 bytes, 0 differing\n" in result.stdout
