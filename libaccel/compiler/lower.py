@@ -34,7 +34,7 @@ from libaccel.compiler import ops as O
 from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo
 from uapi import isa
 
-COMPILER_VERSION = "1.5.0"  # bump whenever the generated code (or which nodes are supported) can change
+COMPILER_VERSION = "1.6.0"  # bump whenever the generated code (or which nodes are supported) can change
 ALIGN = 64
 REGION_WEIGHTS, REGION_ARENA = 0, 1
 _ISA_DTYPES = {"int8": "INT8", "uint8": "UINT8", "int32": "INT32"}

@@ -7,10 +7,10 @@ double(s_out)) for SUM, and with ``1/(H*W)`` folded into that multiplier for MEA
 (:func:`tables.mean_multiplier`). A depthwise convolution with filter 1 and that multiplier is the
 same arithmetic. keep_dims only changes the output's shape: [N, 1, 1, C] or [N, C] are the same bytes.
 
-Where the input and output quantization are equal, TFLite takes other paths that this arithmetic does
-not reproduce: MEAN without keep_dims divides the raw integer sum by the count (truncating, no zero
-point), and SUM adds the raw values in the 8-bit type itself (wrapping); those nodes stay on the CPU.
-So does int8 SUM: both runtimes' reference kernels read its input as uint8 (checked in the tests).
+Input and output quantized alike take the same path in both runtimes' reference kernels (measured:
+MEAN with or without keep_dims, uint8 SUM; no truncating raw division, no wrapping 8-bit sum), so
+they lower the same way. int8 SUM stays on the CPU: both runtimes' reference kernels read its input
+as uint8 (checked in the tests).
 """
 
 from __future__ import annotations
@@ -44,12 +44,6 @@ def plan_mean_or_sum(graph: Graph, node: OpNode) -> OpPlan:
         # Measured on both runtimes: their reference SUM reads int8 inputs as uint8 and clamps to
         # [0, 255] before the int8 cast, which no NPU arithmetic reproduces.
         raise Unsupported("int8 SUM: TFLite's reference kernel reads int8 inputs as uint8")
-    if x.quant == y.quant and (node.op == "SUM" or not keep_dims):
-        raise Unsupported(
-            f"{node.op} with equal input and output quantization"
-            + (" sums the raw 8-bit values with wrap-around" if node.op == "SUM" else " divides the raw sum")
-            + " in TFLite, not the requantized integer sum the NPU computes"
-        )
     # PrepareMeanOrSum: QuantizeMultiplier(double(s_in) / double(s_out)); MEAN folds in 1/count.
     m, shift = _mult(float(x.quant.scale) / float(y.quant.scale), node.op)
     if node.op == "MEAN":

@@ -250,10 +250,14 @@ def test_int8_sum_reference_reads_uint8(runtime: str) -> None:
     np.testing.assert_array_equal(ref, np.array(as_uint8).astype(np.uint8).view(np.int8))
 
 
-@pytest.mark.parametrize("op", ["MEAN", "SUM"])
-def test_reduce_of_equal_quantization_stays_on_cpu(op: str) -> None:
-    graph = graph_from_tflite(g.mean_model((1, 4, 4, 8), (1, 2), op == "MEAN", 3, same_quant=True, op=op))
-    assert (op == "MEAN") == check_support(graph, graph.nodes[0]).ok
+@pytest.mark.parametrize("keep_dims", [True, False])
+@pytest.mark.parametrize("case", [((1, 3, 4, 8), 0), ((1, 2, 2, 16), 3), ((2, 2, 5, 4), 7)], ids=str)
+def test_sum_uint8_of_equal_quantization(dev: Device, runtime: str, case: tuple, keep_dims: bool) -> None:
+    """Both runtimes requantize the integer sum (multiplier 1) here too: no wrapping 8-bit sum."""
+    shape, seed = case
+    assert_exact(
+        dev, g.mean_model(shape, (1, 2), keep_dims, seed, "uint8", same_quant=True, op="SUM"), runtime=runtime
+    )
 
 
 def _concat_requantized_model(dtype: str, axis: int, through_quantize: bool) -> bytes:

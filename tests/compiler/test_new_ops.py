@@ -125,10 +125,14 @@ def test_mean_hw(dev: Device, in_shape: tuple, same_quant: bool, dtype: str) -> 
     assert_exact(dev, model)
 
 
-def test_mean_without_keep_dims_of_equal_quantization_stays_on_cpu() -> None:
-    graph = graph_from_tflite(g.mean_model((1, 4, 4, 8), (1, 2), False, 3, same_quant=True))
-    support = check_support(graph, graph.nodes[0])
-    assert not support.ok and "raw sum" in support.reason
+@pytest.mark.parametrize("runtime", ["tflite_runtime", "ai_edge_litert"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("in_shape", [(1, 4, 4, 8), (1, 7, 7, 16), (2, 3, 5, 8), (1, 2, 3, 4)], ids=str)
+def test_mean_without_keep_dims_of_equal_quantization(
+    dev: Device, runtime: str, dtype: str, in_shape: tuple
+) -> None:
+    """Both runtimes requantize the integer sum here too (no truncating division of the raw sum)."""
+    assert_exact(dev, g.mean_model(in_shape, (1, 2), False, 3, dtype, same_quant=True), runtime=runtime)
 
 
 @pytest.mark.parametrize("batch,k,n", [(1, 64, 10), (3, 100, 17)])
