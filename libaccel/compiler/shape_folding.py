@@ -16,6 +16,13 @@ inside one NPU partition.
 What cannot be folded (a shape fed by activations, an op outside the list) leaves the RESHAPE's
 output with a shape known only at run time: :attr:`FoldResult.dynamic` lists those tensors and
 every tensor computed from them, and the nodes that touch them stay on the CPU.
+
+The pass also infers every output shape it has a rule for (:func:`infer_shapes`: convolutions,
+pools, elementwise ops, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND, ...), from the input shapes and the
+constant operands, as TFLite's kernels compute them at their prepare. The converter stores
+placeholders for some outputs (SPACE_TO_BATCH_ND's batch is ``N * prod(block)`` at run time, but the
+model says N): the inferred shape replaces the stored one. An op without a rule keeps its stored
+shape only while all its inputs keep theirs; below a corrected shape its outputs are dynamic.
 """
 
 from __future__ import annotations
@@ -140,7 +147,7 @@ def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.floor_divide(a, b)
 
 
-def _evaluate(graph: Graph, node: OpNode, values: dict[int, np.ndarray]) -> np.ndarray:
+def _evaluate(tensors: dict[int, TensorInfo], node: OpNode, values: dict[int, np.ndarray]) -> np.ndarray:
     """The value of ``node``'s one integer output, or :class:`NotFoldable`."""
 
     def value(k: int) -> np.ndarray:
@@ -151,7 +158,7 @@ def _evaluate(graph: Graph, node: OpNode, values: dict[int, np.ndarray]) -> np.n
 
     op = node.op
     if op == "SHAPE":
-        x = graph.tensors[node.inputs[0]]
+        x = tensors[node.inputs[0]]
         if any(d < 1 for d in x.shape):
             raise NotFoldable(f"SHAPE of a tensor of unknown shape {list(x.shape)}")
         return np.array(x.shape, dtype=np.int64)
@@ -185,6 +192,209 @@ def _evaluate(graph: Graph, node: OpNode, values: dict[int, np.ndarray]) -> np.n
     raise NotFoldable(f"{op} is not a shape computation")
 
 
+# --- shape inference ---------------------------------------------------------------------------------
+Shape = tuple[int, ...]
+
+#: Ops whose output has their first input's shape.
+SAME_SHAPE = frozenset(
+    {
+        "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "TANH", "HARD_SWISH", "LEAKY_RELU",
+        "QUANTIZE", "DEQUANTIZE", "SOFTMAX", "LOG_SOFTMAX", "NEG", "ABS", "RSQRT", "SQRT", "EXP",
+        "LOG", "ELU", "GELU", "FLOOR", "CEIL", "ROUND", "SIN", "COS", "SQUARE", "CAST",
+        "L2_NORMALIZATION", "LOCAL_RESPONSE_NORMALIZATION",
+    }
+)  # fmt: skip
+#: Ops whose output is their two inputs' broadcast shape.
+BROADCAST = frozenset(
+    {
+        "ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "FLOOR_DIV",
+        "FLOOR_MOD", "POW", "PRELU", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL",
+        "NOT_EQUAL",
+    }
+)  # fmt: skip
+REDUCTIONS = frozenset({"MEAN", "SUM", "REDUCE_PROD"})  # the ones whose keep_dims the graph carries
+
+
+def _window_out(padding: str, size: int, k: int, stride: int, dilation: int) -> int:
+    """TFLite's ComputeOutSize (kernels/padding.h)."""
+    if stride < 1 or dilation < 1 or k < 1:
+        raise NotFoldable(f"stride {stride}, dilation {dilation} or window {k} below 1")
+    eff = (k - 1) * dilation + 1
+    if padding == "SAME":
+        out = (size + stride - 1) // stride
+    elif padding == "VALID":
+        out = (size + stride - eff) // stride
+    else:
+        raise NotFoldable(f"padding {padding!r}")
+    if out < 1:
+        raise NotFoldable(f"window {k} (dilation {dilation}) over {size} leaves no output")
+    return out
+
+
+def _block_and_pads(
+    node: OpNode, values: dict[int, np.ndarray], rank: int
+) -> tuple[list[int], list[list[int]]]:
+    """SPACE_TO_BATCH_ND's / BATCH_TO_SPACE_ND's constant block_shape and paddings / crops."""
+    if len(node.inputs) != 3 or any(t not in values for t in node.inputs[1:]):
+        raise NotFoldable(f"{node.op} with block_shape or {'crops' if 'BATCH_TO' in node.op else 'paddings'} "
+                          "known only at run time")  # fmt: skip
+    block = [int(b) for b in np.ravel(values[node.inputs[1]])]
+    pads = np.asarray(values[node.inputs[2]]).reshape(-1, 2).tolist()
+    if rank not in (3, 4) or len(block) != rank - 2 or len(pads) != len(block):
+        raise NotFoldable(f"{node.op} of rank {rank} with block_shape {block}")
+    if min(block) < 1 or min(min(p) for p in pads) < 0:
+        raise NotFoldable(f"{node.op} with block_shape {block} and {pads}")
+    return block, pads
+
+
+def _space_to_batch(shape: Shape, block: list[int], pads: list[list[int]]) -> Shape:
+    spatial = []
+    for size, b, (before, after) in zip(shape[1:], block, pads, strict=False):
+        if (size + before + after) % b:
+            raise NotFoldable(f"padded size {size + before + after} is not a multiple of the block {b}")
+        spatial.append((size + before + after) // b)
+    return (shape[0] * int(np.prod(block)), *spatial, *shape[1 + len(block) :])
+
+
+def _batch_to_space(shape: Shape, block: list[int], crops: list[list[int]]) -> Shape:
+    count = int(np.prod(block))
+    if shape[0] % count:
+        raise NotFoldable(f"batch {shape[0]} is not a multiple of the block size {count}")
+    spatial = []
+    for size, b, (before, after) in zip(shape[1:], block, crops, strict=False):
+        out = size * b - before - after
+        if out < 0:
+            raise NotFoldable(f"crops {before}, {after} exceed {size * b}")
+        spatial.append(out)
+    return (shape[0] // count, *spatial, *shape[1 + len(block) :])
+
+
+def infer_shapes(
+    tensors: dict[int, TensorInfo], node: OpNode, values: dict[int, np.ndarray]
+) -> list[Shape] | None:
+    """The shapes of ``node``'s outputs as TFLite's kernel computes them at prepare, from the input
+    shapes in ``tensors`` and the constant operands in ``values``; None for an op without a rule.
+    Raises :class:`NotFoldable` when the rule cannot give them (an operand known only at run time)."""
+    op = node.op
+
+    def shape(k: int) -> Shape:
+        if k >= len(node.inputs) or node.inputs[k] < 0:
+            raise NotFoldable(f"{op} without input {k}")
+        return tuple(tensors[node.inputs[k]].shape)
+
+    def value(k: int) -> np.ndarray:
+        if k >= len(node.inputs) or node.inputs[k] not in values:
+            raise NotFoldable(f"operand {k} of {op} is known only at run time")
+        return values[node.inputs[k]]
+
+    if op in SAME_SHAPE:
+        return [shape(0)] * len(node.outputs)
+    if op in BROADCAST:
+        return [tuple(int(d) for d in np.broadcast_shapes(shape(0), shape(1)))]
+    if op in ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D"):
+        x = shape(0)
+        if len(x) != 4:
+            raise NotFoldable(f"{op} of a rank-{len(x)} input")
+        if op in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            w = shape(1)
+            if len(w) != 4:
+                raise NotFoldable(f"{op} with a rank-{len(w)} filter")
+            kh, kw, channels = w[1], w[2], w[0] if op == "CONV_2D" else w[3]
+            dh, dw = int(node.option("dilation_h_factor")), int(node.option("dilation_w_factor"))
+        else:
+            kh, kw, channels = int(node.option("filter_height")), int(node.option("filter_width")), x[3]
+            dh = dw = 1
+        padding = node.option("padding")
+        oh = _window_out(padding, x[1], kh, int(node.option("stride_h")), dh)
+        ow = _window_out(padding, x[2], kw, int(node.option("stride_w")), dw)
+        return [(x[0], oh, ow, channels)]
+    if op == "FULLY_CONNECTED":
+        x, w = shape(0), shape(1)
+        if len(w) != 2 or not x or w[1] < 1 or int(np.prod(x)) % w[1]:
+            raise NotFoldable(f"FULLY_CONNECTED of {list(x)} with weights {list(w)}")
+        if node.options.get("keep_num_dims", False):
+            return [(*x[:-1], w[0])]
+        return [(int(np.prod(x)) // w[1], w[0])]
+    if op == "CONCATENATION":
+        parts = [shape(k) for k in range(len(node.inputs))]
+        axis = _axis(int(node.option("axis")), len(parts[0]))
+        if any(len(p) != len(parts[0]) or p[:axis] + p[axis + 1 :] != parts[0][:axis] + parts[0][axis + 1 :]
+               for p in parts):  # fmt: skip
+            raise NotFoldable(f"CONCATENATION of {parts}")
+        return [(*parts[0][:axis], sum(p[axis] for p in parts), *parts[0][axis + 1 :])]
+    if op in ("PAD", "PADV2", "MIRROR_PAD"):
+        x, pads = shape(0), np.asarray(value(1)).reshape(-1, 2)
+        if len(pads) != len(x) or np.any(pads < 0):
+            raise NotFoldable(f"{op} of {list(x)} by {pads.tolist()}")
+        return [tuple(int(d + a + b) for d, (a, b) in zip(x, pads, strict=True))]
+    if op == "SPACE_TO_BATCH_ND":
+        x = shape(0)
+        return [_space_to_batch(x, *_block_and_pads(node, values, len(x)))]
+    if op == "BATCH_TO_SPACE_ND":
+        x = shape(0)
+        return [_batch_to_space(x, *_block_and_pads(node, values, len(x)))]
+    if op in REDUCTIONS:
+        x, axes = shape(0), value(1)
+        norm = {_axis(int(a), len(x)) for a in np.ravel(axes)}
+        if node.options.get("keep_dims", False):
+            return [tuple(1 if a in norm else d for a, d in enumerate(x))]
+        return [tuple(d for a, d in enumerate(x) if a not in norm)]
+    if op == "TRANSPOSE":
+        x, perm = shape(0), [int(p) for p in np.ravel(value(1))]
+        if sorted(perm) != list(range(len(x))):
+            raise NotFoldable(f"TRANSPOSE of {list(x)} by {perm}")
+        return [tuple(x[p] for p in perm)]
+    if op in ("DEPTH_TO_SPACE", "SPACE_TO_DEPTH"):
+        x, b = shape(0), int(node.options.get("block_size", 0))
+        if len(x) != 4 or b < 1:
+            raise NotFoldable(f"{op} of {list(x)} with block_size {b}")
+        if op == "DEPTH_TO_SPACE":
+            if x[3] % (b * b):
+                raise NotFoldable(f"DEPTH_TO_SPACE of depth {x[3]} by {b}")
+            return [(x[0], x[1] * b, x[2] * b, x[3] // (b * b))]
+        if x[1] % b or x[2] % b:
+            raise NotFoldable(f"SPACE_TO_DEPTH of {list(x)} by {b}")
+        return [(x[0], x[1] // b, x[2] // b, x[3] * b * b)]
+    if op in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"):
+        x, size = shape(0), [int(v) for v in np.ravel(value(1))]
+        if len(x) != 4 or len(size) != 2 or min(size) < 1:
+            raise NotFoldable(f"{op} of {list(x)} to {size}")
+        return [(x[0], size[0], size[1], x[3])]
+    if op == "SLICE":
+        x, begin, size = shape(0), np.ravel(value(1)), np.ravel(value(2))
+        if len(begin) != len(x) or len(size) != len(x):
+            raise NotFoldable(f"SLICE of {list(x)} at {begin.tolist()} size {size.tolist()}")
+        out = []
+        for d, b, n in zip(x, begin, size, strict=True):
+            n = d - int(b) if n == -1 else int(n)
+            if b < 0 or n < 0 or b + n > d:
+                raise NotFoldable(f"SLICE of {list(x)} at {begin.tolist()} size {size.tolist()}")
+            out.append(n)
+        return [tuple(out)]
+    if op == "STRIDED_SLICE":
+        x = shape(0)
+        view = np.broadcast_to(np.zeros((), np.int8), x)  # no memory: only the shape matters
+        return [tuple(_strided_slice(node, view, value(1), value(2), value(3)).shape)]
+    if op in ("SPLIT", "SPLIT_V"):
+        x = shape(1 if op == "SPLIT" else 0)
+        axis = _axis(int(np.ravel(value(0 if op == "SPLIT" else 2))[0]), len(x))
+        count = len(node.outputs)
+        if op == "SPLIT":
+            if x[axis] % count:
+                raise NotFoldable(f"SPLIT of {x[axis]} into {count}")
+            sizes = [x[axis] // count] * count
+        else:
+            sizes = [int(v) for v in np.ravel(value(1))]
+            if sizes.count(-1) > 1 or len(sizes) != count:
+                raise NotFoldable(f"SPLIT_V into {sizes}")
+            if -1 in sizes:
+                sizes[sizes.index(-1)] = x[axis] - (sum(sizes) + 1)
+            if min(sizes) < 0 or sum(sizes) != x[axis]:
+                raise NotFoldable(f"SPLIT_V of {x[axis]} into {sizes}")
+        return [(*x[:axis], n, *x[axis + 1 :]) for n in sizes]
+    return None
+
+
 # --- the pass -------------------------------------------------------------------------------------
 def reshape_output_shape(input_shape: tuple[int, ...], requested: Iterable[int]) -> tuple[int, ...]:
     """RESHAPE's output shape from its shape operand (one -1 takes the remaining elements)."""
@@ -213,6 +423,7 @@ def fold_shapes(graph: Graph, dynamic: Iterable[int] = ()) -> FoldResult:
         i: t.data for i, t in tensors.items() if t.data is not None and t.dtype in INT_TYPES
     }
     unknown_shape = set(dynamic)
+    changed: set[int] = set()  # tensors whose stored shape was a placeholder
     folded: set[int] = set()
 
     for node in graph.nodes:
@@ -225,22 +436,26 @@ def fold_shapes(graph: Graph, dynamic: Iterable[int] = ()) -> FoldResult:
                 continue
             out = node.outputs[0]
             try:
-                result = _evaluate(graph, node, values)
+                result = _evaluate(tensors, node, values)
             except (NotFoldable, IndexError, ValueError):
                 pass
             else:
                 data = np.array(result, dtype=tensors[out].dtype)  # an array even for a 0-d result
                 data.flags.writeable = False
                 values[out] = data
+                if tensors[out].shape != data.shape:
+                    changed.add(out)
                 tensors[out] = dataclasses.replace(tensors[out], shape=tuple(data.shape), data=data)
                 folded.add(node.index)
                 continue
         operand = SHAPE_OPERANDS.get(node.op)
         if operand is not None and len(node.inputs) > operand and node.inputs[operand] >= 0:
-            _set_output_shape(tensors, node, operand, values, unknown_shape)
+            _set_output_shape(tensors, node, operand, values, unknown_shape, changed)
             continue
         if any(t in unknown_shape for t in ins):
             unknown_shape.update(node.outputs)
+            continue
+        _infer_outputs(tensors, node, values, unknown_shape, changed)
     new = Graph(tensors=tensors, nodes=graph.nodes, inputs=graph.inputs, outputs=graph.outputs)
     return FoldResult(graph=new, folded=frozenset(folded), dynamic=frozenset(unknown_shape))
 
@@ -251,6 +466,7 @@ def _set_output_shape(
     operand: int,
     values: dict[int, np.ndarray],
     unknown_shape: set[int],
+    changed: set[int],
 ) -> None:
     """A RESHAPE's or TRANSPOSE_CONV's output shape from its (folded) shape operand, else dynamic."""
     out = node.outputs[0]
@@ -272,3 +488,28 @@ def _set_output_shape(
         return
     if tensors[out].shape != shape:  # the model's declared shape is a placeholder: the value rules
         tensors[out] = dataclasses.replace(tensors[out], shape=shape)
+        changed.add(out)
+
+
+def _infer_outputs(
+    tensors: dict[int, TensorInfo],
+    node: OpNode,
+    values: dict[int, np.ndarray],
+    unknown_shape: set[int],
+    changed: set[int],
+) -> None:
+    """Give ``node``'s outputs their inferred shapes (:func:`infer_shapes`). Where there is no rule,
+    or it cannot give them, the stored shapes stand while every input has its stored shape;
+    below a corrected one they are unproven: dynamic."""
+    try:
+        shapes = infer_shapes(tensors, node, values)
+    except (NotFoldable, IndexError, ValueError):
+        shapes = None
+    if shapes is None or len(shapes) != len(node.outputs):
+        if any(t in changed for t in node.inputs if t >= 0):
+            unknown_shape.update(node.outputs)
+        return
+    for out, shape in zip(node.outputs, shapes, strict=True):
+        if tensors[out].shape != shape:  # a placeholder in the model: TFLite's prepare resizes it
+            tensors[out] = dataclasses.replace(tensors[out], shape=shape)
+            changed.add(out)
