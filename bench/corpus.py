@@ -105,14 +105,19 @@ def run_exact(model: bytes, runtime: str, device: str, lib_path: str | None = No
     return ExactRun(got, want, placement, dict(sorted(reasons.items())))
 
 
+MIN_GROUP_SECONDS = 0.2  # a timing group lasts at least this long: small models get enough invokes
+
+
 def _median_invoke_ms(interp: Any, inputs: Sequence[np.ndarray], runs: int) -> float:
+    """Median of at least ``runs`` invokes, and of as many more as fit in ``MIN_GROUP_SECONDS``."""
     import time
 
     from delegate_teflon.run import invoke
 
     invoke(interp, inputs)  # warm-up: first-touch of the arena and the plans
-    samples = []
-    for _ in range(runs):
+    samples: list[float] = []
+    start = time.perf_counter()
+    while len(samples) < runs or time.perf_counter() - start < MIN_GROUP_SECONDS:
         t0 = time.perf_counter()
         interp.invoke()
         samples.append(1000 * (time.perf_counter() - t0))
@@ -187,7 +192,12 @@ def replace_between_markers(text: str, body: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="shim", help="shim (default), kernel, or /dev/accel/accelN")
-    parser.add_argument("--runs", type=int, default=15, help="timed invokes per model and path (default 15)")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=15,
+        help="the fewest timed invokes per model and path (default 15; fast models get more)",
+    )
     parser.add_argument("--only", action="append", help="a model name (repeatable)")
     parser.add_argument("--runtime", default="ai_edge_litert", choices=("ai_edge_litert", "tflite_runtime"))
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
