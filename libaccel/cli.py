@@ -1,56 +1,199 @@
-"""``accel``: look at vnpu devices from the shell.
+"""``accel``: the vnpu device at the ioctl level, from the shell (docs/tools.md).
 
-    accel list                       one line per vnpu device: node, PCI slot, driver, sysfs path
-    accel info [--device PATH|shim]  every GET_PARAM value, the driver name and version
+    accel list [--device NODE|shim]             vnpu devices: node, PCI slot, driver, firmware, ISA
+    accel info [--device NODE|shim]             every GET_PARAM value decoded, the driver's version
+    accel session [SCRIPT|-] [-e CMD]...        bo/submit/wait commands in one open device
+    accel submit STREAM --bo NAME=FILE[:rw]...  assemble, fill BOs, submit, wait, write BOs out
+    accel state [--json]                        vnpu.ko's debugfs, pretty-printed
 
-Errors are one line on stderr with a non-zero exit status.
+``--device`` takes a node path, ``kernel`` (the first vnpu node) or ``shim`` (the in-process
+device model); the default is $VNPU_DEVICE, else the first kernel device. ``--json`` prints
+machine-readable output instead of tables.
+
+Exit codes: 0 success; 1 an ioctl or the device failed; 2 a bad command line, file or
+stream source; 3 the job ran and failed, or a wait timed out. Errors are one line on
+stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Any
 
-from libaccel import Device
-from libaccel.discovery import list_devices
+from libaccel import decode
+from libaccel.device import Device
+from libaccel.discovery import SHIM, list_devices
 from libaccel.errors import AccelError
+from libaccel.session import (
+    EXIT_ERROR,
+    EXIT_OK,
+    ArgumentParser,
+    JobFailed,
+    ParseError,
+    Session,
+    UsageError,
+    add_bo_commands,
+    add_submit_command,
+    add_wait_command,
+    error_code,
+    run_session,
+)
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    all_rows = [headers, *rows]
+    widths = [max(len(r[i]) for r in all_rows) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in all_rows)
+
+
+def read_params(dev: Device) -> list[dict[str, Any]]:
+    """Every parameter of the header's enum, read with GET_PARAM; one the driver lacks says so."""
+    out = []
+    for p in decode.params():
+        entry: dict[str, Any] = {"name": p.name, "param": p.number}
+        try:
+            value = dev.get_param(p.number)
+        except AccelError as e:
+            entry.update(value=None, text=f"unsupported ({decode.errno_name(e.errno)})")
+        else:
+            entry.update(value=value, text=decode.format_param(p, value))
+            if p.enumerator == "DRM_VNPU_PARAM_CAPABILITIES":
+                entry["names"] = decode.capability_names(value)
+        out.append(entry)
+    return out
+
+
+def device_summary(dev: Device) -> dict[str, Any]:
+    name, version = dev.version()
+    params = read_params(dev)
+    return {
+        "device": dev.path,
+        "kind": dev.kind,
+        "driver": name,
+        "driver_version": ".".join(map(str, version)),
+        "params": params,
+    }
+
+
+def _param_text(summary: dict[str, Any], name: str) -> str:
+    return next((p["text"] for p in summary["params"] if p["name"] == name), "-")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    devices = list_devices()
-    for d in devices:
-        print(d)
-    if not devices:
+    rows = []
+    records = []
+    if args.device is not None:
+        targets = [(args.device, "-", "")]
+    else:
+        targets = [(d.node, d.pci_slot, d.sys_path) for d in list_devices()]
+    if not targets:
         print(
-            "accel: no vnpu devices (load vnpu.ko in the QEMU guest; or use --device shim)", file=sys.stderr
+            "accel: no vnpu devices under /sys/class/accel (load vnpu.ko in the QEMU guest; "
+            "without one: accel list --device shim)",
+            file=sys.stderr,
         )
-        return 1
-    return 0
+        return EXIT_ERROR
+    for node, slot, sys_path in targets:
+        with Device.open(node) as dev:
+            s = device_summary(dev)
+        driver = f"{s['driver']} {s['driver_version']}" + (" (in-process shim)" if s["kind"] == SHIM else "")
+        fw, isa_v = _param_text(s, "fw_version"), _param_text(s, "isa_version")
+        rows.append([s["device"], slot, driver, fw, isa_v])
+        records.append({**s, "pci_slot": None if slot == "-" else slot, "sys_path": sys_path or None})
+    if args.json:
+        print(json.dumps(records, indent=2))
+    else:
+        print(table(["DEVICE", "PCI", "DRIVER", "FIRMWARE", "ISA"], rows))
+    return EXIT_OK
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     with Device.open(args.device) as dev:
-        name, (major, minor, patch) = dev.version()
-        print(f"device: {dev.path} ({dev.kind})")
-        print(f"driver: {name} {major}.{minor}.{patch}")
-        for key, value in dev.params.describe():
-            print(f"{key}: {value}")
-    return 0
+        s = device_summary(dev)
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return EXIT_OK
+    print(f"device: {s['device']} ({s['kind']})")
+    print(f"driver: {s['driver']} {s['driver_version']}")
+    for p in s["params"]:
+        print(f"{p['name']}: {p['text']}")
+    return EXIT_OK
+
+
+def cmd_session(args: argparse.Namespace) -> int:
+    return run_session(Device.open(args.device), args.script, args.command_list, args.json, args.keep_going)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    session = Session(Device.open(args.device), json=args.json)
+    try:
+        return args.run(session, args)
+    finally:
+        session.close()
+
+
+def cmd_needs_session(args: argparse.Namespace) -> int:
+    words = " ".join(args.argv)
+    words = words.replace("'", "")
+    raise UsageError(
+        f"'{words}' needs a device file that stays open: a BO or syncobj lives as long as its file, "
+        f"and this process would close it at once; run it in a session: accel session -e '{words}' ..."
+    )
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    from libaccel import debugfs
+
+    return debugfs.main(args)
+
+
+def build_parser() -> ArgumentParser:
+    ap = ArgumentParser(prog="accel", description="The vnpu NPU at the ioctl level (docs/tools.md).")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+
+    def device_opts(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--device", help="node path, 'kernel' or 'shim' (default: $VNPU_DEVICE, else first)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("list", help="list vnpu devices")
+    device_opts(p)
+    p.set_defaults(func=cmd_list)
+    p = sub.add_parser("info", help="a device's parameters, decoded")
+    device_opts(p)
+    p.set_defaults(func=cmd_info)
+    p = sub.add_parser("session", help="run bo/submit/wait commands in one open device")
+    device_opts(p)
+    p.add_argument("script", nargs="?", help="file of commands, or - for stdin (default: a prompt)")
+    p.add_argument("-e", dest="command_list", action="append", default=[], metavar="CMD", help="a command")
+    p.add_argument("--keep-going", action="store_true", help="run every command even after a failure")
+    p.set_defaults(func=cmd_session)
+    p = add_submit_command(sub)
+    device_opts(p)
+    p.set_defaults(func=cmd_submit)
+    # bo and wait parse here as in a session, then say why they need one.
+    for p in (add_bo_commands(sub), add_wait_command(sub)):
+        p.set_defaults(func=cmd_needs_session)
+    p = sub.add_parser("state", help="vnpu.ko's debugfs state, counters and open files")
+    device_opts(p)
+    p.set_defaults(func=cmd_state)
+    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="accel", description="Inspect vnpu NPU devices.")
-    sub = ap.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list vnpu devices").set_defaults(func=cmd_list)
-    info = sub.add_parser("info", help="show a device's parameters")
-    info.add_argument("--device", help="device node, 'kernel' or 'shim' (default: $VNPU_DEVICE, else first)")
-    info.set_defaults(func=cmd_info)
-    args = ap.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        args = build_parser().parse_args(argv)
+        args.argv = argv
         return args.func(args)
-    except AccelError as e:
-        print(f"accel: {e}", file=sys.stderr)
-        return 1
+    except (UsageError, JobFailed, AccelError) as e:
+        code, message = error_code(e)
+        if message:
+            print(message if isinstance(e, ParseError) else f"accel: {message}", file=sys.stderr)
+        return code
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

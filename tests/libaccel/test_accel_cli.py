@@ -1,0 +1,285 @@
+"""`accel` on the shim: list/info decoding, sessions with named BOs, submit, wait, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from libaccel import cli, decode
+from libaccel.session import hexdump
+from uapi import bindings
+from uapi.isa import SPEC
+
+COPY_S = """\
+# dst = src, 64 int8 values
+TENSOR slot=0 dtype=INT8 va=src n=1 h=1 w=1 c=64 stride_c=1
+TENSOR slot=1 dtype=INT8 va=dst n=1 h=1 w=1 c=64 stride_c=1
+COPY src=0 dst=1
+END
+"""
+# COPY between tensors of different shapes: the device fails the job with -EIO at run time.
+BAD_COPY_S = COPY_S.replace("va=dst n=1 h=1 w=1 c=64", "va=dst n=1 h=1 w=1 c=32")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.bin").write_bytes(bytes(range(64)))
+    (tmp_path / "copy.s").write_text(COPY_S)
+    (tmp_path / "bad.s").write_text(BAD_COPY_S)
+    return tmp_path
+
+
+def test_info_json_decodes_every_param_of_the_header(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "info", "--device", "shim", "--json")
+    assert code == 0
+    info = json.loads(out)
+    enum = bindings.ffi.typeof("enum drm_vnpu_param").elements
+    assert [p["param"] for p in info["params"]] == sorted(enum)
+    by_name = {p["name"]: p for p in info["params"]}
+    assert by_name["isa_version"]["value"] == SPEC.version
+    assert by_name["isa_version"]["text"] == f"{SPEC.version_major}.{SPEC.version_minor}"
+    caps = by_name["capabilities"]
+    expected = [
+        n[len("DRM_VNPU_CAP_") :] for n, bit in bindings.CONSTANTS.items() if n.startswith("DRM_VNPU_CAP_")
+    ]
+    assert sorted(caps["names"]) == sorted(
+        n for n in expected if caps["value"] & bindings.CONSTANTS[f"DRM_VNPU_CAP_{n}"]
+    )
+    assert "READ_ONLY_BO" in caps["names"] and caps["text"].startswith(f"{caps['value']:#x} (")
+
+
+def test_param_formats_follow_the_kernel_doc() -> None:
+    p = {x.name: x for x in decode.params()}
+    assert decode.format_param(p["fw_version"], 0x010203) == "1.2.3"
+    assert decode.format_param(p["isa_version"], 0x0002_0001) == "2.1"
+    assert decode.format_param(p["va_size"], 1 << 30) == "1 GiB (0x40000000)"
+    assert decode.capability_names(0b1 | 1 << 40) == ["READ_ONLY_BO", "0x10000000000"]
+    assert decode.version_layout("as (major << 16) | (minor << 8) | patch") == [
+        ("major", 16, 16),
+        ("minor", 8, 8),
+        ("patch", 0, 8),
+    ]
+
+
+def test_list_shim_is_a_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "list", "--device", "shim")
+    assert code == 0
+    header, row = out.splitlines()
+    assert header.split() == ["DEVICE", "PCI", "DRIVER", "FIRMWARE", "ISA"]
+    assert row.startswith("shim ") and "(in-process shim)" in row
+    code, out, _ = run(capsys, "list", "--device", "shim", "--json")
+    (record,) = json.loads(out)
+    assert record["kind"] == "shim" and record["pci_slot"] is None
+
+
+def test_submit_assembles_with_bo_names_and_writes_outputs(
+    files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(
+        capsys,
+        "submit",
+        "copy.s",
+        "--device",
+        "shim",
+        "--bo",
+        "src=in.bin",
+        "--bo",
+        "dst=64",
+        "--out",
+        "dst=out.bin",
+    )
+    assert (code, err) == (0, "")
+    assert "job:      ok" in out and "fault_va: -" in out and "time:" in out
+    assert "src:r@0x100000, dst:w@0x101000" in out
+    assert (files / "out.bin").read_bytes() == bytes(range(64))
+    # without --out, a BO is listed for reading only: the kernel's stream check refuses the write
+    code, _, err = run(capsys, "submit", "copy.s", "--device", "shim", "--bo", "src=in.bin", "--bo", "dst=64")
+    assert code == 1 and err.startswith("accel: DRM_IOCTL_VNPU_SUBMIT failed: EACCES")
+    code, out, _ = run(
+        capsys, "submit", "copy.s", "--device", "shim", "--bo", "src=in.bin", "--bo", "dst=64:w", "--json"
+    )
+    record = json.loads(out)
+    assert record["status"] == 0 and record["fault_va"] is None and record["time_ms"] > 0
+    assert [(b["name"], b["mode"]) for b in record["bos"]] == [("src", "r"), ("dst", "w")]
+
+
+def test_submit_failed_job_exits_3_with_the_status(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys, "submit", "bad.s", "--device", "shim", "--bo", "src=in.bin", "--bo", "dst=64:w", "--json"
+    )
+    assert code == 3
+    assert json.loads(out)["status"] == -5  # -EIO
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["submit", "nope.s", "--bo", "src=in.bin"], "nope.s: No such file or directory"),
+        (
+            ["submit", "copy.s", "--bo", "src=in.bin"],
+            "copy.s:3:29: TENSOR.va: unknown symbol 'dst' (known: src)",
+        ),
+        (["submit", "copy.s", "--bo", "src=missing.bin"], "--bo src=missing.bin: no such file"),
+        (["submit", "copy.s", "--bo", "1x=4K"], "NAME must be an identifier"),
+        (["submit", "copy.s", "--bo", "src=in.bin", "--out", "dst=o.bin"], "no BO named 'dst'"),
+        (["bo", "create", "a", "4K"], "run it in a session: accel session -e 'bo create a 4K'"),
+        (["wait", "bo", "a"], "needs a device file that stays open"),
+        (["frob"], "invalid choice: 'frob'"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(
+    files: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    if argv[0] == "submit":
+        argv = [*argv, "--device", "shim"]
+    code, out, err = run(capsys, *argv)
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("accel") and message in err, err
+
+
+def test_session_script_keeps_bos_between_commands(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (files / "script").write_text(
+        "bo create src in.bin\n"
+        "bo create dst 64   # zero-filled\n"
+        "\n"
+        "submit copy.s --bo src --bo dst:w --syncobj done --no-wait\n"
+        "wait syncobj done\n"
+        "wait bo dst\n"
+        "bo dump dst --dtype int8 --shape 4,16\n"
+        "bo dump dst --out dst.npy --dtype int8 --shape 4,16\n"
+        "bo list\n"
+        "bo info dst\n"
+        "bo close src\n"
+        "bo list\n"
+    )
+    code, out, err = run(capsys, "session", "script", "--device", "shim")
+    assert (code, err) == (0, "")
+    assert "done: signaled" in out
+    assert "dst: int8[4, 16]\n[[ 0  1  2" in out
+    assert np.array_equal(np.load(files / "dst.npy"), np.arange(64, dtype=np.int8).reshape(4, 16))
+    listings = [line for line in out.splitlines() if line.startswith(("src ", "dst "))]
+    assert [x.split()[0] for x in listings] == ["src", "dst", "dst"]
+    assert "va:          0x101000..0x102000" in out
+
+
+def test_session_stops_at_the_first_failure_with_its_place(
+    files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(
+        capsys,
+        "session",
+        "--device",
+        "shim",
+        "-e",
+        "bo create src in.bin",
+        "-e",
+        "submit bad.s --bo src --bo dst=64:w",
+        "-e",
+        "bo list",
+    )
+    assert code == 3
+    assert "job:      failed: EIO" in out and "NAME" not in out  # bo list did not run
+    code, out, err = run(
+        capsys, "session", "--device", "shim", "--json", "--keep-going", "-e", "bo dump x", "-e", "bo list"
+    )
+    assert code == 2 and err == "accel: -e:1: no BO named 'x' in this session (BOs: none yet)\n"
+    assert json.loads(out) == {"command": "bo list", "bos": []}
+
+
+def test_bo_dump_hexdump_and_bounds(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys,
+        "session",
+        "--device",
+        "shim",
+        "-e",
+        "bo create a in.bin",
+        "-e",
+        "bo dump a --offset 16 --length 20",
+    )
+    assert code == 0
+    assert out.splitlines()[1:] == [
+        "00000010  10 11 12 13 14 15 16 17  18 19 1a 1b 1c 1d 1e 1f  |................|",
+        '00000020  20 21 22 23                                       | !"#|',
+        "00000024",
+    ]
+    code, _, err = run(
+        capsys,
+        "session",
+        "--device",
+        "shim",
+        "-e",
+        "bo create a 16",
+        "-e",
+        "bo dump a --dtype int32 --shape 8",
+    )
+    assert code == 2 and "int32[8] needs 32 bytes; a has 16" in err
+    assert hexdump(bytes(64)) == (
+        "00000000  00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00  |................|\n*\n"
+        "00000030  00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00  |................|\n00000040\n"
+    )
+
+
+# What vnpu_debugfs.c prints (its seq_printf formats), for the parser.
+STATE = """status: 0x1
+ready: 1
+isa_version: 0x10001
+caps: 0x7
+sq head 12 tail 11
+last seqno 12
+"""
+FILES = "# ctx pid bos bo_bytes jobs_in_flight\nctx 1 pid 1 bos 3 bo_bytes 12288 jobs_in_flight 0\n"
+
+
+def test_state_parses_and_prints_debugfs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from libaccel import debugfs
+
+    d = tmp_path / "accel" / "0000:00:04.0"
+    d.mkdir(parents=True)
+    (d / "state").write_text(STATE)
+    (d / "counters").write_text("files: 1\nbos: 3\n")
+    (d / "files").write_text(FILES)
+    monkeypatch.setattr(debugfs, "DEBUGFS", tmp_path)
+    code, out, _ = run(capsys, "state", "--json")
+    assert code == 0
+    state = json.loads(out)
+    assert state["state"] == {
+        "status": 1,
+        "ready": 1,
+        "isa_version": 0x10001,
+        "caps": 7,
+        "sq": {"head": 12, "tail": 11},
+        "last_seqno": 12,
+    }
+    assert state["counters"] == {"files": 1, "bos": 3}
+    assert state["files"] == [
+        {
+            "ctx": 1,
+            "pid": 1,
+            "bos": 3,
+            "bo_bytes": 12288,
+            "jobs_in_flight": 0,
+            "command": state["files"][0]["command"],
+        }
+    ]
+    code, out, _ = run(capsys, "state")
+    assert "  caps         0x7 (READ_ONLY_BO, PER_CHANNEL_QUANT, RESET_RECOVERY)" in out
+    assert "  isa_version  0x10001 (1.1)" in out and "  sq           head 12 tail 11" in out
+    assert "  CTX  PID  BOS  BO_BYTES  JOBS_IN_FLIGHT  COMMAND" in out
+    code, _, err = run(capsys, "state", "--device", "shim")
+    assert code == 1 and "the shim has no debugfs" in err
+    monkeypatch.setattr(debugfs, "DEBUGFS", tmp_path / "none")
+    code, _, err = run(capsys, "state")
+    assert code == 1 and "debugfs is not mounted" in err
