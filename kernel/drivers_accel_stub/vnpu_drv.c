@@ -23,6 +23,7 @@
 #include <drm/drm_ioctl.h>
 #include <drm/drm_print.h>
 
+#include "vnpu_cmdbuf.h"
 #include "vnpu_drv.h"
 #include "vnpu_gem.h"
 #include "vnpu_io.h"
@@ -41,6 +42,7 @@ static void vnpu_ctx_release(struct kref *ref)
 	struct vnpu_ctx *ctx = container_of(ref, struct vnpu_ctx, ref);
 	struct vnpu_device *vdev = ctx->vdev;
 
+	vnpu_cmdbuf_pool_fini(ctx);
 	vnpu_vm_fini(&ctx->vm);
 	ida_free(&vdev->ctx_ids, ctx->id);
 	atomic_dec(&vdev->stats.contexts);
@@ -96,6 +98,8 @@ static int vnpu_open(struct drm_device *drm, struct drm_file *file)
 
 	kref_init(&ctx->ref);
 	ctx->vdev = vdev;
+	spin_lock_init(&ctx->cmdbuf_lock);
+	INIT_LIST_HEAD(&ctx->cmdbuf_pool);
 	ctx->pid = task_tgid_nr(current);
 	drm_dev_get(drm);
 	fpriv->vdev = vdev;
@@ -121,11 +125,15 @@ static void vnpu_postclose(struct drm_device *drm, struct drm_file *file)
 	struct vnpu_device *vdev = fpriv->vdev;
 
 	/*
-	 * Queued jobs still go to the device (or are killed if the process
-	 * is exiting); jobs keep the context alive until they are freed.
+	 * Nobody can see the results of the file's jobs any more: cancel
+	 * them. Marked closed first, the jobs the entity still holds end as
+	 * soon as the scheduler hands them over, so the flush below does not
+	 * wait for the device; a job on the device is stopped by a reset.
+	 * Jobs keep the context alive until they are freed.
 	 */
-	drm_sched_entity_destroy(&fpriv->entity);
 	WRITE_ONCE(fpriv->ctx->closed, true);
+	vnpu_job_file_closed(vdev);
+	drm_sched_entity_destroy(&fpriv->entity);
 	vnpu_ctx_put(fpriv->ctx);
 	kfree(fpriv);
 	atomic_dec(&vdev->stats.files);
@@ -168,6 +176,9 @@ static int vnpu_ioctl_get_param(struct drm_device *drm, void *data, struct drm_f
 		break;
 	case DRM_VNPU_PARAM_JOB_TIMEOUT_MS:
 		args->value = vnpu_job_timeout_ms;
+		break;
+	case DRM_VNPU_PARAM_MAX_IN_SYNCOBJS:
+		args->value = VNPU_MAX_IN_SYNCOBJS;
 		break;
 	default:
 		return -EINVAL;

@@ -15,6 +15,7 @@
 #include <linux/pci.h>
 #include <linux/spinlock.h>
 #include <linux/wait.h>
+#include <linux/workqueue.h>
 
 #include <drm/drm_device.h>
 #include <drm/drm_file.h>
@@ -30,6 +31,7 @@
 /* Limits reported through DRM_VNPU_PARAM_*. */
 #define VNPU_MAX_JOB_SIZE	BIT(20)
 #define VNPU_MAX_JOB_BOS	64U
+#define VNPU_MAX_IN_SYNCOBJS	DRM_VNPU_MAX_IN_SYNCOBJS
 #define VNPU_MAX_BO_SIZE	(256ULL << 20)
 
 /* Capabilities the driver implements whatever the device reports. */
@@ -94,6 +96,7 @@ struct vnpu_stats {
  * @next_seqno: sequence number of the next job written to the queue
  * @fence_context: dma-fence context of hardware fences
  * @idle_wq: woken whenever a job is freed (for teardown)
+ * @cancel_work: resets the device when a closed file's job is running
  * @ctx_ids: allocator of per-file context ids
  * @stats: global counters
  * @irq_completion: Linux IRQ number of the completion vector
@@ -129,6 +132,7 @@ struct vnpu_device {
 	u64 next_seqno;
 	u64 fence_context;
 	wait_queue_head_t idle_wq;
+	struct work_struct cancel_work;
 
 	struct ida ctx_ids;
 	struct vnpu_stats stats;
@@ -172,7 +176,10 @@ struct vnpu_vm {
  * @bo_count: live BOs of this file
  * @bo_bytes: their bytes
  * @jobs_in_flight: jobs submitted and not yet freed
- * @closed: the file has been closed
+ * @closed: the file has been closed: its jobs are cancelled
+ * @cmdbuf_lock: protects @cmdbuf_pool and @cmdbuf_pool_bytes
+ * @cmdbuf_pool: idle command buffers kept for reuse (vnpu_cmdbuf.c)
+ * @cmdbuf_pool_bytes: their total size
  */
 struct vnpu_ctx {
 	struct kref ref;
@@ -184,6 +191,9 @@ struct vnpu_ctx {
 	atomic64_t bo_bytes;
 	atomic_t jobs_in_flight;
 	bool closed;
+	spinlock_t cmdbuf_lock; /* see kernel-doc */
+	struct list_head cmdbuf_pool;
+	size_t cmdbuf_pool_bytes;
 };
 
 /**

@@ -20,18 +20,27 @@
  * job and drops the queued ones), the guilty job fails with -ETIMEDOUT, and
  * every other job that was on the device is written to the queue again, in
  * its original order, with its original fence: jobs of other files are
- * delayed, not failed. Jobs that are still on the device when the driver
- * unbinds fail with -ECANCELED.
+ * delayed, not failed. The device runs one job at a time in queue order, so
+ * a queued job had not started and running it again is running it once.
+ *
+ * Closing a file cancels its jobs (-ECANCELED): those the scheduler has not
+ * handed over yet end in run_job() without reaching the device; one that is
+ * running (the oldest on the device) is stopped by a reset as above, with
+ * the other files' jobs queued again; one queued behind another file's job
+ * is stopped the same way when it reaches the head of the queue, so an
+ * innocent job that has started is never aborted. Jobs that are still on
+ * the device when the driver unbinds fail with -ECANCELED.
  *
  * Latency: the scheduler's work runs on a per-CPU workqueue, so run_job()
  * runs on the CPU that submitted, and a submitter about to sleep in a
  * fence wait hands that CPU to it instead of waking an idle one (an
  * interprocessor wake-up, which a QEMU guest under TCG pays for with a host
- * thread wake-up). Streams are validated from the command BO's pinned
- * pages, without a vmap()/vunmap() pair per submission.
+ * thread wake-up). SUBMIT copies each stream from the command BO's pinned
+ * pages into a command buffer (vnpu_cmdbuf.c) and validates that copy, the
+ * one the device runs; command buffers are pooled per file, so a repeated
+ * submission maps nothing.
  */
 #include <linux/dma-resv.h>
-#include <linux/highmem.h>
 #include <linux/overflow.h>
 #include <linux/slab.h>
 #include <linux/sort.h>
@@ -49,11 +58,6 @@ static bool vnpu_validate_streams = true;
 module_param_named(validate_streams, vnpu_validate_streams, bool, 0644);
 MODULE_PARM_DESC(validate_streams,
 		 "Validate command streams before queueing (default on; off leaves isolation to the device MMU, for testing it)");
-
-/* Cap on in-syncobjs per job, to bound the copy; the header sets none. */
-#define VNPU_MAX_IN_SYNCOBJS	256U
-/* Cap on job_struct_size, to bound the zero check of unknown fields. */
-#define VNPU_MAX_JOB_STRUCT_SIZE	4096U
 
 static inline struct vnpu_job *to_vnpu_job(struct drm_sched_job *sched_job)
 {
@@ -87,8 +91,8 @@ static void vnpu_job_free(struct vnpu_job *job)
 		if (job->bos[i].bo)
 			drm_gem_object_put(&job->bos[i].bo->base.base);
 	kvfree(job->bos);
-	if (job->cmd_bo)
-		drm_gem_object_put(&job->cmd_bo->base.base);
+	if (job->cmdbuf)
+		vnpu_cmdbuf_put(job->ctx, job->cmdbuf);
 	if (job->out_syncobj)
 		drm_syncobj_put(job->out_syncobj);
 	if (job->done)
@@ -112,7 +116,7 @@ static void vnpu_job_write_sqe(struct vnpu_device *vdev, struct vnpu_job *job)
 	lockdep_assert_held(&vdev->hw_lock);
 	vnpu_wr64(vdev, sqe + VNPU_SQE_SEQNO, job->seqno);
 	vnpu_wr64(vdev, sqe + VNPU_SQE_PT_ROOT, job->ctx->vm.l1_dma);
-	vnpu_wr64(vdev, sqe + VNPU_SQE_CMD_VA, job->cmd_va);
+	vnpu_wr64(vdev, sqe + VNPU_SQE_CMD_VA, vnpu_cmdbuf_va(job->cmdbuf));
 	vnpu_wr32(vdev, sqe + VNPU_SQE_CMD_SIZE, job->cmd_size);
 	vnpu_wr32(vdev, sqe + VNPU_SQE_FLAGS, 0);
 	vnpu_wr32(vdev, sqe + VNPU_SQE_CONTEXT, job->ctx->id);
@@ -147,6 +151,15 @@ static void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, in
 		atomic64_inc(&vdev->stats.jobs_done);
 	}
 	dma_fence_signal(job->done);
+}
+
+/* Is the job the device is running one of a closed file? Called with job_lock held. */
+static bool vnpu_job_head_closed(struct vnpu_device *vdev)
+{
+	struct vnpu_job *head = list_first_entry_or_null(&vdev->active, struct vnpu_job, node);
+
+	lockdep_assert_held(&vdev->job_lock);
+	return head && READ_ONCE(head->ctx->closed);
 }
 
 /* Only the statuses the device contract allows reach userspace. */
@@ -188,6 +201,9 @@ static void vnpu_job_drain_cq(struct vnpu_device *vdev)
 			drm_dbg_driver(&vdev->drm, "completion of unknown job %llu\n", seqno);
 	}
 	vnpu_wr32(vdev, VNPU_CQ_HEAD, vdev->cq_head);
+	/* A closed file's job has started: stop it (vnpu_job_cancel_closed()). */
+	if (vnpu_job_head_closed(vdev))
+		queue_work(system_wq, &vdev->cancel_work);
 }
 
 /**
@@ -225,17 +241,24 @@ static struct dma_fence *vnpu_job_run(struct drm_sched_job *sched_job)
 	job->done = job->fence_mem;
 	job->fence_mem = NULL;
 	spin_lock_irq(&vdev->job_lock);
-	list_add_tail(&job->node, &vdev->active);
-	spin_unlock_irq(&vdev->job_lock);
-	vnpu_job_write_sqe(vdev, job);
+	if (READ_ONCE(job->ctx->closed)) {
+		/* Its file is gone and nobody can see its results. */
+		vnpu_job_complete(vdev, job, -ECANCELED, 0);
+		spin_unlock_irq(&vdev->job_lock);
+	} else {
+		list_add_tail(&job->node, &vdev->active);
+		spin_unlock_irq(&vdev->job_lock);
+		vnpu_job_write_sqe(vdev, job);
+	}
 	mutex_unlock(&vdev->hw_lock);
 	return dma_fence_get(job->done);
 }
 
 /*
  * Reset the device and settle every job it owned. @guilty (may be NULL)
- * fails with @guilty_status; the others are queued again when @requeue,
- * else they fail with -ECANCELED. Called with the scheduler stopped.
+ * fails with @guilty_status; jobs of closed files fail with -ECANCELED; the
+ * others are queued again when @requeue, else they fail with -ECANCELED.
+ * Called with the scheduler stopped.
  */
 static void vnpu_job_reset_hw(struct vnpu_device *vdev, struct vnpu_job *guilty,
 			      int guilty_status, bool requeue)
@@ -264,7 +287,7 @@ static void vnpu_job_reset_hw(struct vnpu_device *vdev, struct vnpu_job *guilty,
 	list_for_each_entry_safe(job, tmp, &owned, node) {
 		if (job == guilty)
 			vnpu_job_complete(vdev, job, guilty_status, 0);
-		else if (!requeue)
+		else if (!requeue || READ_ONCE(job->ctx->closed))
 			vnpu_job_complete(vdev, job, -ECANCELED, 0);
 	}
 	/* What is left goes back on the device, oldest first. */
@@ -306,6 +329,54 @@ static void vnpu_job_recover(struct vnpu_device *vdev, struct vnpu_job *bad)
 	drm_sched_resubmit_jobs(&vdev->sched);
 	drm_sched_start(&vdev->sched);
 	mutex_unlock(&vdev->reset_lock);
+}
+
+/*
+ * Stop a closed file's job that the device is running: a reset cancels it
+ * (and every other job of a closed file on the device) and queues the
+ * other files' jobs again. Nothing happens while the running job belongs to
+ * an open file: a closed file's job queued behind it is stopped when it
+ * reaches the head (vnpu_job_drain_cq() calls again).
+ */
+static void vnpu_job_cancel_closed(struct vnpu_device *vdev)
+{
+	bool reset;
+
+	mutex_lock(&vdev->reset_lock);
+	spin_lock_irq(&vdev->job_lock);
+	reset = vnpu_job_head_closed(vdev);
+	spin_unlock_irq(&vdev->job_lock);
+	if (!reset) {
+		mutex_unlock(&vdev->reset_lock);
+		return;
+	}
+	drm_sched_stop(&vdev->sched, NULL);
+	spin_lock_irq(&vdev->job_lock);
+	/* The job may have completed meanwhile; then there is nothing to stop. */
+	vnpu_job_drain_cq(vdev);
+	reset = vnpu_job_head_closed(vdev);
+	spin_unlock_irq(&vdev->job_lock);
+	if (reset)
+		vnpu_job_reset_hw(vdev, NULL, 0, true);
+	drm_sched_resubmit_jobs(&vdev->sched);
+	drm_sched_start(&vdev->sched);
+	mutex_unlock(&vdev->reset_lock);
+}
+
+static void vnpu_job_cancel_work(struct work_struct *work)
+{
+	vnpu_job_cancel_closed(container_of(work, struct vnpu_device, cancel_work));
+}
+
+/**
+ * vnpu_job_file_closed() - stop the running job of a file being closed
+ * @vdev: the device; the closing context is already marked closed
+ *
+ * Called from postclose, so close() returns once the job is stopped.
+ */
+void vnpu_job_file_closed(struct vnpu_device *vdev)
+{
+	vnpu_job_cancel_closed(vdev);
 }
 
 static enum drm_gpu_sched_stat vnpu_job_timedout(struct drm_sched_job *sched_job)
@@ -371,6 +442,7 @@ int vnpu_job_init(struct vnpu_device *vdev)
 	spin_lock_init(&vdev->fence_lock);
 	INIT_LIST_HEAD(&vdev->active);
 	init_waitqueue_head(&vdev->idle_wq);
+	INIT_WORK(&vdev->cancel_work, vnpu_job_cancel_work);
 	vdev->fence_context = dma_fence_context_alloc(1);
 
 	/*
@@ -416,6 +488,8 @@ void vnpu_job_fini(struct vnpu_device *vdev)
 				msecs_to_jiffies(5000)))
 		drm_err(&vdev->drm, "%d jobs still alive at teardown\n",
 			atomic_read(&vdev->stats.jobs));
+	/* No job is left whose completion could queue it again. */
+	cancel_work_sync(&vdev->cancel_work);
 	drm_sched_fini(&vdev->sched);
 	destroy_workqueue(vdev->sched_wq);
 	vdev->sched_wq = NULL;
@@ -477,63 +551,44 @@ out:
 }
 
 /*
- * Validate @size bytes of the command BO from @offset. Its pages are pinned
- * for its lifetime (vnpu_ioctl_bo_create()), so they are read directly: a stream
- * within one page in place, a longer one copied into a buffer page by page.
+ * Copy the stream into a command buffer and validate the copy: the device
+ * runs the copy, so what it runs is what was checked, whatever userspace
+ * writes to the command BO afterwards. The command BO is not needed after
+ * the copy.
  */
-static int vnpu_job_validate_cmd(struct vnpu_job *job, u64 offset, u32 size)
-{
-	struct page **pages = job->cmd_bo->base.pages;
-	u32 done = 0;
-	u8 *buf;
-	int ret;
-
-	if (offset_in_page(offset) + size <= PAGE_SIZE) {
-		const u8 *p = kmap_local_page(pages[offset >> PAGE_SHIFT]);
-
-		ret = vnpu_validate_stream(job->vdev, p + offset_in_page(offset), size,
-					   job->bos, job->bo_count);
-		kunmap_local(p);
-		return ret;
-	}
-	buf = kvmalloc(size, GFP_KERNEL);
-	if (!buf)
-		return -ENOMEM;
-	while (done < size) {
-		u64 pos = offset + done;
-		u32 len = min_t(u32, size - done, PAGE_SIZE - offset_in_page(pos));
-
-		memcpy_from_page(buf + done, pages[pos >> PAGE_SHIFT], offset_in_page(pos), len);
-		done += len;
-	}
-	ret = vnpu_validate_stream(job->vdev, buf, size, job->bos, job->bo_count);
-	kvfree(buf);
-	return ret;
-}
-
-/* Look up the command BO, check the range and validate the stream. */
 static int vnpu_job_get_cmd(struct vnpu_job *job, struct drm_file *file,
 			    const struct drm_vnpu_job *args)
 {
-	u32 i;
+	struct vnpu_bo *cmd_bo;
+	int ret = 0;
 
 	if (!args->cmd_size || args->cmd_size > VNPU_MAX_JOB_SIZE ||
 	    !IS_ALIGNED(args->cmd_offset, 8) || !IS_ALIGNED(args->cmd_size, 8))
 		return -EINVAL;
-	job->cmd_bo = vnpu_bo_lookup(file, args->cmd_bo_handle);
-	if (!job->cmd_bo)
+	cmd_bo = vnpu_bo_lookup(file, args->cmd_bo_handle);
+	if (!cmd_bo)
 		return -ENOENT;
-	if ((u64)args->cmd_offset + args->cmd_size > vnpu_bo_size(job->cmd_bo))
-		return -EINVAL;
-	job->cmd_va = vnpu_bo_va(job->cmd_bo) + args->cmd_offset;
+	if ((u64)args->cmd_offset + args->cmd_size > vnpu_bo_size(cmd_bo)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	job->cmdbuf = vnpu_cmdbuf_get(job->ctx, args->cmd_size);
+	if (IS_ERR(job->cmdbuf)) {
+		ret = PTR_ERR(job->cmdbuf);
+		job->cmdbuf = NULL;
+		goto out;
+	}
 	job->cmd_size = args->cmd_size;
-	for (i = 0; i < job->bo_count; i++)
-		if (job->bos[i].bo == job->cmd_bo)
-			job->cmd_listed = true;
-
-	if (!READ_ONCE(vnpu_validate_streams))
-		return 0;
-	return vnpu_job_validate_cmd(job, args->cmd_offset, args->cmd_size);
+	/* Its pages are pinned for its lifetime (vnpu_ioctl_bo_create()). */
+	vnpu_cmdbuf_fill(job->cmdbuf, cmd_bo->base.pages, args->cmd_offset, args->cmd_size);
+	if (READ_ONCE(vnpu_validate_streams))
+		ret = vnpu_validate_stream(job->vdev, job->cmdbuf->vaddr, job->cmd_size,
+					   job->bos, job->bo_count);
+	if (!ret)
+		vnpu_cmdbuf_sync(job->vdev, job->cmdbuf);
+out:
+	drm_gem_object_put(&cmd_bo->base.base);
+	return ret;
 }
 
 /* Add the in-syncobjs' fences as dependencies and look up the out-syncobj. */
@@ -648,14 +703,13 @@ static int vnpu_collect_objs(struct vnpu_job **jobs, u32 count,
 	u32 i, j, n = 0, total = 0;
 
 	for (i = 0; i < count; i++)
-		total += jobs[i]->bo_count + 1;
+		total += jobs[i]->bo_count;
 	objs = kvmalloc_array(total, sizeof(*objs), GFP_KERNEL);
 	if (!objs)
 		return -ENOMEM;
 	for (i = 0; i < count; i++) {
 		for (j = 0; j < jobs[i]->bo_count; j++)
 			objs[n++] = &jobs[i]->bos[j].bo->base.base;
-		objs[n++] = &jobs[i]->cmd_bo->base.base;
 	}
 	sort(objs, n, sizeof(*objs), vnpu_cmp_ptr, NULL);
 	for (i = 0, j = 0; i < n; i++)
@@ -684,9 +738,6 @@ static int vnpu_job_add_implicit_deps(struct vnpu_job *job)
 		if (ret)
 			return ret;
 	}
-	if (!job->cmd_listed)
-		return drm_sched_job_add_implicit_dependencies(&job->base,
-							       &job->cmd_bo->base.base, false);
 	return 0;
 }
 
@@ -702,8 +753,6 @@ static void vnpu_job_push(struct vnpu_job *job)
 		dma_resv_add_fence(job->bos[i].bo->base.base.resv, finished,
 				   job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE ?
 				   DMA_RESV_USAGE_WRITE : DMA_RESV_USAGE_READ);
-	if (!job->cmd_listed)
-		dma_resv_add_fence(job->cmd_bo->base.base.resv, finished, DMA_RESV_USAGE_READ);
 	if (job->out_syncobj)
 		drm_syncobj_replace_fence(job->out_syncobj, finished);
 	atomic64_inc(&job->vdev->stats.jobs_submitted);
@@ -736,7 +785,8 @@ int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file)
 	if (args->flags || args->pad || !args->job_count ||
 	    args->job_count > DRM_VNPU_MAX_JOBS_PER_SUBMIT ||
 	    args->job_struct_size < sizeof(struct drm_vnpu_job) ||
-	    args->job_struct_size > VNPU_MAX_JOB_STRUCT_SIZE)
+	    args->job_struct_size > DRM_VNPU_MAX_JOB_STRUCT_SIZE ||
+	    !IS_ALIGNED(args->job_struct_size, 8))
 		return -EINVAL;
 
 	jobs = kcalloc(args->job_count, sizeof(*jobs), GFP_KERNEL);

@@ -13,6 +13,7 @@
 #include <drm/drm_syncobj.h>
 #include <drm/gpu_scheduler.h>
 
+#include "vnpu_cmdbuf.h"
 #include "vnpu_drv.h"
 #include "vnpu_gem.h"
 
@@ -35,10 +36,8 @@ struct vnpu_job_bo {
  * @fence_mem: preallocated storage for @done, so run_job never allocates
  * @done: the hardware fence, signalled from the completion queue
  * @seqno: the device-visible job id (SQE_SEQNO)
- * @cmd_bo: BO holding the command stream
- * @cmd_listed: @cmd_bo is also one of @bos
- * @cmd_va: device VA of the stream
- * @cmd_size: its size in bytes
+ * @cmdbuf: the kernel's copy of the command stream, which the device runs
+ * @cmd_size: the stream's size in bytes
  * @bo_count: entries in @bos
  * @bos: the BOs listed in the submission
  * @out_syncobj: syncobj to receive the finished fence, or NULL
@@ -52,9 +51,7 @@ struct vnpu_job {
 	struct dma_fence *fence_mem;
 	struct dma_fence *done;
 	u64 seqno;
-	struct vnpu_bo *cmd_bo;
-	bool cmd_listed;
-	u64 cmd_va;
+	struct vnpu_cmdbuf *cmdbuf;
 	u32 cmd_size;
 	u32 bo_count;
 	struct vnpu_job_bo *bos;
@@ -65,6 +62,7 @@ struct vnpu_job {
 int vnpu_job_init(struct vnpu_device *vdev);
 void vnpu_job_fini(struct vnpu_device *vdev);
 irqreturn_t vnpu_job_irq(int irq, void *arg);
+void vnpu_job_file_closed(struct vnpu_device *vdev);
 int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file);
 
 /* vnpu_validate.c */

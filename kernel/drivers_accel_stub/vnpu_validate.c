@@ -15,9 +15,10 @@
  * instruction reads must lie inside one BO listed with DRM_VNPU_JOB_BO_READ,
  * every tensor it writes inside one BO listed with DRM_VNPU_JOB_BO_WRITE.
  *
- * The validator gives userspace precise errors early; isolation itself is
- * the per-file page tables, which also hold if userspace rewrites the
- * stream after validation.
+ * The stream checked is the kernel's copy, the one the device runs
+ * (vnpu_cmdbuf.c), so userspace cannot change it after the check. The
+ * per-file page tables are the isolation of last resort: they hold even
+ * with the check off (the validate_streams module parameter).
  */
 #include <linux/overflow.h>
 #include <linux/unaligned.h>
@@ -131,7 +132,7 @@ static int vnpu_check_access(const struct vnpu_tensor *t, const struct vnpu_job_
 /**
  * vnpu_validate_stream() - check a command stream before queueing it
  * @vdev: the device, for debug messages
- * @stream: the stream's bytes (a kernel mapping of the command BO)
+ * @stream: the stream's bytes (the kernel's copy, which the device runs)
  * @size: its size in bytes, a multiple of 8
  * @bos: the BOs the job lists
  * @bo_count: their number

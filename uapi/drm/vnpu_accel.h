@@ -43,8 +43,9 @@ extern "C" {
 /**
  * enum drm_vnpu_param - parameters readable with DRM_IOCTL_VNPU_GET_PARAM
  *
- * @DRM_VNPU_PARAM_DEVICE_ID: PCI-independent device identifier of the NPU
- *	(0x0001 for the vnpu emulated NPU).
+ * @DRM_VNPU_PARAM_DEVICE_ID: PCI-independent device identifier of the NPU.
+ *	The vnpu emulated NPU reports the value 0x0001 (the parameter's own
+ *	number is 0).
  * @DRM_VNPU_PARAM_DEVICE_REVISION: hardware revision of the NPU.
  * @DRM_VNPU_PARAM_ISA_VERSION: version of the command-stream ISA the device
  *	executes, as (major << 16) | minor. docs/isa.md describes it.
@@ -58,7 +59,11 @@ extern "C" {
  * @DRM_VNPU_PARAM_CAPABILITIES: bitmask of DRM_VNPU_CAP_*.
  * @DRM_VNPU_PARAM_JOB_TIMEOUT_MS: time after which a running job is
  *	considered hung; the device is then reset and the job fails with
- *	-ETIMEDOUT.
+ *	-ETIMEDOUT. It counts from the moment the job starts to run on the
+ *	device (it reaches the head of the device queue), not from SUBMIT: time
+ *	spent waiting for dependencies or behind other jobs does not count.
+ * @DRM_VNPU_PARAM_MAX_IN_SYNCOBJS: largest number of in-syncobjs one job
+ *	may list (DRM_VNPU_MAX_IN_SYNCOBJS).
  */
 enum drm_vnpu_param {
 	DRM_VNPU_PARAM_DEVICE_ID = 0,
@@ -71,10 +76,16 @@ enum drm_vnpu_param {
 	DRM_VNPU_PARAM_MAX_BO_SIZE = 7,
 	DRM_VNPU_PARAM_CAPABILITIES = 8,
 	DRM_VNPU_PARAM_JOB_TIMEOUT_MS = 9,
+	DRM_VNPU_PARAM_MAX_IN_SYNCOBJS = 10,
 };
 
 /* First device VA handed out; VAs below it are never mapped, so VA 0 faults. */
 #define DRM_VNPU_VA_START		0x100000ULL
+
+/* Largest drm_vnpu_job.in_syncobj_count (also DRM_VNPU_PARAM_MAX_IN_SYNCOBJS). */
+#define DRM_VNPU_MAX_IN_SYNCOBJS	256
+/* Largest drm_vnpu_submit.job_struct_size: bounds the check of unknown bytes. */
+#define DRM_VNPU_MAX_JOB_STRUCT_SIZE	4096
 
 /* Capability bits reported by DRM_VNPU_PARAM_CAPABILITIES. */
 /* DRM_VNPU_BO_DEVICE_READ_ONLY is supported. */
@@ -113,7 +124,16 @@ struct drm_vnpu_get_param {
  *
  * Creates a zero-filled GEM buffer object, maps it into the calling file's
  * device address space, and returns its handle, mmap offset and device VA.
- * The size is rounded up to the page size.
+ * The size is rounded up to the page size. The page after the BO's last
+ * page is never mapped (a guard page), so a device access that runs past
+ * the end of a BO faults instead of reaching the next BO.
+ *
+ * The CPU mapping (mmap() at @mmap_offset on the same file) and the device
+ * see the same memory, with no flush or copy in between: the device sees
+ * CPU writes made while a job runs (a WAIT instruction relies on it), and
+ * the CPU sees device writes as they happen, complete once the job has
+ * ended. mmap() fails with EACCES for an offset of another file's BO and
+ * with EINVAL for an offset that starts no BO, or a length beyond the BO.
  *
  * Errors: -EINVAL if @size is zero, @flags has unknown bits, or an output
  * field is not zero on input; -E2BIG if @size exceeds
@@ -185,19 +205,23 @@ struct drm_vnpu_bo_wait {
 	__s32 job_status;
 	/** @pad2: must be zero. */
 	__u32 pad2;
-	/** @fault_va: out, faulting device VA if @job_status is -EFAULT. */
+	/** @fault_va: out, faulting device VA if @job_status is -EFAULT, else 0. */
 	__u64 fault_va;
 };
 
 /*
- * Job status: the error a failed job leaves on its out-syncobj's fence and
- * reports through BO_WAIT.
+ * Job status, reported through BO_WAIT (DRM_IOCTL_SYNCOBJ_WAIT only says
+ * that the job has ended: it returns 0 for a failed job too):
  *   -EFAULT     the device MMU faulted (access to an unmapped VA, or a write
  *               to a read-only page)
  *   -EIO        the device found a bad instruction or operand at run time
  *   -ETIMEDOUT  the job hung past DRM_VNPU_PARAM_JOB_TIMEOUT_MS; the device
  *               was reset
- *   -ECANCELED  the job was queued behind a reset or its file was closed
+ *   -ECANCELED  its file was closed before the job ended (or the driver was
+ *               unbound)
+ * A reset fails only the hung job: every other job that was queued on the
+ * device (of any file) had not started, and is queued again in its order,
+ * so it runs once and ends with its own status.
  */
 
 /* drm_vnpu_job_bo.flags: how the job's command stream uses the BO. */
@@ -219,13 +243,22 @@ struct drm_vnpu_job_bo {
  * struct drm_vnpu_job - one job of a DRM_IOCTL_VNPU_SUBMIT
  *
  * The command stream is @cmd_size bytes at @cmd_offset in BO
- * @cmd_bo_handle; the kernel validates it before queueing: every
- * instruction must be well formed, and every tensor it reads or writes must
- * lie inside a BO of @bos used in that direction.
+ * @cmd_bo_handle. SUBMIT copies it into memory of the kernel's that
+ * userspace cannot map, validates the copy, and the device executes that
+ * copy: every instruction must be well formed, and every tensor it reads or
+ * writes must lie inside a BO of @bos used in that direction. Once SUBMIT
+ * has returned, the command BO may be rewritten, reused or closed; what
+ * runs is the stream as it was at SUBMIT. The command BO need not be listed
+ * in @bos (list it only if the stream also names it as a tensor).
  *
  * The job runs after all @in_syncobjs have signalled and after earlier jobs
- * that write a BO it uses. When it ends, @out_syncobj (if not 0) is given a
- * fence that signals with the job's status.
+ * that write a BO it uses. Each in-syncobj must already hold a fence
+ * (-EINVAL otherwise). When the job ends, @out_syncobj (if not 0) is given
+ * a fence that signals; the job's status is read with BO_WAIT.
+ *
+ * The job holds a reference on every BO it lists: GEM_CLOSE of such a BO
+ * while the job is queued or running is allowed, and the BO is freed when
+ * the job ends.
  */
 struct drm_vnpu_job {
 	/** @cmd_bo_handle: BO holding the command stream. */
@@ -240,7 +273,7 @@ struct drm_vnpu_job {
 	__u64 bos;
 	/** @in_syncobjs: user pointer to an array of __u32 syncobj handles. */
 	__u64 in_syncobjs;
-	/** @in_syncobj_count: number of entries at @in_syncobjs. */
+	/** @in_syncobj_count: entries at @in_syncobjs, 0..DRM_VNPU_MAX_IN_SYNCOBJS. */
 	__u32 in_syncobj_count;
 	/** @out_syncobj: syncobj to receive the job's fence, or 0. */
 	__u32 out_syncobj;
@@ -257,17 +290,24 @@ struct drm_vnpu_job {
  * queued, or none is.
  *
  * @job_struct_size lets struct drm_vnpu_job grow: userspace sets it to
- * sizeof(struct drm_vnpu_job) as it knows it. A smaller size than this
- * header's first version is refused; bytes the kernel does not know must be
+ * sizeof(struct drm_vnpu_job) as it knows it. It must be a multiple of 8,
+ * at least this header's first version of the struct and at most
+ * DRM_VNPU_MAX_JOB_STRUCT_SIZE; bytes the kernel does not know must be
  * zero.
+ *
+ * Closing the file cancels its jobs that have not ended: a running one is
+ * stopped by a reset of the device (other files' queued jobs are queued
+ * again), queued ones never run; all end with -ECANCELED.
  *
  * Errors: -EINVAL for a zero or too large @job_count, a bad
  * @job_struct_size, non-zero flags/pad/unknown trailing bytes, a command
  * range outside its BO or misaligned, a zero or too large @bo_count, a BO
- * listed twice or with bad flags; -ENOENT for an unknown BO or syncobj
- * handle; -ENOEXEC for a malformed command stream; -EACCES if the stream
- * touches memory outside the listed BOs or writes a BO listed read-only;
- * -ENOMEM; -EFAULT if an array cannot be copied.
+ * listed twice or with bad flags, more than DRM_VNPU_MAX_IN_SYNCOBJS
+ * in-syncobjs, an in-syncobj without a fence; -ENOENT for an unknown BO or
+ * syncobj handle; -ENOEXEC for a malformed command stream; -EACCES if the
+ * stream touches memory outside the listed BOs or writes a BO listed
+ * read-only; -ENOSPC if the file's device address space has no room for
+ * the stream's copy; -ENOMEM; -EFAULT if an array cannot be copied.
  */
 struct drm_vnpu_submit {
 	/** @jobs: user pointer to @job_count jobs of @job_struct_size bytes. */
