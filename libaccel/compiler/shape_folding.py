@@ -21,8 +21,9 @@ The pass also infers every output shape it has a rule for (:func:`infer_shapes`:
 pools, elementwise ops, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND, ...), from the input shapes and the
 constant operands, as TFLite's kernels compute them at their prepare. The converter stores
 placeholders for some outputs (SPACE_TO_BATCH_ND's batch is ``N * prod(block)`` at run time, but the
-model says N): the inferred shape replaces the stored one. An op without a rule keeps its stored
-shape only while all its inputs keep theirs; below a corrected shape its outputs are dynamic.
+model says N): the inferred shape replaces the stored one. A rule that cannot give a shape (an
+operand known only at run time) leaves the outputs dynamic; an op without a rule keeps its stored
+shape only while all its inputs keep theirs, and below a corrected shape its outputs are dynamic.
 """
 
 from __future__ import annotations
@@ -498,13 +499,14 @@ def _infer_outputs(
     unknown_shape: set[int],
     changed: set[int],
 ) -> None:
-    """Give ``node``'s outputs their inferred shapes (:func:`infer_shapes`). Where there is no rule,
-    or it cannot give them, the stored shapes stand while every input has its stored shape;
-    below a corrected one they are unproven: dynamic."""
+    """Give ``node``'s outputs their inferred shapes (:func:`infer_shapes`). A rule that cannot give
+    them makes them dynamic; where there is no rule, the stored shapes stand while every input has
+    its stored shape, and below a corrected one they are unproven: dynamic."""
     try:
         shapes = infer_shapes(tensors, node, values)
     except (NotFoldable, IndexError, ValueError):
-        shapes = None
+        unknown_shape.update(node.outputs)  # TFLite's prepare decides at run time (or rejects it)
+        return
     if shapes is None or len(shapes) != len(node.outputs):
         if any(t in changed for t in node.inputs if t >= 0):
             unknown_shape.update(node.outputs)

@@ -11,7 +11,7 @@ import pytest
 
 from libaccel.compiler import compile_partition, graph_from_tflite
 from libaccel.compiler.ops import check_support
-from libaccel.compiler.shape_folding import NotFoldable, fold_shapes, reshape_output_shape
+from libaccel.compiler.shape_folding import NotFoldable, fold_shapes, infer_shapes, reshape_output_shape
 from tools.models import generate as gen
 
 IN_SHAPE = (2, 5, 6, 7)
@@ -133,3 +133,121 @@ def test_flatten_compiles_to_one_alias(dev: Any) -> None:
     assert [b.index for b in compiled.inputs] == [0]
     ops = {k: v for k, v in compiled.stats["instructions"].items() if k not in ("TENSOR", "END")}
     assert ops == {"FULLY_CONNECTED": 1}  # the shape nodes and the RESHAPE emit nothing
+
+
+# --- shape inference: the pass's shapes are the ones TFLite's kernels give at prepare ---------------
+def _tflite_shapes(model: bytes) -> dict[int, tuple[int, ...]]:
+    """Every tensor's shape in TFLite (LiteRT) after allocate_tensors and one invoke."""
+    import ai_edge_litert.interpreter as litert
+
+    interp = litert.Interpreter(model_content=model)
+    interp.allocate_tensors()
+    for d in interp.get_input_details():
+        interp.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
+    interp.invoke()
+    return {d["index"]: tuple(int(v) for v in d["shape"]) for d in interp.get_tensor_details()}
+
+
+def _assert_shapes_are_tflite(model: bytes) -> Any:
+    graph = graph_from_tflite(model)
+    result = fold_shapes(graph)
+    want = _tflite_shapes(model)
+    wrong = {
+        t: (info.shape, want[t])
+        for t, info in result.graph.tensors.items()
+        if t not in result.dynamic and info.shape != want[t]
+    }
+    assert not wrong, f"(inferred, TFLite) shapes differ: {wrong}"
+    return result
+
+
+def _corpus_models() -> list[str]:
+    from bench import corpus
+
+    return sorted(corpus.manifest())
+
+
+@pytest.mark.parametrize("name", _corpus_models())
+def test_corpus_shapes_equal_tflite(name: str) -> None:
+    """Over the converter's real models, every shape the pass gives (placeholders replaced) is the
+    one TFLite computes, and nothing is left dynamic that TFLite knows before running."""
+    from bench import corpus
+
+    result = _assert_shapes_are_tflite(corpus.model_bytes(name))
+    assert not result.dynamic
+
+
+def test_dilated_concat_placeholders_are_replaced() -> None:
+    """The converter stores SPACE_TO_BATCH_ND's output batch as the input's (1): it is N * prod(block),
+    and the convolution after it has that batch too."""
+    from bench import corpus
+
+    model = corpus.model_bytes("dilated_concat")
+    graph = graph_from_tflite(model)
+    result = _assert_shapes_are_tflite(model)
+    s2b = [n for n in graph.nodes if n.op == "SPACE_TO_BATCH_ND"]
+    assert [graph.tensors[n.outputs[0]].shape for n in s2b] == [(1, 26, 26, 8), (1, 18, 18, 8)]
+    assert [result.graph.tensors[n.outputs[0]].shape for n in s2b] == [(4, 26, 26, 8), (9, 18, 18, 8)]
+    assert all(check_support(result.graph, n) for n in result.graph.nodes)
+
+
+def _batch_model(rank: int, block: list[int], pads: list[list[int]], crops: list[list[int]]) -> bytes:
+    """SPACE_TO_BATCH_ND -> RELU -> BATCH_TO_SPACE_ND with every output stored as a placeholder of
+    batch 1 and the space sizes the model's input has."""
+    q = gen.Quant.tensor(0.1, 3)
+    shape = (2, 6, 5, 3) if rank == 4 else (2, 7, 3)
+    m = gen.ModelBuilder()
+    x = m.add_tensor("input", shape, "int8", q)
+    b = _i32(m, "block", block)
+    xs = m.add_tensor("s2b", (1, *shape[1:]), "int8", q)
+    m.add_op("SPACE_TO_BATCH_ND", [x, b, _i32(m, "pads", pads)], [xs], version=1)
+    r = m.add_tensor("relu", (1, *shape[1:]), "int8", q)
+    m.add_op("RELU", [xs], [r])
+    y = m.add_tensor("b2s", (1, *shape[1:]), "int8", q)
+    m.add_op("BATCH_TO_SPACE_ND", [r, b, _i32(m, "crops", crops)], [y], version=1)
+    return m.build([x], [y])
+
+
+@pytest.mark.parametrize(
+    ("rank", "block", "pads", "crops"),
+    [
+        (4, [2, 3], [[0, 0], [2, 2]], [[0, 0], [2, 2]]),
+        (4, [3, 1], [[1, 2], [0, 0]], [[0, 3], [0, 0]]),
+        (4, [1, 1], [[0, 0], [0, 0]], [[0, 0], [0, 0]]),
+        (3, [2], [[1, 2]], [[2, 1]]),
+    ],
+)
+def test_batch_shapes_equal_tflite(rank: int, block: list[int], pads: list, crops: list) -> None:
+    result = _assert_shapes_are_tflite(_batch_model(rank, block, pads, crops))
+    assert not result.dynamic
+
+
+def test_batch_shapes_by_formula() -> None:
+    model = _batch_model(4, [2, 3], [[0, 0], [2, 2]], [[1, 1], [0, 0]])
+    tensors = fold_shapes(graph_from_tflite(model)).graph.tensors
+    assert tensors[2].shape == (12, 3, 3, 3)  # [2 * 2 * 3, 6 / 2, (5 + 4) / 3, 3]
+    assert tensors[4].shape == (12, 3, 3, 3)  # RELU: its input's
+    assert tensors[5].shape == (2, 4, 9, 3)  # [12 / 6, 3 * 2 - 2, 3 * 3, 3]
+
+
+def test_infer_shapes_rejects_what_tflite_rejects() -> None:
+    model = _batch_model(4, [4, 1], [[0, 0], [0, 0]], [[0, 0], [0, 0]])  # 6 rows in blocks of 4
+    result = fold_shapes(graph_from_tflite(model))
+    assert result.dynamic == {2, 4, 5}  # not placed: TFLite's own prepare reports the error
+    graph = graph_from_tflite(model)
+    values = {i: t.data for i, t in graph.tensors.items() if t.data is not None}
+    with pytest.raises(NotFoldable, match="not a multiple of the block"):
+        infer_shapes(dict(graph.tensors), graph.nodes[0], values)
+
+
+def test_op_without_a_rule_below_a_corrected_shape_is_dynamic() -> None:
+    """TILE has no rule: below SPACE_TO_BATCH_ND's corrected output its stored shape proves nothing, so
+    it and the convolution after it are dynamic (their nodes stay on the CPU)."""
+    model = gen.space_to_batch_tile_conv_model()
+    graph = graph_from_tflite(model)
+    result = fold_shapes(graph)
+    tile, conv = graph.nodes[1], graph.nodes[2]
+    assert result.dynamic == {tile.outputs[0], conv.outputs[0]}
+    want = _tflite_shapes(model)
+    assert result.graph.tensors[graph.nodes[0].outputs[0]].shape == want[graph.nodes[0].outputs[0]]
+    assert want[tile.outputs[0]] != graph.tensors[tile.outputs[0]].shape  # the stored one was wrong

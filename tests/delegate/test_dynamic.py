@@ -187,3 +187,20 @@ def test_prepare_failure_leaves_the_whole_graph_on_the_cpu(
     err = capfd.readouterr().err
     want = "vnpu delegate: Prepare failed (ValueError: unreadable graph on purpose); the whole graph runs on "
     assert want + "the CPU" in err
+
+
+def test_unprovable_shapes_below_a_placeholder_stay_on_the_cpu(
+    runtime: str, interp_mod: Any, lib_path: str
+) -> None:
+    """SPACE_TO_BATCH_ND's stored output shape is a placeholder ([1, ...], [4, ...] at run time): the
+    delegate infers it and sizes the partition's output; TILE has no shape rule, so the convolution
+    after it (whose input TFLite resizes only at allocation) stays on the CPU instead of making a
+    partition whose input shape would change after delegation. The interpreter builds and is exact."""
+    model = gen.space_to_batch_tile_conv_model()
+    got, want = _run_both(runtime, interp_mod, lib_path, model)
+    assert want[0].shape == (4, 4, 4, 6)
+    _assert_equal(got, want)
+    placed = _placement()
+    assert placed[0][:2] == ("SPACE_TO_BATCH_ND", True)
+    assert placed[1][:2] == ("TILE", False)
+    assert placed[2] == ("CONV_2D", False, "tensor 5 (tiled) has a shape known only at run time")

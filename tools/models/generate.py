@@ -856,6 +856,41 @@ def converter_flatten(m: ModelBuilder, x: int, out_shape: Sequence[int]) -> int:
     return y
 
 
+def space_to_batch_tile_conv_model(
+    in_shape: Sequence[int] = (1, 8, 8, 4), out_ch: int = 6, seed: int = 0
+) -> bytes:
+    """SPACE_TO_BATCH_ND (block 2) -> TILE (multiples 1) -> 1x1 CONV_2D with the converter's placeholder
+    shapes: every tensor after the input is stored with the input's batch, not ``4 * N``. Nothing
+    infers TILE's output, so its stored shape cannot be trusted below the corrected one."""
+    rng = np.random.default_rng(seed)
+    n, h, w, c = in_shape
+    m = ModelBuilder()
+    iq = activation_quant(rng, "int8", random_scale(rng))
+    x = m.add_tensor("input", in_shape, "int8", iq)
+    block = m.add_const("block_shape", np.array([2, 2], np.int32), "int32")
+    pads = m.add_const("paddings", np.zeros((2, 2), np.int32), "int32")
+    xs = m.add_tensor("space_to_batch", (n, h // 2, w // 2, c), "int8", iq)
+    m.add_op("SPACE_TO_BATCH_ND", [x, block, pads], [xs])
+    multiples = m.add_const("multiples", np.ones(4, np.int32), "int32")
+    tiled = m.add_tensor("tiled", (n, h // 2, w // 2, c), "int8", iq)
+    m.add_op("TILE", [xs, multiples], [tiled])
+    wdata, wq = quantized_filter(rng, (out_ch, 1, 1, c), "int8", False, 0)
+    wt = m.add_const("filter", wdata, "int8", wq)
+    bdata, bq = quantized_bias(rng, iq.scales[0], wq, out_ch, 8.0)
+    bias = m.add_const("bias", bdata, "int32", bq)
+    y = m.add_tensor("output", (n, h // 2, w // 2, out_ch), "int8", activation_quant(rng, "int8", 0.5))
+    m.add_op(
+        "CONV_2D",
+        [tiled, wt, bias],
+        [y],
+        padding="VALID",
+        stride_h=1,
+        stride_w=1,
+        fused_activation_function="NONE",
+    )
+    return m.build([x], [y])
+
+
 def flatten_fc_model(in_shape: Sequence[int], out_features: int, seed: int = 0, dtype: str = "int8") -> bytes:
     """The converter's Flatten (:func:`converter_flatten`) then FULLY_CONNECTED: a classifier head."""
     rng = np.random.default_rng(seed)
