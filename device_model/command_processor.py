@@ -638,6 +638,54 @@ class _Job:
             raise self.fail(f"table has shape {list(table.shape)}, expected 256 elements")
         self.store(out, nm.lut(self.load(inp), self.load(table), signed_input=inp.dtype == "INT8"))
 
+    def op_LUT2(self) -> None:  # noqa: N802
+        out = self.expect("output", tuple(_NP_DTYPES))
+        in1 = self.expect("input1", _BYTE_TYPES, out.shape)
+        in2 = self.expect("input2", _BYTE_TYPES, out.shape)
+        table = self.expect("table", (out.dtype,))
+        if np.prod(table.shape) != 65536:
+            raise self.fail(f"table has shape {list(table.shape)}, expected 65536 elements")
+        self.store(out, nm.lut2(self.load(in1), self.load(in2), self.load(table)))
+
+    def op_SOFTMAX(self) -> None:  # noqa: N802
+        assert self.ins is not None
+        ins = self.ins
+        inp = self.expect("input", _BYTE_TYPES)
+        out = self.expect("output", _BYTE_TYPES, inp.shape)
+        lowest = int(np.iinfo(out.np_dtype).min)
+        if out.zero_point != lowest:
+            raise self.fail(f"output zero point {out.zero_point}, expected {lowest} (scale 1/256)")
+        result = nm.softmax(
+            self.load(inp),
+            input_multiplier=ins["input_multiplier"],
+            input_left_shift=ins["input_left_shift"],
+            diff_min=ins["diff_min"],
+            out_dtype=out.np_dtype,
+        )
+        self.store(out, result)
+
+    def op_RESIZE_BILINEAR(self) -> None:  # noqa: N802
+        assert self.ins is not None
+        flags = self.ins["flags"]
+        inp = self.expect("input", _BYTE_TYPES)
+        out = self.expect("output", (inp.dtype,))
+        if out.shape[0] != inp.shape[0] or out.shape[3] != inp.shape[3]:
+            raise self.fail(f"output has shape {list(out.shape)}, input {list(inp.shape)}")
+        result = nm.resize_bilinear(
+            self.load(inp),
+            out.shape[1],
+            out.shape[2],
+            align_corners=bool(flags & isa.SPEC.flags["ALIGN_CORNERS"]),
+            half_pixel_centers=bool(flags & isa.SPEC.flags["HALF_PIXEL_CENTERS"]),
+            single_rounding=bool(flags & isa.SPEC.flags["SINGLE_ROUNDING"]),
+        )
+        self.store(out, result)
+
+    def op_ARG_MAX(self) -> None:  # noqa: N802
+        inp = self.expect("input", _BYTE_TYPES)
+        out = self.expect("output", ("INT32",), (*inp.shape[:3], 1))
+        self.store(out, nm.arg_max(self.load(inp)))
+
     def op_COPY(self) -> None:  # noqa: N802
         src = self.tensor("src")
         self.expect("dst", (src.dtype,), src.shape)

@@ -743,6 +743,171 @@ def lut(inp: np.ndarray, table: np.ndarray, signed_input: bool) -> np.ndarray:
     return table.reshape(256)[idx]
 
 
+# --- two-input tables, argmax, bilinear resize ----------------------------------------------
+def _byte_index(x: np.ndarray) -> np.ndarray:
+    """An 8-bit tensor's values as table indices 0..255: in + 128 for int8, in for uint8."""
+    if x.dtype == np.int8:
+        return x.view(np.uint8) ^ np.uint8(0x80)
+    if x.dtype == np.uint8:
+        return x
+    raise ValueError(f"table index of {x.dtype} values: expected int8 or uint8")
+
+
+def lut2(in1: np.ndarray, in2: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """out[i] = table[256 * j1 + j2], j = in + 128 for int8 inputs, in for uint8."""
+    if table.size != 65536:
+        raise ValueError(f"LUT2: the table has {table.size} elements, not 65536")
+    idx = _byte_index(in1).astype(np.int32) << 8
+    idx |= _byte_index(in2)
+    return table.reshape(65536).take(idx)
+
+
+def arg_max(inp: np.ndarray) -> np.ndarray:
+    """The index of the maximum along the last axis, the first one on a tie (TFLite's ArgMinMax), as int32
+    with the last axis kept (size 1)."""
+    return np.argmax(inp, axis=-1).astype(np.int32)[..., None]
+
+
+def _resize_axis(out_size: int, in_size: int, align_corners: bool, half_pixel_centers: bool):
+    """reference_ops::ResizeBilinearInteger's per-axis (lower, upper, weight of upper) in 1/1024 units."""
+    if align_corners and out_size > 1:
+        scale = ((1 << 10) * (in_size - 1) + (out_size - 1) // 2) // (out_size - 1)
+    else:
+        scale = ((1 << 10) * in_size + out_size // 2) // out_size
+    v = np.arange(out_size, dtype=np.int64) * scale
+    if half_pixel_centers:
+        v += scale // 2 - (1 << 9)
+    # C division truncates toward zero (v may be negative with half-pixel centers).
+    lower = np.maximum(np.trunc(v / 1024).astype(np.int64), 0)
+    upper = np.minimum(np.trunc((v + 1023) / 1024).astype(np.int64), in_size - 1)
+    return lower, upper, v - 1024 * lower
+
+
+def resize_bilinear(
+    inp: np.ndarray,
+    out_h: int,
+    out_w: int,
+    align_corners: bool,
+    half_pixel_centers: bool,
+    single_rounding: bool = False,
+) -> np.ndarray:
+    """TFLite's ResizeBilinearInteger on [N,H,W,C] 8-bit values, as the input's dtype.
+
+    The four corners weighted in 1/1024 units sum to a value in 1/2**20 units, divided by 2**20
+    rounding half away from zero (half up with ``single_rounding``, TFLite's TFLITE_SINGLE_ROUNDING)
+    and cast to the dtype as C does (wrapping: the weights can be negative with half-pixel centers)."""
+    _check_geometry("RESIZE_BILINEAR", out_h=out_h, out_w=out_w)
+    _, h, w, _ = inp.shape
+    y0, y1, dy = _resize_axis(out_h, h, align_corners, half_pixel_centers)
+    x0, x1, dx = _resize_axis(out_w, w, align_corners, half_pixel_centers)
+    x = inp.astype(np.int64)
+    wx = dx[None, None, :, None]
+    top, bottom = x[:, y0], x[:, y1]
+    top = top[:, :, x0] * (1024 - wx) + top[:, :, x1] * wx
+    bottom = bottom[:, :, x0] * (1024 - wx) + bottom[:, :, x1] * wx
+    wy = dy[None, :, None, None]
+    total = top * (1024 - wy) + bottom * wy
+    if single_rounding:
+        out = (total + (1 << 19)) >> 20
+    else:  # (total +- 2**19) / 2**20 with C's truncating division
+        out = np.where(total > 0, (total + (1 << 19)) >> 20, -((-total + (1 << 19)) >> 20))
+    return out.astype(inp.dtype)
+
+
+# --- softmax (gemmlowp fixed point) -------------------------------------------------------------
+# The FixedPoint<int32, I> values of gemmlowp (fixedpoint.h) as their raw int32 values in int64
+# arrays: + is a wrapping add, * is SaturatingRoundingDoublingHighMul.
+SOFTMAX_DIFF_INTEGER_BITS = 5  # the Q5.26 input of exp_on_negative_values
+SOFTMAX_ACCUM_INTEGER_BITS = 12  # the Q12.19 sum of exponentials
+
+
+def saturating_left_shift(x: ArrayLike, exponent: int) -> np.ndarray:
+    """gemmlowp's SaturatingRoundingMultiplyByPOT for a positive exponent: x << e, saturated to int32."""
+    x64 = np.asarray(x, dtype=np.int64)
+    threshold = (1 << (31 - exponent)) - 1
+    return np.where(x64 > threshold, INT32_MAX, np.where(x64 < -threshold, INT32_MIN, x64 << exponent))
+
+
+def _exp_on_interval_between_negative_one_quarter_and_0_excl(a: np.ndarray) -> np.ndarray:
+    srdhm = saturating_rounding_doubling_high_mul
+    constant_term = 1895147668  # exp(-1/8) in Q0.31
+    constant_1_over_3 = 715827883
+    x = wrap_int32(a + (1 << 28))  # a + 1/8
+    x2 = srdhm(x, x)
+    x3 = srdhm(x2, x)
+    x4 = srdhm(x2, x2)
+    x4_over_4 = rounding_divide_by_pot(x4, 2)
+    poly = rounding_divide_by_pot(wrap_int32(srdhm(wrap_int32(x4_over_4 + x3), constant_1_over_3) + x2), 1)
+    return wrap_int32(constant_term + srdhm(constant_term, wrap_int32(x + poly)))
+
+
+def exp_on_negative_values(a: np.ndarray, integer_bits: int = SOFTMAX_DIFF_INTEGER_BITS) -> np.ndarray:
+    """gemmlowp's exp_on_negative_values: a <= 0 in Q(integer_bits) -> exp(a) in Q0.31 (raw values)."""
+    a = np.asarray(a, dtype=np.int64)
+    fractional_bits = 31 - integer_bits
+    one_quarter = 1 << (fractional_bits - 2)
+    a_mod_quarter_minus_one_quarter = (a & (one_quarter - 1)) - one_quarter
+    result = _exp_on_interval_between_negative_one_quarter_and_0_excl(
+        saturating_left_shift(a_mod_quarter_minus_one_quarter, integer_bits)
+    )
+    remainder = wrap_int32(a_mod_quarter_minus_one_quarter - a)
+    barrel = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
+              (3, 720401), (4, 242))  # fmt: skip
+    for exponent, multiplier in barrel:
+        if integer_bits > exponent:
+            hit = (remainder & (1 << (fractional_bits + exponent))) != 0
+            result = np.where(hit, saturating_rounding_doubling_high_mul(result, multiplier), result)
+    if integer_bits > 5:
+        result = np.where(a < -(1 << (fractional_bits + 5)), 0, result)  # below -32: 0
+    return np.where(a == 0, INT32_MAX, result)
+
+
+def one_over_one_plus_x_for_x_in_0_1(a: np.ndarray) -> np.ndarray:
+    """gemmlowp's Newton-Raphson 1 / (1 + a) for a in [0, 1) in Q0.31; the result in Q0.31."""
+    srdhm = saturating_rounding_doubling_high_mul
+    total = np.asarray(a, dtype=np.int64) + INT32_MAX  # RoundingHalfSum(a, One): (sum + sign) / 2
+    half_denominator = np.trunc((total + np.where(total >= 0, 1, -1)) / 2).astype(np.int64)
+    x = wrap_int32(1515870810 + srdhm(half_denominator, -1010580540))  # 48/17 - 32/17 d in Q2.29
+    for _ in range(3):
+        one_minus = wrap_int32((1 << 29) - srdhm(half_denominator, x))
+        x = wrap_int32(x + saturating_left_shift(srdhm(x, one_minus), 2))
+    return saturating_left_shift(x, 1)  # ExactMulByPot<-1> then Rescale<0>
+
+
+def softmax(
+    inp: np.ndarray, *, input_multiplier: int, input_left_shift: int, diff_min: int, out_dtype: np.dtype
+) -> np.ndarray:
+    """TFLite's quantized reference softmax along the last axis (reference_ops::Softmax), as out_dtype.
+
+    The output is 8-bit with scale 1/256 and the dtype's minimum as zero point, as TFLite requires."""
+    if not 0 <= input_left_shift <= 31:
+        raise ValueError(f"SOFTMAX: input_left_shift must be in [0, 31], got {input_left_shift}")
+    out_dtype = np.dtype(out_dtype)
+    if out_dtype not in _FAST_OUT:
+        raise ValueError(f"SOFTMAX: output {out_dtype} is not int8 or uint8")
+    lo, hi = _DTYPE_RANGES[out_dtype]
+    shape = inp.shape
+    x = inp.reshape(-1, shape[-1]).astype(np.int64)
+    diff = x - x.max(axis=1, keepdims=True)
+    valid = diff >= diff_min
+    scaled = saturating_rounding_doubling_high_mul(wrap_int32(diff << input_left_shift), input_multiplier)
+    exps = np.where(valid, exp_on_negative_values(scaled), 0)
+    # Rescale<12> of each exponential (Q0.31 -> Q12.19), summed with int32 wrap-around.
+    acc = wrap_int32(rounding_divide_by_pot(exps, SOFTMAX_ACCUM_INTEGER_BITS).sum(axis=1, keepdims=True))
+    # GetReciprocal: normalise the sum to [1, 2) by its leading zeros, 1 / x of the fraction.
+    bit_length = np.frexp(acc.astype(np.float64))[1]  # exact: acc is an integer below 2**31
+    headroom_plus_one = np.where(acc < 0, 0, 32 - bit_length)  # CountLeadingZeros(uint32(acc))
+    bits_over_unit = SOFTMAX_ACCUM_INTEGER_BITS - headroom_plus_one
+    shifted_minus_one = wrap_int32(((acc & 0xFFFFFFFF) << headroom_plus_one) - (1 << 31))
+    scale = one_over_one_plus_x_for_x_in_0_1(shifted_minus_one)
+    exponent = bits_over_unit + 31 - 8 * out_dtype.itemsize
+    if exponent.size and (exponent.min() < 0 or exponent.max() > 31):
+        raise ValueError("SOFTMAX: the sum of exponentials is out of range")
+    out = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(scale, exps), exponent) + lo
+    out = np.where(valid, np.clip(out, lo, hi), lo)
+    return out.astype(out_dtype).reshape(shape)
+
+
 # --- planned fast paths (8-bit outputs) ------------------------------------------------------------
 # A layer's filter, bias and requantization parameters are turned once into a plan (float32
 # weights, per-channel constants); the command processor keeps plans while the parameters' bytes

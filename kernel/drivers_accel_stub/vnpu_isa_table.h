@@ -13,7 +13,7 @@
 #include <linux/types.h>
 
 #define VNPU_ISA_TABLE_VERSION_MAJOR	1
-#define VNPU_ISA_TABLE_VERSION_MINOR	0
+#define VNPU_ISA_TABLE_VERSION_MINOR	1
 #define VNPU_ISA_TABLE_SLOTS			16
 #define VNPU_ISA_TABLE_ALIGN			8
 #define VNPU_ISA_TABLE_MAX_OPERANDS	5
@@ -235,6 +235,30 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 			{ .offset = 0x08, .dir = VNPU_ISA_DIR_OUT, .when = 0x0 }, /* output */
 		},
 	},
+	[0x22] = {
+		.name = "RESIZE_BILINEAR",
+		.size = 16,
+		.flags_offset = 4,
+		.flags_allowed = 0x1c,
+		.num_operands = 2,
+		.reserved_words = 0x0,
+		.operands = {
+			{ .offset = 0x08, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input */
+			{ .offset = 0x0c, .dir = VNPU_ISA_DIR_OUT, .when = 0x0 }, /* output */
+		},
+	},
+	[0x23] = {
+		.name = "ARG_MAX",
+		.size = 16,
+		.flags_offset = -1,
+		.flags_allowed = 0x0,
+		.num_operands = 2,
+		.reserved_words = 0x8,
+		.operands = {
+			{ .offset = 0x04, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input */
+			{ .offset = 0x08, .dir = VNPU_ISA_DIR_OUT, .when = 0x0 }, /* output */
+		},
+	},
 	[0x28] = {
 		.name = "LUT",
 		.size = 16,
@@ -246,6 +270,32 @@ static const struct vnpu_isa_op_desc vnpu_isa_ops[0x32] = {
 			{ .offset = 0x04, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input */
 			{ .offset = 0x08, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* table */
 			{ .offset = 0x0c, .dir = VNPU_ISA_DIR_OUT, .when = 0x0 }, /* output */
+		},
+	},
+	[0x29] = {
+		.name = "LUT2",
+		.size = 24,
+		.flags_offset = -1,
+		.flags_allowed = 0x0,
+		.num_operands = 4,
+		.reserved_words = 0x20,
+		.operands = {
+			{ .offset = 0x04, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input1 */
+			{ .offset = 0x08, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input2 */
+			{ .offset = 0x0c, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* table */
+			{ .offset = 0x10, .dir = VNPU_ISA_DIR_OUT, .when = 0x0 }, /* output */
+		},
+	},
+	[0x2a] = {
+		.name = "SOFTMAX",
+		.size = 24,
+		.flags_offset = -1,
+		.flags_allowed = 0x0,
+		.num_operands = 2,
+		.reserved_words = 0x0,
+		.operands = {
+			{ .offset = 0x04, .dir = VNPU_ISA_DIR_IN, .when = 0x0 }, /* input */
+			{ .offset = 0x08, .dir = VNPU_ISA_DIR_OUT, .when = 0x0 }, /* output */
 		},
 	},
 	[0x30] = {

@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 #define VNPU_ISA_VERSION_MAJOR		1
-#define VNPU_ISA_VERSION_MINOR		0
+#define VNPU_ISA_VERSION_MINOR		1
 /* as DRM_VNPU_PARAM_ISA_VERSION reports it */
 #define VNPU_ISA_VERSION		((VNPU_ISA_VERSION_MAJOR << 16) | VNPU_ISA_VERSION_MINOR)
 /* tensor-descriptor slots per job */
@@ -64,7 +64,17 @@ extern "C" {
  *	(padding never wins).
  * @VNPU_OP_AVGPOOL: Average pooling, NHWC, as TFLite's reference: the sum of the valid window
  *	positions divided by their count, rounded half away from zero.
+ * @VNPU_OP_RESIZE_BILINEAR: Bilinear resize, NHWC, with TFLite's integer arithmetic
+ *	(reference_ops::ResizeBilinearInteger): input [N,H,W,C], output [N,OH,OW,C] of the same
+ *	dtype.
+ * @VNPU_OP_ARG_MAX: Index of the maximum along the channel axis: input [N,H,W,C] of INT8 or UINT8,
+ *	output INT32 [N,H,W,1]; the first index wins a tie (TFLite's ARG_MAX).
  * @VNPU_OP_LUT: Table lookup: out[i] = table[in[i] + 128] for INT8 input, table[in[i]] for UINT8.
+ * @VNPU_OP_LUT2: Two-input table lookup: out[i] = table[256 * j1 + j2] with j = in + 128 for INT8
+ *	inputs and j = in for UINT8.
+ * @VNPU_OP_SOFTMAX: Softmax along the channel axis with TFLite's fixed-point arithmetic
+ *	(reference_ops::Softmax for 8-bit types): input [N,H,W,C], output of the same shape, INT8
+ *	with zero point -128 or UINT8 with zero point 0 (scale 1/256).
  * @VNPU_OP_COPY: Strided DMA copy: every element of tensor `src` to the same index of tensor `dst`
  *	(same shape and type, any strides: concat, pad interior, reshape, transpose, slice).
  * @VNPU_OP_FILL: Fills every element of tensor `dst` with `value` (padding borders with a zero
@@ -85,7 +95,11 @@ enum vnpu_isa_opcode {
 	VNPU_OP_MUL = 0x1a,
 	VNPU_OP_MAXPOOL = 0x20,
 	VNPU_OP_AVGPOOL = 0x21,
+	VNPU_OP_RESIZE_BILINEAR = 0x22,
+	VNPU_OP_ARG_MAX = 0x23,
 	VNPU_OP_LUT = 0x28,
+	VNPU_OP_LUT2 = 0x29,
+	VNPU_OP_SOFTMAX = 0x2a,
 	VNPU_OP_COPY = 0x30,
 	VNPU_OP_FILL = 0x31,
 };
@@ -102,6 +116,8 @@ enum vnpu_isa_opcode {
 #define VNPU_FLAG_HAS_BIAS		0x1	/* bit 0 */
 #define VNPU_FLAG_PER_CHANNEL		0x2	/* bit 1 */
 #define VNPU_FLAG_SINGLE_ROUNDING	0x4	/* bit 2 */
+#define VNPU_FLAG_ALIGN_CORNERS		0x8	/* bit 3 */
+#define VNPU_FLAG_HALF_PIXEL_CENTERS	0x10	/* bit 4 */
 
 /**
  * struct vnpu_isa_nop - the NOP instruction (opcode 0x00)
@@ -536,6 +552,51 @@ struct vnpu_isa_avgpool {
 #define VNPU_ISA_SIZE_AVGPOOL		48
 
 /**
+ * struct vnpu_isa_resize_bilinear - the RESIZE_BILINEAR instruction (opcode 0x22)
+ * @header: VNPU_ISA_HEADER(VNPU_OP_RESIZE_BILINEAR, VNPU_ISA_SIZE_RESIZE_BILINEAR).
+ * @flags: VNPU_FLAG_* bits: VNPU_FLAG_ALIGN_CORNERS | VNPU_FLAG_HALF_PIXEL_CENTERS |
+ *	VNPU_FLAG_SINGLE_ROUNDING; other bits must be zero.
+ * @input: input tensor slot.
+ * @output: output tensor slot.
+ *
+ * Bilinear resize, NHWC, with TFLite's integer arithmetic (reference_ops::ResizeBilinearInteger):
+ * input [N,H,W,C], output [N,OH,OW,C] of the same dtype. Per axis (rows shown): scale = ((1 << 10)
+ * * H + OH / 2) / OH, or ((1 << 10) * (H - 1) + (OH - 1) / 2) / (OH - 1) with ALIGN_CORNERS and OH
+ * > 1; iy = oy * scale, or oy * scale + scale / 2 - 512 with HALF_PIXEL_CENTERS; y0 = max(iy /
+ * 1024, 0), y1 = min((iy + 1023) / 1024, H - 1) (C division); dy = iy - 1024 * y0. out = round(sum
+ * of the four corners weighted (1024 - dy or dy) * (1024 - dx or dx)) / 2^20, rounded half away
+ * from zero (half up with SINGLE_ROUNDING). Stored values are used as they are (input and output
+ * share the quantization).
+ */
+struct vnpu_isa_resize_bilinear {
+	__u32 header;
+	__u32 flags;
+	__u32 input;
+	__u32 output;
+};
+
+#define VNPU_ISA_SIZE_RESIZE_BILINEAR	16
+
+/**
+ * struct vnpu_isa_arg_max - the ARG_MAX instruction (opcode 0x23)
+ * @header: VNPU_ISA_HEADER(VNPU_OP_ARG_MAX, VNPU_ISA_SIZE_ARG_MAX).
+ * @input: input tensor slot.
+ * @output: output tensor slot.
+ * @reserved0: reserved, must be zero.
+ *
+ * Index of the maximum along the channel axis: input [N,H,W,C] of INT8 or UINT8, output INT32
+ * [N,H,W,1]; the first index wins a tie (TFLite's ARG_MAX).
+ */
+struct vnpu_isa_arg_max {
+	__u32 header;
+	__u32 input;
+	__u32 output;
+	__u32 reserved0;
+};
+
+#define VNPU_ISA_SIZE_ARG_MAX		16
+
+/**
  * struct vnpu_isa_lut - the LUT instruction (opcode 0x28)
  * @header: VNPU_ISA_HEADER(VNPU_OP_LUT, VNPU_ISA_SIZE_LUT).
  * @input: input tensor slot.
@@ -553,6 +614,58 @@ struct vnpu_isa_lut {
 };
 
 #define VNPU_ISA_SIZE_LUT		16
+
+/**
+ * struct vnpu_isa_lut2 - the LUT2 instruction (opcode 0x29)
+ * @header: VNPU_ISA_HEADER(VNPU_OP_LUT2, VNPU_ISA_SIZE_LUT2).
+ * @input1: input tensor slot.
+ * @input2: input tensor slot.
+ * @table: input tensor slot.
+ * @output: output tensor slot.
+ * @reserved0: reserved, must be zero.
+ *
+ * Two-input table lookup: out[i] = table[256 * j1 + j2] with j = in + 128 for INT8 inputs and j =
+ * in for UINT8. The table is a tensor of 65536 elements of the output's type: any function of two
+ * 8-bit values (MAXIMUM, MINIMUM, PRELU). All three element tensors have the output's shape; zero
+ * strides broadcast.
+ */
+struct vnpu_isa_lut2 {
+	__u32 header;
+	__u32 input1;
+	__u32 input2;
+	__u32 table;
+	__u32 output;
+	__u32 reserved0;
+};
+
+#define VNPU_ISA_SIZE_LUT2		24
+
+/**
+ * struct vnpu_isa_softmax - the SOFTMAX instruction (opcode 0x2a)
+ * @header: VNPU_ISA_HEADER(VNPU_OP_SOFTMAX, VNPU_ISA_SIZE_SOFTMAX).
+ * @input: input tensor slot.
+ * @output: output tensor slot.
+ * @input_multiplier: Q31 multiplier of beta * input_scale * 2^26.
+ * @input_left_shift: left shift of the input differences, 0..31.
+ * @diff_min: differences below this contribute 0.
+ *
+ * Softmax along the channel axis with TFLite's fixed-point arithmetic (reference_ops::Softmax for
+ * 8-bit types): input [N,H,W,C], output of the same shape, INT8 with zero point -128 or UINT8 with
+ * zero point 0 (scale 1/256). Per row: d = in - max(row); rows with d >= diff_min contribute
+ * exp_on_negative_values(SRDHM(d << input_left_shift, input_multiplier) as Q5.26) to a Q12.19 sum;
+ * out = RoundingDivideByPOT(SRDHM(reciprocal(sum), exp), bits_over_unit + 23) + dtype minimum,
+ * clamped; elements with d < diff_min get the dtype minimum.
+ */
+struct vnpu_isa_softmax {
+	__u32 header;
+	__u32 input;
+	__u32 output;
+	__s32 input_multiplier;
+	__s32 input_left_shift;
+	__s32 diff_min;
+};
+
+#define VNPU_ISA_SIZE_SOFTMAX		24
 
 /**
  * struct vnpu_isa_copy - the COPY instruction (opcode 0x30)
