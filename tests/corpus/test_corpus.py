@@ -42,7 +42,7 @@ DEVICE = os.environ.get("VNPU_TEST_DEVICE", "shim")
 KNOWN_FAILURES = {
     ("transformer_block", "tflite_runtime"): (
         "tflite_runtime 2.14's BUILTIN_REF gives different outputs for the same input on every new "
-        "interpreter for this model (reads memory it never wrote), so it is no reference"
+        "interpreter and every invoke of this model, so it is no reference"
     ),
 }
 
