@@ -4,6 +4,7 @@
     accel info [--device NODE|shim]             every GET_PARAM value decoded, the driver's version
     accel session [SCRIPT|-] [-e CMD]...        bo/submit/wait commands in one open device
     accel submit STREAM --bo NAME=FILE[:rw]...  assemble, fill BOs, submit, wait, write BOs out
+    accel trace [--json] -- CMD...              every DRM ioctl CMD makes, decoded
     accel state [--json]                        vnpu.ko's debugfs, pretty-printed
 
 ``--device`` takes a node path, ``kernel`` (the first vnpu node) or ``shim`` (the in-process
@@ -143,6 +144,12 @@ def cmd_needs_session(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    from libaccel import trace
+
+    return trace.main(args)
+
+
 def cmd_state(args: argparse.Namespace) -> int:
     from libaccel import debugfs
 
@@ -175,6 +182,12 @@ def build_parser() -> ArgumentParser:
     # bo and wait parse here as in a session, then say why they need one.
     for p in (add_bo_commands(sub), add_wait_command(sub)):
         p.set_defaults(func=cmd_needs_session)
+    p = sub.add_parser("trace", help="run a program and print every DRM ioctl it makes")
+    p.add_argument("--json", action="store_true", help="one JSON object per ioctl")
+    p.add_argument("--no-stream", action="store_true", help="do not disassemble SUBMIT command streams")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the trace here (default: stderr)")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    p.set_defaults(func=cmd_trace)
     p = sub.add_parser("state", help="vnpu.ko's debugfs state, counters and open files")
     device_opts(p)
     p.set_defaults(func=cmd_state)

@@ -1,0 +1,218 @@
+"""`accel trace` on the host: the interposer and the decoder, without a vnpu device.
+
+Ioctls of type 'd' on /dev/null fail with ENOTTY, which is enough to check that C programs
+and CPython are both seen, that names and argument fields are decoded from the header,
+that errno and the exit status come through, and that other ioctls are not reported.
+tests/kernel/test_trace.py runs the same tool in the QEMU guest against vnpu.ko.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from libaccel import trace
+from uapi import bindings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+C_PROGRAM = r"""
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <unistd.h>
+#include "drm/vnpu_accel.h"
+
+int main(void)
+{
+    int fd = open("/dev/null", O_RDWR);
+    struct drm_vnpu_get_param p = { .param = DRM_VNPU_PARAM_MAX_JOB_BOS };
+    struct drm_vnpu_submit s;
+    struct termios t;
+
+    memset(&s, 0, sizeof(s));
+    s.job_count = 1;
+    s.job_struct_size = sizeof(struct drm_vnpu_job);
+    s.jobs = 8; /* a bad pointer: the interposer must survive it */
+    if (ioctl(fd, DRM_IOCTL_VNPU_GET_PARAM, &p) == 0 || errno != ENOTTY)
+        return 10;
+    if (ioctl(fd, DRM_IOCTL_VNPU_SUBMIT, &s) == 0)
+        return 11;
+    ioctl(0, TCGETS, &t); /* not DRM: not traced */
+    return 7;
+}
+"""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def _trace(argv: list[str], tmp_path: Path, json_mode: bool = True) -> tuple[int, list[dict] | str]:
+    out = tmp_path / "trace.out"
+    cmd = [sys.executable, "-m", "libaccel.cli", "trace", "-o", str(out)]
+    r = subprocess.run(
+        cmd + (["--json"] if json_mode else []) + ["--", *argv], env=_env(), capture_output=True, text=True
+    )
+    text = out.read_text() if out.exists() else r.stderr
+    if json_mode:
+        return r.returncode, [json.loads(line) for line in text.splitlines()]
+    return r.returncode, text
+
+
+@pytest.fixture(scope="module")
+def c_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is required (apt-get install gcc)")
+    d = tmp_path_factory.mktemp("c")
+    (d / "prog.c").write_text(C_PROGRAM)
+    exe = d / "prog"
+    subprocess.run(
+        ["gcc", "-D__user=", "-I", str(ROOT / "uapi"), str(d / "prog.c"), "-o", str(exe)],
+        check=True,
+        capture_output=True,
+    )
+    return exe
+
+
+def test_c_program_ioctls_are_named_decoded_with_errno(c_program: Path, tmp_path: Path) -> None:
+    code, events = _trace([str(c_program)], tmp_path)
+    assert code == 7  # the program's own exit status
+    assert [e["ioctl"] for e in events] == ["DRM_IOCTL_VNPU_GET_PARAM", "DRM_IOCTL_VNPU_SUBMIT"]
+    get, submit = events
+    assert get["path"] == "/dev/null" and get["comm"] == "prog"
+    assert get["in"] == {"param": bindings.DRM_VNPU_PARAM_MAX_JOB_BOS, "pad": 0, "value": 0}
+    assert (get["ret"], get["errno"]) == (-1, "ENOTTY") and "out" not in get
+    assert submit["in"]["jobs"] == 8 and submit["in"]["job_struct_size"] == bindings.ffi.sizeof(
+        "struct drm_vnpu_job"
+    )
+    assert submit["jobs"] == [] and submit["notes"] == ["EFAULT: the jobs pointer is not readable"]
+
+
+def test_human_output_is_one_line_per_ioctl(c_program: Path, tmp_path: Path) -> None:
+    code, text = _trace([str(c_program)], tmp_path, json_mode=False)
+    lines = text.splitlines()
+    assert code == 7
+    assert lines[0].startswith("[") and " prog] " in lines[0]
+    assert (
+        "DRM_IOCTL_VNPU_GET_PARAM(fd 3 /dev/null, {param=6 (DRM_VNPU_PARAM_MAX_JOB_BOS), pad=0, value=0})"
+        in lines[0]
+    )
+    assert lines[0].endswith(" us>") and "= -1 ENOTTY (Inappropriate ioctl for device)" in lines[0]
+    assert (
+        lines[1].startswith("[")
+        and "DRM_IOCTL_VNPU_SUBMIT(fd 3 /dev/null, {jobs=0x8, job_count=1," in lines[1]
+    )
+    assert lines[2] == "    note: EFAULT: the jobs pointer is not readable"
+
+
+def test_python_program_and_its_child_processes_are_traced(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import fcntl, os
+            from uapi.bindings import IOCTLS, ffi
+            fd = os.open("/dev/null", os.O_RDWR)
+            arg = ffi.new("struct drm_vnpu_bo_info *")
+            arg.handle = 42
+            if os.fork() == 0:
+                try:
+                    fcntl.ioctl(fd, IOCTLS["DRM_IOCTL_GEM_CLOSE"], bytearray(8))
+                finally:
+                    os._exit(0)
+            os.wait()
+            try:
+                fcntl.ioctl(fd, IOCTLS["DRM_IOCTL_VNPU_BO_INFO"], ffi.buffer(arg), True)
+            except OSError as e:
+                raise SystemExit(e.errno)
+            """
+        )
+    )
+    code, events = _trace([sys.executable, str(script)], tmp_path)
+    assert code == 25  # ENOTTY, as the program's exit status
+    assert [e["ioctl"] for e in events] == ["DRM_IOCTL_GEM_CLOSE", "DRM_IOCTL_VNPU_BO_INFO"]
+    assert events[0]["pid"] != events[1]["pid"]
+    assert events[1]["in"]["handle"] == 42 and events[1]["errno"] == "ENOTTY"
+
+
+def test_a_missing_program_is_a_usage_error(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "libaccel.cli", "trace", "--", str(tmp_path / "nope")],
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "No such file or directory" in r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "libaccel.cli", "trace"], env=_env(), capture_output=True, text=True
+    )
+    assert r.returncode == 2 and "give the program to run" in r.stderr
+
+
+def test_decoder_disassembles_a_submitted_stream() -> None:
+    """A record as the interposer sends it for a SUBMIT, with the stream it read from the BO."""
+    from firmware_tools.asm import assemble
+    from uapi.bindings import ffi
+
+    stream = assemble(
+        "TENSOR slot=0 dtype=INT8 va=0x100000 n=1 h=1 w=1 c=8 stride_c=1\nFILL dst=0 value=3\nEND\n"
+    )
+    create = ffi.new("struct drm_vnpu_bo_create *", {"size": 4096})
+    done = ffi.new(
+        "struct drm_vnpu_bo_create *", {"size": 4096, "handle": 1, "mmap_offset": 1 << 32, "va": 0x100000}
+    )
+    job = ffi.new(
+        "struct drm_vnpu_job *", {"cmd_bo_handle": 2, "cmd_size": len(stream), "bo_count": 1, "bos": 0x1234}
+    )
+    submit = ffi.new("struct drm_vnpu_submit *", {"jobs": 0x5678, "job_count": 1, "job_struct_size": 48})
+    job_bo = ffi.new("struct drm_vnpu_job_bo *", {"handle": 1, "flags": bindings.DRM_VNPU_JOB_BO_WRITE})
+
+    def message(request: int, blobs: list[tuple[int, int, bytes]]) -> bytes:
+        out = trace._RECORD.pack(trace._MAGIC, 1, 100, 100, 3, 0, 0, len(blobs), request, 10, 20)
+        for tag, index, data in blobs:
+            out += trace._BLOB.pack(tag, index, len(data), 0, 0) + data + bytes(-len(data) % 8)
+        return out
+
+    decoder = trace.Decoder(0)
+    bo = decoder.decode(
+        trace.parse_message(
+            message(
+                bindings.IOCTLS["DRM_IOCTL_VNPU_BO_CREATE"],
+                [(1, 0, bytes(ffi.buffer(create))), (2, 0, bytes(ffi.buffer(done)))],
+            )
+        )
+    )
+    # size did not change, but its kernel-doc says "out": it is shown
+    assert bo["out"] == {"size": 4096, "handle": 1, "mmap_offset": 1 << 32, "va": 0x100000}
+    event = decoder.decode(
+        trace.parse_message(
+            message(
+                bindings.IOCTLS["DRM_IOCTL_VNPU_SUBMIT"],
+                [
+                    (1, 0, bytes(ffi.buffer(submit))),
+                    (10, 0, bytes(ffi.buffer(job))),
+                    (11, 0, bytes(ffi.buffer(job_bo))),
+                    (13, 0, stream),
+                ],
+            )
+        )
+    )
+    (j,) = event["jobs"]
+    assert j["cmd_size"] == len(stream) and j["bo_list"] == [{"handle": 1, "flags": "WRITE"}]
+    assert j["stream"]["disasm"][0].startswith("TENSOR slot=0 dtype=INT8 va=bo1 ")
+    assert j["stream"]["disasm"][1] == "FILL dst=0 value=3  # 0x0040  -> dst INT8[1,1,1,8]@bo1"
+    text = trace.render(event)
+    assert "      bos: bo1:WRITE" in text and "      stream (80 bytes):" in text
