@@ -36,6 +36,7 @@ class DeviceParams:
     max_bo_size: int
     capabilities: int
     job_timeout_ms: int
+    max_in_syncobjs: int
 
     @staticmethod
     def param_number(name: str) -> int:

@@ -73,11 +73,13 @@ DATA_BASE = 0x400_0000  # BOs and private command-stream copies, physically cont
 MAX_BO_SIZE = 256 << 20
 MAX_JOB_SIZE = 1 << 20
 MAX_JOB_BOS = 64
-MAX_IN_SYNCOBJS = 64
-MAX_JOB_STRUCT_SIZE = hw.PAGE_SIZE
+# Limits the uapi header fixes for every driver.
+MAX_IN_SYNCOBJS = b.DRM_VNPU_MAX_IN_SYNCOBJS
+MAX_JOB_STRUCT_SIZE = b.DRM_VNPU_MAX_JOB_STRUCT_SIZE
 DEFAULT_JOB_TIMEOUT_MS = 2000
 CONTROL_TIMEOUT_S = 10.0
 MMAP_OFFSET_START = 0x10_0000 << hw.PAGE_SHIFT  # DRM_FILE_PAGE_OFFSET_START, in bytes
+GUARD = hw.PAGE_SIZE  # the unmapped VA page after every BO and stream copy
 
 JOB_V1_SIZE = ffi.sizeof("struct drm_vnpu_job")
 SYNCOBJ_WAIT_FLAGS = (
@@ -306,6 +308,7 @@ class ShimDevice:
             b.DRM_VNPU_PARAM_MAX_BO_SIZE: MAX_BO_SIZE,
             b.DRM_VNPU_PARAM_CAPABILITIES: self.r32(hw.REG_CAPS),
             b.DRM_VNPU_PARAM_JOB_TIMEOUT_MS: self.job_timeout_ms,
+            b.DRM_VNPU_PARAM_MAX_IN_SYNCOBJS: MAX_IN_SYNCOBJS,
         }
         if p not in values:
             raise Errno(errno.EINVAL, f"unknown parameter {p}")
@@ -400,12 +403,22 @@ class ShimDevice:
         self.reset(head)
 
     def reset(self, hung: ShimJob | None) -> None:
-        """Reset the device: the hung job fails with -ETIMEDOUT, the rest of the ring with -ECANCELED."""
+        """Reset the device, as vnpu.ko's recovery does.
+
+        The hung job fails with -ETIMEDOUT and jobs of closed files with -ECANCELED. The device
+        runs one job at a time in ring order, so every other job on the ring had not started: it
+        goes back to the ring, in order, and runs once.
+        """
         self.control(hw.CMD_RESET)
         self.resets += 1
         self._drain_cq()  # completions that raced with the reset still count
         for job in list(self.inflight):
-            self._complete(job, -errno.ETIMEDOUT if job is hung else -errno.ECANCELED)
+            if job is hung:
+                self._complete(job, -errno.ETIMEDOUT)
+            elif job.file.closed:
+                self._complete(job, -errno.ECANCELED)
+        self.backlog.extendleft(reversed(self.inflight))
+        self.inflight.clear()
         # The device cleared its queue: continue from where its registers say.
         self.sq_tail = self.r32(hw.SQ_TAIL)
         self.cq_head = self.r32(hw.CQ_TAIL)
@@ -414,13 +427,26 @@ class ShimDevice:
         self._push_backlog()
 
     def cancel_file_jobs(self, file: ShimBackend) -> None:
-        """On close: drop the file's jobs not yet on the ring; wait for the ones that are."""
+        """On close (``file.closed`` already set): cancel the file's jobs, as vnpu.ko does.
+
+        Jobs not yet on the ring end at once; a job of the file the device is running is stopped
+        by a reset (the other files' jobs go back on the ring); one queued behind another file's
+        job is stopped the same way when it reaches the head, so a started job of another file is
+        never aborted. Returns when the device holds none of the file's jobs.
+        """
         with self.lock:
             for job in [j for j in self.backlog if j.file is file]:
                 self._complete(job, -errno.ECANCELED)
-            # The watchdog ends a hung job within the job timeout; bound the wait anyway.
-            deadline = time.monotonic() + 2 * self.job_timeout_ms / 1000 + CONTROL_TIMEOUT_S
-            while any(j.file is file for j in self.inflight) and time.monotonic() < deadline:
+            while any(j.file is file for j in self.inflight):
+                if self.inflight[0].file.closed:
+                    try:
+                        self.reset(None)
+                    except Errno as e:  # a device that does not answer: as the IRQ thread does
+                        self.broken = str(e)
+                        for job in list(self.inflight) + list(self.backlog):
+                            self._complete(job, -errno.EIO)
+                    self.cond.notify_all()
+                    continue
                 self.cond.wait(0.05)
 
     def close(self) -> None:
@@ -557,18 +583,18 @@ class ShimBackend(Backend):
         npages = bo.size // hw.PAGE_SIZE
         if self.aspace.root >= 0:
             self.aspace.unmap(bo.va, npages)
-        self.va.free(bo.va, bo.size)
+        self.va.free(bo.va, bo.size + GUARD)
         self.dev.data.free(bo.pa, bo.size)
         self.dev.mmap_table.pop(bo.mmap_offset, None)
 
     def _alloc_mapped(self, size: int, writable: bool) -> tuple[int, int]:
-        """Contiguous zeroed memory mapped at a fresh VA: (pa, va)."""
-        va = self.va.alloc(size)
+        """Contiguous zeroed memory mapped at a fresh VA, followed by an unmapped guard page: (pa, va)."""
+        va = self.va.alloc(size + GUARD)
         if va is None:
             raise Errno(errno.ENOSPC, "the file's device address space is full")
         pa = self.dev.data.alloc(size)
         if pa is None:
-            self.va.free(va, size)
+            self.va.free(va, size + GUARD)
             raise Errno(errno.ENOMEM, "out of device memory")
         np.frombuffer(self.dev.memory.view(pa, size), dtype=np.uint8)[:] = 0
         self.aspace.map(va, range(pa, pa + size, hw.PAGE_SIZE), writable=writable)
@@ -577,7 +603,7 @@ class ShimBackend(Backend):
     def free_cmd_copy(self, job: ShimJob) -> None:
         if self.aspace.root >= 0:
             self.aspace.unmap(job.cmd_va, job.cmd_alloc // hw.PAGE_SIZE)
-        self.va.free(job.cmd_va, job.cmd_alloc)
+        self.va.free(job.cmd_va, job.cmd_alloc + GUARD)
         self.dev.data.free(job.cmd_pa, job.cmd_alloc)
 
     # --- core DRM ioctls --------------------------------------------------------------
@@ -720,7 +746,7 @@ class ShimBackend(Backend):
             except Errno:
                 for pa, va, alloc in copies:
                     self.aspace.unmap(va, alloc // hw.PAGE_SIZE)
-                    self.va.free(va, alloc)
+                    self.va.free(va, alloc + GUARD)
                     self.dev.data.free(pa, alloc)
                 raise
             for (bos, stream, in_fences, out_handle), copy in zip(checked, copies, strict=True):

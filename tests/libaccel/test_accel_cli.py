@@ -100,7 +100,7 @@ def test_submit_assembles_with_bo_names_and_writes_outputs(
     )
     assert (code, err) == (0, "")
     assert "job:      ok" in out and "fault_va: -" in out and "time:" in out
-    assert "src:r@0x100000, dst:w@0x101000" in out
+    assert "src:r@0x100000, dst:w@0x102000" in out  # each BO is followed by a guard page
     assert (files / "out.bin").read_bytes() == bytes(range(64))
     # without --out, a BO is listed for reading only: the kernel's stream check refuses the write
     code, _, err = run(capsys, "submit", "copy.s", "--device", "shim", "--bo", "src=in.bin", "--bo", "dst=64")
@@ -169,7 +169,7 @@ def test_session_script_keeps_bos_between_commands(files: Path, capsys: pytest.C
     assert np.array_equal(np.load(files / "dst.npy"), np.arange(64, dtype=np.int8).reshape(4, 16))
     listings = [line for line in out.splitlines() if line.startswith(("src ", "dst "))]
     assert [x.split()[0] for x in listings] == ["src", "dst", "dst"]
-    assert "va:          0x101000..0x102000" in out
+    assert "va:          0x102000..0x103000" in out  # after src and its guard page
 
 
 def test_session_stops_at_the_first_failure_with_its_place(

@@ -1,0 +1,255 @@
+"""The job contract of uapi/drm/vnpu_accel.h beyond single ioctls, on every backend.
+
+What runs is the stream SUBMIT checked (a rewrite of the command BO afterwards
+changes nothing), a reset fails only the hung job, closing a file cancels its
+running job at once, the in-syncobj and job_struct_size limits, what a failed
+job reports where, guard pages, GEM_CLOSE under a queued job, mmap's errors.
+
+Several tests park a job on the device behind a "stall": a job that marks a
+BO (so the test knows the device is running it) and then WAITs on a
+semaphore the test releases. The device runs one job at a time in queue
+order, so every job submitted after it is queued on the device behind it.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+
+import numpy as np
+import pytest
+
+from libaccel import Device, Job, JobBo
+from libaccel.errors import AccessDenied, InvalidArgument
+from uapi import bindings as b
+from uapi.bindings import ffi
+from uapi.isa import SPEC, encode
+
+PAGE = 4096
+INT8, INT32 = SPEC.dtypes["INT8"].code, SPEC.dtypes["INT32"].code
+NOP, END = encode("NOP"), encode("END")
+JOB_SIZE = ffi.sizeof("struct drm_vnpu_job")
+
+
+def vector(slot: int, va: int, count: int, dtype: int = INT8) -> bytes:
+    size = SPEC.dtype_by_code(dtype).size
+    return encode("TENSOR", slot=slot, dtype=dtype, va=va, n=1, h=1, w=1, c=count, stride_c=size)
+
+
+def fill_stream(va: int, count: int, value: int) -> bytes:
+    return vector(0, va, count) + encode("FILL", dst=0, value=value) + END
+
+
+def copy_stream(src_va: int, dst_va: int, count: int) -> bytes:
+    return vector(0, src_va, count) + vector(1, dst_va, count) + encode("COPY", src=0, dst=1) + END
+
+
+class Stall:
+    """A job that sets ``marker[0] = 1``, then WAITs until the test releases it (or it times out)."""
+
+    def __init__(self, dev: Device) -> None:
+        self.marker, self.sem = dev.create_bo(PAGE), dev.create_bo(PAGE)
+        stream = (
+            vector(0, self.marker.va, 1)
+            + encode("FILL", dst=0, value=1)
+            + vector(1, self.sem.va, 1, INT32)
+            + encode("WAIT", sem=1, value=1)
+            + END
+        )
+        bos = [JobBo(self.marker, read=False, write=True), JobBo(self.sem)]
+        dev.submit(Job(dev.create_bo_with(stream), len(stream), bos))
+        self.timeout_s = dev.params.job_timeout_ms / 1000
+
+    def running(self) -> None:
+        """Return once the device runs the stall (it has set the marker)."""
+        deadline = time.monotonic() + self.timeout_s
+        while self.marker.array(np.int8, 1)[0] != 1:
+            assert time.monotonic() < deadline, "the stall never started"
+            time.sleep(0.002)
+
+    def release(self) -> None:
+        self.sem.array(np.int32, 1)[0] = 1
+
+
+def padded(stream: bytes, size: int) -> bytes:
+    """``stream`` with NOPs before it, ``size`` bytes in all: a well-formed stream of that size."""
+    assert len(stream) <= size and (size - len(stream)) % len(NOP) == 0
+    return NOP * ((size - len(stream)) // len(NOP)) + stream
+
+
+# --- what runs is what SUBMIT checked ---------------------------------------------------
+def test_copy_rewritten_as_fill_after_submit_still_copies(device: Device) -> None:
+    stall = Stall(device)
+    src, dst = device.create_bo(PAGE), device.create_bo(PAGE)
+    src.array(np.int8, 64)[:] = np.arange(64)
+    stream = copy_stream(src.va, dst.va, 64)
+    cmd = device.create_bo_with(stream)
+    device.submit(Job(cmd, len(stream), [JobBo(src), JobBo(dst, read=False, write=True)]))
+    cmd.write(padded(fill_stream(dst.va, 64, 0x55), len(stream)))
+    stall.release()
+    assert stall.marker.wait(timeout=30).status == 0
+    assert dst.wait(timeout=30).status == 0
+    assert (dst.array(np.int8, 64) == np.arange(64)).all()
+
+
+def test_tensor_repointed_at_unlisted_bo_after_submit_leaves_it_untouched(device: Device) -> None:
+    stall = Stall(device)
+    dst, victim = device.create_bo(PAGE), device.create_bo(PAGE)
+    stream = fill_stream(dst.va, 64, 7)
+    cmd = device.create_bo_with(stream)
+    device.submit(Job(cmd, len(stream), [JobBo(dst, read=False, write=True)]))
+    rewritten = fill_stream(victim.va, 64, 7)  # the same stream but for the TENSOR's VA
+    assert len(rewritten) == len(stream)
+    cmd.write(rewritten)
+    stall.release()
+    assert dst.wait(timeout=30).status == 0
+    assert (dst.array(np.int8, 64) == 7).all()
+    assert victim.wait(timeout=30).status == 0
+    assert not victim.array(np.int8, PAGE).any()
+
+
+def test_bos_closed_while_their_job_is_queued_stay_alive_for_it(device: Device) -> None:
+    stall = Stall(device)
+    src, dst = device.create_bo(PAGE), device.create_bo(PAGE)
+    src.array(np.int8, 64)[:] = np.arange(64)
+    stream = copy_stream(src.va, dst.va, 64)
+    cmd = device.create_bo_with(stream)
+    device.submit(Job(cmd, len(stream), [JobBo(src), JobBo(dst, read=False, write=True)]))
+    src.close()  # GEM_CLOSE of a listed BO and of the command BO: allowed
+    cmd.close()
+    stall.release()
+    assert dst.wait(timeout=30).status == 0
+    assert (dst.array(np.int8, 64) == np.arange(64)).all()
+
+
+# --- reset and close ----------------------------------------------------------------------
+def test_reset_fails_only_the_hung_job_another_files_queued_job_runs(device: Device, opener) -> None:
+    other = opener()
+    stall = Stall(device)  # never released: it hangs
+    stall.running()
+    out = other.create_bo(PAGE)
+    s = fill_stream(out.va, 64, 3)
+    other.submit(Job(other.create_bo_with(s), len(s), [JobBo(out, read=False, write=True)]))
+    assert stall.marker.wait(timeout=stall.timeout_s * 5 + 10).status == -errno.ETIMEDOUT
+    # The innocent job had not started: it is queued again and runs once, with its own status.
+    assert out.wait(timeout=stall.timeout_s * 5 + 10).status == 0
+    assert (out.array(np.int8, 64) == 3).all()
+
+
+def test_closing_a_file_cancels_its_running_job_at_once(device: Device, opener) -> None:
+    a = opener()
+    stall = Stall(a)  # never released
+    stall.running()
+    out = device.create_bo(PAGE)
+    s = fill_stream(out.va, 64, 3)
+    device.submit(Job(device.create_bo_with(s), len(s), [JobBo(out, read=False, write=True)]))
+    t0 = time.monotonic()
+    a.close()
+    st = out.wait(timeout=stall.timeout_s * 5 + 10)
+    waited = time.monotonic() - t0
+    assert st.status == 0
+    assert (out.array(np.int8, 64) == 3).all()
+    # Without the cancel, the job behind the stall would wait for the job timeout.
+    assert waited < stall.timeout_s / 2, f"{waited:.2f} s behind a closed file's job"
+
+
+# --- limits ----------------------------------------------------------------------------------
+def _submit_with_in_syncobjs(dev: Device, handles: list[int]) -> tuple:
+    dst = dev.create_bo(PAGE)
+    s = fill_stream(dst.va, 64, 5)
+    cmd = dev.create_bo_with(s)
+    dev.submit(Job(cmd, len(s), [JobBo(dst, read=False, write=True)], in_syncobjs=handles))
+    return dst, cmd
+
+
+def test_in_syncobj_limit_from_the_header(device: Device) -> None:
+    limit = device.params.max_in_syncobjs
+    assert limit == b.DRM_VNPU_MAX_IN_SYNCOBJS
+    handles = [device.create_syncobj(signaled=True) for _ in range(limit + 1)]
+    dst, _ = _submit_with_in_syncobjs(device, handles[:limit])
+    assert dst.wait(timeout=30).status == 0 and (dst.array(np.int8, 64) == 5).all()
+    with pytest.raises(InvalidArgument) as e:
+        _submit_with_in_syncobjs(device, handles)
+    assert e.value.errno == errno.EINVAL
+
+
+def test_in_syncobj_without_a_fence_is_einval(device: Device) -> None:
+    empty = device.create_syncobj()
+    with pytest.raises(InvalidArgument) as e:
+        _submit_with_in_syncobjs(device, [empty])
+    assert e.value.errno == errno.EINVAL
+
+
+@pytest.mark.parametrize(
+    "size, ok",
+    [
+        (JOB_SIZE + 4, False),  # not a multiple of 8
+        (JOB_SIZE + 8, True),
+        (b.DRM_VNPU_MAX_JOB_STRUCT_SIZE, True),
+        (b.DRM_VNPU_MAX_JOB_STRUCT_SIZE + 8, False),
+    ],
+)
+def test_job_struct_size_multiple_of_8_up_to_the_cap(device: Device, size: int, ok: bool) -> None:
+    dst = device.create_bo(PAGE)
+    s = fill_stream(dst.va, 64, 9)
+    cmd = device.create_bo_with(s)
+    bos = ffi.new("struct drm_vnpu_job_bo[1]")
+    bos[0].handle, bos[0].flags = dst.handle, b.DRM_VNPU_JOB_BO_WRITE
+    blob = ffi.new("char[]", size)
+    job = ffi.cast("struct drm_vnpu_job *", blob)
+    job.cmd_bo_handle, job.cmd_size, job.bo_count = cmd.handle, len(s), 1
+    job.bos = int(ffi.cast("uintptr_t", bos))
+    sub = ffi.new("struct drm_vnpu_submit *")
+    sub.jobs, sub.job_count, sub.job_struct_size = int(ffi.cast("uintptr_t", blob)), 1, size
+    if ok:
+        device.ioctl("DRM_IOCTL_VNPU_SUBMIT", sub)
+        assert dst.wait(timeout=30).status == 0 and (dst.array(np.int8, 64) == 9).all()
+    else:
+        with pytest.raises(InvalidArgument) as e:
+            device.ioctl("DRM_IOCTL_VNPU_SUBMIT", sub)
+        assert e.value.errno == errno.EINVAL
+
+
+# --- where a failed job's status shows -------------------------------------------------------
+def test_failed_job_signals_its_syncobj_and_reports_through_bo_wait(device: Device) -> None:
+    src, dst = device.create_bo(PAGE), device.create_bo(PAGE)
+    # COPY between tensors of different shapes: refused by the device at run time (-EIO).
+    s = vector(0, src.va, 64) + vector(1, dst.va, 32) + encode("COPY", src=0, dst=1) + END
+    out = device.create_syncobj()
+    bos = [JobBo(src), JobBo(dst, read=False, write=True)]
+    device.submit(Job(device.create_bo_with(s), len(s), bos, out_syncobj=out))
+    device.wait_syncobjs([out], timeout=30)  # returns normally: the fence says "ended", not how
+    st = dst.wait(timeout=30)
+    assert st.status == -errno.EIO
+    assert st.fault_va == 0  # fault_va is 0 for every status but -EFAULT
+
+
+def test_each_bo_is_followed_by_an_unmapped_guard_page(device: Device, stream_check_off) -> None:
+    bo, dst = device.create_bo(PAGE), device.create_bo(PAGE)
+    # 16 bytes from 8 before the BO's end: the device reads into the page after it.
+    s = copy_stream(bo.va + PAGE - 8, dst.va, 16)
+    device.submit(Job(device.create_bo_with(s), len(s), [JobBo(bo), JobBo(dst, read=False, write=True)]))
+    st = dst.wait(timeout=30)
+    assert st.status == -errno.EFAULT
+    assert st.fault_va == bo.va + PAGE
+
+
+# --- mmap --------------------------------------------------------------------------------------
+def test_mmap_errors(device: Device, opener) -> None:
+    other = opener()
+    bo = device.create_bo(2 * PAGE)
+    theirs = other.create_bo(PAGE)
+    with pytest.raises(AccessDenied) as e:  # another file's BO
+        device.backend.mmap(theirs.mmap_offset, PAGE)
+    assert e.value.errno == errno.EACCES
+    for offset, size in (
+        (bo.mmap_offset, 3 * PAGE),  # longer than the BO
+        (bo.mmap_offset + PAGE, PAGE),  # inside the BO, not its start
+        (bo.mmap_offset + 1024 * PAGE * PAGE, PAGE),  # no BO there
+    ):
+        with pytest.raises(InvalidArgument) as e:
+            device.backend.mmap(offset, size)
+        assert e.value.errno == errno.EINVAL, (offset, size)
+    view = device.backend.mmap(bo.mmap_offset, PAGE)  # a prefix of a BO is fine
+    view[0] = 1
+    assert bo.array(np.int8, 1)[0] == 1
