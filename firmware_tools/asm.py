@@ -298,7 +298,10 @@ class _Annotator:
             (out_parts if f.type == "out" else ins_parts).append(f"{f.name} {self._operand(ins[f.name])}")
         if not ins_parts and not out_parts:
             return ""
-        return ", ".join(ins_parts) + (" -> " + ", ".join(out_parts) if out_parts else "")
+        text = ", ".join(ins_parts)
+        if out_parts:
+            text = (text + " " if text else "") + "-> " + ", ".join(out_parts)
+        return text
 
 
 def _line(ins: Instruction, regions: Regions | None, annotator: _Annotator | None) -> str:
