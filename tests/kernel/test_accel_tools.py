@@ -1,0 +1,249 @@
+"""The accel CLI on vnpu.ko: trace of a Python (libaccel) and a C program, submit, state.
+
+`accel trace` interposes libc's ioctl(), so it needs real ioctls: the kernel device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from kernel_helpers import REPO, accel_nodes
+
+from uapi import bindings
+
+PY_PROGRAM = """
+import errno
+import numpy as np
+from libaccel import Device, Job, JobBo
+from firmware_tools.asm import assemble
+
+with Device.open("kernel") as dev:
+    src, dst = dev.create_bo(4096), dev.create_bo(4096)
+    src.write(bytes(range(64)))
+    stream = assemble(
+        "TENSOR slot=0 dtype=INT8 va=src n=1 h=1 w=1 c=64 stride_c=1\\n"
+        "TENSOR slot=1 dtype=INT8 va=dst n=1 h=1 w=1 c=64 stride_c=1\\n"
+        "COPY src=0 dst=1\\nEND\\n",
+        symbols={"src": src.va, "dst": dst.va},
+    )
+    cmd = dev.create_bo_with(stream, read_only=True)
+    dev.submit(Job(cmd, len(stream), [JobBo(src), JobBo(dst, read=False, write=True)]))
+    dst.wait(timeout=10).raise_for_status()
+    assert dst.read(64) == bytes(range(64))
+    try:
+        dev.bo_info(999)
+    except OSError as e:
+        assert e.errno == errno.ENOENT
+"""
+
+C_PROGRAM = r"""
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include "drm/vnpu_accel.h"
+#include "drm/vnpu_isa.h"
+
+int main(int argc, char **argv)
+{
+    int fd = open(argv[1], O_RDWR);
+    struct drm_vnpu_get_param p = { .param = DRM_VNPU_PARAM_FW_VERSION };
+    struct drm_vnpu_bo_create bo = { .size = 4096 }, cmd = { .size = 4096 };
+    struct drm_vnpu_bo_info info = { .handle = 999 };
+    struct drm_vnpu_job_bo list;
+    struct drm_vnpu_job job;
+    struct drm_vnpu_submit submit;
+    struct drm_vnpu_bo_wait wait;
+    struct timespec now;
+    unsigned char *s;
+    struct vnpu_isa_tensor t;
+    struct vnpu_isa_fill f;
+    struct vnpu_isa_end e;
+
+    if (fd < 0 || ioctl(fd, DRM_IOCTL_VNPU_GET_PARAM, &p))
+        return 10;
+    if (ioctl(fd, DRM_IOCTL_VNPU_BO_CREATE, &bo) || ioctl(fd, DRM_IOCTL_VNPU_BO_CREATE, &cmd))
+        return 11;
+    if (ioctl(fd, DRM_IOCTL_VNPU_BO_INFO, &info) == 0 || errno != ENOENT)
+        return 12;
+    p.pad = 1;
+    if (ioctl(fd, DRM_IOCTL_VNPU_GET_PARAM, &p) == 0 || errno != EINVAL)
+        return 13;
+    s = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, cmd.mmap_offset);
+    if (s == MAP_FAILED)
+        return 14;
+    /* The stream, from the generated ISA structs: slot 0 = INT8 [1,1,1,16] at the BO; FILL 5; END. */
+    memset(&t, 0, sizeof(t));
+    t.header = VNPU_ISA_HEADER(VNPU_OP_TENSOR, VNPU_ISA_SIZE_TENSOR);
+    t.va = bo.va;
+    t.n = t.h = t.w = 1;
+    t.c = 16;
+    t.stride_c = 1;
+    memset(&f, 0, sizeof(f));
+    f.header = VNPU_ISA_HEADER(VNPU_OP_FILL, VNPU_ISA_SIZE_FILL);
+    f.value = 5;
+    memset(&e, 0, sizeof(e));
+    e.header = VNPU_ISA_HEADER(VNPU_OP_END, VNPU_ISA_SIZE_END);
+    memcpy(s, &t, sizeof(t));
+    memcpy(s + sizeof(t), &f, sizeof(f));
+    memcpy(s + sizeof(t) + sizeof(f), &e, sizeof(e));
+    list.handle = bo.handle;
+    list.flags = DRM_VNPU_JOB_BO_WRITE;
+    memset(&job, 0, sizeof(job));
+    job.cmd_bo_handle = cmd.handle;
+    job.cmd_size = sizeof(t) + sizeof(f) + sizeof(e);
+    job.bo_count = 1;
+    job.bos = (uintptr_t)&list;
+    memset(&submit, 0, sizeof(submit));
+    submit.jobs = (uintptr_t)&job;
+    submit.job_count = 1;
+    submit.job_struct_size = sizeof(job);
+    if (ioctl(fd, DRM_IOCTL_VNPU_SUBMIT, &submit))
+        return 15;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    memset(&wait, 0, sizeof(wait));
+    wait.handle = bo.handle;
+    wait.timeout_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec + 10000000000LL;
+    if (ioctl(fd, DRM_IOCTL_VNPU_BO_WAIT, &wait) || wait.job_status)
+        return 16;
+    return 0;
+}
+"""
+
+
+def _trace(argv: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    out = tmp_path / "trace.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run(
+        [sys.executable, "-m", "libaccel.cli", "trace", "--json", "-o", str(out), "--", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    events = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    return r, events
+
+
+def _by_name(events: list[dict], name: str) -> list[dict]:
+    return [e for e in events if e["ioctl"] == name]
+
+
+def test_trace_of_a_libaccel_python_program(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(PY_PROGRAM))
+    r, events = _trace([sys.executable, str(script)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    names = [e["ioctl"] for e in events]
+    for name in ("DRM_IOCTL_VNPU_BO_CREATE", "DRM_IOCTL_VNPU_SUBMIT", "DRM_IOCTL_VNPU_BO_WAIT"):
+        assert name in names, names
+    assert all(e["path"] == accel_nodes()[0] for e in events)
+    creates = _by_name(events, "DRM_IOCTL_VNPU_BO_CREATE")
+    assert creates[0]["in"]["size"] == 4096 and creates[0]["ret"] == 0
+    assert creates[0]["out"]["va"] >= bindings.DRM_VNPU_VA_START and creates[0]["out"]["handle"] > 0
+    (submit,) = _by_name(events, "DRM_IOCTL_VNPU_SUBMIT")
+    (job,) = submit["jobs"]
+    src, dst = creates[0]["out"]["handle"], creates[1]["out"]["handle"]
+    assert job["bo_list"] == [{"handle": src, "flags": "READ"}, {"handle": dst, "flags": "WRITE"}]
+    disasm = job["stream"]["disasm"]
+    assert disasm[0].startswith(f"TENSOR slot=0 dtype=INT8 va=bo{src} ")
+    assert (
+        disasm[2] == f"COPY src=0 dst=1  # 0x0080  src INT8[1,1,1,64]@bo{src} -> dst INT8[1,1,1,64]@bo{dst}"
+    )
+    (wait,) = _by_name(events, "DRM_IOCTL_VNPU_BO_WAIT")
+    assert wait["out"]["job_status"] == 0
+    bad = _by_name(events, "DRM_IOCTL_VNPU_BO_INFO")[-1]
+    assert bad["in"]["handle"] == 999 and (bad["ret"], bad["errno"]) == (-1, "ENOENT")
+
+
+def test_trace_of_a_c_program(tmp_path: Path) -> None:
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc in this guest")
+    (tmp_path / "prog.c").write_text(C_PROGRAM)
+    exe = tmp_path / "prog"
+    subprocess.run(
+        ["gcc", "-D__user=", "-I", str(REPO / "uapi"), str(tmp_path / "prog.c"), "-o", str(exe)],
+        check=True,
+        capture_output=True,
+    )
+    r, events = _trace([str(exe), accel_nodes()[0]], tmp_path)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert [e["ioctl"].removeprefix("DRM_IOCTL_VNPU_") for e in events] == [
+        "GET_PARAM",
+        "BO_CREATE",
+        "BO_CREATE",
+        "BO_INFO",
+        "GET_PARAM",
+        "SUBMIT",
+        "BO_WAIT",
+    ]
+    assert all(e["comm"] == "prog" for e in events)
+    get, _, _, info, bad_pad, submit, wait = events
+    assert get["in"]["param"] == bindings.DRM_VNPU_PARAM_FW_VERSION and get["out"]["value"] > 0
+    assert (info["errno"], bad_pad["errno"]) == ("ENOENT", "EINVAL") and bad_pad["in"]["pad"] == 1
+    (job,) = submit["jobs"]
+    assert [line.split("  #")[0] for line in job["stream"]["disasm"][1:]] == ["FILL dst=0 value=5", "END"]
+    assert wait["out"]["job_status"] == 0 and wait["time_us"] > 0
+
+
+def test_submit_and_session_on_the_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from libaccel import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.bin").write_bytes(bytes(range(64)))
+    (tmp_path / "copy.s").write_text(
+        "TENSOR slot=0 dtype=INT8 va=src n=1 h=1 w=1 c=64 stride_c=1\n"
+        "TENSOR slot=1 dtype=INT8 va=dst n=1 h=1 w=1 c=64 stride_c=1\nCOPY src=0 dst=1\nEND\n"
+    )
+    args = [
+        "submit",
+        "copy.s",
+        "--device",
+        "kernel",
+        "--bo",
+        "src=in.bin",
+        "--bo",
+        "dst=64",
+        "--out",
+        "dst=out.bin",
+    ]
+    assert cli.main(args) == 0
+    assert (tmp_path / "out.bin").read_bytes() == bytes(range(64))
+    (tmp_path / "bad.s").write_text(
+        (tmp_path / "copy.s").read_text().replace("w=1 c=64 stride_c=1\nCOPY", "w=1 c=32 stride_c=1\nCOPY")
+    )
+    code = cli.main(
+        [
+            "session",
+            "--device",
+            "kernel",
+            "-e",
+            "bo create src in.bin",
+            "-e",
+            "submit bad.s --bo src --bo dst=64:w",
+        ]
+    )
+    assert code == 3  # -EIO from the device: the job ran and failed
+
+
+def test_state_shows_this_process_as_an_open_file(dev: object, capsys: pytest.CaptureFixture[str]) -> None:
+    from libaccel import cli
+
+    assert cli.main(["state", "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)
+    assert state["state"]["ready"] == 1 and "jobs_submitted" in state["counters"]
+    assert os.getpid() in [f["pid"] for f in state["files"]]
+    assert cli.main(["state"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("vnpu debugfs: /sys/kernel/debug/accel/") and "\nfiles\n  CTX  PID" in out
