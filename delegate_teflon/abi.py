@@ -244,6 +244,21 @@ typedef struct TfLiteGatherParams {
     int batch_dims;
 } TfLiteGatherParams;
 
+typedef struct TfLiteSoftmaxParams {
+    float beta;
+} TfLiteSoftmaxParams;
+
+typedef struct TfLiteResizeBilinearParams {
+    _Bool align_corners;
+    _Bool half_pixel_centers;
+} TfLiteResizeBilinearParams;
+
+typedef struct TfLiteBatchMatMulParams {
+    _Bool adj_x;
+    _Bool adj_y;
+    _Bool asymmetric_quantize_inputs;
+} TfLiteBatchMatMulParams;
+
 typedef struct TfLiteDepthToSpaceParams {  /* TfLiteSpaceToDepthParams has the same layout */
     int block_size;
 } TfLiteDepthToSpaceParams;

@@ -49,6 +49,7 @@ _CORE_OPS = {
     19: "RELU",
     21: "RELU6",
     22: "RESHAPE",
+    23: "RESIZE_BILINEAR",
     25: "SOFTMAX",
     26: "SPACE_TO_DEPTH",
     28: "TANH",
@@ -59,6 +60,10 @@ _CORE_OPS = {
     41: "SUB",
     45: "STRIDED_SLICE",
     51: "DELEGATE",
+    54: "PRELU",
+    55: "MAXIMUM",
+    56: "ARG_MAX",
+    57: "MINIMUM",
     60: "PADV2",
     67: "TRANSPOSE_CONV",
     74: "SUM",
@@ -69,6 +74,7 @@ _CORE_OPS = {
     98: "LEAKY_RELU",
     114: "QUANTIZE",
     117: "HARD_SWISH",
+    126: "BATCH_MATMUL",
 }
 
 
@@ -208,6 +214,18 @@ def _options(ffi: Any, op: str, builtin_data: Any) -> dict[str, Any]:
         }
     if op == "TRANSPOSE_CONV":
         return _window_options(ffi.cast("TfLiteTransposeConvParams *", builtin_data))
+    if op == "SOFTMAX":
+        return {"beta": ffi.cast("TfLiteSoftmaxParams *", builtin_data).beta}
+    if op == "RESIZE_BILINEAR":
+        p = ffi.cast("TfLiteResizeBilinearParams *", builtin_data)
+        return {"align_corners": bool(p.align_corners), "half_pixel_centers": bool(p.half_pixel_centers)}
+    if op == "BATCH_MATMUL":
+        p = ffi.cast("TfLiteBatchMatMulParams *", builtin_data)
+        return {
+            "adj_x": bool(p.adj_x),
+            "adj_y": bool(p.adj_y),
+            "asymmetric_quantize_inputs": bool(p.asymmetric_quantize_inputs),
+        }
     if op == "RESIZE_NEAREST_NEIGHBOR":
         p = ffi.cast("TfLiteResizeNearestNeighborParams *", builtin_data)
         return {"align_corners": bool(p.align_corners), "half_pixel_centers": bool(p.half_pixel_centers)}

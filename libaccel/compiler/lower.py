@@ -34,7 +34,7 @@ from libaccel.compiler import ops as O
 from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo
 from uapi import isa
 
-COMPILER_VERSION = "1.6.0"  # bump whenever the generated code (or which nodes are supported) can change
+COMPILER_VERSION = "1.7.0"  # bump whenever the generated code (or which nodes are supported) can change
 ALIGN = 64
 REGION_WEIGHTS, REGION_ARENA = 0, 1
 _ISA_DTYPES = {"int8": "INT8", "uint8": "UINT8", "int32": "INT32"}
@@ -294,6 +294,7 @@ class Emitter:
         broadcast_to: tuple[int, int, int, int] | None = None,
         origin: tuple[int, int, int, int] | None = None,
         strides: tuple[int, int, int, int] | None = None,
+        dtype: str | None = None,
     ) -> int:
         """A slot describing graph tensor ``index``.
 
@@ -302,21 +303,27 @@ class Emitter:
         starting at that element (concatenation, padding); ``broadcast_to``
         stretches size-1 dimensions with zero strides; ``strides`` (in
         elements, with ``origin``) views the tensor in any order (transpose,
-        strided slice).
+        strided slice). ``dtype`` describes the tensor's bytes as elements of
+        that type (an int64 tensor as pairs of int32 words; its own layout then
+        has a last dimension that many times longer), in which shapes, origins
+        and strides count.
         """
         t = self.info(index)
         region, offset = self._location(t)
+        itemsize = t.itemsize if dtype is None else np.dtype(dtype).itemsize
         full = O.to4d(t.shape) if (origin is not None or shape is None) else shape
-        own = dense_strides(full, t.itemsize)
+        if dtype is not None and (origin is not None or shape is None):
+            full = (full[0], full[1], full[2], full[3] * (t.itemsize // itemsize))
+        own = dense_strides(full, itemsize)
         view = shape if shape is not None else full
         if origin is not None:
             offset += sum(o * s for o, s in zip(origin, own, strict=True))
         if strides is not None:
             own = (
-                strides[0] * t.itemsize,
-                strides[1] * t.itemsize,
-                strides[2] * t.itemsize,
-                strides[3] * t.itemsize,
+                strides[0] * itemsize,
+                strides[1] * itemsize,
+                strides[2] * itemsize,
+                strides[3] * itemsize,
             )
         strides = own
         if broadcast_to is not None:
@@ -325,7 +332,7 @@ class Emitter:
             )
             view = broadcast_to
         zp = t.quant.zero_point if t.quant is not None else 0
-        return self._slot((t.dtype, region, offset, tuple(view), tuple(strides), zp))
+        return self._slot((dtype or t.dtype, region, offset, tuple(view), tuple(strides), zp))
 
     def const(self, array: np.ndarray, dtype: str, zero_point: int = 0) -> int:
         """A slot for a compiler-made constant (a 4-D array) placed in the weights (a uint8 filter
@@ -374,18 +381,27 @@ class Emitter:
         self.stream += isa.encode(op, **fields)
         self.counts[op] = self.counts.get(op, 0) + 1
 
-    def op(self, name: str, single_rounding: bool = False, **fields: int | None) -> None:
+    def op(
+        self, name: str, single_rounding: bool = False, flags: tuple[str, ...] = (), **fields: int | None
+    ) -> None:
+        """Emit instruction ``name``; its flags field gets HAS_BIAS, PER_CHANNEL and SINGLE_ROUNDING from
+        the operands and ``single_rounding``, plus the flags named in ``flags``."""
         spec = isa.SPEC.by_name(name)
         values = {k: v for k, v in fields.items() if v is not None}
         if any(f.name == "flags" for f in spec.fields):
-            flags = 0
+            bits = 0
+            for flag in flags:
+                bits |= isa.SPEC.flags[flag]
+            flags = ()
             if "bias" in values:
-                flags |= isa.SPEC.flags["HAS_BIAS"]
+                bits |= isa.SPEC.flags["HAS_BIAS"]
             if "quant" in values:
-                flags |= isa.SPEC.flags["PER_CHANNEL"]
+                bits |= isa.SPEC.flags["PER_CHANNEL"]
             if single_rounding:
-                flags |= isa.SPEC.flags["SINGLE_ROUNDING"]
-            values["flags"] = flags
+                bits |= isa.SPEC.flags["SINGLE_ROUNDING"]
+            values["flags"] = bits
+        if flags:
+            raise ValueError(f"{name} has no flags field for {list(flags)}")
         self._emit(name, **values)
         self.pinned.clear()
         # The op's output changed memory other slots may describe: the descriptors stay valid

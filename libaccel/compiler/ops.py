@@ -824,4 +824,13 @@ def check_support(graph: Graph, node: OpNode) -> Support:
 
 # Lowerings in their own modules: each adds its planners to PLANNERS when imported (they import this
 # module's helpers, so whichever of the two is imported first, both end up complete).
-from libaccel.compiler import movement, reduce, transpose_conv  # noqa: E402, F401
+from libaccel.compiler import (  # noqa: E402, F401
+    argmax,
+    binary_tables,
+    matmul,
+    movement,
+    reduce,
+    resize,
+    softmax,
+    transpose_conv,
+)

@@ -110,3 +110,30 @@ def multiply_by_quantized_multiplier(x: int, m: int, shift: int) -> int:
     left = max(shift, 0)
     right = max(-shift, 0)
     return rounding_divide_by_pot(srdhm(wrap32(x * (1 << left)), m), right)
+
+
+# --- softmax (TFLite's quantization_util.cc) -----------------------------------------------------
+SOFTMAX_DIFF_INTEGER_BITS = 5  # kScaledDiffIntegerBits of TFLite's 8-bit softmax
+
+
+def preprocess_softmax_scaling(beta: float, input_scale: float, input_integer_bits: int) -> tuple[int, int]:
+    """PreprocessSoftmaxScaling: QuantizeMultiplierGreaterThanOne(min(beta * s * 2**(31 - bits), 2**31 - 1)).
+
+    TFLite CHECK-fails on a real multiplier not above 1: ValueError here."""
+    real = min(float(beta) * float(input_scale) * (1 << (31 - input_integer_bits)), (1 << 31) - 1.0)
+    if not real > 1.0:
+        raise ValueError(f"softmax input multiplier {real:g} is not above 1 (TFLite rejects it)")
+    return quantize_multiplier(real)
+
+
+def calculate_input_radius(
+    input_integer_bits: int, input_left_shift: int, total_signed_bits: int = 31
+) -> int:
+    """CalculateInputRadius: floor of the largest input difference the rescaling keeps in range."""
+    max_input_rescaled = (
+        1.0
+        * ((1 << input_integer_bits) - 1)
+        * (1 << (total_signed_bits - input_integer_bits))
+        / (1 << input_left_shift)
+    )
+    return int(math.floor(max_input_rescaled))

@@ -36,9 +36,9 @@ def test_supported_nodes_say_ok() -> None:
 
 
 def test_unsupported_op_has_a_reason() -> None:
-    graph, node = _only_node(g.softmax_model((1, 10)))
+    graph, node = _only_node(g.log_softmax_model((1, 10)))
     s = check_support(graph, node)
-    assert not s.ok and "SOFTMAX is not an NPU operator" in s.reason
+    assert not s.ok and "LOG_SOFTMAX is not an NPU operator" in s.reason
 
 
 def test_float_tensors_stay_on_cpu() -> None:
@@ -76,8 +76,8 @@ def test_pool_with_different_quantization_stays_on_cpu() -> None:
 
 
 def test_compile_errors_name_the_problem() -> None:
-    graph = graph_from_tflite(g.softmax_model((1, 10)))
-    with pytest.raises(CompileError, match=r"node 0 \(SOFTMAX\)"):
+    graph = graph_from_tflite(g.log_softmax_model((1, 10)))
+    with pytest.raises(CompileError, match=r"node 0 \(LOG_SOFTMAX\)"):
         compile_partition(graph, [0], ISA)
     graph = graph_from_tflite(g.pool_model("MAX_POOL_2D", (1, 4, 4, 2)))
     with pytest.raises(CompileError, match="not in the graph"):
@@ -89,13 +89,13 @@ def test_compile_errors_name_the_problem() -> None:
 
 
 def _chain_model() -> bytes:
-    """conv -> conv -> softmax: the NPU takes the two convs, the CPU the softmax."""
+    """conv -> conv -> log-softmax: the NPU takes the two convs, the CPU the log-softmax."""
     nb = g.NetworkBuilder(seed=4)
     x = nb.input((1, 12, 12, 4))
     y = nb.conv(nb.conv(x, 8, 3, 1), 10, 3, 2, act="NONE")
     y = nb.reshape(y, (1, 6 * 6 * 10))
-    out = nb.m.add_tensor("probs", (1, 360), "int8", g.Quant.tensor(1 / 256, -128))
-    nb.m.add_op("SOFTMAX", [y], [out], beta=1.0)
+    out = nb.m.add_tensor("probs", (1, 360), "int8", g.Quant.tensor(16 / 256, 127))
+    nb.m.add_op("LOG_SOFTMAX", [y], [out])
     return nb.build([x], [out])
 
 

@@ -61,19 +61,19 @@ def test_converter_flatten_is_one_npu_partition(
 
 
 def _flatten_then_cpu_softmax(declared: tuple[int, ...]) -> bytes:
-    """Flatten (declared shape ``declared``, a placeholder) -> SOFTMAX (a CPU op) -> output."""
+    """Flatten (declared shape ``declared``, a placeholder) -> LOG_SOFTMAX (a CPU op) -> output."""
     rng = np.random.default_rng(2)
     m = gen.ModelBuilder()
     x = m.add_tensor("input", (1, 4, 4, 6), "int8", gen.activation_quant(rng, "int8", 0.05))
     flat = gen.converter_flatten(m, x, declared)
-    y = m.add_tensor("probs", declared, "int8", gen.Quant.tensor(1 / 256, -128))
-    m.add_op("SOFTMAX", [flat], [y], beta=1.0)
+    y = m.add_tensor("probs", declared, "int8", gen.Quant.tensor(16 / 256, 127))
+    m.add_op("LOG_SOFTMAX", [flat], [y])
     return m.build([x], [y])
 
 
 def test_partition_output_gets_its_static_shape(runtime: str, interp_mod: Any, lib_path: str) -> None:
     """The model declares the flattened tensor as [1, 1]: the delegate's partition produces it and
-    sizes it [1, 96] (context->ResizeTensor) before the CPU's SOFTMAX is prepared."""
+    sizes it [1, 96] (context->ResizeTensor) before the CPU's LOG_SOFTMAX is prepared."""
     model = _flatten_then_cpu_softmax((1, 1))
     got, want = _run_both(runtime, interp_mod, lib_path, model)
     assert want[0].shape == (1, 96)

@@ -95,6 +95,9 @@ OPTIONS_TABLES = {
     "PACK": "PackOptions",
     "GATHER": "GatherOptions",
     "REDUCE_PROD": "ReducerOptions",
+    "RESIZE_BILINEAR": "ResizeBilinearOptions",
+    "BATCH_MATMUL": "BatchMatMulOptions",
+    "ARG_MAX": "ArgMaxOptions",
 }
 # Option fields whose values are enum names in our dicts.
 ENUM_FIELDS = {
@@ -1003,12 +1006,22 @@ def layout_model(
 
 
 def softmax_model(shape: Sequence[int], seed: int = 0) -> bytes:
-    """One int8 SOFTMAX: an op the NPU does not run (a CPU-fallback case)."""
+    """One int8 SOFTMAX (the NPU runs rows of up to 511 values; :func:`log_softmax_model` is a CPU op)."""
     rng = np.random.default_rng(seed)
     m = ModelBuilder()
     x = m.add_tensor("input", shape, "int8", activation_quant(rng, "int8", random_scale(rng)))
     y = m.add_tensor("output", shape, "int8", Quant.tensor(1 / 256, -128))
     m.add_op("SOFTMAX", [x], [y], beta=1.0)
+    return m.build([x], [y])
+
+
+def log_softmax_model(shape: Sequence[int], seed: int = 0) -> bytes:
+    """One int8 LOG_SOFTMAX: an op the NPU does not run (a CPU-fallback case)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    x = m.add_tensor("input", shape, "int8", activation_quant(rng, "int8", random_scale(rng)))
+    y = m.add_tensor("output", shape, "int8", Quant.tensor(16 / 256, 127))
+    m.add_op("LOG_SOFTMAX", [x], [y])
     return m.build([x], [y])
 
 
