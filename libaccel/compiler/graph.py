@@ -36,6 +36,10 @@ compiler (:mod:`libaccel.compiler`). Conventions, all TFLite's:
   - STRIDED_SLICE: begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask, offset
   - RESIZE_NEAREST_NEIGHBOR: align_corners, half_pixel_centers
   - LEAKY_RELU: alpha (required: no default is assumed)
+  - SOFTMAX: beta (required: the schema's default 0 is never what a model means)
+  - RESIZE_BILINEAR: align_corners, half_pixel_centers
+  - BATCH_MATMUL: adj_x, adj_y
+  - ARG_MAX, MAXIMUM, MINIMUM, PRELU: none needed (ARG_MAX's output dtype is the output tensor's)
   - SUM: keep_dims (MEAN and SUM read it from the output's shape)
   - shape computations folded by :mod:`libaccel.compiler.shape_folding`: PACK (values_count, axis),
     GATHER (axis, batch_dims), REDUCE_PROD (keep_dims), SHAPE (none: the output's dtype says)
