@@ -172,6 +172,8 @@ class BoSpec:
         head, colon, tail = text.rpartition(":")
         if colon and tail in _MODES:
             text, mode = head, tail
+        elif colon and "=" in head and not Path(text.partition("=")[2]).exists():
+            raise UsageError(f"--bo {text!r}: the mode {tail!r} is not r, w or rw")
         name, eq, source = text.partition("=")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", name):
             raise UsageError(f"--bo {text!r}: NAME must be an identifier (letters, digits, _ and .)")

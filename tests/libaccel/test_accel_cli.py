@@ -131,6 +131,7 @@ def test_submit_failed_job_exits_3_with_the_status(files: Path, capsys: pytest.C
         ),
         (["submit", "copy.s", "--bo", "src=missing.bin"], "--bo src=missing.bin: no such file"),
         (["submit", "copy.s", "--bo", "1x=4K"], "NAME must be an identifier"),
+        (["submit", "copy.s", "--bo", "dst=64:x"], "the mode 'x' is not r, w or rw"),
         (["submit", "copy.s", "--bo", "src=in.bin", "--out", "dst=o.bin"], "no BO named 'dst'"),
         (["bo", "create", "a", "4K"], "run it in a session: accel session -e 'bo create a 4K'"),
         (["wait", "bo", "a"], "needs a device file that stays open"),
