@@ -354,7 +354,7 @@ def boot(
         timer.cancel()
     if rc == -signal.SIGKILL:
         clock.say("boot", f"guest killed after {timeout:.0f}s")
-        return 124
+        return matrix.EXIT_TIMEOUT
     return rc
 
 

@@ -23,6 +23,8 @@ BUILD_OK = "ok"
 BUILD_FAILED = "FAILED"  # make failed
 BUILD_MISSING = "missing"  # a host requirement (the kernel's image or headers, ...) is missing
 BUILD_SKIPPED = "skipped"  # --no-build or --no-module
+# The exit code of a run whose guest was killed at --timeout (timeout(1)'s).
+EXIT_TIMEOUT = 124
 
 # Kernel splats in dmesg, one per report: a report's first line names it, so each
 # pattern matches that line only (not "Call Trace:", which every report has).
@@ -108,6 +110,12 @@ def _splat_text(splats: dict[str, int]) -> str:
     return f"{total} ({', '.join(f'{k} {n}' for k, n in splats.items())})" if total else "0"
 
 
+def _verdict(r: KernelResult) -> str:
+    if r.ok:
+        return "ok"
+    return "FAIL (timeout)" if r.rc == EXIT_TIMEOUT else f"FAIL (exit {r.rc})"
+
+
 def table(results: Sequence[KernelResult]) -> str:
     """The matrix as a Markdown table (readable on a terminal, pasteable into docs)."""
     header = ("kernel", "build", "passed", "failed", "skipped", "dmesg splats", "time", "result")
@@ -120,7 +128,7 @@ def table(results: Sequence[KernelResult]) -> str:
             str(r.skipped),
             _splat_text(r.splats),
             _duration(r.seconds),
-            "ok" if r.ok else f"FAIL (exit {r.rc})",
+            _verdict(r),
         )
         for r in results
     ]

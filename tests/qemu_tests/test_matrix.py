@@ -117,6 +117,8 @@ def test_table_has_one_row_per_kernel_with_its_verdict() -> None:
         "FAIL (exit 1)",
     ]
     assert lines[2].rstrip("| ").endswith("ok") and "1m01s" in lines[2]
+    (timed_out,) = matrix.table([_row("k", rc=matrix.EXIT_TIMEOUT)]).splitlines()[2:]
+    assert timed_out.rstrip("| ").endswith("FAIL (timeout)")
 
 
 def test_summary_is_json_with_each_verdict(tmp_path: Path) -> None:
