@@ -24,7 +24,7 @@ def _c_program() -> str:
     lines = [
         "#include <stddef.h>",
         "#include <stdio.h>",
-        '#include "vnpu_accel.h"',
+        "#include <drm/vnpu_accel.h>",
         "int main(void) {",
     ]
     for s in STRUCTS:
@@ -67,9 +67,8 @@ def c_lines(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     src = d / "abi.c"
     src.write_text(_c_program())
     exe = d / "abi"
-    # The vendored drm.h is the kernel-tree copy: headers_install would strip
-    # __user from it, so define it away as userspace sees it.
-    cmd = [gcc, "-Wall", "-Werror", "-D__user=", "-I", str(ROOT / "uapi" / "drm"), str(src), "-o", str(exe)]
+    # As userspace includes it: the installed headers (tools/headers_install.py), nothing defined.
+    cmd = [gcc, "-Wall", "-Werror", "-I", str(ROOT / "uapi"), str(src), "-o", str(exe)]
     build = subprocess.run(cmd, capture_output=True, text=True)
     assert build.returncode == 0, f"gcc failed:\n{build.stderr}"
     return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.splitlines()
