@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from libaccel import Device, Job, JobBo
-from libaccel.errors import AccessDenied, InvalidArgument
+from libaccel.errors import AccessDenied, BadCommandStream, InvalidArgument
 from uapi import bindings as b
 from uapi.bindings import ffi
 from uapi.isa import SPEC, encode
@@ -208,6 +208,16 @@ def test_job_struct_size_multiple_of_8_up_to_the_cap(device: Device, size: int, 
         with pytest.raises(InvalidArgument) as e:
             device.ioctl("DRM_IOCTL_VNPU_SUBMIT", sub)
         assert e.value.errno == errno.EINVAL
+
+
+@pytest.mark.parametrize("field, value", [("dtype", 7), ("c", 0), ("n", 0)])
+def test_tensor_with_unknown_dtype_or_empty_dim_is_enoexec(device: Device, field: str, value: int) -> None:
+    dst = device.create_bo(PAGE)
+    fields = dict(slot=0, dtype=INT8, va=dst.va, n=1, h=1, w=1, c=64, stride_c=1) | {field: value}
+    s = encode("TENSOR", **fields) + encode("FILL", dst=0, value=1) + END
+    with pytest.raises(BadCommandStream) as e:
+        device.submit(Job(device.create_bo_with(s), len(s), [JobBo(dst, read=False, write=True)]))
+    assert e.value.errno == errno.ENOEXEC
 
 
 # --- where a failed job's status shows -------------------------------------------------------
