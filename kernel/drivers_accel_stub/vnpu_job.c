@@ -290,12 +290,15 @@ static void vnpu_job_reset_hw(struct vnpu_device *vdev, struct vnpu_job *guilty,
 		else if (!requeue || READ_ONCE(job->ctx->closed))
 			vnpu_job_complete(vdev, job, -ECANCELED, 0);
 	}
-	/* What is left goes back on the device, oldest first. */
+	/*
+	 * What is left goes back on the device, oldest first. Still under
+	 * job_lock: the first job may complete before the loop ends, and the
+	 * completion interrupt must not unlink it while the loop walks the list.
+	 */
 	list_splice_tail_init(&owned, &vdev->active);
-	spin_unlock_irq(&vdev->job_lock);
-
 	list_for_each_entry(job, &vdev->active, node)
 		vnpu_job_write_sqe(vdev, job);
+	spin_unlock_irq(&vdev->job_lock);
 	mutex_unlock(&vdev->hw_lock);
 }
 
