@@ -148,10 +148,10 @@ def render(state: dict[str, Any]) -> str:
             continue
         lines.append("")
         lines.append(name)
+        if not content:
+            lines.append("  (none)")
+            continue
         if isinstance(content, list):
-            if not content:
-                lines.append("  (none)")
-                continue
             headers = list(dict.fromkeys(k for row in content for k in row))
             table = [[h.upper() for h in headers]] + [[str(r.get(h, "-")) for h in headers] for r in content]
             widths = [max(len(r[i]) for r in table) for i in range(len(headers))]

@@ -127,12 +127,12 @@ def hexdump(data: bytes, base: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
-def status_text(status: int | None) -> str:
+def status_text(status: int | None, fault_va: int = 0) -> str:
     if status is None:
         return "unknown (the job lists no BO for writing; BO_WAIT reports writers only)"
     if status == 0:
         return "ok"
-    err = JobFault(status)
+    err = JobFault(status, fault_va)
     return f"failed: {errno.errorcode.get(-status, str(-status))} ({err.hint})"
 
 
@@ -457,7 +457,7 @@ class Session:
             used = ", ".join(f"{b['name']}:{b['mode']}@{b['va']:#x}" for b in record["bos"])
             lines.append(f"bos:      {used}")
         lines += [
-            f"job:      {status_text(value)}",
+            f"job:      {status_text(value, fault or 0)}",
             f"status:   {value if value is not None else '-'}",
             f"fault_va: {fault:#x}" if fault else "fault_va: -",
             f"time:     {elapsed_ns / 1e6:.3f} ms",

@@ -284,3 +284,13 @@ def test_state_parses_and_prints_debugfs(
     monkeypatch.setattr(debugfs, "DEBUGFS", tmp_path / "none")
     code, _, err = run(capsys, "state")
     assert code == 1 and "debugfs is not mounted" in err
+
+
+def test_job_status_text_names_the_errno_and_fault_va() -> None:
+    from libaccel.session import status_text
+
+    assert status_text(0) == "ok"
+    assert status_text(-14, 0x101000).startswith("failed: EFAULT (the device MMU faulted")
+    assert status_text(-14, 0x101000).endswith("at device VA 0x101000)")
+    assert status_text(-5) == "failed: EIO (the device found a bad instruction or operand at run time)"
+    assert status_text(None).startswith("unknown")
