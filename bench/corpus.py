@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -110,8 +112,6 @@ MIN_GROUP_SECONDS = 0.2  # a timing group lasts at least this long: small models
 
 def _median_invoke_ms(interp: Any, inputs: Sequence[np.ndarray], runs: int) -> float:
     """Median of at least ``runs`` invokes, and of as many more as fit in ``MIN_GROUP_SECONDS``."""
-    import time
-
     from delegate_teflon.run import invoke
 
     invoke(interp, inputs)  # warm-up: first-touch of the arena and the plans
@@ -181,6 +181,15 @@ def table(rows: Sequence[ModelRow], device: str) -> str:
     return "\n".join(lines)
 
 
+def caption(machine: dict[str, Any], started: str, runtime: str) -> str:
+    """One line under the table: when, where and how loaded the machine was (ratios depend on it)."""
+    before, after = machine["load_average"][0], machine["load_average_after"][0]
+    return (
+        f"Run {started} in {runtime}, {machine['cpu']} ({machine['cpus']} CPUs), "
+        f"load average {before:.1f} before and {after:.1f} after."
+    )
+
+
 def replace_between_markers(text: str, body: str) -> str:
     """``text`` with the part between the corpus-table markers replaced by ``body``."""
     start, end = text.find(MARK_BEGIN), text.find(MARK_END)
@@ -211,6 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"bench.corpus: unknown model {name!r}; known: {', '.join(sorted(entries))}", file=sys.stderr
             )
             return 2
+    from bench.model_bench import machine_info
+
+    machine = machine_info()  # before the run: its load average is the one that says how quiet it was
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     rows: list[ModelRow] = []
     placements: dict[str, dict[str, Any]] = {}
     failed: list[str] = []
@@ -242,19 +255,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
         placements[name] = asdict(p) | {"cpu_reasons": run.reasons}
+    machine["load_average_after"] = list(os.getloadavg())
     text = table(rows, args.device)
     if failed:
         text += "\n\nFailed to load through the delegate: " + ", ".join(failed)
+    text += "\n\n" + caption(machine, started, args.runtime)
     print(text)
-    from bench.model_bench import machine_info
-
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
         json.dumps(
             {
                 "device": args.device,
                 "runs": args.runs,
-                "machine": machine_info(),
+                "started": started,
+                "runtime": args.runtime,
+                "machine": machine,
                 "models": [asdict(r) for r in rows],
             },
             indent=2,

@@ -34,7 +34,9 @@ def test_one_model_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     (row,) = json.loads(out.read_text())["models"]
     assert row["name"] == name and row["differing_bytes"] == 0
     assert row["vnpu_ms"] > 0 and row["xnnpack_ms"] > 0
-    assert f"| {name} |" in doc.read_text()
+    text = doc.read_text()
+    assert f"| {name} |" in text
+    assert "load average" in text and "ai_edge_litert" in text  # the run's conditions, under the table
     written = json.loads(placement.read_text())
     assert written["other_model"] == {"kept": True}  # --update-placement rewrites only the models it ran
     committed = json.loads((corpus.ROOT / "tests/corpus/placement.json").read_text())
