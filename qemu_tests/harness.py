@@ -444,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_specs,
         help="run once per kernel (results in one subdirectory each), print a table, write summary.json",
     )
-    p.add_argument("--kdir", type=Path, help="the build tree of the bzImage --kernel names")
+    p.add_argument("--kdir", type=Path, metavar="DIR", help="the build tree of the bzImage --kernel names")
     p.add_argument("--no-install", action="store_true", help="skip the install phase")
     p.add_argument("--no-build", action="store_true", help="use the already built vnpu.ko")
     p.add_argument("--no-module", action="store_true", help="boot with the device but do not load vnpu.ko")
