@@ -14,6 +14,7 @@ order, so every job submitted after it is queued on the device behind it.
 from __future__ import annotations
 
 import errno
+import gc
 import time
 
 import numpy as np
@@ -57,7 +58,8 @@ class Stall:
             + END
         )
         bos = [JobBo(self.marker, read=False, write=True), JobBo(self.sem)]
-        dev.submit(Job(dev.create_bo_with(stream), len(stream), bos))
+        self.cmd = dev.create_bo_with(stream)
+        dev.submit(Job(self.cmd, len(stream), bos))
         self.timeout_s = dev.params.job_timeout_ms / 1000
 
     def running(self) -> None:
@@ -69,6 +71,12 @@ class Stall:
 
     def release(self) -> None:
         self.sem.array(np.int32, 1)[0] = 1
+
+    def close_bos(self) -> None:
+        """GEM_CLOSE the stall's BOs and drop their CPU mappings (each mapping holds the file open)."""
+        for bo in (self.marker, self.sem, self.cmd):
+            bo.close()
+        gc.collect()
 
 
 def padded(stream: bytes, size: int) -> bytes:
@@ -144,6 +152,7 @@ def test_closing_a_file_cancels_its_running_job_at_once(device: Device, opener) 
     s = fill_stream(out.va, 64, 3)
     device.submit(Job(device.create_bo_with(s), len(s), [JobBo(out, read=False, write=True)]))
     t0 = time.monotonic()
+    stall.close_bos()  # the file is released when its last mapping goes too
     a.close()
     st = out.wait(timeout=stall.timeout_s * 5 + 10)
     waited = time.monotonic() - t0

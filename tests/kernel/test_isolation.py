@@ -44,7 +44,8 @@ def test_device_mmu_faults_when_the_check_is_off() -> None:
         pytest.skip("vnpu.ko has no validate_streams parameter")
     old = param.read_text().strip()
     with Device.open("kernel") as a, Device.open("kernel") as b:
-        secret = [a.create_bo(SIZE) for _ in range(3)][-1]
+        # Past every VA b maps: its two BOs and the kernel's copy of its stream, each with a guard page.
+        secret = [a.create_bo(SIZE) for _ in range(6)][-1]
         secret.write(bytes([SECRET]) * SIZE)
         out = b.create_bo(SIZE)
         stream = copy_stream(secret.va, out.va, SIZE)

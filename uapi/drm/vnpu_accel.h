@@ -295,9 +295,10 @@ struct drm_vnpu_job {
  * DRM_VNPU_MAX_JOB_STRUCT_SIZE; bytes the kernel does not know must be
  * zero.
  *
- * Closing the file cancels its jobs that have not ended: a running one is
- * stopped by a reset of the device (other files' queued jobs are queued
- * again), queued ones never run; all end with -ECANCELED.
+ * Closing the file (its last reference: the descriptor and every mmap() of
+ * its BOs) cancels its jobs that have not ended: a running one is stopped by
+ * a reset of the device (other files' queued jobs are queued again), queued
+ * ones never run; all end with -ECANCELED.
  *
  * Errors: -EINVAL for a zero or too large @job_count, a bad
  * @job_struct_size, non-zero flags/pad/unknown trailing bytes, a command
