@@ -1,4 +1,4 @@
-"""The examples in docs/isa.md and docs/firmware.md run and print what the docs say.
+"""The examples in docs/isa.md, docs/firmware.md and docs/tools.md run and print what the docs say.
 
 Fenced blocks are processed in order, in a fresh directory per document:
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "docs" / "isa.md", ROOT / "docs" / "firmware.md"]
+DOCS = [ROOT / "docs" / "isa.md", ROOT / "docs" / "firmware.md", ROOT / "docs" / "tools.md"]
 _FENCE = re.compile(r"^( *)```(\S*)[ \t]*(\S*)\n(.*?)^\1```$", re.S | re.M)
 
 
