@@ -122,7 +122,13 @@ def module_path(kernel: preflight.Kernel) -> Path:
 
 def build_module(clock: Clock, kernel: preflight.Kernel) -> Path:
     """Build vnpu.ko against ``kernel``'s build tree in its own directory; returns the module."""
-    sources = [p for pat in ("Makefile", "Kbuild", "*.c", "*.h") for p in MODULE_DIR.glob(pat)]
+    # *.mod.c is modpost's output for whichever kernel the in-tree build last targeted: not a source.
+    sources = [
+        p
+        for pat in ("Makefile", "Kbuild", "*.c", "*.h")
+        for p in MODULE_DIR.glob(pat)
+        if not p.name.endswith(".mod.c")
+    ]
     if not any(p.name == "Kbuild" for p in sources):
         raise HarnessError(f"no kernel module sources in {MODULE_DIR}")
     build = module_build_dir(kernel)

@@ -124,3 +124,42 @@ def test_the_harness_rejects_bad_kernel_arguments(
         harness.main(argv)
     assert e.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_vnpu_ko_is_built_per_kernel_from_a_copy_of_the_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each kernel gets build/kmod-<release>/ (two levels down, as Kbuild's ../../uapi include needs)."""
+    repo = tmp_path / "repo"
+    sources = repo / "kernel" / "drivers_accel_stub"
+    sources.mkdir(parents=True)
+    (repo / "uapi" / "drm").mkdir(parents=True)
+    for name in ("Kbuild", "vnpu_drv.c", "vnpu_drv.h"):
+        (sources / name).write_text(f"/* {name} */\n")
+    (sources / "vnpu.mod.c").write_text("/* modpost output for another kernel */\n")
+    (sources / "Makefile").write_text("all:\n\t$(MAKE) -C $(KDIR) M=$(CURDIR) modules\n")
+    kdirs = []
+    for release in ("6.12.107+deb12-amd64", RT):
+        kdir = tmp_path / release
+        kdir.mkdir()
+        # A stand-in for the kernel's build tree: "builds" vnpu.ko naming the tree it was built against.
+        (kdir / "Makefile").write_text(f"modules:\n\techo {release} > $(M)/vnpu.ko\n")
+        kdirs.append(preflight.Kernel(release, kdir / "bzImage", kdir))
+    monkeypatch.setattr(harness, "REPO", repo)
+    monkeypatch.setattr(harness, "MODULE_DIR", sources)
+    built = [harness.build_module(harness.Clock(quiet=True), k) for k in kdirs]
+    assert built == [repo / "build" / f"kmod-{k.release}" / "vnpu.ko" for k in kdirs]
+    assert [m.read_text().strip() for m in built] == [k.release for k in kdirs]
+    for m in built:
+        assert (m.parent / "../../uapi/drm").resolve().is_dir()
+        assert sorted(p.name for p in m.parent.iterdir()) == [
+            "Kbuild",
+            "Makefile",
+            "vnpu.ko",
+            "vnpu_drv.c",
+            "vnpu_drv.h",
+        ]
+    assert not (sources / "vnpu.ko").exists()  # nothing lands in tree
+    (kdirs[0].build / "Makefile").write_text("modules:\n\tfalse\n")
+    with pytest.raises(harness.HarnessError, match="module build failed"):
+        harness.build_module(harness.Clock(quiet=True), kdirs[0])
