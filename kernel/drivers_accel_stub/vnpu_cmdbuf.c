@@ -12,8 +12,8 @@
  * device runs exactly the stream that was validated, whatever userspace
  * writes to its command BO after SUBMIT.
  *
- * A command buffer is vmalloc() memory mapped at a VA of the submitting
- * file's address space, followed by an unmapped guard page like every BO;
+ * A command buffer is one page (most streams fit) or vmalloc() memory,
+ * mapped at a VA of the submitting file's address space, followed by an unmapped guard page like every BO;
  * the device reaches it through the job's page tables as it reaches BOs.
  * When its job is freed the buffer goes to a small per-file pool, so a file
  * that submits jobs of similar size again (a model's partitions on every
@@ -43,7 +43,10 @@ static void vnpu_cmdbuf_free(struct vnpu_ctx *ctx, struct vnpu_cmdbuf *cb)
 	if (cb->dma_mapped)
 		dma_unmap_sgtable(dev, &cb->sgt, DMA_TO_DEVICE, 0);
 	sg_free_table(&cb->sgt);
-	vfree(cb->vaddr);
+	if (cb->size == PAGE_SIZE)
+		free_page((unsigned long)cb->vaddr);
+	else
+		vfree(cb->vaddr);
 	kfree(cb);
 }
 
@@ -61,14 +64,19 @@ static struct vnpu_cmdbuf *vnpu_cmdbuf_alloc(struct vnpu_ctx *ctx, size_t size)
 		return ERR_PTR(-ENOMEM);
 	INIT_LIST_HEAD(&cb->link);
 	cb->size = size;
-	cb->vaddr = vmalloc(size);
+	/* A page of the direct map costs no vmap area and no TLB flush when freed. */
+	if (npages == 1)
+		cb->vaddr = (void *)__get_free_page(GFP_KERNEL);
+	else
+		cb->vaddr = vmalloc(size);
 	pages = kvmalloc_array(npages, sizeof(*pages), GFP_KERNEL);
 	if (!cb->vaddr || !pages) {
 		ret = -ENOMEM;
 		goto err;
 	}
 	for (i = 0; i < npages; i++)
-		pages[i] = vmalloc_to_page(cb->vaddr + i * PAGE_SIZE);
+		pages[i] = npages == 1 ? virt_to_page(cb->vaddr) :
+			   vmalloc_to_page(cb->vaddr + i * PAGE_SIZE);
 	ret = sg_alloc_table_from_pages(&cb->sgt, pages, npages, 0, size, GFP_KERNEL);
 	if (ret)
 		goto err;
@@ -156,7 +164,8 @@ void vnpu_cmdbuf_fill(struct vnpu_cmdbuf *cb, struct page **pages, u64 offset, u
  */
 void vnpu_cmdbuf_sync(struct vnpu_device *vdev, struct vnpu_cmdbuf *cb)
 {
-	flush_kernel_vmap_range(cb->vaddr, cb->size);
+	if (is_vmalloc_addr(cb->vaddr))
+		flush_kernel_vmap_range(cb->vaddr, cb->size);
 	dma_sync_sgtable_for_device(vdev->drm.dev, &cb->sgt, DMA_TO_DEVICE);
 }
 

@@ -19,7 +19,8 @@
  * @link: entry in &vnpu_ctx.cmdbuf_pool while idle
  * @node: its device VA range (plus one unmapped guard page)
  * @sgt: its pages, DMA-mapped
- * @vaddr: the kernel's mapping, the only CPU mapping there is
+ * @vaddr: the kernel's mapping, the only CPU mapping there is (a direct-map
+ *	page when @size is one page, else vmalloc())
  * @size: page-rounded size in bytes
  * @dma_mapped: @sgt is DMA-mapped
  * @mapped: the pages are in the context's page tables (device read-only)
