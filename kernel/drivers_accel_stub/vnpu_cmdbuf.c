@@ -48,6 +48,7 @@ static void vnpu_cmdbuf_free(struct vnpu_ctx *ctx, struct vnpu_cmdbuf *cb)
 	else
 		vfree(cb->vaddr);
 	kfree(cb);
+	atomic_dec(&ctx->vdev->stats.cmdbufs);
 }
 
 static struct vnpu_cmdbuf *vnpu_cmdbuf_alloc(struct vnpu_ctx *ctx, size_t size)
@@ -62,6 +63,8 @@ static struct vnpu_cmdbuf *vnpu_cmdbuf_alloc(struct vnpu_ctx *ctx, size_t size)
 	cb = kzalloc(sizeof(*cb), GFP_KERNEL);
 	if (!cb)
 		return ERR_PTR(-ENOMEM);
+	atomic_inc(&ctx->vdev->stats.cmdbufs);
+	atomic64_inc(&ctx->vdev->stats.cmdbuf_allocs);
 	INIT_LIST_HEAD(&cb->link);
 	cb->size = size;
 	/* A page of the direct map costs no vmap area and no TLB flush when freed. */

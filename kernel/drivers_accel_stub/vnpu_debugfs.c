@@ -79,6 +79,8 @@ static int vnpu_debugfs_counters(struct seq_file *m, void *data)
 	seq_printf(m, "jobs_timedout: %lld\n", atomic64_read(&s->jobs_timedout));
 	seq_printf(m, "jobs_cancelled: %lld\n", atomic64_read(&s->jobs_cancelled));
 	seq_printf(m, "resets: %d\n", atomic_read(&s->resets));
+	seq_printf(m, "cmdbufs: %d\n", atomic_read(&s->cmdbufs));
+	seq_printf(m, "cmdbufs_allocated_total: %lld\n", atomic64_read(&s->cmdbuf_allocs));
 	return 0;
 }
 

@@ -53,6 +53,9 @@ extern unsigned int vnpu_job_timeout_ms;
  * @jobs_timedout: jobs failed with -ETIMEDOUT
  * @jobs_cancelled: jobs failed with -ECANCELED by a reset or teardown
  * @resets: device resets performed by the driver
+ * @cmdbufs: live command buffers (in use or pooled)
+ * @cmdbuf_allocs: command buffers allocated since load (a SUBMIT that found
+ *	none to reuse in its file's pool)
  */
 struct vnpu_stats {
 	atomic_t files;
@@ -66,6 +69,8 @@ struct vnpu_stats {
 	atomic64_t jobs_timedout;
 	atomic64_t jobs_cancelled;
 	atomic_t resets;
+	atomic_t cmdbufs;
+	atomic64_t cmdbuf_allocs;
 };
 
 /**
