@@ -1,4 +1,4 @@
-"""vnpu.ko's sources pass the kernel's checkpatch.pl (--no-tree), as the mission asks."""
+"""vnpu.ko's sources pass the kernel's checkpatch.pl (--strict --no-tree)."""
 
 from __future__ import annotations
 
