@@ -49,7 +49,12 @@ def manifest() -> dict[str, dict[str, Any]]:
 
 
 def model_bytes(name: str) -> bytes:
-    return (CORPUS_DIR / f"{name}.tflite").read_bytes()
+    """The corpus model's bytes, checked (ModelError) before any runtime sees them."""
+    from libaccel.compiler.tflite_check import check_tflite
+
+    data = (CORPUS_DIR / f"{name}.tflite").read_bytes()
+    check_tflite(data)
+    return data
 
 
 @dataclass(frozen=True)

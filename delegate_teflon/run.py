@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 import delegate_teflon
+from libaccel.compiler.tflite_check import ModelError, check_tflite
 
 RUNTIMES = ("tflite_runtime", "ai_edge_litert")
 
@@ -71,7 +72,11 @@ def differing_bytes(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> in
 
 
 def reference_outputs(model: bytes, seed: int, path: Path, runtime: str = "tflite_runtime") -> None:
-    """Write BUILTIN_REF's outputs for ``seed``'s inputs to ``path`` (.npz), for ``--reference``."""
+    """Write BUILTIN_REF's outputs for ``seed``'s inputs to ``path`` (.npz), for ``--reference``.
+
+    Raises :class:`ModelError` for a damaged model (before the runtime sees it).
+    """
+    check_tflite(model)
     mod = importlib.import_module(f"{runtime}.interpreter")
     interp = make_interpreter(mod, model, [], None)
     outputs = invoke(interp, random_inputs(interp.get_input_details(), seed))
@@ -109,6 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = args.model.read_bytes()
     except OSError as e:
         print(f"error: cannot read {args.model}: {e}", file=sys.stderr)
+        return 2
+    # tflite_runtime 2.14 does not verify the flatbuffer: a damaged file must stop here, not in it.
+    try:
+        check_tflite(model)
+    except ModelError as e:
+        print(f"error: {args.model}: {e}", file=sys.stderr)
         return 2
     options = {"device": args.device, "log_level": args.log_level}
     for item in args.option:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import delegate_teflon
 from delegate_teflon.run import reference_outputs
+from libaccel.compiler.tflite_check import ModelError
 from qemu_tests import harness
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.model is not None and not args.model.is_file():
         print(f"main_job: {args.model} is not a file", file=sys.stderr)
         return 2
-    model, reference = prepare(args.model, args.size, args.alpha, args.seed)
+    try:
+        model, reference = prepare(args.model, args.size, args.alpha, args.seed)
+    except ModelError as e:
+        print(f"main_job: {args.model}: {e}", file=sys.stderr)
+        return 2
     # Build libteflon.so on the host: the guest sees the host's cache read-only.
     print(f"[main] delegate library: {delegate_teflon.library_path()}")
     run = [

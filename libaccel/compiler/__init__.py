@@ -26,6 +26,7 @@ from libaccel.compiler.lower import (
 )
 from libaccel.compiler.ops import Support, check_support
 from libaccel.compiler.runner import PartitionRunner
+from libaccel.compiler.tflite_check import ModelError, check_tflite
 
 __all__ = [
     "COMPILER_VERSION",
@@ -34,12 +35,14 @@ __all__ = [
     "CompiledPartition",
     "Graph",
     "IoBinding",
+    "ModelError",
     "OpNode",
     "PartitionRunner",
     "QuantParams",
     "Support",
     "TensorInfo",
     "check_support",
+    "check_tflite",
     "compile_cached",
     "compile_partition",
     "graph_from_tflite",

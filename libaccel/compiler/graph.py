@@ -290,13 +290,15 @@ def _read_options(table: Any) -> dict[str, Any]:
 def graph_from_tflite(model: bytes, subgraph: int = 0) -> Graph:
     """Read subgraph ``subgraph`` of a .tflite flatbuffer into a :class:`Graph`.
 
-    Raises ValueError for a buffer that is not a TFLite model.
+    Raises :class:`~libaccel.compiler.tflite_check.ModelError` (a ValueError) for a buffer that
+    is not a well-formed TFLite model, and ValueError for a subgraph it does not have.
     """
     import tflite
 
+    from libaccel.compiler.tflite_check import check_tflite
+
     data = bytes(model)
-    if len(data) < 8 or data[4:8] != b"TFL3":
-        raise ValueError("not a TFLite model (no TFL3 file identifier)")
+    check_tflite(data)
     m = tflite.Model.GetRootAs(data, 0)
     if subgraph >= m.SubgraphsLength():
         raise ValueError(f"model has {m.SubgraphsLength()} subgraphs, no subgraph {subgraph}")
@@ -325,7 +327,8 @@ def graph_from_tflite(model: bytes, subgraph: int = 0) -> Graph:
         if buf is not None and buf.DataLength() > 0 and dtype in DTYPES:
             raw = buf.DataAsNumpy().tobytes()
             arr = np.frombuffer(raw, dtype=DTYPES[dtype]).reshape(shape).copy()
-        name = t.Name().decode() if t.Name() else f"t{i}"
+        # Names are labels only: a byte that is not UTF-8 must not make the model unreadable.
+        name = t.Name().decode(errors="replace") if t.Name() else f"t{i}"
         tensors[i] = TensorInfo(i, name, dtype, shape, quant, arr)
 
     nodes = []
@@ -335,7 +338,7 @@ def graph_from_tflite(model: bytes, subgraph: int = 0) -> Graph:
         builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
         name = op_names.get(builtin, f"BUILTIN_{builtin}")
         if name == "CUSTOM":
-            name = "CUSTOM:" + (code.CustomCode() or b"").decode()
+            name = "CUSTOM:" + (code.CustomCode() or b"").decode(errors="replace")
         options: dict[str, Any] = {}
         kind = op.BuiltinOptionsType()
         if kind:

@@ -1,0 +1,22 @@
+"""The host fuzzers' example budgets: small in CI, raised for a longer run.
+
+Each property test states its CI budget through :func:`budget`; ``VNPU_FUZZ_SCALE`` multiplies
+every budget (``VNPU_FUZZ_SCALE=100 python -m pytest tests/fuzz`` is a long run).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+SCALE = max(1, int(os.environ.get("VNPU_FUZZ_SCALE", "1")))
+
+
+def budget(examples: int) -> settings:
+    """Hypothesis settings for ``examples`` examples (times VNPU_FUZZ_SCALE), no deadline."""
+    return settings(
+        max_examples=examples * SCALE,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
