@@ -40,21 +40,73 @@ SPLATS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("KASAN", re.compile(r"BUG: KASAN:")),
     ("UBSAN", re.compile(r"UBSAN: ")),
     ("refcount", re.compile(r"refcount_t: ")),
+    ("debugobjects", re.compile(r"ODEBUG: ")),
+    ("list", re.compile(r"list_(add|del) corruption")),
+    # kmemleak's own line after a scan (guest_run scans at the end); the objects are in kmemleak.txt
+    ("kmemleak", re.compile(r"kmemleak: \d+ new suspected memory leaks")),
     ("Oops", re.compile(r"Oops: |general protection fault")),
     ("BUG", re.compile(r"\bBUG: |kernel BUG at ")),
     ("WARN", re.compile(r"\bWARNING: ")),
 )
+# WARN(1, "ODEBUG: ...") and friends print their message, then "WARNING: CPU: ..." on the next line:
+# a WARNING line this close after another kind's first line belongs to that report.
+_WARN_FOLLOWS = 2
+# A quoted report ends at the kernel's end marker, or after this many lines.
+QUOTE_LINES = 40
+_REPORT_END = re.compile(r"---\[ end trace|={20,}$")
+
+
+@dataclass(frozen=True)
+class Splat:
+    """One report in a kernel log: its kind and the index of its first line."""
+
+    kind: str
+    line: int
+
+
+def find_splats(dmesg: str) -> list[Splat]:
+    """Every report in a kernel log, in order."""
+    splats: list[Splat] = []
+    for i, line in enumerate(dmesg.splitlines()):
+        kind = next((k for k, pattern in SPLATS if pattern.search(line)), None)
+        if kind is None:
+            continue
+        if kind == "WARN" and splats and splats[-1].kind != "WARN" and i - splats[-1].line <= _WARN_FOLLOWS:
+            continue
+        splats.append(Splat(kind, i))
+    return splats
 
 
 def count_splats(dmesg: str) -> dict[str, int]:
     """Splats per kind (only kinds that occur) in a kernel log."""
     counts: dict[str, int] = {}
-    for line in dmesg.splitlines():
-        for kind, pattern in SPLATS:
-            if pattern.search(line):
-                counts[kind] = counts.get(kind, 0) + 1
-                break
+    for s in find_splats(dmesg):
+        counts[s.kind] = counts.get(s.kind, 0) + 1
     return counts
+
+
+def quote_splats(dmesg: str, kmemleak: str = "") -> str:
+    """The reports themselves, for the run's output: each from its first line to its end marker.
+
+    ``kmemleak``: the guest's /sys/kernel/debug/kmemleak after its final scan (the objects
+    and their allocation stacks, which the kernel log does not carry).
+    """
+    lines = dmesg.splitlines()
+    splats = find_splats(dmesg)
+    out: list[str] = []
+    for n, s in enumerate(splats):
+        stop = min(len(lines), s.line + QUOTE_LINES)
+        if n + 1 < len(splats):
+            stop = min(stop, splats[n + 1].line)
+        end = next((j + 1 for j in range(s.line + 1, stop) if _REPORT_END.search(lines[j])), stop)
+        out.append(f"--- {s.kind} (dmesg line {s.line + 1}) ---")
+        out += lines[s.line : end]
+        if s.kind == "kmemleak" and kmemleak.strip():
+            report = kmemleak.strip().splitlines()
+            out += report[: QUOTE_LINES * 2]
+            if len(report) > QUOTE_LINES * 2:
+                out.append(f"... ({len(report) - QUOTE_LINES * 2} more lines in kmemleak.txt)")
+    return "\n".join(out) + "\n" if out else ""
 
 
 @dataclass(frozen=True)
