@@ -172,18 +172,16 @@ def unmet(fragment: dict[str, str], final: dict[str, str]) -> list[str]:
 # --- the build -------------------------------------------------------------
 
 
+def locate(what: str) -> str | None:
+    """Where a build prerequisite is: a file path as is, a program on PATH (or in /usr/sbin, /sbin)."""
+    if what.startswith("/"):
+        return what if Path(what).exists() else None
+    return shutil.which(what) or shutil.which(what, path="/usr/sbin:/sbin")
+
+
 def missing_requirements() -> list[tuple[str, str]]:
     """(what, package) for every build prerequisite this host lacks."""
-    missing = []
-    for what, package in BUILD_PACKAGES:
-        found = (
-            Path(what).exists()
-            if what.startswith("/")
-            else shutil.which(what) or shutil.which(what, path="/usr/sbin:/sbin")
-        )
-        if not found:
-            missing.append((what, package))
-    return missing
+    return [(what, package) for what, package in BUILD_PACKAGES if locate(what) is None]
 
 
 Say = Callable[[str, str], None]

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from qemu_tests import debug_kernel
+
 # The kernel series the project targets; within it, the newest generic
 # (-amd64) build wins. -rt-amd64 is PREEMPT_RT, -cloud-amd64 has no DRM.
 KERNEL_SERIES = (6, 12)
@@ -121,15 +123,16 @@ BZIMAGE = Path("arch/x86/boot/bzImage")  # where an x86 kernel build puts its im
 
 
 def kernel_spec(text: str) -> str:
-    """``text`` when it is a kernel spec: a release (``6.12.117+deb12-rt-amd64``) or a path (has a ``/``).
+    """``text`` when it is a kernel spec: a release (``6.12.117+deb12-rt-amd64``), a path (has a ``/``)
+    or ``debug`` (the debug kernel, qemu_tests/debug_kernel.py).
 
     Checks the form only: the files are the preflight's to look for.
     """
-    if "/" in text or _RELEASE_SPEC.match(text):
+    if "/" in text or _RELEASE_SPEC.match(text) or text == debug_kernel.SPEC:
         return text
     raise ValueError(
         f"kernel {text!r} is neither a release (6.12.117+deb12-amd64) "
-        "nor a path (./linux, /src/linux/arch/x86/boot/bzImage)"
+        f"nor a path (./linux, /src/linux/arch/x86/boot/bzImage) nor {debug_kernel.SPEC!r} (the debug kernel)"
     )
 
 
@@ -138,12 +141,17 @@ def kernel_from_spec(spec: str, kdir: Path | None = None, host: Host | None = No
 
     - a release R: the installed Debian kernel, ``/boot/vmlinuz-R`` and ``/lib/modules/R/build``;
     - a directory: a kernel build tree (``make O=DIR``), booting ``DIR/arch/x86/boot/bzImage``;
-    - a file: that image, built against ``kdir``, or against the build tree it sits in.
+    - a file: that image, built against ``kdir``, or against the build tree it sits in;
+    - ``debug``: the cached debug kernel's build tree (built or not).
 
     Raises ValueError for a bad spec or an image without a build tree.
     """
     host = host or Host()
     kernel_spec(spec)
+    if spec == debug_kernel.SPEC:
+        if kdir is not None:
+            raise ValueError("--kdir goes with an image path, not with the debug kernel")
+        spec = str(debug_kernel.current().build)
     if "/" not in spec:
         if kdir is not None:
             raise ValueError(f"--kdir goes with an image path, not with the release {spec}")
@@ -219,10 +227,11 @@ def select_kernel(
     return host.kernel(release) if release else None
 
 
-def debian_packages(host: Host | None = None, release: str | None = None) -> list[str]:
+def debian_packages(host: Host | None = None, release: str | None = None, debug: bool = False) -> list[str]:
     """Every Debian package the project needs: what run.sh and the harness's install phase install.
 
     The kernel is ``release``, else the newest one apt offers (see pick_kernel).
+    ``debug``: also what building the debug kernel needs (CI does not build it).
     Raises LookupError when apt offers no 6.12 generic kernel with headers
     (typically: no apt lists yet; ``apt-get update`` first).
     """
@@ -235,6 +244,8 @@ def debian_packages(host: Host | None = None, release: str | None = None) -> lis
     packages = [*BASE_PACKAGES, *kernel_packages(release)]
     if not (host.python_include / "Python.h").is_file():
         packages.append(PYTHON_DEV_PACKAGE)
+    if debug:
+        packages += [p for _, p in debug_kernel.BUILD_PACKAGES if p not in packages]
     return packages
 
 
@@ -301,8 +312,36 @@ def compiler_package(compiler: str) -> str:
     return f"{m[1]}-{m[2]}" if m else compiler
 
 
+def check_debug_build() -> list[Requirement]:
+    """What building the debug kernel needs, and whether the cache already holds it."""
+    kernel = debug_kernel.current()
+    if kernel.is_built():
+        return [Requirement("debug kernel", True, f"built: {kernel.root}")]
+    reqs = []
+    for what, package in debug_kernel.BUILD_PACKAGES:
+        found = debug_kernel.locate(what)
+        reqs.append(
+            _apt(f"debug kernel build: {Path(what).name}", found is not None, found or f"no {what}", package)
+        )
+    reqs.append(
+        Requirement(
+            "debug kernel", True, f"not built yet: the run builds it first (20-60 min) in {kernel.root}"
+        )
+    )
+    return reqs
+
+
 def check_kernel(host: Host, override: str | None = None, kdir: Path | None = None) -> list[Requirement]:
     """Image, build tree, DRM accel support and the kernel's own compiler."""
+    if (override or os.environ.get(KERNEL_ENV)) == debug_kernel.SPEC:
+        reqs = check_debug_build()
+        if not debug_kernel.current().is_built():
+            return reqs  # the tree's checks below need the tree: the build makes it as the fragment says
+        return reqs + _check_kernel_files(host, override, kdir)
+    return _check_kernel_files(host, override, kdir)
+
+
+def _check_kernel_files(host: Host, override: str | None, kdir: Path | None) -> list[Requirement]:
     try:
         kernel = select_kernel(host, override, kdir)
     except ValueError as e:
@@ -440,6 +479,8 @@ def _debian_release(text: str) -> str:
         kernel_spec(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    if text == debug_kernel.SPEC:
+        return text
     if "/" in text:
         raise argparse.ArgumentTypeError(f"{text} is a path; apt installs releases (6.12.117+deb12-rt-amd64)")
     return text
@@ -454,12 +495,14 @@ def main(argv: list[str] | None = None) -> int:
         "--kernel",
         metavar="RELEASE",
         type=_debian_release,
-        help="with --apt-packages: this Debian kernel instead of the newest one apt offers",
+        help="with --apt-packages: this Debian kernel instead of the newest one apt offers; "
+        f"{debug_kernel.SPEC!r}: the newest one plus what the debug kernel's build needs",
     )
     args = p.parse_args(argv)
     if args.apt_packages:
         try:
-            print("\n".join(debian_packages(release=args.kernel)))
+            debug = args.kernel == debug_kernel.SPEC
+            print("\n".join(debian_packages(release=None if debug else args.kernel, debug=debug)))
         except LookupError as e:
             print(f"preflight: {e}", file=sys.stderr)
             return EXIT_MISSING
