@@ -19,6 +19,7 @@
 
 #include <drm/drm_accel.h>
 #include <drm/drm_drv.h>
+#include <drm/drm_file.h>
 #include <drm/drm_gem.h>
 #include <drm/drm_ioctl.h>
 #include <drm/drm_print.h>
@@ -186,6 +187,20 @@ static int vnpu_ioctl_get_param(struct drm_device *drm, void *data, struct drm_f
 	return 0;
 }
 
+/*
+ * DRM usage stats (Documentation/gpu/drm-usage-stats.rst), after the
+ * drm-driver, drm-client-id and drm-pdev keys DRM core prints: the NPU is
+ * one engine, "npu"; memory is the file's GEM objects (all resident: BOs
+ * are pinned for their lifetime).
+ */
+static void vnpu_show_fdinfo(struct drm_printer *p, struct drm_file *file)
+{
+	struct vnpu_file_priv *fpriv = file->driver_priv;
+
+	drm_printf(p, "drm-engine-npu:\t%llu ns\n", vnpu_job_busy_ns(fpriv->ctx));
+	drm_show_memory_stats(p, file);
+}
+
 static const struct drm_ioctl_desc vnpu_ioctls[] = {
 	DRM_IOCTL_DEF_DRV(VNPU_GET_PARAM, vnpu_ioctl_get_param, 0),
 	DRM_IOCTL_DEF_DRV(VNPU_BO_CREATE, vnpu_ioctl_bo_create, 0),
@@ -194,12 +209,18 @@ static const struct drm_ioctl_desc vnpu_ioctls[] = {
 	DRM_IOCTL_DEF_DRV(VNPU_SUBMIT, vnpu_ioctl_submit, 0),
 };
 
-DEFINE_DRM_ACCEL_FOPS(vnpu_fops);
+/* DEFINE_DRM_ACCEL_FOPS() plus fdinfo, which 6.12's accel fops leave out. */
+static const struct file_operations vnpu_fops = {
+	.owner = THIS_MODULE,
+	DRM_ACCEL_FOPS,
+	.show_fdinfo = drm_show_fdinfo,
+};
 
 static const struct drm_driver vnpu_drm_driver = {
 	.driver_features = DRIVER_COMPUTE_ACCEL | DRIVER_GEM | DRIVER_SYNCOBJ,
 	.open = vnpu_open,
 	.postclose = vnpu_postclose,
+	.show_fdinfo = vnpu_show_fdinfo,
 	.gem_create_object = vnpu_gem_create_object,
 	.ioctls = vnpu_ioctls,
 	.num_ioctls = ARRAY_SIZE(vnpu_ioctls),

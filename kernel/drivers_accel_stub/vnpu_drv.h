@@ -181,6 +181,8 @@ struct vnpu_vm {
  * @bo_count: live BOs of this file
  * @bo_bytes: their bytes
  * @jobs_in_flight: jobs submitted and not yet freed
+ * @busy_ns: time the device spent running this file's jobs that have
+ *	ended (fdinfo drm-engine-npu; the running job is added when read)
  * @closed: the file has been closed: its jobs are cancelled
  * @cmdbuf_lock: protects @cmdbuf_pool and @cmdbuf_pool_bytes
  * @cmdbuf_pool: idle command buffers kept for reuse (vnpu_cmdbuf.c)
@@ -195,6 +197,7 @@ struct vnpu_ctx {
 	atomic_t bo_count;
 	atomic64_t bo_bytes;
 	atomic_t jobs_in_flight;
+	atomic64_t busy_ns;
 	bool closed;
 	spinlock_t cmdbuf_lock; /* see kernel-doc */
 	struct list_head cmdbuf_pool;

@@ -40,8 +40,17 @@ static void vnpu_gem_free(struct drm_gem_object *obj)
 	drm_gem_shmem_free(&bo->base);
 }
 
+/* For fdinfo's drm-resident-memory: BO_CREATE pins the pages for the BO's life. */
+static enum drm_gem_object_status vnpu_gem_status(struct drm_gem_object *obj)
+{
+	struct vnpu_bo *bo = to_vnpu_bo(obj);
+
+	return bo->base.pages || bo->base.sgt ? DRM_GEM_OBJECT_RESIDENT : 0;
+}
+
 static const struct drm_gem_object_funcs vnpu_gem_funcs = {
 	.free = vnpu_gem_free,
+	.status = vnpu_gem_status,
 	.print_info = drm_gem_shmem_object_print_info,
 	.pin = drm_gem_shmem_object_pin,
 	.unpin = drm_gem_shmem_object_unpin,

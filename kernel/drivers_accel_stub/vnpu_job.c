@@ -41,6 +41,7 @@
  * submission maps nothing.
  */
 #include <linux/dma-resv.h>
+#include <linux/ktime.h>
 #include <linux/overflow.h>
 #include <linux/slab.h>
 #include <linux/sort.h>
@@ -127,6 +128,53 @@ static void vnpu_job_write_sqe(struct vnpu_device *vdev, struct vnpu_job *job)
 }
 
 /*
+ * Busy time for fdinfo: the device runs one job at a time, in queue order,
+ * so a job runs from when it reaches the head of the active list until its
+ * completion. Called with job_lock held whenever the head may have changed.
+ */
+static void vnpu_job_head_started(struct vnpu_device *vdev)
+{
+	struct vnpu_job *head = list_first_entry_or_null(&vdev->active, struct vnpu_job, node);
+
+	lockdep_assert_held(&vdev->job_lock);
+	if (head && !head->start_ns)
+		head->start_ns = ktime_get_ns();
+}
+
+/* Charge the job's file with its time on the device so far. Called with job_lock held. */
+static void vnpu_job_stop_clock(struct vnpu_job *job)
+{
+	if (job->start_ns) {
+		atomic64_add(ktime_get_ns() - job->start_ns, &job->ctx->busy_ns);
+		job->start_ns = 0;
+	}
+}
+
+/**
+ * vnpu_job_busy_ns() - time the device has spent on a context's jobs
+ * @ctx: the context
+ *
+ * Includes the running job's time so far, so a monitor sampling twice sees
+ * a long job's progress.
+ *
+ * Return: nanoseconds, never decreasing.
+ */
+u64 vnpu_job_busy_ns(struct vnpu_ctx *ctx)
+{
+	struct vnpu_device *vdev = ctx->vdev;
+	struct vnpu_job *head;
+	u64 busy;
+
+	spin_lock_irq(&vdev->job_lock);
+	busy = atomic64_read(&ctx->busy_ns);
+	head = list_first_entry_or_null(&vdev->active, struct vnpu_job, node);
+	if (head && head->ctx == ctx && head->start_ns)
+		busy += ktime_get_ns() - head->start_ns;
+	spin_unlock_irq(&vdev->job_lock);
+	return busy;
+}
+
+/*
  * End a job the device no longer owns: record its status on the BOs it
  * writes, then signal its hardware fence. Called with job_lock held.
  */
@@ -137,6 +185,8 @@ static void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, in
 
 	lockdep_assert_held(&vdev->job_lock);
 	list_del_init(&job->node);
+	vnpu_job_stop_clock(job);
+	vnpu_job_head_started(vdev);
 	for (i = 0; i < job->bo_count; i++)
 		if (job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE)
 			vnpu_bo_set_status(job->bos[i].bo, status, fault_va);
@@ -247,6 +297,7 @@ static struct dma_fence *vnpu_job_run(struct drm_sched_job *sched_job)
 		spin_unlock_irq(&vdev->job_lock);
 	} else {
 		list_add_tail(&job->node, &vdev->active);
+		vnpu_job_head_started(vdev);
 		spin_unlock_irq(&vdev->job_lock);
 		vnpu_job_write_sqe(vdev, job);
 	}
@@ -289,6 +340,8 @@ static void vnpu_job_reset_hw(struct vnpu_device *vdev, struct vnpu_job *guilty,
 			vnpu_job_complete(vdev, job, guilty_status, 0);
 		else if (!requeue || READ_ONCE(job->ctx->closed))
 			vnpu_job_complete(vdev, job, -ECANCELED, 0);
+		else
+			vnpu_job_stop_clock(job); /* it runs again from the start */
 	}
 	/*
 	 * What is left goes back on the device, oldest first. Still under
@@ -296,6 +349,7 @@ static void vnpu_job_reset_hw(struct vnpu_device *vdev, struct vnpu_job *guilty,
 	 * completion interrupt must not unlink it while the loop walks the list.
 	 */
 	list_splice_tail_init(&owned, &vdev->active);
+	vnpu_job_head_started(vdev);
 	list_for_each_entry(job, &vdev->active, node)
 		vnpu_job_write_sqe(vdev, job);
 	spin_unlock_irq(&vdev->job_lock);

@@ -36,6 +36,8 @@ struct vnpu_job_bo {
  * @fence_mem: preallocated storage for @done, so run_job never allocates
  * @done: the hardware fence, signalled from the completion queue
  * @seqno: the device-visible job id (SQE_SEQNO)
+ * @start_ns: when the job reached the head of the device's queue (the
+ *	device runs one job at a time, in order), 0 before; for fdinfo
  * @cmdbuf: the kernel's copy of the command stream, which the device runs
  * @cmd_size: the stream's size in bytes
  * @bo_count: entries in @bos
@@ -51,6 +53,7 @@ struct vnpu_job {
 	struct dma_fence *fence_mem;
 	struct dma_fence *done;
 	u64 seqno;
+	u64 start_ns;
 	struct vnpu_cmdbuf *cmdbuf;
 	u32 cmd_size;
 	u32 bo_count;
@@ -63,6 +66,7 @@ int vnpu_job_init(struct vnpu_device *vdev);
 void vnpu_job_fini(struct vnpu_device *vdev);
 irqreturn_t vnpu_job_irq(int irq, void *arg);
 void vnpu_job_file_closed(struct vnpu_device *vdev);
+u64 vnpu_job_busy_ns(struct vnpu_ctx *ctx);
 int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file);
 
 /* vnpu_validate.c */

@@ -1,0 +1,82 @@
+"""DRM usage stats in /proc/self/fdinfo/<fd>: the keys, per-file busy time and memory."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from kernel_helpers import fill_stream, hang_stream
+
+from libaccel import fdinfo
+
+
+def _stats(dev) -> fdinfo.FdInfo:
+    return fdinfo.read(dev.backend.fileno())
+
+
+def _run_fills(dev, out, count: int) -> None:
+    from libaccel import Job, JobBo
+
+    s = fill_stream(out.va, out.size, 5)
+    cmd = dev.create_bo_with(s, read_only=True)
+    for _ in range(count):
+        dev.submit(Job(cmd, len(s), [JobBo(out, write=True)]))
+    assert out.wait(timeout=30).status == 0
+    cmd.close()
+
+
+def test_keys_busy_time_and_memory_grow(dev) -> None:
+    from libaccel import Device
+
+    before = _stats(dev)
+    assert before.driver == "vnpu"
+    assert before.client_id is not None
+    assert before.pdev is not None and before.pdev.count(":") == 2
+    assert set(before.engines) == {"npu"}
+    # Without objects DRM core prints no resident/purgeable keys: it asks objects whether they can tell.
+    assert set(before.memory) == {"memory"}
+    assert set(before.memory["memory"]) == {"total", "shared", "active"}
+    assert before.memory_bytes("total") == 0
+
+    out = dev.create_bo(256 << 10)
+    after_bo = _stats(dev)
+    assert set(after_bo.memory["memory"]) == {"total", "shared", "active", "resident", "purgeable"}
+    # BO_CREATE pins the pages: the new BO is counted in total and resident at once.
+    assert after_bo.memory_bytes("total") - before.memory_bytes("total") == out.size
+    assert after_bo.memory_bytes("resident") - before.memory_bytes("resident") == out.size
+    assert after_bo.engine_ns() == before.engine_ns()
+
+    with Device.open("kernel") as other:
+        idle = _stats(other)
+        assert idle.client_id != before.client_id
+        _run_fills(dev, out, 8)
+        busy = _stats(dev)
+        # Eight jobs ran: the device was busy for them, and only this file is charged.
+        assert busy.engine_ns() > after_bo.engine_ns()
+        assert _stats(other).engine_ns() == idle.engine_ns() == 0
+    assert (out.array(np.int8, out.size) == 5).all()
+
+    out.close()
+    assert _stats(dev).memory_bytes("total") == before.memory_bytes("total")
+
+
+def test_running_job_counts_while_it_runs(dev) -> None:
+    """A job still on the device is charged while it runs, so a monitor sees a long job progress."""
+    from libaccel import Job, JobBo
+
+    sem = dev.create_bo(4096)
+    out = dev.create_bo(4096)
+    s = hang_stream(sem.va, out.va)
+    dev.submit(Job(dev.create_bo_with(s, read_only=True), len(s), [JobBo(sem), JobBo(out, write=True)]))
+    first = _stats(dev)
+    time.sleep(0.3)
+    second = _stats(dev)
+    assert second.engine_ns() - first.engine_ns() >= 250_000_000
+    # The job's BOs are busy on the device: active memory.
+    assert second.memory_bytes("active") >= sem.size + out.size
+
+    sem.array(np.int32, 1)[0] = 1  # release the WAIT
+    assert out.wait(timeout=30).status == 0
+    done = _stats(dev)
+    assert done.engine_ns() >= second.engine_ns()
+    assert done.memory_bytes("active") == 0
