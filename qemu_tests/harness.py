@@ -22,12 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from device_model.qemu_server import READY_MARK, parse_size
-from qemu_tests import ktap, matrix, preflight
+from qemu_tests import debug_kernel, ktap, matrix, preflight
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
 GUEST_OUT = "/tmp/vnpu-out"  # where the --rwdir appears inside the guest
 GUEST_RAM = "1G"
+# --timeout's default; the debug kernel (KASAN, lockdep) runs the suite several times slower under TCG.
+TIMEOUT = 600.0
+DEBUG_TIMEOUT = 3600.0
 # The compiler's op grid and networks run here too, on vnpu.ko (VNPU_TEST_DEVICE=kernel in the guest).
 DEFAULT_SUITES = (
     "tests/conformance",
@@ -81,13 +84,14 @@ def missing_apt_packages(packages: list[str]) -> list[str]:
     return missing
 
 
-def install(clock: Clock, release: str | None = None) -> None:
+def install(clock: Clock, release: str | None = None, debug: bool = False) -> None:
     """Install what run.sh installs and is missing; a no-op taking a moment when everything is present.
 
     ``release``: the Debian kernel to install instead of the newest one apt offers.
+    ``debug``: also what the debug kernel's build needs.
     """
     try:
-        missing = missing_apt_packages(preflight.debian_packages(release=release))
+        missing = missing_apt_packages(preflight.debian_packages(release=release, debug=debug))
     except LookupError as e:
         raise HarnessError(str(e)) from e
     if missing:
@@ -381,7 +385,7 @@ def results_dir(out: Path | None) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         for stale in [
             *out.glob("junit*.xml"),
-            *(out / n for n in ("dmesg.txt", "console.log", "results.ktap")),
+            *(out / n for n in ("dmesg.txt", "kmemleak.txt", "console.log", "results.ktap")),
         ]:
             stale.unlink(missing_ok=True)
         return out
@@ -441,7 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         type=_spec,
         help="the kernel: a release R (/boot/vmlinuz-R, built against /lib/modules/R/build), a kernel "
-        "build directory, or a bzImage (with --kdir) "
+        f"build directory, a bzImage (with --kdir), or {debug_kernel.SPEC!r} (KASAN, lockdep, kmemleak; "
+        "built once and cached) "
         f"(default ${preflight.KERNEL_ENV}, else the newest installed generic 6.12 kernel)",
     )
     which.add_argument(
@@ -455,7 +460,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-build", action="store_true", help="use the already built vnpu.ko")
     p.add_argument("--no-module", action="store_true", help="boot with the device but do not load vnpu.ko")
     p.add_argument("--cpus", type=int, default=2, help="guest vCPUs (default 2)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the guest is killed")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds before the guest is killed (default {TIMEOUT:.0f}, debug kernel {DEBUG_TIMEOUT:.0f})",
+    )
     p.add_argument(
         "--allow-kill-request",
         action="store_true",
@@ -502,12 +512,13 @@ def run_kernel(
     except ValueError:
         wanted = None  # the preflight below says what is wrong with the spec
     release = wanted.release if wanted is not None else (spec or "default")
+    debug = spec == debug_kernel.SPEC
     build = matrix.BUILD_SKIPPED
     module = None
     try:
         if not args.no_install:
             try:
-                install(clock, wanted.release if wanted is not None and wanted.debian else None)
+                install(clock, wanted.release if wanted is not None and wanted.debian else None, debug)
             except (HarnessError, subprocess.CalledProcessError) as e:
                 # The preflight below says what is still missing and how to fix it.
                 clock.say("install", f"failed: {e}")
@@ -517,6 +528,12 @@ def run_kernel(
         ):
             print("qemu_tests: host requirements missing (python -m qemu_tests --check)", file=sys.stderr)
             return Outcome(preflight.EXIT_MISSING, matrix.BUILD_MISSING, release)
+        if debug:
+            build = matrix.BUILD_FAILED
+            try:
+                debug_kernel.ensure_built(lambda phase, msg: clock.say("kernel", f"{phase}: {msg}"))
+            except debug_kernel.BuildError as e:
+                raise HarnessError(f"debug kernel: {e}") from e
         kernel = preflight.select_kernel(override=spec, kdir=kdir)
         assert kernel is not None  # the preflight found it
         release = kernel.release
@@ -549,7 +566,8 @@ def run_kernel(
                     clock.say("server", "killing the device model (SIGKILL), as the guest asked")
                     server.kill()
 
-        rc = boot(cmd, args.timeout, clock, outdir / "console.log", on_line)
+        timeout = args.timeout if args.timeout is not None else DEBUG_TIMEOUT if debug else TIMEOUT
+        rc = boot(cmd, timeout, clock, outdir / "console.log", on_line)
     except HarnessError as e:
         print(f"qemu_tests: {e}", file=sys.stderr)
         return Outcome(2, build, release)
@@ -608,11 +626,21 @@ def report(outdir: Path, rc: int, clock: Clock) -> int:
     total = sum(len(s.cases) for s in suites)
     clock.say("tests", f"{total} tests, {failed} failed; JUnit XML: {', '.join(map(str, files))}")
     dmesg = outdir / "dmesg.txt"
+    splats: dict[str, int] = {}
     if dmesg.exists():
         clock.say("tests", f"guest kernel log: {dmesg}")
+        # The same reports the matrix counts; each one is quoted, and any one fails the run.
+        log = dmesg.read_text(errors="replace")
+        splats = matrix.count_splats(log)
+        if splats:
+            kmemleak = outdir / "kmemleak.txt"
+            leaks = kmemleak.read_text(errors="replace") if kmemleak.exists() else ""
+            sys.stdout.write(matrix.quote_splats(log, leaks))
+            kinds = ", ".join(f"{k} {n}" for k, n in splats.items())
+            clock.say("tests", f"kernel reports in the guest's log: {kinds}; the run fails")
     # The plain closing line CI tools read: "N passed, N failed".
     skipped = sum(c.outcome == "skip" for s in suites for c in s.cases)
     print(f"qemu_tests: {total - failed - skipped} passed, {failed} failed, {skipped} skipped", flush=True)
-    if failed or rc:
+    if failed or rc or splats:
         return rc or 1
     return 0

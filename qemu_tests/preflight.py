@@ -148,10 +148,11 @@ def kernel_from_spec(spec: str, kdir: Path | None = None, host: Host | None = No
     """
     host = host or Host()
     kernel_spec(spec)
+    name = ""  # a tree without include/config/kernel.release goes by its image's name
     if spec == debug_kernel.SPEC:
         if kdir is not None:
             raise ValueError("--kdir goes with an image path, not with the debug kernel")
-        spec = str(debug_kernel.current().build)
+        spec, name = str(debug_kernel.current().build), debug_kernel.SPEC
     if "/" not in spec:
         if kdir is not None:
             raise ValueError(f"--kdir goes with an image path, not with the release {spec}")
@@ -170,7 +171,7 @@ def kernel_from_spec(spec: str, kdir: Path | None = None, host: Host | None = No
         release = release_file.read_text().strip()
     except OSError:
         release = ""
-    return Kernel(release or image.name, image, build, debian=False)
+    return Kernel(release or name or image.name, image, build, debian=False)
 
 
 @dataclass(frozen=True)
