@@ -1,11 +1,12 @@
 """Decoding the uapi for humans: ioctl names, struct fields, GET_PARAM values, capability bits.
 
-Everything here is derived from the headers at import, never retyped:
+Everything here is derived from the headers, never retyped (numbers and layouts through
+``uapi/abi_generated.json``, which the compiler made from them; docs from their comments):
 
 - ioctl names: every ``DRM_IOCTL_*`` define of ``uapi/drm/drm.h`` and ``vnpu_accel.h``, keyed by
   (direction, number), so any request of type ``'d'`` gets its name;
-- struct layouts: ``uapi.bindings.ffi`` for the structs libaccel uses, plus every other struct
-  of drm.h that cffi can parse (so a trace of a foreign DRM ioctl still shows fields);
+- struct layouts: every struct of the headers (so a trace of a foreign DRM ioctl still shows
+  fields);
 - field directions and parameter docs: the kernel-doc comments (``@size: in, ...; out, ...``);
 - parameters: ``enum drm_vnpu_param``; capability names: the ``DRM_VNPU_CAP_*`` defines; a
   version parameter's layout: its kernel-doc, e.g. "as (major << 16) | (minor << 8) | patch".
@@ -28,7 +29,6 @@ from uapi import bindings
 from uapi.bindings import CONSTANTS, IOCTLS, ffi
 
 _IOC_DIR_NAMES = {0: "IO", 1: "IOW", 2: "IOR", 3: "IOWR"}
-_DEFINE_IOCTL = re.compile(r"^DRM_IO(W|R|WR)?\s*\(\s*(.+?)\s*(?:,\s*(.+?)\s*)?\)$")
 DRM_TYPE = CONSTANTS["DRM_IOCTL_BASE"]
 
 
@@ -48,29 +48,12 @@ def split_request(request: int) -> tuple[int, int, int, int]:
     return (request >> 30) & 3, (request >> 8) & 0xFF, request & 0xFF, (request >> 16) & 0x3FFF
 
 
-def _header_texts() -> list[str]:
-    return [bindings.strip_comments(p.read_text()) for p in (bindings.DRM_HEADER, bindings.VNPU_HEADER)]
-
-
 @cache
 def decoder_ffi() -> cffi.FFI:
-    """An FFI with bindings' structs plus every other drm.h struct cffi parses on its own."""
-    extra = cffi.FFI()
-    extra.include(ffi)
-    drm_text = bindings.strip_comments(bindings.DRM_HEADER.read_text())
-    known = set(bindings.CORE_STRUCTS) | set(bindings.VNPU_STRUCTS)
-    for name in bindings.extract_struct_names(drm_text):
-        if name in known:
-            continue
-        try:
-            source = bindings.extract_struct(drm_text, name)
-            if re.search(r"\benum\b", source):
-                continue  # legacy structs whose enums drm.h leaves undefined: their size is a guess
-            extra.cdef(source)
-        except (cffi.CDefError, bindings.HeaderParseError, cffi.FFIError):
-            continue  # a struct using types outside drm.h: its ioctl is named, fields stay raw
-        known.add(name)
-    return extra
+    """An FFI with every struct of the headers the generator kept (bindings' and all of drm.h's)."""
+    dffi = cffi.FFI()
+    dffi.cdef(bindings.cdef_source(bindings.ABI, {d.name for d in bindings.ABI.declarations}))
+    return dffi
 
 
 @cache
@@ -78,26 +61,17 @@ def ioctl_table() -> dict[tuple[int, int], IoctlDef]:
     """(direction, nr) -> definition, for every DRM and vnpu ioctl in the headers."""
     table: dict[tuple[int, int], IoctlDef] = {}
     dffi = decoder_ffi()
-    for text in _header_texts():
-        for name, value in bindings.extract_defines(text).items():
-            m = _DEFINE_IOCTL.match(value)
-            if not name.startswith("DRM_IOCTL_") or m is None:
-                continue
-            kind, nr_expr, type_expr = m.groups()
+    for record in bindings.ABI.ioctls.values():
+        direction, type_, nr, size = split_request(record.request)
+        if type_ != DRM_TYPE:
+            continue
+        struct = record.struct
+        if struct is not None:
             try:
-                nr = bindings.eval_c_int(nr_expr, CONSTANTS)
-            except (KeyError, ValueError, SyntaxError):
-                continue
-            direction = {None: 0, "W": 1, "R": 2, "WR": 3}[kind]
-            struct = None
-            size = None
-            if type_expr and (sm := re.fullmatch(r"struct\s+(\w+)", type_expr)):
-                struct = sm.group(1)
-                try:
-                    size = dffi.sizeof(f"struct {struct}")
-                except (cffi.FFIError, TypeError, ValueError):
-                    size = None  # a struct cffi could not parse (see decoder_ffi)
-            table[(direction, nr)] = IoctlDef(name, direction, nr, struct, size)
+                size = dffi.sizeof(f"struct {struct}")
+            except (cffi.FFIError, TypeError, ValueError):
+                struct = None  # a struct the generator dropped: the ioctl is named, fields stay raw
+        table[(direction, nr)] = IoctlDef(record.name, direction, nr, struct, size if struct else None)
     return table
 
 
@@ -301,8 +275,7 @@ def ioctl_struct_defs() -> dict[str, IoctlDef]:
 
 
 def request_of(name: str) -> int:
-    """The request number of a DRM_IOCTL_* name (bindings' numbers first, else computed)."""
+    """The request number of a DRM_IOCTL_* name, as the compiler computed it."""
     if name in IOCTLS:
         return IOCTLS[name]
-    d = ioctl_struct_defs()[name]
-    return bindings.ioc(d.direction, DRM_TYPE, d.nr, d.size or 0)
+    return bindings.ABI.ioctls[name].request
