@@ -14,7 +14,6 @@ import pytest
 
 from libaccel import Device, Job, JobBo, deadline_after, monotonic_ns
 from libaccel.errors import (
-    AccelError,
     AccessDenied,
     BadCommandStream,
     DeviceClosed,
@@ -109,21 +108,6 @@ def copy_setup(device: Device):
     return src, dst, cmd, stream
 
 
-def expect_errno(exc: type[AccelError], err: int):
-    class _Ctx:
-        def __enter__(self):
-            self.cm = pytest.raises(exc)
-            self.info = self.cm.__enter__()
-            return self.info
-
-        def __exit__(self, *a):
-            r = self.cm.__exit__(*a)
-            assert self.info.value.errno == err, self.info.value
-            return r
-
-    return _Ctx()
-
-
 # --- GET_PARAM -----------------------------------------------------------------
 def test_get_param_every_parameter(device: Device) -> None:
     p = device.params
@@ -143,11 +127,13 @@ def test_get_param_every_parameter(device: Device) -> None:
 def test_get_param_unknown_and_pad(device: Device) -> None:
     a = ffi.new("struct drm_vnpu_get_param *")
     a.param = 1000
-    with expect_errno(InvalidArgument, errno.EINVAL):
+    with pytest.raises(InvalidArgument) as excinfo:
         device.ioctl("DRM_IOCTL_VNPU_GET_PARAM", a)
+    assert excinfo.value.errno == errno.EINVAL
     a.param, a.pad = b.DRM_VNPU_PARAM_DEVICE_ID, 1
-    with expect_errno(InvalidArgument, errno.EINVAL):
+    with pytest.raises(InvalidArgument) as excinfo:
         device.ioctl("DRM_IOCTL_VNPU_GET_PARAM", a)
+    assert excinfo.value.errno == errno.EINVAL
 
 
 # --- BO_CREATE / BO_INFO / GEM_CLOSE / mmap ------------------------------------
@@ -173,15 +159,19 @@ def test_bo_create_errors(device: Device) -> None:
             setattr(arg, k, v)
         device.ioctl("DRM_IOCTL_VNPU_BO_CREATE", arg)
 
-    with expect_errno(InvalidArgument, errno.EINVAL):
+    with pytest.raises(InvalidArgument) as excinfo:
         create(size=0)
-    with expect_errno(TooBig, errno.E2BIG):
+    assert excinfo.value.errno == errno.EINVAL
+    with pytest.raises(TooBig) as excinfo:
         create(size=device.params.max_bo_size + 1)
-    with expect_errno(InvalidArgument, errno.EINVAL):
+    assert excinfo.value.errno == errno.E2BIG
+    with pytest.raises(InvalidArgument) as excinfo:
         create(flags=1 << 5)
+    assert excinfo.value.errno == errno.EINVAL
     for out_field in ("handle", "mmap_offset", "va"):
-        with expect_errno(InvalidArgument, errno.EINVAL):
+        with pytest.raises(InvalidArgument) as excinfo:
             create(**{out_field: 1})
+        assert excinfo.value.errno == errno.EINVAL
 
 
 def test_bo_info_and_close(device: Device) -> None:
@@ -191,24 +181,29 @@ def test_bo_info_and_close(device: Device) -> None:
         bo.size, b.DRM_VNPU_BO_DEVICE_READ_ONLY, bo.mmap_offset, bo.va, 0)  # fmt: skip
     a = ffi.new("struct drm_vnpu_bo_info *")
     a.handle, a.pad = bo.handle, 1
-    with expect_errno(InvalidArgument, errno.EINVAL):
+    with pytest.raises(InvalidArgument) as excinfo:
         device.ioctl("DRM_IOCTL_VNPU_BO_INFO", a)
-    with expect_errno(NoSuchObject, errno.ENOENT):
+    assert excinfo.value.errno == errno.EINVAL
+    with pytest.raises(NoSuchObject) as excinfo:
         device.bo_info(0xDEAD)
+    assert excinfo.value.errno == errno.ENOENT
     bo.close()
-    with expect_errno(NoSuchObject, errno.ENOENT):
+    with pytest.raises(NoSuchObject) as excinfo:
         device.bo_info(bo.handle)
+    assert excinfo.value.errno == errno.ENOENT
     c = ffi.new("struct drm_gem_close *")
     c.handle = bo.handle
-    with expect_errno(InvalidArgument, errno.EINVAL):  # the core GEM_CLOSE's errno for a bad handle
+    with pytest.raises(InvalidArgument) as excinfo:  # the core GEM_CLOSE's errno for a bad handle
         device.ioctl("DRM_IOCTL_GEM_CLOSE", c)
+    assert excinfo.value.errno == errno.EINVAL
 
 
 def test_bos_are_private_to_their_file(device: Device, opener) -> None:
     other = opener()
     bo = device.create_bo(PAGE)
-    with expect_errno(NoSuchObject, errno.ENOENT):  # "other" has no BOs: handles are per file
+    with pytest.raises(NoSuchObject) as excinfo:  # "other" has no BOs: handles are per file
         other.bo_info(bo.handle)
+    assert excinfo.value.errno == errno.ENOENT
 
 
 # --- BO_WAIT -------------------------------------------------------------------
@@ -223,12 +218,14 @@ def test_bo_wait_errors(device: Device) -> None:
         a = ffi.new("struct drm_vnpu_bo_wait *")
         a.handle, a.timeout_ns = bo.handle, deadline_after(1)
         setattr(a, field, 1)
-        with expect_errno(InvalidArgument, errno.EINVAL):
+        with pytest.raises(InvalidArgument) as excinfo:
             device.ioctl("DRM_IOCTL_VNPU_BO_WAIT", a)
+        assert excinfo.value.errno == errno.EINVAL
     a = ffi.new("struct drm_vnpu_bo_wait *")
     a.handle = 0xBAD
-    with expect_errno(NoSuchObject, errno.ENOENT):
+    with pytest.raises(NoSuchObject) as excinfo:
         device.ioctl("DRM_IOCTL_VNPU_BO_WAIT", a)
+    assert excinfo.value.errno == errno.ENOENT
 
 
 def test_bo_wait_expired_timeout_then_completes(device: Device) -> None:
@@ -236,10 +233,12 @@ def test_bo_wait_expired_timeout_then_completes(device: Device) -> None:
     stream = wait_stream(sem.va, 5, dst.va)
     cmd = device.create_bo_with(stream)
     device.submit(Job(cmd, len(stream), [JobBo(sem), JobBo(dst, read=False, write=True)]))
-    with expect_errno(Timeout, errno.ETIME):
+    with pytest.raises(Timeout) as excinfo:
         dst.wait(deadline_ns=monotonic_ns())
-    with expect_errno(Timeout, errno.ETIME):
+    assert excinfo.value.errno == errno.ETIME
+    with pytest.raises(Timeout) as excinfo:
         dst.wait(timeout=0.05)
+    assert excinfo.value.errno == errno.ETIME
     sem.array(np.int32, 1)[0] = 5  # release the device's WAIT from the CPU
     assert dst.wait(timeout=10).status == 0
     assert (dst.array(np.int8, 16) == 7).all()
@@ -300,10 +299,12 @@ def test_submit_with_larger_job_struct_and_zero_tail(device: Device, copy_setup)
 def test_submit_job_struct_size_errors(device: Device, copy_setup) -> None:
     src, dst, cmd, stream = copy_setup
     job, keep = raw_job(cmd.handle, len(stream), [(src.handle, R), (dst.handle, W)])
-    with expect_errno(InvalidArgument, errno.EINVAL):
+    with pytest.raises(InvalidArgument) as excinfo:
         submit_raw(device, job, struct_size=JOB_SIZE - 8)
-    with expect_errno(InvalidArgument, errno.EINVAL):
+    assert excinfo.value.errno == errno.EINVAL
+    with pytest.raises(InvalidArgument) as excinfo:
         submit_raw(device, job, struct_size=JOB_SIZE + 16, tail=b"\0\0\0\0\0\0\0\0\1")
+    assert excinfo.value.errno == errno.EINVAL
     del keep
 
 
@@ -311,12 +312,15 @@ def test_submit_header_errors(device: Device, copy_setup) -> None:
     src, dst, cmd, stream = copy_setup
     job, keep = raw_job(cmd.handle, len(stream), [(src.handle, R), (dst.handle, W)])
     for fields in ({"flags": 1}, {"pad": 1}):
-        with expect_errno(InvalidArgument, errno.EINVAL):
+        with pytest.raises(InvalidArgument) as excinfo:
             submit_raw(device, job, **fields)
-    with expect_errno(InvalidArgument, errno.EINVAL):
+        assert excinfo.value.errno == errno.EINVAL
+    with pytest.raises(InvalidArgument) as excinfo:
         submit_raw(device, job, count=0)
-    with expect_errno(InvalidArgument, errno.EINVAL):
+    assert excinfo.value.errno == errno.EINVAL
+    with pytest.raises(InvalidArgument) as excinfo:
         submit_raw(device, job, count=b.DRM_VNPU_MAX_JOBS_PER_SUBMIT + 1)
+    assert excinfo.value.errno == errno.EINVAL
     del keep
 
 
@@ -355,8 +359,9 @@ def test_submit_job_errors(device: Device, copy_setup, fields, bos, exc, err) ->
     job, keep = raw_job(cmd.handle, len(stream), bo_list)
     for k, v in fields.items():
         setattr(job, k, v)
-    with expect_errno(exc, err):
+    with pytest.raises(exc) as excinfo:
         submit_raw(device, job)
+    assert excinfo.value.errno == err
     del keep
     # Nothing was queued: dst is untouched.
     assert dst.wait(deadline_ns=0).status == 0 and not dst.array(np.int8, 64).any()
@@ -366,13 +371,15 @@ def test_submit_too_many_bos_and_unknown_in_syncobj(device: Device, copy_setup) 
     src, dst, cmd, stream = copy_setup
     job, keep = raw_job(cmd.handle, len(stream), [(src.handle, R), (dst.handle, W)])
     job.bo_count = device.params.max_job_bos + 1
-    with expect_errno(InvalidArgument, errno.EINVAL):
+    with pytest.raises(InvalidArgument) as excinfo:
         submit_raw(device, job)
+    assert excinfo.value.errno == errno.EINVAL
     job.bo_count = 2
     ins = ffi.new("uint32_t[]", [0xBAD])
     job.in_syncobjs, job.in_syncobj_count = int(ffi.cast("uintptr_t", ins)), 1
-    with expect_errno(NoSuchObject, errno.ENOENT):
+    with pytest.raises(NoSuchObject) as excinfo:
         submit_raw(device, job)
+    assert excinfo.value.errno == errno.ENOENT
     del keep
 
 
@@ -386,8 +393,9 @@ def test_submit_is_all_or_nothing(device: Device, copy_setup) -> None:
             Job(bad_cmd, len(bad), [JobBo(src), JobBo(dst, read=False, write=True)]),
         ]
     )
-    with expect_errno(AccessDenied, errno.EACCES):
+    with pytest.raises(AccessDenied) as excinfo:
         device.ioctl("DRM_IOCTL_VNPU_SUBMIT", args.submit)
+    assert excinfo.value.errno == errno.EACCES
     assert dst.wait(deadline_ns=0).status == 0 and not dst.array(np.int8, 64).any()
 
 
@@ -402,26 +410,30 @@ def test_stream_outside_listed_bos_is_eacces(device: Device, copy_setup) -> None
     ]
     for s in cases:
         c = device.create_bo_with(s)
-        with expect_errno(AccessDenied, errno.EACCES):
+        with pytest.raises(AccessDenied) as excinfo:
             device.submit(Job(c, len(s), [JobBo(src), JobBo(dst, read=False, write=True)]))
+        assert excinfo.value.errno == errno.EACCES
 
 
 def test_stream_direction_is_checked(device: Device, copy_setup) -> None:
     src, dst, cmd, stream = copy_setup
-    with expect_errno(AccessDenied, errno.EACCES):  # dst listed read-only, but written
+    with pytest.raises(AccessDenied) as excinfo:  # dst listed read-only, but written
         device.submit(Job(cmd, len(stream), [JobBo(src), JobBo(dst)]))
-    with expect_errno(AccessDenied, errno.EACCES):  # src listed write-only, but read
+    assert excinfo.value.errno == errno.EACCES
+    with pytest.raises(AccessDenied) as excinfo:  # src listed write-only, but read
         device.submit(
             Job(cmd, len(stream), [JobBo(src, read=False, write=True), JobBo(dst, read=False, write=True)])
         )
+    assert excinfo.value.errno == errno.EACCES
 
 
 def test_write_to_read_only_bo_is_eacces(device: Device) -> None:
     ro, dst = device.create_bo(PAGE, read_only=True), device.create_bo(PAGE)
     s = copy_stream(dst.va, ro.va, 64)
     cmd = device.create_bo_with(s)
-    with expect_errno(AccessDenied, errno.EACCES):
+    with pytest.raises(AccessDenied) as excinfo:
         device.submit(Job(cmd, len(s), [JobBo(dst), JobBo(ro, read=False, write=True)]))
+    assert excinfo.value.errno == errno.EACCES
 
 
 @pytest.mark.parametrize(
@@ -438,8 +450,9 @@ def test_malformed_stream_is_enoexec(device: Device, copy_setup, mangle) -> None
     src, dst, _, stream = copy_setup
     bad = mangle(stream)
     cmd = device.create_bo_with(bad)
-    with expect_errno(BadCommandStream, errno.ENOEXEC):
+    with pytest.raises(BadCommandStream) as excinfo:
         device.submit(Job(cmd, len(bad), [JobBo(src), JobBo(dst, read=False, write=True)]))
+    assert excinfo.value.errno == errno.ENOEXEC
 
 
 # --- job status --------------------------------------------------------------------
@@ -462,12 +475,11 @@ def test_runtime_bad_operand_reports_eio_through_bo_wait(device: Device, copy_se
 
 def test_mmu_fault_reports_efault_and_va(device: Device, stream_check_off) -> None:
     src, dst = device.create_bo(PAGE), device.create_bo(PAGE)
-    bad_va = dst.va + 64 * PAGE  # never mapped: far past dst, below any later BO of this test
-    while any(bo.va <= bad_va < bo.va + bo.size for bo in (src, dst)):
-        bad_va += PAGE
+    # Every BO of the job exists before the faulting address is chosen, so none can cover it.
+    cmd = device.create_bo(len(copy_stream(0, 0, 64)))
+    bad_va = max(bo.va + bo.size for bo in (src, dst, cmd)) + 64 * PAGE
     s = copy_stream(src.va, bad_va, 64)
-    cmd = device.create_bo_with(s)
-    bad_va = max(bad_va, cmd.va + cmd.size + 64 * PAGE) if cmd.va <= bad_va < cmd.va + cmd.size else bad_va
+    cmd.write(s)
     device.submit(Job(cmd, len(s), [JobBo(src), JobBo(dst, read=False, write=True)]))
     st = dst.wait(timeout=10)
     assert st.status == -errno.EFAULT
@@ -496,24 +508,30 @@ def test_syncobj_create_destroy_wait(device: Device) -> None:
     s = device.create_syncobj(signaled=True)
     assert device.wait_syncobjs([s], deadline_ns=0) == 0
     u = device.create_syncobj()
-    with expect_errno(InvalidArgument, errno.EINVAL):  # no fence yet, and no WAIT_FOR_SUBMIT
+    with pytest.raises(InvalidArgument) as excinfo:  # no fence yet, and no WAIT_FOR_SUBMIT
         device.wait_syncobjs([u], timeout=0)
-    with expect_errno(Timeout, errno.ETIME):
+    assert excinfo.value.errno == errno.EINVAL
+    with pytest.raises(Timeout) as excinfo:
         device.wait_syncobjs([u], deadline_ns=monotonic_ns(), wait_for_submit=True)
+    assert excinfo.value.errno == errno.ETIME
     assert device.wait_syncobjs([u, s], timeout=1, wait_all=False, wait_for_submit=True) == 1
-    with expect_errno(NoSuchObject, errno.ENOENT):
+    with pytest.raises(NoSuchObject) as excinfo:
         device.wait_syncobjs([0xBAD], timeout=0)
+    assert excinfo.value.errno == errno.ENOENT
     device.destroy_syncobj(s)
-    with expect_errno(InvalidArgument, errno.EINVAL):
+    with pytest.raises(InvalidArgument) as excinfo:
         device.destroy_syncobj(s)
+    assert excinfo.value.errno == errno.EINVAL
     a = ffi.new("struct drm_syncobj_create *")
     a.flags = 1 << 7
-    with expect_errno(InvalidArgument, errno.EINVAL):
+    with pytest.raises(InvalidArgument) as excinfo:
         device.ioctl("DRM_IOCTL_SYNCOBJ_CREATE", a)
+    assert excinfo.value.errno == errno.EINVAL
     d = ffi.new("struct drm_syncobj_destroy *")
     d.handle, d.pad = u, 1
-    with expect_errno(InvalidArgument, errno.EINVAL):
+    with pytest.raises(InvalidArgument) as excinfo:
         device.ioctl("DRM_IOCTL_SYNCOBJ_DESTROY", d)
+    assert excinfo.value.errno == errno.EINVAL
 
 
 def test_syncobj_wait_expired_timeout_on_pending_job(device: Device) -> None:
@@ -522,8 +540,9 @@ def test_syncobj_wait_expired_timeout_on_pending_job(device: Device) -> None:
     cmd = device.create_bo_with(s)
     out = device.create_syncobj()
     device.submit(Job(cmd, len(s), [JobBo(sem), JobBo(dst, read=False, write=True)], out_syncobj=out))
-    with expect_errno(Timeout, errno.ETIME):
+    with pytest.raises(Timeout) as excinfo:
         device.wait_syncobjs([out], deadline_ns=0)
+    assert excinfo.value.errno == errno.ETIME
     sem.array(np.int32, 1)[0] = 3
     device.wait_syncobjs([out], timeout=10)
 
@@ -540,8 +559,9 @@ def test_closed_device_refuses_every_call(device: Device, opener) -> None:
         lambda: dev.bo_info(bo.handle),
         lambda: dev.create_syncobj(),
     ):
-        with expect_errno(DeviceClosed, errno.EBADF):
+        with pytest.raises(DeviceClosed) as excinfo:
             call()
+        assert excinfo.value.errno == errno.EBADF
     # Other files of the device are unaffected.
     assert device.get_param("device_id") == 0x0001
 
@@ -557,5 +577,6 @@ def test_files_have_separate_address_spaces(device: Device, opener) -> None:
         else copy_stream(theirs.va, mine.va + PAGE, 64)
     )
     cmd = other.create_bo_with(s)
-    with expect_errno(AccessDenied, errno.EACCES):
+    with pytest.raises(AccessDenied) as excinfo:
         other.submit(Job(cmd, len(s), [JobBo(theirs)]))
+    assert excinfo.value.errno == errno.EACCES
