@@ -38,10 +38,12 @@ from .mmu import VA_LIMIT, Mmu, MmuFault
 
 log = logging.getLogger(__name__)
 
-MAX_CMD_SIZE = 1 << 24  # a stream larger than this is refused (-EIO) before it is fetched
+MAX_CMD_SIZE = (
+    hw.MAX_CMD_SIZE
+)  # a larger stream is refused (-EIO) before it is fetched; firmware may lower it
 PROGRAM_CACHE_ENTRIES = 64  # decoded streams kept (a model's partitions each have one)
 TRANSLATION_CACHE_SPACES = 16  # address spaces whose tensor translations are kept between jobs
-MAX_TENSOR_ELEMENTS = 1 << 28  # broadcast (zero-stride) tensors could otherwise claim exabytes
+MAX_TENSOR_ELEMENTS = hw.MAX_TENSOR_ELEMENTS  # broadcast tensors could claim exabytes; firmware may lower it
 WAIT_POLL_S = 0.0005  # first WAIT poll interval; doubles up to WAIT_POLL_MAX_S
 WAIT_POLL_MAX_S = 0.005
 
@@ -135,7 +137,7 @@ class Tensor:
         )
 
     @classmethod
-    def from_instruction(cls, ins: isa.Instruction) -> Tensor:
+    def from_instruction(cls, ins: isa.Instruction, max_elements: int = MAX_TENSOR_ELEMENTS) -> Tensor:
         dtype = isa.SPEC.dtype_by_code(ins["dtype"])
         if dtype is None or dtype.name not in _NP_DTYPES:
             raise JobError(f"TENSOR at byte {ins.offset}: unknown dtype {ins['dtype']}")
@@ -144,10 +146,8 @@ class Tensor:
         except isa.IsaError as e:
             raise JobError(f"TENSOR at byte {ins.offset}: {e}") from None
         elements = ins["n"] * ins["h"] * ins["w"] * ins["c"]
-        if elements > MAX_TENSOR_ELEMENTS:
-            raise JobError(
-                f"TENSOR at byte {ins.offset}: {elements} elements, more than {MAX_TENSOR_ELEMENTS}"
-            )
+        if elements > max_elements:
+            raise JobError(f"TENSOR at byte {ins.offset}: {elements} elements, more than {max_elements}")
         return cls(
             dtype=dtype.name,
             va=ins["va"],
@@ -228,8 +228,10 @@ class _Job:
         abort: threading.Event,
         on_irq: Callable[[int], None] | None,
         translations: _Translations | None = None,
+        max_tensor_elements: int = MAX_TENSOR_ELEMENTS,
     ) -> None:
         self.mmu = Mmu(memory, pt_root)
+        self.max_tensor_elements = max_tensor_elements
         self.memory = memory
         self.enabled = enabled_opcodes
         # A tensor's physical runs are looked up once (the kernel does not edit a file's page
@@ -321,6 +323,23 @@ class _Job:
             return q[0, 0, :, 0].astype(np.int64), q[0, 0, :, 1].astype(np.int64)
         return self.ins["multiplier"], self.ins["shift"]
 
+    def float_scales(self, cout: int) -> np.ndarray | None:
+        """With FLOAT_SCALE, the float32 scales (per channel or one), else None; fails the job on a
+        non-zero shift, a non-finite scale, or SINGLE_ROUNDING as well (two requantizations)."""
+        assert self.ins is not None
+        flags = self.ins["flags"]
+        if not flags & isa.SPEC.flags["FLOAT_SCALE"]:
+            return None
+        if flags & isa.SPEC.flags.get("SINGLE_ROUNDING", 0):
+            raise self.fail("FLOAT_SCALE and SINGLE_ROUNDING are both set")
+        multiplier, shift = self.quant(cout)
+        if np.any(np.asarray(shift) != 0):
+            raise self.fail("FLOAT_SCALE with a non-zero shift")
+        scale = np.asarray(multiplier, dtype=np.int64).astype(np.uint32).view(np.float32)
+        if not np.isfinite(scale).all():
+            raise self.fail("FLOAT_SCALE scale is not a finite float")
+        return np.broadcast_to(scale, (cout,))
+
     def bias(self, cout: int) -> np.ndarray | None:
         assert self.ins is not None
         if self.ins["flags"] & isa.SPEC.flags["HAS_BIAS"]:
@@ -398,7 +417,7 @@ class _Job:
         t = self.tensors.get(self.ins.offset)
         if t is None:
             try:
-                t = Tensor.from_instruction(self.ins)
+                t = Tensor.from_instruction(self.ins, self.max_tensor_elements)
             except JobError as e:
                 t = str(e)
             self.tensors[self.ins.offset] = t
@@ -450,6 +469,14 @@ class _Job:
             out_h=out.shape[1],
             out_w=out.shape[2],
         )
+        scales = self.float_scales(cout)
+        if scales is not None:  # onnxruntime's requantization: the general numpy path
+            common.update(multiplier=scales, shift=0)
+            conv = nm.depthwise_conv2d if depthwise else nm.conv2d
+            extra = {"depth_multiplier": ins["depth_multiplier"]} if depthwise else {}
+            self.store(out, conv(self.load(inp), weights, bias, fast=False, float_scale=True,
+                                 **extra, **common, **geometry))  # fmt: skip
+            return
         isa = mac_array.selected_isa()
         if isa is not None:  # the C MAC array (numerics stays the reference and the fallback)
             kind = mac_array.KIND_DEPTHWISE if depthwise else mac_array.KIND_CONV
@@ -517,6 +544,12 @@ class _Job:
             act_max=ins["act_max"],
             out_dtype=out.np_dtype,
         )
+        scales = self.float_scales(cout)
+        if scales is not None:  # onnxruntime's requantization
+            x = self.load(inp).reshape(rows, k)
+            common.update(multiplier=scales, shift=0)
+            self.store(out, nm.fully_connected(x, weights, bias, fast=False, float_scale=True, **common))
+            return
         if ins["flags"] & isa.SPEC.flags["SINGLE_ROUNDING"]:  # LiteRT's one-rounding requantization
             x = self.load(inp).reshape(rows, k)
             self.store(out, nm.fully_connected(x, weights, bias, fast=False, single_rounding=True, **common))
@@ -715,12 +748,21 @@ class _Job:
 class CommandProcessor:
     """Runs jobs against one system memory.
 
-    ``enabled_opcodes`` is the set the booted firmware enables (None: all).
+    ``enabled_opcodes`` is the set the booted firmware enables (None: all); ``max_cmd_size``
+    and ``max_tensor_elements`` are its limits section (at most the device's ceilings).
     """
 
-    def __init__(self, memory: SystemMemory, enabled_opcodes: Collection[int] | None = None) -> None:
+    def __init__(
+        self,
+        memory: SystemMemory,
+        enabled_opcodes: Collection[int] | None = None,
+        max_cmd_size: int = MAX_CMD_SIZE,
+        max_tensor_elements: int = MAX_TENSOR_ELEMENTS,
+    ) -> None:
         self.memory = memory
         self.enabled_opcodes = None if enabled_opcodes is None else frozenset(enabled_opcodes)
+        self.max_cmd_size = min(max_cmd_size, MAX_CMD_SIZE)
+        self.max_tensor_elements = min(max_tensor_elements, MAX_TENSOR_ELEMENTS)
         # Decoded streams by content: a model's job is the same stream every invoke.
         self._programs: OrderedDict[
             bytes, tuple[list[isa.Instruction] | str, dict[int, Tensor | str], dict]
@@ -796,10 +838,16 @@ class CommandProcessor:
         try:
             if pt_root % 4096 or not 0 <= pt_root < self.memory.size:
                 raise JobError(f"page-table root {pt_root:#x} is not a page of system memory")
-            if not 0 < cmd_size <= MAX_CMD_SIZE:
-                raise JobError(f"command stream size {cmd_size} is not in (0, {MAX_CMD_SIZE}]")
+            if not 0 < cmd_size <= self.max_cmd_size:
+                raise JobError(f"command stream size {cmd_size} is not in (0, {self.max_cmd_size}]")
             job = _Job(
-                self.memory, pt_root, self.enabled_opcodes, abort, on_irq, self._translations_for(pt_root)
+                self.memory,
+                pt_root,
+                self.enabled_opcodes,
+                abort,
+                on_irq,
+                self._translations_for(pt_root),
+                self.max_tensor_elements,
             )
             # The stream's runs come from the address space's translation cache (an unchanged
             # stream of an unchanged space is not walked again) and are read as plain bytes.

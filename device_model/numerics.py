@@ -215,10 +215,12 @@ def requantize_channels(
     act_max: int,
     out_dtype: np.dtype | None = None,
     single_rounding: bool = False,
+    float_scale: bool = False,
 ) -> np.ndarray:
     """Channel-major [C, M] accumulators (+ bias [C]) -> clamp(MBQM(acc) + zp) as [C, M].
 
-    ``single_rounding`` requantizes with :func:`multiply_by_quantized_multiplier_single_round`.
+    ``single_rounding`` requantizes with :func:`multiply_by_quantized_multiplier_single_round`;
+    ``float_scale`` with :func:`requantize_float_scale` (``multiplier`` holds float32 scales).
 
     ``acc`` holds exact integers (any int or float dtype). Returns ``out_dtype`` values
     saturated to it (the device's store), or int32 when ``out_dtype`` is None.
@@ -230,9 +232,12 @@ def requantize_channels(
     rounding half away from zero. Otherwise the int64 path (with int32 wrap-around) is used.
     """
     check_clamp(act_min, act_max)
-    check_shift(shift)
     c = acc.shape[0]
     lo, hi = _out_range(act_min, act_max, out_dtype)
+    if float_scale:
+        out = requantize_float_scale(acc, bias, _col(multiplier, c, np.float32), output_zp, lo, hi)
+        return out.astype(out_dtype or np.int32, copy=False)
+    check_shift(shift)
     m = _col(multiplier, c)
     sh = _col(shift, c)
     if acc.size == 0:
@@ -253,6 +258,26 @@ def requantize_channels(
     out = mbqm(acc64, m, sh) + output_zp
     np.clip(out, lo, hi, out=out)
     return out.astype(out_dtype or np.int32, copy=False)
+
+
+def requantize_float_scale(
+    acc: np.ndarray, bias: np.ndarray | None, scale: np.ndarray, output_zp: int, lo: int, hi: int
+) -> np.ndarray:
+    """onnxruntime's requantization (MLAS's MlasRequantizeOutput), the ISA's FLOAT_SCALE flag.
+
+    The int32 accumulator (+ bias, wrapping as int32 arithmetic does) converts to float32 (rounding
+    to nearest even above 2**24), is multiplied by the float32 ``scale`` ([C, 1] column) in float32,
+    and rounds half to even (``cvtps2dq``); then + ``output_zp`` and the clamp to [lo, hi]. Returns
+    int64 values.
+    """
+    acc64 = np.asarray(acc, dtype=np.int64)
+    if bias is not None:
+        acc64 = acc64 + _col(bias, acc64.shape[0])
+    product = wrap_int32(acc64).astype(np.float32) * scale.astype(np.float32, copy=False)
+    # MLAS clamps in float before converting (so no value overflows int32); the bounds are
+    # integers, so clamping before or after the rounding gives the same result.
+    np.clip(product, np.float32(lo - output_zp), np.float32(hi - output_zp), out=product)
+    return np.rint(product).astype(np.int64) + output_zp
 
 
 _BLOCK_ELEMENTS = 1 << 15  # float64 temporaries of 256 KiB: they stay in the L2 cache
@@ -402,10 +427,12 @@ def conv2d(
     act_max: int,
     out_dtype: np.dtype | None = None,
     fast: bool = True,
+    float_scale: bool = False,
 ) -> np.ndarray:
     """TFLite's quantized Conv2D: input [N,H,W,Cin], filter [Cout,KH,KW,Cin] -> [N,OH,OW,Cout].
 
     ``fast`` tries the planned path (:func:`plan_gemm`) first; False goes straight to the general one.
+    ``float_scale``: ``multiplier`` holds float32 scales, requantized as onnxruntime does.
     """
     n, h, w, cin = inp.shape
     cout, kh, kw, fcin = filt.shape
@@ -415,7 +442,7 @@ def conv2d(
         "CONV2D", stride_h=stride_h, stride_w=stride_w, dilation_h=dilation_h, dilation_w=dilation_w
     )
     check_zero_points("CONV2D", input_zp, filter_zp)
-    if fast:
+    if fast and not float_scale:
         plan = plan_gemm(
             filt, bias, in_dtype=inp.dtype, input_zp=input_zp, filter_zp=filter_zp, multiplier=multiplier,
             shift=shift, output_zp=output_zp, act_min=act_min, act_max=act_max, out_dtype=out_dtype,
@@ -438,7 +465,9 @@ def conv2d(
         win = _windows(xp, out_h, out_w, kh, kw, stride_h, stride_w, dilation_h, dilation_w)
         cols = win.reshape(n * out_h * out_w, kh * kw * cin)
     acc = _gemm_channels(wt, cols)  # [Cout, N*OH*OW]
-    out = requantize_channels(acc, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype)
+    out = requantize_channels(
+        acc, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype, float_scale=float_scale
+    )
     return out.T.reshape(n, out_h, out_w, cout)
 
 
@@ -473,8 +502,11 @@ def depthwise_conv2d(
     act_max: int,
     out_dtype: np.dtype | None = None,
     fast: bool = True,
+    float_scale: bool = False,
 ) -> np.ndarray:
-    """TFLite's quantized DepthwiseConv2D: filter [1,KH,KW,Cin*dm]; channel oc reads input oc // dm."""
+    """TFLite's quantized DepthwiseConv2D: filter [1,KH,KW,Cin*dm]; channel oc reads input oc // dm.
+
+    ``float_scale`` as :func:`conv2d`."""
     n, h, w, cin = inp.shape
     one, kh, kw, cout = filt.shape
     _check_geometry(
@@ -490,7 +522,7 @@ def depthwise_conv2d(
             f"DEPTHWISE_CONV2D: filter shape {filt.shape} does not match {cin} channels x {depth_multiplier}"
         )
     check_zero_points("DEPTHWISE_CONV2D", input_zp, filter_zp)
-    if fast:
+    if fast and not float_scale:
         plan = plan_depthwise(
             filt, bias, in_dtype=inp.dtype, input_zp=input_zp, filter_zp=filter_zp, multiplier=multiplier,
             shift=shift, output_zp=output_zp, act_min=act_min, act_max=act_max, out_dtype=out_dtype,
@@ -529,8 +561,9 @@ def depthwise_conv2d(
             np.multiply(tap, wt[ky * kw + kx], out=tmp)
             acc += tmp
     out = requantize_channels(
-        acc.reshape(-1, cout).T, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype
-    )
+        acc.reshape(-1, cout).T, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype,
+        float_scale=float_scale,
+    )  # fmt: skip
     return out.T.reshape(n, out_h, out_w, cout)
 
 
@@ -549,17 +582,19 @@ def fully_connected(
     out_dtype: np.dtype | None = None,
     fast: bool = True,
     single_rounding: bool = False,
+    float_scale: bool = False,
 ) -> np.ndarray:
     """TFLite's quantized FullyConnected: input [B,K], filter [Cout,K] -> [B,Cout].
 
-    ``single_rounding``: requantize with one rounding, as LiteRT's reference kernel does.
+    ``single_rounding``: requantize with one rounding, as LiteRT's reference kernel does;
+    ``float_scale`` as :func:`conv2d`.
     """
     b, k = inp.shape
     cout, fk = filt.shape
     if fk != k:
         raise ValueError(f"FULLY_CONNECTED: filter depth {fk} does not match input depth {k}")
     check_zero_points("FULLY_CONNECTED", input_zp, filter_zp)
-    if fast and not single_rounding:
+    if fast and not single_rounding and not float_scale:
         plan = plan_gemm(
             filt, bias, in_dtype=inp.dtype, input_zp=input_zp, filter_zp=filter_zp, multiplier=multiplier,
             shift=shift, output_zp=output_zp, act_min=act_min, act_max=act_max, out_dtype=out_dtype,
@@ -571,7 +606,7 @@ def fully_connected(
         x -= np.float32(input_zp)
     acc = _gemm_channels(_filter_matrix(filt, filter_zp, cout), x)  # [Cout, B]
     return requantize_channels(
-        acc, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype, single_rounding
+        acc, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype, single_rounding, float_scale
     ).T
 
 

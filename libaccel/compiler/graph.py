@@ -46,6 +46,10 @@ compiler (:mod:`libaccel.compiler`). Conventions, all TFLite's:
   - DEPTH_TO_SPACE, SPACE_TO_DEPTH: block_size (checked against the shapes when present)
   - SPLIT, SPLIT_V, SLICE, SQUEEZE, EXPAND_DIMS, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND, PADV2: none
     needed (sizes come from the constant operands and the output shapes)
+  - from the ONNX front end (:mod:`libaccel.compiler.onnx_frontend`): ``requant`` "float" on CONV_2D,
+    DEPTHWISE_CONV_2D and FULLY_CONNECTED (onnxruntime's float32-scale requantization, the ISA's
+    FLOAT_SCALE; absent or "fixed": TFLite's), and padding "EXPLICIT" with pad_top, pad_left,
+    pad_bottom, pad_right on convolutions and pools (ONNX's ``pads``)
   Missing keys take the schema defaults (:data:`OPTION_DEFAULTS`).
 
 :func:`graph_from_tflite` reads a .tflite flatbuffer into this IR.

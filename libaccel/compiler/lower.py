@@ -382,10 +382,16 @@ class Emitter:
         self.counts[op] = self.counts.get(op, 0) + 1
 
     def op(
-        self, name: str, single_rounding: bool = False, flags: tuple[str, ...] = (), **fields: int | None
+        self,
+        name: str,
+        single_rounding: bool = False,
+        flags: tuple[str, ...] = (),
+        float_scale: bool = False,
+        **fields: int | None,
     ) -> None:
-        """Emit instruction ``name``; its flags field gets HAS_BIAS, PER_CHANNEL and SINGLE_ROUNDING from
-        the operands and ``single_rounding``, plus the flags named in ``flags``."""
+        """Emit instruction ``name``; its flags field gets HAS_BIAS, PER_CHANNEL, SINGLE_ROUNDING and
+        FLOAT_SCALE from the operands, ``single_rounding`` and ``float_scale``, plus the flags named
+        in ``flags``."""
         spec = isa.SPEC.by_name(name)
         values = {k: v for k, v in fields.items() if v is not None}
         if any(f.name == "flags" for f in spec.fields):
@@ -399,6 +405,8 @@ class Emitter:
                 bits |= isa.SPEC.flags["PER_CHANNEL"]
             if single_rounding:
                 bits |= isa.SPEC.flags["SINGLE_ROUNDING"]
+            if float_scale:
+                bits |= isa.SPEC.flags["FLOAT_SCALE"]
             values["flags"] = bits
         if flags:
             raise ValueError(f"{name} has no flags field for {list(flags)}")

@@ -160,6 +160,18 @@ def _geometry(node: OpNode, h: int, w: int, kh: int, kw: int, oh: int, ow: int, 
     if min(sh, sw, dh, dw) < 1:
         raise Unsupported(f"stride ({sh}, {sw}) or dilation ({dh}, {dw}) below 1")
     padding = node.option("padding")
+    if padding == "EXPLICIT":  # ONNX's pads: [top, left] given, bottom/right implied by the output size
+        top, left = int(node.option("pad_top")), int(node.option("pad_left"))
+        bottom, right = int(node.option("pad_bottom")), int(node.option("pad_right"))
+        if min(top, left, bottom, right) < 0:
+            raise Unsupported(f"negative padding ({top}, {left}, {bottom}, {right})")
+        exp = (
+            (h + top + bottom - (kh - 1) * dh - 1) // sh + 1,
+            (w + left + right - (kw - 1) * dw - 1) // sw + 1,
+        )
+        if exp != (oh, ow):
+            raise Unsupported(f"output is {oh}x{ow}, the explicit padding gives {exp[0]}x{exp[1]}")
+        return dict(stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, pad_top=top, pad_left=left)
     exp = (out_size(padding, h, kh, sh, dh), out_size(padding, w, kw, sw, dw))
     if exp != (oh, ow):
         raise Unsupported(f"output is {oh}x{ow}, {padding} padding gives {exp[0]}x{exp[1]}")
@@ -174,14 +186,56 @@ def _geometry(node: OpNode, h: int, w: int, kh: int, kw: int, oh: int, ow: int, 
 
 
 # --- convolutions ------------------------------------------------------------------------
-def _conv_quant(
+def _requant_mode(node: OpNode) -> bool:
+    """True for onnxruntime's float32-scale requantization (the node's ``requant`` option "float",
+    set by the ONNX front end), False for TFLite's fixed point (absent or "fixed")."""
+    mode = node.option("requant") or "fixed"
+    if mode not in ("fixed", "float"):
+        raise Unsupported(f"requantization {mode!r}")
+    return mode == "float"
+
+
+def _check_filter_type(x: TensorInfo, w: TensorInfo, float_scale: bool) -> None:
+    # onnxruntime pairs uint8 activations with int8 filters (quantize_static's default); its kernels
+    # subtract each operand's zero point, which is what the NPU does for any pair of byte types.
+    if w.dtype == x.dtype or (float_scale and w.dtype in BYTE_TYPES):
+        return
+    raise Unsupported(f"filter is {w.dtype}, input {x.dtype} (hybrid models stay on the CPU)")
+
+
+def _float_scale_quant(
     x: TensorInfo, w: TensorInfo, y: TensorInfo, cout: int, axis: int, what: str
+) -> tuple[dict, np.ndarray | None]:
+    """onnxruntime's scales (QLinearConv's ComputeOutputScale: float32 ``x * w / y`` left to right)
+    as FLOAT_SCALE's float32 bits: per-tensor fields, or a per-channel [Cout, 2] (bits, 0) table."""
+    assert x.quant and y.quant and w.quant
+    wq = w.quant
+    if any(z != wq.zero_points[0] for z in wq.zero_points):
+        raise Unsupported(f"{what} filter zero points differ per channel (onnxruntime rejects it)")
+    if not wq.per_tensor and (wq.axis != axis or len(wq.scales) != cout):
+        raise Unsupported(f"filter quantized along axis {wq.axis} with {len(wq.scales)} scales")
+    f32 = np.float32
+    scales = np.array([f32(f32(x.quant.scale) * f32(s)) / f32(y.quant.scale) for s in wq.scales], f32)
+    if not np.isfinite(scales).all():
+        raise Unsupported(f"{what} requantization scale is not finite")
+    bits = scales.view(np.int32)
+    if len(bits) == 1 or (bits == bits[0]).all():
+        return dict(multiplier=int(bits[0]), shift=0), None
+    table = np.zeros((cout, 2), dtype=np.int32)
+    table[:, 0] = bits
+    return dict(multiplier=0, shift=0), table
+
+
+def _conv_quant(
+    x: TensorInfo, w: TensorInfo, y: TensorInfo, cout: int, axis: int, what: str, float_scale: bool = False
 ) -> tuple[dict, np.ndarray | None]:
     """(per-tensor fields, per-channel [Cout, 2] table or None); checks the filter's quantization."""
     assert x.quant and y.quant
     wq = w.quant
     if wq is None:
         raise Unsupported(f"{what} filter has no quantization")
+    if float_scale:
+        return _float_scale_quant(x, w, y, cout, axis, what)
     if x.dtype == "int8":
         if any(z != 0 for z in wq.zero_points):
             raise Unsupported("int8 filter with a non-zero zero point (TFLite requires symmetric)")
@@ -217,8 +271,8 @@ def _plan_conv(graph: Graph, node: OpNode, depthwise: bool) -> OpPlan:
     x = _activation(graph, node.inputs[0], "input")
     y = _activation(graph, node.outputs[0], "output", x.dtype)
     w = _const(graph, node.inputs[1], "filter")
-    if w.dtype != x.dtype:
-        raise Unsupported(f"filter is {w.dtype}, input {x.dtype} (hybrid models stay on the CPU)")
+    float_scale = _requant_mode(node)
+    _check_filter_type(x, w, float_scale)
     if len(x.shape) != 4 or len(y.shape) != 4 or len(w.shape) != 4:
         raise Unsupported("input, filter and output must be 4-D")
     n, h, wd, cin = x.shape
@@ -238,7 +292,7 @@ def _plan_conv(graph: Graph, node: OpNode, depthwise: bool) -> OpPlan:
     if on != n:
         raise Unsupported(f"batch {n} -> {on}")
     geo = _geometry(node, h, wd, kh, kw, oh, ow, dil=True)
-    fields, table = _conv_quant(x, w, y, cout, 3 if depthwise else 0, name)
+    fields, table = _conv_quant(x, w, y, cout, 3 if depthwise else 0, name, float_scale)
     bias = _bias(graph, node, cout)
     act_min, act_max = _clamp(node, y)
     op = "DEPTHWISE_CONV2D" if depthwise else "CONV2D"
@@ -254,6 +308,7 @@ def _plan_conv(graph: Graph, node: OpNode, depthwise: bool) -> OpPlan:
             output=em.tensor(y.index),
             act_min=act_min,
             act_max=act_max,
+            float_scale=float_scale,
             **geo,
             **fields,
             **extra,
@@ -266,8 +321,8 @@ def _plan_fully_connected(graph: Graph, node: OpNode) -> OpPlan:
     x = _activation(graph, node.inputs[0], "input")
     y = _activation(graph, node.outputs[0], "output", x.dtype)
     w = _const(graph, node.inputs[1], "filter")
-    if w.dtype != x.dtype:
-        raise Unsupported(f"filter is {w.dtype}, input {x.dtype} (hybrid models stay on the CPU)")
+    float_scale = _requant_mode(node)
+    _check_filter_type(x, w, float_scale)
     if node.option("weights_format") not in ("DEFAULT", 0):
         raise Unsupported(f"weights format {node.option('weights_format')}")
     if len(w.shape) != 2:
@@ -278,12 +333,14 @@ def _plan_fully_connected(graph: Graph, node: OpNode) -> OpPlan:
     rows = x.size // k
     if y.size != rows * cout or y.shape[-1] != cout:
         raise Unsupported(f"output shape {list(y.shape)} is not {rows} rows of {cout}")
-    fields, table = _conv_quant(x, w, y, cout, 0, "FULLY_CONNECTED")
+    fields, table = _conv_quant(x, w, y, cout, 0, "FULLY_CONNECTED", float_scale)
     bias = _bias(graph, node, cout)
     act_min, act_max = _clamp(node, y)
     rounding = node.option("rounding") or "double"  # reference.annotate_reference sets it
     if rounding not in ("single", "double"):
         raise Unsupported(f"requantization rounding {rounding!r}")
+    if float_scale and rounding == "single":
+        raise Unsupported("single rounding and a float scale are two different requantizations")
 
     def emit(em: Emitter) -> None:
         em.op(
@@ -296,6 +353,7 @@ def _plan_fully_connected(graph: Graph, node: OpNode) -> OpPlan:
             act_min=act_min,
             act_max=act_max,
             single_rounding=rounding == "single",
+            float_scale=float_scale,
             **fields,
         )
 

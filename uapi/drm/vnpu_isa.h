@@ -118,6 +118,7 @@ enum vnpu_isa_opcode {
 #define VNPU_FLAG_SINGLE_ROUNDING	0x4	/* bit 2 */
 #define VNPU_FLAG_ALIGN_CORNERS		0x8	/* bit 3 */
 #define VNPU_FLAG_HALF_PIXEL_CENTERS	0x10	/* bit 4 */
+#define VNPU_FLAG_FLOAT_SCALE		0x20	/* bit 5 */
 
 /**
  * struct vnpu_isa_nop - the NOP instruction (opcode 0x00)
@@ -240,7 +241,8 @@ struct vnpu_isa_tensor {
 /**
  * struct vnpu_isa_conv2d - the CONV2D instruction (opcode 0x10)
  * @header: VNPU_ISA_HEADER(VNPU_OP_CONV2D, VNPU_ISA_SIZE_CONV2D).
- * @flags: VNPU_FLAG_* bits: VNPU_FLAG_HAS_BIAS | VNPU_FLAG_PER_CHANNEL; other bits must be zero.
+ * @flags: VNPU_FLAG_* bits: VNPU_FLAG_HAS_BIAS | VNPU_FLAG_PER_CHANNEL | VNPU_FLAG_FLOAT_SCALE;
+ *	other bits must be zero.
  * @input: input tensor slot.
  * @filter: input tensor slot.
  * @bias: input tensor slot; used only with VNPU_FLAG_HAS_BIAS, otherwise must be zero; INT32
@@ -263,7 +265,8 @@ struct vnpu_isa_tensor {
  * 2-D convolution, NHWC. input [N,H,W,Cin], filter [Cout,KH,KW,Cin], bias INT32 [1,1,1,Cout],
  * output [N,OH,OW,Cout]. acc = bias[oc] + sum (input - input_zp) * (filter - filter_zp) over the
  * window (positions outside the input are skipped, as TFLite's zero padding in the quantized
- * domain); out = clamp(requantize(acc, oc) + output_zp, act_min, act_max).
+ * domain); out = clamp(requantize(acc, oc) + output_zp, act_min, act_max); with FLOAT_SCALE,
+ * requantize(acc, oc) = round_half_to_even(float32(acc) * scale[oc]) (onnxruntime's QLinearConv).
  */
 struct vnpu_isa_conv2d {
 	__u32 header;
@@ -291,7 +294,8 @@ struct vnpu_isa_conv2d {
 /**
  * struct vnpu_isa_depthwise_conv2d - the DEPTHWISE_CONV2D instruction (opcode 0x11)
  * @header: VNPU_ISA_HEADER(VNPU_OP_DEPTHWISE_CONV2D, VNPU_ISA_SIZE_DEPTHWISE_CONV2D).
- * @flags: VNPU_FLAG_* bits: VNPU_FLAG_HAS_BIAS | VNPU_FLAG_PER_CHANNEL; other bits must be zero.
+ * @flags: VNPU_FLAG_* bits: VNPU_FLAG_HAS_BIAS | VNPU_FLAG_PER_CHANNEL | VNPU_FLAG_FLOAT_SCALE;
+ *	other bits must be zero.
  * @input: input tensor slot.
  * @filter: input tensor slot.
  * @bias: input tensor slot; used only with VNPU_FLAG_HAS_BIAS, otherwise must be zero.
@@ -339,8 +343,8 @@ struct vnpu_isa_depthwise_conv2d {
 /**
  * struct vnpu_isa_fully_connected - the FULLY_CONNECTED instruction (opcode 0x12)
  * @header: VNPU_ISA_HEADER(VNPU_OP_FULLY_CONNECTED, VNPU_ISA_SIZE_FULLY_CONNECTED).
- * @flags: VNPU_FLAG_* bits: VNPU_FLAG_HAS_BIAS | VNPU_FLAG_PER_CHANNEL | VNPU_FLAG_SINGLE_ROUNDING;
- *	other bits must be zero.
+ * @flags: VNPU_FLAG_* bits: VNPU_FLAG_HAS_BIAS | VNPU_FLAG_PER_CHANNEL | VNPU_FLAG_SINGLE_ROUNDING
+ *	| VNPU_FLAG_FLOAT_SCALE; other bits must be zero.
  * @input: input tensor slot.
  * @filter: input tensor slot.
  * @bias: input tensor slot; used only with VNPU_FLAG_HAS_BIAS, otherwise must be zero.
@@ -355,7 +359,7 @@ struct vnpu_isa_depthwise_conv2d {
  * Fully connected layer. input [1,1,B,K] (B rows of K), filter [1,1,Cout,K], bias INT32
  * [1,1,1,Cout], output [1,1,B,Cout]. acc = bias[oc] + sum_k (input[b,k] - input_zp) * (filter[oc,k]
  * - filter_zp). Requantization and clamping as CONV2D, with one rounding instead of two when
- * SINGLE_ROUNDING is set.
+ * SINGLE_ROUNDING is set, or onnxruntime's float32 scale when FLOAT_SCALE is set (not both).
  */
 struct vnpu_isa_fully_connected {
 	__u32 header;
