@@ -1,0 +1,498 @@
+"""The ONNX front end: quantized .onnx models into the compiler's one IR (:class:`Graph`).
+
+:func:`graph_from_onnx` reads a model in either form onnxruntime's quantizer writes:
+
+* **QOperator** (QLinearConv, QLinearMatMul, QGemm, QLinearAdd, ..., MaxPool, Flatten): read as it is;
+* **QDQ** (QuantizeLinear/DequantizeLinear around float ops): first rewritten into the QOperator form
+  by onnxruntime's own QDQ fusion (graph optimizations at ORT_ENABLE_EXTENDED, the level that holds
+  its QDQ selectors and nothing that changes layouts). That is the form onnxruntime executes such a
+  model in, so each fused node is the very kernel the reference runs; a hand-written copy of its
+  selector rules could only drift from them.
+
+The layout is lowered once, here: every 4-D activation is NHWC in the IR (ONNX's NCHW transposed),
+convolution filters are transposed into the IR's [Cout, KH, KW, Cin] / [1, KH, KW, C] at read time,
+and nothing below knows the model was ONNX. Nodes with an NPU lowering become the IR's ops
+(QLinearConv -> CONV_2D / DEPTHWISE_CONV_2D, QLinearMatMul and QGemm with a constant weight ->
+FULLY_CONNECTED, all with the ``requant`` option "float": the ISA's FLOAT_SCALE; MaxPool ->
+MAX_POOL_2D; Flatten/Reshape -> RESHAPE where the bytes do not move). Every other node becomes an IR
+node named ``ONNX:<op_type>`` that the compiler does not lower; :mod:`libaccel.model` runs it on the
+CPU in onnxruntime, in ONNX's own layout.
+
+Shapes and element types of every tensor are taken from onnxruntime running the model once on zeros
+(contrib ops such as QLinearAdd are unknown to ``onnx.shape_inference``); ``shapes`` fixes dynamic
+input dimensions first. Bad models raise :class:`OnnxModelError` with a one-line message naming the
+node (or input) and the reason.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo
+
+OPSETS = range(13, 22)  # default-domain opsets read (13 to 21)
+NCHW_TO_NHWC = (0, 2, 3, 1)
+NHWC_TO_NCHW = (0, 3, 1, 2)
+_ONNX_DTYPES = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+}
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
+_PASS_THROUGH = ("MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Pad", "Resize")
+
+
+class OnnxModelError(ValueError):
+    """The model cannot be read or run: the message is one line naming the node and the reason."""
+
+
+@dataclass
+class OnnxGraph:
+    """A model in the IR: ``graph``, plus what running its CPU nodes and its edges needs."""
+
+    graph: Graph
+    model: Any  # the (QOperator-form, shape-fixed) onnx.ModelProto the IR was read from
+    onnx_nodes: dict[int, Any]  # IR node index -> its onnx.NodeProto (every node, NPU or not)
+    names: dict[str, int]  # ONNX tensor name -> IR tensor index
+    layouts: dict[int, tuple[int, ...]] = field(default_factory=dict)  # IR tensor -> perm from ONNX
+    form: str = "qoperator"  # the form the file was in: "qoperator" or "qdq"
+    info: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)  # ONNX name -> (dtype, shape)
+
+    def to_ir(self, index: int, value: np.ndarray) -> np.ndarray:
+        """An ONNX-layout value of IR tensor ``index`` in the IR's layout."""
+        perm = self.layouts.get(index)
+        return np.ascontiguousarray(value.transpose(perm)) if perm else value
+
+    def to_onnx(self, index: int, value: np.ndarray) -> np.ndarray:
+        perm = self.layouts.get(index)
+        return np.ascontiguousarray(value.transpose(np.argsort(perm))) if perm else value
+
+
+def _attrs(node: Any) -> dict[str, Any]:
+    import onnx
+
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _label(node: Any) -> str:
+    return f"node {node.name!r} ({node.op_type})" if node.name else f"a {node.op_type} node"
+
+
+def load_model(model: str | Path | bytes | Any) -> Any:
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        return model
+    try:
+        if isinstance(model, bytes):
+            return onnx.load_from_string(model)
+        return onnx.load(str(model))
+    except Exception as e:  # protobuf's DecodeError and friends: one line, not a traceback
+        raise OnnxModelError(f"not an ONNX model: {type(e).__name__}: {e}".splitlines()[0]) from None
+
+
+def _check_opset(model: Any) -> None:
+    versions = {o.domain or "ai.onnx": o.version for o in model.opset_import}
+    v = versions.get("ai.onnx")
+    if v is None:
+        raise OnnxModelError("the model imports no default-domain opset")
+    if v not in OPSETS:
+        raise OnnxModelError(f"model opset {v}: opsets {OPSETS.start} to {OPSETS.stop - 1} are supported")
+
+
+def fix_shapes(model: Any, shapes: dict[str, tuple[int, ...]] | None) -> None:
+    """Set the graph inputs' dimensions from ``shapes``; OnnxModelError for one still dynamic."""
+    shapes = dict(shapes or {})
+    inits = {t.name for t in model.graph.initializer}
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        if inp.name in shapes:
+            want = shapes.pop(inp.name)
+            if len(want) != len(dims):
+                raise OnnxModelError(f"--shape {inp.name}: {len(want)} dimensions, the input has {len(dims)}")
+            for d, v in zip(dims, want, strict=True):
+                if d.HasField("dim_value") and d.dim_value != v:
+                    raise OnnxModelError(f"--shape {inp.name}: dimension {d.dim_value} is fixed, not {v}")
+                d.dim_value = int(v)
+        for i, d in enumerate(dims):
+            if not d.HasField("dim_value") or d.dim_value <= 0:
+                raise OnnxModelError(
+                    f"input {inp.name!r} has a dynamic dimension {i} ({d.dim_param or '?'}): "
+                    f"fix it with --shape {inp.name}=" + "x".join(str(max(x.dim_value, 1)) for x in dims)
+                )
+    if shapes:
+        raise OnnxModelError(f"--shape names no model input: {', '.join(sorted(shapes))}")
+
+
+def _is_qdq(model: Any) -> bool:
+    """QDQ form: a DequantizeLinear of an activation feeds a float op (not only graph outputs)."""
+    inits = {t.name for t in model.graph.initializer}
+    consumers: dict[str, list[str]] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n.op_type)
+    for n in model.graph.node:
+        if n.op_type == "DequantizeLinear" and n.input[0] not in inits:
+            if any(op not in _QDQ for op in consumers.get(n.output[0], [])):
+                return True
+    return False
+
+
+def _session_options(level: str = "disable") -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    so.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    }[level]
+    return so
+
+
+def _session(model: Any, level: str = "disable", optimized: Path | None = None) -> Any:
+    import onnxruntime as ort
+
+    so = _session_options(level)
+    if optimized is not None:
+        so.optimized_model_filepath = str(optimized)
+    try:
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's Fail/InvalidGraph: its first line names the node
+        raise OnnxModelError(f"onnxruntime rejects the model: {str(e).splitlines()[0]}") from None
+
+
+def qoperator_form(model: Any) -> Any:
+    """The QOperator form of a QDQ model: onnxruntime's QDQ fusion (ORT_ENABLE_EXTENDED)."""
+    import onnx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "fused.onnx"
+        _session(model, "extended", out)
+        return onnx.load(str(out))
+
+
+def _probe(model: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """(dtype, shape) of every node output, from onnxruntime running the model once on zeros."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    listed = {o.name for o in m.graph.output}
+    for n in m.graph.node:
+        for o in n.output:
+            if o and o not in listed:
+                m.graph.output.append(onnx.ValueInfoProto(name=o))
+                listed.add(o)
+    sess = _session(m)
+    feeds = {}
+    for i in sess.get_inputs():
+        dtype = _ort_dtype(i.type)
+        feeds[i.name] = np.zeros([int(d) for d in i.shape], dtype=dtype)
+    names = [o.name for o in sess.get_outputs()]
+    try:
+        values = sess.run(names, feeds)
+    except Exception as e:
+        raise OnnxModelError(f"onnxruntime cannot run the model: {str(e).splitlines()[0]}") from None
+    out = {
+        name: (str(v.dtype), tuple(int(d) for d in v.shape)) for name, v in zip(names, values, strict=True)
+    }
+    for name, v in feeds.items():
+        out[name] = (str(v.dtype), v.shape)
+    return out
+
+
+def _ort_dtype(type_str: str) -> np.dtype:
+    names = {"tensor(float)": np.float32, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8,
+             "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_}  # fmt: skip
+    if type_str not in names:
+        raise OnnxModelError(f"input type {type_str} is not supported")
+    return np.dtype(names[type_str])
+
+
+class _Reader:
+    """One pass over a QOperator-form model, building the IR."""
+
+    def __init__(self, model: Any, info: dict[str, tuple[str, tuple[int, ...]]]) -> None:
+        from onnx import numpy_helper
+
+        self.model = model
+        self.info = info
+        self.consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        for n in model.graph.node:  # Constant nodes are constants too
+            if n.op_type == "Constant" and "value" in _attrs(n):
+                self.consts[n.output[0]] = numpy_helper.to_array(_attrs(n)["value"])
+        self.tensors: dict[int, TensorInfo] = {}
+        self.names: dict[str, int] = {}
+        self.layouts: dict[int, tuple[int, ...]] = {}
+        self.nodes: list[OpNode] = []
+        self.onnx_nodes: dict[int, Any] = {}
+        self.quant: dict[str, QuantParams] = {}
+
+    # --- tensors ---------------------------------------------------------------------------
+    def _new(self, name: str, dtype: str, shape: tuple[int, ...], quant: QuantParams | None,
+             data: np.ndarray | None) -> int:  # fmt: skip
+        index = len(self.tensors)
+        self.tensors[index] = TensorInfo(index, name, dtype, tuple(int(d) for d in shape), quant, data)
+        return index
+
+    def tensor(self, name: str) -> int:
+        """The IR tensor of ONNX tensor ``name`` (4-D activations NHWC; constants as stored)."""
+        if name in self.names:
+            return self.names[name]
+        if name in self.consts:
+            arr = self.consts[name]
+            index = self._new(name, str(arr.dtype), arr.shape, self.quant.get(name), arr)
+        else:
+            if name not in self.info:
+                raise OnnxModelError(f"tensor {name!r} has no known type or shape")
+            dtype, shape = self.info[name]
+            perm = NCHW_TO_NHWC if len(shape) == 4 else None
+            ir_shape = tuple(shape[p] for p in perm) if perm else shape
+            index = self._new(name, dtype, ir_shape, self.quant.get(name), None)
+            if perm:
+                self.layouts[index] = perm
+        self.names[name] = index
+        return index
+
+    def const_value(self, node: Any, name: str, what: str) -> np.ndarray:
+        if name not in self.consts:
+            raise OnnxModelError(f"{_label(node)}: {what} {name!r} is not a constant")
+        return self.consts[name]
+
+    def qparams(self, node: Any, scale: str, zp: str | None, axis: int = 0) -> QuantParams:
+        s = np.atleast_1d(self.const_value(node, scale, "scale")).astype(np.float32)
+        z = np.zeros(s.shape, np.int64) if not zp else np.atleast_1d(self.const_value(node, zp, "zero point"))
+        if z.size == 1 and s.size > 1:
+            z = np.repeat(z, s.size)
+        return QuantParams(tuple(float(v) for v in s), tuple(int(v) for v in z), axis)
+
+    # --- quantization of activations --------------------------------------------------------
+    _QIO: dict[str, tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]] = {
+        # op: ([(tensor, scale, zp) inputs], [(tensor, scale, zp) outputs]) as input positions
+        "QLinearConv": ([(0, 1, 2)], [(0, 6, 7)]),
+        "QLinearMatMul": ([(0, 1, 2), (3, 4, 5)], [(0, 6, 7)]),
+        "QGemm": ([(0, 1, 2), (3, 4, 5)], [(0, 7, 8)]),
+        "QLinearAdd": ([(0, 1, 2), (3, 4, 5)], [(0, 6, 7)]),
+        "QLinearMul": ([(0, 1, 2), (3, 4, 5)], [(0, 6, 7)]),
+        "QLinearAveragePool": ([(0, 1, 2)], [(0, 3, 4)]),
+        "QLinearGlobalAveragePool": ([(0, 1, 2)], [(0, 3, 4)]),
+        "QLinearSigmoid": ([(0, 1, 2)], [(0, 3, 4)]),
+        "QLinearLeakyRelu": ([(0, 1, 2)], [(0, 3, 4)]),
+        "QLinearSoftmax": ([(0, 1, 2)], [(0, 3, 4)]),
+        "QuantizeLinear": ([], [(0, 1, 2)]),
+        "DequantizeLinear": ([(0, 1, 2)], []),
+    }
+
+    def collect_quant(self) -> None:
+        """Every 8-bit activation's (scale, zero point) from the Q* ops that read or write it, carried
+        through the ops that only move bytes (MaxPool, Flatten, ...)."""
+        for n in self.model.graph.node:
+            ins, outs = self._QIO.get(n.op_type, ([], []))
+            for t, s, z in ins:
+                if t < len(n.input) and n.input[t] not in self.consts:
+                    self.quant.setdefault(n.input[t], self.qparams(n, n.input[s], _get(n.input, z)))
+            for t, s, z in outs:
+                self.quant.setdefault(n.output[t], self.qparams(n, n.input[s], _get(n.input, z)))
+            if n.op_type == "QLinearConcat":  # y_scale, y_zp, then (x, scale, zp) triples
+                self.quant.setdefault(n.output[0], self.qparams(n, n.input[0], n.input[1]))
+                for k in range(2, len(n.input), 3):
+                    self.quant.setdefault(n.input[k], self.qparams(n, n.input[k + 1], n.input[k + 2]))
+        for _ in range(2):  # forward then backward through byte-moving ops
+            for n in self.model.graph.node:
+                if n.op_type in _PASS_THROUGH and n.input[0] in self.quant:
+                    self.quant.setdefault(n.output[0], self.quant[n.input[0]])
+            for n in reversed(self.model.graph.node):
+                if n.op_type in _PASS_THROUGH and n.output[0] in self.quant:
+                    self.quant.setdefault(n.input[0], self.quant[n.output[0]])
+
+    # --- nodes ----------------------------------------------------------------------------------
+    def add(self, node: Any, op: str, inputs: list[int], options: dict[str, Any] | None = None) -> None:
+        outputs = [self.tensor(o) for o in node.output if o]
+        index = len(self.nodes)
+        self.nodes.append(OpNode(index, op, tuple(inputs), tuple(outputs), options or {}))
+        self.onnx_nodes[index] = node
+
+    def cpu(self, node: Any) -> None:
+        inputs = [self.tensor(i) if i else -1 for i in node.input]
+        self.add(node, f"ONNX:{node.op_type}", inputs)
+
+    def read(self) -> None:
+        self.collect_quant()
+        for node in self.model.graph.node:
+            if node.op_type == "Constant":
+                continue
+            reader = getattr(self, f"_read_{node.op_type}", None)
+            if reader is None or not reader(node):
+                self.cpu(node)
+
+    def _filter(self, node: Any, name: str, scale: str, zp: str | None, axis: int) -> TensorInfo:
+        w = self.const_value(node, name, "weight")
+        q = self.qparams(node, scale, zp, axis)
+        return TensorInfo(-1, name, str(w.dtype), w.shape, q, w)
+
+    def _const_tensor(self, t: TensorInfo, data: np.ndarray, axis: int) -> int:
+        q = t.quant
+        assert q is not None
+        quant = QuantParams(q.scales, q.zero_points, axis)
+        return self._new(t.name + ":nhwc", str(data.dtype), data.shape, quant, np.ascontiguousarray(data))
+
+    def _pads(self, node: Any, attrs: dict[str, Any], k: int) -> dict[str, Any] | None:
+        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            return None  # SAME_UPPER/SAME_LOWER/VALID: leave to the CPU (rare in quantized exports)
+        pads = list(attrs.get("pads", [0] * (2 * k)))
+        if len(pads) != 4:
+            return None
+        return dict(
+            padding="EXPLICIT", pad_top=pads[0], pad_left=pads[1], pad_bottom=pads[2], pad_right=pads[3]
+        )
+
+    def _read_QLinearConv(self, node: Any) -> bool:  # noqa: N802
+        attrs = _attrs(node)
+        if node.input[3] not in self.consts or len(self.info.get(node.input[0], ("", ()))[1]) != 4:
+            return False
+        w = self._filter(node, node.input[3], node.input[4], _get(node.input, 5), 0)
+        if len(w.shape) != 4:
+            return False
+        pads = self._pads(node, attrs, 2)
+        if pads is None:
+            return False
+        cout, cin_g, kh, kw = w.shape
+        group = int(attrs.get("group", 1))
+        strides = list(attrs.get("strides", [1, 1]))
+        dil = list(attrs.get("dilations", [1, 1]))
+        cin = self.info[node.input[0]][1][1]
+        options: dict[str, Any] = dict(stride_h=strides[0], stride_w=strides[1], dilation_h_factor=dil[0],
+                                       dilation_w_factor=dil[1], requant="float", **pads)  # fmt: skip
+        assert w.data is not None
+        if group == 1:
+            op, data, axis = "CONV_2D", w.data.transpose(0, 2, 3, 1), 0
+        elif group == cin and cin_g == 1:
+            op, axis = "DEPTHWISE_CONV_2D", 3
+            data = w.data.transpose(1, 2, 3, 0)  # [C*dm, 1, KH, KW] -> [1, KH, KW, C*dm]
+            options["depth_multiplier"] = cout // cin
+        else:
+            return False  # grouped convolution: no NPU lowering
+        inputs = [self.tensor(node.input[0]), self._const_tensor(w, data, axis)]
+        if len(node.input) > 8 and node.input[8]:
+            inputs.append(self.tensor(node.input[8]))
+        self.add(node, op, inputs, options)
+        return True
+
+    def _fc(self, node: Any, a: str, b_data: np.ndarray, w: TensorInfo, bias: str | None) -> bool:
+        """A [K, N] constant right operand as FULLY_CONNECTED's [N, K] filter."""
+        if b_data.ndim != 2 or a in self.consts:
+            return False
+        q = w.quant
+        assert q is not None
+        if not q.per_tensor and len(q.scales) != b_data.shape[1]:
+            return False
+        filt = self._new(w.name + ":t", str(b_data.dtype), (b_data.shape[1], b_data.shape[0]),
+                         QuantParams(q.scales, q.zero_points, 0), np.ascontiguousarray(b_data.T))  # fmt: skip
+        inputs = [self.tensor(a), filt]
+        if bias:
+            inputs.append(self.tensor(bias))
+        self.add(node, "FULLY_CONNECTED", inputs, {"requant": "float"})
+        return True
+
+    def _read_QLinearMatMul(self, node: Any) -> bool:  # noqa: N802
+        if node.input[3] not in self.consts:
+            return False
+        w = self._filter(node, node.input[3], node.input[4], node.input[5], 1)
+        assert w.data is not None
+        return self._fc(node, node.input[0], w.data, w, None)
+
+    def _read_QGemm(self, node: Any) -> bool:  # noqa: N802
+        attrs = _attrs(node)
+        if (
+            attrs.get("transA", 0)
+            or float(attrs.get("alpha", 1.0)) != 1.0
+            or node.input[3] not in self.consts
+        ):
+            return False
+        if len(node.input) < 9 or not node.input[7]:
+            return False  # no output scale: a float output
+        w = self._filter(
+            node, node.input[3], node.input[4], node.input[5], 0 if attrs.get("transB", 0) else 1
+        )
+        assert w.data is not None
+        data = w.data.T if attrs.get("transB", 0) else w.data
+        return self._fc(node, node.input[0], data, w, _get(node.input, 6))
+
+    def _read_MaxPool(self, node: Any) -> bool:  # noqa: N802
+        attrs = _attrs(node)
+        x = self.info.get(node.input[0])
+        if x is None or x[0] not in ("int8", "uint8") or len(x[1]) != 4 or len(node.output) != 1:
+            return False
+        if any(d != 1 for d in attrs.get("dilations", [1, 1])) or attrs.get("ceil_mode", 0):
+            return False
+        pads = self._pads(node, attrs, 2)
+        if pads is None:
+            return False
+        k = list(attrs["kernel_shape"])
+        s = list(attrs.get("strides", [1, 1]))
+        options = dict(filter_height=k[0], filter_width=k[1], stride_h=s[0], stride_w=s[1], **pads)
+        self.add(node, "MAX_POOL_2D", [self.tensor(node.input[0])], options)
+        return True
+
+    def _reshape(self, node: Any) -> bool:
+        x = self.info.get(node.input[0])
+        if x is None or x[0] not in ("int8", "uint8"):
+            return False
+        # NCHW -> flat reorders NHWC bytes unless at most one of C and H*W is above 1
+        if len(x[1]) == 4 and x[1][1] > 1 and x[1][2] * x[1][3] > 1:
+            return False
+        if node.output[0] in self.info and len(self.info[node.output[0]][1]) == 4:
+            return False  # to a 4-D NCHW shape: its NHWC bytes differ
+        self.add(node, "RESHAPE", [self.tensor(node.input[0])])
+        return True
+
+    _read_Flatten = _reshape  # noqa: N815
+    _read_Reshape = _reshape  # noqa: N815
+
+
+def _get(seq: Any, i: int) -> str | None:
+    return seq[i] if i < len(seq) and seq[i] else None
+
+
+def graph_from_onnx(
+    model: str | Path | bytes | Any, shapes: dict[str, tuple[int, ...]] | None = None
+) -> OnnxGraph:
+    """Read a quantized ONNX model (path, bytes or ModelProto) into the IR; see the module docstring."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(load_model(model))
+    _check_opset(m)
+    fix_shapes(m, shapes)
+    form = "qdq" if _is_qdq(m) else "qoperator"
+    if form == "qdq":
+        m = qoperator_form(m)
+    info = _probe(m)
+    reader = _Reader(m, info)
+    reader.read()
+    quantized = [n for n in m.graph.node if any(info.get(o, ("",))[0] in ("int8", "uint8") for o in n.output)]
+    if not quantized:
+        first = next((n for n in m.graph.node if n.op_type != "Constant"), None)
+        where = f"{_label(first)} computes in float" if first is not None else "the graph is empty"
+        raise OnnxModelError(
+            f"float-only model: {where}; quantize it first (onnxruntime.quantization.quantize_static)"
+        )
+    inputs = tuple(reader.tensor(i.name) for i in m.graph.input if i.name not in reader.consts)
+    outputs = tuple(reader.tensor(o.name) for o in m.graph.output)
+    graph = Graph(reader.tensors, reader.nodes, inputs, outputs)
+    return OnnxGraph(graph, m, reader.onnx_nodes, reader.names, reader.layouts, form, info)

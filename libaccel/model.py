@@ -1,0 +1,327 @@
+"""Run a whole model file on the NPU: ``run_model(path, inputs, device=...)`` for .onnx and .tflite.
+
+ONNX models go through :func:`libaccel.compiler.onnx_frontend.graph_from_onnx` into the compiler's
+IR; every run of consecutive nodes the compiler supports becomes one NPU partition (one job), and
+the other nodes run on the CPU in onnxruntime, in ONNX's layout (their inputs are transposed back
+from the IR's NHWC at the boundary, their outputs forward). TFLite models run through the delegate
+(``libteflon.so`` in LiteRT on BUILTIN_REF, the delegate's placement report).
+
+The result carries the outputs, the placement (which node ran where and why), and the times.
+``reference_outputs`` runs the same model in its reference runtime (onnxruntime, one thread; the
+QDQ form with onnxruntime's QDQ fusion, ORT_ENABLE_EXTENDED, the QOperator form with all graph
+optimizations off), for ``accel run --compare``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libaccel.compiler import onnx_frontend as fe
+from libaccel.compiler.onnx_frontend import OnnxModelError
+
+__all__ = ["ModelResult", "OnnxModelError", "Placement", "load_onnx", "reference_outputs", "run_model"]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one node ran: ``npu`` with its partition, or the CPU with the ``reason``."""
+
+    node: int
+    op: str
+    name: str
+    npu: bool
+    partition: int | None = None
+    reason: str = ""
+
+
+@dataclass
+class ModelResult:
+    outputs: dict[str, np.ndarray]
+    placement: list[Placement]
+    partitions: int
+    compile_ms: float
+    load_ms: float
+    invoke_ms: float
+    form: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def report(self) -> str:
+        """The placement report, in the delegate's format: a summary line, then one line per node."""
+        npu = [p for p in self.placement if p.npu]
+        lines = [
+            f"placement: {len(npu)} of {len(self.placement)} nodes on the NPU, "
+            f"{len(self.placement) - len(npu)} on the CPU, {self.partitions} NPU partition(s)"
+        ]
+        width = max((len(p.op) for p in self.placement), default=0)
+        for p in self.placement:
+            where = f"NPU{p.partition}" if p.npu else "CPU"
+            lines.append(
+                f"  node {p.node:4d} {p.op:<{width}}  {where:<5}" + (f" ({p.reason})" if p.reason else "")
+            )
+        return "\n".join(lines)
+
+
+class _CpuNode:
+    """One ONNX node run alone in onnxruntime (one thread, no graph optimization)."""
+
+    def __init__(self, model: Any, node: Any, info: Mapping[str, tuple[str, tuple[int, ...]]]) -> None:
+        import onnx
+        from onnx import helper
+
+        consts = {t.name: t for t in model.graph.initializer}
+        inputs, inits = [], []
+        for name in node.input:
+            if not name:
+                continue
+            if name in consts:
+                inits.append(consts[name])
+            elif name not in [i.name for i in inputs]:
+                dtype, shape = info[name]
+                elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+                inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
+        self.input_names = [i.name for i in inputs]
+        self.output_names = [o for o in node.output if o]
+        outputs = [onnx.ValueInfoProto(name=o) for o in self.output_names]
+        graph = helper.make_graph([node], "cpu_node", inputs, outputs, inits)
+        m = helper.make_model(graph, opset_imports=list(model.opset_import))
+        m.ir_version = model.ir_version
+        self.session = fe._session(m)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(self.output_names, feeds)
+
+
+class OnnxProgram:
+    """A model compiled for a device: NPU partitions loaded, CPU nodes as onnxruntime sessions."""
+
+    def __init__(self, og: fe.OnnxGraph, device: Any, cache: bool = True) -> None:
+        from libaccel.compiler import PartitionRunner, check_support, compile_cached, compile_partition
+
+        self.og = og
+        graph = og.graph
+        self.placement: list[Placement] = []
+        self.steps: list[tuple[str, Any]] = []  # ("npu", (runner, compiled)) / ("cpu", (node, _CpuNode))
+        info = og.info
+        t0 = time.perf_counter()
+        runs: list[list[int]] = []
+        reasons: dict[int, str] = {}
+        for node in graph.nodes:
+            if node.op.startswith("ONNX:"):
+                ok, reason = False, f"{node.op[5:]} has no NPU lowering; runs in onnxruntime"
+            else:
+                s = check_support(graph, node)
+                ok, reason = s.ok, s.reason
+            if ok and runs and runs[-1] and runs[-1][-1] == node.index - 1 and runs[-1][0] >= 0:
+                runs[-1].append(node.index)
+            elif ok:
+                runs.append([node.index])
+            else:
+                reasons[node.index] = reason
+                runs.append([-1 - node.index])  # a CPU step
+        compiled_runs = []
+        for run in runs:
+            if run[0] < 0:
+                compiled_runs.append(None)
+                continue
+            if cache:
+                compiled, _ = compile_cached(graph, run, device.params.isa_version)
+            else:
+                compiled = compile_partition(graph, run, device.params.isa_version)
+            compiled_runs.append(compiled)
+        self.compile_ms = 1000 * (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        self.partitions = 0
+        for run, compiled in zip(runs, compiled_runs, strict=True):
+            if compiled is None:
+                index = -1 - run[0]
+                node = og.onnx_nodes[index]
+                self.steps.append(("cpu", (graph.node(index), _CpuNode(og.model, node, info))))
+                self.placement.append(Placement(index, node.op_type, node.name, False, None, reasons[index]))
+                continue
+            runner = PartitionRunner(device, compiled)
+            self.steps.append(("npu", (runner, compiled)))
+            for i in run:
+                node = og.onnx_nodes[i]
+                self.placement.append(Placement(i, node.op_type, node.name, True, self.partitions))
+            self.partitions += 1
+        self.load_ms = 1000 * (time.perf_counter() - t0)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        og, graph = self.og, self.og.graph
+        values: dict[int, np.ndarray] = {}
+        for index in graph.inputs:
+            t = graph.tensors[index]
+            if t.name not in inputs:
+                raise ValueError(f"missing model input {t.name!r}")
+            arr = np.asarray(inputs[t.name])
+            want = (
+                tuple(t.shape[p] for p in np.argsort(og.layouts[index])) if index in og.layouts else t.shape
+            )
+            if arr.dtype != np.dtype(t.dtype) or tuple(arr.shape) != want:
+                raise ValueError(
+                    f"input {t.name!r}: got {arr.dtype} {list(arr.shape)}, expected {t.dtype} {list(want)}"
+                )
+            values[index] = og.to_ir(index, arr)
+        for kind, step in self.steps:
+            if kind == "npu":
+                runner, compiled = step
+                feeds = {b.index: values[b.index] for b in compiled.inputs}
+                values.update(runner.run(feeds))
+                continue
+            node, cpu = step
+            feeds = {}
+            for name in cpu.input_names:
+                index = og.names[name]
+                feeds[name] = og.to_onnx(index, values[index].reshape(graph.tensors[index].shape))
+            for name, value in zip(cpu.output_names, cpu.run(feeds), strict=True):
+                index = og.names[name]
+                values[index] = og.to_ir(index, value)
+        out = {}
+        for index in graph.outputs:
+            t = graph.tensors[index]
+            out[t.name] = og.to_onnx(index, values[index].reshape(t.shape))
+        return out
+
+    def close(self) -> None:
+        for kind, step in self.steps:
+            if kind == "npu":
+                step[0].close()
+
+
+def load_onnx(path: str | Path | bytes, shapes: dict[str, tuple[int, ...]] | None = None) -> fe.OnnxGraph:
+    return fe.graph_from_onnx(path, shapes)
+
+
+def input_specs(
+    path: str | Path, shapes: dict[str, tuple[int, ...]] | None = None
+) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
+    """(name, dtype, shape) of each model input, in the file's layout."""
+    if str(path).endswith(".tflite"):
+        interp = _tflite_interpreter(Path(path).read_bytes(), [])
+        return [
+            (d["name"], np.dtype(d["dtype"]), tuple(int(s) for s in d["shape"]))
+            for d in interp.get_input_details()
+        ]
+    og = fe.graph_from_onnx(path, shapes)
+    out = []
+    for index in og.graph.inputs:
+        t = og.graph.tensors[index]
+        shape = tuple(t.shape[p] for p in np.argsort(og.layouts[index])) if index in og.layouts else t.shape
+        out.append((t.name, np.dtype(t.dtype), shape))
+    return out
+
+
+def random_inputs(specs: list[tuple[str, np.dtype, tuple[int, ...]]], seed: int = 0) -> dict[str, np.ndarray]:
+    """Uniform over integer inputs' whole range; float inputs standard normal."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, dtype, shape in specs:
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            out[name] = rng.integers(info.min, int(info.max) + 1, size=shape).astype(dtype)
+        else:
+            out[name] = rng.standard_normal(shape).astype(dtype)
+    return out
+
+
+def _tflite_interpreter(model: bytes, delegates: list[Any]) -> Any:
+    from ai_edge_litert import interpreter as lite
+
+    interp = lite.Interpreter(
+        model_content=model,
+        experimental_delegates=delegates or None,
+        experimental_op_resolver_type=lite.OpResolverType.BUILTIN_REF,
+    )
+    interp.allocate_tensors()
+    return interp
+
+
+def _run_tflite(path: Path, inputs: Mapping[str, np.ndarray], device: str) -> ModelResult:
+    from ai_edge_litert import interpreter as lite
+
+    import delegate_teflon
+
+    model = path.read_bytes()
+    t0 = time.perf_counter()
+    delegate = lite.load_delegate(delegate_teflon.library_path(), {"device": device, "log_level": "quiet"})
+    interp = _tflite_interpreter(model, [delegate])
+    compile_ms = 1000 * (time.perf_counter() - t0)
+    for d in interp.get_input_details():
+        interp.set_tensor(d["index"], inputs[d["name"]])
+    t0 = time.perf_counter()
+    interp.invoke()
+    invoke_ms = 1000 * (time.perf_counter() - t0)
+    outputs = {d["name"]: interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()}
+    return ModelResult(outputs, _tflite_placement(model, device), -1, compile_ms, 0.0, invoke_ms, "tflite",
+                       ["compile covers the delegate's prepare (compile and load)"])  # fmt: skip
+
+
+def _tflite_placement(model: bytes, device: str) -> list[Placement]:
+    from delegate_teflon.compiler_bridge import check
+    from libaccel.compiler import graph_from_tflite
+
+    graph = graph_from_tflite(model)
+    out = []
+    for node in graph.nodes:
+        ok, reason = check(graph, node)
+        out.append(Placement(node.index, node.op, "", ok, 0 if ok else None, reason))
+    return out
+
+
+def run_model(
+    path: str | Path,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    device: str = "shim",
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    seed: int = 0,
+) -> ModelResult:
+    """Run the model at ``path`` (.onnx or .tflite) on ``device`` ("shim", "kernel" or a node).
+
+    ``inputs`` maps input names to arrays in the file's layout (None: seeded random inputs). Raises
+    :class:`OnnxModelError` for a model that cannot be read (one line naming the node and reason).
+    """
+    path = Path(path)
+    if inputs is None:
+        inputs = random_inputs(input_specs(path, shapes), seed)
+    if path.suffix == ".tflite":
+        return _run_tflite(path, inputs, device)
+    from libaccel import Device
+
+    og = fe.graph_from_onnx(path, shapes)
+    with Device.open(device) as dev:
+        program = OnnxProgram(og, dev)
+        try:
+            t0 = time.perf_counter()
+            outputs = program.run(inputs)
+            invoke_ms = 1000 * (time.perf_counter() - t0)
+        finally:
+            program.close()
+    return ModelResult(outputs, program.placement, program.partitions, program.compile_ms, program.load_ms,
+                       invoke_ms, og.form)  # fmt: skip
+
+
+def reference_outputs(
+    path: str | Path, inputs: Mapping[str, np.ndarray], shapes: dict[str, tuple[int, ...]] | None = None
+) -> dict[str, np.ndarray]:
+    """The model's outputs in its reference runtime (see the module docstring)."""
+    path = Path(path)
+    if path.suffix == ".tflite":
+        interp = _tflite_interpreter(path.read_bytes(), [])
+        for d in interp.get_input_details():
+            interp.set_tensor(d["index"], inputs[d["name"]])
+        interp.invoke()
+        return {d["name"]: interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()}
+    import onnx
+
+    model = onnx.ModelProto()
+    model.CopyFrom(fe.load_model(path))
+    fe.fix_shapes(model, shapes)
+    sess = fe._session(model, "extended" if fe._is_qdq(model) else "disable")
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, dict(inputs)), strict=True))
