@@ -293,7 +293,12 @@ class ShimDevice:
         self.memory.view(FW_PA, len(image))[:] = image
         status = self.control(hw.CMD_BOOT, FW_PA, len(image))
         if status or not self.r32(hw.REG_STATUS) & hw.STATUS_READY:
-            raise Errno(errno.EIO, f"the device refused firmware {firmware} (status {status})")
+            reason = self.r32(hw.REG_FW_REJECT)
+            raise Errno(
+                -status if status < 0 else errno.EIO,
+                f"the device rejected firmware {firmware}: {hw.FW_REJECT_NAMES.get(reason, 'unknown')} "
+                f"(reason {reason}); check it with: vnpu-fw verify {firmware}",
+            )
 
     # --- params ---------------------------------------------------------------
     def param(self, p: int) -> int:
@@ -476,11 +481,56 @@ def shared_device() -> ShimDevice:
         return _device
 
 
-def _user_ptr(addr: int, ctype: str, what: str) -> Any:
-    # A user pointer the "kernel" dereferences; NULL and the zero page would fault.
-    if addr < hw.PAGE_SIZE:
+# The largest array a user pointer may name: what kmalloc serves (KMALLOC_MAX_SIZE on x86-64); the
+# kernel fails a bigger one with ENOMEM before it reads any of it.
+MAX_USER_COPY = 4 << 20
+_self_mem_fd = -1
+
+
+def _self_mem() -> int:
+    global _self_mem_fd
+    if _self_mem_fd < 0:
+        _self_mem_fd = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
+    return _self_mem_fd
+
+
+def _user_range(addr: int, size: int, what: str) -> None:
+    # NULL and the zero page fault, as does anything past the user half of the address space.
+    if addr < hw.PAGE_SIZE or addr + size > 1 << 47:
         raise Errno(errno.EFAULT, f"{what} pointer {addr:#x} is not a valid user address")
-    return ffi.cast(ctype, addr)
+    if size > MAX_USER_COPY:
+        raise Errno(errno.ENOMEM, f"{what}: {size} bytes is more than the kernel allocates at once")
+
+
+def copy_from_user(addr: int, size: int, what: str) -> bytes:
+    """``size`` bytes at user address ``addr``; EFAULT (not SIGSEGV) where nothing is mapped.
+
+    The shim's "user memory" is this process's: reading it through /proc/self/mem makes a bad
+    pointer a failed read, as copy_from_user makes it in the kernel.
+    """
+    if size == 0:
+        return b""
+    _user_range(addr, size, what)
+    try:
+        data = os.pread(_self_mem(), size, addr)
+    except OSError:
+        data = b""
+    if len(data) != size:
+        raise Errno(errno.EFAULT, f"{what}: {size} bytes at {addr:#x} are not all readable")
+    return data
+
+
+def copy_to_user(addr: int, data: bytes, what: str) -> None:
+    """Write ``data`` at user address ``addr``; EFAULT where it is not writable memory."""
+    if not data:
+        return
+    _user_range(addr, len(data), what)
+    try:
+        written = os.pwrite(_self_mem(), data, addr)
+    except OSError:
+        written = 0
+    if written != len(data):
+        raise Errno(errno.EFAULT, f"{what}: {len(data)} bytes at {addr:#x} are not all writable")
 
 
 class ShimBackend(Backend):
@@ -616,9 +666,9 @@ class ShimBackend(Backend):
         ):
             data = text.encode()
             n = min(int(getattr(a, len_name)), len(data))
-            ptr = getattr(a, ptr_name)
-            if n and ptr != ffi.NULL:
-                ffi.memmove(ptr, data[:n], n)
+            ptr = int(ffi.cast("uintptr_t", getattr(a, ptr_name)))
+            if n and ptr:
+                copy_to_user(ptr, data[:n], ptr_name)
             setattr(a, len_name, len(data))
 
     def _gem_close(self, a: Any) -> None:
@@ -648,8 +698,8 @@ class ShimBackend(Backend):
             raise Errno(errno.EINVAL, f"unknown flags {a.flags:#x}")
         if a.count_handles == 0:
             return
-        arr = _user_ptr(a.handles, "uint32_t *", "handles")
-        handles = [arr[i] for i in range(a.count_handles)]
+        raw = copy_from_user(a.handles, 4 * a.count_handles, "handles")
+        handles = list(struct.unpack(f"<{a.count_handles}I", raw))
         wait_all = bool(a.flags & b.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL)
         for_submit = bool(a.flags & b.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT)
         with self.dev.lock:
@@ -724,10 +774,9 @@ class ShimBackend(Backend):
             raise Errno(errno.EINVAL, f"job_count {a.job_count} is not 1..{b.DRM_VNPU_MAX_JOBS_PER_SUBMIT}")
         if not JOB_V1_SIZE <= a.job_struct_size <= MAX_JOB_STRUCT_SIZE or a.job_struct_size % 8:
             raise Errno(errno.EINVAL, f"job_struct_size {a.job_struct_size} is not supported")
-        base = _user_ptr(a.jobs, "char *", "jobs")
         raw_jobs = []
         for i in range(a.job_count):
-            raw = ffi.buffer(base + i * a.job_struct_size, a.job_struct_size)[:]
+            raw = copy_from_user(a.jobs + i * a.job_struct_size, a.job_struct_size, "jobs")
             if any(raw[JOB_V1_SIZE:]):
                 raise Errno(errno.EINVAL, f"job {i}: bytes past the known struct are not zero")
             job = ffi.new("struct drm_vnpu_job *")
@@ -767,7 +816,10 @@ class ShimBackend(Backend):
         cmd_bo = self._lookup_bo(j.cmd_bo_handle)
         if j.cmd_offset + j.cmd_size > cmd_bo.size:
             raise Errno(errno.EINVAL, p + "command range is outside its BO")
-        arr = _user_ptr(j.bos, "struct drm_vnpu_job_bo *", "bos")
+        arr = ffi.from_buffer(
+            "struct drm_vnpu_job_bo[]",
+            copy_from_user(j.bos, j.bo_count * ffi.sizeof("struct drm_vnpu_job_bo"), "bos"),
+        )
         bos: list[tuple[ShimBo, int]] = []
         seen: set[int] = set()
         for k in range(j.bo_count):
@@ -783,7 +835,10 @@ class ShimBackend(Backend):
             bos.append((bo, flags))
         in_fences: list[Fence] = []
         if j.in_syncobj_count:
-            ins = _user_ptr(j.in_syncobjs, "uint32_t *", "in_syncobjs")
+            ins = struct.unpack(
+                f"<{j.in_syncobj_count}I",
+                copy_from_user(j.in_syncobjs, 4 * j.in_syncobj_count, "in_syncobjs"),
+            )
             for k in range(j.in_syncobj_count):
                 if ins[k] not in self.syncobjs:
                     raise Errno(errno.ENOENT, p + f"no syncobj {ins[k]}")
