@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from device_model.qemu_server import READY_MARK, parse_size
-from qemu_tests import debug_kernel, ktap, matrix, preflight
+from qemu_tests import debug_kernel, foreign_ivshmem, ktap, matrix, preflight
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
@@ -40,6 +40,7 @@ DEFAULT_SUITES = (
     "tests/compiler/test_networks.py",
     "tests/delegate/test_networks.py",
     "tests/corpus/test_corpus.py",
+    "tests/fuzz/test_ioctl_fuzz.py",  # the ioctl fuzzer on vnpu.ko (VNPU_FUZZ_SECONDS, default 30)
 )
 
 
@@ -259,14 +260,19 @@ def cached_trees() -> list[Path]:
     return trees
 
 
-def qemu_opts(sock: Path, ram: Path, cached: list[Path] | None = None) -> str:
-    """The QEMU options that add the NPU (shared guest RAM, ivshmem-doorbell) and the cached 9p exports."""
+def qemu_opts(
+    sock: Path, ram: Path, cached: list[Path] | None = None, foreign_sock: Path | None = None
+) -> str:
+    """The QEMU options that add the NPU (shared guest RAM, ivshmem-doorbell), the cached 9p exports
+    and, with ``foreign_sock``, a second ivshmem-doorbell that is not the NPU (foreign_ivshmem.py)."""
     opts = [
         f"-object memory-backend-file,id=vnpu-ram,size={GUEST_RAM},share=on,mem-path={ram}",
         "-machine memory-backend=vnpu-ram",
         f"-chardev socket,path={sock},id=vnpu-ivs",
         "-device ivshmem-doorbell,chardev=vnpu-ivs,vectors=2",
     ]
+    if foreign_sock is not None:
+        opts += foreign_ivshmem.qemu_opts(foreign_sock)
     for i, tree in enumerate(cached or []):
         opts.append(f"-fsdev local,id=vnpu-fs{i},path={tree},security_model=none,readonly=on,multidevs=remap")
         opts.append(f"-device virtio-9p-pci,fsdev=vnpu-fs{i},mount_tag=vnpu-fs{i}")
@@ -284,7 +290,13 @@ def guest_script(guest_cmd: list[str], cached: list[Path]) -> str:
 
 
 def vng_command(
-    guest_cmd: list[str], sock: Path, ram: Path, outdir: Path, cpus: int, kernel_image: Path
+    guest_cmd: list[str],
+    sock: Path,
+    ram: Path,
+    outdir: Path,
+    cpus: int,
+    kernel_image: Path,
+    foreign_sock: Path | None = None,
 ) -> list[str]:
     cached = cached_trees()
     return [
@@ -299,7 +311,7 @@ def vng_command(
         "--rwdir",
         f"{GUEST_OUT}={outdir}",
         # One "--opt=value" word: vng's argparse rejects a separate value starting with "-".
-        f"--qemu-opts={qemu_opts(sock, ram, cached)}",
+        f"--qemu-opts={qemu_opts(sock, ram, cached, foreign_sock)}",
         "--exec",
         guest_script(guest_cmd, cached),
     ]
@@ -501,6 +513,13 @@ class Outcome:
     release: str
 
 
+def guest_timeout(args: argparse.Namespace, spec: str | None) -> float:
+    """--timeout, else the default for the kernel ``spec`` names."""
+    if args.timeout is not None:
+        return args.timeout
+    return DEBUG_TIMEOUT if spec == debug_kernel.SPEC else TIMEOUT
+
+
 def run_kernel(
     args: argparse.Namespace, spec: str | None, kdir: Path | None, outdir: Path, clock: Clock
 ) -> Outcome:
@@ -552,11 +571,17 @@ def run_kernel(
 
     workdir = Path(tempfile.mkdtemp(prefix="vnpu-qemu-"))
     server = DeviceModelProcess(workdir, outdir / "device_model.log", verbose=args.verbose)
+    # Always there: probe refuses it at once, and tests/kernel/test_foreign_ivshmem.py checks how.
+    foreign = foreign_ivshmem.ForeignIvshmemProcess(workdir)
     try:
         server.start()
         clock.say("server", f"device model ready ({server.socket})")
+        try:
+            foreign.start()
+        except RuntimeError as e:
+            raise HarnessError(str(e)) from e
         guest = guest_command(args, module)
-        cmd = vng_command(guest, server.socket, server.ram, outdir, args.cpus, kernel.image)
+        cmd = vng_command(guest, server.socket, server.ram, outdir, args.cpus, kernel.image, foreign.socket)
         clock.say("boot", "starting the guest (vng, TCG)")
         on_line = None
         if args.allow_kill_request:
@@ -566,13 +591,13 @@ def run_kernel(
                     clock.say("server", "killing the device model (SIGKILL), as the guest asked")
                     server.kill()
 
-        timeout = args.timeout if args.timeout is not None else DEBUG_TIMEOUT if debug else TIMEOUT
-        rc = boot(cmd, timeout, clock, outdir / "console.log", on_line)
+        rc = boot(cmd, guest_timeout(args, spec), clock, outdir / "console.log", on_line)
     except HarnessError as e:
         print(f"qemu_tests: {e}", file=sys.stderr)
         return Outcome(2, build, release)
     finally:
         server_rc = server.stop()
+        foreign.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     clock.say("guest", f"exit code {rc}; device model exit code {server_rc}")
 

@@ -1,0 +1,644 @@
+"""The ioctl fuzzer: random and structure-aware calls on a vnpu device, checked for kernel damage.
+
+    python -m qemu_tests.ioctl_fuzz --device kernel --seconds 30 --seed 1 [--procs 2 --threads 2]
+    python -m qemu_tests --exec 'python -m qemu_tests.ioctl_fuzz --seconds 30'   # from the host
+
+Two kinds of step, interleaved by every worker:
+
+* random: every vnpu ioctl and the DRM core ones libaccel uses, with random fields (small handles,
+  boundary values, random 64-bit words), random flags, user pointers that are valid, NULL,
+  unmapped or kernel addresses, and (on the kernel) random argument sizes in the request number;
+* structure-aware: valid-looking SUBMITs whose command streams are generated from the ISA
+  description (uapi/vnpu_isa.toml) over the file's BOs, with random BO lists and directions,
+  command offsets, in/out syncobj graphs, and random GEM closes, munmaps and file closes between.
+
+Every worker (``--procs`` processes x ``--threads`` threads) is seeded from ``--seed``, so a run is
+reproducible up to thread interleaving; a failure prints a one-line reproducer. On the kernel,
+after every batch the parent checks dmesg for splats (qemu_tests.matrix.SPLATS); at the end it
+checks that the driver's debugfs counts and /proc/meminfo's unreclaimable slab and shmem are back
+to their baseline, and that a known-good job still gives the right bytes. Exit 0 when all hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fcntl
+import json
+import multiprocessing
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from libaccel.backends import Backend
+from libaccel.errors import AccelError
+from uapi import bindings as b
+from uapi.bindings import ffi
+from uapi.isa import SPEC, encode
+
+# Instructions the structure-aware streams leave out: WAIT spins on memory until the job timeout
+# (fault injection covers hangs on purpose; here each one would stall the queue for seconds).
+SKIPPED_OPS = frozenset({"WAIT"})
+# The DRM core ioctls libaccel uses, and the vnpu ones.
+IOCTLS = dict(b.IOCTLS)
+# /proc/meminfo tolerance at the end of a run: slab pages stay with their caches after their
+# objects are freed (per-CPU partial slabs), so a clean run may end a few hundred KiB up; a
+# per-object leak over the thousands of objects a run creates exceeds this.
+MEMINFO_TOLERANCE_KB = {"SUnreclaim": 2048, "Shmem": 1024}
+# debugfs counters that must return to their baseline (live objects, not totals).
+LIVE_COUNTERS = ("files", "contexts", "bos", "bo_bytes", "jobs", "jobs_on_device", "cmdbufs")
+BOGUS_POINTERS = (0, 1, 0x1000, 0xFFFF_FFFF_FFFF_F000, 0xFFFF_8880_0000_0000, 0x7FFF_FFFF_F000, 1 << 47)
+INTERESTING = (0, 1, 2, 3, 7, 8, 0xFF, 0x1000, 0xFFFF, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFF, 1 << 32)
+
+
+@dataclass
+class FuzzStats:
+    """What one worker (or a whole run, summed) did."""
+
+    ioctls: int = 0
+    random_ioctls: int = 0
+    streams: int = 0
+    submits_accepted: int = 0
+    jobs_completed: int = 0
+    jobs_failed: int = 0
+    closes: int = 0
+    munmaps: int = 0
+    file_closes: int = 0
+    errnos: Counter[str] = field(default_factory=Counter)
+
+    def add(self, other: FuzzStats) -> None:
+        for k in self.__dataclass_fields__:
+            if k == "errnos":
+                self.errnos.update(other.errnos)
+            else:
+                setattr(self, k, getattr(self, k) + getattr(other, k))
+
+
+class FuzzFailure(RuntimeError):
+    """A check failed: the message says which; ``reproducer`` re-runs the failing seed."""
+
+    def __init__(self, message: str, reproducer: str = "") -> None:
+        super().__init__(message)
+        self.reproducer = reproducer
+
+
+def _open(device: str) -> Backend:
+    if device == "shim":
+        from libaccel.backends.shim import ShimBackend
+
+        return ShimBackend()
+    from libaccel.backends.kernel import KernelBackend
+    from libaccel.discovery import list_devices
+
+    if device == "kernel":
+        devices = list_devices()
+        if not devices:
+            raise FuzzFailure("no vnpu device (/dev/accel/accel*)")
+        device = devices[0].node
+    return KernelBackend(device)
+
+
+@dataclass
+class _Bo:
+    handle: int
+    size: int
+    va: int
+    mmap_offset: int
+    read_only: bool
+    view: memoryview | None = None
+
+
+@dataclass
+class _File:
+    backend: Backend
+    bos: list[_Bo] = field(default_factory=list)
+    syncobjs: list[int] = field(default_factory=list)
+    keep: list[Any] = field(default_factory=list)  # cffi arrays the pending SUBMITs point into
+
+
+class Worker:
+    """One fuzzing thread: its own files, BOs and syncobjs, its own seeded random stream."""
+
+    def __init__(self, device: str, seed: int, stats: FuzzStats | None = None) -> None:
+        self.device = device
+        self.rng = random.Random(seed)
+        self.stats = stats or FuzzStats()
+        self.files: list[_File] = []
+
+    # --- calls ------------------------------------------------------------------------------
+    def call(self, f: _File, name: str, arg: Any) -> bool:
+        """One ioctl; an errno is an expected outcome (counted), anything else propagates."""
+        self.stats.ioctls += 1
+        try:
+            f.backend.ioctl(IOCTLS[name], arg)
+        except AccelError as e:
+            self.stats.errnos[
+                f"{name.removeprefix('DRM_IOCTL_')}:{errno.errorcode.get(e.errno, e.errno)}"
+            ] += 1
+            return False
+        return True
+
+    def file(self) -> _File:
+        if not self.files or (len(self.files) < 3 and self.rng.random() < 0.02):
+            self.files.append(_File(_open(self.device)))
+        return self.rng.choice(self.files)
+
+    def value(self, bits: int) -> int:
+        r = self.rng.random()
+        if r < 0.4:
+            v = self.rng.choice(INTERESTING)
+        elif r < 0.7:
+            v = self.rng.randrange(16)
+        else:
+            v = self.rng.getrandbits(bits)
+        return v & ((1 << bits) - 1)
+
+    def pointer(self, f: _File, size: int) -> int:
+        """A user pointer: to ``size`` random bytes (mostly), or one that must fault."""
+        if self.rng.random() < 0.75:
+            buf = ffi.new("uint8_t[]", max(1, size))
+            ffi.memmove(buf, self.rng.randbytes(max(1, size)), max(1, size))
+            f.keep.append(buf)
+            return int(ffi.cast("uintptr_t", buf))
+        return self.rng.choice(BOGUS_POINTERS)
+
+    # --- random mode --------------------------------------------------------------------------
+    def random_ioctl(self, f: _File) -> None:
+        self.stats.random_ioctls += 1
+        name = self.rng.choice(list(IOCTLS))
+        struct = b.ABI.ioctls[name].struct
+        if self.device != "shim" and self.rng.random() < 0.1:
+            self.raw_ioctl(f, name)
+            return
+        arg = ffi.new(f"struct {struct} *")
+        for fname, ftype in ffi.typeof(arg).item.fields:
+            kind = ftype.type
+            if kind.kind != "primitive":
+                continue
+            bits = 8 * ffi.sizeof(kind)
+            if fname in ("handles", "jobs", "bos", "in_syncobjs", "name", "date", "desc"):
+                setattr(arg, fname, self.pointer(f, self.rng.choice((8, 64, 4096))))
+            elif fname == "handle" and f.bos and self.rng.random() < 0.5:
+                arg.handle = self.rng.choice(f.bos).handle
+            elif fname.endswith(("timeout_nsec", "timeout_ns")):
+                # Absolute deadlines: now-ish, so a wait cannot stall the run.
+                setattr(arg, fname, time.monotonic_ns() + self.rng.choice((0, 1_000_000)))
+            else:
+                v = self.value(bits)
+                if kind.cname.startswith("int") or kind.cname in ("long", "int", "short", "char"):
+                    v -= (1 << bits) if v >> (bits - 1) else 0
+                setattr(arg, fname, v)
+        if self.call(f, name, arg) and name == "DRM_IOCTL_VNPU_BO_CREATE":
+            f.bos.append(_Bo(arg.handle, arg.size, arg.va, arg.mmap_offset, bool(arg.flags & 1)))
+        elif name == "DRM_IOCTL_SYNCOBJ_CREATE" and arg.handle:
+            f.syncobjs.append(arg.handle)
+        f.keep.clear()
+
+    def raw_ioctl(self, f: _File, name: str) -> None:
+        """The request with a random argument size (and direction bits): -EINVAL/-ENOTTY/-EFAULT."""
+        request = IOCTLS[name]
+        size = self.rng.choice((0, 1, 7, 8, 16, 64, 255, 4096, 16383))
+        direction = self.rng.choice((0, 1, 2, 3))
+        raw = (request & 0xFFFF) | (size << 16) | (direction << 30)
+        self.stats.ioctls += 1
+        buf = bytearray(self.rng.randbytes(max(size, 1)))
+        try:
+            fcntl.ioctl(f.backend.fileno(), raw, buf, True)  # type: ignore[attr-defined]
+        except OSError as e:
+            self.stats.errnos[f"raw:{errno.errorcode.get(e.errno, e.errno)}"] += 1
+
+    # --- structure-aware mode ------------------------------------------------------------------
+    def bo_create(self, f: _File) -> _Bo | None:
+        arg = ffi.new("struct drm_vnpu_bo_create *")
+        arg.size = self.rng.choice((4096, 8192, 3 * 4096, self.rng.randrange(1, 65536)))
+        arg.flags = b.DRM_VNPU_BO_DEVICE_READ_ONLY if self.rng.random() < 0.2 else 0
+        if not self.call(f, "DRM_IOCTL_VNPU_BO_CREATE", arg):
+            return None
+        bo = _Bo(arg.handle, arg.size, arg.va, arg.mmap_offset, bool(arg.flags))
+        f.bos.append(bo)
+        return bo
+
+    def stream(self, f: _File, max_len: int, bos: list[_Bo] | None = None) -> bytes:
+        """A command stream from the ISA description over ``bos`` (default: the file's)."""
+        bos = bos or f.bos
+        self.stats.streams += 1
+        out = bytearray()
+        # Tensor descriptors first (small, contiguous, inside a listed BO), so that the operations
+        # after them get past "slot used before any TENSOR" and reach the shape and bounds checks.
+        defined = self.rng.randrange(1, min(SPEC.slots, 6) + 1)
+        for slot in range(defined):
+            dtype = self.rng.choice(list(SPEC.dtypes.values()))
+            n, h, w, c = 1, self.rng.choice((1, 2, 4)), self.rng.choice((1, 2, 4)), self.rng.choice((1, 4, 8))
+            bo = self.rng.choice(bos) if bos else None
+            extent = n * h * w * c * dtype.size
+            va = bo.va + self.rng.randrange(max(1, bo.size - extent + 1)) if bo else self.rng.getrandbits(40)
+            out += encode(
+                "TENSOR", slot=slot, dtype=dtype.code, va=va, n=n, h=h, w=w, c=c,
+                stride_n=h * w * c * dtype.size, stride_h=w * c * dtype.size, stride_w=c * dtype.size,
+                stride_c=dtype.size, zero_point=self.rng.randrange(-4, 5),
+            )  # fmt: skip
+        ops = [i for i in SPEC.instructions if i.name not in SKIPPED_OPS and i.name != "END"]
+        for _ in range(self.rng.randrange(1, 5)):
+            spec = self.rng.choice(ops)
+            values: dict[str, int] = {}
+            for fs in spec.fields:
+                if fs.type == "flags":
+                    values[fs.name] = sum(SPEC.flags[a] for a in fs.allowed if self.rng.random() < 0.3)
+                elif fs.is_operand or fs.name == "slot":
+                    values[fs.name] = self.rng.randrange(defined if self.rng.random() < 0.95 else SPEC.slots)
+                elif fs.name == "dtype":
+                    values[fs.name] = self.rng.choice(list(SPEC.dtypes.values())).code
+                elif fs.type == "u64" and bos:
+                    bo = self.rng.choice(bos if self.rng.random() < 0.9 else f.bos)
+                    values[fs.name] = bo.va + self.rng.choice((0, 0, 8, bo.size - 8, bo.size, 1 << 20))
+                elif fs.type == "i32":
+                    values[fs.name] = self.rng.randrange(-128, 128)
+                elif fs.type == "u64":
+                    values[fs.name] = self.rng.getrandbits(40)
+                else:
+                    values[fs.name] = self.rng.choice((0, 1, 1, 2, 4, 8, 16, 64))
+            for fs in spec.fields:
+                if fs.is_operand and fs.when is not None and not values.get("flags", 0) & SPEC.flags[fs.when]:
+                    values[fs.name] = 0
+            try:
+                out += encode(spec.name, **values)
+            except ValueError:
+                continue
+        out += encode("END")
+        if self.rng.random() < 0.1:  # and now and then a damaged one
+            i = self.rng.randrange(len(out))
+            out[i] ^= 1 << self.rng.randrange(8)
+        return bytes(out[:max_len])
+
+    def submit(self, f: _File) -> None:
+        while len(f.bos) < 2:
+            if self.bo_create(f) is None:
+                return
+        writable = [bo for bo in f.bos if not bo.read_only]
+        cmd = self.rng.choice(writable or f.bos)
+        others = [bo for bo in f.bos if bo is not cmd]
+        listed = [cmd, *self.rng.sample(others, self.rng.randrange(1, min(len(others), 5) + 1))]
+        stream = self.stream(f, cmd.size, listed[1:])
+        offset = self.rng.choice((0, 0, 0, 8, cmd.size - len(stream) if cmd.size >= len(stream) else 0))
+        offset -= offset % 8
+        try:
+            if cmd.view is None:
+                cmd.view = f.backend.mmap(cmd.mmap_offset, cmd.size)
+            cmd.view[offset : offset + len(stream)] = stream
+        except (AccelError, ValueError, IndexError):
+            pass
+        jobs = ffi.new("struct drm_vnpu_job[]", self.rng.choice((1, 1, 1, 1, 2)))
+        keep: list[Any] = [jobs]
+        for j in jobs:
+            # Read for the command BO, read-write for the rest; now and then a bad direction.
+            flags = [1] + [1 if bo.read_only else 3 for bo in listed[1:]]
+            if self.rng.random() < 0.1:
+                flags[self.rng.randrange(len(flags))] = self.rng.choice((0, 2, 4, 0xFF))
+            bos = ffi.new(
+                "struct drm_vnpu_job_bo[]", list(zip((bo.handle for bo in listed), flags, strict=True))
+            )
+            keep.append(bos)
+            j.bos, j.bo_count = int(ffi.cast("uintptr_t", bos)), len(listed)
+            j.cmd_bo_handle, j.cmd_offset = cmd.handle, offset
+            j.cmd_size = len(stream) if self.rng.random() < 0.95 else self.value(32)
+            if f.syncobjs and self.rng.random() < 0.5:
+                ins = ffi.new("uint32_t[]", self.rng.sample(f.syncobjs, min(len(f.syncobjs), 2)))
+                keep.append(ins)
+                j.in_syncobjs, j.in_syncobj_count = int(ffi.cast("uintptr_t", ins)), len(ins)
+            if f.syncobjs and self.rng.random() < 0.6:
+                j.out_syncobj = self.rng.choice(f.syncobjs)
+        arg = ffi.new("struct drm_vnpu_submit *")
+        arg.jobs, arg.job_count = int(ffi.cast("uintptr_t", jobs)), len(jobs)
+        arg.job_struct_size = ffi.sizeof("struct drm_vnpu_job")
+        if self.call(f, "DRM_IOCTL_VNPU_SUBMIT", arg):
+            self.stats.submits_accepted += 1
+            if self.rng.random() < 0.3:
+                self.bo_wait(f, cmd)
+
+    def bo_wait(self, f: _File, bo: _Bo) -> None:
+        arg = ffi.new("struct drm_vnpu_bo_wait *")
+        arg.handle = bo.handle
+        arg.timeout_ns = time.monotonic_ns() + 3_000_000_000
+        if self.call(f, "DRM_IOCTL_VNPU_BO_WAIT", arg):
+            if arg.job_status == 0:
+                self.stats.jobs_completed += 1
+            else:
+                self.stats.jobs_failed += 1
+
+    def syncobj(self, f: _File) -> None:
+        r = self.rng.random()
+        if r < 0.5 or not f.syncobjs:
+            arg = ffi.new("struct drm_syncobj_create *")
+            arg.flags = self.rng.choice((0, 0, 1))
+            if self.call(f, "DRM_IOCTL_SYNCOBJ_CREATE", arg):
+                f.syncobjs.append(arg.handle)
+        elif r < 0.75:
+            h = f.syncobjs.pop(self.rng.randrange(len(f.syncobjs)))
+            arg = ffi.new("struct drm_syncobj_destroy *")
+            arg.handle = h
+            self.call(f, "DRM_IOCTL_SYNCOBJ_DESTROY", arg)
+        else:
+            handles = ffi.new("uint32_t[]", self.rng.sample(f.syncobjs, min(3, len(f.syncobjs))))
+            arg = ffi.new("struct drm_syncobj_wait *")
+            arg.handles, arg.count_handles = int(ffi.cast("uintptr_t", handles)), len(handles)
+            arg.flags = self.rng.choice((0, 1, 2, 3))
+            arg.timeout_nsec = time.monotonic_ns() + self.rng.choice((0, 2_000_000))
+            self.call(f, "DRM_IOCTL_SYNCOBJ_WAIT", arg)
+
+    def gem_close(self, f: _File) -> None:
+        if not f.bos:
+            return
+        bo = f.bos.pop(self.rng.randrange(len(f.bos)))
+        if bo.view is not None and self.rng.random() < 0.5:
+            self.munmap(bo)
+        arg = ffi.new("struct drm_gem_close *")
+        arg.handle = bo.handle
+        self.call(f, "DRM_IOCTL_GEM_CLOSE", arg)
+        self.stats.closes += 1
+
+    def munmap(self, bo: _Bo) -> None:
+        if bo.view is None:
+            return
+        obj = bo.view.obj
+        bo.view.release()
+        bo.view = None
+        # The kernel backend's view is an mmap of its own (munmap it); the shim's is a window on
+        # the device's memory, which stays.
+        if self.device != "shim":
+            obj.close()
+        self.stats.munmaps += 1
+
+    def close_file(self) -> None:
+        if not self.files:
+            return
+        f = self.files.pop(self.rng.randrange(len(self.files)))
+        for bo in f.bos:
+            if self.rng.random() < 0.5:
+                self.munmap(bo)  # the rest stay mapped past the close, as a careless program leaves them
+        f.backend.close()
+        for bo in f.bos:
+            self.munmap(bo)
+        self.stats.file_closes += 1
+
+    # --- the loop ---------------------------------------------------------------------------------
+    def step(self) -> None:
+        r = self.rng.random()
+        if r < 0.45:
+            self.random_ioctl(self.file())
+        elif r < 0.70:
+            self.submit(self.file())
+        elif r < 0.80:
+            self.bo_create(self.file())
+        elif r < 0.88:
+            self.syncobj(self.file())
+        elif r < 0.94:
+            self.gem_close(self.file())
+        elif r < 0.97:
+            f = self.file()
+            if f.bos:
+                self.munmap(self.rng.choice(f.bos))
+        else:
+            self.close_file()
+
+    def run(self, seconds: float, max_steps: int | None = None) -> FuzzStats:
+        deadline = time.monotonic() + seconds
+        steps = 0
+        try:
+            while time.monotonic() < deadline and (max_steps is None or steps < max_steps):
+                self.step()
+                steps += 1
+        finally:
+            while self.files:
+                self.close_file()
+        return self.stats
+
+
+# --- process / thread fan-out -------------------------------------------------------------------------
+def _process(device: str, seed: int, threads: int, seconds: float, out: Any) -> None:
+    totals = FuzzStats()
+    errors: list[str] = []
+
+    def one(index: int) -> None:
+        try:
+            totals.add(Worker(device, seed * 1000 + index).run(seconds))
+        except BaseException as e:  # noqa: BLE001 - reported to the parent as a failure
+            errors.append(f"thread {index}: {type(e).__name__}: {e}")
+
+    pool = [threading.Thread(target=one, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    d = {k: getattr(totals, k) for k in totals.__dataclass_fields__}
+    d["errnos"] = dict(totals.errnos)
+    out.put((seed, d, errors))
+
+
+def meminfo() -> dict[str, int]:
+    out = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        out[key] = int(rest.split()[0])
+    return out
+
+
+def dmesg() -> str:
+    return subprocess.run(["dmesg"], capture_output=True, text=True, check=False).stdout
+
+
+def live_counters() -> dict[str, int]:
+    from libaccel import debugfs
+
+    out: dict[str, int] = {}
+    for d in sorted(debugfs.DEBUGFS.glob("accel/*/counters")):
+        parsed = debugfs.parse(d.read_text())
+        if isinstance(parsed, dict):
+            for k in LIVE_COUNTERS:
+                if isinstance(parsed.get(k), int):
+                    out[k] = out.get(k, 0) + parsed[k]
+    return out
+
+
+@dataclass
+class RunResult:
+    """A whole fuzz run: what it did and what it found."""
+
+    seed: int
+    seconds: float
+    procs: int
+    threads: int
+    stats: FuzzStats
+    splats: dict[str, int]
+    leaks: dict[str, tuple[int, int]]
+    failures: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def run(
+    device: str,
+    seed: int,
+    seconds: float,
+    procs: int = 1,
+    threads: int = 1,
+    batch: float = 5.0,
+    check_kernel: bool | None = None,
+    on_batch: Callable[[int, FuzzStats], None] | None = None,
+) -> RunResult:
+    """Fuzz for ``seconds`` in ``procs`` x ``threads`` workers, in batches of ``batch`` seconds."""
+    from qemu_tests.matrix import count_splats
+
+    kernel = device != "shim" if check_kernel is None else check_kernel
+    stats = FuzzStats()
+    failures: list[str] = []
+    splats: dict[str, int] = {}
+    base_splats = count_splats(dmesg()) if kernel else {}
+    base_counters = live_counters() if kernel else {}
+    base_mem = meminfo()
+    start = time.monotonic()
+    ctx = multiprocessing.get_context("fork")
+    batch_index = 0
+    while time.monotonic() - start < seconds and not failures:
+        left = min(batch, seconds - (time.monotonic() - start))
+        out = ctx.Queue()
+        seeds = [seed * 1009 + batch_index * 101 + p for p in range(procs)]
+        children = [ctx.Process(target=_process, args=(device, s, threads, left, out)) for s in seeds]
+        for c in children:
+            c.start()
+        results = [out.get(timeout=left + 120) for _ in children]
+        for c in children:
+            c.join(30)
+            if c.exitcode != 0:
+                failures.append(f"worker process died (exit {c.exitcode}) in batch {batch_index}")
+        for s, d, errors in results:
+            st = FuzzStats(**{k: v for k, v in d.items() if k != "errnos"})
+            st.errnos.update(d["errnos"])
+            stats.add(st)
+            failures += [f"seed {s}: {e}" for e in errors]
+        if kernel:
+            now = count_splats(dmesg())
+            splats = {k: v - base_splats.get(k, 0) for k, v in now.items() if v > base_splats.get(k, 0)}
+            if splats:
+                failures.append(f"kernel splats after batch {batch_index}: {splats}")
+        if on_batch:
+            on_batch(batch_index, stats)
+        batch_index += 1
+    leaks: dict[str, tuple[int, int]] = {}
+    if kernel and not failures:
+        leaks = check_leaks(base_counters, base_mem)
+        if leaks:
+            failures.append(f"leaks (baseline, end): {leaks}")
+    if not failures:
+        try:
+            check_device_works(device)
+        except (AccelError, FuzzFailure) as e:
+            failures.append(f"the known-good job failed after fuzzing: {e}")
+    return RunResult(seed, time.monotonic() - start, procs, threads, stats, splats, leaks, failures)
+
+
+def check_leaks(base_counters: dict[str, int], base_mem: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Counters not back at their baseline and meminfo beyond tolerance (jobs get a few s to drain)."""
+    leaks: dict[str, tuple[int, int]] = {}
+    deadline = time.monotonic() + 10
+    while True:
+        now = live_counters()
+        leaks = {
+            k: (base_counters[k], now.get(k, 0)) for k in base_counters if now.get(k, 0) != base_counters[k]
+        }
+        if not leaks or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    mem = meminfo()
+    for key, tol in MEMINFO_TOLERANCE_KB.items():
+        if key in base_mem and mem.get(key, 0) - base_mem[key] > tol:
+            leaks[f"meminfo {key} kB"] = (base_mem[key], mem[key])
+    return leaks
+
+
+def check_device_works(device: str) -> None:
+    """A FILL job on a fresh file writes exactly the bytes it should."""
+    from libaccel import Device
+    from libaccel.job import Job, JobBo
+
+    with Device.open("shim" if device == "shim" else device) as dev:
+        out = dev.create_bo(4096)
+        count = 4096
+        stream = (
+            encode(
+                "TENSOR",
+                slot=0,
+                dtype=SPEC.dtypes["INT8"].code,
+                va=out.va,
+                n=1,
+                h=1,
+                w=1,
+                c=count,
+                stride_c=1,
+            )
+            + encode("FILL", dst=0, value=0x5A)
+            + encode("END")
+        )
+        cmd = dev.create_bo_with(stream, read_only=True)
+        dev.submit(Job(cmd, len(stream), [JobBo(cmd, read=True), JobBo(out, write=True)]))
+        out.wait(timeout=10).raise_for_status()
+        got = out.read(count)
+        if got != b"\x5a" * count:
+            raise FuzzFailure(f"FILL wrote {sum(x != 0x5A for x in got)} wrong bytes")
+
+
+def reproducer(device: str, seed: int, seconds: float, procs: int, threads: int) -> str:
+    cmd = f"python -m qemu_tests.ioctl_fuzz --device {device} --seed {seed} --seconds {seconds:g}"
+    cmd += f" --procs {procs} --threads {threads}"
+    return cmd if device == "shim" else f"python -m qemu_tests --exec '{cmd}'"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m qemu_tests.ioctl_fuzz", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="kernel", help="kernel (default), shim, or /dev/accel/accelN")
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--procs", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch", type=float, default=5.0, help="seconds between dmesg checks")
+    p.add_argument("--json", type=Path, help="write the run's figures here")
+    args = p.parse_args(argv)
+    if args.seconds <= 0 or args.procs < 1 or args.threads < 1:
+        p.error("--seconds, --procs and --threads must be positive")
+    try:
+        res = run(args.device, args.seed, args.seconds, args.procs, args.threads, args.batch)
+    except (FuzzFailure, AccelError) as e:
+        print(f"ioctl_fuzz: {e}", file=sys.stderr)
+        return 2
+    s = res.stats
+    print(
+        f"ioctl_fuzz: {s.ioctls} ioctls ({s.random_ioctls} random), {s.streams} streams, "
+        f"{s.submits_accepted} submits accepted, {s.jobs_completed} jobs ok / {s.jobs_failed} failed, "
+        f"{s.closes} GEM closes, {s.munmaps} munmaps, {s.file_closes} file closes in {res.seconds:.1f} s "
+        f"({args.procs} procs x {args.threads} threads, seed {args.seed})"
+    )
+    if args.json:
+        doc = {k: getattr(res, k) for k in ("seed", "seconds", "procs", "threads", "splats", "failures")}
+        doc["stats"] = {k: getattr(s, k) for k in s.__dataclass_fields__ if k != "errnos"}
+        doc["stats"]["errnos"] = dict(s.errnos)
+        doc["leaks"] = {k: list(v) for k, v in res.leaks.items()}
+        args.json.write_text(json.dumps(doc, indent=1, sort_keys=True))
+    for f in res.failures:
+        print(f"ioctl_fuzz: FAIL: {f}", file=sys.stderr)
+    if res.failures:
+        print("reproduce: " + reproducer(args.device, args.seed, args.seconds, args.procs, args.threads))
+        return 1
+    print("ioctl_fuzz: no splats, no leaks, the known-good job ran")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
