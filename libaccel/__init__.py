@@ -17,6 +17,14 @@ from libaccel.device import Device, DeviceParams
 from libaccel.errors import AccelError, JobFault
 from libaccel.job import Job, JobBo, deadline_after, monotonic_ns
 
+
+def run_model(path, inputs=None, device="shim", **kwargs):  # noqa: ANN001, ANN201
+    """libaccel.model.run_model: a .onnx or .tflite file on the NPU (imports onnx only when called)."""
+    from libaccel.model import run_model as run
+
+    return run(path, inputs, device=device, **kwargs)
+
+
 __all__ = [
     "AccelError",
     "BufferObject",
@@ -27,4 +35,5 @@ __all__ = [
     "JobFault",
     "deadline_after",
     "monotonic_ns",
+    "run_model",
 ]

@@ -191,6 +191,9 @@ def build_parser() -> ArgumentParser:
     p = sub.add_parser("state", help="vnpu.ko's debugfs state, counters and open files")
     device_opts(p)
     p.set_defaults(func=cmd_state)
+    from libaccel.run_cli import add_run_command, cmd_run
+
+    add_run_command(sub).set_defaults(func=cmd_run)
     return ap
 
 
