@@ -7,7 +7,6 @@ import json
 import pytest
 
 from bench import model_bench as mb
-from device_model.command_processor import profile_jobs
 from tools.models import generate
 
 
@@ -37,12 +36,6 @@ def test_small_model_end_to_end(tmp_path) -> None:
     json.dumps(r.targets())
     profile = mb.format_profile([r])
     assert "MAC array:" in profile and "CONV2D" in profile
-
-
-def test_profile_jobs_sees_nothing_outside_its_block() -> None:
-    with profile_jobs() as profiles:
-        pass
-    assert profiles == []
 
 
 def test_bad_arguments_exit_2(capsys) -> None:

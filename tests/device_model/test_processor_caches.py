@@ -8,7 +8,7 @@ import errno
 import numpy as np
 
 from device_model import hw_layout as hw
-from device_model.command_processor import CommandProcessor
+from device_model.command_processor import CommandProcessor, profile_jobs
 from uapi import isa
 
 from .helpers import Machine, program, tensor
@@ -51,6 +51,7 @@ def test_same_stream_bytes_in_a_new_place_and_a_rewritten_stream() -> None:
     cp = CommandProcessor(m.memory)
     fill = program(tensor(0, "INT8", dst, (8,)), isa.encode("FILL", dst=0, value=7))
     for _ in range(2):  # the second run decodes from the cache
+        m.write(dst, bytes(8))  # so the second pass must write the 7s itself
         cmd = m.buffer(len(fill), fill)
         assert cp.run(m.space.root, cmd, len(fill)).status == 0
         assert m.read(dst, 8).tolist() == [7] * 8
@@ -63,3 +64,18 @@ def test_same_stream_bytes_in_a_new_place_and_a_rewritten_stream() -> None:
     for _ in range(2):  # a cached failure fails the same way
         res = cp.run(m.space.root, cmd, len(bad))
         assert res.status == -errno.EIO and "slot 5" in res.error
+
+
+def test_profile_jobs_collects_exactly_the_jobs_run_inside_its_block() -> None:
+    m = Machine()
+    dst = m.buffer(hw.PAGE_SIZE)
+    cp = CommandProcessor(m.memory)
+    fill = program(tensor(0, "INT8", dst, (8,)), isa.encode("FILL", dst=0, value=1))
+    cmd = m.buffer(len(fill), fill)
+    assert cp.run(m.space.root, cmd, len(fill)).status == 0  # before the block: not collected
+    with profile_jobs() as profiles:
+        assert cp.run(m.space.root, cmd, len(fill)).status == 0
+    assert cp.run(m.space.root, cmd, len(fill)).status == 0  # after the block: not collected
+    assert len(profiles) == 1
+    (p,) = profiles
+    assert p.status == 0 and p.op_counts == {"TENSOR": 1, "FILL": 1} and p.seconds > 0
