@@ -64,6 +64,9 @@ BUILD_PACKAGES: tuple[tuple[str, str], ...] = (
     (str(SOURCE_TARBALL), SOURCE_PACKAGE),
 )
 JOBS = 2
+# virtme-ng's module directory for a build tree (.virtme_mods): vng would make it at the first
+# boot; making it at the end of the build keeps concurrent boots from racing on it.
+VIRTME_PREP = Path(sys.executable).parent / "virtme-prep-kdir-mods"
 PROGRESS_SECONDS = 30.0
 DONE = "done.json"
 
@@ -309,12 +312,11 @@ def _build(kernel: DebugKernel, say: Say) -> None:
         raise _fail(kernel, "the kernel build failed")
     say("compile", f"{compiled} objects compiled; {kernel.image}")
 
-    # virtme-ng's module directory for a build tree (vng would make it at the first boot; doing it
-    # here keeps concurrent boots from racing on it).
-    prep = Path(sys.executable).parent / "virtme-prep-kdir-mods"
-    if prep.is_file():
+    if VIRTME_PREP.is_file():
         with open(kernel.log, "a") as f:
-            r = subprocess.run([str(prep)], cwd=kernel.build, stdout=f, stderr=subprocess.STDOUT, check=False)
+            r = subprocess.run(
+                [str(VIRTME_PREP)], cwd=kernel.build, stdout=f, stderr=subprocess.STDOUT, check=False
+            )
         if r.returncode != 0:
             raise _fail(kernel, "virtme-prep-kdir-mods failed")
     release = (kernel.build / "include" / "config" / "kernel.release").read_text().strip()

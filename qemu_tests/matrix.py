@@ -67,13 +67,15 @@ class Splat:
 def find_splats(dmesg: str) -> list[Splat]:
     """Every report in a kernel log, in order."""
     splats: list[Splat] = []
+    last = Splat("", -_WARN_FOLLOWS - 1)  # the last line that matched, merged or not
     for i, line in enumerate(dmesg.splitlines()):
         kind = next((k for k, pattern in SPLATS if pattern.search(line)), None)
         if kind is None:
             continue
-        if kind == "WARN" and splats and splats[-1].kind != "WARN" and i - splats[-1].line <= _WARN_FOLLOWS:
-            continue
-        splats.append(Splat(kind, i))
+        merged = kind == "WARN" and last.kind not in ("", "WARN") and i - last.line <= _WARN_FOLLOWS
+        if not merged:
+            splats.append(Splat(kind, i))
+        last = Splat(kind, i)
     return splats
 
 
