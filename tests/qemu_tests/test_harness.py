@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
 
 from device_model.qemu_server import parse_size
 from qemu_tests import harness
+
+
+def _qemu_options(opts: str) -> list[tuple[str, str, dict[str, str]]]:
+    """``-flag kind,key=value,...`` pairs of a QEMU command line: (flag, kind, {key: value})."""
+    words = shlex.split(opts)
+    out = []
+    for flag, value in zip(words[::2], words[1::2], strict=True):
+        assert flag.startswith("-"), f"not a QEMU option: {flag!r}"
+        kind, _, rest = value.partition(",") if "=" not in value.split(",")[0] else ("", "", value)
+        props = dict(p.split("=", 1) if "=" in p else (p, "") for p in rest.split(",") if p)
+        out.append((flag, kind, props))
+    return out
+
+
+def _mounts(script: str) -> dict[str, dict[str, str]]:
+    """mount tag -> {"target": ..., "options": ...} of the guest script's 9p mounts."""
+    out = {}
+    for part in script.split(";"):
+        words = [w for w in shlex.split(part) if not w.startswith("2>")]
+        if words[:3] == ["mount", "-t", "9p"]:
+            out[words[-2]] = {"target": words[-1], "options": words[words.index("-o") + 1]}
+    return out
 
 
 def test_vng_command_is_tcg_with_shared_ram_and_ivshmem() -> None:
@@ -17,15 +40,26 @@ def test_vng_command_is_tcg_with_shared_ram_and_ivshmem() -> None:
     assert "--disable-kvm" in cmd and "-enable-kvm" not in " ".join(cmd)
     assert cmd[cmd.index("--memory") + 1] == harness.GUEST_RAM
     assert cmd[cmd.index("--rwdir") + 1] == f"{harness.GUEST_OUT}=/tmp/o"
-    (opts,) = [c for c in cmd if c.startswith("--qemu-opts=")]
-    assert f"memory-backend-file,id=vnpu-ram,size={harness.GUEST_RAM},share=on,mem-path=/dev/shm/r" in opts
-    assert "-machine memory-backend=vnpu-ram" in opts
-    assert "-chardev socket,path=/tmp/s.sock,id=vnpu-ivs" in opts
-    assert "-device ivshmem-doorbell,chardev=vnpu-ivs,vectors=2" in opts
-    assert cmd[-2] == "--exec" and cmd[-1].endswith("; exec true")
+    (opts,) = [c.removeprefix("--qemu-opts=") for c in cmd if c.startswith("--qemu-opts=")]
+    options = _qemu_options(opts)
+    by_id = {p.get("id"): (flag, kind, p) for flag, kind, p in options if "id" in p}
+    # Guest RAM is a shared file the device model maps: it reads and writes guest memory directly.
+    flag, kind, ram = by_id["vnpu-ram"]
+    assert (flag, kind) == ("-object", "memory-backend-file")
+    assert ram == {"id": "vnpu-ram", "size": harness.GUEST_RAM, "share": "on", "mem-path": "/dev/shm/r"}
+    assert ("-machine", "", {"memory-backend": "vnpu-ram"}) in options
+    # The NPU: an ivshmem-doorbell device on the device model's socket, two MSI-X vectors.
+    assert by_id["vnpu-ivs"] == ("-chardev", "socket", {"path": "/tmp/s.sock", "id": "vnpu-ivs"})
+    (npu,) = [p for flag, kind, p in options if (flag, kind) == ("-device", "ivshmem-doorbell")]
+    assert npu == {"chardev": "vnpu-ivs", "vectors": "2"}
     # The repo (and its venv) is re-mounted read-only with a page cache: imports under TCG are slow.
-    assert f"path={harness.REPO},security_model=none,readonly=on" in opts
-    assert f"cache=loose,ro vnpu-fs0 {harness.REPO} " in cmd[-1]
+    flag, kind, fs0 = by_id["vnpu-fs0"]
+    assert (flag, kind) == ("-fsdev", "local")
+    assert fs0["path"] == str(harness.REPO) and fs0["readonly"] == "on" and fs0["security_model"] == "none"
+    assert cmd[-2] == "--exec" and cmd[-1].endswith("; exec true")
+    mount = _mounts(cmd[-1])["vnpu-fs0"]
+    assert mount["target"] == str(harness.REPO)
+    assert {"cache=loose", "ro"} <= set(mount["options"].split(","))
 
 
 def test_guest_command_uses_the_venv_python_by_absolute_path() -> None:
