@@ -37,9 +37,37 @@ REG_CAPS = 0x024  # u32 capability bits (uapi DRM_VNPU_CAP_*)
 REG_JOBS_DONE = 0x028  # u32 jobs completed since power-on
 REG_IRQ_COUNT = 0x02C  # u32 IRQ instructions executed
 REG_IRQ_VALUE = 0x030  # u32 value of the last IRQ instruction
+REG_FW_REJECT = 0x034  # u32 FW_REJECT_* reason of the last failed BOOT, 0 after a good one
+REG_FW_BUILD_ID = 0x038  # u64 build id of the booted firmware (digest bytes 0..7, big-endian), else 0
 
 STATUS_READY = 1 << 0  # firmware booted, the queue is served
-STATUS_FW_ERROR = 1 << 1  # the last BOOT failed
+STATUS_FW_ERROR = 1 << 1  # the last BOOT failed: the firmware was rejected (REG_FW_REJECT says why)
+
+# Why the boot ROM rejected an image (REG_FW_REJECT), in the order it checks.
+FW_REJECT_NONE = 0
+FW_REJECT_SIZE = 1  # shorter than header + signature, or larger than FW_MAX_SIZE
+FW_REJECT_MAGIC = 2
+FW_REJECT_VERSION = 3  # format version other than FW_FORMAT_VERSION
+FW_REJECT_HEADER = 4  # header size other than FW_HEADER_SIZE, or a reserved byte not zero
+FW_REJECT_LENGTH = 5  # the header's payload size does not match the image size
+FW_REJECT_DIGEST = 6  # SHA-256 of header and payload differs from the header's
+FW_REJECT_SIGNATURE = 7  # Ed25519 signature missing or not made by the device's key
+FW_REJECT_ISA = 8  # the firmware's ISA major version is not the device's
+FW_REJECT_PAYLOAD = 9  # a malformed, missing or repeated section
+FW_REJECT_UNREADABLE = 10  # the image's address is not in system memory
+FW_REJECT_NAMES = {
+    FW_REJECT_NONE: "none",
+    FW_REJECT_SIZE: "bad size",
+    FW_REJECT_MAGIC: "bad magic",
+    FW_REJECT_VERSION: "bad format version",
+    FW_REJECT_HEADER: "bad header",
+    FW_REJECT_LENGTH: "bad length",
+    FW_REJECT_DIGEST: "bad digest",
+    FW_REJECT_SIGNATURE: "bad signature",
+    FW_REJECT_ISA: "wrong ISA",
+    FW_REJECT_PAYLOAD: "bad payload",
+    FW_REJECT_UNREADABLE: "unreadable",
+}
 
 # --- Control block: the driver writes a command, the device acknowledges ---
 # The driver writes ARG0/ARG1, then CMD, then increments CMD_SEQ, then rings
@@ -107,18 +135,25 @@ PTE_WRITE = 1 << 2
 PTE_ADDR_MASK = 0x000F_FFFF_FFFF_F000
 
 # --- Firmware image ---------------------------------------------------------
-# A 64-byte header, then the payload. The device checks magic, format
-# version, header size, ISA major version, payload size and CRC-32 (zlib's)
-# before it reports STATUS_READY.
+# A 64-byte header, the payload, then a 64-byte Ed25519 signature of header
+# and payload. The device's boot ROM checks size, magic, format version,
+# header, length, the SHA-256 digest, the signature (against the public key
+# the device holds), the ISA major version and the payload's sections, in
+# that order, before it reports STATUS_READY (docs/firmware.md).
 FW_MAGIC = 0x57464E56  # "VNFW"
-FW_FORMAT_VERSION = 1
+FW_FORMAT_VERSION = 2
 FW_HEADER_SIZE = 64
+FW_DIGEST_SIZE = 32  # SHA-256
+FW_SIGNATURE_SIZE = 64  # Ed25519
 FWH_MAGIC = 0x00  # u32
 FWH_FORMAT_VERSION = 0x04  # u32
 FWH_FW_VERSION = 0x08  # u32 (major << 16) | (minor << 8) | patch
 FWH_ISA_VERSION = 0x0C  # u32 (major << 16) | minor the firmware implements
 FWH_HEADER_SIZE = 0x10  # u32 FW_HEADER_SIZE
 FWH_PAYLOAD_SIZE = 0x14  # u32
-FWH_PAYLOAD_CRC32 = 0x18  # u32
-# bytes 0x1C..0x3F are reserved and must be zero
+# bytes 0x18..0x1F are reserved and must be zero
+FWH_DIGEST = 0x20  # 32 bytes: SHA-256 of header bytes 0x00..0x1F, then the payload
 FW_MAX_SIZE = 1 << 20
+# The device's ceilings; the image's limits section may lower them, never raise them.
+MAX_CMD_SIZE = 1 << 24  # bytes of one job's command stream
+MAX_TENSOR_ELEMENTS = 1 << 28  # elements of one TENSOR (broadcast tensors could claim exabytes)

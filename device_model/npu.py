@@ -34,6 +34,7 @@ import os
 import select
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +43,9 @@ from uapi import isa
 from . import hw_layout as hw
 from .command_processor import CommandProcessor, JobResult
 from .memory import PhysicalAddressError, SystemMemory
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,7 @@ class Npu:
         raise_irq: Callable[[int], None],
         device_peer: int = 0,
         queue_fd: int | None = None,
+        fw_pubkey: Ed25519PublicKey | None = None,
     ) -> None:
         mv = memoryview(bar2).cast("B")
         if mv.readonly or len(mv) < hw.BAR2_SIZE:
@@ -68,6 +73,8 @@ class Npu:
         self._u64 = np.frombuffer(mv, dtype="<u8", count=hw.BAR2_SIZE // 8)
         self.memory = memory
         self._raise_irq = raise_irq
+        # The boot ROM's key: a real device has it fused in; None means the development key.
+        self._fw_pubkey = fw_pubkey
         self._processor: CommandProcessor | None = None  # set by a successful BOOT
         self.last_result: JobResult | None = None  # for debugging and tests
         self._pending = 0
@@ -86,6 +93,8 @@ class Npu:
             self._w32(reg, 0)
         for reg in (hw.REG_IRQ_COUNT, hw.REG_IRQ_VALUE, hw.REG_CMD_STATUS, hw.SQ_HEAD, hw.CQ_TAIL):
             self._w32(reg, 0)
+        self._w32(hw.REG_FW_REJECT, hw.FW_REJECT_NONE)
+        self._w64(hw.REG_FW_BUILD_ID, 0)
         self._w32(hw.REG_CMD_ACK, self._r32(hw.REG_CMD_SEQ))
         self._w32(hw.SQ_HEAD, self._r32(hw.SQ_TAIL))
         self._w32(hw.CQ_TAIL, self._r32(hw.CQ_HEAD))
@@ -187,29 +196,50 @@ class Npu:
         self._irq(hw.IRQ_CONTROL)
 
     def _boot(self, pa: int, size: int) -> int:
+        """The boot ROM: check the image (signature included) and run it, or stay rejected.
+
+        A rejected image leaves no firmware running (jobs fail with -EIO), STATUS_FW_ERROR
+        set and the reason in REG_FW_REJECT; the control command's status is -ENOEXEC
+        (-EFAULT when the image is not in system memory).
+        """
         from firmware_tools.image import FirmwareError, parse_image
 
-        status = 0
+        self._processor = None
+        self._w32(hw.REG_FW_VERSION, 0)
+        self._w64(hw.REG_FW_BUILD_ID, 0)
+        self._w32(hw.REG_STATUS, 0)
         try:
             if not 0 < size <= hw.FW_MAX_SIZE:
-                raise FirmwareError(f"image size {size} is not in (0, {hw.FW_MAX_SIZE}]")
-            image = parse_image(self.memory.view(pa, size))
+                raise FirmwareError(f"image size {size} is not in (0, {hw.FW_MAX_SIZE}]", hw.FW_REJECT_SIZE)
+            parsed = parse_image(self.memory.view(pa, size), self._fw_pubkey)
         except FirmwareError as e:
-            log.warning("firmware rejected: %s", e)
-            status = -errno.ENOEXEC
+            log.warning("firmware rejected (%s): %s", e.reason_name, e)
+            return self._reject(e.reason, -errno.ENOEXEC)
         except PhysicalAddressError as e:
             log.warning("firmware image unreadable: %s", e)
-            status = -errno.EFAULT
-        if status:
-            self._processor = None
-            self._w32(hw.REG_FW_VERSION, 0)
-            self._w32(hw.REG_STATUS, hw.STATUS_FW_ERROR)
-            return status
-        self._processor = CommandProcessor(self.memory, image.enabled_opcodes)
+            return self._reject(hw.FW_REJECT_UNREADABLE, -errno.EFAULT)
+        image = parsed.image
+        self._processor = CommandProcessor(
+            self.memory, image.enabled_opcodes, image.limits.max_cmd_size, image.limits.max_tensor_elements
+        )
+        self._w32(hw.REG_FW_REJECT, hw.FW_REJECT_NONE)
         self._w32(hw.REG_FW_VERSION, image.fw_version)
+        self._w64(hw.REG_FW_BUILD_ID, parsed.build_id)
         self._w32(hw.REG_STATUS, hw.STATUS_READY)
-        log.info("firmware %s booted (%s)", image.fw_version_str, image.build_id)
+        log.info(
+            "firmware %s booted (build id %016x, %s)", image.fw_version_str, parsed.build_id, image.build_tag
+        )
         return 0
+
+    def _reject(self, reason: int, status: int) -> int:
+        self._w32(hw.REG_FW_REJECT, reason)
+        self._w32(hw.REG_STATUS, hw.STATUS_FW_ERROR)
+        return status
+
+    @property
+    def fw_reject_reason(self) -> int:
+        """REG_FW_REJECT: why the last BOOT failed (hw_layout.FW_REJECT_*), 0 after a good one."""
+        return self._r32(hw.REG_FW_REJECT)
 
     def _reset(self) -> int:
         self._abort.set()  # a running job ends at its next instruction or WAIT poll

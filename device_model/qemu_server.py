@@ -155,8 +155,10 @@ class DeviceServer:
         ram_path: Path,
         ram_size: int,
         npu_factory: Callable[..., object] | None = None,
+        fw_pubkey: object | None = None,
     ) -> None:
         self.socket_path = socket_path
+        self.fw_pubkey = fw_pubkey  # the boot ROM's Ed25519 public key; None: the development key
         self.ram_path = ram_path
         self.ram_size = ram_size
         self._npu_factory = npu_factory
@@ -189,14 +191,21 @@ class DeviceServer:
         from device_model.memory import FileMemory
 
         factory = self._npu_factory
+        extra = {}
         if factory is None:
             from device_model.npu import Npu
 
             factory = Npu
+            extra["fw_pubkey"] = self.fw_pubkey
         self.memory = FileMemory(self.ram_path, self.ram_size)
         # The job doorbell's eventfd goes to the NPU's execution thread (see the module doc).
         return factory(
-            self.bar2, self.memory, self.irq, DEVICE_PEER, queue_fd=self.device.fds[hw_layout.VEC_QUEUE]
+            self.bar2,
+            self.memory,
+            self.irq,
+            DEVICE_PEER,
+            queue_fd=self.device.fds[hw_layout.VEC_QUEUE],
+            **extra,
         )
 
     def request_stop(self) -> None:
@@ -305,6 +314,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--ram-size", default="1G", help="guest RAM size (must match QEMU's), default 1G")
     p.add_argument("--keep-ram", action="store_true", help="do not delete the RAM file on exit")
+    p.add_argument(
+        "--fw-pubkey",
+        type=Path,
+        help="Ed25519 public key (PEM) the boot ROM checks firmware signatures with "
+        "(default: the development key, firmware/keys/dev-ed25519.pub)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log device model activity to stderr")
     return p
 
@@ -321,8 +336,17 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"vnpu-device-model: {e}", file=sys.stderr)
         return 2
+    fw_pubkey = None
+    if args.fw_pubkey is not None:
+        from firmware_tools.image import FirmwareError, load_public_key
+
+        try:
+            fw_pubkey = load_public_key(args.fw_pubkey)
+        except FirmwareError as e:
+            print(f"vnpu-device-model: --fw-pubkey: {e}", file=sys.stderr)
+            return 2
     try:
-        server = DeviceServer(args.socket, args.ram, ram_size)
+        server = DeviceServer(args.socket, args.ram, ram_size, fw_pubkey=fw_pubkey)
     except OSError as e:
         print(f"vnpu-device-model: cannot set up: {e}", file=sys.stderr)
         return 1 if e.errno != errno.EADDRINUSE else 3

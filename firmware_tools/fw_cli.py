@@ -1,142 +1,272 @@
-"""``vnpu-fw``: build, inspect and verify vnpu firmware images.
+"""``vnpu-fw``: build, sign, verify and inspect vnpu firmware images (docs/firmware.md).
 
-    vnpu-fw build [-o PATH] [--version X.Y.Z] [--disable-op NAME]... [--build-id ID]
+    vnpu-fw build [MANIFEST] [-o PATH] [--key KEY] [--version X.Y.Z] [--disable-op NAME]... [--build-tag T]
     vnpu-fw build --check [PATH]    exit 1 unless PATH (default: the committed image) is current
-    vnpu-fw inspect PATH
-    vnpu-fw verify PATH
+    vnpu-fw sign IMAGE --key KEY [-o OUT]
+    vnpu-fw verify IMAGE [--pubkey PEM]
+    vnpu-fw inspect IMAGE [--pubkey PEM] [--json]
 
-Bad input gives a one-line error on stderr and exit status 1.
+Exit codes: 0 success; 1 the image is rejected (the reason is the boot ROM's); 2 a bad
+command line, or a file (image, manifest, key) that cannot be read or used. Errors are
+one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
+from device_model import hw_layout as hw
 from uapi.isa import SPEC, IsaError
 
 from .image import (
     DEFAULT_IMAGE_PATH,
+    DEFAULT_MANIFEST_PATH,
+    DEV_PUBLIC_KEY_PATH,
     FirmwareError,
     FirmwareImage,
-    all_opcodes,
+    ParsedImage,
     build_image,
     default_image,
-    format_fw_version,
+    format_build_id,
+    load_private_key,
+    load_public_key,
     parse_fw_version,
     parse_image,
+    sign_image,
 )
+from .manifest import load_manifest
+
+EXIT_OK = 0
+EXIT_REJECTED = 1
+EXIT_USAGE = 2
 
 
-def _image_from_args(args: argparse.Namespace) -> FirmwareImage:
-    img = default_image()
-    fw_version = parse_fw_version(args.version) if args.version else img.fw_version
-    build_id = args.build_id if args.build_id is not None else f"vnpu-fw-{format_fw_version(fw_version)}"
-    enabled = set(all_opcodes())
-    for name in args.disable_op:
+class UsageError(Exception):
+    """A bad command line or an unusable input file: exit 2."""
+
+
+def _image_from_args(args: argparse.Namespace) -> tuple[FirmwareImage, Path | None]:
+    manifest = args.manifest
+    if manifest is None and args.check is not None:
+        manifest = str(DEFAULT_MANIFEST_PATH)
+    if manifest is not None:
         try:
-            enabled.discard(SPEC.by_name(name.upper()).opcode)
-        except IsaError:
-            raise FirmwareError(f"--disable-op: unknown instruction {name!r}") from None
-    return FirmwareImage(
-        fw_version=fw_version,
-        isa_version=img.isa_version,
-        enabled_opcodes=frozenset(enabled),
-        build_id=build_id,
-    )
+            m = load_manifest(manifest)
+        except FirmwareError as e:
+            raise UsageError(str(e)) from None
+        img, key = m.image, m.key_path
+    else:
+        img, key = default_image(), None
+    changes: dict[str, Any] = {}
+    if args.version:
+        try:
+            changes["fw_version"] = parse_fw_version(args.version)
+        except FirmwareError as e:
+            raise UsageError(f"--version: {e}") from None
+        if args.build_tag is None and manifest is None:
+            changes["build_tag"] = f"vnpu-fw-{args.version}"
+    if args.build_tag is not None:
+        changes["build_tag"] = args.build_tag
+    if args.disable_op:
+        enabled = set(img.enabled_opcodes)
+        for name in args.disable_op:
+            try:
+                enabled.discard(SPEC.by_name(name.upper()).opcode)
+            except IsaError:
+                raise UsageError(f"--disable-op: unknown instruction {name!r}") from None
+        changes["enabled_opcodes"] = frozenset(enabled)
+    if args.key is not None:
+        key = Path(args.key)
+    return dataclasses.replace(img, **changes), key
 
 
 def _read(path: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as e:
-        raise FirmwareError(f"cannot read: {e.strerror}") from None
+        raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def _private_key(path: Path | str):  # noqa: ANN202 - cryptography's key type
+    try:
+        return load_private_key(path)
+    except FirmwareError as e:
+        raise UsageError(str(e)) from None
+
+
+def _public_key(path: str | None):  # noqa: ANN202
+    try:
+        return load_public_key(path or DEV_PUBLIC_KEY_PATH)
+    except FirmwareError as e:
+        raise UsageError(str(e)) from None
+
+
+def _write(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror}") from None
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    data = build_image(_image_from_args(args))
+    img, key_path = _image_from_args(args)
+    try:
+        data = build_image(img, _private_key(key_path) if key_path else None)
+    except FirmwareError as e:
+        raise UsageError(str(e)) from None
     if args.check is not None:
         path = Path(args.check)
         if not path.exists() or path.read_bytes() != data:
+            source = args.manifest or DEFAULT_MANIFEST_PATH
             print(
-                f"vnpu-fw: {path} is stale or missing; rebuild it with: vnpu-fw build -o {path}",
+                f"vnpu-fw: {path} is stale or missing; rebuild it with: vnpu-fw build {source} -o {path}",
                 file=sys.stderr,
             )
-            return 1
+            return EXIT_REJECTED
         print(f"{path}: current")
-        return 0
+        return EXIT_OK
     out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
-    print(f"wrote {out} ({len(data)} bytes)")
-    return 0
+    _write(out, data)
+    signed = "signed" if key_path else "unsigned: sign it with vnpu-fw sign --key KEY"
+    print(f"wrote {out} ({len(data)} bytes, {signed})")
+    return EXIT_OK
 
 
-def describe(img: FirmwareImage, size: int) -> str:
-    enabled = [i for i in SPEC.instructions if i.opcode in img.enabled_opcodes]
-    disabled = [i for i in SPEC.instructions if i.opcode not in img.enabled_opcodes]
+def cmd_sign(args: argparse.Namespace) -> int:
+    key = _private_key(args.key)
+    data = _read(args.path)
+    parse_image(data, check_signature=False)  # sign only what the boot ROM would run
+    data = sign_image(data, key)
+    out = Path(args.output or args.path)
+    _write(out, data)
+    print(f"signed {out} ({len(data)} bytes)")
+    return EXIT_OK
+
+
+def record(parsed: ParsedImage, signature: str) -> dict[str, Any]:
+    """``inspect --json``: the image's fields, decoded."""
+    img = parsed.image
+    return {
+        "size": parsed.size,
+        "format_version": hw.FW_FORMAT_VERSION,
+        "fw_version": img.fw_version_str,
+        "fw_version_raw": img.fw_version,
+        "isa_version": img.isa_version_str,
+        "isa_version_raw": img.isa_version,
+        "build_id": format_build_id(parsed.build_id),
+        "build_tag": img.build_tag,
+        "digest": parsed.digest.hex(),
+        "signature": signature,
+        "enabled_ops": [i.name for i in SPEC.instructions if i.opcode in img.enabled_opcodes],
+        "disabled_ops": [i.name for i in SPEC.instructions if i.opcode not in img.enabled_opcodes],
+        "limits": dataclasses.asdict(img.limits),
+    }
+
+
+def describe(rec: dict[str, Any]) -> str:
+    lim = rec["limits"]
     lines = [
-        f"size:         {size} bytes",
-        f"fw version:   {img.fw_version_str} ({img.fw_version:#010x})",
-        f"ISA version:  {img.isa_version_str} ({img.isa_version:#010x})",
-        f"build id:     {img.build_id or '(none)'}",
-        f"enabled ops:  {len(enabled)}: " + " ".join(i.name for i in enabled),
-        f"disabled ops: {len(disabled)}: " + (" ".join(i.name for i in disabled) or "(none)"),
+        f"size:         {rec['size']} bytes (format {rec['format_version']})",
+        f"fw version:   {rec['fw_version']} ({rec['fw_version_raw']:#010x})",
+        f"ISA version:  {rec['isa_version']} ({rec['isa_version_raw']:#010x})",
+        f"build id:     {rec['build_id']}",
+        f"build tag:    {rec['build_tag'] or '(none)'}",
+        f"SHA-256:      {rec['digest']}",
+        f"signature:    {rec['signature']}",
+        f"limits:       max_cmd_size {lim['max_cmd_size']}, max_tensor_elements {lim['max_tensor_elements']}",
+        f"enabled ops:  {len(rec['enabled_ops'])}: " + " ".join(rec["enabled_ops"]),
+        f"disabled ops: {len(rec['disabled_ops'])}: " + (" ".join(rec["disabled_ops"]) or "(none)"),
     ]
     return "\n".join(lines)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     data = _read(args.path)
-    print(describe(parse_image(data), len(data)))
-    return 0
+    parsed = parse_image(data, check_signature=False)
+    pubkey = _public_key(args.pubkey)
+    if not parsed.signed:
+        signature = "none (unsigned)"
+    else:
+        try:
+            parse_image(data, pubkey)
+            signature = f"Ed25519, valid for {args.pubkey or 'the development key'}"
+        except FirmwareError as e:
+            signature = f"Ed25519, INVALID for {args.pubkey or 'the development key'}"
+            if e.reason != hw.FW_REJECT_SIGNATURE:
+                raise
+    rec = record(parsed, signature)
+    print(json.dumps(rec, indent=2) if args.json else describe(rec))
+    return EXIT_OK
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    img = parse_image(_read(args.path))
+    parsed = parse_image(_read(args.path), _public_key(args.pubkey))
+    img = parsed.image
     print(
-        f"{args.path}: OK, firmware {img.fw_version_str}, ISA {img.isa_version_str}, "
-        f"{len(img.enabled_opcodes)} opcodes enabled"
+        f"{args.path}: OK, firmware {img.fw_version_str}, ISA {img.isa_version_str}, build id "
+        f"{format_build_id(parsed.build_id)}, {len(img.enabled_opcodes)} opcodes enabled, signature valid"
     )
-    return 0
+    return EXIT_OK
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage block
+        raise UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="vnpu-fw", description="Build, inspect and verify vnpu firmware images."
-    )
-    sub = ap.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="build an image")
+    ap = _Parser(prog="vnpu-fw", description="Build, sign, verify and inspect vnpu firmware images.")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    b = sub.add_parser("build", help="build an image from a TOML manifest (default content without one)")
+    b.add_argument("manifest", nargs="?", help="TOML manifest (docs/firmware.md)")
     b.add_argument("-o", "--output", default="vnpu_fw.bin", help="output path (default: %(default)s)")
-    b.add_argument("--version", help="firmware version MAJOR.MINOR.PATCH (default: 1.0.0)")
+    b.add_argument("--key", help="sign with this Ed25519 private key (PEM); overrides firmware.sign_with")
+    b.add_argument("--version", help="firmware version MAJOR.MINOR.PATCH (default: the manifest's, or 1.0.0)")
     b.add_argument("--disable-op", action="append", default=[], metavar="NAME", help="disable an instruction")
-    b.add_argument("--build-id", help="build identifier (default: vnpu-fw-VERSION)")
+    b.add_argument("--build-tag", help="build tag text (default: the manifest's, or vnpu-fw-VERSION)")
     b.add_argument(
         "--check",
         nargs="?",
         const=str(DEFAULT_IMAGE_PATH),
         metavar="PATH",
-        help="write nothing; exit 1 unless PATH (default: the committed image) equals the built image",
+        help="write nothing; exit 1 unless PATH (default: the committed image, from the committed "
+        "manifest) equals the built image",
     )
     b.set_defaults(func=cmd_build)
-    i = sub.add_parser("inspect", help="print an image's header and payload")
-    i.add_argument("path")
+    s = sub.add_parser("sign", help="sign an image with an Ed25519 private key")
+    s.add_argument("path", metavar="IMAGE")
+    s.add_argument("--key", required=True, help="Ed25519 private key (PEM)")
+    s.add_argument("-o", "--output", help="output path (default: sign IMAGE in place)")
+    s.set_defaults(func=cmd_sign)
+    i = sub.add_parser("inspect", help="print an image's header, sections and signature state")
+    i.add_argument("path", metavar="IMAGE")
+    i.add_argument("--pubkey", help="public key to check the signature with (default: the development key)")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
     i.set_defaults(func=cmd_inspect)
-    v = sub.add_parser("verify", help="check an image; exit 1 if it is invalid")
-    v.add_argument("path")
+    v = sub.add_parser("verify", help="check an image as the boot ROM does; exit 1 if it is rejected")
+    v.add_argument("path", metavar="IMAGE")
+    v.add_argument("--pubkey", help="public key to check the signature with (default: the development key)")
     v.set_defaults(func=cmd_verify)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
+    except UsageError as e:
+        print(f"vnpu-fw: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except FirmwareError as e:
         where = f"{args.path}: " if getattr(args, "path", None) else ""
-        print(f"vnpu-fw: {where}{e}", file=sys.stderr)
-        return 1
+        print(f"vnpu-fw: {where}rejected ({e.reason_name}): {e}", file=sys.stderr)
+        return EXIT_REJECTED
 
 
 if __name__ == "__main__":

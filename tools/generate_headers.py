@@ -357,6 +357,25 @@ def _c_comment(text: str) -> str:
     return text.replace("*/", "* /")
 
 
+def _name_function(table: str, expr: ast.expr) -> list[str]:
+    """``X_NAMES = {CONST: "text", ...}`` as ``vnpu_x_name(value)``, a switch over the constants."""
+    if not isinstance(expr, ast.Dict):
+        raise ValueError(f"{table} must be a dict literal")
+    func = f"vnpu_{table.removesuffix('_NAMES').lower()}_name"
+    out = ["", f"/* The text of a {table.removesuffix('_NAMES')}_* value, for messages. */"]
+    out += [f"static inline const char *{func}(u32 value)", "{", "\tswitch (value) {"]
+    for key, val in zip(expr.keys, expr.values, strict=True):
+        if (
+            not isinstance(key, ast.Name)
+            or not isinstance(val, ast.Constant)
+            or not isinstance(val.value, str)
+        ):
+            raise ValueError(f'{table}: every entry must be CONSTANT: "text"')
+        out += [f"\tcase VNPU_{key.id}:", f'\t\treturn "{val.value}";']
+    out += ["\tdefault:", '\t\treturn "unknown";', "\t}", "}"]
+    return out
+
+
 def generate_hw_header(path: Path = HW_LAYOUT) -> str:
     """Every top-level UPPER_CASE integer constant of hw_layout.py as ``#define VNPU_<NAME>``."""
     source = path.read_text()
@@ -381,6 +400,7 @@ def generate_hw_header(path: Path = HW_LAYOUT) -> str:
     w("#ifndef __VNPU_HW_H__")
     w("#define __VNPU_HW_H__")
     prev_end = tree.body[0].end_lineno if tree.body and isinstance(tree.body[0], ast.Expr) else 0
+    name_tables: list[tuple[str, ast.expr]] = []
     for node in tree.body:
         if not isinstance(node, ast.Assign) or len(node.targets) != 1:
             continue
@@ -388,6 +408,9 @@ def generate_hw_header(path: Path = HW_LAYOUT) -> str:
         if not isinstance(target, ast.Name) or not target.id.isupper():
             continue
         value = namespace[target.id]
+        if isinstance(value, dict) and target.id.endswith("_NAMES"):
+            name_tables.append((target.id, node.value))
+            continue
         if not isinstance(value, int) or isinstance(value, bool):
             continue
         # Whole-line comments between the previous constant and this one become a block comment.
@@ -411,6 +434,8 @@ def generate_hw_header(path: Path = HW_LAYOUT) -> str:
             trailing = None
         w(_define(f"VNPU_{target.id}", _c_int(value, expr), _c_comment(trailing) if trailing else None, 32))
         prev_end = node.end_lineno
+    for table, expr in name_tables:
+        out.extend(_name_function(table, expr))
     w("")
     w("#endif /* __VNPU_HW_H__ */")
     return "\n".join(out) + "\n"

@@ -9,6 +9,7 @@
  *           baseline when every file is closed and every job has ended;
  *           *_total, *_done, *_failed... only grow
  * files     one line per open file: context, pid, BOs, bytes, jobs
+ * firmware, fw_reload  firmware state and reload (vnpu_fw.c)
  */
 #include <linux/debugfs.h>
 #include <linux/seq_file.h>
@@ -119,4 +120,5 @@ static const struct drm_debugfs_info vnpu_debugfs_list[] = {
 void vnpu_debugfs_init(struct vnpu_device *vdev)
 {
 	drm_debugfs_add_files(&vdev->drm, vnpu_debugfs_list, ARRAY_SIZE(vnpu_debugfs_list));
+	vnpu_fw_debugfs_init(vdev);
 }

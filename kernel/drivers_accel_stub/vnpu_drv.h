@@ -88,7 +88,9 @@ struct vnpu_stats {
  * @fw_cpu: kernel address of the firmware copy the device booted from
  * @fw_dma: its bus address
  * @fw_size: its size
- * @fw_version: firmware version reported after boot
+ * @fw_version: firmware version reported after boot, 0 when none runs
+ * @fw_build_id: build id reported after boot (REG_FW_BUILD_ID), 0 when none runs
+ * @fw_reloads: firmware reloads requested through debugfs
  * @sched: the job scheduler feeding the submission queue
  * @sched_wq: per-CPU workqueue of @sched's run_job and free_job work
  * @reset_lock: serialises recovery (timeout handler, teardown)
@@ -124,6 +126,8 @@ struct vnpu_device {
 	dma_addr_t fw_dma;
 	size_t fw_size;
 	u32 fw_version;
+	u64 fw_build_id;
+	atomic_t fw_reloads;
 
 	struct drm_gpu_scheduler sched;
 	struct workqueue_struct *sched_wq;
@@ -230,6 +234,8 @@ void vnpu_vm_unmap(struct vnpu_vm *vm, u64 va, size_t size);
 /* vnpu_fw.c */
 int vnpu_fw_boot(struct vnpu_device *vdev);
 void vnpu_fw_fini(struct vnpu_device *vdev);
+int vnpu_fw_reload(struct vnpu_device *vdev);
+void vnpu_fw_debugfs_init(struct vnpu_device *vdev);
 
 /* vnpu_debugfs.c */
 void vnpu_debugfs_init(struct vnpu_device *vdev);

@@ -2,71 +2,63 @@
 /*
  * Copyright (c) 2026 The vnpu authors
  *
- * Firmware loading and boot.
+ * Firmware loading, boot and reload.
  *
- * The image (a 64-byte header, then the payload; docs/firmware.md) is read
- * with request_firmware(), copied into DMA-coherent memory and handed to the
- * device with CMD_BOOT (ARG0: its bus address, ARG1: its size). The device
- * checks magic, versions, sizes and CRC-32, then reports STATUS_READY and
- * the firmware version. The driver checks the header too, so a bad file is
- * refused with a clear message before the device sees it. The copy stays
- * allocated while the driver is bound.
+ * The image (a 64-byte header, the payload and an Ed25519 signature;
+ * docs/firmware.md) is read with request_firmware(), copied into
+ * DMA-coherent memory and handed to the device with CMD_BOOT (ARG0: its bus
+ * address, ARG1: its size). The device's boot ROM is the one judge of the
+ * image: it checks the header, the SHA-256 digest and the signature against
+ * the key it holds, then reports STATUS_READY, the firmware version and the
+ * build id; or STATUS_FW_ERROR with the reason in REG_FW_REJECT, which the
+ * driver names in one line. The driver checks only the size, to bound the
+ * copy. The copy stays allocated while the firmware runs.
+ *
+ * Reload (debugfs fw_reload): the scheduler is paused, the jobs on the
+ * device finish (or are cancelled after the job timeout), the image is
+ * requested again and booted, and the scheduler resumes; jobs still queued
+ * run on the new firmware, or fail with -EIO if the device rejected it.
  */
+#include <linux/debugfs.h>
 #include <linux/dma-mapping.h>
 #include <linux/firmware.h>
-#include <linux/unaligned.h>
+#include <linux/seq_file.h>
 
+#include <drm/drm_debugfs.h>
+#include <drm/drm_drv.h>
 #include <drm/drm_print.h>
 
 #include "vnpu_io.h"
+#include "vnpu_job.h"
 
 #define VNPU_FW_NAME		"vnpu/vnpu_fw.bin"
 #define VNPU_BOOT_TIMEOUT_MS	5000
 
 MODULE_FIRMWARE(VNPU_FW_NAME);
 
-static int vnpu_fw_check(struct vnpu_device *vdev, const u8 *data, size_t size)
+static void vnpu_fw_free(struct vnpu_device *vdev, void *cpu, dma_addr_t dma, size_t size)
 {
-	u32 payload;
-	u32 off;
-
-	if (size < VNPU_FW_HEADER_SIZE || size > VNPU_FW_MAX_SIZE) {
-		drm_err(&vdev->drm, "%s: size %zu out of range\n", VNPU_FW_NAME, size);
-		return -EINVAL;
-	}
-	if (get_unaligned_le32(data + VNPU_FWH_MAGIC) != VNPU_FW_MAGIC ||
-	    get_unaligned_le32(data + VNPU_FWH_FORMAT_VERSION) != VNPU_FW_FORMAT_VERSION ||
-	    get_unaligned_le32(data + VNPU_FWH_HEADER_SIZE) != VNPU_FW_HEADER_SIZE) {
-		drm_err(&vdev->drm, "%s: bad magic, format or header size\n", VNPU_FW_NAME);
-		return -EINVAL;
-	}
-	payload = get_unaligned_le32(data + VNPU_FWH_PAYLOAD_SIZE);
-	if (payload != size - VNPU_FW_HEADER_SIZE) {
-		drm_err(&vdev->drm, "%s: payload size %u, file has %zu\n", VNPU_FW_NAME,
-			payload, size - VNPU_FW_HEADER_SIZE);
-		return -EINVAL;
-	}
-	for (off = VNPU_FWH_PAYLOAD_CRC32 + 4; off < VNPU_FW_HEADER_SIZE; off++) {
-		if (data[off]) {
-			drm_err(&vdev->drm, "%s: reserved header byte %u is not zero\n",
-				VNPU_FW_NAME, off);
-			return -EINVAL;
-		}
-	}
-	return 0;
+	if (cpu)
+		dma_free_coherent(&vdev->pdev->dev, size, cpu, dma);
 }
 
 /**
  * vnpu_fw_boot() - load the firmware and boot the device
- * @vdev: the device, with BAR2 mapped and interrupts set up
+ * @vdev: the device, with BAR2 mapped and interrupts set up, no job on it
  *
- * Return: 0 once the device reports STATUS_READY, else a negative errno.
+ * On success the new image's copy replaces the running firmware's. Whatever
+ * the outcome, the device's state is what its registers report afterwards.
+ *
+ * Return: 0 once the device reports STATUS_READY; -ENOEXEC if its boot ROM
+ * rejected the image (the reason is logged), else another negative errno.
  */
 int vnpu_fw_boot(struct vnpu_device *vdev)
 {
 	struct device *dev = &vdev->pdev->dev;
 	const struct firmware *fw;
-	u32 status;
+	dma_addr_t dma;
+	u32 status, reason;
+	void *cpu;
 	int ret;
 
 	ret = request_firmware(&fw, VNPU_FW_NAME, dev);
@@ -74,32 +66,69 @@ int vnpu_fw_boot(struct vnpu_device *vdev)
 		drm_err(&vdev->drm, "cannot load %s: %d\n", VNPU_FW_NAME, ret);
 		return ret;
 	}
-	ret = vnpu_fw_check(vdev, fw->data, fw->size);
-	if (ret)
+	if (!fw->size || fw->size > VNPU_FW_MAX_SIZE) {
+		drm_err(&vdev->drm, "firmware %s rejected: %zu bytes, not 1..%u\n", VNPU_FW_NAME,
+			fw->size, VNPU_FW_MAX_SIZE);
+		ret = -EINVAL;
 		goto out_release;
-
-	vdev->fw_size = fw->size;
-	vdev->fw_cpu = dma_alloc_coherent(dev, fw->size, &vdev->fw_dma, GFP_KERNEL);
-	if (!vdev->fw_cpu) {
+	}
+	cpu = dma_alloc_coherent(dev, fw->size, &dma, GFP_KERNEL);
+	if (!cpu) {
 		ret = -ENOMEM;
 		goto out_release;
 	}
-	memcpy(vdev->fw_cpu, fw->data, fw->size);
+	memcpy(cpu, fw->data, fw->size);
 
-	ret = vnpu_io_command(vdev, VNPU_CMD_BOOT, vdev->fw_dma, fw->size, VNPU_BOOT_TIMEOUT_MS);
+	ret = vnpu_io_command(vdev, VNPU_CMD_BOOT, dma, fw->size, VNPU_BOOT_TIMEOUT_MS);
 	status = vnpu_rd32(vdev, VNPU_REG_STATUS);
-	if (!ret && !(status & VNPU_STATUS_READY))
-		ret = -EIO;
-	if (ret) {
-		drm_err(&vdev->drm, "firmware boot failed: %d (status %#x)\n", ret, status);
-		vnpu_fw_fini(vdev);
+	/* The boot ROM has dropped the old firmware whatever it decided. */
+	vnpu_fw_fini(vdev);
+	WRITE_ONCE(vdev->fw_version, 0);
+	WRITE_ONCE(vdev->fw_build_id, 0);
+	if (ret == -ETIMEDOUT) {
+		vnpu_fw_free(vdev, cpu, dma, fw->size);
 		goto out_release;
 	}
-	vdev->fw_version = vnpu_rd32(vdev, VNPU_REG_FW_VERSION);
-	drm_info(&vdev->drm, "firmware %u.%u.%u booted\n", vdev->fw_version >> 16,
-		 (vdev->fw_version >> 8) & 0xff, vdev->fw_version & 0xff);
+	if (ret || !(status & VNPU_STATUS_READY)) {
+		reason = vnpu_rd32(vdev, VNPU_REG_FW_REJECT);
+		drm_err(&vdev->drm, "firmware %s rejected by the device: %s (reason %u, status %d)\n",
+			VNPU_FW_NAME, vnpu_fw_reject_name(reason), reason, ret);
+		vnpu_fw_free(vdev, cpu, dma, fw->size);
+		ret = ret ?: -EIO;
+		goto out_release;
+	}
+	vdev->fw_cpu = cpu;
+	vdev->fw_dma = dma;
+	vdev->fw_size = fw->size;
+	WRITE_ONCE(vdev->fw_version, vnpu_rd32(vdev, VNPU_REG_FW_VERSION));
+	WRITE_ONCE(vdev->fw_build_id, vnpu_rd64(vdev, VNPU_REG_FW_BUILD_ID));
+	drm_info(&vdev->drm, "firmware %u.%u.%u booted, build id %016llx\n",
+		 vdev->fw_version >> 16, (vdev->fw_version >> 8) & 0xff, vdev->fw_version & 0xff,
+		 vdev->fw_build_id);
 out_release:
 	release_firmware(fw);
+	return ret;
+}
+
+/**
+ * vnpu_fw_reload() - boot the firmware file again, the device running
+ * @vdev: the device, registered
+ *
+ * Jobs on the device finish first (those still running after the job
+ * timeout fail with -ECANCELED); queued jobs wait and then run on the new
+ * firmware.
+ *
+ * Return: 0, or the negative errno of vnpu_fw_boot(): then no firmware
+ * runs and jobs fail with -EIO until a reload succeeds.
+ */
+int vnpu_fw_reload(struct vnpu_device *vdev)
+{
+	int ret;
+
+	vnpu_job_pause(vdev);
+	ret = vnpu_fw_boot(vdev);
+	vnpu_job_resume(vdev);
+	atomic_inc(&vdev->fw_reloads);
 	return ret;
 }
 
@@ -109,7 +138,63 @@ out_release:
  */
 void vnpu_fw_fini(struct vnpu_device *vdev)
 {
-	if (vdev->fw_cpu)
-		dma_free_coherent(&vdev->pdev->dev, vdev->fw_size, vdev->fw_cpu, vdev->fw_dma);
+	vnpu_fw_free(vdev, vdev->fw_cpu, vdev->fw_dma, vdev->fw_size);
 	vdev->fw_cpu = NULL;
+}
+
+static int vnpu_fw_debugfs_show(struct seq_file *m, void *data)
+{
+	struct drm_debugfs_entry *entry = m->private;
+	struct vnpu_device *vdev = to_vnpu_device(entry->dev);
+	u32 status = vnpu_rd32(vdev, VNPU_REG_STATUS);
+	u32 reason = vnpu_rd32(vdev, VNPU_REG_FW_REJECT);
+
+	seq_printf(m, "state: %s\n", status & VNPU_STATUS_READY ? "running" :
+		   status & VNPU_STATUS_FW_ERROR ? "rejected" : "none");
+	seq_printf(m, "version: %#x\n", READ_ONCE(vdev->fw_version));
+	seq_printf(m, "build_id: %016llx\n", READ_ONCE(vdev->fw_build_id));
+	seq_printf(m, "reject_reason: %u (%s)\n", reason, vnpu_fw_reject_name(reason));
+	seq_printf(m, "size: %zu\n", vdev->fw_cpu ? vdev->fw_size : 0);
+	seq_printf(m, "reloads: %d\n", atomic_read(&vdev->fw_reloads));
+	return 0;
+}
+
+static ssize_t vnpu_fw_reload_write(struct file *file, const char __user *buf, size_t len,
+				    loff_t *pos)
+{
+	struct vnpu_device *vdev = file->private_data;
+	bool reload;
+	int ret, idx;
+
+	ret = kstrtobool_from_user(buf, len, &reload);
+	if (ret)
+		return ret;
+	if (!reload)
+		return len;
+	if (!drm_dev_enter(&vdev->drm, &idx))
+		return -ENODEV;
+	ret = vnpu_fw_reload(vdev);
+	drm_dev_exit(idx);
+	return ret ?: len;
+}
+
+static const struct file_operations vnpu_fw_reload_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = vnpu_fw_reload_write,
+	.llseek = noop_llseek,
+};
+
+/**
+ * vnpu_fw_debugfs_init() - create debugfs "firmware" (state) and "fw_reload"
+ * @vdev: the device
+ *
+ * Writing 1 to fw_reload reloads the firmware; the write fails with the
+ * errno of vnpu_fw_reload().
+ */
+void vnpu_fw_debugfs_init(struct vnpu_device *vdev)
+{
+	drm_debugfs_add_file(&vdev->drm, "firmware", vnpu_fw_debugfs_show, NULL);
+	debugfs_create_file("fw_reload", 0200, vdev->drm.debugfs_root, vdev,
+			    &vnpu_fw_reload_fops);
 }

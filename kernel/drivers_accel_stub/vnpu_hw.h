@@ -45,8 +45,31 @@
 #define VNPU_REG_JOBS_DONE	0x028	/* u32 jobs completed since power-on */
 #define VNPU_REG_IRQ_COUNT	0x02C	/* u32 IRQ instructions executed */
 #define VNPU_REG_IRQ_VALUE	0x030	/* u32 value of the last IRQ instruction */
+/* u32 FW_REJECT_* reason of the last failed BOOT, 0 after a good one */
+#define VNPU_REG_FW_REJECT	0x034
+/* u64 build id of the booted firmware (digest bytes 0..7, big-endian), else 0 */
+#define VNPU_REG_FW_BUILD_ID	0x038
 #define VNPU_STATUS_READY	0x1	/* firmware booted, the queue is served */
-#define VNPU_STATUS_FW_ERROR	0x2	/* the last BOOT failed */
+/* the last BOOT failed: the firmware was rejected (REG_FW_REJECT says why) */
+#define VNPU_STATUS_FW_ERROR	0x2
+
+/* Why the boot ROM rejected an image (REG_FW_REJECT), in the order it checks. */
+#define VNPU_FW_REJECT_NONE	0
+/* shorter than header + signature, or larger than FW_MAX_SIZE */
+#define VNPU_FW_REJECT_SIZE	1
+#define VNPU_FW_REJECT_MAGIC	2
+#define VNPU_FW_REJECT_VERSION	3	/* format version other than FW_FORMAT_VERSION */
+/* header size other than FW_HEADER_SIZE, or a reserved byte not zero */
+#define VNPU_FW_REJECT_HEADER	4
+/* the header's payload size does not match the image size */
+#define VNPU_FW_REJECT_LENGTH	5
+/* SHA-256 of header and payload differs from the header's */
+#define VNPU_FW_REJECT_DIGEST	6
+/* Ed25519 signature missing or not made by the device's key */
+#define VNPU_FW_REJECT_SIGNATURE	7
+#define VNPU_FW_REJECT_ISA	8	/* the firmware's ISA major version is not the device's */
+#define VNPU_FW_REJECT_PAYLOAD	9	/* a malformed, missing or repeated section */
+#define VNPU_FW_REJECT_UNREADABLE	10	/* the image's address is not in system memory */
 
 /*
  * Control block: the driver writes a command, the device acknowledges
@@ -126,22 +149,63 @@
 
 /*
  * Firmware image
- * A 64-byte header, then the payload. The device checks magic, format
- * version, header size, ISA major version, payload size and CRC-32 (zlib's)
- * before it reports STATUS_READY.
+ * A 64-byte header, the payload, then a 64-byte Ed25519 signature of header
+ * and payload. The device's boot ROM checks size, magic, format version,
+ * header, length, the SHA-256 digest, the signature (against the public key
+ * the device holds), the ISA major version and the payload's sections, in
+ * that order, before it reports STATUS_READY (docs/firmware.md).
  */
 #define VNPU_FW_MAGIC		0x57464E56	/* "VNFW" */
-#define VNPU_FW_FORMAT_VERSION	1
+#define VNPU_FW_FORMAT_VERSION	2
 #define VNPU_FW_HEADER_SIZE	64
+#define VNPU_FW_DIGEST_SIZE	32	/* SHA-256 */
+#define VNPU_FW_SIGNATURE_SIZE	64	/* Ed25519 */
 #define VNPU_FWH_MAGIC		0x00	/* u32 */
 #define VNPU_FWH_FORMAT_VERSION	0x04	/* u32 */
 #define VNPU_FWH_FW_VERSION	0x08	/* u32 (major << 16) | (minor << 8) | patch */
 #define VNPU_FWH_ISA_VERSION	0x0C	/* u32 (major << 16) | minor the firmware implements */
 #define VNPU_FWH_HEADER_SIZE	0x10	/* u32 FW_HEADER_SIZE */
 #define VNPU_FWH_PAYLOAD_SIZE	0x14	/* u32 */
-#define VNPU_FWH_PAYLOAD_CRC32	0x18	/* u32 */
 
-/* bytes 0x1C..0x3F are reserved and must be zero */
+/* bytes 0x18..0x1F are reserved and must be zero */
+/* 32 bytes: SHA-256 of header bytes 0x00..0x1F, then the payload */
+#define VNPU_FWH_DIGEST		0x20
 #define VNPU_FW_MAX_SIZE	0x100000
+
+/* The device's ceilings; the image's limits section may lower them, never raise them. */
+#define VNPU_MAX_CMD_SIZE	0x1000000	/* bytes of one job's command stream */
+/* elements of one TENSOR (broadcast tensors could claim exabytes) */
+#define VNPU_MAX_TENSOR_ELEMENTS	0x10000000
+
+/* The text of a FW_REJECT_* value, for messages. */
+static inline const char *vnpu_fw_reject_name(u32 value)
+{
+	switch (value) {
+	case VNPU_FW_REJECT_NONE:
+		return "none";
+	case VNPU_FW_REJECT_SIZE:
+		return "bad size";
+	case VNPU_FW_REJECT_MAGIC:
+		return "bad magic";
+	case VNPU_FW_REJECT_VERSION:
+		return "bad format version";
+	case VNPU_FW_REJECT_HEADER:
+		return "bad header";
+	case VNPU_FW_REJECT_LENGTH:
+		return "bad length";
+	case VNPU_FW_REJECT_DIGEST:
+		return "bad digest";
+	case VNPU_FW_REJECT_SIGNATURE:
+		return "bad signature";
+	case VNPU_FW_REJECT_ISA:
+		return "wrong ISA";
+	case VNPU_FW_REJECT_PAYLOAD:
+		return "bad payload";
+	case VNPU_FW_REJECT_UNREADABLE:
+		return "unreadable";
+	default:
+		return "unknown";
+	}
+}
 
 #endif /* __VNPU_HW_H__ */

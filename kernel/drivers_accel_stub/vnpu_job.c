@@ -41,6 +41,7 @@
  * submission maps nothing.
  */
 #include <linux/dma-resv.h>
+#include <linux/iopoll.h>
 #include <linux/ktime.h>
 #include <linux/overflow.h>
 #include <linux/slab.h>
@@ -434,6 +435,49 @@ static void vnpu_job_cancel_work(struct work_struct *work)
 void vnpu_job_file_closed(struct vnpu_device *vdev)
 {
 	vnpu_job_cancel_closed(vdev);
+}
+
+static bool vnpu_job_device_idle(struct vnpu_device *vdev)
+{
+	bool idle;
+
+	spin_lock_irq(&vdev->job_lock);
+	idle = list_empty(&vdev->active);
+	spin_unlock_irq(&vdev->job_lock);
+	return idle;
+}
+
+/**
+ * vnpu_job_pause() - stop feeding the device and wait until it is idle
+ * @vdev: the device
+ *
+ * For a firmware reload. Jobs on the device complete as usual; those still
+ * there after the job timeout fail with -ECANCELED (a reset). Jobs not yet
+ * on the device wait for vnpu_job_resume(), which must follow.
+ */
+void vnpu_job_pause(struct vnpu_device *vdev)
+{
+	bool idle;
+
+	mutex_lock(&vdev->reset_lock);
+	drm_sched_stop(&vdev->sched, NULL);
+	if (read_poll_timeout(vnpu_job_device_idle, idle, idle, 1000,
+			      vnpu_job_timeout_ms * 1000ULL, false, vdev)) {
+		drm_warn(&vdev->drm, "jobs still running after %u ms: cancelled\n",
+			 vnpu_job_timeout_ms);
+		vnpu_job_reset_hw(vdev, NULL, 0, false);
+	}
+}
+
+/**
+ * vnpu_job_resume() - feed the device again after vnpu_job_pause()
+ * @vdev: the device
+ */
+void vnpu_job_resume(struct vnpu_device *vdev)
+{
+	drm_sched_resubmit_jobs(&vdev->sched);
+	drm_sched_start(&vdev->sched);
+	mutex_unlock(&vdev->reset_lock);
 }
 
 static enum drm_gpu_sched_stat vnpu_job_timedout(struct drm_sched_job *sched_job)

@@ -66,6 +66,8 @@ int vnpu_job_init(struct vnpu_device *vdev);
 void vnpu_job_fini(struct vnpu_device *vdev);
 irqreturn_t vnpu_job_irq(int irq, void *arg);
 void vnpu_job_file_closed(struct vnpu_device *vdev);
+void vnpu_job_pause(struct vnpu_device *vdev);
+void vnpu_job_resume(struct vnpu_device *vdev);
 u64 vnpu_job_busy_ns(struct vnpu_ctx *ctx);
 int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file);
 

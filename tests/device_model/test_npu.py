@@ -13,7 +13,15 @@ import pytest
 
 from device_model import hw_layout as hw
 from device_model.npu import Npu
-from firmware_tools.image import FirmwareImage, all_opcodes, build_image, default_image
+from firmware_tools.image import (
+    FirmwareImage,
+    Limits,
+    all_opcodes,
+    build_image,
+    default_image,
+    dev_private_key,
+    parse_image,
+)
 from uapi import isa
 
 from . import reference as ref
@@ -49,6 +57,9 @@ class Driver:
 
     def r32(self, off: int) -> int:
         return struct.unpack_from("<I", self.bar2, off)[0]
+
+    def r64(self, off: int) -> int:
+        return struct.unpack_from("<Q", self.bar2, off)[0]
 
     def w32(self, off: int, v: int) -> None:
         struct.pack_into("<I", self.bar2, off, v & 0xFFFFFFFF)
@@ -122,7 +133,7 @@ def test_jobs_before_boot_fail_then_boot_and_run(drv: Driver) -> None:
     s = drv.enqueue(NOP_JOB)
     drv.wait_cq(1)
     assert drv.drain() == [Completion(s, -errno.EIO, 0, 0)]
-    assert drv.boot(build_image(default_image())) == 0
+    assert drv.boot(build_image(default_image(), dev_private_key())) == 0
     assert drv.r32(hw.REG_STATUS) == hw.STATUS_READY
     assert drv.r32(hw.REG_FW_VERSION) == default_image().fw_version
     assert drv.irqs[hw.IRQ_CONTROL] == 1
@@ -133,18 +144,64 @@ def test_jobs_before_boot_fail_then_boot_and_run(drv: Driver) -> None:
 
 
 def test_bad_firmware_is_refused(drv: Driver) -> None:
-    image = bytearray(build_image(default_image()))
-    image[-1] ^= 0xFF  # breaks the CRC
+    good = build_image(default_image(), dev_private_key())
+    image = bytearray(good)
+    image[-1] ^= 0xFF  # breaks the signature
     assert drv.boot(bytes(image)) == -errno.ENOEXEC
     assert drv.r32(hw.REG_STATUS) == hw.STATUS_FW_ERROR
+    assert drv.r32(hw.REG_FW_REJECT) == hw.FW_REJECT_SIGNATURE
+    assert drv.r32(hw.REG_FW_VERSION) == 0 and drv.r64(hw.REG_FW_BUILD_ID) == 0
     assert drv.control(hw.CMD_BOOT, 1 << 40, 128) == -errno.EFAULT
+    assert drv.r32(hw.REG_FW_REJECT) == hw.FW_REJECT_UNREADABLE
+    assert drv.control(hw.CMD_BOOT, 0, 0) == -errno.ENOEXEC
+    assert drv.r32(hw.REG_FW_REJECT) == hw.FW_REJECT_SIZE
     assert drv.control(99) == -errno.EINVAL
-    assert drv.boot(build_image(default_image())) == 0
-    assert drv.r32(hw.REG_STATUS) == hw.STATUS_READY
+    assert drv.boot(good) == 0
+    assert drv.r32(hw.REG_STATUS) == hw.STATUS_READY and drv.r32(hw.REG_FW_REJECT) == hw.FW_REJECT_NONE
+    assert drv.r64(hw.REG_FW_BUILD_ID) == parse_image(good).build_id != 0
+
+
+def test_boot_rom_rejects_every_flipped_byte_and_truncation(drv: Driver) -> None:
+    """The device model's verdicts equal the tool's (tests/firmware_tools), and it keeps serving."""
+    from tests.firmware_tools.test_fw_image import SMALL, expected_reason, flipped
+
+    pa = drv.m.allocator.alloc_pages(1)[0]
+
+    def boot_at(image: bytes) -> int:
+        drv.m.memory.view(pa, len(image))[:] = image
+        return drv.control(hw.CMD_BOOT, pa, len(image))
+
+    cases = [(flipped(off), expected_reason(off)) for off in range(len(SMALL))]
+    cases += [
+        (
+            SMALL[:n],
+            hw.FW_REJECT_SIZE if n < hw.FW_HEADER_SIZE + hw.FW_SIGNATURE_SIZE else hw.FW_REJECT_LENGTH,
+        )
+        for n in range(1, len(SMALL))
+    ]
+    for image, reason in cases:
+        assert boot_at(image) == -errno.ENOEXEC
+        assert (drv.r32(hw.REG_STATUS), drv.r32(hw.REG_FW_REJECT)) == (hw.STATUS_FW_ERROR, reason)
+    s = drv.enqueue(NOP_JOB)  # rejected: no firmware runs, the job fails
+    drv.wait_cq(1)
+    assert drv.drain() == [Completion(s, -errno.EIO, 0, 0)]
+    assert boot_at(SMALL) == 0 and drv.r32(hw.REG_STATUS) == hw.STATUS_READY
+    s = drv.enqueue(NOP_JOB)
+    drv.wait_cq(1)
+    assert drv.drain() == [Completion(s, 0, 0, 2)]
+
+
+def test_firmware_limits_are_enforced(drv: Driver) -> None:
+    tight = FirmwareImage(limits=Limits(max_cmd_size=8))
+    assert drv.boot(build_image(tight, dev_private_key())) == 0
+    s = drv.enqueue(NOP_JOB)  # NOP + END: 16 bytes, over the firmware's 8
+    drv.wait_cq(1)
+    assert drv.drain() == [Completion(s, -errno.EIO, 0, 0)]
+    assert "not in (0, 8]" in drv.npu.last_result.error
 
 
 def test_conv2d_job_end_to_end(drv: Driver) -> None:
-    assert drv.boot(build_image(default_image())) == 0
+    assert drv.boot(build_image(default_image(), dev_private_key())) == 0
     rng = np.random.default_rng(5)
     m = drv.m
     inp = rng.integers(0, 256, size=(1, 6, 6, 4), dtype=np.uint8)
@@ -177,7 +234,9 @@ def test_conv2d_job_end_to_end(drv: Driver) -> None:
 
 def test_fault_and_disabled_opcode_completions(drv: Driver) -> None:
     fill = isa.SPEC.by_name("FILL").opcode
-    assert drv.boot(build_image(FirmwareImage(enabled_opcodes=all_opcodes() - {fill}))) == 0
+    assert (
+        drv.boot(build_image(FirmwareImage(enabled_opcodes=all_opcodes() - {fill}), dev_private_key())) == 0
+    )
     dst = drv.m.buffer(16)
     s1 = drv.enqueue(program(tensor(0, "INT8", dst, (4,)), isa.encode("FILL", dst=0, value=1)))
     s2 = drv.enqueue(program(tensor(0, "INT8", 0x2000_0000, (4,)), isa.encode("COPY", src=0, dst=0)))
@@ -186,7 +245,7 @@ def test_fault_and_disabled_opcode_completions(drv: Driver) -> None:
 
 
 def test_coalesced_kicks_drain_whole_queue(drv: Driver) -> None:
-    assert drv.boot(build_image(default_image())) == 0
+    assert drv.boot(build_image(default_image(), dev_private_key())) == 0
     seqnos = [drv.enqueue(NOP_JOB, kick=False) for _ in range(10)]
     for _ in range(5):
         drv.npu.kick(hw.VEC_QUEUE)  # five kicks for ten jobs: each job completes once
@@ -197,7 +256,7 @@ def test_coalesced_kicks_drain_whole_queue(drv: Driver) -> None:
 
 
 def test_full_cq_waits_for_the_driver(drv: Driver) -> None:
-    assert drv.boot(build_image(default_image())) == 0
+    assert drv.boot(build_image(default_image(), dev_private_key())) == 0
     for _ in range(hw.SQ_ENTRIES):
         drv.enqueue(NOP_JOB)
     drv.wait_cq(hw.CQ_ENTRIES)
@@ -210,7 +269,7 @@ def test_full_cq_waits_for_the_driver(drv: Driver) -> None:
 
 
 def test_reset_aborts_a_hung_wait_and_drops_the_queue(drv: Driver) -> None:
-    assert drv.boot(build_image(default_image())) == 0
+    assert drv.boot(build_image(default_image(), dev_private_key())) == 0
     sem = drv.m.buffer(4)
     drv.enqueue(program(tensor(0, "INT32", sem, (1,)), isa.encode("WAIT", sem=0, value=1)))
     drv.enqueue(NOP_JOB)

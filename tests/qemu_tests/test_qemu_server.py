@@ -25,7 +25,7 @@ from device_model import hw_layout as hw
 from device_model.memory import FileMemory
 from device_model.page_tables import AddressSpace, PageAllocator
 from device_model.qemu_server import DEVICE_PEER, GUEST_PEER, DeviceServer
-from firmware_tools.image import build_image, default_image
+from firmware_tools.image import build_image, default_image, dev_private_key
 from uapi.isa import SPEC, encode
 
 RAM_SIZE = 16 << 20
@@ -140,7 +140,7 @@ def test_boot_and_run_a_job_through_doorbells_and_interrupts(served, tmp_path: P
     server, client, _, _ = served
     ram = FileMemory(tmp_path / "ram", RAM_SIZE)  # the guest's view of its RAM
     try:
-        image = build_image(default_image())
+        image = build_image(default_image(), dev_private_key())
         fw_pa = 0x10000
         ram.view(fw_pa, len(image))[:] = image
         assert control(client, hw.CMD_BOOT, fw_pa, len(image)) == 0
