@@ -195,11 +195,15 @@ def _print_say(phase: str, msg: str) -> None:
 
 
 @contextmanager
-def _lock(path: Path) -> Iterator[None]:
+def _lock(path: Path, say: Say) -> Iterator[None]:
     """One builder per cache entry: a second run waits for the first and then finds the kernel built."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("build", f"another run is building this kernel; waiting for it ({path})")
+            fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -248,7 +252,7 @@ def ensure_built(say: Say = _print_say, kernel: DebugKernel | None = None) -> De
             + ", ".join(w for w, _ in missing)
             + f"; fix: apt-get install {' '.join(sorted({p for _, p in missing}))}"
         )
-    with _lock(cache_root() / f"{kernel.name}.lock"):
+    with _lock(cache_root() / f"{kernel.name}.lock", say):
         if kernel.is_built():  # another run built it while this one waited
             return ensure_built(say, kernel)
         _build(kernel, say)

@@ -6,8 +6,11 @@ source tree whose Makefile and merge_config.sh do in a moment what Kbuild's do.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import tarfile
+import threading
+import time
 from io import BytesIO
 from pathlib import Path
 
@@ -320,3 +323,22 @@ def test_a_warning_inside_a_debugobjects_report_is_that_report() -> None:
 [    9.0] WARNING: CPU: 1 PID: 3 at drivers/accel/vnpu/vnpu_job.c:1 vnpu_run+0x1/0x2 [vnpu]
 """
     assert matrix.count_splats(log) == {"debugobjects": 1, "list": 1, "WARN": 1}
+
+
+def test_a_second_run_waits_for_the_first_build(stand_in: debug_kernel.DebugKernel) -> None:
+    lock = debug_kernel.cache_root() / f"{stand_in.name}.lock"
+    lock.parent.mkdir(parents=True)
+    said: list[tuple[str, str]] = []
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the "first run"
+        t = threading.Thread(
+            target=debug_kernel.ensure_built, args=(lambda p, m: said.append((p, m)), stand_in)
+        )
+        t.start()
+        deadline = time.monotonic() + 10
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert said and "waiting" in said[0][1] and not stand_in.is_built()
+        fcntl.flock(held, fcntl.LOCK_UN)
+    t.join(timeout=30)
+    assert stand_in.is_built()
