@@ -1,0 +1,175 @@
+"""Quantized ONNX models through graph_from_onnx and the NPU (shim), exact against onnxruntime.
+
+The op grid is built with onnx.helper and quantized by onnxruntime's quantize_static in QDQ and
+QOperator form, int8 and uint8 activations, per-tensor and per-channel weights; the reference is
+onnxruntime on one thread (QDQ with its QDQ fusion, QOperator with every optimization off).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from libaccel import model as lm
+from libaccel.compiler.onnx_frontend import OnnxModelError, graph_from_onnx
+from tools.convert import make_onnx_models as M
+
+MODELS = Path(__file__).parent / "models"
+ROOT = Path(__file__).resolve().parents[2]
+
+GRID = {
+    "conv": lambda: M.conv_model(),
+    "conv_stride2": lambda: M.conv_model(stride=2, k=3, size=9),
+    "depthwise": lambda: M.conv_model(depthwise=True),
+    "matmul": lambda: M.matmul_model(),
+    "gemm": lambda: M.gemm_model(),
+    "add": lambda: M.binary_model("Add"),
+    "mul": lambda: M.binary_model("Mul"),
+    "maxpool": lambda: M.pool_model("MaxPool"),
+    "avgpool": lambda: M.pool_model("AveragePool"),
+    "global_avgpool": lambda: M.pool_model("GlobalAveragePool"),
+    "concat": lambda: M.concat_model(),
+}
+# ops the NPU runs in each grid model (the rest is onnxruntime on the CPU, reported)
+NPU_OPS = {
+    "conv": {"QLinearConv"},
+    "conv_stride2": {"QLinearConv"},
+    "depthwise": {"QLinearConv"},
+    "matmul": {"QLinearMatMul"},
+    "gemm": {"QGemm"},
+    "maxpool": {"QLinearConv", "MaxPool"},
+}
+
+
+def _check(path: Path, seed: int = 1) -> lm.ModelResult:
+    inputs = lm.random_inputs(lm.input_specs(path), seed)
+    result = lm.run_model(path, inputs, device="shim")
+    want = lm.reference_outputs(path, inputs)
+    for name, w in want.items():
+        assert result.outputs[name].dtype == w.dtype and result.outputs[name].shape == w.shape
+        assert np.array_equal(result.outputs[name].view(np.uint8), w.view(np.uint8)), (
+            f"{path.name}: {name} differs"
+        )
+    return result
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("activations", ["uint8", "int8"])
+@pytest.mark.parametrize("fmt", ["qdq", "qoperator"])
+@pytest.mark.parametrize("name", sorted(GRID))
+def test_op_grid_exact(tmp_path: Path, name: str, fmt: str, activations: str, per_channel: bool) -> None:
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(M.quantize(GRID[name](), fmt, activations, per_channel), path)
+    result = _check(path)
+    on_npu = {p.op for p in result.placement if p.npu}
+    # onnxruntime's QDQ fusion leaves int8 Concat inputs' convolutions in float: they stay on the CPU
+    if not (name == "concat" and fmt == "qdq" and activations == "int8"):
+        assert NPU_OPS.get(name, set()) <= on_npu, result.report()
+    for p in result.placement:
+        assert p.npu or p.reason, p
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in MODELS.glob("*.onnx")))
+def test_networks_exact(fixture: str) -> None:
+    result = _check(MODELS / fixture)
+    assert sum(p.npu for p in result.placement) >= 9, result.report()
+
+
+def test_fixtures_are_regenerated_identically(tmp_path: Path) -> None:
+    """The committed networks are what the generator writes (quantize_static is deterministic)."""
+    M.main([str(tmp_path)])
+    for path in MODELS.glob("*.onnx"):
+        a, b = onnx.load(path), onnx.load(tmp_path / path.name)
+        assert [n.op_type for n in a.graph.node] == [n.op_type for n in b.graph.node]
+        assert {t.name: t.raw_data for t in a.graph.initializer} == {
+            t.name: t.raw_data for t in b.graph.initializer
+        }
+
+
+def test_layout_is_lowered_once() -> None:
+    """NCHW activations are NHWC in the IR and filters are transposed; no node converts layouts."""
+    og = graph_from_onnx(MODELS / "mobilenet_like_qop.onnx")
+    conv = next(n for n in og.graph.nodes if n.op == "CONV_2D")
+    x = og.graph.tensors[conv.inputs[0]]
+    assert x.shape == (1, 32, 32, 3)  # [1, 3, 32, 32] in the file
+    assert og.graph.tensors[conv.inputs[1]].shape == (8, 3, 3, 3)  # [Cout, KH, KW, Cin]
+    assert not any(n.op in ("TRANSPOSE", "ONNX:Transpose") for n in og.graph.nodes)
+
+
+def _accel(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "libaccel.cli", "run", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+
+
+def test_accel_run_compare_and_output(tmp_path: Path) -> None:
+    out = tmp_path / "y.npy"
+    r = _accel(str(MODELS / "resnet_like_qdq.onnx"), "--compare", "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "compare with onnxruntime: equal, 0 differing bytes" in r.stdout
+    assert "NPU0" in r.stdout and "QLinearAdd has no NPU lowering" in r.stdout
+    y = np.load(out)
+    assert y.dtype == np.float32 and y.shape == (1, 10)  # dequantized: the model's output is float
+
+
+def test_accel_run_input_and_json(tmp_path: Path) -> None:
+    x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = _accel(
+        str(MODELS / "mobilenet_like_qop.onnx"), "--input", str(tmp_path / "x.npy"), "--json", "--compare"
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["differing_bytes"] == 0 and doc["partitions"] >= 1
+    assert any(p["npu"] for p in doc["placement"])
+
+
+def _float_model(opset: int = 17, dynamic: bool = False) -> onnx.ModelProto:
+    m = M.conv_model()
+    m.opset_import[0].version = opset
+    if dynamic:
+        m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    return m
+
+
+def test_bad_models_one_line(tmp_path: Path) -> None:
+    cases = {
+        "opset.onnx": (M.quantize(M.conv_model(), "qoperator"), "model opset 11"),
+        "float.onnx": (_float_model(), "float-only model: node 'conv3_node' (Conv) computes in float"),
+    }
+    cases["opset.onnx"][0].opset_import[0].version = 11
+    for name, (model, message) in cases.items():
+        onnx.save(model, tmp_path / name)
+        r = _accel(str(tmp_path / name))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    (tmp_path / "junk.onnx").write_bytes(b"\x08\x01garbage")
+    r = _accel(str(tmp_path / "junk.onnx"))
+    assert r.returncode == 2 and r.stderr.startswith("accel run: ") and r.stderr.count("\n") == 1
+
+
+def test_dynamic_shape_needs_and_takes_shape(tmp_path: Path) -> None:
+    q = M.quantize(M.conv_model(), "qoperator")
+    q.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    path = tmp_path / "dyn.onnx"
+    onnx.save(q, path)
+    with pytest.raises(
+        OnnxModelError, match=r"input 'x' has a dynamic dimension 0 \(N\): fix it with --shape x="
+    ):
+        graph_from_onnx(path)
+    r = _accel(str(path), "--shape", "x=1x8x10x10", "--compare")
+    assert r.returncode == 0 and "0 differing bytes" in r.stdout, r.stderr
+
+
+def test_float_scale_requantization_is_onnxruntimes() -> None:
+    """The device's FLOAT_SCALE: float32(acc) * float32 scale, half to even; the exact real scale is not."""
+    from device_model import numerics as nm
+
+    acc = np.array([[5, 7, 9, -5, -7, 2**25 + 1]], dtype=np.int64)
+    scale = np.array([[0.5]], dtype=np.float32)
+    out = nm.requantize_float_scale(acc, None, scale, 0, -(2**31), 2**31 - 1)
+    assert out.tolist() == [[2, 4, 4, -2, -4, 2**24]]  # ties to even; 2^25+1 rounds to 2^25 in float32
