@@ -7,7 +7,6 @@ onnxruntime on one thread (QDQ with its QDQ fusion, QOperator with every optimiz
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -47,9 +46,9 @@ NPU_OPS = {
 }
 
 
-def _check(path: Path, seed: int = 1) -> lm.ModelResult:
+def _check(path: Path, seed: int = 1, device: str = "shim") -> lm.ModelResult:
     inputs = lm.random_inputs(lm.input_specs(path), seed)
-    result = lm.run_model(path, inputs, device="shim")
+    result = lm.run_model(path, inputs, device=device)
     want = lm.reference_outputs(path, inputs)
     for name, w in want.items():
         assert result.outputs[name].dtype == w.dtype and result.outputs[name].shape == w.shape
@@ -73,12 +72,6 @@ def test_op_grid_exact(tmp_path: Path, name: str, fmt: str, activations: str, pe
         assert NPU_OPS.get(name, set()) <= on_npu, result.report()
     for p in result.placement:
         assert p.npu or p.reason, p
-
-
-@pytest.mark.parametrize("fixture", sorted(p.name for p in MODELS.glob("*.onnx")))
-def test_networks_exact(fixture: str) -> None:
-    result = _check(MODELS / fixture)
-    assert sum(p.npu for p in result.placement) >= 9, result.report()
 
 
 def test_fixtures_are_regenerated_identically(tmp_path: Path) -> None:
@@ -105,28 +98,6 @@ def test_layout_is_lowered_once() -> None:
 def _accel(*args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "libaccel.cli", "run", *args]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-
-
-def test_accel_run_compare_and_output(tmp_path: Path) -> None:
-    out = tmp_path / "y.npy"
-    r = _accel(str(MODELS / "resnet_like_qdq.onnx"), "--compare", "--output", str(out))
-    assert r.returncode == 0, r.stderr
-    assert "compare with onnxruntime: equal, 0 differing bytes" in r.stdout
-    assert "NPU0" in r.stdout and "QLinearAdd has no NPU lowering" in r.stdout
-    y = np.load(out)
-    assert y.dtype == np.float32 and y.shape == (1, 10)  # dequantized: the model's output is float
-
-
-def test_accel_run_input_and_json(tmp_path: Path) -> None:
-    x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    r = _accel(
-        str(MODELS / "mobilenet_like_qop.onnx"), "--input", str(tmp_path / "x.npy"), "--json", "--compare"
-    )
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
-    assert doc["differing_bytes"] == 0 and doc["partitions"] >= 1
-    assert any(p["npu"] for p in doc["placement"])
 
 
 def _float_model(opset: int = 17, dynamic: bool = False) -> onnx.ModelProto:
