@@ -56,6 +56,11 @@ class UsageError(ValueError):
     """A bad option value (reported without a file name)."""
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage block
+        raise UsageError(message)
+
+
 def cmd_asm(args: argparse.Namespace) -> int:
     symbols = _symbols(args.define)
     text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text()
@@ -77,10 +82,8 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="vnpu-asm", description="Assemble and disassemble vnpu command streams."
-    )
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap = _Parser(prog="vnpu-asm", description="Assemble and disassemble vnpu command streams.")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
     a = sub.add_parser("asm", help="assemble source text into a command stream")
     a.add_argument("input", help="source file, or - for stdin")
     a.add_argument("-o", "--output", required=True, help="output binary")
@@ -104,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except UsageError as e:
         print(f"vnpu-asm: {e}", file=sys.stderr)
