@@ -3,8 +3,10 @@
 Assembles a 1x16x16x8 -> 16-channel 3x3 convolution with per-channel
 requantization (TFLite's int8 scheme), runs it on the chosen device (the
 kernel device if one exists, else the in-process shim, saying so), and
-compares the output with an independent reference that implements TFLite's
-documented integer formulas here, in plain numpy. Exit status 1 on mismatch.
+compares the output with a reference convolution written here in plain numpy
+(one matrix product per kernel tap, TFLite's per-channel requantization from
+``uapi.fixed_point``): it shares no code with the device model's GEMM and
+padding paths. Exit status 1 on mismatch.
 
     python -m libaccel.demo [--device PATH|shim] [--seed N]
 """
@@ -12,7 +14,6 @@ documented integer formulas here, in plain numpy. Exit status 1 on mismatch.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -23,53 +24,10 @@ from libaccel import Device, Job, JobBo
 from libaccel.discovery import list_devices
 from libaccel.errors import AccelError
 from uapi import isa
+from uapi.fixed_point import multiply_by_quantized_multiplier, quantize_multiplier
 
 INT8 = isa.SPEC.dtypes["INT8"].code
 INT32 = isa.SPEC.dtypes["INT32"].code
-
-
-# --- TFLite's integer arithmetic (tensorflow/lite/kernels/internal/common.h) -------------
-# Written again here on purpose, not imported from libaccel.compiler.quant or the device model: the
-# demo checks the NPU against a reference that shares no code with what produced the NPU's numbers.
-def saturating_rounding_doubling_high_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a.astype(np.int64)
-    b = np.broadcast_to(np.asarray(b, dtype=np.int64), a.shape)
-    overflow = (a == -(2**31)) & (b == -(2**31))
-    ab = a * b
-    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
-    s = ab + nudge
-    q = np.where(s >= 0, s // (1 << 31), -((-s) // (1 << 31)))  # C division truncates toward zero
-    return np.where(overflow, 2**31 - 1, q)
-
-
-def rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray) -> np.ndarray:
-    exponent = np.broadcast_to(np.asarray(exponent, dtype=np.int64), x.shape)
-    mask = (np.int64(1) << exponent) - 1
-    remainder = x & mask
-    threshold = (mask >> 1) + (x < 0)
-    return (x >> exponent) + (remainder > threshold)
-
-
-def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray) -> np.ndarray:
-    shift = np.asarray(shift, dtype=np.int64)
-    left = np.maximum(shift, 0)
-    right = np.maximum(-shift, 0)
-    return rounding_divide_by_pot(
-        saturating_rounding_doubling_high_mul(x.astype(np.int64) * (np.int64(1) << left), multiplier), right
-    )
-
-
-def quantize_multiplier(real: float) -> tuple[int, int]:
-    """TFLite's QuantizeMultiplier: real = q * 2**(shift - 31), q in [2**30, 2**31)."""
-    if real == 0.0:
-        return 0, 0
-    frac, shift = math.frexp(real)
-    # std::round takes halves away from zero; Python's round() would take them to even.
-    q = int(math.copysign(math.floor(abs(frac) * (1 << 31) + 0.5), frac))
-    if q == 1 << 31:
-        q //= 2
-        shift += 1
-    return q, shift
 
 
 def reference_conv2d(

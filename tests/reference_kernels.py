@@ -1,8 +1,11 @@
 """A slow, independent reference of TFLite's integer kernels, in plain Python ints.
 
 Written from the formulas of TFLite's reference kernels (common.h,
-reference/integer_ops/*.h) with explicit loops, deliberately sharing no
-code with device_model.numerics, so the two can check each other.
+reference/integer_ops/*.h) with explicit loops. It is the tests' one oracle of the
+fixed-point arithmetic, and deliberately shares no code with the product's copy
+(``uapi.fixed_point``, which the device model and the compiler use): scalar ints with
+explicit branches here, vectorised numpy there, so a mistake in one shows up as a
+difference against the other.
 """
 
 from __future__ import annotations

@@ -65,13 +65,14 @@ def prelu_table(x: TensorInfo, alpha: TensorInfo, y: TensorInfo, what: str = "PR
         used = sorted({int(a) - int(alphas[0]) for a in np.asarray(alpha.data).reshape(-1)})
     zx, za, zy = x.quant.zero_point, alpha.quant.zero_point, y.quant.zero_point
     table = np.zeros((256, 256), dtype=np.int64)
+    cols = np.asarray(list(used), dtype=np.int64)
+    alpha_d = alphas.astype(np.int64)[cols] - za
     for i, xv in enumerate(xs):
         v = int(xv) - zx
         if v >= 0:
             table[i, :] = q.multiply_by_quantized_multiplier(v, m1, s1) + zy
         else:
-            for j in used:
-                table[i, j] = q.multiply_by_quantized_multiplier(v * (int(alphas[j]) - za), m2, s2) + zy
+            table[i, cols] = q.multiply_by_quantized_multiplier(v * alpha_d, m2, s2) + zy
     return np.clip(table, lo, hi)
 
 

@@ -486,8 +486,8 @@ def _relu_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
     act_max = hi if bounds[1] is None else min(hi, bound(bounds[1]))
     base = -128 if x.dtype == "int8" else 0
     zi = x.quant.zero_point
-    vals = [q.multiply_by_quantized_multiplier(v - zi, m, shift) + zo for v in range(base, base + 256)]
-    return np.clip(np.array(vals), act_min, act_max)
+    vals = q.multiply_by_quantized_multiplier(np.arange(base, base + 256, dtype=np.int64) - zi, m, shift) + zo
+    return np.clip(vals, act_min, act_max)
 
 
 def _lut_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
@@ -885,6 +885,7 @@ def check_support(graph: Graph, node: OpNode) -> Support:
 from libaccel.compiler import (  # noqa: E402, F401
     argmax,
     binary_tables,
+    lookup,
     matmul,
     movement,
     reduce,

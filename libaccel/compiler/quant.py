@@ -1,5 +1,8 @@
 """TFLite's quantization parameter arithmetic, reproduced exactly (compile time, scalar Python).
 
+The fixed-point primitives and QuantizeMultiplier are the ISA's, in ``uapi.fixed_point``; this
+module holds what the compiler derives from them per op.
+
 Each function names the TFLite code it mirrors (tensorflow/lite/kernels/
 internal/quantization_util.cc, kernels/kernel_util.cc and the ops' Prepare
 functions). Where TFLite computes in ``float`` rather than ``double`` we do
@@ -12,32 +15,18 @@ import math
 
 import numpy as np
 
-INT32_MIN = -(2**31)
-INT32_MAX = 2**31 - 1
-SHIFT_MIN, SHIFT_MAX = -31, 30  # what the ISA's MultiplyByQuantizedMultiplier accepts
+from uapi.fixed_point import (  # noqa: F401  (re-exported: the compiler's names for the ISA's rules)
+    INT32_MAX,
+    INT32_MIN,
+    SHIFT_MAX,
+    SHIFT_MIN,
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    tflite_round,
+)
+
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255), "int32": (INT32_MIN, INT32_MAX)}
 ADD_LEFT_SHIFT = 20  # TFLite's left shift for 8-bit ADD/SUB
-
-
-def tflite_round(x: float) -> int:
-    """std::round: half away from zero (Python's round() is half to even)."""
-    return int(math.floor(abs(x) + 0.5)) * (1 if x >= 0 else -1)
-
-
-def quantize_multiplier(real: float) -> tuple[int, int]:
-    """QuantizeMultiplier: real = M * 2**(shift - 31) with M in [2**30, 2**31), double precision."""
-    if real == 0.0:
-        return 0, 0
-    q, shift = math.frexp(real)
-    q_fixed = tflite_round(q * (1 << 31))
-    if q_fixed == 1 << 31:
-        q_fixed //= 2
-        shift += 1
-    if shift < -31:  # flushed to zero, as TFLite does
-        return 0, 0
-    if shift > 30:
-        shift, q_fixed = 30, (1 << 31) - 1
-    return q_fixed, shift
 
 
 def raw_shift(real: float) -> int:
@@ -81,35 +70,6 @@ def activation_range(act: str, scale: float, zero_point: int, dtype: str) -> tup
     if act == "RELU_N1_TO_1":
         return max(qmin, q(-1.0)), min(qmax, q(1.0))
     raise ValueError(f"unsupported fused activation {act!r}")
-
-
-# --- scalar gemmlowp arithmetic (for tables computed at compile time) ----------------------
-def srdhm(a: int, b: int) -> int:
-    """SaturatingRoundingDoublingHighMul on int32 values."""
-    if a == b == INT32_MIN:
-        return INT32_MAX
-    ab = a * b
-    nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
-    v = ab + nudge
-    return int(v / (1 << 31)) if v >= 0 else -((-v) // (1 << 31))
-
-
-def rounding_divide_by_pot(x: int, e: int) -> int:
-    mask = (1 << e) - 1
-    remainder = x & mask
-    threshold = (mask >> 1) + (1 if x < 0 else 0)
-    return (x >> e) + (1 if remainder > threshold else 0)
-
-
-def wrap32(x: int) -> int:
-    return (x + 2**31) % 2**32 - 2**31
-
-
-def multiply_by_quantized_multiplier(x: int, m: int, shift: int) -> int:
-    """MultiplyByQuantizedMultiplier (TFLite's default double-rounding build)."""
-    left = max(shift, 0)
-    right = max(-shift, 0)
-    return rounding_divide_by_pot(srdhm(wrap32(x * (1 << left)), m), right)
 
 
 # --- softmax (TFLite's quantization_util.cc) -----------------------------------------------------

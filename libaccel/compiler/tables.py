@@ -101,8 +101,9 @@ def requantize_table(
     """QUANTIZE between 8-bit types: ``Requantize`` with QuantizeMultiplier(double(s_in) / double(s_out))."""
     m, shift = q.quantize_multiplier(float(in_scale) / float(out_scale))
     lo, hi = q.QRANGE[out_dtype]
-    vals = [q.multiply_by_quantized_multiplier(v - in_zp, m, shift) + out_zp for v in input_values(in_dtype)]
-    return np.clip(np.array(vals, dtype=np.int64), lo, hi).astype(np.int32)
+    d = np.asarray(list(input_values(in_dtype)), dtype=np.int64) - in_zp
+    vals = q.multiply_by_quantized_multiplier(d, m, shift) + out_zp
+    return np.clip(vals, lo, hi).astype(np.int32)
 
 
 def leaky_relu_multipliers(in_scale: float, out_scale: float, alpha: float) -> tuple[tuple[int, int], ...]:
@@ -120,12 +121,14 @@ def leaky_relu_table(
     zero point and the alpha multiplier below it, then the type's clamp."""
     (mi, si), (ma, sa) = leaky_relu_multipliers(in_scale, out_scale, alpha)
     lo, hi = q.QRANGE[dtype]
-    vals = []
-    for v in input_values(dtype):
-        d = v - in_zp
-        m, s = (mi, si) if d >= 0 else (ma, sa)
-        vals.append(out_zp + q.multiply_by_quantized_multiplier(d, m, s))
-    return np.clip(np.array(vals, dtype=np.int64), lo, hi).astype(np.int32)
+    d = np.asarray(list(input_values(dtype)), dtype=np.int64) - in_zp
+    at_or_above = d >= 0
+    vals = out_zp + np.where(
+        at_or_above,
+        q.multiply_by_quantized_multiplier(np.where(at_or_above, d, 0), mi, si),
+        q.multiply_by_quantized_multiplier(np.where(at_or_above, 0, d), ma, sa),
+    )
+    return np.clip(vals, lo, hi).astype(np.int32)
 
 
 def concat_rescale_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> np.ndarray:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import reference_kernels as ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from device_model import numerics as nm
-
-from . import reference as ref
 
 
 def _expected(acc: np.ndarray, bias, mults, shifts, zp: int, lo: int, hi: int) -> np.ndarray:

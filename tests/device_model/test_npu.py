@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+import reference_kernels as ref
 
 from device_model import hw_layout as hw
 from device_model.npu import Npu
@@ -24,7 +25,6 @@ from firmware_tools.image import (
 )
 from uapi import isa
 
-from . import reference as ref
 from .helpers import Machine, program, tensor
 
 TIMEOUT = 5.0

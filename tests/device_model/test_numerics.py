@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import reference_kernels as ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from device_model import numerics as nm
-
-from . import reference as ref
 
 int32s = st.integers(-(2**31), 2**31 - 1)
 shifts = st.integers(nm.SHIFT_MIN, nm.SHIFT_MAX)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import reference_kernels as ref
 
 from device_model import numerics as nm
 from device_model.command_processor import CommandProcessor, param_digest
 from uapi import isa
 
-from . import reference as ref
 from .helpers import Machine, program, tensor
 
 FLAGS = isa.SPEC.flags
