@@ -231,34 +231,44 @@ static const struct drm_driver vnpu_drm_driver = {
 	.minor = 0,
 };
 
-/* Map the BARs, wait for the device model and read its identity. */
+/*
+ * Map the BARs and check that the NPU is behind them. Every ivshmem-doorbell
+ * function matches the PCI id table; BAR2's size, REG_MAGIC and
+ * REG_DEVICE_ID tell the NPU's from another server's. Until they have,
+ * nothing is written to the device: a refused device gets -ENODEV (which
+ * the driver core does not log) and this function's one line.
+ */
 static int vnpu_hw_init(struct vnpu_device *vdev)
 {
 	struct pci_dev *pdev = vdev->pdev;
-	u32 id;
+	u32 magic, id;
 	int ret;
 
+	if (pci_resource_len(pdev, 2) < VNPU_BAR2_SIZE) {
+		drm_info(&vdev->drm, "not a vnpu NPU: BAR2 is %llu bytes, need %u\n",
+			 (u64)pci_resource_len(pdev, 2), VNPU_BAR2_SIZE);
+		return -ENODEV;
+	}
 	vdev->bar0 = pcim_iomap_region(pdev, 0, VNPU_DRIVER_NAME);
 	if (IS_ERR(vdev->bar0))
 		return PTR_ERR(vdev->bar0);
-	if (pci_resource_len(pdev, 2) < VNPU_BAR2_SIZE) {
-		drm_err(&vdev->drm, "BAR2 is %llu bytes, need %u\n",
-			(u64)pci_resource_len(pdev, 2), VNPU_BAR2_SIZE);
-		return -ENODEV;
-	}
 	vdev->bar2 = pcim_iomap_region(pdev, 2, VNPU_DRIVER_NAME);
 	if (IS_ERR(vdev->bar2))
 		return PTR_ERR(vdev->bar2);
 
 	ret = vnpu_io_wait_magic(vdev, vnpu_probe_timeout_ms);
 	if (ret) {
-		drm_err(&vdev->drm, "no vnpu device model behind this ivshmem device (magic %#x)\n",
-			vnpu_rd32(vdev, VNPU_REG_MAGIC));
+		magic = vnpu_rd32(vdev, VNPU_REG_MAGIC);
+		if (magic)
+			drm_info(&vdev->drm, "not a vnpu NPU: BAR2 magic %#x\n", magic);
+		else
+			drm_err(&vdev->drm, "no vnpu device model behind this ivshmem device (magic 0 after %u ms)\n",
+				vnpu_probe_timeout_ms);
 		return ret;
 	}
 	id = vnpu_rd32(vdev, VNPU_REG_DEVICE_ID);
 	if (id != VNPU_DEVICE_ID) {
-		drm_err(&vdev->drm, "unknown device id %#x\n", id);
+		drm_info(&vdev->drm, "not a vnpu NPU: device id %#x\n", id);
 		return -ENODEV;
 	}
 	vdev->peer = vnpu_rd32(vdev, VNPU_REG_DEVICE_PEER);
@@ -310,13 +320,13 @@ static int vnpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = pcim_enable_device(pdev);
 	if (ret)
 		return ret;
-	/* Without bus mastering QEMU delivers no MSI-X. */
-	pci_set_master(pdev);
-	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(52));
+	ret = vnpu_hw_init(vdev);
 	if (ret)
 		return ret;
 
-	ret = vnpu_hw_init(vdev);
+	/* Ours: it may master the bus now. Without bus mastering QEMU delivers no MSI-X. */
+	pci_set_master(pdev);
+	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(52));
 	if (ret)
 		return ret;
 	ret = vnpu_irq_init(vdev);

@@ -22,16 +22,21 @@
  * @timeout_ms: how long to wait
  *
  * The device model writes MAGIC last when it sets up the shared memory, so
- * every other identification register is valid once it reads back.
+ * every other identification register is valid once it reads back. Its
+ * shared memory starts zeroed and REG_MAGIC holds nothing but zero or MAGIC:
+ * any other value is another ivshmem server's memory, refused at once. Only
+ * reads: nothing is written to a device before it is known to be ours.
  *
- * Return: 0, or -ENODEV if MAGIC did not appear in time.
+ * Return: 0, or -ENODEV if REG_MAGIC holds another value or MAGIC did not
+ * appear in time.
  */
 int vnpu_io_wait_magic(struct vnpu_device *vdev, unsigned int timeout_ms)
 {
 	unsigned long deadline = jiffies + msecs_to_jiffies(timeout_ms);
+	u32 magic;
 
-	while (vnpu_rd32(vdev, VNPU_REG_MAGIC) != VNPU_MAGIC) {
-		if (time_after(jiffies, deadline))
+	while ((magic = vnpu_rd32(vdev, VNPU_REG_MAGIC)) != VNPU_MAGIC) {
+		if (magic || time_after(jiffies, deadline))
 			return -ENODEV;
 		msleep(20);
 	}
