@@ -1,0 +1,180 @@
+"""Signed firmware on vnpu.ko: the booted image's state, reload through debugfs, and rejection.
+
+A tampered image (one signature byte flipped) is served by pointing firmware_class.path at
+a directory holding it: a reload then fails with ENOEXEC and the device's reason in one
+dmesg line, and a probe with it fails the same way; the committed image brings the device back.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kernel_helpers import MODULE, REPO, accel_nodes, dmesg, fill_stream, hang_stream
+
+from firmware_tools.image import DEFAULT_IMAGE_PATH, parse_image
+
+FW_PATH = Path("/sys/module/firmware_class/parameters/path")
+BUILD_ID = parse_image(DEFAULT_IMAGE_PATH.read_bytes()).build_id
+REJECTED_LINE = "firmware vnpu/vnpu_fw.bin rejected by the device: bad signature (reason 7"
+
+
+def debugfs(name: str) -> Path:
+    (path,) = glob.glob(f"/sys/kernel/debug/accel/*/{name}")
+    return Path(path)
+
+
+def fw_state() -> dict[str, str]:
+    lines = debugfs("firmware").read_text().splitlines()
+    return dict(line.split(": ", 1) for line in lines)
+
+
+def reload() -> None:
+    # One unbuffered write: a buffered file would write again when closed after a failure.
+    fd = os.open(debugfs("fw_reload"), os.O_WRONLY)
+    try:
+        os.write(fd, b"1\n")
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def tampered_firmware(tmp_path: Path) -> Iterator[None]:
+    """request_firmware() finds an image with a flipped signature byte until the block ends."""
+    image = bytearray(DEFAULT_IMAGE_PATH.read_bytes())
+    image[-1] ^= 0x01
+    (tmp_path / "vnpu").mkdir()
+    (tmp_path / "vnpu" / "vnpu_fw.bin").write_bytes(bytes(image))
+    saved = FW_PATH.read_text().strip() or str(REPO / "firmware")
+    FW_PATH.write_text(str(tmp_path))
+    try:
+        yield
+    finally:
+        FW_PATH.write_text(saved)
+
+
+def _fill(dev, value: int):  # noqa: ANN001, ANN202
+    from libaccel import Job, JobBo
+
+    out = dev.create_bo(4096)
+    s = fill_stream(out.va, 4096, value)
+    dev.submit(Job(dev.create_bo_with(s, read_only=True), len(s), [JobBo(out, write=True)]))
+    return out
+
+
+def test_booted_firmware_state(dev) -> None:
+    st = fw_state()
+    assert st["state"] == "running" and st["reject_reason"] == "0 (none)"
+    assert int(st["build_id"], 16) == BUILD_ID
+    assert int(st["version"], 16) == parse_image(DEFAULT_IMAGE_PATH.read_bytes()).image.fw_version
+
+
+def test_reload_lets_a_running_job_finish(dev) -> None:
+    from libaccel import Job, JobBo
+
+    reloads = int(fw_state()["reloads"])
+    sem = dev.create_bo(4096)
+    out = dev.create_bo(4096)
+    stream = hang_stream(sem.va, out.va)
+    dev.submit(
+        Job(dev.create_bo_with(stream, read_only=True), len(stream), [JobBo(sem), JobBo(out, write=True)])
+    )
+    queued = _fill(dev, 5)  # behind the WAIT: it runs after the reload
+    errors: list[BaseException] = []
+    t = threading.Thread(target=lambda: _catch(errors, reload))
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive(), "the reload did not wait for the job on the device"
+    sem.array(np.int32, 1)[0] = 1  # release the WAIT: the job finishes, the reload proceeds
+    t.join(timeout=30)
+    assert not t.is_alive() and not errors, errors
+    assert out.wait(timeout=30).status == 0 and out.array(np.int8, 1)[0] == 7
+    assert queued.wait(timeout=30).status == 0 and (queued.array(np.int8, 4096) == 5).all()
+    st = fw_state()
+    assert st["state"] == "running" and int(st["reloads"]) == reloads + 1
+    assert int(st["build_id"], 16) == BUILD_ID
+
+
+def test_reload_cancels_a_job_that_does_not_finish(dev) -> None:
+    from libaccel import Job, JobBo
+
+    sem = dev.create_bo(4096)
+    out = dev.create_bo(4096)
+    stream = hang_stream(sem.va, out.va)
+    dev.submit(
+        Job(dev.create_bo_with(stream, read_only=True), len(stream), [JobBo(sem), JobBo(out, write=True)])
+    )
+    time.sleep(0.2)
+    reload()  # waits for the job timeout, then resets
+    assert out.wait(timeout=30).status == -errno.ECANCELED
+    assert "jobs still running after" in dmesg()
+    assert _fill(dev, 6).wait(timeout=30).status == 0
+
+
+def test_reload_with_a_tampered_image_is_rejected_then_recovers(dev, tmp_path: Path) -> None:
+    with tampered_firmware(tmp_path):
+        with pytest.raises(OSError) as e:
+            reload()
+        assert e.value.errno == errno.ENOEXEC
+    assert REJECTED_LINE in dmesg()
+    st = fw_state()
+    assert (
+        st["state"] == "rejected"
+        and st["reject_reason"] == "7 (bad signature)"
+        and st["build_id"] == "0" * 16
+    )
+    # No firmware runs: jobs fail with -EIO until a good image is booted.
+    assert _fill(dev, 1).wait(timeout=30).status == -errno.EIO
+    reload()
+    assert fw_state()["state"] == "running"
+    out = _fill(dev, 2)
+    assert out.wait(timeout=30).status == 0 and (out.array(np.int8, 4096) == 2).all()
+
+
+def _catch(errors: list[BaseException], fn) -> None:  # noqa: ANN001
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - reported by the test thread
+        errors.append(e)
+
+
+def _wait(cond, timeout: float) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def _sh(*cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(cmd), capture_output=True, text=True, check=False)
+
+
+@pytest.mark.isolated
+def test_probe_with_a_tampered_image_fails_with_one_line(tmp_path: Path) -> None:
+    assert _wait(lambda: _sh("rmmod", "vnpu").returncode == 0, 30), "vnpu is busy"
+    before = len(dmesg().splitlines())
+    try:
+        with tampered_firmware(tmp_path):
+            r = _sh("insmod", str(MODULE))
+            assert r.returncode == 0, r.stderr  # the module loads; the device's probe fails
+            assert not accel_nodes()
+            new = dmesg().splitlines()[before:]
+            ours = [line for line in new if "vnpu" in line and "*ERROR*" in line]
+            assert len(ours) == 1 and REJECTED_LINE in ours[0], new
+            assert _sh("rmmod", "vnpu").returncode == 0
+    finally:
+        if not accel_nodes():
+            _sh("rmmod", "vnpu")  # loaded with a failed probe, if an assertion stopped the test
+            _sh("insmod", str(MODULE))
+    assert _wait(lambda: bool(accel_nodes()), 10), dmesg()[-2000:]
