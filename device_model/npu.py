@@ -33,6 +33,7 @@ import logging
 import os
 import select
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,7 @@ from uapi import isa
 
 from . import hw_layout as hw
 from .command_processor import CommandProcessor, JobResult
+from .faults import FaultInjector
 from .memory import PhysicalAddressError, SystemMemory
 
 if TYPE_CHECKING:
@@ -86,6 +88,7 @@ class Npu:
         self._abort = threading.Event()
         self._stop = threading.Event()
         self._exec_lock = threading.Lock()  # held while one queue entry is being executed
+        self.faults: FaultInjector | None = None  # fault injection (device_model.faults), off by default
 
         # Device-owned state starts from zero; the identification block is
         # filled last with MAGIC so a driver that sees MAGIC sees the rest.
@@ -291,16 +294,32 @@ class Npu:
                 cmd_size = self._r32(entry + hw.SQE_CMD_SIZE)
                 flags = self._r32(entry + hw.SQE_FLAGS)
                 processor = self._processor
+                fault = self.faults.next_job() if self.faults is not None else None
+                if fault == "hang":
+                    self._abort.wait()  # until a reset (or close) takes the queue
+                    return
+                if fault == "kill":
+                    self.faults.kill_device_model()  # type: ignore[union-attr]
+                started = time.perf_counter()
                 if processor is None:
                     result = JobResult(-errno.EIO, 0, 0, "firmware not booted")
                 elif flags:
                     result = JobResult(-errno.EIO, 0, 0, f"submission flags {flags:#x} are not 0")
+                elif fault == "mmu_fault":
+                    result = JobResult(-errno.EFAULT, cmd_va, 0, "injected MMU fault")
                 else:
                     result = processor.run(pt_root, cmd_va, cmd_size, self._abort, self._on_irq_instruction)
+                if fault == "slow" and self.faults is not None:
+                    busy = (self.faults.spec.slow_factor - 1) * (time.perf_counter() - started)
+                    if self._abort.wait(busy):
+                        return
+                elif fault == "bad_status" and self.faults is not None:
+                    status, fault_va = self.faults.bad_status()
+                    result = JobResult(status, fault_va, result.cycles, "injected bad status")
                 self.last_result = result
                 if result.status:
                     log.info("job %d failed: %d %s", seqno, result.status, result.error)
-                if self._abort.is_set() or not self._complete(seqno, result):
+                if self._abort.is_set() or not self._complete(seqno, result, fault):
                     return  # a reset (or close) owns the queue now: no completion
                 self._w32(hw.SQ_HEAD, head + 1)
 
@@ -308,19 +327,28 @@ class Npu:
         self._w32(hw.REG_IRQ_COUNT, self._r32(hw.REG_IRQ_COUNT) + 1)
         self._w32(hw.REG_IRQ_VALUE, value)
 
-    def _complete(self, seqno: int, result: JobResult) -> bool:
-        """Write a completion once the CQ has room; False if aborted while waiting."""
+    def _complete(self, seqno: int, result: JobResult, fault: str | None = None) -> bool:
+        """Write a completion once the CQ has room; False if aborted while waiting.
+
+        ``fault`` "garbage_cq" writes random bytes instead of the entry, "drop_irq" raises no
+        interrupt for it (device_model.faults).
+        """
         tail = self._r32(hw.CQ_TAIL)
         while (tail - self._r32(hw.CQ_HEAD)) & _U32 >= hw.CQ_ENTRIES:
             if self._abort.wait(_CQ_POLL_S):
                 return False
         entry = hw.CQ_BASE + (tail % hw.CQ_ENTRIES) * hw.CQ_ENTRY_SIZE
-        self._w64(entry + hw.CQE_SEQNO, seqno)
-        self._w64(entry + 0x08, 0)  # CQE_STATUS (s32) and its reserved pad
-        self._w32(entry + hw.CQE_STATUS, result.status)
-        self._w64(entry + hw.CQE_FAULT_VA, result.fault_va)
-        self._w64(entry + hw.CQE_CYCLES, result.cycles)
+        if fault == "garbage_cq" and self.faults is not None:
+            for off, word in enumerate(np.frombuffer(self.faults.garbage(hw.CQ_ENTRY_SIZE), "<u8")):
+                self._w64(entry + 8 * off, int(word))
+        else:
+            self._w64(entry + hw.CQE_SEQNO, seqno)
+            self._w64(entry + 0x08, 0)  # CQE_STATUS (s32) and its reserved pad
+            self._w32(entry + hw.CQE_STATUS, result.status)
+            self._w64(entry + hw.CQE_FAULT_VA, result.fault_va)
+            self._w64(entry + hw.CQE_CYCLES, result.cycles)
         self._w32(hw.CQ_TAIL, tail + 1)
         self._w32(hw.REG_JOBS_DONE, self._r32(hw.REG_JOBS_DONE) + 1)
-        self._irq(hw.IRQ_COMPLETION)
+        if fault != "drop_irq":
+            self._irq(hw.IRQ_COMPLETION)
         return True

@@ -186,6 +186,7 @@ class DeviceServer:
 
         self.memory = None
         self.npu = None
+        self.fault_control: Path | None = None  # device_model.faults control file (--fault-control)
 
     def _make_npu(self) -> object:
         from device_model.memory import FileMemory
@@ -218,6 +219,10 @@ class DeviceServer:
     def serve(self, on_ready: Callable[[], None] | None = None) -> int:
         """Bring the NPU up, accept QEMU, then serve doorbells until QEMU disconnects or stop is requested."""
         self.npu = self._make_npu()
+        if self.fault_control is not None and hasattr(self.npu, "faults"):
+            from device_model.faults import FaultInjector
+
+            self.npu.faults = FaultInjector(self.fault_control)
         if on_ready:
             on_ready()
         sel = selectors.DefaultSelector()
@@ -320,6 +325,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Ed25519 public key (PEM) the boot ROM checks firmware signatures with "
         "(default: the development key, firmware/keys/dev-ed25519.pub)",
     )
+    p.add_argument(
+        "--fault-control",
+        type=Path,
+        help="a JSON fault spec file re-read before every job (device_model.faults; docs/reliability.md)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log device model activity to stderr")
     return p
 
@@ -347,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         server = DeviceServer(args.socket, args.ram, ram_size, fw_pubkey=fw_pubkey)
+        server.fault_control = args.fault_control
     except OSError as e:
         print(f"vnpu-device-model: cannot set up: {e}", file=sys.stderr)
         return 1 if e.errno != errno.EADDRINUSE else 3

@@ -158,12 +158,18 @@ def build_module(clock: Clock, kernel: preflight.Kernel) -> Path:
 
 # A guest line that asks the harness to kill the device model (with --allow-kill-request).
 KILL_REQUEST = b"VNPU-KILL-DEVICE-MODEL"
+# The device model's fault-injection control file (device_model.faults), in the results directory
+# the guest shares: the guest writes a spec here, the device model reads it before every job.
+FAULT_CONTROL = "faults.json"
 
 
 class DeviceModelProcess:
     """The ``vnpu-device-model`` server, started before QEMU and stopped after it."""
 
-    def __init__(self, workdir: Path, log_path: Path, verbose: bool = False) -> None:
+    def __init__(
+        self, workdir: Path, log_path: Path, verbose: bool = False, fault_control: Path | None = None
+    ) -> None:
+        self.fault_control = fault_control
         self.socket = workdir / "ivshmem.sock"
         self.ram = Path("/dev/shm") / f"vnpu-ram-{os.getpid()}"
         self.log_path = log_path
@@ -184,6 +190,8 @@ class DeviceModelProcess:
             "--ram-size",
             GUEST_RAM,
         ]
+        if self.fault_control is not None:
+            cmd += ["--fault-control", str(self.fault_control)]
         if self.verbose:
             cmd.append("--verbose")
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
@@ -571,7 +579,9 @@ def run_kernel(
         return Outcome(2, build, release)
 
     workdir = Path(tempfile.mkdtemp(prefix="vnpu-qemu-"))
-    server = DeviceModelProcess(workdir, outdir / "device_model.log", verbose=args.verbose)
+    server = DeviceModelProcess(
+        workdir, outdir / "device_model.log", verbose=args.verbose, fault_control=outdir / FAULT_CONTROL
+    )
     # Always there: probe refuses it at once, and tests/kernel/test_foreign_ivshmem.py checks how.
     foreign = foreign_ivshmem.ForeignIvshmemProcess(workdir)
     try:

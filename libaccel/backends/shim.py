@@ -368,6 +368,9 @@ class ShimDevice:
             job = self.jobs.get(seqno)
             if job is not None:
                 self.last_completion_ns = _now()
+                # Only the statuses the device contract allows reach userspace (as in vnpu.ko).
+                if status not in (0, -errno.EFAULT, -errno.EIO):
+                    status = -errno.EIO
                 self._complete(job, status, fault_va)
         self.w32(hw.CQ_HEAD, self.cq_head)
 
