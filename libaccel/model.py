@@ -71,27 +71,8 @@ class _CpuNode:
     """One ONNX node run alone in onnxruntime (one thread, no graph optimization)."""
 
     def __init__(self, model: Any, node: Any, info: Mapping[str, tuple[str, tuple[int, ...]]]) -> None:
-        import onnx
-        from onnx import helper
-
-        consts = {t.name: t for t in model.graph.initializer}
-        inputs, inits = [], []
-        for name in node.input:
-            if not name:
-                continue
-            if name in consts:
-                inits.append(consts[name])
-            elif name not in [i.name for i in inputs]:
-                dtype, shape = info[name]
-                elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-                inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
-        self.input_names = [i.name for i in inputs]
+        self.session, self.input_names = fe.node_session(model, node, dict(info))
         self.output_names = [o for o in node.output if o]
-        outputs = [onnx.ValueInfoProto(name=o) for o in self.output_names]
-        graph = helper.make_graph([node], "cpu_node", inputs, outputs, inits)
-        m = helper.make_model(graph, opset_imports=list(model.opset_import))
-        m.ir_version = model.ir_version
-        self.session = fe._session(m)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.session.run(self.output_names, feeds)
@@ -113,7 +94,8 @@ class OnnxProgram:
         reasons: dict[int, str] = {}
         for node in graph.nodes:
             if node.op.startswith("ONNX:"):
-                ok, reason = False, f"{node.op[5:]} has no NPU lowering; runs in onnxruntime"
+                why = og.cpu_reasons.get(node.index, f"{node.op[5:]} has no NPU lowering")
+                ok, reason = False, f"{why}; runs in onnxruntime"
             else:
                 s = check_support(graph, node)
                 ok, reason = s.ok, s.reason

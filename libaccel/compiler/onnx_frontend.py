@@ -67,6 +67,7 @@ class OnnxGraph:
     layouts: dict[int, tuple[int, ...]] = field(default_factory=dict)  # IR tensor -> perm from ONNX
     form: str = "qoperator"  # the form the file was in: "qoperator" or "qdq"
     info: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)  # ONNX name -> (dtype, shape)
+    cpu_reasons: dict[int, str] = field(default_factory=dict)  # IR node -> why its lowering was refused
 
     def to_ir(self, index: int, value: np.ndarray) -> np.ndarray:
         """An ONNX-layout value of IR tensor ``index`` in the IR's layout."""
@@ -176,6 +177,33 @@ def _session(model: Any, level: str = "disable", optimized: Path | None = None) 
         raise OnnxModelError(f"onnxruntime rejects the model: {str(e).splitlines()[0]}") from None
 
 
+def node_session(
+    model: Any, node: Any, info: dict[str, tuple[str, tuple[int, ...]]]
+) -> tuple[Any, list[str]]:
+    """A session running ``node`` of ``model`` alone (its constants included), and its input names;
+    ``info`` gives each non-constant input's (dtype, shape)."""
+    import onnx
+    from onnx import helper
+
+    consts = {t.name: t for t in model.graph.initializer}
+    inputs: list[Any] = []
+    inits = []
+    for name in node.input:
+        if not name:
+            continue
+        if name in consts:
+            inits.append(consts[name])
+        elif name not in [i.name for i in inputs]:
+            dtype, shape = info[name]
+            elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+            inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
+    outputs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
+    graph = helper.make_graph([node], "one_node", inputs, outputs, inits)
+    m = helper.make_model(graph, opset_imports=list(model.opset_import))
+    m.ir_version = model.ir_version
+    return _session(m), [i.name for i in inputs]
+
+
 def qoperator_form(model: Any) -> Any:
     """The QOperator form of a QDQ model: onnxruntime's QDQ fusion (ORT_ENABLE_EXTENDED)."""
     import onnx
@@ -242,6 +270,8 @@ class _Reader:
         self.nodes: list[OpNode] = []
         self.onnx_nodes: dict[int, Any] = {}
         self.quant: dict[str, QuantParams] = {}
+        self.cpu_reasons: dict[int, str] = {}
+        self._refused = ""
 
     # --- tensors ---------------------------------------------------------------------------
     def _new(self, name: str, dtype: str, shape: tuple[int, ...], quant: QuantParams | None,
@@ -332,13 +362,33 @@ class _Reader:
         self.add(node, f"ONNX:{node.op_type}", inputs)
 
     def read(self) -> None:
+        from libaccel.compiler.ops import check_support
+
         self.collect_quant()
         for node in self.model.graph.node:
             if node.op_type == "Constant":
                 continue
             reader = getattr(self, f"_read_{node.op_type}", None)
-            if reader is None or not reader(node):
-                self.cpu(node)
+            mark = (len(self.nodes), dict(self.names), dict(self.tensors), dict(self.layouts))
+            reason = ""
+            if reader is not None and reader(node):
+                made = self.nodes[mark[0] :]
+                refused = [r for r in (check_support(self.graph(), n) for n in made) if not r.ok]
+                if not refused:
+                    continue
+                reason = refused[0].reason
+                # a lowering the compiler refuses: the ONNX node runs on the CPU as a whole
+                del self.nodes[mark[0] :]
+                for i in [i for i in self.onnx_nodes if i >= mark[0]]:
+                    del self.onnx_nodes[i]
+                self.names, self.tensors, self.layouts = mark[1], mark[2], mark[3]
+            self.cpu(node)
+            if reason or self._refused:
+                self.cpu_reasons[len(self.nodes) - 1] = reason or self._refused
+            self._refused = ""
+
+    def graph(self) -> Graph:
+        return Graph(self.tensors, self.nodes, (), ())
 
     def _filter(self, node: Any, name: str, scale: str, zp: str | None, axis: int) -> TensorInfo:
         w = self.const_value(node, name, "weight")
@@ -464,6 +514,117 @@ class _Reader:
     _read_Flatten = _reshape  # noqa: N815
     _read_Reshape = _reshape  # noqa: N815
 
+    # --- ops given to the NPU as tables of onnxruntime's own kernel ----------------------------------
+    def _run(self, node: Any, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """``node`` run alone in onnxruntime on ``feeds`` (its first output)."""
+        sess, _ = node_session(self.model, node, {k: (str(v.dtype), v.shape) for k, v in feeds.items()})
+        return np.asarray(sess.run(None, feeds)[0])
+
+    def _byte_io(self, node: Any, names: list[str]) -> str | None:
+        """The common 8-bit type of the named tensors (all activations), else None (with the reason)."""
+        if any(n in self.consts for n in names):
+            self._refused = "a constant operand (not lowered)"
+            return None
+        types = {self.info[n][0] for n in names if n in self.info}
+        if len(types) != 1 or not types <= {"int8", "uint8"} or any(n not in self.info for n in names):
+            return None
+        return types.pop()
+
+    def _table_tensor(self, name: str, dtype: str, table: np.ndarray) -> int:
+        return self._new(name + ":table", dtype, (table.size,), None, np.ascontiguousarray(table.reshape(-1)))
+
+    def _read_binary(self, node: Any) -> bool:
+        """QLinearAdd / QLinearMul as LOOKUP2: onnxruntime's result for every pair of input bytes.
+
+        MLAS computes an element from the two stored bytes alone, but with different arithmetic for a
+        one-element operand (its scalar path folds it into a constant first), so the table is made by
+        the path the model's shapes take: equal shapes, or a one-element operand. Other broadcasts stay
+        on the CPU."""
+        a, b, y = node.input[0], node.input[3], node.output[0]
+        dtype = self._byte_io(node, [a, b, y])
+        if dtype is None:
+            return False
+        shape_a, shape_b = self.info[a][1], self.info[b][1]
+        v = (np.arange(256) + (-128 if dtype == "int8" else 0)).astype(dtype)
+        size_a, size_b = int(np.prod(shape_a)), int(np.prod(shape_b))
+        if size_a == 1:
+            table = np.stack([self._run(node, {a: v[i : i + 1], b: v}) for i in range(256)])
+        elif size_b == 1:
+            table = np.stack([self._run(node, {a: v, b: v[j : j + 1]}) for j in range(256)], axis=1)
+        elif shape_a == shape_b:
+            table = self._run(node, {a: np.repeat(v, 256), b: np.tile(v, 256)}).reshape(256, 256)
+        else:
+            self._refused = (
+                f"broadcast of {list(shape_a)} and {list(shape_b)} (onnxruntime splits it by spans)"
+            )
+            return False
+        table_index = self._table_tensor(y, dtype, table)
+        self.add(node, "LOOKUP2", [self.tensor(a), self.tensor(b), table_index])
+        return True
+
+    _read_QLinearAdd = _read_binary  # noqa: N815
+    _read_QLinearMul = _read_binary  # noqa: N815
+
+    def _read_unary(self, node: Any) -> bool:
+        """QLinearSigmoid / QLinearLeakyRelu as LOOKUP: onnxruntime builds a 256-entry table itself."""
+        x, y = node.input[0], node.output[0]
+        dtype = self._byte_io(node, [x, y])
+        if dtype is None:
+            return False
+        v = (np.arange(256) + (-128 if dtype == "int8" else 0)).astype(dtype)
+        table = self._run(node, {x: v})
+        self.add(node, "LOOKUP", [self.tensor(x), self._table_tensor(y, dtype, table)])
+        return True
+
+    _read_QLinearSigmoid = _read_unary  # noqa: N815
+    _read_QLinearLeakyRelu = _read_unary  # noqa: N815
+
+    def _read_QLinearGlobalAveragePool(self, node: Any) -> bool:  # noqa: N802
+        """MEAN over H, W with onnxruntime's scale (the compiler's MEAN with ``requant`` "float")."""
+        x, y = node.input[0], node.output[0]
+        if (
+            self._byte_io(node, [x, y]) is None
+            or len(self.info[x][1]) != 4
+            or _attrs(node).get("channels_last", 0)
+        ):
+            return False
+        axes = self._new(y + ":axes", "int32", (2,), None, np.array([1, 2], np.int32))
+        self.add(node, "MEAN", [self.tensor(x), axes], {"keep_dims": True, "requant": "float"})
+        return True
+
+    def _read_QLinearConcat(self, node: Any) -> bool:  # noqa: N802
+        """CONCATENATION; an input quantized unlike the output first goes through LOOKUP with the table
+        onnxruntime's kernel uses for it (its concat requantizes each such input by a lookup)."""
+        from onnx import helper
+
+        y = node.output[0]
+        xs = list(node.input[2::3])
+        dtype = self._byte_io(node, [*xs, y])
+        if dtype is None or len(node.input) < 5 or (len(node.input) - 2) % 3:
+            return False
+        rank = len(self.info[y][1])
+        axis = int(_attrs(node).get("axis", 0))
+        axis = axis + rank if axis < 0 else axis
+        ir_axis = NCHW_TO_NHWC.index(axis) if rank == 4 else axis
+        out_q = self.quant.get(y)
+        v = (np.arange(256) + (-128 if dtype == "int8" else 0)).astype(dtype)
+        inputs = []
+        for k in range(2, len(node.input), 3):
+            x = node.input[k]
+            xq = self.qparams(node, node.input[k + 1], node.input[k + 2])
+            index = self.tensor(x)
+            if xq != out_q:
+                ins = [*node.input[:2], *node.input[k : k + 3]]
+                one = helper.make_node("QLinearConcat", ins, [y + ":one"], domain=node.domain, axis=0)
+                table = self._table_tensor(x, dtype, self._run(one, {x: v}))
+                rescaled = self._new(f"{x}:rescaled", dtype, self.tensors[index].shape, out_q, None)
+                self.nodes.append(OpNode(len(self.nodes), "LOOKUP", (index, table), (rescaled,)))
+                self.onnx_nodes[len(self.nodes) - 1] = node
+                index = rescaled
+            inputs.append(index)
+        self.add(node, "CONCATENATION", inputs, {"axis": ir_axis})
+        return True
+
 
 def _get(seq: Any, i: int) -> str | None:
     return seq[i] if i < len(seq) and seq[i] else None
@@ -495,4 +656,6 @@ def graph_from_onnx(
     inputs = tuple(reader.tensor(i.name) for i in m.graph.input if i.name not in reader.consts)
     outputs = tuple(reader.tensor(o.name) for o in m.graph.output)
     graph = Graph(reader.tensors, reader.nodes, inputs, outputs)
-    return OnnxGraph(graph, m, reader.onnx_nodes, reader.names, reader.layouts, form, info)
+    return OnnxGraph(
+        graph, m, reader.onnx_nodes, reader.names, reader.layouts, form, info, reader.cpu_reasons
+    )

@@ -44,12 +44,24 @@ def plan_mean_or_sum(graph: Graph, node: OpNode) -> OpPlan:
         # Measured on both runtimes: their reference SUM reads int8 inputs as uint8 and clamps to
         # [0, 255] before the int8 cast, which no NPU arithmetic reproduces.
         raise Unsupported("int8 SUM: TFLite's reference kernel reads int8 inputs as uint8")
-    # PrepareMeanOrSum: QuantizeMultiplier(double(s_in) / double(s_out)); MEAN folds in 1/count.
-    m, shift = _mult(float(x.quant.scale) / float(y.quant.scale), node.op)
-    if node.op == "MEAN":
-        m, shift = tables.mean_multiplier(m, shift, h * w)
-    if not q.shift_ok(shift):
-        raise Unsupported(f"{node.op} multiplier shift {shift} outside [-31, 30]")
+    float_scale = (node.option("requant") or "fixed") == "float"
+    if float_scale:
+        if node.op != "MEAN":
+            raise Unsupported(f"{node.op} with a float scale")
+        # onnxruntime's QLinearGlobalAveragePool (MLAS, x86): sum(x - zp) * float32(s_in / (s_out * count))
+        # requantized as FLOAT_SCALE does
+        f32 = np.float32
+        scale = f32(x.quant.scale) / (f32(y.quant.scale) * f32(h * w))
+        if not np.isfinite(scale):
+            raise Unsupported("MEAN scale is not finite")
+        m, shift = int(np.array([scale], f32).view(np.int32)[0]), 0
+    else:
+        # PrepareMeanOrSum: QuantizeMultiplier(double(s_in) / double(s_out)); MEAN folds in 1/count.
+        m, shift = _mult(float(x.quant.scale) / float(y.quant.scale), node.op)
+        if node.op == "MEAN":
+            m, shift = tables.mean_multiplier(m, shift, h * w)
+        if not q.shift_ok(shift):
+            raise Unsupported(f"{node.op} multiplier shift {shift} outside [-31, 30]")
     lo, hi = q.QRANGE[y.dtype]
 
     def emit(em: Emitter) -> None:
@@ -69,6 +81,7 @@ def plan_mean_or_sum(graph: Graph, node: OpNode) -> OpPlan:
             shift=shift,
             act_min=lo,
             act_max=hi,
+            float_scale=float_scale,
         )
 
     return OpPlan(emit)

@@ -34,6 +34,9 @@ GRID = {
     "avgpool": lambda: M.pool_model("AveragePool"),
     "global_avgpool": lambda: M.pool_model("GlobalAveragePool"),
     "concat": lambda: M.concat_model(),
+    "add_scalar": lambda: M.binary_model("Add", (1, 8, 6, 6), (1,)),
+    "sigmoid": lambda: M.activation_model("Sigmoid"),
+    "leaky_relu": lambda: M.activation_model("LeakyRelu"),
 }
 # ops the NPU runs in each grid model (the rest is onnxruntime on the CPU, reported)
 NPU_OPS = {
@@ -43,6 +46,13 @@ NPU_OPS = {
     "matmul": {"QLinearMatMul"},
     "gemm": {"QGemm"},
     "maxpool": {"QLinearConv", "MaxPool"},
+    "add": {"QLinearAdd"},
+    "mul": {"QLinearMul"},
+    "global_avgpool": {"QLinearConv", "QLinearGlobalAveragePool"},
+    "concat": {"QLinearConcat"},
+    "add_scalar": {"QLinearAdd"},
+    "sigmoid": {"QLinearSigmoid"},
+    "leaky_relu": {"QLinearLeakyRelu"},
 }
 
 

@@ -4,8 +4,8 @@
     python -m tools.convert.make_onnx_models OUT_DIR     # the committed fixtures (tests/onnx/models)
 
 One-op builders (``conv_model``, ``matmul_model``, ``gemm_model``, ``binary_model``, ``pool_model``,
-``concat_model``) make the op grid; ``mobilenet_like`` and ``resnet_like`` are whole networks
-(NCHW, as exporters write them). Everything is seeded: the same arguments give the same bytes.
+``concat_model``, ``activation_model``) make the op grid; ``mobilenet_like`` and ``resnet_like`` are
+whole networks (NCHW, as exporters write them). Everything is seeded: the same arguments give the same bytes.
 """
 
 from __future__ import annotations
@@ -94,9 +94,22 @@ def gemm_model(m: int = 4, k: int = 32, n: int = 10, seed: int = 0) -> onnx.Mode
     return b.model([("x", [m, k])], [b.node("Gemm", ["x", b.const(w), b.const(bias, "b")], transB=1)])
 
 
-def binary_model(op: str = "Add", shape: tuple[int, ...] = (1, 8, 6, 6), seed: int = 0) -> onnx.ModelProto:
+def binary_model(
+    op: str = "Add",
+    shape: tuple[int, ...] = (1, 8, 6, 6),
+    shape_b: tuple[int, ...] | None = None,
+    seed: int = 0,
+) -> onnx.ModelProto:
     b = _Builder(seed)
-    return b.model([("a", list(shape)), ("b", list(shape))], [b.node(op, ["a", "b"])])
+    return b.model([("a", list(shape)), ("b", list(shape_b or shape))], [b.node(op, ["a", "b"])])
+
+
+def activation_model(op: str = "Sigmoid", c: int = 8, size: int = 6, seed: int = 0) -> onnx.ModelProto:
+    """A 1x1 convolution then ``op`` (Sigmoid, LeakyRelu): quantize_static quantizes the pair."""
+    b = _Builder(seed)
+    y = b.conv("x", c, c, 1, relu=False)
+    attrs = {"alpha": 0.1} if op == "LeakyRelu" else {}
+    return b.model([("x", [1, c, size, size])], [b.node(op, [y], **attrs)])
 
 
 def pool_model(op: str = "MaxPool", c: int = 8, size: int = 8, seed: int = 0) -> onnx.ModelProto:
