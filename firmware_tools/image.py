@@ -460,7 +460,7 @@ def parse_image(
             (pubkey or dev_public_key()).verify(signature, data[:end])
         except InvalidSignature:
             raise FirmwareError(
-                "Ed25519 signature does not verify with the device's public key", hw.FW_REJECT_SIGNATURE
+                "Ed25519 signature does not verify with the trusted public key", hw.FW_REJECT_SIGNATURE
             ) from None
     if isa_version >> 16 != SPEC.version_major:
         raise FirmwareError(
