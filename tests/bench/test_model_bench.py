@@ -43,3 +43,13 @@ def test_bad_arguments_exit_2(capsys) -> None:
         mb.main(["--models", "resnet"])
     assert e.value.code == 2
     assert "unknown model" in capsys.readouterr().err
+
+
+def test_onnx_row() -> None:
+    r = mb.bench_onnx("resnet_like_qop", mb.ONNX_FIXTURES / "resnet_like_qop.onnx", runs=1, threads=1)
+    assert r.differing_bytes == 0 and r.form == "qoperator"
+    assert 0 < r.npu_nodes < r.nodes and r.partitions >= 1
+    assert r.compile_ms > 0 and r.invoke_ms > 0 and r.ort_ms > 0
+    assert "resnet_like_qop" in mb.format_onnx_table([r])
+    with pytest.raises(ValueError, match="no ONNX model"):
+        mb._onnx_models(["nope"])
