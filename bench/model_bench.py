@@ -665,7 +665,9 @@ def mac_array_note() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.model_bench", description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="mobilenet_v1,mobilenet_v2", help="comma list (default: both)")
+    p.add_argument(
+        "--models", default="mobilenet_v1,mobilenet_v2", help="comma list (default: both; '' none)"
+    )
     p.add_argument("--runs", type=int, default=20, help="timed invokes per model (default 20)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: numpy BLAS's)")
@@ -691,7 +693,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     builders = _model_builders()
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in builders]
-    if unknown or not names:
+    if unknown or not (names or args.onnx.strip()):
         p.error(f"unknown model(s) {unknown}; choose from {', '.join(builders)}")
     if args.runs < 1 or threads < 1:
         p.error("--runs and --threads must be positive")
@@ -708,7 +710,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = builders[name]()
         results.append(bench_model(name, model, args.runs, not args.no_check, not args.no_rss, threads))
     onnx_results = [bench_onnx(name, path, args.runs, threads) for name, path in onnx_paths.items()]
-    print(format_table(results))
+    if results:
+        print(format_table(results))
     if onnx_results:
         print()
         print(format_onnx_table(onnx_results))
