@@ -7,6 +7,11 @@ repeat; the time spent in the submit call is reported on its own (the rest
 is the wait: scheduler, device, interrupt, wake-up). Throughput: each of P
 processes queues jobs back to back and waits for the last one.
 
+On the kernel device the table also shows the doorbell floor: vnpu.ko's debugfs
+``doorbell_rtt`` times NOP control commands, which the device model acknowledges from
+its doorbell thread with no work and no thread hand-off, so it is the bare doorbell ->
+device -> MSI-X -> waiter round trip a job's round trip is set against.
+
 Timings on a shared machine move with its load, so the JSON records the
 load average before and after the run (inside a QEMU guest that is the
 guest's own load; the host's must be noted by whoever runs it).
@@ -167,17 +172,47 @@ def throughput(device_name: str, processes: int, jobs_per_process: int) -> Throu
     return ThroughputResult(device_name, processes, total, seconds, total / seconds)
 
 
+@dataclass
+class DoorbellFloor:
+    """The bare doorbell -> device -> MSI-X -> waiter round trip, timed by vnpu.ko (CMD_NOP)."""
+
+    samples: int
+    min_us: float
+    p50_us: float
+    p90_us: float
+    p99_us: float
+
+
+def doorbell_floor() -> DoorbellFloor:
+    """Read vnpu.ko's debugfs ``doorbell_rtt`` (the kernel device only; needs root and debugfs)."""
+    from libaccel import debugfs
+
+    (directory,) = debugfs.device_dirs(None)[:1]
+    r = debugfs.parse((directory / "doorbell_rtt").read_text())
+    assert isinstance(r, dict)
+    us = {k: r[f"{k}_ns"] / 1000 for k in ("min", "p50", "p90", "p99")}
+    return DoorbellFloor(samples=r["samples"], **{f"{k}_us": v for k, v in us.items()})
+
+
 def in_guest() -> bool:
     return os.environ.get("VNPU_GUEST") == "1"
 
 
-def format_table(lat: LatencyResult, tps: list[ThroughputResult]) -> str:
+def format_table(lat: LatencyResult, tps: list[ThroughputResult], floor: DoorbellFloor | None = None) -> str:
     lines = [
         f"backend: {lat.backend}",
         f"{'empty-job round trip':<28}{'p50':>10}{'p90':>10}{'p99':>10}{'mean':>10}{'min':>10}",
         f"{'  (us, ' + str(lat.iterations) + ' jobs)':<28}"
         f"{lat.p50_us:>10.1f}{lat.p90_us:>10.1f}{lat.p99_us:>10.1f}{lat.mean_us:>10.1f}{lat.min_us:>10.1f}",
         f"{'  of which submit call, p50':<28}{lat.submit_p50_us:>10.1f}",
+    ]
+    if floor is not None:
+        lines += [
+            f"{'doorbell floor (us, ' + str(floor.samples) + ')':<28}"
+            f"{floor.p50_us:>10.1f}{floor.p90_us:>10.1f}{floor.p99_us:>10.1f}{'':>10}{floor.min_us:>10.1f}",
+            f"{'  round trip / floor, p50':<28}{lat.p50_us / floor.p50_us:>10.2f}",
+        ]
+    lines += [
         f"{'throughput':<28}{'procs':>10}{'jobs':>10}{'jobs/s':>10}",
     ]
     for t in tps:
@@ -204,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
 
     load_before = os.getloadavg()
     lat = round_trip(device, args.iterations)
+    floor = doorbell_floor() if device == "kernel" else None
     tps = [throughput(device, n, args.jobs) for n in args.processes]
-    print(format_table(lat, tps))
+    print(format_table(lat, tps, floor))
     result = {
         "backend": device,
         "host": platform.node(),
@@ -217,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_avg_before": [round(x, 2) for x in load_before],
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
         "round_trip": asdict(lat),
+        "doorbell_floor": asdict(floor) if floor else None,
         "throughput": [asdict(t) for t in tps],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

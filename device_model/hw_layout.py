@@ -82,6 +82,7 @@ REG_CMD_ARG1 = 0x118  # u64
 
 CMD_BOOT = 1  # ARG0 = guest-physical address of the firmware image, ARG1 = its size
 CMD_RESET = 2  # abort the running job, drop queued ones, clear the queue
+CMD_NOP = 3  # acknowledged at once, from the doorbell's own thread: the bare round-trip floor
 
 # --- Submission queue: the driver produces, the device consumes ------------
 # HEAD and TAIL are free-running u32 counters; entry i is at

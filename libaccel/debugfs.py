@@ -27,6 +27,8 @@ from libaccel.errors import NoDevice, from_errno
 
 DEBUGFS = Path(os.environ.get("VNPU_DEBUGFS", "/sys/kernel/debug"))
 FILES = ("state", "counters", "files")
+# Files that do work when read (doorbell_rtt times 256 device round trips): read on request only.
+MEASUREMENTS = ("doorbell_rtt",)
 _PARAMS = {p.name: p for p in decode.params()}
 _PARAM_ALIASES = {"caps": "capabilities"}  # debugfs names that differ from the GET_PARAM names
 
@@ -106,7 +108,8 @@ def device_dirs(device: str | None) -> list[Path]:
 def read_state(directory: Path, raw: bool = False) -> dict[str, Any]:
     """Every file of the directory, parsed (the driver's three first, in their order)."""
     out: dict[str, Any] = {"path": str(directory)}
-    others = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name not in FILES)
+    skip = (*FILES, *MEASUREMENTS)
+    others = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name not in skip)
     for name in [*FILES, *others]:
         try:
             out[name] = parse((directory / name).read_text(), raw)

@@ -9,12 +9,19 @@
  *           baseline when every file is closed and every job has ended;
  *           *_total, *_done, *_failed... only grow
  * files     one line per open file: context, pid, BOs, bytes, jobs
+ * doorbell_rtt  times VNPU_RTT_SAMPLES NOP control commands: the bare
+ *           doorbell -> device -> MSI-X -> waiter round trip, the floor of
+ *           a job's round trip
  * firmware, fw_reload  firmware state and reload (vnpu_fw.c)
  */
 #include <linux/debugfs.h>
+#include <linux/ktime.h>
+#include <linux/mm.h>
 #include <linux/seq_file.h>
+#include <linux/sort.h>
 
 #include <drm/drm_debugfs.h>
+#include <drm/drm_drv.h>
 #include <drm/drm_file.h>
 
 #include "vnpu_drv.h"
@@ -107,10 +114,56 @@ static int vnpu_debugfs_files(struct seq_file *m, void *data)
 	return 0;
 }
 
+#define VNPU_RTT_SAMPLES	256
+#define VNPU_RTT_TIMEOUT_MS	1000
+
+static int vnpu_cmp_u64(const void *a, const void *b)
+{
+	u64 x = *(const u64 *)a, y = *(const u64 *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int vnpu_debugfs_doorbell_rtt(struct seq_file *m, void *data)
+{
+	struct vnpu_device *vdev = vnpu_debugfs_dev(m);
+	unsigned int i;
+	int idx, ret = 0;
+	u64 *ns;
+
+	if (!drm_dev_enter(&vdev->drm, &idx))
+		return -ENODEV;
+	ns = kvmalloc_array(VNPU_RTT_SAMPLES, sizeof(*ns), GFP_KERNEL);
+	if (!ns) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < VNPU_RTT_SAMPLES; i++) {
+		ktime_t start = ktime_get();
+
+		ret = vnpu_io_command(vdev, VNPU_CMD_NOP, 0, 0, VNPU_RTT_TIMEOUT_MS);
+		if (ret)
+			goto free;
+		ns[i] = ktime_to_ns(ktime_sub(ktime_get(), start));
+	}
+	sort(ns, VNPU_RTT_SAMPLES, sizeof(*ns), vnpu_cmp_u64, NULL);
+	seq_printf(m, "samples: %u\n", VNPU_RTT_SAMPLES);
+	seq_printf(m, "min_ns: %llu\n", ns[0]);
+	seq_printf(m, "p50_ns: %llu\n", ns[VNPU_RTT_SAMPLES / 2]);
+	seq_printf(m, "p90_ns: %llu\n", ns[VNPU_RTT_SAMPLES * 9 / 10]);
+	seq_printf(m, "p99_ns: %llu\n", ns[VNPU_RTT_SAMPLES * 99 / 100]);
+free:
+	kvfree(ns);
+out:
+	drm_dev_exit(idx);
+	return ret;
+}
+
 static const struct drm_debugfs_info vnpu_debugfs_list[] = {
 	{ "state", vnpu_debugfs_state, 0 },
 	{ "counters", vnpu_debugfs_counters, 0 },
 	{ "files", vnpu_debugfs_files, 0 },
+	{ "doorbell_rtt", vnpu_debugfs_doorbell_rtt, 0 },
 };
 
 /**

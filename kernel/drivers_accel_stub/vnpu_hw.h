@@ -87,6 +87,8 @@
 #define VNPU_CMD_BOOT		1
 /* abort the running job, drop queued ones, clear the queue */
 #define VNPU_CMD_RESET		2
+/* acknowledged at once, from the doorbell's own thread: the bare round-trip floor */
+#define VNPU_CMD_NOP		3
 
 /*
  * Submission queue: the driver produces, the device consumes
