@@ -101,12 +101,12 @@ def cmd_list(args: argparse.Namespace) -> int:
             s = device_summary(dev)
         driver = f"{s['driver']} {s['driver_version']}" + (" (in-process shim)" if s["kind"] == SHIM else "")
         fw, isa_v = _param_text(s, "fw_version"), _param_text(s, "isa_version")
-        rows.append([s["device"], slot, driver, fw, isa_v])
+        rows.append([s["device"], slot, driver, fw, _param_text(s, "fw_build_id"), isa_v])
         records.append({**s, "pci_slot": None if slot == "-" else slot, "sys_path": sys_path or None})
     if args.json:
         print(json.dumps(records, indent=2))
     else:
-        print(table(["DEVICE", "PCI", "DRIVER", "FIRMWARE", "ISA"], rows))
+        print(table(["DEVICE", "PCI", "DRIVER", "FIRMWARE", "BUILD ID", "ISA"], rows))
     return EXIT_OK
 
 

@@ -260,6 +260,8 @@ def format_param(param: Param, value: int) -> str:
     layout = version_layout(param.doc)
     if layout is not None:
         return ".".join(str((value >> shift) & ((1 << bits) - 1)) for _, shift, bits in layout)
+    if param.name.endswith("build_id"):
+        return f"{value:016x}"  # a digest prefix: all 16 digits, as vnpu-fw prints it
     if re.search(r"\bin bytes\b|\bbytes\b", param.doc):
         return f"{_human_bytes(value)} ({value:#x})"
     if param.name.endswith("_ms"):

@@ -37,6 +37,7 @@ class DeviceParams:
     capabilities: int
     job_timeout_ms: int
     max_in_syncobjs: int
+    fw_build_id: int
 
     @staticmethod
     def param_number(name: str) -> int:
@@ -51,6 +52,8 @@ class DeviceParams:
                 text = f"{v >> 16}.{v & 0xFFFF}"
             elif f.name == "fw_version":
                 text = f"{v >> 16}.{(v >> 8) & 0xFF}.{v & 0xFF}"
+            elif f.name == "fw_build_id":
+                text = f"{v:016x}"
             elif f.name in ("device_id", "capabilities", "va_size", "max_bo_size"):
                 text = f"{v:#x}"
             else:

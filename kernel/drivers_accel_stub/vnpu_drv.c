@@ -78,8 +78,11 @@ static int vnpu_open(struct drm_device *drm, struct drm_file *file)
 	struct drm_gpu_scheduler *sched = &vdev->sched;
 	struct vnpu_file_priv *fpriv;
 	struct vnpu_ctx *ctx;
-	int ret;
+	int ret, idx;
 
+	/* The scheduler reference below must not race with remove() dropping the device's. */
+	if (!drm_dev_enter(drm, &idx))
+		return -ENODEV;
 	fpriv = kzalloc(sizeof(*fpriv), GFP_KERNEL);
 	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
 	if (!fpriv || !ctx) {
@@ -97,6 +100,7 @@ static int vnpu_open(struct drm_device *drm, struct drm_file *file)
 	if (ret)
 		goto err_vm;
 
+	vnpu_job_sched_get(vdev);
 	kref_init(&ctx->ref);
 	ctx->vdev = vdev;
 	spin_lock_init(&ctx->cmdbuf_lock);
@@ -108,6 +112,7 @@ static int vnpu_open(struct drm_device *drm, struct drm_file *file)
 	file->driver_priv = fpriv;
 	atomic_inc(&vdev->stats.files);
 	atomic_inc(&vdev->stats.contexts);
+	drm_dev_exit(idx);
 	return 0;
 
 err_vm:
@@ -117,6 +122,7 @@ err_ida:
 err_free:
 	kfree(ctx);
 	kfree(fpriv);
+	drm_dev_exit(idx);
 	return ret;
 }
 
@@ -135,6 +141,7 @@ static void vnpu_postclose(struct drm_device *drm, struct drm_file *file)
 	WRITE_ONCE(fpriv->ctx->closed, true);
 	vnpu_job_file_closed(vdev);
 	drm_sched_entity_destroy(&fpriv->entity);
+	vnpu_job_sched_put(vdev);
 	vnpu_ctx_put(fpriv->ctx);
 	kfree(fpriv);
 	atomic_dec(&vdev->stats.files);
@@ -144,9 +151,13 @@ static int vnpu_ioctl_get_param(struct drm_device *drm, void *data, struct drm_f
 {
 	struct vnpu_device *vdev = to_vnpu_device(drm);
 	struct drm_vnpu_get_param *args = data;
+	int idx, ret = 0;
 
 	if (args->pad)
 		return -EINVAL;
+	/* Some values are read from BAR2, which goes with the device. */
+	if (!drm_dev_enter(drm, &idx))
+		return -ENODEV;
 	switch (args->param) {
 	case DRM_VNPU_PARAM_DEVICE_ID:
 		args->value = vnpu_rd32(vdev, VNPU_REG_DEVICE_ID);
@@ -158,7 +169,10 @@ static int vnpu_ioctl_get_param(struct drm_device *drm, void *data, struct drm_f
 		args->value = vnpu_rd32(vdev, VNPU_REG_ISA_VERSION);
 		break;
 	case DRM_VNPU_PARAM_FW_VERSION:
-		args->value = vdev->fw_version;
+		args->value = READ_ONCE(vdev->fw_version);
+		break;
+	case DRM_VNPU_PARAM_FW_BUILD_ID:
+		args->value = READ_ONCE(vdev->fw_build_id);
 		break;
 	case DRM_VNPU_PARAM_VA_SIZE:
 		args->value = 1ULL << vdev->va_bits;
@@ -182,9 +196,10 @@ static int vnpu_ioctl_get_param(struct drm_device *drm, void *data, struct drm_f
 		args->value = VNPU_MAX_IN_SYNCOBJS;
 		break;
 	default:
-		return -EINVAL;
+		ret = -EINVAL;
 	}
-	return 0;
+	drm_dev_exit(idx);
+	return ret;
 }
 
 /*

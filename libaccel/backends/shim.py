@@ -222,6 +222,9 @@ class ShimDevice:
     def r32(self, off: int) -> int:
         return struct.unpack_from("<I", self.bar2, off)[0]
 
+    def r64(self, off: int) -> int:
+        return struct.unpack_from("<Q", self.bar2, off)[0]
+
     def w32(self, off: int, v: int) -> None:
         struct.pack_into("<I", self.bar2, off, v & 0xFFFFFFFF)
 
@@ -314,6 +317,7 @@ class ShimDevice:
             b.DRM_VNPU_PARAM_CAPABILITIES: self.r32(hw.REG_CAPS),
             b.DRM_VNPU_PARAM_JOB_TIMEOUT_MS: self.job_timeout_ms,
             b.DRM_VNPU_PARAM_MAX_IN_SYNCOBJS: MAX_IN_SYNCOBJS,
+            b.DRM_VNPU_PARAM_FW_BUILD_ID: self.r64(hw.REG_FW_BUILD_ID),
         }
         if p not in values:
             raise Errno(errno.EINVAL, f"unknown parameter {p}")

@@ -124,6 +124,13 @@ def test_get_param_every_parameter(device: Device) -> None:
     assert p.job_timeout_ms > 0
 
 
+def test_fw_build_id_names_the_booted_image(device: Device) -> None:
+    from firmware_tools.image import DEFAULT_IMAGE_PATH, parse_image
+
+    # Both backends boot the committed image: its digest's first 8 bytes, big-endian.
+    assert device.params.fw_build_id == parse_image(DEFAULT_IMAGE_PATH.read_bytes()).build_id != 0
+
+
 def test_get_param_unknown_and_pad(device: Device) -> None:
     a = ffi.new("struct drm_vnpu_get_param *")
     a.param = 1000

@@ -63,6 +63,7 @@ def test_param_formats_follow_the_kernel_doc() -> None:
     assert decode.format_param(p["fw_version"], 0x010203) == "1.2.3"
     assert decode.format_param(p["isa_version"], 0x0002_0001) == "2.1"
     assert decode.format_param(p["va_size"], 1 << 30) == "1 GiB (0x40000000)"
+    assert decode.format_param(p["fw_build_id"], 0x71937E46) == "0000000071937e46"
     assert decode.capability_names(0b1 | 1 << 40) == ["READ_ONLY_BO", "0x10000000000"]
     assert decode.version_layout("as (major << 16) | (minor << 8) | patch") == [
         ("major", 16, 16),
@@ -75,8 +76,11 @@ def test_list_shim_is_a_table_and_json(capsys: pytest.CaptureFixture[str]) -> No
     code, out, _ = run(capsys, "list", "--device", "shim")
     assert code == 0
     header, row = out.splitlines()
-    assert header.split() == ["DEVICE", "PCI", "DRIVER", "FIRMWARE", "ISA"]
+    assert header.split() == ["DEVICE", "PCI", "DRIVER", "FIRMWARE", "BUILD", "ID", "ISA"]
     assert row.startswith("shim ") and "(in-process shim)" in row
+    from firmware_tools.image import DEFAULT_IMAGE_PATH, parse_image
+
+    assert f"{parse_image(DEFAULT_IMAGE_PATH.read_bytes()).build_id:016x}" in row.split()
     code, out, _ = run(capsys, "list", "--device", "shim", "--json")
     (record,) = json.loads(out)
     assert record["kind"] == "shim" and record["pci_slot"] is None

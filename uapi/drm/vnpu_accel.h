@@ -64,6 +64,10 @@ extern "C" {
  *	spent waiting for dependencies or behind other jobs does not count.
  * @DRM_VNPU_PARAM_MAX_IN_SYNCOBJS: largest number of in-syncobjs one job
  *	may list (DRM_VNPU_MAX_IN_SYNCOBJS).
+ * @DRM_VNPU_PARAM_FW_BUILD_ID: build id of the running firmware: the first
+ *	8 bytes of the image's SHA-256 digest read big-endian, so its 16 hex
+ *	digits name the exact image (docs/firmware.md); 0 while no firmware
+ *	runs (after the device rejected a reload).
  */
 enum drm_vnpu_param {
 	DRM_VNPU_PARAM_DEVICE_ID = 0,
@@ -77,6 +81,7 @@ enum drm_vnpu_param {
 	DRM_VNPU_PARAM_CAPABILITIES = 8,
 	DRM_VNPU_PARAM_JOB_TIMEOUT_MS = 9,
 	DRM_VNPU_PARAM_MAX_IN_SYNCOBJS = 10,
+	DRM_VNPU_PARAM_FW_BUILD_ID = 11,
 };
 
 /* First device VA handed out; VAs below it are never mapped, so VA 0 faults. */
