@@ -61,9 +61,8 @@ class ModelResult:
         width = max((len(p.op) for p in self.placement), default=0)
         for p in self.placement:
             where = f"NPU{p.partition}" if p.npu else "CPU"
-            lines.append(
-                f"  node {p.node:4d} {p.op:<{width}}  {where:<5}" + (f" ({p.reason})" if p.reason else "")
-            )
+            line = f"  node {p.node:4d} {p.op:<{width}}  {where:<5}" + (f" ({p.reason})" if p.reason else "")
+            lines.append(line.rstrip())
         return "\n".join(lines)
 
 
