@@ -146,8 +146,15 @@ static int vnpu_fw_debugfs_show(struct seq_file *m, void *data)
 {
 	struct drm_debugfs_entry *entry = m->private;
 	struct vnpu_device *vdev = to_vnpu_device(entry->dev);
-	u32 status = vnpu_rd32(vdev, VNPU_REG_STATUS);
-	u32 reason = vnpu_rd32(vdev, VNPU_REG_FW_REJECT);
+	u32 status, reason;
+	int idx;
+
+	/* The registers live in BAR2, which goes with the device. */
+	if (!drm_dev_enter(&vdev->drm, &idx))
+		return -ENODEV;
+	status = vnpu_rd32(vdev, VNPU_REG_STATUS);
+	reason = vnpu_rd32(vdev, VNPU_REG_FW_REJECT);
+	drm_dev_exit(idx);
 
 	seq_printf(m, "state: %s\n", status & VNPU_STATUS_READY ? "running" :
 		   status & VNPU_STATUS_FW_ERROR ? "rejected" : "none");
