@@ -39,6 +39,7 @@ REG_IRQ_COUNT = 0x02C  # u32 IRQ instructions executed
 REG_IRQ_VALUE = 0x030  # u32 value of the last IRQ instruction
 REG_FW_REJECT = 0x034  # u32 FW_REJECT_* reason of the last failed BOOT, 0 after a good one
 REG_FW_BUILD_ID = 0x038  # u64 build id of the booted firmware (digest bytes 0..7, big-endian), else 0
+REG_ABORT_CYCLES = 0x040  # u32 instructions the job the last RESET aborted had started, 0 if none ran
 
 STATUS_READY = 1 << 0  # firmware booted, the queue is served
 STATUS_FW_ERROR = 1 << 1  # the last BOOT failed: the firmware was rejected (REG_FW_REJECT says why)

@@ -94,7 +94,14 @@ class Npu:
         # filled last with MAGIC so a driver that sees MAGIC sees the rest.
         for reg in (hw.REG_FW_VERSION, hw.REG_STATUS, hw.REG_RESET_COUNT, hw.REG_JOBS_DONE):
             self._w32(reg, 0)
-        for reg in (hw.REG_IRQ_COUNT, hw.REG_IRQ_VALUE, hw.REG_CMD_STATUS, hw.SQ_HEAD, hw.CQ_TAIL):
+        for reg in (
+            hw.REG_IRQ_COUNT,
+            hw.REG_IRQ_VALUE,
+            hw.REG_CMD_STATUS,
+            hw.REG_ABORT_CYCLES,
+            hw.SQ_HEAD,
+            hw.CQ_TAIL,
+        ):
             self._w32(reg, 0)
         self._w32(hw.REG_FW_REJECT, hw.FW_REJECT_NONE)
         self._w64(hw.REG_FW_BUILD_ID, 0)
@@ -255,6 +262,7 @@ class Npu:
         return self._r32(hw.REG_FW_REJECT)
 
     def _reset(self) -> int:
+        self._w32(hw.REG_ABORT_CYCLES, 0)  # the execution thread sets it if a job was running
         self._abort.set()  # a running job ends at its next instruction or WAIT poll
         with self._exec_lock:  # ... and the execution thread lets go of the queue
             self._w32(hw.SQ_HEAD, self._r32(hw.SQ_TAIL))
@@ -329,7 +337,11 @@ class Npu:
                 self.last_result = result
                 if result.status:
                     log.info("job %d failed: %d %s", seqno, result.status, result.error)
-                if self._abort.is_set() or not self._complete(seqno, result, fault):
+                if self._abort.is_set():
+                    # Where the aborted job was (a crash dump marks its instruction); no completion.
+                    self._w32(hw.REG_ABORT_CYCLES, result.cycles)
+                    return
+                if not self._complete(seqno, result, fault):
                     return  # a reset (or close) owns the queue now: no completion
                 self._w32(hw.SQ_HEAD, head + 1)
 

@@ -49,6 +49,8 @@
 #define VNPU_REG_FW_REJECT	0x034
 /* u64 build id of the booted firmware (digest bytes 0..7, big-endian), else 0 */
 #define VNPU_REG_FW_BUILD_ID	0x038
+/* u32 instructions the job the last RESET aborted had started, 0 if none ran */
+#define VNPU_REG_ABORT_CYCLES	0x040
 #define VNPU_STATUS_READY	0x1	/* firmware booted, the queue is served */
 /* the last BOOT failed: the firmware was rejected (REG_FW_REJECT says why) */
 #define VNPU_STATUS_FW_ERROR	0x2

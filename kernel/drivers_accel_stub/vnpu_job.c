@@ -53,6 +53,7 @@
 #include <drm/drm_gem.h>
 #include <drm/drm_print.h>
 
+#include "vnpu_coredump.h"
 #include "vnpu_io.h"
 #include "vnpu_job.h"
 
@@ -89,6 +90,8 @@ static void vnpu_job_free(struct vnpu_job *job)
 
 	if (job->initialised)
 		drm_sched_job_cleanup(&job->base);
+	if (job->coredump)
+		vnpu_coredump_emit(job);
 	for (i = 0; i < job->bo_count; i++)
 		if (job->bos[i].bo)
 			drm_gem_object_put(&job->bos[i].bo->base.base);
@@ -186,6 +189,8 @@ static void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, in
 
 	lockdep_assert_held(&vdev->job_lock);
 	list_del_init(&job->node);
+	if (status == -EFAULT || status == -ETIMEDOUT)
+		job->coredump = vnpu_coredump_snapshot(vdev, job, status, fault_va);
 	vnpu_job_stop_clock(job);
 	vnpu_job_head_started(vdev);
 	for (i = 0; i < job->bo_count; i++)

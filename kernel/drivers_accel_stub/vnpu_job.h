@@ -44,6 +44,8 @@ struct vnpu_job_bo {
  * @bos: the BOs listed in the submission
  * @out_syncobj: syncobj to receive the finished fence, or NULL
  * @initialised: drm_sched_job_init() succeeded
+ * @coredump: its state when it failed with -EFAULT or -ETIMEDOUT, dumped
+ *	when it is freed (vnpu_coredump.c), else NULL
  */
 struct vnpu_job {
 	struct drm_sched_job base;
@@ -60,6 +62,7 @@ struct vnpu_job {
 	struct vnpu_job_bo *bos;
 	struct drm_syncobj *out_syncobj;
 	bool initialised;
+	struct vnpu_coredump *coredump;
 };
 
 int vnpu_job_init(struct vnpu_device *vdev);

@@ -280,12 +280,14 @@ def test_reset_aborts_a_hung_wait_and_drops_the_queue(drv: Driver) -> None:
     assert drv.control(hw.CMD_RESET) == 0
     assert time.monotonic() - t0 < 1
     assert drv.r32(hw.REG_RESET_COUNT) == 1
+    assert drv.r32(hw.REG_ABORT_CYCLES) == 2  # the WAIT, the job's second instruction, was running
     assert drv.r32(hw.SQ_HEAD) == drv.r32(hw.SQ_TAIL) == 3
     time.sleep(0.05)
     assert drv.r32(hw.CQ_TAIL) == 0 and drv.irqs[hw.IRQ_COMPLETION] == 0  # no completion for any of them
     s = drv.enqueue(NOP_JOB)  # the device works after the reset
     drv.wait_cq(1)
     assert drv.drain() == [Completion(s, 0, 0, 2)]
+    assert drv.control(hw.CMD_RESET) == 0 and drv.r32(hw.REG_ABORT_CYCLES) == 0  # nothing was running
 
 
 def test_construction_checks_bar2(drv: Driver) -> None:

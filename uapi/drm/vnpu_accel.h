@@ -330,6 +330,119 @@ struct drm_vnpu_submit {
 
 #define DRM_VNPU_MAX_JOBS_PER_SUBMIT	64
 
+/*
+ * Device coredump (devcoredump): on a job timeout or an MMU fault, vnpu.ko
+ * captures the device state and the guilty job with dev_coredumpv(); it
+ * appears as /sys/class/devcoredump/devcdN/data (read it whole; write
+ * anything to it to discard the dump; the kernel drops it after 5 minutes,
+ * and keeps one per device at a time). The data is a struct
+ * drm_vnpu_coredump_header, then header.section_count sections, each a
+ * struct drm_vnpu_coredump_section and its data, padded with zero bytes to
+ * a multiple of 8. A reader skips section types it does not know; a change
+ * that a reader cannot skip bumps DRM_VNPU_COREDUMP_VERSION. `accel
+ * coredump` decodes it (docs/tools.md).
+ */
+#define DRM_VNPU_COREDUMP_MAGIC		0x44434e56	/* "VNCD" */
+#define DRM_VNPU_COREDUMP_VERSION	1
+
+/**
+ * enum drm_vnpu_coredump_type - what a coredump section holds
+ *
+ * @DRM_VNPU_COREDUMP_JOB: one struct drm_vnpu_coredump_job.
+ * @DRM_VNPU_COREDUMP_REGS: struct drm_vnpu_coredump_reg entries: the
+ *	device's BAR2 registers and queue heads and tails (offsets and names
+ *	in docs/hardware.md), read when the job failed.
+ * @DRM_VNPU_COREDUMP_STREAM: the job's command stream, the kernel's copy
+ *	that the device ran, job.cmd_size bytes.
+ * @DRM_VNPU_COREDUMP_BOS: struct drm_vnpu_coredump_bo entries, one per
+ *	BO the job listed, in submission order.
+ */
+enum drm_vnpu_coredump_type {
+	DRM_VNPU_COREDUMP_JOB = 1,
+	DRM_VNPU_COREDUMP_REGS = 2,
+	DRM_VNPU_COREDUMP_STREAM = 3,
+	DRM_VNPU_COREDUMP_BOS = 4,
+};
+
+/**
+ * struct drm_vnpu_coredump_header - start of a vnpu device coredump
+ */
+struct drm_vnpu_coredump_header {
+	/** @magic: DRM_VNPU_COREDUMP_MAGIC. */
+	__u32 magic;
+	/** @version: DRM_VNPU_COREDUMP_VERSION. */
+	__u32 version;
+	/** @header_size: sizeof(struct drm_vnpu_coredump_header); sections follow it. */
+	__u32 header_size;
+	/** @section_count: number of sections. */
+	__u32 section_count;
+	/** @timestamp_ns: CLOCK_REALTIME when the dump was captured. */
+	__u64 timestamp_ns;
+};
+
+/**
+ * struct drm_vnpu_coredump_section - header of one coredump section
+ */
+struct drm_vnpu_coredump_section {
+	/** @type: enum drm_vnpu_coredump_type. */
+	__u32 type;
+	/** @size: bytes of data that follow, before the padding. */
+	__u32 size;
+};
+
+/**
+ * struct drm_vnpu_coredump_job - the guilty job
+ */
+struct drm_vnpu_coredump_job {
+	/** @seqno: the job's device sequence number. */
+	__u64 seqno;
+	/** @fault_va: the faulting device VA when @status is -EFAULT, else 0. */
+	__u64 fault_va;
+	/** @cmd_va: device VA of the stream's copy the device ran. */
+	__u64 cmd_va;
+	/**
+	 * @cycles: instructions the device had started: the failing one is
+	 * instruction @cycles - 1 of the stream (0: none had started).
+	 */
+	__u64 cycles;
+	/** @status: -EFAULT (MMU fault) or -ETIMEDOUT (hang). */
+	__s32 status;
+	/** @context: the submitting file's context id (debugfs files). */
+	__u32 context;
+	/** @pid: the process that opened the file. */
+	__u32 pid;
+	/** @cmd_size: bytes of the stream. */
+	__u32 cmd_size;
+	/** @bo_count: BOs the job listed. */
+	__u32 bo_count;
+	/** @pad: zero. */
+	__u32 pad;
+};
+
+/**
+ * struct drm_vnpu_coredump_reg - one device register
+ */
+struct drm_vnpu_coredump_reg {
+	/** @offset: offset in BAR2. */
+	__u32 offset;
+	/** @value: its value. */
+	__u32 value;
+};
+
+/**
+ * struct drm_vnpu_coredump_bo - one BO of the guilty job
+ */
+struct drm_vnpu_coredump_bo {
+	/** @va: device VA. */
+	__u64 va;
+	/** @size: size in bytes. */
+	__u64 size;
+	/** @job_flags: DRM_VNPU_JOB_BO_* as the job listed it. */
+	__u32 job_flags;
+	/** @bo_flags: DRM_VNPU_BO_* it was created with. */
+	__u32 bo_flags;
+};
+
 #define DRM_IOCTL_VNPU_GET_PARAM	DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_GET_PARAM, struct drm_vnpu_get_param)
 #define DRM_IOCTL_VNPU_BO_CREATE	DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_BO_CREATE, struct drm_vnpu_bo_create)
 #define DRM_IOCTL_VNPU_BO_INFO		DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_BO_INFO, struct drm_vnpu_bo_info)

@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Copyright (c) 2026 The vnpu authors
+ *
+ * Device coredumps of failed jobs, through the kernel's devcoredump
+ * framework (as etnaviv, panfrost and msm do).
+ *
+ * When a job fails with -EFAULT (MMU fault) or -ETIMEDOUT (hang),
+ * vnpu_coredump_snapshot() reads the device's registers and queue
+ * positions and the job's identity and BO list. It runs where the failure
+ * is seen: the completion interrupt, or recovery after the reset, both
+ * under job_lock, so it allocates atomically and copies little. When the
+ * scheduler frees the job, vnpu_coredump_emit() adds the command stream
+ * (the kernel's copy, which the device ran) and hands the dump to
+ * dev_coredumpv(). It allocates as panfrost's dump does from its scheduler
+ * callback: without retrying hard or warning, since the scheduler's queue
+ * must make progress under memory pressure; no memory means no dump.
+ *
+ * The format is the uapi's (struct drm_vnpu_coredump_*, vnpu_accel.h): a
+ * header, then sections of registers, the job, its stream and its BOs.
+ * devcoredump keeps one dump per device until it is read and discarded or
+ * five minutes pass; a later failure meanwhile is not dumped.
+ */
+#include <linux/devcoredump.h>
+#include <linux/slab.h>
+#include <linux/timekeeping.h>
+#include <linux/vmalloc.h>
+
+#include <drm/drm_print.h>
+
+#include "vnpu_coredump.h"
+#include "vnpu_io.h"
+#include "vnpu_job.h"
+
+/* What the dump's register section holds, in this order. */
+static const u32 vnpu_coredump_reg_offsets[] = {
+	VNPU_REG_MAGIC, VNPU_REG_DEVICE_ID, VNPU_REG_REVISION, VNPU_REG_ISA_VERSION,
+	VNPU_REG_FW_VERSION, VNPU_REG_STATUS, VNPU_REG_RESET_COUNT, VNPU_REG_DEVICE_PEER,
+	VNPU_REG_VA_BITS, VNPU_REG_CAPS, VNPU_REG_JOBS_DONE, VNPU_REG_IRQ_COUNT,
+	VNPU_REG_IRQ_VALUE, VNPU_REG_FW_REJECT, VNPU_REG_FW_BUILD_ID, VNPU_REG_FW_BUILD_ID + 4,
+	VNPU_REG_ABORT_CYCLES, VNPU_REG_CMD, VNPU_REG_CMD_SEQ, VNPU_REG_CMD_ACK,
+	VNPU_REG_CMD_STATUS, VNPU_SQ_HEAD, VNPU_SQ_TAIL, VNPU_CQ_HEAD, VNPU_CQ_TAIL,
+};
+
+#define VNPU_COREDUMP_REGS	ARRAY_SIZE(vnpu_coredump_reg_offsets)
+
+/**
+ * struct vnpu_coredump - a failed job's state, until the job is freed
+ * @timestamp_ns: CLOCK_REALTIME of the snapshot
+ * @job: the job's section
+ * @regs: the register section
+ * @bos: the BO section, @job.bo_count entries
+ */
+struct vnpu_coredump {
+	u64 timestamp_ns;
+	struct drm_vnpu_coredump_job job;
+	struct drm_vnpu_coredump_reg regs[VNPU_COREDUMP_REGS];
+	struct drm_vnpu_coredump_bo bos[VNPU_MAX_JOB_BOS];
+};
+
+/*
+ * The instructions the device had started: a fault's completion entry,
+ * which drain_cq has just consumed, says so; a hung job's count is what the
+ * reset that stopped it recorded.
+ */
+static u64 vnpu_coredump_cycles(struct vnpu_device *vdev, struct vnpu_job *job, int status)
+{
+	u32 cqe = VNPU_CQ_BASE + ((vdev->cq_head - 1) % VNPU_CQ_ENTRIES) * VNPU_CQ_ENTRY_SIZE;
+
+	if (status == -ETIMEDOUT)
+		return vnpu_rd32(vdev, VNPU_REG_ABORT_CYCLES);
+	if (vnpu_rd64(vdev, cqe + VNPU_CQE_SEQNO) == job->seqno)
+		return vnpu_rd64(vdev, cqe + VNPU_CQE_CYCLES);
+	return 0;
+}
+
+/**
+ * vnpu_coredump_snapshot() - record a failed job's state for a coredump
+ * @vdev: the device
+ * @job: the job, still holding its command buffer and BOs
+ * @status: the job's status, -EFAULT or -ETIMEDOUT
+ * @fault_va: the faulting VA for -EFAULT
+ *
+ * Called with job_lock held (atomic). The dump is written when the job is
+ * freed (vnpu_coredump_emit()).
+ *
+ * Return: the snapshot, or NULL if there is no memory for it.
+ */
+struct vnpu_coredump *vnpu_coredump_snapshot(struct vnpu_device *vdev, struct vnpu_job *job,
+					     int status, u64 fault_va)
+{
+	struct vnpu_coredump *cd;
+	u32 i;
+
+	lockdep_assert_held(&vdev->job_lock);
+	cd = kzalloc(sizeof(*cd), GFP_ATOMIC | __GFP_NOWARN);
+	if (!cd)
+		return NULL;
+	cd->timestamp_ns = ktime_get_real_ns();
+	for (i = 0; i < VNPU_COREDUMP_REGS; i++) {
+		cd->regs[i].offset = vnpu_coredump_reg_offsets[i];
+		cd->regs[i].value = vnpu_rd32(vdev, vnpu_coredump_reg_offsets[i]);
+	}
+	cd->job.seqno = job->seqno;
+	cd->job.fault_va = status == -EFAULT ? fault_va : 0;
+	cd->job.cmd_va = vnpu_cmdbuf_va(job->cmdbuf);
+	cd->job.cycles = vnpu_coredump_cycles(vdev, job, status);
+	cd->job.status = status;
+	cd->job.context = job->ctx->id;
+	cd->job.pid = job->ctx->pid;
+	cd->job.cmd_size = job->cmd_size;
+	cd->job.bo_count = min(job->bo_count, VNPU_MAX_JOB_BOS);
+	for (i = 0; i < cd->job.bo_count; i++) {
+		struct vnpu_bo *bo = job->bos[i].bo;
+
+		cd->bos[i].va = vnpu_bo_va(bo);
+		cd->bos[i].size = vnpu_bo_size(bo);
+		cd->bos[i].job_flags = job->bos[i].flags;
+		cd->bos[i].bo_flags = bo->flags;
+	}
+	return cd;
+}
+
+static void *vnpu_coredump_section(void *p, u32 type, const void *data, u32 size)
+{
+	struct drm_vnpu_coredump_section *s = p;
+
+	s->type = type;
+	s->size = size;
+	memcpy(s + 1, data, size);
+	return (u8 *)(s + 1) + ALIGN(size, 8);
+}
+
+static size_t vnpu_coredump_section_size(size_t size)
+{
+	return sizeof(struct drm_vnpu_coredump_section) + ALIGN(size, 8);
+}
+
+/**
+ * vnpu_coredump_emit() - write the dump of a job being freed
+ * @job: the job, with its snapshot in @job->coredump and its command
+ *	buffer; process context
+ *
+ * Frees the snapshot.
+ */
+void vnpu_coredump_emit(struct vnpu_job *job)
+{
+	struct vnpu_coredump *cd = job->coredump;
+	struct vnpu_device *vdev = job->vdev;
+	struct drm_vnpu_coredump_header *h;
+	size_t regs = sizeof(cd->regs), bos = cd->job.bo_count * sizeof(cd->bos[0]);
+	size_t size;
+	void *p;
+
+	job->coredump = NULL;
+	size = sizeof(*h) + vnpu_coredump_section_size(sizeof(cd->job)) +
+	       vnpu_coredump_section_size(regs) + vnpu_coredump_section_size(cd->job.cmd_size) +
+	       vnpu_coredump_section_size(bos);
+	/* dev_coredumpv() owns the buffer and vfree()s it; zeroed for the padding. */
+	h = __vmalloc(size, GFP_KERNEL | __GFP_ZERO | __GFP_NOWARN | __GFP_NORETRY);
+	if (!h) {
+		kfree(cd);
+		return;
+	}
+	h->magic = DRM_VNPU_COREDUMP_MAGIC;
+	h->version = DRM_VNPU_COREDUMP_VERSION;
+	h->header_size = sizeof(*h);
+	h->section_count = 4;
+	h->timestamp_ns = cd->timestamp_ns;
+	p = vnpu_coredump_section(h + 1, DRM_VNPU_COREDUMP_JOB, &cd->job, sizeof(cd->job));
+	p = vnpu_coredump_section(p, DRM_VNPU_COREDUMP_REGS, cd->regs, regs);
+	p = vnpu_coredump_section(p, DRM_VNPU_COREDUMP_STREAM, job->cmdbuf->vaddr,
+				  cd->job.cmd_size);
+	vnpu_coredump_section(p, DRM_VNPU_COREDUMP_BOS, cd->bos, bos);
+	dev_coredumpv(&vdev->pdev->dev, h, size, GFP_KERNEL | __GFP_NOWARN | __GFP_NORETRY);
+	drm_info(&vdev->drm, "job %llu of context %u: device coredump captured (%zu bytes)\n",
+		 cd->job.seqno, cd->job.context, size);
+	kfree(cd);
+}
