@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,11 @@ def add_run_command(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("model", type=Path, help="the .onnx or .tflite file")
     p.add_argument("--input", default="random", help="x.npy (the first input) or 'random' (default)")
     p.add_argument("--output", type=Path, help="write the first output here (.npy)")
-    p.add_argument("--device", default="shim", help="node path, 'kernel' or 'shim' (default: shim)")
+    p.add_argument(
+        "--device",
+        default=os.environ.get("VNPU_DEVICE") or "shim",
+        help="node path, 'kernel' or 'shim' (default: $VNPU_DEVICE, else shim)",
+    )
     p.add_argument("--compare", action="store_true", help="differing bytes against the reference runtime")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(

@@ -37,9 +37,8 @@ def test_accel_run_compare_and_output(tmp_path: Path) -> None:
 def test_accel_run_input_and_json(tmp_path: Path) -> None:
     x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    r = _accel(
-        str(MODELS / "mobilenet_like_qop.onnx"), "--input", str(tmp_path / "x.npy"), "--json", "--compare"
-    )
+    model = str(MODELS / "mobilenet_like_qop.onnx")
+    r = _accel(model, "--input", str(tmp_path / "x.npy"), "--json", "--compare", "--device", DEVICE)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["differing_bytes"] == 0 and doc["partitions"] >= 1
