@@ -118,18 +118,31 @@ class OnnxProgram:
         self.compile_ms = 1000 * (time.perf_counter() - t0)
         t0 = time.perf_counter()
         self.partitions = 0
+        # The report is per ONNX node (its position in the model): one ONNX node may be several IR
+        # nodes (a layout TRANSPOSE and a RESHAPE), always all on the NPU or all on the CPU.
+        position = {id(n): k for k, n in enumerate(og.model.graph.node)}
+        reported: set[int] = set()
+
+        def report(i: int, npu: bool, partition: int | None, reason: str = "") -> None:
+            node = og.onnx_nodes[i]
+            if id(node) not in reported:
+                reported.add(id(node))
+                self.placement.append(
+                    Placement(position[id(node)], node.op_type, node.name, npu, partition, reason)
+                )
+
         for run, compiled in zip(runs, compiled_runs, strict=True):
             if compiled is None:
                 index = -1 - run[0]
-                node = og.onnx_nodes[index]
-                self.steps.append(("cpu", (graph.node(index), _CpuNode(og.model, node, info))))
-                self.placement.append(Placement(index, node.op_type, node.name, False, None, reasons[index]))
+                self.steps.append(
+                    ("cpu", (graph.node(index), _CpuNode(og.model, og.onnx_nodes[index], info)))
+                )
+                report(index, False, None, reasons[index])
                 continue
             runner = PartitionRunner(device, compiled)
             self.steps.append(("npu", (runner, compiled)))
             for i in run:
-                node = og.onnx_nodes[i]
-                self.placement.append(Placement(i, node.op_type, node.name, True, self.partitions))
+                report(i, True, self.partitions)
             self.partitions += 1
         self.load_ms = 1000 * (time.perf_counter() - t0)
 

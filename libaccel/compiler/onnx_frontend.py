@@ -49,7 +49,18 @@ _ONNX_DTYPES = {
     10: "float16",
 }
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
-_PASS_THROUGH = ("MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Pad", "Resize")
+_PASS_THROUGH = (
+    "MaxPool",
+    "Flatten",
+    "Reshape",
+    "Transpose",
+    "Squeeze",
+    "Unsqueeze",
+    "Pad",
+    "Resize",
+    "Relu",
+    "Clip",
+)
 
 
 class OnnxModelError(ValueError):
@@ -186,9 +197,14 @@ def node_session(
     """A session running ``node`` of ``model`` alone (its constants included), and its input names;
     ``info`` gives each non-constant input's (dtype, shape)."""
     import onnx
+    import onnx.numpy_helper
     from onnx import helper
 
     consts = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:  # Constant nodes' values become the one-node model's initializers
+        if n.op_type == "Constant" and n.output[0] in node.input and "value" in _attrs(n):
+            value = _attrs(n)["value"]
+            consts[n.output[0]] = onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(value), n.output[0])
     inputs: list[Any] = []
     inits = []
     for name in node.input:
@@ -502,20 +518,118 @@ class _Reader:
         self.add(node, "MAX_POOL_2D", [self.tensor(node.input[0])], options)
         return True
 
-    def _reshape(self, node: Any) -> bool:
+    # --- data movement in ONNX's element order ------------------------------------------------------
+    def _internal(self, like: int, shape: tuple[int, ...], what: str) -> int:
+        """A new IR tensor of ``like``'s type and quantization (no ONNX name: a layout intermediate)."""
+        t = self.tensors[like]
+        return self._new(f"{t.name}:{what}", t.dtype, shape, t.quant, None)
+
+    def _permute(self, src: int, perm: tuple[int, ...], dst: int | None = None) -> int:
+        """``src`` transposed by ``perm`` (into ``dst``, or a new tensor): TRANSPOSE, or a RESHAPE
+        alias when only size-1 dimensions move (the bytes are the same)."""
+        shape = self.tensors[src].shape
+        out_shape = tuple(shape[p] for p in perm)
+        if dst is None:
+            dst = self._internal(src, out_shape, "t")
+        moved = [p for p in perm if shape[p] != 1]
+        if moved == sorted(moved):
+            self.nodes.append(OpNode(len(self.nodes), "RESHAPE", (src,), (dst,)))
+        else:
+            p = self._new(
+                f"{self.tensors[dst].name}:perm", "int32", (len(perm),), None, np.array(perm, np.int32)
+            )
+            self.nodes.append(OpNode(len(self.nodes), "TRANSPOSE", (src, p), (dst,)))
+        return dst
+
+    def _onnx_order(self, name: str) -> int:
+        """IR tensor holding ONNX tensor ``name``'s elements in ONNX's order."""
+        index = self.tensor(name)
+        perm = self.layouts.get(index)
+        return index if perm is None else self._permute(index, tuple(int(p) for p in np.argsort(perm)))
+
+    def _movement(self, node: Any, build: Any) -> bool:
+        """Run ``build()`` (it appends IR nodes) and map them all to ``node``; False if it declines."""
         x = self.info.get(node.input[0])
-        if x is None or x[0] not in ("int8", "uint8"):
+        if x is None or x[0] not in ("int8", "uint8") or node.input[0] in self.consts:
             return False
-        # NCHW -> flat reorders NHWC bytes unless at most one of C and H*W is above 1
-        if len(x[1]) == 4 and x[1][1] > 1 and x[1][2] * x[1][3] > 1:
+        start = len(self.nodes)
+        if not build():
             return False
-        if node.output[0] in self.info and len(self.info[node.output[0]][1]) == 4:
-            return False  # to a 4-D NCHW shape: its NHWC bytes differ
-        self.add(node, "RESHAPE", [self.tensor(node.input[0])])
+        for i in range(start, len(self.nodes)):
+            self.onnx_nodes[i] = node
         return True
+
+    def _to_output(self, src: int, name: str) -> None:
+        """Write ONNX-ordered ``src`` into ONNX output ``name`` (its IR layout)."""
+        dst = self.tensor(name)
+        perm = self.layouts.get(dst)
+        if perm is None:
+            self.nodes.append(OpNode(len(self.nodes), "RESHAPE", (src,), (dst,)))
+            return
+        onnx_shape = self.info[name][1]
+        if self.tensors[src].shape != tuple(onnx_shape):
+            tmp = self._internal(src, tuple(onnx_shape), "r")
+            self.nodes.append(OpNode(len(self.nodes), "RESHAPE", (src,), (tmp,)))
+            src = tmp
+        self._permute(src, perm, dst)
+
+    def _reshape(self, node: Any) -> bool:
+        """Flatten / Reshape: ONNX's element order, so a 4-D NHWC tensor is transposed back first
+        (a no-op alias when its C or H*W is 1, as after a global pool)."""
+        return self._movement(
+            node, lambda: self._to_output(self._onnx_order(node.input[0]), node.output[0]) or True
+        )
 
     _read_Flatten = _reshape  # noqa: N815
     _read_Reshape = _reshape  # noqa: N815
+    _read_Squeeze = _reshape  # noqa: N815
+    _read_Unsqueeze = _reshape  # noqa: N815
+
+    def _read_Transpose(self, node: Any) -> bool:  # noqa: N802
+        """One TRANSPOSE from the input's IR layout to the output's (the layout perms folded in)."""
+        x, y = node.input[0], node.output[0]
+        rank = len(self.info.get(x, ("", ()))[1])
+        t = [int(p) for p in _attrs(node).get("perm", list(range(rank))[::-1])]
+
+        def build() -> bool:
+            src, dst = self.tensor(x), self.tensor(y)
+            inv_in = np.argsort(self.layouts.get(src, tuple(range(rank))))
+            out_perm = self.layouts.get(dst, tuple(range(rank)))
+            self._permute(src, tuple(int(inv_in[t[out_perm[i]]]) for i in range(rank)), dst)
+            return True
+
+        return self._movement(node, build)
+
+    def _read_Pad(self, node: Any) -> bool:  # noqa: N802
+        """PADV2 with ONNX's constant (default 0, used as stored), pads renumbered to the IR layout."""
+        attrs = _attrs(node)
+        mode = attrs.get("mode", b"constant")
+        if mode not in (b"constant", "constant") or len(node.input) < 2 or node.input[1] not in self.consts:
+            return False
+        if len(node.input) > 3 and node.input[3]:
+            return False  # axes: not read
+        x, y = node.input[0], node.output[0]
+        rank = len(self.info.get(x, ("", ()))[1])
+        pads = (
+            np.asarray(self.consts[node.input[1]], dtype=np.int64).reshape(2, rank).T
+        )  # [rank, (begin, end)]
+        value = 0
+        if len(node.input) > 2 and node.input[2]:
+            if node.input[2] not in self.consts:
+                return False
+            value = int(np.asarray(self.consts[node.input[2]]).reshape(-1)[0])
+
+        def build() -> bool:
+            src, dst = self.tensor(x), self.tensor(y)
+            perm = self.layouts.get(src, tuple(range(rank)))
+            ir_pads = np.array([pads[p] for p in perm], dtype=np.int32)
+            p = self._new(f"{y}:pads", "int32", ir_pads.shape, None, ir_pads)
+            t = self.tensors[dst]
+            v = self._new(f"{y}:value", t.dtype, (), t.quant, np.array(value, dtype=t.dtype))
+            self.nodes.append(OpNode(len(self.nodes), "PADV2", (src, p, v), (dst,)))
+            return True
+
+        return self._movement(node, build)
 
     # --- ops given to the NPU as tables of onnxruntime's own kernel ----------------------------------
     def _run(self, node: Any, feeds: dict[str, np.ndarray]) -> np.ndarray:
@@ -581,6 +695,8 @@ class _Reader:
 
     _read_QLinearSigmoid = _read_unary  # noqa: N815
     _read_QLinearLeakyRelu = _read_unary  # noqa: N815
+    _read_Relu = _read_unary  # noqa: N815  (8-bit Relu and Clip compare stored values)
+    _read_Clip = _read_unary  # noqa: N815
 
     def _read_QLinearGlobalAveragePool(self, node: Any) -> bool:  # noqa: N802
         """MEAN over H, W with onnxruntime's scale (the compiler's MEAN with ``requant`` "float")."""

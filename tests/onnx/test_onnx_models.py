@@ -37,6 +37,9 @@ GRID = {
     "add_scalar": lambda: M.binary_model("Add", (1, 8, 6, 6), (1,)),
     "sigmoid": lambda: M.activation_model("Sigmoid"),
     "leaky_relu": lambda: M.activation_model("LeakyRelu"),
+    "transpose": lambda: M.layout_model("Transpose"),
+    "pad": lambda: M.layout_model("Pad"),
+    "flatten": lambda: M.layout_model("Flatten"),
 }
 # ops the NPU runs in each grid model (the rest is onnxruntime on the CPU, reported)
 NPU_OPS = {
@@ -53,6 +56,9 @@ NPU_OPS = {
     "add_scalar": {"QLinearAdd"},
     "sigmoid": {"QLinearSigmoid"},
     "leaky_relu": {"QLinearLeakyRelu"},
+    "transpose": {"Transpose"},
+    "pad": {"QLinearConv"},  # onnxruntime keeps a QDQ Pad in float; the QOperator Pad is on the NPU
+    "flatten": {"Flatten", "QLinearMatMul"},  # NHWC -> NCHW order first: a TRANSPOSE, then the alias
 }
 
 
@@ -154,3 +160,35 @@ def test_float_scale_requantization_is_onnxruntimes() -> None:
     scale = np.array([[0.5]], dtype=np.float32)
     out = nm.requantize_float_scale(acc, None, scale, 0, -(2**31), 2**31 - 1)
     assert out.tolist() == [[2, 4, 4, -2, -4, 2**24]]  # ties to even; 2^25+1 rounds to 2^25 in float32
+
+
+def test_qoperator_pad_clip_on_npu(tmp_path: Path) -> None:
+    """A hand-written QOperator graph: uint8 Pad with a constant and Clip on stored values."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [
+        numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+        numpy_helper.from_array(np.array(128, np.uint8), "z"),
+        numpy_helper.from_array(np.array([0, 0, 1, 0, 0, 0, 0, 2], np.int64), "pads"),
+        numpy_helper.from_array(np.array(7, np.uint8), "pad_value"),
+        numpy_helper.from_array(np.array(100, np.uint8), "lo"),
+        numpy_helper.from_array(np.array(200, np.uint8), "hi"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+        helper.make_node("Pad", ["q", "pads", "pad_value"], ["p"], mode="constant"),
+        helper.make_node("Clip", ["p", "lo", "hi"], ["c"]),
+        helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 5])],
+        [helper.make_tensor_value_info("t", TensorProto.UINT8, None)], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "pad_clip.onnx"
+    onnx.save(model, path)
+    result = _check(path)
+    assert [(p.op, p.npu) for p in result.placement] == [
+        ("QuantizeLinear", False), ("Pad", True), ("Clip", True), ("Transpose", True),
+    ]  # fmt: skip
+    assert result.outputs["t"].shape == (1, 5, 7, 3)

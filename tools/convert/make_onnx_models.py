@@ -4,8 +4,9 @@
     python -m tools.convert.make_onnx_models OUT_DIR     # the committed fixtures (tests/onnx/models)
 
 One-op builders (``conv_model``, ``matmul_model``, ``gemm_model``, ``binary_model``, ``pool_model``,
-``concat_model``, ``activation_model``) make the op grid; ``mobilenet_like`` and ``resnet_like`` are
-whole networks (NCHW, as exporters write them). Everything is seeded: the same arguments give the same bytes.
+``concat_model``, ``activation_model``, ``layout_model``) make the op grid; ``mobilenet_like`` and
+``resnet_like`` are whole networks (NCHW, as exporters write them). Everything is seeded: the same
+arguments give the same bytes.
 """
 
 from __future__ import annotations
@@ -127,6 +128,29 @@ def concat_model(c: int = 8, size: int = 6, seed: int = 0) -> onnx.ModelProto:
     y1 = b.conv("x", c, c, 1, relu=False)
     y2 = b.conv("x", c, 2 * c, 3, relu=True)
     return b.model([("x", [1, c, size, size])], [b.node("Concat", [y1, y2], axis=1)])
+
+
+def layout_model(op: str = "Transpose", c: int = 8, size: int = 6, seed: int = 0) -> onnx.ModelProto:
+    """conv -> ``op`` -> (conv or MatMul): Transpose (H and W swapped), Pad, Flatten (a 4-D tensor
+    with H*W > 1, then MatMul), Clip (0..6) or Relu between two quantized layers."""
+    b = _Builder(seed)
+    y = b.conv("x", c, c, 1, relu=False)
+    if op == "Transpose":
+        y = b.node("Transpose", [y], perm=[0, 1, 3, 2])
+    elif op == "Pad":
+        pads = b.const(np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "pads")
+        y = b.node("Pad", [y, pads], mode="constant")
+    elif op == "Clip":
+        y = b.node(
+            "Clip", [y, b.const(np.array(0, np.float32), "lo"), b.const(np.array(6, np.float32), "hi")]
+        )
+    elif op == "Relu":
+        y = b.node("Relu", [y])
+    if op == "Flatten":
+        y = b.node("Flatten", [y], axis=1)
+        w = b.rng.normal(0, 0.1, size=(c * size * size, 10)).astype(np.float32)
+        return b.model([("x", [1, c, size, size])], [b.node("MatMul", [y, b.const(w)])])
+    return b.model([("x", [1, c, size, size])], [b.conv(y, c, c, 3, relu=False)])
 
 
 # --- networks --------------------------------------------------------------------------------------
