@@ -193,16 +193,16 @@ def load_onnx(path: str | Path | bytes, shapes: dict[str, tuple[int, ...]] | Non
 
 
 def input_specs(
-    path: str | Path, shapes: dict[str, tuple[int, ...]] | None = None
+    model: str | Path | fe.OnnxGraph, shapes: dict[str, tuple[int, ...]] | None = None
 ) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
-    """(name, dtype, shape) of each model input, in the file's layout."""
-    if str(path).endswith(".tflite"):
-        interp = _tflite_interpreter(Path(path).read_bytes(), [])
+    """(name, dtype, shape) of each model input, in the file's layout (a path, or a read ONNX graph)."""
+    if isinstance(model, (str, Path)) and str(model).endswith(".tflite"):
+        interp = _tflite_interpreter(Path(model).read_bytes(), [])
         return [
             (d["name"], np.dtype(d["dtype"]), tuple(int(s) for s in d["shape"]))
             for d in interp.get_input_details()
         ]
-    og = fe.graph_from_onnx(path, shapes)
+    og = model if isinstance(model, fe.OnnxGraph) else fe.graph_from_onnx(model, shapes)
     out = []
     for index in og.graph.inputs:
         t = og.graph.tensors[index]
@@ -274,20 +274,24 @@ def run_model(
     device: str = "shim",
     shapes: dict[str, tuple[int, ...]] | None = None,
     seed: int = 0,
+    graph: fe.OnnxGraph | None = None,
 ) -> ModelResult:
     """Run the model at ``path`` (.onnx or .tflite) on ``device`` ("shim", "kernel" or a node).
 
-    ``inputs`` maps input names to arrays in the file's layout (None: seeded random inputs). Raises
+    ``inputs`` maps input names to arrays in the file's layout (None: seeded random inputs);
+    ``graph`` is the ONNX model already read (``load_onnx``), to read it once. Raises
     :class:`OnnxModelError` for a model that cannot be read (one line naming the node and reason).
     """
     path = Path(path)
-    if inputs is None:
-        inputs = random_inputs(input_specs(path, shapes), seed)
     if path.suffix == ".tflite":
+        if inputs is None:
+            inputs = random_inputs(input_specs(path), seed)
         return _run_tflite(path, inputs, device)
     from libaccel import Device
 
-    og = fe.graph_from_onnx(path, shapes)
+    og = graph if graph is not None else fe.graph_from_onnx(path, shapes)
+    if inputs is None:
+        inputs = random_inputs(input_specs(og), seed)
     with Device.open(device) as dev:
         program = OnnxProgram(og, dev)
         try:

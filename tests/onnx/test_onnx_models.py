@@ -116,6 +116,17 @@ def _accel(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
 
 
+def test_accel_run_text_report() -> None:
+    r = _accel(str(MODELS / "resnet_like_qop.onnx"), "--compare")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1] == "placement: 12 of 14 nodes on the NPU, 2 on the CPU, 1 NPU partition(s)"
+    assert "QuantizeLinear has no NPU lowering" in r.stdout  # float -> int8 at the edge: the CPU's
+    assert [line.split()[3] for line in lines if "QLinearAdd" in line] == ["NPU0", "NPU0"]
+    assert lines[-1] == "compare with onnxruntime: equal, 0 differing bytes"
+    assert all(line == line.rstrip() for line in lines)
+
+
 def _float_model(opset: int = 17, dynamic: bool = False) -> onnx.ModelProto:
     m = M.conv_model()
     m.opset_import[0].version = opset
