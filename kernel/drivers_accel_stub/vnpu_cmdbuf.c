@@ -13,8 +13,9 @@
  * writes to its command BO after SUBMIT.
  *
  * A command buffer is one page (most streams fit) or vmalloc() memory,
- * mapped at a VA of the submitting file's address space, followed by an unmapped guard page like every BO;
- * the device reaches it through the job's page tables as it reaches BOs.
+ * mapped at a VA of the submitting file's address space, followed by an
+ * unmapped guard page like every BO; the device reaches it through the
+ * job's page tables as it reaches BOs.
  * When its job is freed the buffer goes to a small per-file pool, so a file
  * that submits jobs of similar size again (a model's partitions on every
  * invoke) reuses mappings instead of allocating and mapping pages on every

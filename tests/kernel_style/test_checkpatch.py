@@ -33,17 +33,50 @@ def _checkpatch() -> Path:
     return script
 
 
+# What Kbuild leaves next to the sources (.gitignore): not sources.
+BUILD_PRODUCTS = ("*.o", "*.ko", "*.mod", "*.mod.c", "*.cmd", "*.o.d", "Module.symvers", "modules.order")
+UAPI_HEADERS = [ROOT / "uapi" / "drm" / "vnpu_accel.h", ROOT / "uapi" / "drm" / "vnpu_isa.h"]
+
+
+def _kernel_files() -> list[Path]:
+    """Every file of the driver's directory that is not a build product or hidden."""
+    return sorted(
+        f
+        for f in KERNEL_DIR.iterdir()
+        if f.is_file() and not f.name.startswith(".") and not any(f.match(p) for p in BUILD_PRODUCTS)
+    )
+
+
 def _sources() -> list[Path]:
-    files = sorted(KERNEL_DIR.glob("*.[ch]"))
-    files = [f for f in files if not f.name.endswith(".mod.c")]
-    return files + [ROOT / "uapi" / "drm" / "vnpu_accel.h", ROOT / "uapi" / "drm" / "vnpu_isa.h"]
+    return _kernel_files() + UAPI_HEADERS
+
+
+def test_kernel_sources_exist() -> None:
+    names = {f.name for f in _kernel_files()}
+    assert {"vnpu_drv.c", "Kbuild", "Kconfig", "Makefile"} <= names
+
+
+def _checkpatch_args(source: Path, tmp_path: Path) -> tuple[list[str], Path]:
+    """checkpatch's command line and directory for ``source``.
+
+    The uapi headers are checked where the kernel installs them, as include/uapi/drm/NAME:
+    checkpatch knows that userspace headers cannot use the kernel's BIT() macros.
+    """
+    if source in UAPI_HEADERS:
+        dest = tmp_path / "include" / "uapi" / "drm" / source.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, dest)
+        return [str(dest.relative_to(tmp_path))], tmp_path
+    return [str(source.relative_to(ROOT))], ROOT
 
 
 @pytest.mark.parametrize("source", _sources(), ids=lambda p: p.name)
-def test_checkpatch_clean(source: Path) -> None:
+def test_checkpatch_strict_clean(source: Path, tmp_path: Path) -> None:
+    files, cwd = _checkpatch_args(source, tmp_path)
     proc = subprocess.run(
-        ["perl", str(_checkpatch()), "--no-tree", "--quiet", "--show-types", "-f", str(source)],
+        ["perl", str(_checkpatch()), "--no-tree", "--strict", "--quiet", "--show-types", "-f", *files],
         capture_output=True,
         text=True,
+        cwd=cwd,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr

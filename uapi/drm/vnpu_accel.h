@@ -443,11 +443,16 @@ struct drm_vnpu_coredump_bo {
 	__u32 bo_flags;
 };
 
-#define DRM_IOCTL_VNPU_GET_PARAM	DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_GET_PARAM, struct drm_vnpu_get_param)
-#define DRM_IOCTL_VNPU_BO_CREATE	DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_BO_CREATE, struct drm_vnpu_bo_create)
-#define DRM_IOCTL_VNPU_BO_INFO		DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_BO_INFO, struct drm_vnpu_bo_info)
-#define DRM_IOCTL_VNPU_BO_WAIT		DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_BO_WAIT, struct drm_vnpu_bo_wait)
-#define DRM_IOCTL_VNPU_SUBMIT		DRM_IOW(DRM_COMMAND_BASE + DRM_VNPU_SUBMIT, struct drm_vnpu_submit)
+#define DRM_IOCTL_VNPU_GET_PARAM \
+	DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_GET_PARAM, struct drm_vnpu_get_param)
+#define DRM_IOCTL_VNPU_BO_CREATE \
+	DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_BO_CREATE, struct drm_vnpu_bo_create)
+#define DRM_IOCTL_VNPU_BO_INFO \
+	DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_BO_INFO, struct drm_vnpu_bo_info)
+#define DRM_IOCTL_VNPU_BO_WAIT \
+	DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_BO_WAIT, struct drm_vnpu_bo_wait)
+#define DRM_IOCTL_VNPU_SUBMIT \
+	DRM_IOW(DRM_COMMAND_BASE + DRM_VNPU_SUBMIT, struct drm_vnpu_submit)
 
 #if defined(__cplusplus)
 }
