@@ -25,10 +25,9 @@
 
 #include <drm/drm_print.h>
 
-#include "vnpu_job.h"
+#include "vnpu_isa.h"
 #include "vnpu_isa_table.h"
-
-#define VNPU_ISA_HEADER_SIZE	4
+#include "vnpu_job.h"
 
 /**
  * struct vnpu_tensor - a TENSOR slot as the validator tracks it
@@ -82,34 +81,18 @@ static int vnpu_tensor_extent(const u8 *insn, struct vnpu_tensor *t)
 	return 0;
 }
 
-/* The TENSOR instruction's bytes outside its fields. */
-static bool vnpu_tensor_reserved_clear(const u8 *insn, u32 size)
-{
-	u32 off;
-
-	if (vnpu_get_u32(insn, VNPU_ISA_TENSOR_DTYPE + 4))
-		return false;
-	for (off = VNPU_ISA_TENSOR_ZERO_POINT + 4; off < size; off++)
-		if (insn[off])
-			return false;
-	return true;
-}
-
 /*
- * Reserved words of @op (implicit padding and the tail up to the 8-byte
- * size) must be zero. The table marks them when the generator provides
- * VNPU_ISA_TABLE_HAS_RESERVED_WORDS (bit i: bytes [4i, 4i + 4) reserved);
- * without it, only the header and the TENSOR padding are checked.
+ * Reserved words of @op (its reserved members, implicit padding and the
+ * tail up to the 8-byte size) must be zero; the generated table marks them
+ * (bit i: bytes [4i, 4i + 4)).
  */
 static bool vnpu_reserved_clear(const struct vnpu_isa_op_desc *op, const u8 *insn)
 {
-#ifdef VNPU_ISA_TABLE_HAS_RESERVED_WORDS
 	u32 w;
 
 	for (w = 0; w < op->size / 4; w++)
 		if (op->reserved_words & BIT_ULL(w) && vnpu_get_u32(insn, 4 * w))
 			return false;
-#endif
 	return true;
 }
 
@@ -143,7 +126,7 @@ static int vnpu_check_access(const struct vnpu_tensor *t, const struct vnpu_job_
 int vnpu_validate_stream(struct vnpu_device *vdev, const u8 *stream, u32 size,
 			 const struct vnpu_job_bo *bos, u32 bo_count)
 {
-	struct vnpu_tensor slots[VNPU_ISA_TABLE_SLOTS] = {};
+	struct vnpu_tensor slots[VNPU_ISA_SLOTS] = {};
 	u32 off = 0;
 
 	while (off < size) {
@@ -156,12 +139,13 @@ int vnpu_validate_stream(struct vnpu_device *vdev, const u8 *stream, u32 size,
 		if (size - off < VNPU_ISA_HEADER_SIZE)
 			goto malformed;
 		header = vnpu_get_u32(insn, 0);
-		opcode = header & 0xff;
-		insn_size = header >> 16;
+		opcode = VNPU_ISA_HEADER_OPCODE(header);
+		insn_size = VNPU_ISA_HEADER_INSN_SIZE(header);
 		if (opcode >= ARRAY_SIZE(vnpu_isa_ops) || !vnpu_isa_ops[opcode].size)
 			goto malformed;
 		op = &vnpu_isa_ops[opcode];
-		if (header & 0xff00 || insn_size != op->size || insn_size > size - off)
+		if (header & VNPU_ISA_HEADER_RESERVED_MASK || insn_size != op->size ||
+		    insn_size > size - off)
 			goto malformed;
 
 		if (op->flags_offset >= 0) {
@@ -170,11 +154,13 @@ int vnpu_validate_stream(struct vnpu_device *vdev, const u8 *stream, u32 size,
 				goto malformed;
 		}
 
-		if (opcode == VNPU_ISA_TABLE_OPCODE_TENSOR) {
+		if (!vnpu_reserved_clear(op, insn))
+			goto malformed;
+
+		if (opcode == VNPU_OP_TENSOR) {
 			u32 slot = vnpu_get_u32(insn, VNPU_ISA_TENSOR_SLOT);
 
-			if (slot >= VNPU_ISA_TABLE_SLOTS ||
-			    !vnpu_tensor_reserved_clear(insn, insn_size))
+			if (slot >= VNPU_ISA_SLOTS)
 				goto malformed;
 			ret = vnpu_tensor_extent(insn, &slots[slot]);
 			if (ret) {
@@ -182,9 +168,6 @@ int vnpu_validate_stream(struct vnpu_device *vdev, const u8 *stream, u32 size,
 				return ret;
 			}
 		}
-
-		if (!vnpu_reserved_clear(op, insn))
-			goto malformed;
 
 		for (i = 0; i < op->num_operands; i++) {
 			const struct vnpu_isa_operand_desc *opd = &op->operands[i];
@@ -195,7 +178,7 @@ int vnpu_validate_stream(struct vnpu_device *vdev, const u8 *stream, u32 size,
 					goto malformed;
 				continue;
 			}
-			if (slot >= VNPU_ISA_TABLE_SLOTS || !slots[slot].defined)
+			if (slot >= VNPU_ISA_SLOTS || !slots[slot].defined)
 				goto malformed;
 			need = opd->dir == VNPU_ISA_DIR_OUT ? DRM_VNPU_JOB_BO_WRITE :
 							       DRM_VNPU_JOB_BO_READ;
@@ -212,7 +195,7 @@ int vnpu_validate_stream(struct vnpu_device *vdev, const u8 *stream, u32 size,
 		}
 
 		off += insn_size;
-		if (opcode == VNPU_ISA_TABLE_OPCODE_END)
+		if (opcode == VNPU_OP_END)
 			return off == size ? 0 : -ENOEXEC;
 	}
 malformed:
