@@ -38,8 +38,13 @@ static struct vnpu_device *vnpu_debugfs_dev(struct seq_file *m)
 static int vnpu_debugfs_state(struct seq_file *m, void *data)
 {
 	struct vnpu_device *vdev = vnpu_debugfs_dev(m);
-	u32 status = vnpu_rd32(vdev, VNPU_REG_STATUS);
+	u32 status;
+	int idx;
 
+	/* The registers live in BAR2, which goes with the device. */
+	if (!drm_dev_enter(&vdev->drm, &idx))
+		return -ENODEV;
+	status = vnpu_rd32(vdev, VNPU_REG_STATUS);
 	seq_printf(m, "status: %#x\n", status);
 	seq_printf(m, "ready: %u\n", !!(status & VNPU_STATUS_READY));
 	seq_printf(m, "device_id: %#x\n", vnpu_rd32(vdev, VNPU_REG_DEVICE_ID));
@@ -60,6 +65,7 @@ static int vnpu_debugfs_state(struct seq_file *m, void *data)
 	seq_printf(m, "cq head %u tail %u\n", vnpu_rd32(vdev, VNPU_CQ_HEAD),
 		   vnpu_rd32(vdev, VNPU_CQ_TAIL));
 	seq_printf(m, "last seqno %llu\n", vdev->next_seqno);
+	drm_dev_exit(idx);
 	return 0;
 }
 

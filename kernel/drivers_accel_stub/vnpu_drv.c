@@ -22,6 +22,7 @@
 #include <drm/drm_file.h>
 #include <drm/drm_gem.h>
 #include <drm/drm_ioctl.h>
+#include <drm/drm_managed.h>
 #include <drm/drm_print.h>
 
 #include "vnpu_cmdbuf.h"
@@ -318,6 +319,11 @@ static int vnpu_irq_init(struct vnpu_device *vdev)
 				"vnpu-control", vdev);
 }
 
+static void vnpu_ida_release(struct drm_device *drm, void *ida)
+{
+	ida_destroy(ida);
+}
+
 static int vnpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct vnpu_device *vdev;
@@ -328,9 +334,15 @@ static int vnpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		return PTR_ERR(vdev);
 	vdev->pdev = pdev;
 	pci_set_drvdata(pdev, vdev);
-	mutex_init(&vdev->ctrl_lock);
+	ret = drmm_mutex_init(&vdev->drm, &vdev->ctrl_lock);
+	if (ret)
+		return ret;
 	init_waitqueue_head(&vdev->ctrl_wq);
 	ida_init(&vdev->ctx_ids);
+	/* Contexts outlive the device's unbind; their ids go with the last reference. */
+	ret = drmm_add_action_or_reset(&vdev->drm, vnpu_ida_release, &vdev->ctx_ids);
+	if (ret)
+		return ret;
 
 	ret = pcim_enable_device(pdev);
 	if (ret)

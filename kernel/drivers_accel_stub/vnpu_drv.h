@@ -92,10 +92,14 @@ struct vnpu_stats {
  * @fw_build_id: build id reported after boot (REG_FW_BUILD_ID), 0 when none runs
  * @fw_reloads: firmware reloads requested through debugfs
  * @sched: the job scheduler feeding the submission queue
+ * @sched_ref: users of @sched: the bound device, and each open file (its
+ *	entity); the last one tears @sched down, so an unbind with files
+ *	open leaves their entities a live scheduler until they close
  * @sched_wq: per-CPU workqueue of @sched's run_job and free_job work
  * @reset_lock: serialises recovery (timeout handler, teardown)
  * @hw_lock: serialises submission-queue writes against reset
- * @job_lock: protects @active and the completion queue (taken in IRQ)
+ * @job_lock: protects @active, the completion queue and the running job's
+ *	clock (&vnpu_job.start_ns); taken in IRQ
  * @fence_lock: lock of the hardware fences
  * @active: jobs written to the submission queue, oldest first
  * @sq_tail: driver copy of SQ_TAIL
@@ -118,7 +122,7 @@ struct vnpu_device {
 	u32 va_bits;
 	u64 caps;
 
-	struct mutex ctrl_lock; /* see kernel-doc */
+	struct mutex ctrl_lock; /* protects the control block: one command at a time */
 	wait_queue_head_t ctrl_wq;
 	u32 ctrl_seq;
 
@@ -130,11 +134,12 @@ struct vnpu_device {
 	atomic_t fw_reloads;
 
 	struct drm_gpu_scheduler sched;
+	struct kref sched_ref;
 	struct workqueue_struct *sched_wq;
-	struct mutex reset_lock; /* see kernel-doc */
-	struct mutex hw_lock; /* see kernel-doc */
-	spinlock_t job_lock; /* see kernel-doc */
-	spinlock_t fence_lock; /* see kernel-doc */
+	struct mutex reset_lock; /* protects recovery: one reset (timeout, close, unbind) at once */
+	struct mutex hw_lock; /* protects the submission queue (entries, SQ_TAIL, @sq_tail) */
+	spinlock_t job_lock; /* protects @active, @cq_head and the jobs' clocks; taken in IRQ */
+	spinlock_t fence_lock; /* protects the hardware fences (their dma_fence lock) */
 	struct list_head active;
 	u32 sq_tail;
 	u32 cq_head;
@@ -163,7 +168,7 @@ struct vnpu_device {
  */
 struct vnpu_vm {
 	struct vnpu_device *vdev;
-	struct mutex lock; /* see kernel-doc */
+	struct mutex lock; /* protects @mm and the page tables */
 	struct drm_mm mm;
 	__le64 *l1_cpu;
 	dma_addr_t l1_dma;
@@ -203,7 +208,7 @@ struct vnpu_ctx {
 	atomic_t jobs_in_flight;
 	atomic64_t busy_ns;
 	bool closed;
-	spinlock_t cmdbuf_lock; /* see kernel-doc */
+	spinlock_t cmdbuf_lock; /* protects @cmdbuf_pool and @cmdbuf_pool_bytes */
 	struct list_head cmdbuf_pool;
 	size_t cmdbuf_pool_bytes;
 };

@@ -31,7 +31,7 @@ struct vnpu_bo {
 	struct drm_mm_node node;
 	u32 flags;
 	bool mapped;
-	spinlock_t status_lock; /* see kernel-doc */
+	spinlock_t status_lock; /* protects @job_status and @fault_va */
 	s32 job_status;
 	u64 fault_va;
 };

@@ -49,7 +49,9 @@
 #include <linux/uaccess.h>
 #include <linux/workqueue.h>
 
+#include <drm/drm_drv.h>
 #include <drm/drm_file.h>
+#include <drm/drm_managed.h>
 #include <drm/drm_gem.h>
 #include <drm/drm_print.h>
 
@@ -272,10 +274,15 @@ static void vnpu_job_drain_cq(struct vnpu_device *vdev)
 irqreturn_t vnpu_job_irq(int irq, void *arg)
 {
 	struct vnpu_device *vdev = arg;
+	int idx;
 
+	/* Unplugged: remove() drains the queue itself before the BARs go. */
+	if (!drm_dev_enter(&vdev->drm, &idx))
+		return IRQ_NONE;
 	spin_lock(&vdev->job_lock);
 	vnpu_job_drain_cq(vdev);
 	spin_unlock(&vdev->job_lock);
+	drm_dev_exit(idx);
 	return IRQ_HANDLED;
 }
 
@@ -283,6 +290,8 @@ static struct dma_fence *vnpu_job_run(struct drm_sched_job *sched_job)
 {
 	struct vnpu_job *job = to_vnpu_job(sched_job);
 	struct vnpu_device *vdev = job->vdev;
+	bool present;
+	int idx;
 
 	/* Called again by drm_sched_resubmit_jobs() after a reset: see vnpu_job_recover(). */
 	if (job->done)
@@ -290,6 +299,7 @@ static struct dma_fence *vnpu_job_run(struct drm_sched_job *sched_job)
 	if (unlikely(sched_job->s_fence->finished.error))
 		return NULL;
 
+	present = drm_dev_enter(&vdev->drm, &idx);
 	mutex_lock(&vdev->hw_lock);
 	job->seqno = ++vdev->next_seqno;
 	dma_fence_init(job->fence_mem, &vnpu_fence_ops, &vdev->fence_lock,
@@ -297,8 +307,8 @@ static struct dma_fence *vnpu_job_run(struct drm_sched_job *sched_job)
 	job->done = job->fence_mem;
 	job->fence_mem = NULL;
 	spin_lock_irq(&vdev->job_lock);
-	if (READ_ONCE(job->ctx->closed)) {
-		/* Its file is gone and nobody can see its results. */
+	if (!present || READ_ONCE(job->ctx->closed)) {
+		/* Its file is gone and nobody can see its results, or the device is. */
 		vnpu_job_complete(vdev, job, -ECANCELED, 0);
 		spin_unlock_irq(&vdev->job_lock);
 	} else {
@@ -308,6 +318,8 @@ static struct dma_fence *vnpu_job_run(struct drm_sched_job *sched_job)
 		vnpu_job_write_sqe(vdev, job);
 	}
 	mutex_unlock(&vdev->hw_lock);
+	if (present)
+		drm_dev_exit(idx);
 	return dma_fence_get(job->done);
 }
 
@@ -404,13 +416,18 @@ static void vnpu_job_recover(struct vnpu_device *vdev, struct vnpu_job *bad)
 static void vnpu_job_cancel_closed(struct vnpu_device *vdev)
 {
 	bool reset;
+	int idx;
 
+	/* Unplugged: remove() has reset the device and settled its jobs. */
+	if (!drm_dev_enter(&vdev->drm, &idx))
+		return;
 	mutex_lock(&vdev->reset_lock);
 	spin_lock_irq(&vdev->job_lock);
 	reset = vnpu_job_head_closed(vdev);
 	spin_unlock_irq(&vdev->job_lock);
 	if (!reset) {
 		mutex_unlock(&vdev->reset_lock);
+		drm_dev_exit(idx);
 		return;
 	}
 	drm_sched_stop(&vdev->sched, NULL);
@@ -424,6 +441,7 @@ static void vnpu_job_cancel_closed(struct vnpu_device *vdev)
 	drm_sched_resubmit_jobs(&vdev->sched);
 	drm_sched_start(&vdev->sched);
 	mutex_unlock(&vdev->reset_lock);
+	drm_dev_exit(idx);
 }
 
 static void vnpu_job_cancel_work(struct work_struct *work)
@@ -488,8 +506,13 @@ void vnpu_job_resume(struct vnpu_device *vdev)
 static enum drm_gpu_sched_stat vnpu_job_timedout(struct drm_sched_job *sched_job)
 {
 	struct vnpu_job *job = to_vnpu_job(sched_job);
+	int idx;
 
+	/* Unplugged: remove() has reset the device and settled its jobs. */
+	if (!drm_dev_enter(&job->vdev->drm, &idx))
+		return DRM_GPU_SCHED_STAT_ENODEV;
 	vnpu_job_recover(job->vdev, job);
+	drm_dev_exit(idx);
 	return DRM_GPU_SCHED_STAT_NOMINAL;
 }
 
@@ -542,8 +565,12 @@ int vnpu_job_init(struct vnpu_device *vdev)
 {
 	int ret;
 
-	mutex_init(&vdev->reset_lock);
-	mutex_init(&vdev->hw_lock);
+	ret = drmm_mutex_init(&vdev->drm, &vdev->reset_lock);
+	if (ret)
+		return ret;
+	ret = drmm_mutex_init(&vdev->drm, &vdev->hw_lock);
+	if (ret)
+		return ret;
 	spin_lock_init(&vdev->job_lock);
 	spin_lock_init(&vdev->fence_lock);
 	INIT_LIST_HEAD(&vdev->active);
@@ -574,31 +601,67 @@ int vnpu_job_init(struct vnpu_device *vdev)
 	if (ret) {
 		destroy_workqueue(vdev->sched_wq);
 		vdev->sched_wq = NULL;
+		return ret;
 	}
-	return ret;
+	kref_init(&vdev->sched_ref);
+	return 0;
+}
+
+static void vnpu_job_sched_release(struct kref *ref)
+{
+	struct vnpu_device *vdev = container_of(ref, struct vnpu_device, sched_ref);
+
+	/* drm_sched_fini() frees no job: wait for the last ones to be freed. */
+	if (!wait_event_timeout(vdev->idle_wq, !atomic_read(&vdev->stats.jobs),
+				msecs_to_jiffies(5000)))
+		drm_err(&vdev->drm, "%d jobs still alive at teardown\n",
+			atomic_read(&vdev->stats.jobs));
+	drm_sched_fini(&vdev->sched);
+	destroy_workqueue(vdev->sched_wq);
+	vdev->sched_wq = NULL;
 }
 
 /**
- * vnpu_job_fini() - fail the jobs still on the device and stop the scheduler
- * @vdev: the device; no file is open any more
+ * vnpu_job_sched_get() - keep the scheduler for a file's entity
+ * @vdev: the device
+ */
+void vnpu_job_sched_get(struct vnpu_device *vdev)
+{
+	kref_get(&vdev->sched_ref);
+}
+
+/**
+ * vnpu_job_sched_put() - drop a reference taken by vnpu_job_sched_get()
+ * @vdev: the device; the last reference tears the scheduler down
  *
- * Closing a file flushed its entity, so every job left is on the device (or
- * about to be freed). They are cancelled rather than awaited: a hung job
- * would otherwise hold rmmod for a timeout per job.
+ * Called in process context only (remove, postclose), never from the
+ * scheduler's own workqueue, which the teardown destroys.
+ */
+void vnpu_job_sched_put(struct vnpu_device *vdev)
+{
+	kref_put(&vdev->sched_ref, vnpu_job_sched_release);
+}
+
+/**
+ * vnpu_job_fini() - stop the device's jobs before the device goes
+ * @vdev: the device, unplugged (drm_dev_unplug()) or never registered
+ *
+ * The jobs on the device are cancelled (-ECANCELED) with a reset rather
+ * than awaited: a hung job would otherwise hold rmmod for a timeout per
+ * job, and the device must not write into their BOs once they are freed.
+ * This is the one path that still touches the hardware after the unplug:
+ * the BARs stay mapped until remove() returns, and every other path is
+ * fenced by drm_dev_enter(). Jobs that files still open (an unbind) have
+ * queued are cancelled in vnpu_job_run() without the device; the
+ * scheduler itself goes with its last user (vnpu_job_sched_put()).
  */
 void vnpu_job_fini(struct vnpu_device *vdev)
 {
 	if (atomic_read(&vdev->stats.jobs))
 		vnpu_job_recover(vdev, NULL);
-	if (!wait_event_timeout(vdev->idle_wq, !atomic_read(&vdev->stats.jobs),
-				msecs_to_jiffies(5000)))
-		drm_err(&vdev->drm, "%d jobs still alive at teardown\n",
-			atomic_read(&vdev->stats.jobs));
-	/* No job is left whose completion could queue it again. */
+	/* Unplugged, the completion interrupt no longer queues it. */
 	cancel_work_sync(&vdev->cancel_work);
-	drm_sched_fini(&vdev->sched);
-	destroy_workqueue(vdev->sched_wq);
-	vdev->sched_wq = NULL;
+	vnpu_job_sched_put(vdev);
 }
 
 /* Copy, check and look up a job's BO list. */

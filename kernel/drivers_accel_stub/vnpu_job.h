@@ -67,6 +67,8 @@ struct vnpu_job {
 
 int vnpu_job_init(struct vnpu_device *vdev);
 void vnpu_job_fini(struct vnpu_device *vdev);
+void vnpu_job_sched_get(struct vnpu_device *vdev);
+void vnpu_job_sched_put(struct vnpu_device *vdev);
 irqreturn_t vnpu_job_irq(int irq, void *arg);
 void vnpu_job_file_closed(struct vnpu_device *vdev);
 void vnpu_job_pause(struct vnpu_device *vdev);
