@@ -49,7 +49,8 @@ compiler (:mod:`libaccel.compiler`). Conventions, all TFLite's:
   - from the ONNX front end (:mod:`libaccel.compiler.onnx_frontend`): ``requant`` "float" on CONV_2D,
     DEPTHWISE_CONV_2D and FULLY_CONNECTED (onnxruntime's float32-scale requantization, the ISA's
     FLOAT_SCALE; absent or "fixed": TFLite's), and padding "EXPLICIT" with pad_top, pad_left,
-    pad_bottom, pad_right on convolutions and pools (ONNX's ``pads``)
+    pad_bottom, pad_right on convolutions and pools (ONNX's ``pads``); ``source_rows``/``source_cols``
+    (the input index of each output row/column) on RESIZE_NEAREST_NEIGHBOR
   Missing keys take the schema defaults (:data:`OPTION_DEFAULTS`).
 
 :func:`graph_from_tflite` reads a .tflite flatbuffer into this IR.

@@ -600,6 +600,47 @@ class _Reader:
 
         return self._movement(node, build)
 
+    def _read_Resize(self, node: Any) -> bool:  # noqa: N802
+        """Nearest-neighbour Resize over H and W: RESIZE_NEAREST_NEIGHBOR with the index maps onnxruntime
+        itself computes (its kernel run on probes whose values are the row and the column index), so
+        every coordinate_transformation_mode and nearest_mode is onnxruntime's. Linear stays on the CPU:
+        onnxruntime interpolates 8-bit values in float."""
+        attrs = _attrs(node)
+        if attrs.get("mode", b"nearest") not in (b"nearest", "nearest"):
+            self._refused = "linear Resize: onnxruntime interpolates 8-bit values in float"
+            return False
+        x, y = node.input[0], node.output[0]
+        shape_x, shape_y = self.info.get(x, ("", ()))[1], self.info.get(y, ("", ()))[1]
+        if len(shape_x) != 4 or len(shape_y) != 4 or shape_x[:2] != shape_y[:2]:
+            return False
+        if any(i and i not in self.consts for i in node.input[1:]):
+            return False
+        n, c, h, w = shape_x
+        probe_rows = np.broadcast_to(np.arange(h, dtype=np.float32)[:, None], (h, w))
+        probe_cols = np.broadcast_to(np.arange(w, dtype=np.float32)[None, :], (h, w))
+        maps = []
+        for probe in (probe_rows, probe_cols):
+            feed = np.ascontiguousarray(np.broadcast_to(probe, (n, c, h, w)))
+            maps.append(self._run(node, {x: feed})[0, 0])
+        rows = tuple(int(v) for v in maps[0][:, 0])
+        cols = tuple(int(v) for v in maps[1][0, :])
+
+        def build() -> bool:
+            size = self._new(f"{y}:size", "int32", (2,), None, np.array(shape_y[2:], np.int32))
+            options = {"source_rows": rows, "source_cols": cols}
+            self.nodes.append(
+                OpNode(
+                    len(self.nodes),
+                    "RESIZE_NEAREST_NEIGHBOR",
+                    (self.tensor(x), size),
+                    (self.tensor(y),),
+                    options,
+                )
+            )
+            return True
+
+        return self._movement(node, build)
+
     def _read_Pad(self, node: Any) -> bool:  # noqa: N802
         """PADV2 with ONNX's constant (default 0, used as stored), pads renumbered to the IR layout."""
         attrs = _attrs(node)

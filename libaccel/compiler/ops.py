@@ -793,8 +793,19 @@ def _plan_resize_nearest(graph: Graph, node: OpNode) -> OpPlan:
     ac, hp = bool(node.option("align_corners")), bool(node.option("half_pixel_centers"))
     n, h, w, c = x.shape
     _, oh, ow, _ = y.shape
-    rows = _phases(nearest_source(oh, h, ac, hp), MAX_RESIZE_COPIES)
-    cols = _phases(nearest_source(ow, w, ac, hp), MAX_RESIZE_COPIES)
+    # A front end whose runtime maps indices otherwise (ONNX's coordinate modes) gives the maps.
+    src_rows, src_cols = node.option("source_rows"), node.option("source_cols")
+    src_rows = list(src_rows) if src_rows is not None else nearest_source(oh, h, ac, hp)
+    src_cols = list(src_cols) if src_cols is not None else nearest_source(ow, w, ac, hp)
+    if (
+        len(src_rows) != oh
+        or len(src_cols) != ow
+        or not all(0 <= v < h for v in src_rows)
+        or not all(0 <= v < w for v in src_cols)
+    ):
+        raise Unsupported("source index maps do not fit the input and output")
+    rows = _phases(src_rows, MAX_RESIZE_COPIES)
+    cols = _phases(src_cols, MAX_RESIZE_COPIES)
     if rows is None or cols is None or len(rows) * len(cols) > MAX_RESIZE_COPIES:
         raise Unsupported(
             f"resize {h}x{w} -> {oh}x{ow} needs more than {MAX_RESIZE_COPIES} strided copies "

@@ -40,6 +40,8 @@ GRID = {
     "transpose": lambda: M.layout_model("Transpose"),
     "pad": lambda: M.layout_model("Pad"),
     "flatten": lambda: M.layout_model("Flatten"),
+    "resize": lambda: M.layout_model("Resize"),
+    "resize_sizes": lambda: M.layout_model("ResizeSizes"),
 }
 # ops the NPU runs in each grid model (the rest is onnxruntime on the CPU, reported)
 NPU_OPS = {
@@ -59,6 +61,8 @@ NPU_OPS = {
     "transpose": {"Transpose"},
     "pad": {"QLinearConv"},  # onnxruntime keeps a QDQ Pad in float; the QOperator Pad is on the NPU
     "flatten": {"Flatten", "QLinearMatMul"},  # NHWC -> NCHW order first: a TRANSPOSE, then the alias
+    "resize": {"Resize"},
+    "resize_sizes": {"Resize"},
 }
 
 

@@ -146,6 +146,12 @@ def layout_model(op: str = "Transpose", c: int = 8, size: int = 6, seed: int = 0
         )
     elif op == "Relu":
         y = b.node("Relu", [y])
+    elif op == "Resize":  # nearest, scale 2 (onnxruntime's defaults: half_pixel, round_prefer_floor)
+        y = b.node("Resize", [y, "", b.const(np.array([1, 1, 2, 2], np.float32), "scales")], mode="nearest")
+    elif op == "ResizeSizes":  # nearest to a size that is no integer multiple (6 -> 9), asymmetric, floor
+        sizes = b.const(np.array([1, c, size * 3 // 2, size * 3 // 2], np.int64), "sizes")
+        y = b.node("Resize", [y, "", "", sizes], mode="nearest", coordinate_transformation_mode="asymmetric",
+                   nearest_mode="floor")  # fmt: skip
     if op == "Flatten":
         y = b.node("Flatten", [y], axis=1)
         w = b.rng.normal(0, 0.1, size=(c * size * size, 10)).astype(np.float32)
