@@ -5,22 +5,16 @@
  *
  * The command-stream validator's view of the ISA: for each opcode its size, where
  * its flags field is and which bits it allows, and which u32 fields name tensor
- * slots (operands). Included by exactly one .c file (vnpu_validate.c).
+ * slots (operands). Included by exactly one .c file (vnpu_validate.c), after
+ * uapi/drm/vnpu_isa.h, whose constants (VNPU_ISA_SLOTS, VNPU_OP_*, the header
+ * macros) are not repeated here.
  */
 #ifndef __VNPU_ISA_TABLE_H__
 #define __VNPU_ISA_TABLE_H__
 
 #include <linux/types.h>
 
-#define VNPU_ISA_TABLE_VERSION_MAJOR	1
-#define VNPU_ISA_TABLE_VERSION_MINOR	1
-#define VNPU_ISA_TABLE_SLOTS			16
-#define VNPU_ISA_TABLE_ALIGN			8
 #define VNPU_ISA_TABLE_MAX_OPERANDS	5
-/* struct vnpu_isa_op_desc has @reserved_words */
-#define VNPU_ISA_TABLE_HAS_RESERVED_WORDS
-#define VNPU_ISA_TABLE_OPCODE_END	0x01
-#define VNPU_ISA_TABLE_OPCODE_TENSOR	0x08
 
 /* Byte offsets of the TENSOR instruction's fields. */
 #define VNPU_ISA_TENSOR_SLOT		0x04
