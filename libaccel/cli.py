@@ -6,6 +6,7 @@
     accel submit STREAM --bo NAME=FILE[:rw]...  assemble, fill BOs, submit, wait, write BOs out
     accel trace [--json] -- CMD...              every DRM ioctl CMD makes, decoded
     accel state [--json]                        vnpu.ko's debugfs, pretty-printed
+    accel coredump [FILE] [--json]              the device coredump of a failed job, decoded
 
 ``--device`` takes a node path, ``kernel`` (the first vnpu node) or ``shim`` (the in-process
 device model); the default is $VNPU_DEVICE, else the first kernel device. ``--json`` prints
@@ -156,6 +157,12 @@ def cmd_state(args: argparse.Namespace) -> int:
     return debugfs.main(args)
 
 
+def cmd_coredump(args: argparse.Namespace) -> int:
+    from libaccel import coredump
+
+    return coredump.main(args)
+
+
 def build_parser() -> ArgumentParser:
     ap = ArgumentParser(prog="accel", description="The vnpu NPU at the ioctl level (docs/tools.md).")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
@@ -191,6 +198,12 @@ def build_parser() -> ArgumentParser:
     p = sub.add_parser("state", help="vnpu.ko's debugfs state, counters and open files")
     device_opts(p)
     p.set_defaults(func=cmd_state)
+    p = sub.add_parser("coredump", help="decode a device coredump (/sys/class/devcoredump/devcd*/data)")
+    p.add_argument("file", nargs="?", help="a saved dump (default: every vnpu dump the kernel holds)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--save", metavar="FILE", help="also write the raw dump here")
+    p.add_argument("--discard", action="store_true", help="free the kernel's dump once read")
+    p.set_defaults(func=cmd_coredump)
     from libaccel.run_cli import add_run_command, cmd_run
 
     add_run_command(sub).set_defaults(func=cmd_run)

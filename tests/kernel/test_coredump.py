@@ -1,0 +1,121 @@
+"""Device coredumps: an MMU fault and a hang each leave a devcoredump that `accel coredump` decodes,
+with the failing instruction marked."""
+
+from __future__ import annotations
+
+import errno
+import json
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+from kernel_helpers import copy_stream, hang_stream
+
+from device_model import hw_layout as hw
+from libaccel.coredump import parse, vnpu_dumps
+
+VALIDATE = Path("/sys/module/vnpu/parameters/validate_streams")
+
+
+def discard_dumps() -> None:
+    """devcoredump keeps one dump per device: free what earlier failures left."""
+    for path in vnpu_dumps():
+        path.write_text("1")
+    deadline = time.monotonic() + 10
+    while vnpu_dumps() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not vnpu_dumps()
+
+
+def wait_dump(timeout: float = 30) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = vnpu_dumps()
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError("no vnpu devcoredump appeared")
+
+
+class Result(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def accel_coredump(capsys: pytest.CaptureFixture[str], *args: str) -> Result:
+    """The CLI in this process: a Python start-up costs seconds in the TCG guest."""
+    from libaccel.cli import main
+
+    code = main(["coredump", *args])
+    out, err = capsys.readouterr()
+    return Result(code, out, err)
+
+
+def test_mmu_fault_leaves_a_dump(dev, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from libaccel import Job, JobBo
+
+    discard_dumps()
+    out = dev.create_bo(4096)
+    # Past the BO and its guard page: the write faults in the device MMU (with the driver's
+    # stream check off, which would refuse the stream at SUBMIT).
+    stream = copy_stream(out.va, out.va + 2 * 4096, 16)
+    cmd = dev.create_bo_with(stream, read_only=True)
+    old = VALIDATE.read_text().strip()
+    VALIDATE.write_text("0")
+    try:
+        dev.submit(Job(cmd, len(stream), [JobBo(out, write=True)]))
+    finally:
+        VALIDATE.write_text(old)
+    status = out.wait(timeout=60)
+    assert status.status == -errno.EFAULT
+    path = wait_dump()
+
+    saved = tmp_path / "dump.bin"
+    r = accel_coredump(capsys, "--json", "--save", str(saved))
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    job = rec["job"]
+    assert job["status"] == -errno.EFAULT and job["fault_va"] == status.fault_va == out.va + 2 * 4096
+    assert job["cmd_size"] == len(stream) and job["cycles"] == 3  # TENSOR, TENSOR, then COPY faulted
+    assert rec["failing_instruction"] == 2 and rec["disassembly"][2].startswith("COPY ")
+    assert bytes.fromhex(rec["stream"]) == stream
+    assert [(b["va"], b["size"]) for b in rec["bos"]] == [(out.va, 4096)]
+    regs = {r["name"]: r["value"] for r in rec["registers"]}
+    assert regs["REG_MAGIC"] == hw.MAGIC and regs["REG_STATUS"] == hw.STATUS_READY
+    assert {"SQ_HEAD", "SQ_TAIL", "CQ_HEAD", "CQ_TAIL"} <= regs.keys()
+
+    human = accel_coredump(capsys, str(saved))
+    assert human.returncode == 0, human.stderr
+    assert f"-EFAULT (MMU fault) at VA {out.va + 2 * 4096:#x}" in human.stdout
+    marked = [line for line in human.stdout.splitlines() if line.startswith(">> ")]
+    assert len(marked) == 1 and marked[0].startswith(">> COPY src=0 dst=1"), human.stdout
+
+    assert parse(saved.read_bytes()).job.seqno == job["seqno"]
+    assert accel_coredump(capsys, "--discard").returncode == 0
+    assert not path.exists() or not vnpu_dumps()
+
+
+def test_hang_leaves_a_dump_marking_the_wait(dev, capsys: pytest.CaptureFixture[str]) -> None:
+    from libaccel import Job, JobBo
+
+    discard_dumps()
+    sem = dev.create_bo(4096)
+    out = dev.create_bo(4096)
+    stream = hang_stream(sem.va, out.va)
+    dev.submit(
+        Job(dev.create_bo_with(stream, read_only=True), len(stream), [JobBo(sem), JobBo(out, write=True)])
+    )
+    assert out.wait(timeout=dev.params.job_timeout_ms / 1000 + 30).status == -errno.ETIMEDOUT
+    wait_dump()
+    r = accel_coredump(capsys, "--json", "--discard")
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["job"]["status"] == -errno.ETIMEDOUT and rec["job"]["fault_va"] == 0
+    assert rec["disassembly"][rec["failing_instruction"]].startswith("WAIT ")
+    regs = {r["name"]: r["value"] for r in rec["registers"]}
+    assert regs["REG_ABORT_CYCLES"] == rec["job"]["cycles"] == 3
+    assert [b["va"] for b in rec["bos"]] == [sem.va, out.va]
+    assert not np.any(out.array(np.int8, 1))

@@ -1,0 +1,84 @@
+"""`accel coredump` on real dumps vnpu.ko wrote in the QEMU guest (an MMU fault and a hang, captured
+from tests/kernel/test_coredump.py's jobs), and on broken files."""
+
+from __future__ import annotations
+
+import errno
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from device_model import hw_layout as hw
+from libaccel.cli import main
+from libaccel.coredump import CoredumpError, parse, vnpu_dumps
+from uapi.bindings import ffi
+
+DATA = Path(__file__).parent / "data"
+FAULT = (DATA / "coredump_fault.bin").read_bytes()
+HANG = (DATA / "coredump_hang.bin").read_bytes()
+
+
+def test_fault_dump() -> None:
+    d = parse(FAULT)
+    assert d.version == 1 and d.unknown_sections == []
+    assert d.job.status == -errno.EFAULT and d.job.fault_va == 0x102000 and d.job.cycles == 3
+    assert [(b.va, b.size) for b in d.bos] == [(0x100000, 4096)]
+    assert d.registers[hw.REG_MAGIC] == hw.MAGIC and d.registers[hw.REG_STATUS] == hw.STATUS_READY
+    assert len(d.stream) == d.job.cmd_size == 0x98  # TENSOR, TENSOR, COPY, END
+
+
+def test_hang_dump() -> None:
+    d = parse(HANG)
+    assert d.job.status == -errno.ETIMEDOUT and d.job.fault_va == 0
+    assert d.job.cycles == d.registers[hw.REG_ABORT_CYCLES] == 3
+
+
+def test_cli_marks_the_failing_instruction(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name, data, op in (("f.bin", FAULT, "COPY"), ("h.bin", HANG, "WAIT")):
+        (tmp_path / name).write_bytes(data)
+        assert main(["coredump", str(tmp_path / name)]) == 0
+        marked = [line for line in capsys.readouterr().out.splitlines() if line.startswith(">> ")]
+        assert len(marked) == 1 and marked[0].startswith(f">> {op} "), marked
+    assert main(["coredump", "--json", str(tmp_path / "f.bin")]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["job"]["status_name"] == "-EFAULT (MMU fault)"
+    assert rec["disassembly"][rec["failing_instruction"]].startswith("COPY ")
+    assert {r["name"] for r in rec["registers"]} >= {"SQ_HEAD", "SQ_TAIL", "CQ_HEAD", "CQ_TAIL", "REG_STATUS"}
+    assert rec["bos"][0]["name"] == "bo0" and "bo0" in rec["disassembly"][0]
+
+
+def test_every_truncation_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for n in range(len(FAULT)):
+        try:
+            parse(FAULT[:n])
+        except CoredumpError:
+            continue
+        # Cut inside the last section's padding only: what is left still decodes.
+        assert n >= len(FAULT) - 8, n
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(FAULT[:100])
+    assert main(["coredump", str(cut)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"accel: {cut}: truncated") and err.count("\n") == 1
+
+
+def test_unknown_sections_are_skipped_and_bad_headers_refused() -> None:
+    h = ffi.sizeof("struct drm_vnpu_coredump_header")
+    data = bytearray(FAULT)
+    struct.pack_into("<I", data, 12, struct.unpack_from("<I", data, 12)[0] + 1)  # section_count
+    data += struct.pack("<II", 99, 3) + b"abc" + bytes(5)
+    assert parse(bytes(data)).unknown_sections == [99]
+    with pytest.raises(CoredumpError, match="not a vnpu coredump"):
+        parse(b"XXXX" + FAULT[4:])
+    with pytest.raises(CoredumpError, match="version 7"):
+        parse(FAULT[:4] + struct.pack("<I", 7) + FAULT[8:])
+    with pytest.raises(CoredumpError, match="no job section"):
+        parse(FAULT[:12] + struct.pack("<I", 0) + FAULT[16:h])
+
+
+def test_no_dump_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert vnpu_dumps(tmp_path) == []
+    assert main(["coredump", str(tmp_path / "missing.bin")]) == 2
+    assert "cannot read" in capsys.readouterr().err
