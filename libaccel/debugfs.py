@@ -109,7 +109,10 @@ def read_state(directory: Path, raw: bool = False) -> dict[str, Any]:
     """Every file of the directory, parsed (the driver's three first, in their order)."""
     out: dict[str, Any] = {"path": str(directory)}
     skip = (*FILES, *MEASUREMENTS)
-    others = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name not in skip)
+    # Write-only files are knobs (fw_reload reloads the firmware), not state.
+    others = sorted(
+        p.name for p in directory.iterdir() if p.is_file() and p.name not in skip and p.stat().st_mode & 0o444
+    )
     for name in [*FILES, *others]:
         try:
             out[name] = parse((directory / name).read_text(), raw)
