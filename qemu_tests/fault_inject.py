@@ -256,6 +256,7 @@ def run(
     budget_s: float | None = None,
     kill: bool = False,
     control: Callable[[FaultSpec], None] | None = None,
+    rate_jobs: int = 10,
 ) -> Stats:
     """``rounds`` rounds of every kind (or rounds until ``budget_s``), the rate and slow phases, ``kill``."""
     if control is None:
@@ -267,8 +268,8 @@ def run(
         while (n < rounds) if budget_s is None else (time.monotonic() - start < budget_s or n == 0):
             for kind in ROUND_KINDS:
                 c.round(kind)
-            c.rate_phase("bad_status", 10, 0.5)
-            c.rate_phase("mmu_fault", 10, 0.5)
+            c.rate_phase("bad_status", rate_jobs, 0.5)
+            c.rate_phase("mmu_fault", rate_jobs, 0.5)
             n += 1
         c.slow_phase(3)
         if kill:

@@ -505,7 +505,9 @@ def run(
     base_counters = live_counters() if kernel else {}
     base_mem = meminfo()
     start = time.monotonic()
-    ctx = multiprocessing.get_context("fork")
+    # The shim's device lives in the process with its threads, which a fork would leave behind:
+    # spawn there. On the kernel fork is safe and quick (no re-import per batch under TCG).
+    ctx = multiprocessing.get_context("spawn" if device == "shim" else "fork")
     batch_index = 0
     while time.monotonic() - start < seconds and not failures:
         left = min(batch, seconds - (time.monotonic() - start))

@@ -47,6 +47,7 @@ def test_run_threads_and_seeds_on_the_shim() -> None:
     res = ioctl_fuzz.run("shim", seed=3, seconds=3, procs=1, threads=2, batch=3)
     assert res.ok, res.failures
     assert res.stats.ioctls > 1000
+    assert res.stats.jobs_completed > 0  # the workers' devices ran jobs (not just refused them)
 
 
 def test_failing_run_prints_a_reproducer() -> None:
