@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_onnx_models import MODELS, _accel, _check
+from test_onnx_models import MODELS, _check
 
+from libaccel import cli
 from libaccel import model as lm
 
 DEVICE = os.environ.get("VNPU_TEST_DEVICE", "shim")
@@ -25,16 +26,16 @@ def test_networks_exact(fixture: str) -> None:
     assert sum(p.npu for p in result.placement) >= 9, result.report()
 
 
-def test_accel_run(tmp_path: Path) -> None:
-    """One ``accel run`` with every option (each CLI start imports onnxruntime: seconds in the guest)."""
+def test_accel_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``accel run`` with every option, in-process (a new interpreter importing onnxruntime costs tens of
+    seconds in the TCG guest; the host tests run the CLI as a subprocess)."""
     x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "y.npy"
     model = str(MODELS / "resnet_like_qdq.onnx")
-    r = _accel(model, "--input", str(tmp_path / "x.npy"), "--output", str(out), "--json", "--compare",
-               "--device", DEVICE)  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    argv = ["run", model, "--input", str(tmp_path / "x.npy"), "--output", str(out), "--json", "--compare"]
+    assert cli.main([*argv, "--device", DEVICE]) == 0
+    doc = json.loads(capsys.readouterr().out)
     assert doc["differing_bytes"] == 0 and doc["partitions"] == 1 and doc["form"] == "qdq"
     assert [p["op"] for p in doc["placement"] if not p["npu"]] == ["QuantizeLinear", "DequantizeLinear"]
     y = np.load(out)
