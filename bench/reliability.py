@@ -1,0 +1,203 @@
+"""Reliability figures: the ioctl fuzzer, fault injection and stress at one budget, in the QEMU guest.
+
+    python -m bench.reliability --budget 600 [--kernel debug] [--markdown docs/reliability.md]
+    python -m bench.reliability --device shim --budget 30        # the same on the shim, no VM
+
+On the kernel this boots the guest once (python -m qemu_tests --exec) and runs, in order:
+vnpu.ko reloaded with a 1 s job timeout (so a hang's recovery is timed against a short bound),
+the ioctl fuzzer (random and structure-aware, 2 processes x 2 threads, dmesg checked after every
+batch, leak accounting at the end), the fault-injection campaign, stress, a last leak and splat
+check, and the device model killed mid-job. The budget is split 45/30/25 between the three. It
+prints the figures table, writes JSON (bench/results/reliability.json) and, with --markdown,
+replaces the table in that file between its markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_JSON = ROOT / "bench" / "results" / "reliability.json"
+MARK_BEGIN = (
+    "<!-- reliability figures: begin (python -m bench.reliability --markdown docs/reliability.md) -->"
+)
+MARK_END = "<!-- reliability figures: end -->"
+SHARES = {"fuzz": 0.45, "faults": 0.30, "stress": 0.25}
+GUEST_TIMEOUT_MS = 1000  # the job timeout vnpu.ko is reloaded with for the run
+GUEST_JSON = "/tmp/vnpu-out/reliability.json"  # qemu_tests.harness GUEST_OUT
+
+
+def run_parts(device: str, budget: float, seed: int, kill: bool) -> dict[str, Any]:
+    """The three parts at ``budget`` seconds in all, on ``device``; their figures as one dict."""
+    from qemu_tests import fault_inject, ioctl_fuzz, stress
+    from qemu_tests.matrix import count_splats
+
+    start = time.monotonic()
+    kernel = device != "shim"
+    doc: dict[str, Any] = {"device": device, "budget_s": budget, "seed": seed, "kernel": platform.release()}
+    if kernel:
+        fault_inject.reload_module(GUEST_TIMEOUT_MS)
+        base_splats = count_splats(ioctl_fuzz.dmesg())
+        base_counters = ioctl_fuzz.live_counters()
+        base_mem = ioctl_fuzz.meminfo()
+    else:
+        # Through the environment: the fuzzer's forked workers open their own shim device (one
+        # made here before the fork would be left without its threads in them).
+        os.environ["VNPU_SHIM_JOB_TIMEOUT_MS"] = str(GUEST_TIMEOUT_MS)
+
+    fz = ioctl_fuzz.run(device, seed, budget * SHARES["fuzz"], procs=2, threads=2)
+    s = fz.stats
+    doc["fuzz"] = {
+        "ioctls": s.ioctls,
+        "random_ioctls": s.random_ioctls,
+        "streams": s.streams,
+        "submits_accepted": s.submits_accepted,
+        "jobs_completed": s.jobs_completed,
+        "jobs_failed": s.jobs_failed,
+        "seconds": round(fz.seconds, 1),
+        "leaks": {k: list(v) for k, v in fz.leaks.items()},
+        "failures": fz.failures,
+    }
+    fi = fault_inject.run(device, rounds=1, seed=seed, budget_s=budget * SHARES["faults"], rate_jobs=50)
+    doc["faults"] = fi.to_json()
+    st = stress.run(device, budget * SHARES["stress"], procs=2, threads=2)
+    doc["stress"] = {"checked": st.checked, "mismatches": st.mismatches, "errors": st.errors[:20]}
+    leaks: dict[str, Any] = dict(doc["fuzz"]["leaks"])
+    splats: dict[str, int] = {}
+    if kernel:
+        leaks.update({k: list(v) for k, v in ioctl_fuzz.check_leaks(base_counters, base_mem).items()})
+        now = count_splats(ioctl_fuzz.dmesg())
+        splats = {k: v - base_splats.get(k, 0) for k, v in now.items() if v > base_splats.get(k, 0)}
+    doc["leaks"] = leaks
+    doc["splats"] = splats
+    if kill and kernel:
+        k = fault_inject.run(device, rounds=0, seed=seed, kill=True)  # the slow phase, then the kill
+        doc["faults"]["kill"] = k.to_json()
+    doc["seconds"] = round(time.monotonic() - start, 1)
+    return doc
+
+
+def figures(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(figure, value, target) rows of the issue's table."""
+    f, fi, st = doc["fuzz"], doc["faults"], doc["stress"]
+    injected = sum(fi["injected"].values())
+    recovered = sum(fi["recovered"].values())
+    kill = fi.get("kill")
+    if kill:
+        injected += sum(kill["injected"].values())
+        recovered += sum(kill["recovered"].values())
+    longest = max(
+        [*fi["longest_recovery_s"].values(), *((kill or {}).get("longest_recovery_s", {}).values())]
+    )
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(fi["injected"].items()))
+    return [
+        (
+            "ioctl calls made (random and structure-aware)",
+            f"{f['ioctls']:,} ({f['random_ioctls']:,} random)",
+            ">= 1,000,000",
+        ),
+        (
+            "command streams fuzzed",
+            f"{f['streams']:,} ({f['submits_accepted']:,} accepted, {f['jobs_completed']:,} waited ok, "
+            f"{f['jobs_failed']:,} failed on the device)",
+            "count",
+        ),
+        ("faults injected and recovered", f"{injected:,} / {recovered:,} ({kinds})", ">= 10,000"),
+        ("longest recovery time", f"{longest:.2f} s (job timeout {GUEST_TIMEOUT_MS} ms)", "< 2 s"),
+        ("stress jobs checked, and any mismatches", f"{st['checked']:,}, {st['mismatches']} mismatches", "0"),
+        ("leaks found", str(len(doc["leaks"])) + (f" {doc['leaks']}" if doc["leaks"] else ""), "0"),
+        (
+            "kernel splats",
+            str(sum(doc["splats"].values())) + (f" {doc['splats']}" if doc["splats"] else ""),
+            "0",
+        ),
+    ]
+
+
+def table(doc: dict[str, Any]) -> str:
+    rows = figures(doc)
+    lines = ["| figure | this run | target for the documented long run |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def markdown_block(doc: dict[str, Any]) -> str:
+    where = "vnpu.ko in the QEMU guest" if doc["device"] != "shim" else "the shim backend"
+    failures = doc["fuzz"]["failures"] + doc["faults"]["failures"] + doc["stress"]["errors"]
+    return (
+        f"{table(doc)}\n\n"
+        f"Run: `{doc['command']}` on {where}, kernel {doc['kernel']}, {doc['seconds']:.0f} s of "
+        f"fuzzing, injection and stress ({doc['when']}, host load average {doc['host_load']}); "
+        f"{len(failures)} failures."
+    )
+
+
+def write_markdown(path: Path, doc: dict[str, Any]) -> None:
+    text = path.read_text()
+    begin, end = text.find(MARK_BEGIN), text.find(MARK_END)
+    if begin < 0 or end < begin:
+        raise SystemExit(
+            f"bench.reliability: {path} has no figures markers ({MARK_BEGIN!r} ... {MARK_END!r})"
+        )
+    path.write_text(text[: begin + len(MARK_BEGIN)] + "\n" + markdown_block(doc) + "\n" + text[end:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.reliability", description=__doc__.split("\n\n")[0])
+    p.add_argument("--budget", type=float, default=60.0, help="seconds of fuzzing, injection and stress")
+    p.add_argument("--device", default="kernel", choices=("kernel", "shim"))
+    p.add_argument("--kernel", metavar="SPEC", help="the guest kernel (as python -m qemu_tests --kernel)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    p.add_argument("--markdown", type=Path, help="replace the figures table in this file")
+    p.add_argument("--in-guest", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.budget <= 0:
+        p.error("--budget must be positive")
+    command = "python -m bench.reliability " + shlex.join(argv if argv is not None else sys.argv[1:])
+    if args.in_guest or args.device == "shim":
+        doc = run_parts(args.device, args.budget, args.seed, kill=args.in_guest)
+        if args.in_guest:
+            Path(GUEST_JSON).write_text(json.dumps(doc))
+            return 0
+    else:
+        from qemu_tests import harness
+
+        out = harness.results_dir(None)
+        inner = f"python -m bench.reliability --in-guest --budget {args.budget:g} --seed {args.seed}"
+        hargs = ["--out", str(out), "--exec", inner, "--timeout", str(args.budget * 3 + 900)]
+        if args.kernel:
+            hargs += ["--kernel", args.kernel]
+        rc = harness.main(hargs)
+        result = out / Path(GUEST_JSON).name
+        if not result.exists():
+            print(
+                f"bench.reliability: the guest run wrote no figures (exit code {rc}; see {out})",
+                file=sys.stderr,
+            )
+            return 1
+        doc = json.loads(result.read_text())
+        doc["guest_exit"] = rc
+    doc["command"] = command
+    doc["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    doc["host_load"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(table(doc))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(doc, indent=1, sort_keys=True))
+    if args.markdown:
+        write_markdown(args.markdown, doc)
+    failures = doc["fuzz"]["failures"] + doc["faults"]["failures"] + doc["stress"]["errors"]
+    bad = failures or doc["leaks"] or doc["splats"] or doc["stress"]["mismatches"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
