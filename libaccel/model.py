@@ -240,32 +240,35 @@ def _run_tflite(path: Path, inputs: Mapping[str, np.ndarray], device: str) -> Mo
     from ai_edge_litert import interpreter as lite
 
     import delegate_teflon
+    from delegate_teflon import plugin
 
     model = path.read_bytes()
     t0 = time.perf_counter()
     delegate = lite.load_delegate(delegate_teflon.library_path(), {"device": device, "log_level": "quiet"})
     interp = _tflite_interpreter(model, [delegate])
     compile_ms = 1000 * (time.perf_counter() - t0)
+    record = plugin.last_prepare()  # the delegate's own decision, made in this process
     for d in interp.get_input_details():
         interp.set_tensor(d["index"], inputs[d["name"]])
     t0 = time.perf_counter()
     interp.invoke()
     invoke_ms = 1000 * (time.perf_counter() - t0)
     outputs = {d["name"]: interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()}
-    return ModelResult(outputs, _tflite_placement(model, device), -1, compile_ms, 0.0, invoke_ms, "tflite",
+    placement, partitions = _tflite_placement(record.placements if record is not None else [])
+    return ModelResult(outputs, placement, partitions, compile_ms, 0.0, invoke_ms, "tflite",
                        ["compile covers the delegate's prepare (compile and load)"])  # fmt: skip
 
 
-def _tflite_placement(model: bytes, device: str) -> list[Placement]:
-    from delegate_teflon.compiler_bridge import check
-    from libaccel.compiler import graph_from_tflite
-
-    graph = graph_from_tflite(model)
-    out = []
-    for node in graph.nodes:
-        ok, reason = check(graph, node)
-        out.append(Placement(node.index, node.op, "", ok, 0 if ok else None, reason))
-    return out
+def _tflite_placement(placements: list[Any]) -> tuple[list[Placement], int]:
+    """The delegate's placements, NPU nodes numbered by partition: TFLite groups maximal runs of
+    delegated nodes in execution order into one kernel each."""
+    out, partitions, previous = [], 0, False
+    for p in placements:
+        if p.npu and not previous:
+            partitions += 1
+        previous = p.npu
+        out.append(Placement(p.node, p.op, "", p.npu, partitions - 1 if p.npu else None, p.reason))
+    return out, partitions
 
 
 def run_model(

@@ -101,6 +101,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     first = next(iter(result.outputs.values()))
     if args.output is not None:
         np.save(args.output, first)
+    try:
+        _print_result(args, result, diff, read_ms)
+    except BrokenPipeError:  # `accel run ... | head`: the reader left; not an error of the run
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1 if diff else 0
+
+
+def _print_result(args: argparse.Namespace, result: Any, diff: int | None, read_ms: float) -> None:
     reference = "TFLite BUILTIN_REF" if args.model.suffix == ".tflite" else "onnxruntime"
     if args.json:
         print(json.dumps({
@@ -122,4 +130,3 @@ def cmd_run(args: argparse.Namespace) -> int:
         if diff is not None:
             what = "shapes or types differ" if diff < 0 else f"{diff} differing bytes"
             print(f"compare with {reference}: {'equal' if diff == 0 else 'NOT equal'}, {what}")
-    return 1 if diff else 0

@@ -7,6 +7,7 @@ onnxruntime on one thread (QDQ with its QDQ fusion, QOperator with every optimiz
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +130,19 @@ def test_accel_run_text_report() -> None:
     assert [line.split()[3] for line in lines if "QLinearAdd" in line] == ["NPU0", "NPU0"]
     assert lines[-1] == "compare with onnxruntime: equal, 0 differing bytes"
     assert all(line == line.rstrip() for line in lines)
+
+
+def test_accel_run_tflite(tmp_path: Path) -> None:
+    """A .tflite model through the delegate: its placement, exact against BUILTIN_REF."""
+    from tools.models import generate
+
+    path = tmp_path / "conv.tflite"
+    path.write_bytes(generate.conv2d_model((1, 8, 8, 4), 8, kernel=3, stride=1, padding="SAME", act="RELU6"))
+    r = _accel(str(path), "--compare", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["form"] == "tflite" and doc["partitions"] == 1 and doc["differing_bytes"] == 0
+    assert [(p["op"], p["npu"], p["partition"]) for p in doc["placement"]] == [("CONV_2D", True, 0)]
 
 
 def _float_model(opset: int = 17, dynamic: bool = False) -> onnx.ModelProto:
