@@ -68,7 +68,10 @@ def test_running_job_counts_while_it_runs(dev) -> None:
     out = dev.create_bo(4096)
     s = hang_stream(sem.va, out.va)
     dev.submit(Job(dev.create_bo_with(s, read_only=True), len(s), [JobBo(sem), JobBo(out, write=True)]))
-    first = _stats(dev)
+    deadline = time.monotonic() + 10
+    while (first := _stats(dev)).engine_ns() == 0:  # until the job is on the device
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.01)
     time.sleep(0.3)
     second = _stats(dev)
     assert second.engine_ns() - first.engine_ns() >= 250_000_000
