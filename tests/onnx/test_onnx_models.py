@@ -95,6 +95,19 @@ def test_op_grid_exact(tmp_path: Path, name: str, fmt: str, activations: str, pe
         assert p.npu or p.reason, p
 
 
+@pytest.mark.parametrize("opset", [13, 21])
+@pytest.mark.parametrize("fmt", ["qdq", "qoperator"])
+def test_opsets_read(tmp_path: Path, opset: int, fmt: str) -> None:
+    """The first and the last opset read: the quantizer writes the float model's opset."""
+    float_model = M.conv_model()
+    float_model.opset_import[0].version = opset
+    path = tmp_path / "conv.onnx"
+    onnx.save(M.quantize(float_model, fmt, "uint8", per_channel=True), path)
+    assert onnx.load(path).opset_import[0].version == opset
+    result = _check(path)
+    assert [p.op for p in result.placement if p.npu] == ["QLinearConv"]
+
+
 def test_fixtures_are_regenerated_identically(tmp_path: Path) -> None:
     """The committed networks are what the generator writes (quantize_static is deterministic)."""
     M.main([str(tmp_path)])
