@@ -7,6 +7,7 @@
     accel trace [--json] -- CMD...              every DRM ioctl CMD makes, decoded
     accel state [--json]                        vnpu.ko's debugfs, pretty-printed
     accel coredump [FILE] [--json]              the device coredump of a failed job, decoded
+    accel top [--once] [--json] [--interval S]  NPU busy share, jobs/s and memory per client and device
 
 ``--device`` takes a node path, ``kernel`` (the first vnpu node) or ``shim`` (the in-process
 device model); the default is $VNPU_DEVICE, else the first kernel device. ``--json`` prints
@@ -163,6 +164,12 @@ def cmd_coredump(args: argparse.Namespace) -> int:
     return coredump.main(args)
 
 
+def cmd_top(args: argparse.Namespace) -> int:
+    from libaccel import top
+
+    return top.main(args)
+
+
 def build_parser() -> ArgumentParser:
     ap = ArgumentParser(prog="accel", description="The vnpu NPU at the ioctl level (docs/tools.md).")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
@@ -204,6 +211,12 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--save", metavar="FILE", help="also write the raw dump here")
     p.add_argument("--discard", action="store_true", help="free the kernel's dump once read")
     p.set_defaults(func=cmd_coredump)
+    p = sub.add_parser("top", help="live NPU use per client and device (fdinfo, debugfs)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds per sample (default 1)")
+    p.add_argument("--once", action="store_true", help="one sample, then exit")
+    p.add_argument("--count", type=int, metavar="N", help="N samples, then exit (default: until Ctrl-C)")
+    p.add_argument("--json", action="store_true", help="one JSON object per sample")
+    p.set_defaults(func=cmd_top)
     from libaccel.run_cli import add_run_command, cmd_run
 
     add_run_command(sub).set_defaults(func=cmd_run)
