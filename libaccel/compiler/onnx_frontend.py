@@ -165,9 +165,10 @@ def _is_qdq(model: Any) -> bool:
 def _session_options(level: str = "disable") -> Any:
     import onnxruntime as ort
 
-    # onnxruntime's own warnings (e.g. telemetry on a read-only home, as in the QEMU guest) would
-    # break the CLI's one-line errors: errors only
+    # onnxruntime's own warnings would break the CLI's one-line errors: errors only, and no telemetry
+    # (on a read-only home, as in the QEMU guest, it warns that it cannot store its device id)
     ort.set_default_logger_severity(3)
+    ort.disable_telemetry_events()
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
