@@ -21,6 +21,7 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,18 @@ GUEST_TIMEOUT_MS = 1000  # the job timeout vnpu.ko is reloaded with for the run
 GUEST_JSON = "/tmp/vnpu-out/reliability.json"  # qemu_tests.harness GUEST_OUT
 
 
-def run_parts(device: str, budget: float, seed: int, kill: bool) -> dict[str, Any]:
-    """The three parts at ``budget`` seconds in all, on ``device``; their figures as one dict."""
+def say(msg: str) -> None:
+    print(f"bench.reliability: {msg}", flush=True)
+
+
+def run_parts(
+    device: str, budget: float, seed: int, kill: bool, save: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """The three parts at ``budget`` seconds in all, on ``device``; their figures as one dict.
+
+    ``save`` gets the figures so far after every part (a guest that dies late keeps them).
+    """
+    save = save or (lambda doc: None)
     from qemu_tests import fault_inject, ioctl_fuzz, stress
     from qemu_tests.matrix import count_splats
 
@@ -53,6 +64,7 @@ def run_parts(device: str, budget: float, seed: int, kill: bool) -> dict[str, An
         # made here before the fork would be left without its threads in them).
         os.environ["VNPU_SHIM_JOB_TIMEOUT_MS"] = str(GUEST_TIMEOUT_MS)
 
+    say(f"ioctl fuzzer, {budget * SHARES['fuzz']:.0f} s")
     fz = ioctl_fuzz.run(device, seed, budget * SHARES["fuzz"], procs=2, threads=2)
     s = fz.stats
     doc["fuzz"] = {
@@ -66,8 +78,12 @@ def run_parts(device: str, budget: float, seed: int, kill: bool) -> dict[str, An
         "leaks": {k: list(v) for k, v in fz.leaks.items()},
         "failures": fz.failures,
     }
-    fi = fault_inject.run(device, rounds=1, seed=seed, budget_s=budget * SHARES["faults"], rate_jobs=50)
+    save(doc)
+    say(f"fault injection, {budget * SHARES['faults']:.0f} s")
+    fi = fault_inject.run(device, rounds=1, seed=seed, budget_s=budget * SHARES["faults"], rate_jobs=200)
     doc["faults"] = fi.to_json()
+    save(doc)
+    say(f"stress, {budget * SHARES['stress']:.0f} s")
     st = stress.run(device, budget * SHARES["stress"], procs=2, threads=2)
     doc["stress"] = {"checked": st.checked, "mismatches": st.mismatches, "errors": st.errors[:20]}
     leaks: dict[str, Any] = dict(doc["fuzz"]["leaks"])
@@ -78,10 +94,15 @@ def run_parts(device: str, budget: float, seed: int, kill: bool) -> dict[str, An
         splats = {k: v - base_splats.get(k, 0) for k, v in now.items() if v > base_splats.get(k, 0)}
     doc["leaks"] = leaks
     doc["splats"] = splats
+    doc["seconds"] = round(time.monotonic() - start, 1)
+    save(doc)
     if kill and kernel:
+        say("the device model killed mid-job")
         k = fault_inject.run(device, rounds=0, seed=seed, kill=True)  # the slow phase, then the kill
         doc["faults"]["kill"] = k.to_json()
-    doc["seconds"] = round(time.monotonic() - start, 1)
+        doc["faults"]["failures"] += k.failures
+        doc["seconds"] = round(time.monotonic() - start, 1)
+        save(doc)
     return doc
 
 
@@ -164,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--budget must be positive")
     command = "python -m bench.reliability " + shlex.join(argv if argv is not None else sys.argv[1:])
     if args.in_guest or args.device == "shim":
-        doc = run_parts(args.device, args.budget, args.seed, kill=args.in_guest)
+        save = (lambda d: Path(GUEST_JSON).write_text(json.dumps(d))) if args.in_guest else None
+        doc = run_parts(args.device, args.budget, args.seed, kill=args.in_guest, save=save)
         if args.in_guest:
-            Path(GUEST_JSON).write_text(json.dumps(doc))
             return 0
     else:
         from qemu_tests import harness
@@ -186,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         doc = json.loads(result.read_text())
         doc["guest_exit"] = rc
+        missing = [part for part in ("fuzz", "faults", "stress", "leaks") if part not in doc]
+        if missing:
+            print(
+                f"bench.reliability: the guest run stopped before {missing[0]} (see {out})", file=sys.stderr
+            )
+            return 1
     doc["command"] = command
     doc["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     doc["host_load"] = " ".join(f"{x:.1f}" for x in os.getloadavg())

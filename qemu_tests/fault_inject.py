@@ -37,6 +37,7 @@ from pathlib import Path
 from device_model.faults import FaultSpec
 from libaccel import Device, Job, JobBo
 from libaccel.bo import BufferObject
+from libaccel.errors import AccelError
 from uapi.isa import SPEC, encode
 
 # The status the victim of each fault ends with (uapi "Job status", docs/kernel.md).
@@ -227,10 +228,15 @@ class Campaign:
         st = out.wait(timeout=self.timeout_s + 30)
         took = time.monotonic() - start
         ok = st.status in EXPECTED["kill"] and took <= self.timeout_s + MARGIN_S
-        self.victim.get_param("DRM_VNPU_PARAM_DEVICE_ID")  # still answers (no device needed)
-        self.stats.count("kill", ok, took)
         if not ok:
             self.stats.failures.append(f"kill: status {st.status} after {took:.2f} s")
+        try:
+            self.victim.get_param("DEVICE_ID")  # the driver still answers with no device behind it
+            self.victim.create_bo(4096).close()
+        except AccelError as e:
+            ok = False
+            self.stats.failures.append(f"kill: an ioctl failed after the device model died: {e}")
+        self.stats.count("kill", ok, took)
 
     def close(self) -> None:
         self.victim.close()
