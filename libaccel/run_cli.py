@@ -67,6 +67,9 @@ def _differing_bytes(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) ->
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # Before onnxruntime loads: its telemetry warns on stderr where it cannot store a device id (a
+    # read-only home, as in the QEMU guest), which would break the one-line errors.
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     from libaccel import model as lm
 
     try:
