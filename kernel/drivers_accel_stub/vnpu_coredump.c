@@ -26,6 +26,7 @@
 #include <linux/timekeeping.h>
 #include <linux/vmalloc.h>
 
+#include <drm/drm_drv.h>
 #include <drm/drm_print.h>
 
 #include "vnpu_coredump.h"
@@ -151,17 +152,21 @@ void vnpu_coredump_emit(struct vnpu_job *job)
 	size_t regs = sizeof(cd->regs), bos = cd->job.bo_count * sizeof(cd->bos[0]);
 	size_t size;
 	void *p;
+	int idx;
 
 	job->coredump = NULL;
+	/* After an unplug the device the dump would hang under is going away. */
+	if (!drm_dev_enter(&vdev->drm, &idx)) {
+		kfree(cd);
+		return;
+	}
 	size = sizeof(*h) + vnpu_coredump_section_size(sizeof(cd->job)) +
 	       vnpu_coredump_section_size(regs) + vnpu_coredump_section_size(cd->job.cmd_size) +
 	       vnpu_coredump_section_size(bos);
 	/* dev_coredumpv() owns the buffer and vfree()s it; zeroed for the padding. */
 	h = __vmalloc(size, GFP_KERNEL | __GFP_ZERO | __GFP_NOWARN | __GFP_NORETRY);
-	if (!h) {
-		kfree(cd);
-		return;
-	}
+	if (!h)
+		goto out;
 	h->magic = DRM_VNPU_COREDUMP_MAGIC;
 	h->version = DRM_VNPU_COREDUMP_VERSION;
 	h->header_size = sizeof(*h);
@@ -175,5 +180,7 @@ void vnpu_coredump_emit(struct vnpu_job *job)
 	dev_coredumpv(&vdev->pdev->dev, h, size, GFP_KERNEL | __GFP_NOWARN | __GFP_NORETRY);
 	drm_info(&vdev->drm, "job %llu of context %u: device coredump captured (%zu bytes)\n",
 		 cd->job.seqno, cd->job.context, size);
+out:
+	drm_dev_exit(idx);
 	kfree(cd);
 }

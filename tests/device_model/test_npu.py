@@ -41,12 +41,12 @@ class Completion:
 class Driver:
     """The driver side of BAR2: what vnpu.ko (or the shim) does, in Python."""
 
-    def __init__(self, machine: Machine) -> None:
+    def __init__(self, machine: Machine, **npu_args: object) -> None:
         self.m = machine
         self.bar2 = bytearray(hw.BAR2_SIZE)
         self.irqs = {hw.IRQ_COMPLETION: 0, hw.IRQ_CONTROL: 0}
         self.cond = threading.Condition()
-        self.npu = Npu(memoryview(self.bar2), machine.memory, self._irq, device_peer=3)
+        self.npu = Npu(memoryview(self.bar2), machine.memory, self._irq, device_peer=3, **npu_args)
         self.seq = 0
         self.next_seqno = 1
 
@@ -189,6 +189,31 @@ def test_boot_rom_rejects_every_flipped_byte_and_truncation(drv: Driver) -> None
     s = drv.enqueue(NOP_JOB)
     drv.wait_cq(1)
     assert drv.drain() == [Completion(s, 0, 0, 2)]
+
+
+def test_boot_rom_trusts_only_its_own_key() -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    product = Ed25519PrivateKey.generate()
+    d = Driver(Machine(), fw_pubkey=product.public_key())
+    try:
+        assert d.boot(build_image(default_image(), dev_private_key())) == -errno.ENOEXEC
+        assert d.r32(hw.REG_FW_REJECT) == hw.FW_REJECT_SIGNATURE
+        assert d.boot(build_image(default_image(), product)) == 0
+    finally:
+        d.npu.close()
+
+
+def test_device_model_cli_refuses_a_bad_key(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    from device_model.qemu_server import main
+
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a key\n")
+    argv = ["--socket", str(tmp_path / "s"), "--ram", str(tmp_path / "ram"), "--fw-pubkey", str(bad)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vnpu-device-model: --fw-pubkey:") and err.count("\n") == 1
+    assert not (tmp_path / "ram").exists()
 
 
 def test_firmware_limits_are_enforced(drv: Driver) -> None:
