@@ -164,7 +164,8 @@ def _check_cli(main: Callable[[list[str]], int], argv: list[str]) -> None:
     code, err = _run_cli(main, argv)
     assert isinstance(code, int), (argv, code)
     if code != 0:
-        lines = err.strip().splitlines()
+        # One newline-terminated line (an argument's own \r or \x1e, echoed back, is not a new line).
+        lines = err.strip("\n").split("\n")
         assert len(lines) == 1 and lines[0], (argv, code, err)
     assert "Traceback" not in err
 
