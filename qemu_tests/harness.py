@@ -193,6 +193,12 @@ class DeviceModelProcess:
             GUEST_RAM,
         ]
         if self.fault_control is not None:
+            # A spec a killed run left in a reused --out directory must not fault this run's jobs.
+            for stale in (
+                self.fault_control,
+                self.fault_control.with_name(self.fault_control.name + ".status.json"),
+            ):
+                stale.unlink(missing_ok=True)
             cmd += ["--fault-control", str(self.fault_control)]
         if self.verbose:
             cmd.append("--verbose")
