@@ -467,6 +467,10 @@ class _Reader:
         """A [K, N] constant right operand as FULLY_CONNECTED's [N, K] filter."""
         if b_data.ndim != 2 or a in self.consts:
             return False
+        if len(self.info.get(a, ("", ()))[1]) == 4 or len(self.info.get(node.output[0], ("", ()))[1]) == 4:
+            # rows of a 4-D (NCHW) operand are not rows of its NHWC bytes: left to the CPU
+            self._refused = "MatMul of a 4-D operand"
+            return False
         q = w.quant
         assert q is not None
         if not q.per_tensor and len(q.scales) != b_data.shape[1]:
