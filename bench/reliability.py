@@ -111,14 +111,20 @@ def figures(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
     f, fi, st = doc["fuzz"], doc["faults"], doc["stress"]
     injected = sum(fi["injected"].values())
     recovered = sum(fi["recovered"].values())
-    kill = fi.get("kill")
-    if kill:
-        injected += sum(kill["injected"].values())
-        recovered += sum(kill["recovered"].values())
-    longest = max(
-        [*fi["longest_recovery_s"].values(), *((kill or {}).get("longest_recovery_s", {}).values())]
-    )
+    longest = max(fi["longest_recovery_s"].values(), default=0.0)
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(fi["injected"].items()))
+    kill = fi.get("kill")
+    rows = []
+    if kill:
+        took = kill["longest_recovery_s"].get("kill", 0.0)
+        ok = kill["recovered"].get("kill", 0) == kill["injected"].get("kill", 0) == 1
+        rows.append(
+            (
+                "device model killed mid-job",
+                f"job failed after {took:.2f} s, ioctls still answered: {'yes' if ok else 'NO'}",
+                "job timeout + 2 s reset wait",
+            )
+        )
     return [
         (
             "ioctl calls made (random and structure-aware)",
@@ -140,6 +146,7 @@ def figures(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
             str(sum(doc["splats"].values())) + (f" {doc['splats']}" if doc["splats"] else ""),
             "0",
         ),
+        *rows,
     ]
 
 
