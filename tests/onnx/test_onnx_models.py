@@ -234,3 +234,12 @@ def test_qoperator_pad_clip_on_npu(tmp_path: Path) -> None:
         ("QuantizeLinear", False), ("Pad", True), ("Clip", True), ("Transpose", True),
     ]  # fmt: skip
     assert result.outputs["t"].shape == (1, 5, 7, 3)
+
+
+def test_refused_lowering_reports_its_reason(tmp_path: Path) -> None:
+    """A per-channel broadcast Add stays on the CPU, exact, with the front end's reason."""
+    path = tmp_path / "add_bcast.onnx"
+    onnx.save(M.quantize(M.binary_model("Add", (1, 8, 6, 6), (1, 8, 1, 1)), "qoperator"), path)
+    result = _check(path)
+    add = next(p for p in result.placement if p.op == "QLinearAdd")
+    assert not add.npu and "broadcast of [1, 8, 6, 6] and [1, 8, 1, 1]" in add.reason
