@@ -13,10 +13,13 @@ The layout is lowered once, here: every 4-D activation is NHWC in the IR (ONNX's
 convolution filters are transposed into the IR's [Cout, KH, KW, Cin] / [1, KH, KW, C] at read time,
 and nothing below knows the model was ONNX. Nodes with an NPU lowering become the IR's ops
 (QLinearConv -> CONV_2D / DEPTHWISE_CONV_2D, QLinearMatMul and QGemm with a constant weight ->
-FULLY_CONNECTED, all with the ``requant`` option "float": the ISA's FLOAT_SCALE; MaxPool ->
-MAX_POOL_2D; Flatten/Reshape -> RESHAPE where the bytes do not move). Every other node becomes an IR
-node named ``ONNX:<op_type>`` that the compiler does not lower; :mod:`libaccel.model` runs it on the
-CPU in onnxruntime, in ONNX's own layout.
+FULLY_CONNECTED, all with the ``requant`` option "float": the ISA's FLOAT_SCALE; QLinearAdd/Mul/
+Sigmoid/LeakyRelu, 8-bit Relu/Clip -> LOOKUP/LOOKUP2 tables of onnxruntime's own kernel;
+QLinearGlobalAveragePool -> MEAN; QLinearConcat, MaxPool, Transpose, Pad, nearest Resize, Flatten/
+Reshape -> their data-movement ops; docs/onnx.md has the table). A lowering the compiler refuses
+leaves the whole ONNX node to the CPU with the compiler's reason. Every other node becomes an IR node
+named ``ONNX:<op_type>`` that the compiler does not lower; :mod:`libaccel.model` runs it on the CPU
+in onnxruntime, in ONNX's own layout.
 
 Shapes and element types of every tensor are taken from onnxruntime running the model once on zeros
 (contrib ops such as QLinearAdd are unknown to ``onnx.shape_inference``); ``shapes`` fixes dynamic
@@ -37,17 +40,6 @@ from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo
 
 OPSETS = range(13, 22)  # default-domain opsets read (13 to 21)
 NCHW_TO_NHWC = (0, 2, 3, 1)
-NHWC_TO_NCHW = (0, 3, 1, 2)
-_ONNX_DTYPES = {
-    1: "float32",
-    2: "uint8",
-    3: "int8",
-    5: "int16",
-    6: "int32",
-    7: "int64",
-    9: "bool",
-    10: "float16",
-}
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
 _PASS_THROUGH = (
     "MaxPool",
