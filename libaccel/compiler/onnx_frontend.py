@@ -448,11 +448,49 @@ class _Reader:
             data = w.data.transpose(1, 2, 3, 0)  # [C*dm, 1, KH, KW] -> [1, KH, KW, C*dm]
             options["depth_multiplier"] = cout // cin
         else:
-            return False  # grouped convolution: no NPU lowering
+            return self._grouped_conv(node, w, group, options)
         inputs = [self.tensor(node.input[0]), self._const_tensor(w, data, axis)]
         if len(node.input) > 8 and node.input[8]:
             inputs.append(self.tensor(node.input[8]))
         self.add(node, op, inputs, options)
+        return True
+
+    def _grouped_conv(self, node: Any, w: TensorInfo, group: int, options: dict[str, Any]) -> bool:
+        """A grouped convolution as one CONV_2D per group: SLICE the group's input channels, convolve
+        with its filters (and scales, and bias), CONCATENATION of the outputs along C."""
+        x, y = node.input[0], node.output[0]
+        cout, cin_g = w.shape[0], w.shape[1]
+        n, cin, h, wd = self.info[x][1]
+        _, _, oh, ow = self.info[y][1]
+        if cin != cin_g * group or cout % group:
+            return False
+        cout_g = cout // group
+        assert w.data is not None and w.quant is not None
+        x_ir, y_ir = self.tensor(x), self.tensor(y)
+        bias = self.consts.get(node.input[8]) if len(node.input) > 8 and node.input[8] else None
+        start, outs = len(self.nodes), []
+        for g in range(group):
+            begin = self._new(
+                f"{y}:g{g}:begin", "int32", (4,), None, np.array([0, 0, 0, g * cin_g], np.int32)
+            )
+            size = self._new(f"{y}:g{g}:size", "int32", (4,), None, np.array([n, h, wd, cin_g], np.int32))
+            xs = self._internal(x_ir, (n, h, wd, cin_g), f"g{g}")
+            self.nodes.append(OpNode(len(self.nodes), "SLICE", (x_ir, begin, size), (xs,)))
+            cs = slice(g * cout_g, (g + 1) * cout_g)
+            q = w.quant
+            wq = q if q.per_tensor else QuantParams(q.scales[cs], q.zero_points[cs], 0)
+            part = TensorInfo(-1, f"{w.name}:g{g}", w.dtype, (cout_g, cin_g, *w.shape[2:]), wq, w.data[cs])
+            inputs = [xs, self._const_tensor(part, w.data[cs].transpose(0, 2, 3, 1), 0)]
+            if bias is not None:
+                inputs.append(
+                    self._new(f"{y}:g{g}:bias", "int32", (cout_g,), None, np.asarray(bias[cs], np.int32))
+                )
+            ys = self._internal(y_ir, (n, oh, ow, cout_g), f"g{g}")
+            self.nodes.append(OpNode(len(self.nodes), "CONV_2D", tuple(inputs), (ys,), dict(options)))
+            outs.append(ys)
+        self.nodes.append(OpNode(len(self.nodes), "CONCATENATION", tuple(outs), (y_ir,), {"axis": 3}))
+        for i in range(start, len(self.nodes)):
+            self.onnx_nodes[i] = node
         return True
 
     def _fc(self, node: Any, a: str, b_data: np.ndarray, w: TensorInfo, bias: str | None) -> bool:

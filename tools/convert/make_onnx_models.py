@@ -75,9 +75,9 @@ class _Builder:
 
 # --- one-op float models -------------------------------------------------------------------
 def conv_model(cin: int = 8, cout: int = 16, k: int = 3, stride: int = 1, depthwise: bool = False,
-               size: int = 10, seed: int = 0) -> onnx.ModelProto:  # fmt: skip
+               size: int = 10, seed: int = 0, group: int = 1) -> onnx.ModelProto:  # fmt: skip
     b = _Builder(seed)
-    group = cin if depthwise else 1
+    group = cin if depthwise else group
     y = b.conv("x", cin, cin if depthwise else cout, k, stride, group, relu=False)
     return b.model([("x", [1, cin, size, size])], [y])
 
