@@ -245,3 +245,16 @@ def test_refused_lowering_reports_its_reason(tmp_path: Path) -> None:
     result = _check(path)
     add = next(p for p in result.placement if p.op == "QLinearAdd")
     assert not add.npu and "broadcast of [1, 8, 6, 6] and [1, 8, 1, 1]" in add.reason
+
+
+def test_libaccel_run_model_random_inputs() -> None:
+    """The package-level entry point: seeded random inputs when none are given, a placement report."""
+    import libaccel
+
+    a = libaccel.run_model(MODELS / "mobilenet_like_qop.onnx", device="shim", seed=4)
+    b = libaccel.run_model(MODELS / "mobilenet_like_qop.onnx", device="shim", seed=4)
+    assert a.outputs.keys() == b.outputs.keys() == {"softmax42"}
+    assert np.array_equal(a.outputs["softmax42"], b.outputs["softmax42"])
+    assert (
+        a.report().splitlines()[0] == "placement: 12 of 15 nodes on the NPU, 3 on the CPU, 1 NPU partition(s)"
+    )
