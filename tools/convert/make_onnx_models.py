@@ -247,11 +247,15 @@ def fixtures() -> dict[str, onnx.ModelProto]:
     uint8 x int8 GEMM adds product pairs in saturating int16 (docs/onnx.md), so the uint8 QDQ form
     uses 7-bit weights (``reduce_range``, the quantizer's option for such CPUs) and the QOperator form
     int8 activations; both are then exact on every x86 path."""
+    import onnxruntime
+
     out = {}
     for name in FIXTURES:
         float_model = globals()[name]()
         out[f"{name}_qdq"] = quantize(float_model, "qdq", "uint8", per_channel=True, reduce_range=True)
         out[f"{name}_qop"] = quantize(float_model, "qoperator", "int8", per_channel=False)
+    for model in out.values():  # calibration may change between releases: say which one quantized
+        onnx.helper.set_model_props(model, {"quantized_by": f"onnxruntime {onnxruntime.__version__}"})
     return out
 
 
