@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import errno
 import fcntl
+import functools
 import json
 import multiprocessing
 import random
@@ -59,6 +60,7 @@ LIVE_COUNTERS = ("files", "contexts", "bos", "bo_bytes", "jobs", "jobs_on_device
 # page allocator WARNs (found by this fuzzer; DRM core code, the same with any DRM driver, not
 # vnpu.ko's to fix). Counts stay below that so that a real splat is not drowned by a known one.
 CORE_COUNT_LIMITS = {("DRM_IOCTL_SYNCOBJ_WAIT", "count_handles"): 1 << 20}
+POOL_BUFFER = 4096  # bytes in each of a worker's buffers that valid random pointers point into
 BOGUS_POINTERS = (0, 1, 0x1000, 0xFFFF_FFFF_FFFF_F000, 0xFFFF_8880_0000_0000, 0x7FFF_FFFF_F000, 1 << 47)
 INTERESTING = (0, 1, 2, 3, 7, 8, 0xFF, 0x1000, 0xFFFF, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFF, 1 << 32)
 
@@ -94,20 +96,62 @@ class FuzzFailure(RuntimeError):
         self.reproducer = reproducer
 
 
+@functools.cache
+def _kernel_node() -> str:
+    # Discovery (pyudev) costs most of a second under TCG: once per process, not per open.
+    from libaccel.discovery import list_devices
+
+    devices = list_devices()
+    if not devices:
+        raise FuzzFailure("no vnpu device (/dev/accel/accel*)")
+    return devices[0].node
+
+
 def _open(device: str) -> Backend:
     if device == "shim":
         from libaccel.backends.shim import ShimBackend
 
         return ShimBackend()
     from libaccel.backends.kernel import KernelBackend
-    from libaccel.discovery import list_devices
 
-    if device == "kernel":
-        devices = list_devices()
-        if not devices:
-            raise FuzzFailure("no vnpu device (/dev/accel/accel*)")
-        device = devices[0].node
-    return KernelBackend(device)
+    return KernelBackend(_kernel_node() if device == "kernel" else device)
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One field of an ioctl argument, for the byte-level random mode."""
+
+    name: str
+    offset: int
+    size: int
+    pointer: bool
+    limit: int | None
+
+
+POINTER_FIELDS = ("handles", "jobs", "bos", "in_syncobjs", "name", "date", "desc")
+
+
+@functools.cache
+def _layout(name: str) -> tuple[int, tuple[_Slot, ...]]:
+    """(size, fields) of ioctl ``name``'s argument struct."""
+    ctype = ffi.typeof(f"struct {b.ABI.ioctls[name].struct}")
+    slots = tuple(
+        _Slot(f, t.offset, ffi.sizeof(t.type), f in POINTER_FIELDS, CORE_COUNT_LIMITS.get((name, f)))
+        for f, t in ctype.fields
+    )
+    return ffi.sizeof(ctype), slots
+
+
+def warm_up() -> None:
+    """Parse every C type the workers use once, before they fork (cffi's parser is slow under TCG)."""
+    for name in IOCTLS:
+        _layout(name)
+        ffi.typeof(f"struct {b.ABI.ioctls[name].struct} *")
+    for t in ("struct drm_vnpu_job[]", "struct drm_vnpu_job_bo[]", "uint32_t[]", "uint8_t[]", "uintptr_t"):
+        ffi.typeof(t)
+    for t in ("drm_vnpu_bo_create", "drm_syncobj_create", "drm_vnpu_bo_wait", "drm_syncobj_destroy"):
+        ffi.typeof(f"struct {t} *")
+    ffi.typeof("struct drm_syncobj_wait *")
 
 
 @dataclass
@@ -136,6 +180,8 @@ class Worker:
         self.rng = random.Random(seed)
         self.stats = stats or FuzzStats()
         self.files: list[_File] = []
+        self._pool = [ffi.new("uint8_t[]", self.rng.randbytes(POOL_BUFFER)) for _ in range(8)]
+        self.pool = [int(ffi.cast("uintptr_t", buf)) for buf in self._pool]
 
     # --- calls ------------------------------------------------------------------------------
     def call(self, f: _File, name: str, arg: Any) -> bool:
@@ -166,12 +212,14 @@ class Worker:
         return v & ((1 << bits) - 1)
 
     def pointer(self, f: _File, size: int) -> int:
-        """A user pointer: to ``size`` random bytes (mostly), or one that must fault."""
+        """A user pointer: to ``size`` random bytes (mostly), or one that must fault.
+
+        The random bytes come from the worker's pool (filled once): the kernel only reads them.
+        """
+        del f
         if self.rng.random() < 0.75:
-            buf = ffi.new("uint8_t[]", max(1, size))
-            ffi.memmove(buf, self.rng.randbytes(max(1, size)), max(1, size))
-            f.keep.append(buf)
-            return int(ffi.cast("uintptr_t", buf))
+            size = min(max(1, size), POOL_BUFFER)
+            return self.rng.choice(self.pool) + self.rng.randrange(POOL_BUFFER - size + 1)
         return self.rng.choice(BOGUS_POINTERS)
 
     # --- random mode --------------------------------------------------------------------------
@@ -179,9 +227,14 @@ class Worker:
         self.stats.random_ioctls += 1
         name = self.rng.choice(list(IOCTLS))
         struct = b.ABI.ioctls[name].struct
-        if self.device != "shim" and self.rng.random() < 0.1:
-            self.raw_ioctl(f, name)
-            return
+        if self.device != "shim":
+            r = self.rng.random()
+            if r < 0.1:
+                self.raw_ioctl(f, name)
+                return
+            if r < 0.8:
+                self.bytes_ioctl(f, name)
+                return
         arg = ffi.new(f"struct {struct} *")
         for fname, ftype in ffi.typeof(arg).item.fields:
             kind = ftype.type
@@ -207,6 +260,44 @@ class Worker:
             f.bos.append(_Bo(arg.handle, arg.size, arg.va, arg.mmap_offset, bool(arg.flags & 1)))
         elif name == "DRM_IOCTL_SYNCOBJ_CREATE" and arg.handle:
             f.syncobjs.append(arg.handle)
+        f.keep.clear()
+
+    def bytes_ioctl(self, f: _File, name: str) -> None:
+        """The random mode at the byte level (kernel): the same fields, no cffi objects per call.
+
+        Under TCG a cffi struct per call costs more than the ioctl; this path is what makes
+        millions of calls affordable.
+        """
+        size, slots = _layout(name)
+        buf = bytearray(size)
+        rng = self.rng
+        for slot in slots:
+            if slot.pointer:
+                v = self.pointer(f, rng.choice((8, 64, 4096)))
+            elif slot.name == "handle" and f.bos and rng.random() < 0.5:
+                v = rng.choice(f.bos).handle
+            elif slot.name.startswith("timeout"):
+                v = time.monotonic_ns() + rng.choice((0, 1_000_000))
+            else:
+                v = self.value(8 * slot.size)
+                if slot.limit is not None:
+                    v %= slot.limit
+            buf[slot.offset : slot.offset + slot.size] = (v & ((1 << (8 * slot.size)) - 1)).to_bytes(
+                slot.size, "little"
+            )
+        self.stats.ioctls += 1
+        try:
+            fcntl.ioctl(f.backend.fileno(), IOCTLS[name], buf, True)  # type: ignore[attr-defined]
+        except OSError as e:
+            self.stats.errnos[
+                f"{name.removeprefix('DRM_IOCTL_')}:{errno.errorcode.get(e.errno, e.errno)}"
+            ] += 1
+        else:
+            if name == "DRM_IOCTL_VNPU_BO_CREATE":
+                a = ffi.from_buffer("struct drm_vnpu_bo_create *", buf)
+                f.bos.append(_Bo(a.handle, a.size, a.va, a.mmap_offset, bool(a.flags & 1)))
+            elif name == "DRM_IOCTL_SYNCOBJ_CREATE":
+                f.syncobjs.append(ffi.from_buffer("struct drm_syncobj_create *", buf).handle)
         f.keep.clear()
 
     def raw_ioctl(self, f: _File, name: str) -> None:
@@ -437,6 +528,7 @@ class Worker:
 
 # --- process / thread fan-out -------------------------------------------------------------------------
 def _process(device: str, seed: int, threads: int, seconds: float, out: Any) -> None:
+    warm_up()  # a no-op after a fork from a warmed-up parent
     totals = FuzzStats()
     errors: list[str] = []
 
@@ -519,6 +611,7 @@ def run(
     base_splats = count_splats(dmesg()) if kernel else {}
     base_counters = live_counters() if kernel else {}
     base_mem = meminfo()
+    warm_up()
     start = time.monotonic()
     # The shim's device lives in the process with its threads, which a fork would leave behind:
     # spawn there. On the kernel fork is safe and quick (no re-import per batch under TCG).
