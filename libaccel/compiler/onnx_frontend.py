@@ -740,7 +740,10 @@ class _Reader:
         shape_a, shape_b = self.info[a][1], self.info[b][1]
         v = (np.arange(256) + (-128 if dtype == "int8" else 0)).astype(dtype)
         size_a, size_b = int(np.prod(shape_a)), int(np.prod(shape_b))
-        if size_a == 1:
+        if a == b:  # x op x: only the diagonal is ever read
+            table = np.zeros((256, 256), dtype=dtype)
+            table[np.arange(256), np.arange(256)] = self._run(node, {a: v})
+        elif size_a == 1:
             table = np.stack([self._run(node, {a: v[i : i + 1], b: v}) for i in range(256)])
         elif size_b == 1:
             table = np.stack([self._run(node, {a: v, b: v[j : j + 1]}) for j in range(256)], axis=1)

@@ -261,3 +261,28 @@ def test_libaccel_run_model_random_inputs() -> None:
     assert (
         a.report().splitlines()[0] == "placement: 12 of 15 nodes on the NPU, 3 on the CPU, 1 NPU partition(s)"
     )
+
+
+def test_qlinear_mul_of_a_tensor_by_itself(tmp_path: Path) -> None:
+    """x * x: both LUT2 operands are one tensor (the table's diagonal)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    params = (("s", 0.05, np.float32), ("z", 3, np.int8), ("ys", 0.2, np.float32), ("yz", -20, np.int8))
+    inits = [numpy_helper.from_array(np.array(v, dtype=t), n) for n, v, t in params]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+        helper.make_node(
+            "QLinearMul", ["q", "s", "z", "q", "s", "z", "ys", "yz"], ["y"], domain="com.microsoft"
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, None)], inits,
+    )  # fmt: skip
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    path = tmp_path / "square.onnx"
+    onnx.save(model, path)
+    result = _check(path)
+    assert [(p.op, p.npu) for p in result.placement] == [("QuantizeLinear", False), ("QLinearMul", True)]
