@@ -5,6 +5,7 @@
     vnpu-fw sign IMAGE --key KEY [-o OUT]
     vnpu-fw verify IMAGE [--pubkey PEM]
     vnpu-fw inspect IMAGE [--pubkey PEM] [--json]
+    vnpu-fw keygen NAME             write a new Ed25519 pair: NAME.key (private) and NAME.pub
 
 Exit codes: 0 success; 1 the image is rejected (the reason is the boot ROM's); 2 a bad
 command line, or a file (image, manifest, key) that cannot be read or used. Errors are
@@ -149,6 +150,22 @@ def cmd_sign(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private, public = Path(f"{args.name}.key"), Path(f"{args.name}.pub")
+    for path in (private, public):
+        if path.exists():
+            raise UsageError(f"{path} exists; not overwriting a key")
+    _write(private, key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption()))
+    private.chmod(0o600)  # the signing secret
+    _write(public, key.public_key().public_bytes(ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo))
+    print(f"wrote {private} (private: keep it secret) and {public}")
+    return EXIT_OK
+
+
 def record(parsed: ParsedImage, signature: str) -> dict[str, Any]:
     """``inspect --json``: the image's fields, decoded."""
     img = parsed.image
@@ -253,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("path", metavar="IMAGE")
     v.add_argument("--pubkey", help="public key to check the signature with (default: the development key)")
     v.set_defaults(func=cmd_verify)
+    k = sub.add_parser("keygen", help="write a new Ed25519 key pair, NAME.key and NAME.pub")
+    k.add_argument("name", metavar="NAME")
+    k.set_defaults(func=cmd_keygen)
     return ap
 
 

@@ -318,15 +318,11 @@ def test_cli_build_sign_inspect_verify(tmp_path: Path, capsys: pytest.CaptureFix
     assert rec["build_id"] == f"{parsed.build_id:016x}" and rec["digest"] == parsed.digest.hex()
     assert rec["disabled_ops"] == ["CONV2D"] and rec["limits"]["max_cmd_size"] == hw.MAX_CMD_SIZE
     # Another key: inspect says INVALID, verify rejects.
-    other = tmp_path / "other.pem"
-    from cryptography.hazmat.primitives import serialization as ser
-
-    other.write_bytes(
-        Ed25519PrivateKey.generate().private_bytes(
-            ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption()
-        )
-    )
-    assert load_public_key(other) != dev_public_key()
+    assert fw_cli.main(["keygen", str(tmp_path / "other")]) == 0
+    other = tmp_path / "other.key"
+    assert other.stat().st_mode & 0o777 == 0o600
+    assert load_public_key(other) == load_public_key(tmp_path / "other.pub") != dev_public_key()
+    assert fw_cli.main(["keygen", str(tmp_path / "other")]) == 2  # never overwrites a key
     assert fw_cli.main(["inspect", str(out), "--pubkey", str(other)]) == 0
     assert "INVALID" in capsys.readouterr().out
     assert fw_cli.main(["verify", str(out), "--pubkey", str(other)]) == 1
