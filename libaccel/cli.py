@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -236,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (accel ... | head): stop quietly, as cat does.
+        sys.stdout = open(os.devnull, "w")  # Python flushes stdout at exit: let it flush here
+        return 141
 
 
 if __name__ == "__main__":

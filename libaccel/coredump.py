@@ -190,10 +190,9 @@ def to_json(dump: Coredump) -> dict[str, Any]:
 
 def render(dump: Coredump) -> str:
     j = dump.job
-    when = datetime.datetime.fromtimestamp(dump.timestamp_ns / 1e9, datetime.UTC).strftime(
-        "%Y-%m-%d %H:%M:%S"
-    )
-    out = [f"vnpu coredump v{dump.version}, captured {when} UTC"]
+    # A u64 of ns ends in 2554: any value is a date datetime can print.
+    stamp = datetime.datetime.fromtimestamp(dump.timestamp_ns / 1e9, datetime.UTC)
+    out = [f"vnpu coredump v{dump.version}, captured {stamp:%Y-%m-%d %H:%M:%S} UTC"]
     where = f" at VA {j.fault_va:#x}" if j.status == -errno.EFAULT else ""
     out.append(f"job {j.seqno} of context {j.context} (pid {j.pid}): {status_text(j.status)}{where}")
     out.append(f"instructions started: {j.cycles}; stream {j.cmd_size} bytes at device VA {j.cmd_va:#x}")

@@ -9,10 +9,12 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from device_model import hw_layout as hw
 from libaccel.cli import main
-from libaccel.coredump import CoredumpError, parse, vnpu_dumps
+from libaccel.coredump import CoredumpError, parse, render, to_json, vnpu_dumps
 from uapi.bindings import ffi
 
 DATA = Path(__file__).parent / "data"
@@ -78,7 +80,42 @@ def test_unknown_sections_are_skipped_and_bad_headers_refused() -> None:
         parse(FAULT[:12] + struct.pack("<I", 0) + FAULT[16:h])
 
 
+def test_any_clock_renders() -> None:
+    d = parse(FAULT[:16] + struct.pack("<Q", (1 << 64) - 1) + FAULT[24:])
+    assert render(d).startswith("vnpu coredump v1, captured 2554-07-21 23:34:33 UTC")
+
+
 def test_no_dump_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert vnpu_dumps(tmp_path) == []
     assert main(["coredump", str(tmp_path / "missing.bin")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_damaged_dumps_decode_or_fail_cleanly(data: st.DataObject) -> None:
+    dump = bytearray(data.draw(st.sampled_from([FAULT, HANG])))
+    for _ in range(data.draw(st.integers(1, 8))):
+        dump[data.draw(st.integers(0, len(dump) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        d = parse(bytes(dump))
+    except CoredumpError as e:
+        assert str(e) and "\n" not in str(e)
+        return
+    render(d)
+    json.dumps(to_json(d))
+
+
+def test_a_closed_pipe_is_no_traceback() -> None:
+    """`accel coredump | head -1`: the reader is gone before the output is written."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "libaccel.cli", "coredump", str(DATA / "coredump_fault.bin")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    p.stdout.close()  # long before the interpreter has imported libaccel
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141 and err == "", err
