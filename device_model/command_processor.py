@@ -470,15 +470,12 @@ class _Job:
             out_w=out.shape[2],
         )
         scales = self.float_scales(cout)
-        if scales is not None:  # onnxruntime's requantization: the general numpy path
+        float_scale = scales is not None  # onnxruntime's requantization: numpy's plans, not the MAC array
+        if float_scale:
             common.update(multiplier=scales, shift=0)
-            conv = nm.depthwise_conv2d if depthwise else nm.conv2d
-            extra = {"depth_multiplier": ins["depth_multiplier"]} if depthwise else {}
-            self.store(out, conv(self.load(inp), weights, bias, fast=False, float_scale=True,
-                                 **extra, **common, **geometry))  # fmt: skip
-            return
+            multiplier, shift = scales, 0
         isa = mac_array.selected_isa()
-        if isa is not None:  # the C MAC array (numerics stays the reference and the fallback)
+        if isa is not None and not float_scale:  # the C MAC array (numerics stays the reference)
             kind = mac_array.KIND_DEPTHWISE if depthwise else mac_array.KIND_CONV
             dm = ins["depth_multiplier"] if depthwise else 1
             mac = self.mac_plan(
@@ -492,8 +489,9 @@ class _Job:
             return
         build = nm.plan_depthwise if depthwise else nm.plan_gemm
         plan = self.plan(
-            lambda: build(weights, bias, in_dtype=inp.np_dtype, **common), weights, bias, multiplier, shift
-        )
+            lambda: build(weights, bias, in_dtype=inp.np_dtype, float_scale=float_scale, **common),
+            weights, bias, multiplier, shift,
+        )  # fmt: skip
         if plan is not None:
             if depthwise:
                 assert isinstance(plan, nm.DepthwisePlan)
@@ -506,10 +504,12 @@ class _Job:
         elif depthwise:
             result = nm.depthwise_conv2d(
                 self.load(inp), weights, bias, depth_multiplier=ins["depth_multiplier"], fast=False,
-                **common, **geometry,
+                float_scale=float_scale, **common, **geometry,
             )  # fmt: skip
         else:
-            result = nm.conv2d(self.load(inp), weights, bias, fast=False, **common, **geometry)
+            result = nm.conv2d(
+                self.load(inp), weights, bias, fast=False, float_scale=float_scale, **common, **geometry
+            )
         self.store(out, result)
 
     def op_CONV2D(self) -> None:  # noqa: N802

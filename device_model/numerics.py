@@ -361,10 +361,11 @@ def conv2d(
         "CONV2D", stride_h=stride_h, stride_w=stride_w, dilation_h=dilation_h, dilation_w=dilation_w
     )
     check_zero_points("CONV2D", input_zp, filter_zp)
-    if fast and not float_scale:
+    if fast:
         plan = plan_gemm(
             filt, bias, in_dtype=inp.dtype, input_zp=input_zp, filter_zp=filter_zp, multiplier=multiplier,
             shift=shift, output_zp=output_zp, act_min=act_min, act_max=act_max, out_dtype=out_dtype,
+            float_scale=float_scale,
         )  # fmt: skip
         if plan is not None:
             geometry = (stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w)
@@ -441,10 +442,11 @@ def depthwise_conv2d(
             f"DEPTHWISE_CONV2D: filter shape {filt.shape} does not match {cin} channels x {depth_multiplier}"
         )
     check_zero_points("DEPTHWISE_CONV2D", input_zp, filter_zp)
-    if fast and not float_scale:
+    if fast:
         plan = plan_depthwise(
             filt, bias, in_dtype=inp.dtype, input_zp=input_zp, filter_zp=filter_zp, multiplier=multiplier,
             shift=shift, output_zp=output_zp, act_min=act_min, act_max=act_max, out_dtype=out_dtype,
+            float_scale=float_scale,
         )  # fmt: skip
         if plan is not None:
             geometry = (stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w)
@@ -1047,6 +1049,30 @@ def plan_requant(
 
 
 @dataclass(frozen=True)
+class FloatRequantPlan:
+    """The FLOAT_SCALE requantization (:func:`requantize_float_scale`) of raw float32 accumulators r:
+    the int32 accumulator is r + correction (r is float32-exact, the plan's bound checked that)."""
+
+    correction: np.ndarray  # [C] int64
+    scale: np.ndarray  # [C] float32
+    output_zp: int
+    lo: int  # the clamp combined with the output dtype's range
+    hi: int
+    out_dtype: np.dtype
+
+    def apply(self, acc: np.ndarray, repeat: int) -> np.ndarray:
+        """Raw float32 accumulators [R, repeat * C] (C innermost) -> the output dtype's values."""
+        c = self.scale.shape[0]
+        exact = acc.reshape(-1, c).astype(np.int64) + self.correction
+        product = wrap_int32(exact).astype(np.float32) * self.scale
+        np.clip(
+            product, np.float32(self.lo - self.output_zp), np.float32(self.hi - self.output_zp), out=product
+        )
+        out = np.rint(product).astype(np.int64) + self.output_zp
+        return out.astype(self.out_dtype).reshape(acc.shape)
+
+
+@dataclass(frozen=True)
 class GemmPlan:
     """A CONV2D / FULLY_CONNECTED layer's requantization, and its filter as float32 if small.
 
@@ -1058,7 +1084,7 @@ class GemmPlan:
     input_zp: int
     filter_zp: int
     cout: int
-    requant: RequantPlan
+    requant: RequantPlan | FloatRequantPlan
 
     def matrix(self, filt: np.ndarray | None) -> np.ndarray:
         """(filter - filter_zp) as float32 [K, Cout] (a transposed view when converted)."""
@@ -1075,7 +1101,7 @@ class DepthwisePlan:
 
     taps: np.ndarray
     input_zp: int
-    requant: RequantPlan
+    requant: RequantPlan | FloatRequantPlan
     tiled: dict[int, np.ndarray] = field(default_factory=dict, compare=False)
 
     def tap_rows(self, repeat: int) -> np.ndarray:
@@ -1097,8 +1123,10 @@ def _layer_requant(
     act_min: int,
     act_max: int,
     out_dtype: np.dtype | None,
-) -> RequantPlan | None:
-    """The requantization plan of a layer whose filter is wmat [K, C] (float32, zero point removed)."""
+    float_scale: bool = False,
+) -> RequantPlan | FloatRequantPlan | None:
+    """The requantization plan of a layer whose filter is wmat [K, C] (float32, zero point removed);
+    ``float_scale``: ``multiplier`` holds FLOAT_SCALE's float32 scales."""
     if out_dtype is None or np.dtype(in_dtype) not in _DTYPE_RANGES:
         return None
     a = _input_bound(in_dtype, input_zp)
@@ -1107,6 +1135,12 @@ def _layer_requant(
         return None  # float32 partial sums could be inexact
     b = np.zeros(wmat.shape[1], dtype=np.int64) if bias is None else np.asarray(bias, dtype=np.int64)
     correction = b - input_zp * wmat.sum(axis=0, dtype=np.float64).astype(np.int64)
+    if float_scale:
+        check_clamp(act_min, act_max)
+        c = wmat.shape[1]
+        lo, hi = _out_range(act_min, act_max, out_dtype)
+        scale = np.broadcast_to(np.asarray(multiplier, dtype=np.float32).reshape(-1), (c,)).copy()
+        return FloatRequantPlan(correction, scale, output_zp, lo, hi, np.dtype(out_dtype))
     return plan_requant(a * l1, correction, multiplier, shift, output_zp, act_min, act_max, out_dtype)
 
 
@@ -1123,6 +1157,7 @@ def plan_gemm(
     act_min: int,
     act_max: int,
     out_dtype: np.dtype | None,
+    float_scale: bool = False,
 ) -> GemmPlan | None:
     """The plan of a CONV2D ([Cout, KH, KW, Cin]) or FULLY_CONNECTED ([Cout, K]) filter, or None.
 
@@ -1130,7 +1165,7 @@ def plan_gemm(
     cout = filt.shape[0]
     wmat = np.ascontiguousarray(_filter_matrix(filt, filter_zp, cout).T)
     rq = _layer_requant(
-        wmat, in_dtype, input_zp, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype
+        wmat, in_dtype, input_zp, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype, float_scale
     )
     if rq is None:
         return None
@@ -1150,6 +1185,7 @@ def plan_depthwise(
     act_min: int,
     act_max: int,
     out_dtype: np.dtype | None,
+    float_scale: bool = False,
 ) -> DepthwisePlan | None:
     """The plan of a DEPTHWISE_CONV2D filter [1, KH, KW, Cout], or None."""
     _, kh, kw, cout = filt.shape
@@ -1157,7 +1193,7 @@ def plan_depthwise(
     if filter_zp:
         taps -= np.float32(filter_zp)
     rq = _layer_requant(
-        taps, in_dtype, input_zp, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype
+        taps, in_dtype, input_zp, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype, float_scale
     )
     return None if rq is None else DepthwisePlan(taps, input_zp, rq)
 

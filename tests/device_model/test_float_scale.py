@@ -108,3 +108,29 @@ def test_bad_float_scale_fails_the_job(flags: int, multiplier: int, shift: int, 
                    shift=shift, act_min=-128, act_max=127),
     ))  # fmt: skip
     assert res.status == -errno.EIO and message in res.error
+
+
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_planned_float_scale_equals_general(depthwise: bool) -> None:
+    """The planned path (raw accumulators + a per-channel correction) gives the general path's bytes."""
+    from device_model import numerics as nm
+
+    rng = np.random.default_rng(11 + depthwise)
+    x = rng.integers(0, 256, size=(1, 9, 9, 6)).astype(np.uint8)
+    w = rng.integers(-127, 128, size=(1, 3, 3, 6) if depthwise else (5, 3, 3, 6)).astype(np.int8)
+    cout = w.shape[3] if depthwise else w.shape[0]
+    bias = rng.integers(-5000, 5000, size=cout).astype(np.int32)
+    scales = rng.uniform(0.0005, 0.01, cout).astype(np.float32)
+    args = dict(input_zp=131, filter_zp=0, stride_h=2, stride_w=1, dilation_h=1, dilation_w=1, pad_top=1,
+                pad_left=1, out_h=5, out_w=9, multiplier=scales, shift=0, output_zp=118, act_min=0,
+                act_max=255, out_dtype=np.dtype(np.uint8), float_scale=True)  # fmt: skip
+    conv = nm.depthwise_conv2d if depthwise else nm.conv2d
+    extra = {"depth_multiplier": 1} if depthwise else {}
+    fast = conv(x, w, bias, fast=True, **extra, **args)
+    general = conv(x, w, bias, fast=False, **extra, **args)
+    assert fast.dtype == general.dtype == np.uint8
+    assert np.array_equal(fast, general)
+    build = nm.plan_depthwise if depthwise else nm.plan_gemm
+    keys = ("input_zp", "filter_zp", "multiplier", "shift", "output_zp", "act_min", "act_max", "out_dtype")
+    plan = build(w, bias, in_dtype=x.dtype, float_scale=True, **{k: args[k] for k in keys})
+    assert plan is not None and isinstance(plan.requant, nm.FloatRequantPlan)  # the planned path ran
