@@ -350,6 +350,14 @@ def guest_command(args: argparse.Namespace, module: Path | None = None) -> list[
     return cmd
 
 
+class Terminated(SystemExit):
+    """The harness got SIGTERM while a guest ran; exits 143 as a SIGTERMed shell command does."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated(128 + signum)
+
+
 def boot(
     cmd: list[str],
     timeout: float,
@@ -376,6 +384,11 @@ def boot(
     assert proc.stdout is not None
     timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
     timer.start()
+    # vng and QEMU run in a session of their own: a SIGTERM to the harness (timeout(1), a CI
+    # runner cancelling a job) must take the guest down too, not leave QEMU running.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         with open(log_path, "wb") as log:
             for line in proc.stdout:
@@ -385,12 +398,14 @@ def boot(
                 if on_line is not None:
                     on_line(line)
         rc = proc.wait()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait()
         raise
     finally:
         timer.cancel()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if rc == -signal.SIGKILL:
         clock.say("boot", f"guest killed after {timeout:.0f}s")
         return matrix.EXIT_TIMEOUT

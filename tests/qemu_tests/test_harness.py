@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +88,22 @@ def test_parse_size(text: str, value: int) -> None:
 def test_parse_size_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_size(text)
+
+
+def test_sigterm_to_the_harness_takes_the_guest_down(tmp_path: Path) -> None:
+    """A guest (here a stand-in shell) runs in its own session: SIGTERM to the harness must end it too."""
+    pidfile = tmp_path / "guest.pid"
+    code = (
+        "from pathlib import Path; from qemu_tests import harness; "
+        f"harness.boot(['sh', '-c', 'echo $$ > {pidfile}; exec sleep 60'], 120, "
+        f"harness.Clock(quiet=True), Path('{tmp_path / 'console.log'}'))"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=harness.REPO)
+    deadline = time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    guest = int(pidfile.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    with pytest.raises(ProcessLookupError):
+        os.kill(guest, 0)
