@@ -8,6 +8,8 @@ per statistic after the generic ``pos``/``flags``/``mnt_id``/``ino`` lines. vnpu
 - ``drm-engine-npu: N ns``: time the NPU spent on this file's jobs;
 - ``drm-total-memory``, ``drm-shared-memory``, ``drm-active-memory``, ``drm-resident-memory``,
   ``drm-purgeable-memory``: bytes, printed with an optional ``KiB``/``MiB`` unit.
+- ``vnpu-jobs: N``: the driver's own key (as amdgpu's ``amd-*``): this file's jobs that ended,
+  whatever their status (a per-client jobs/s for ``accel top``).
 
 :func:`parse` turns the text into a :class:`FdInfo`; :func:`read` reads one file
 descriptor's. Keys this module does not know are kept in :attr:`FdInfo.other`, so a key the
@@ -44,6 +46,7 @@ class FdInfo:
     engines: dict[str, int] = field(default_factory=dict)
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
     other: dict[str, str] = field(default_factory=dict)
+    jobs: int | None = None  # vnpu-jobs; None for a kernel that does not print it
 
     def engine_ns(self, name: str = "npu") -> int:
         """Busy time of engine ``name`` in ns (0 when the driver does not report it)."""
@@ -70,11 +73,15 @@ def parse(text: str) -> FdInfo:
     engines: dict[str, int] = {}
     memory: dict[str, dict[str, int]] = {}
     other: dict[str, str] = {}
+    jobs: int | None = None
     for line in text.splitlines():
         m = _LINE.fullmatch(line)
         if not m:
             continue
         key, value = m["key"], m["value"]
+        if key == "vnpu-jobs":
+            jobs = _number(key, value, {"": 1})
+            continue
         if not key.startswith("drm-"):
             continue  # pos, flags, mnt_id, ino: the VFS's, not DRM's
         if key == "drm-driver":
@@ -92,7 +99,7 @@ def parse(text: str) -> FdInfo:
             other[key] = value
     if driver is None:
         raise FdInfoError("no drm-driver key: not an open DRM device file, or a kernel without fdinfo stats")
-    return FdInfo(driver, client_id, pdev, engines, memory, other)
+    return FdInfo(driver, client_id, pdev, engines, memory, other, jobs)
 
 
 def read(fd: int, pid: int | str = "self") -> FdInfo:

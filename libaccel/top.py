@@ -39,6 +39,7 @@ class ClientSample:
     npu_ns: int
     memory_total: int
     memory_resident: int
+    jobs: int | None = None  # fdinfo vnpu-jobs: jobs of this file that ended
 
 
 @dataclass
@@ -50,6 +51,7 @@ class ClientRow:
     npu_ns: int  # total since the file was opened
     memory_total: int
     memory_resident: int
+    jobs_per_s: float | None = None  # from fdinfo vnpu-jobs; None on a kernel without it
 
 
 @dataclass
@@ -92,6 +94,7 @@ def scan_clients(proc: Path = Path("/proc")) -> dict[int, ClientSample]:
                 npu_ns=info.engine_ns("npu"),
                 memory_total=info.memory_bytes("total"),
                 memory_resident=info.memory_bytes("resident"),
+                jobs=info.jobs,
             )
     return found
 
@@ -162,6 +165,10 @@ def measure(
         gained = s.npu_ns - (before[cid].npu_ns if cid in before else 0)
         pct = min(100.0, 100.0 * max(gained, 0) / wall)
         row = ClientRow(cid, list(s.pids), s.comm, pct, s.npu_ns, s.memory_total, s.memory_resident)
+        if s.jobs is not None:
+            prev = before[cid].jobs if cid in before else None
+            ended = s.jobs - (prev or 0)
+            row.jobs_per_s = max(ended, 0) * 1e9 / wall
         devices[s.pdev].clients.append(row)
         devices[s.pdev].npu_percent = min(100.0, devices[s.pdev].npu_percent + pct)
     for d in devices.values():
@@ -186,7 +193,7 @@ def render(devices: list[DeviceRow], interval: float) -> str:
             f"{d.node or '?'} ({d.pdev})  NPU {d.npu_percent:5.1f}%  jobs/s {jobs}  "
             f"BOs {_bytes(d.bo_bytes)}  clients {len(d.clients)}  [{interval:g} s]"
         )
-        rows = [["PID", "COMMAND", "CLIENT", "NPU%", "NPU TIME", "MEMORY", "RESIDENT"]]
+        rows = [["PID", "COMMAND", "CLIENT", "NPU%", "NPU TIME", "JOBS/S", "MEMORY", "RESIDENT"]]
         for c in d.clients:
             rows.append(
                 [
@@ -195,6 +202,7 @@ def render(devices: list[DeviceRow], interval: float) -> str:
                     str(c.client_id),
                     f"{c.npu_percent:.1f}",
                     f"{c.npu_ns / 1e9:.3f} s",
+                    "-" if c.jobs_per_s is None else f"{c.jobs_per_s:.1f}",
                     _bytes(c.memory_total),
                     _bytes(c.memory_resident),
                 ]

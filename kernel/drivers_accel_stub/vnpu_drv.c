@@ -215,6 +215,8 @@ static void vnpu_show_fdinfo(struct drm_printer *p, struct drm_file *file)
 
 	drm_printf(p, "drm-engine-npu:\t%llu ns\n", vnpu_job_busy_ns(fpriv->ctx));
 	drm_show_memory_stats(p, file);
+	/* Driver-specific key (as amdgpu's amd-*): jobs of this file that ended. */
+	drm_printf(p, "vnpu-jobs:\t%llu\n", (u64)atomic64_read(&fpriv->ctx->jobs_ended));
 }
 
 static const struct drm_ioctl_desc vnpu_ioctls[] = {

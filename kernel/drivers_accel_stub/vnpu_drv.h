@@ -192,6 +192,8 @@ struct vnpu_vm {
  * @jobs_in_flight: jobs submitted and not yet freed
  * @busy_ns: time the device spent running this file's jobs that have
  *	ended (fdinfo drm-engine-npu; the running job is added when read)
+ * @jobs_ended: this file's jobs that ended, whatever their status (fdinfo
+ *	vnpu-jobs, a per-client jobs/s for accel top)
  * @closed: the file has been closed: its jobs are cancelled
  * @cmdbuf_lock: protects @cmdbuf_pool and @cmdbuf_pool_bytes
  * @cmdbuf_pool: idle command buffers kept for reuse (vnpu_cmdbuf.c)
@@ -207,6 +209,7 @@ struct vnpu_ctx {
 	atomic64_t bo_bytes;
 	atomic_t jobs_in_flight;
 	atomic64_t busy_ns;
+	atomic64_t jobs_ended;
 	bool closed;
 	spinlock_t cmdbuf_lock; /* protects @cmdbuf_pool and @cmdbuf_pool_bytes */
 	struct list_head cmdbuf_pool;

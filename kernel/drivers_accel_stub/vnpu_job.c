@@ -194,6 +194,7 @@ static void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, in
 	if (status == -EFAULT || status == -ETIMEDOUT)
 		job->coredump = vnpu_coredump_snapshot(vdev, job, status, fault_va);
 	vnpu_job_stop_clock(job);
+	atomic64_inc(&job->ctx->jobs_ended);
 	vnpu_job_head_started(vdev);
 	for (i = 0; i < job->bo_count; i++)
 		if (job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE)

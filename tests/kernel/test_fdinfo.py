@@ -54,6 +54,8 @@ def test_keys_busy_time_and_memory_grow(dev) -> None:
         # Eight jobs ran: the device was busy for them, and only this file is charged.
         assert busy.engine_ns() > after_bo.engine_ns()
         assert _stats(other).engine_ns() == idle.engine_ns() == 0
+        assert busy.jobs is not None and busy.jobs - (after_bo.jobs or 0) >= 8
+        assert _stats(other).jobs == idle.jobs == 0
     assert (out.array(np.int8, out.size) == 5).all()
 
     out.close()

@@ -64,3 +64,5 @@ def test_top_counts_jobs_per_second(dev, capsys: pytest.CaptureFixture[str]) -> 
         t.join(timeout=30)
     (device,) = rec["devices"]
     assert device["jobs_per_s"] > 1
+    (mine,) = [c for c in device["clients"] if os.getpid() in c["pids"]]
+    assert mine["jobs_per_s"] > 1  # fdinfo's vnpu-jobs: this file's own rate

@@ -24,6 +24,7 @@ def test_parse_vnpu_sample() -> None:
         "memory": {"total": 1028 << 10, "shared": 0, "active": 0, "resident": 1028 << 10, "purgeable": 0}
     }
     assert info.memory_bytes("resident") == 1028 << 10
+    assert info.jobs == 20
     assert info.other == {}
 
 

@@ -16,7 +16,9 @@ SAMPLE = (Path(__file__).parent / "data" / "fdinfo_vnpu.txt").read_text()
 SLOT = "0000:00:0a.0"
 
 
-def _client(proc: Path, pid: int, fd: int, client_id: int, npu_ns: int, comm: str = "python") -> None:
+def _client(
+    proc: Path, pid: int, fd: int, client_id: int, npu_ns: int, comm: str = "python", jobs: int = 20
+) -> None:
     d = proc / str(pid)
     (d / "fd").mkdir(parents=True, exist_ok=True)
     (d / "fdinfo").mkdir(exist_ok=True)
@@ -26,6 +28,7 @@ def _client(proc: Path, pid: int, fd: int, client_id: int, npu_ns: int, comm: st
         os.symlink("/dev/accel/accel0", link)
     text = SAMPLE.replace("drm-client-id:\t1", f"drm-client-id:\t{client_id}")
     text = text.replace("drm-engine-npu:\t7867981 ns", f"drm-engine-npu:\t{npu_ns} ns")
+    text = text.replace("vnpu-jobs:\t20", f"vnpu-jobs:\t{jobs}")
     (d / "fdinfo" / str(fd)).write_text(text)
 
 
@@ -54,7 +57,7 @@ def test_measure_busy_share_and_jobs_per_second(tmp_path: Path) -> None:
 
     def sleep(s: float) -> None:  # the device works while we wait: client 1 busy half the time
         time.sleep(s)
-        _client(proc, 100, 3, 1, 1_000_000 + int(s * 1e9 / 2))
+        _client(proc, 100, 3, 1, 1_000_000 + int(s * 1e9 / 2), jobs=20 + 12)
         counters.write_text("jobs_done: 30\njobs_failed: 2\nbo_bytes: 8192\n")
 
     (dev,) = top.measure(interval, proc, debugfs, sleep)
@@ -62,9 +65,10 @@ def test_measure_busy_share_and_jobs_per_second(tmp_path: Path) -> None:
     busy = dev.clients[0].npu_percent
     assert 35 < busy <= 50, busy  # half the interval, over a slightly longer measured wall time
     assert dev.clients[1].npu_percent == 0 and dev.npu_percent == busy
+    assert 0 < dev.clients[0].jobs_per_s <= 12 / interval and dev.clients[1].jobs_per_s == 0
     assert 100 < dev.jobs_per_s <= 22 / interval and dev.bo_bytes == 8192
     text = top.render([dev], interval)
-    assert f"({SLOT})" in text and "PID" in text and "python" in text
+    assert f"({SLOT})" in text and "PID" in text and "python" in text and "JOBS/S" in text
 
 
 def test_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
