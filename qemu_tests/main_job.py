@@ -56,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--runs", type=int, default=3, help="timed invokes after the first")
     p.add_argument("--kernel", metavar="RELEASE", help="the guest kernel (as python -m qemu_tests --kernel)")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="run the model under accel trace: every ioctl decoded on stderr (streams not disassembled)",
+    )
     args = p.parse_args(argv)
     if args.model is not None and not args.model.is_file():
         print(f"main_job: {args.model} is not a file", file=sys.stderr)
@@ -72,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         "--device", "kernel", "--runs", str(args.runs), "--seed", str(args.seed),
         "--reference", str(reference),
     ]  # fmt: skip
+    if args.trace:
+        run = ["accel", "trace", "--no-stream", "--", *run]
     kernel = ["--kernel", args.kernel] if args.kernel else []
     return harness.main([*kernel, "--exec", shlex.join(run)])
 

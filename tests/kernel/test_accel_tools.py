@@ -247,3 +247,22 @@ def test_state_shows_this_process_as_an_open_file(dev: object, capsys: pytest.Ca
     assert cli.main(["state"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("vnpu debugfs: /sys/kernel/debug/accel/") and "\nfiles\n  CTX  PID" in out
+
+
+def test_trace_of_a_delegate_run(tmp_path: Path) -> None:
+    """A model through libteflon.so in tflite_runtime: the delegate's ioctls, its stream disassembled."""
+    from tools.models import generate
+
+    model = tmp_path / "conv.tflite"
+    model.write_bytes(generate.conv2d_model((1, 8, 8, 8), 8, kernel=3, stride=1, padding="SAME", act="RELU"))
+    argv = [sys.executable, "-m", "delegate_teflon.run", str(model), "--device", "kernel", "--runs", "1"]
+    r, events = _trace(argv, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert all(e["path"] == accel_nodes()[0] for e in events)
+    submits = [e for e in _by_name(events, "DRM_IOCTL_VNPU_SUBMIT") if e["ret"] == 0]
+    assert submits, [e["ioctl"] for e in events]
+    disasm = [line for s in submits for job in s["jobs"] for line in job["stream"]["disasm"]]
+    assert any(line.startswith("CONV2D ") for line in disasm), disasm
+    assert disasm[-1].startswith("END")
+    waits = _by_name(events, "DRM_IOCTL_VNPU_BO_WAIT") + _by_name(events, "DRM_IOCTL_SYNCOBJ_WAIT")
+    assert waits and all(w["ret"] == 0 for w in waits)
