@@ -53,6 +53,7 @@ SPLATS: tuple[tuple[str, re.Pattern[str]], ...] = (
 _WARN_FOLLOWS = 2
 # A quoted report ends at the kernel's end marker, or after this many lines.
 QUOTE_LINES = 40
+_CUT_HERE = "------------[ cut here ]------------"
 _REPORT_END = re.compile(r"---\[ end trace|={20,}$")
 
 
@@ -101,8 +102,10 @@ def quote_splats(dmesg: str, kmemleak: str = "") -> str:
         if n + 1 < len(splats):
             stop = min(stop, splats[n + 1].line)
         end = next((j + 1 for j in range(s.line + 1, stop) if _REPORT_END.search(lines[j])), stop)
+        # WARN(1, fmt) prints its message (which says what went wrong) between "cut here" and WARNING:
+        start = next((j for j in range(s.line - 1, max(s.line - 4, -1), -1) if _CUT_HERE in lines[j]), s.line)
         out.append(f"--- {s.kind} (dmesg line {s.line + 1}) ---")
-        out += lines[s.line : end]
+        out += lines[start:end]
         if s.kind == "kmemleak" and kmemleak.strip():
             report = kmemleak.strip().splitlines()
             out += report[: QUOTE_LINES * 2]

@@ -342,3 +342,17 @@ def test_a_second_run_waits_for_the_first_build(stand_in: debug_kernel.DebugKern
         fcntl.flock(held, fcntl.LOCK_UN)
     t.join(timeout=30)
     assert stand_in.is_built()
+
+
+def test_a_warn_is_quoted_with_the_message_before_it() -> None:
+    log = """\
+[  876.6] vnpu 0000:00:0b.0: [drm] not a vnpu NPU: BAR2 magic 0xf0e1d2c3
+[  883.7] ------------[ cut here ]------------
+[  883.8] DMA-API: pci 0000:00:0a.0: device driver has pending DMA allocations while released from device
+[  883.9] WARNING: CPU: 0 PID: 263 at kernel/dma/debug.c:862 dma_debug_device_change+0x273/0x3d0
+[  884.0] ---[ end trace 0000000000000000 ]---
+"""
+    quoted = matrix.quote_splats(log).splitlines()
+    assert quoted[0] == "--- WARN (dmesg line 4) ---"
+    assert "pending DMA allocations" in quoted[2] and "not a vnpu NPU" not in "\n".join(quoted)
+    assert quoted[-1].endswith("---[ end trace 0000000000000000 ]---")
