@@ -781,8 +781,9 @@ def _phases(src: list[int], limit: int) -> list[tuple[int, int, int, int]] | Non
 MAX_RESIZE_COPIES = 64
 
 
-def _plan_resize_nearest(graph: Graph, node: OpNode) -> OpPlan:
-    """RESIZE_NEAREST_NEIGHBOR as strided COPYs: one per (row phase, column phase) of the index map."""
+def resize_operands(graph: Graph, node: OpNode) -> tuple[TensorInfo, TensorInfo, bool, bool]:
+    """A RESIZE_* node's checked input and output (NHWC of equal N and C, ``size`` the output's H, W)
+    and its align_corners and half_pixel_centers options."""
     x = _activation(graph, node.inputs[0], "input")
     y = _activation(graph, node.outputs[0], "output", x.dtype)
     if len(x.shape) != 4 or len(y.shape) != 4 or (x.shape[0], x.shape[3]) != (y.shape[0], y.shape[3]):
@@ -790,7 +791,12 @@ def _plan_resize_nearest(graph: Graph, node: OpNode) -> OpPlan:
     size = _int_const(graph, node.inputs[1], "size")
     if tuple(int(v) for v in size) != y.shape[1:3]:
         raise Unsupported(f"size {size.tolist()} is not the output's {list(y.shape[1:3])}")
-    ac, hp = bool(node.option("align_corners")), bool(node.option("half_pixel_centers"))
+    return x, y, bool(node.option("align_corners")), bool(node.option("half_pixel_centers"))
+
+
+def _plan_resize_nearest(graph: Graph, node: OpNode) -> OpPlan:
+    """RESIZE_NEAREST_NEIGHBOR as strided COPYs: one per (row phase, column phase) of the index map."""
+    x, y, ac, hp = resize_operands(graph, node)
     n, h, w, c = x.shape
     _, oh, ow, _ = y.shape
     # A front end whose runtime maps indices otherwise (ONNX's coordinate modes) gives the maps.

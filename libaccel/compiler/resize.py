@@ -12,23 +12,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from libaccel.compiler.graph import Graph, OpNode
-from libaccel.compiler.ops import PLANNERS, OpPlan, Unsupported, _activation, _int_const
+from libaccel.compiler.ops import PLANNERS, OpPlan, Unsupported, resize_operands
 
 if TYPE_CHECKING:
     from libaccel.compiler.lower import Emitter
 
 
 def plan_resize_bilinear(graph: Graph, node: OpNode) -> OpPlan:
-    x = _activation(graph, node.inputs[0], "input")
-    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    x, y, ac, hp = resize_operands(graph, node)
     if x.dtype != "int8":
         raise Unsupported("uint8 RESIZE_BILINEAR: TFLite's reference kernel interpolates in float32")
-    if len(x.shape) != 4 or len(y.shape) != 4 or (x.shape[0], x.shape[3]) != (y.shape[0], y.shape[3]):
-        raise Unsupported(f"input {list(x.shape)} and output {list(y.shape)} are not NHWC of equal N, C")
-    size = _int_const(graph, node.inputs[1], "size")
-    if tuple(int(v) for v in size) != y.shape[1:3]:
-        raise Unsupported(f"size {size.tolist()} is not the output's {list(y.shape[1:3])}")
-    ac, hp = bool(node.option("align_corners")), bool(node.option("half_pixel_centers"))
     if ac and hp:
         raise Unsupported("align_corners with half_pixel_centers (TFLite rejects it)")
     # The stored values are interpolated as they are: no requantization, whatever the quantizations.
