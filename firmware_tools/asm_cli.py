@@ -58,7 +58,7 @@ class UsageError(ValueError):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage block
-        raise UsageError(message)
+        raise UsageError(message.replace("\n", "\\n"))  # an argument's own newline stays on the line
 
 
 def cmd_asm(args: argparse.Namespace) -> int:

@@ -234,7 +234,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage block
-        raise UsageError(message)
+        raise UsageError(message.replace("\n", "\\n"))  # an argument's own newline stays on the line
 
 
 def build_parser() -> argparse.ArgumentParser:

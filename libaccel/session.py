@@ -65,7 +65,8 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse that raises :class:`ParseError` (one line) instead of printing usage and exiting."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise ParseError(f"{self.prog}: {message}")
+        one_line = message.replace("\n", "\\n")  # an argument's own newline stays on the line
+        raise ParseError(f"{self.prog}: {one_line}")
 
 
 def parse_size(text: str) -> int | None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from firmware_tools import asm, asm_cli, fw_cli
@@ -202,6 +202,7 @@ def _argv(words: list[str]) -> st.SearchStrategy[list[str]]:
 
 
 @given(argv=_argv(_ACCEL))
+@example(argv=["list", "\n", "x"])  # an argument with a newline, echoed back in the error
 @budget(80)
 def test_accel_cli_arguments(in_tmp: Path, argv: list[str]) -> None:
     assume("trace" not in argv)  # runs a program: not for random input
@@ -209,12 +210,14 @@ def test_accel_cli_arguments(in_tmp: Path, argv: list[str]) -> None:
 
 
 @given(argv=_argv(_ASM))
+@example(argv=["disasm", "asm", "\n", "asm"])  # an argument with a newline, echoed back in the error
 @budget(80)
 def test_vnpu_asm_cli_arguments(in_tmp: Path, argv: list[str]) -> None:
     _check_cli(asm_cli.main, argv)
 
 
 @given(argv=_argv(_FW))
+@example(argv=["inspect", "a", "\n", "b"])  # an argument with a newline, echoed back in the error
 @budget(80)
 def test_vnpu_fw_cli_arguments(in_tmp: Path, argv: list[str]) -> None:
     _check_cli(fw_cli.main, argv)
