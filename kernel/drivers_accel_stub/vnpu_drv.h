@@ -56,6 +56,8 @@ extern unsigned int vnpu_job_timeout_ms;
  * @cmdbufs: live command buffers (in use or pooled)
  * @cmdbuf_allocs: command buffers allocated since load (a SUBMIT that found
  *	none to reuse in its file's pool)
+ * @mappings: VA ranges (BOs and command buffers) mapped in any context's
+ *	device page tables
  */
 struct vnpu_stats {
 	atomic_t files;
@@ -71,6 +73,7 @@ struct vnpu_stats {
 	atomic_t resets;
 	atomic_t cmdbufs;
 	atomic64_t cmdbuf_allocs;
+	atomic_t mappings;
 };
 
 /**

@@ -132,6 +132,8 @@ int vnpu_vm_map_sgt(struct vnpu_vm *vm, u64 va, struct sg_table *sgt, size_t siz
 		}
 	}
 	mutex_unlock(&vm->lock);
+	/* Counted before the check: the unmap below takes it off again. */
+	atomic_inc(&vm->vdev->stats.mappings);
 	if (WARN_ON(cur != end)) {
 		vnpu_vm_unmap(vm, va, cur - va);
 		return -EINVAL;
@@ -152,4 +154,5 @@ void vnpu_vm_unmap(struct vnpu_vm *vm, u64 va, size_t size)
 	mutex_lock(&vm->lock);
 	vnpu_vm_clear(vm, va, size);
 	mutex_unlock(&vm->lock);
+	atomic_dec(&vm->vdev->stats.mappings);
 }
