@@ -15,6 +15,7 @@
  * firmware, fw_reload  firmware state and reload (vnpu_fw.c)
  */
 #include <linux/debugfs.h>
+#include <linux/idr.h>
 #include <linux/ktime.h>
 #include <linux/mm.h>
 #include <linux/seq_file.h>
@@ -69,6 +70,32 @@ static int vnpu_debugfs_state(struct seq_file *m, void *data)
 	return 0;
 }
 
+static int vnpu_count_one(int id, void *p, void *data)
+{
+	(*(unsigned int *)data)++;
+	return 0;
+}
+
+/*
+ * Syncobjs are DRM core objects the driver never sees created or destroyed,
+ * so they are counted where they live: in the handle tables of the device's
+ * open files. A closed file's syncobjs are released with it.
+ */
+static unsigned int vnpu_count_syncobjs(struct vnpu_device *vdev)
+{
+	struct drm_file *file;
+	unsigned int count = 0;
+
+	mutex_lock(&vdev->drm.filelist_mutex);
+	list_for_each_entry(file, &vdev->drm.filelist, lhead) {
+		spin_lock(&file->syncobj_table_lock);
+		idr_for_each(&file->syncobj_idr, vnpu_count_one, &count);
+		spin_unlock(&file->syncobj_table_lock);
+	}
+	mutex_unlock(&vdev->drm.filelist_mutex);
+	return count;
+}
+
 static int vnpu_debugfs_counters(struct seq_file *m, void *data)
 {
 	struct vnpu_device *vdev = vnpu_debugfs_dev(m);
@@ -85,6 +112,8 @@ static int vnpu_debugfs_counters(struct seq_file *m, void *data)
 	seq_printf(m, "contexts: %d\n", atomic_read(&s->contexts));
 	seq_printf(m, "bos: %d\n", atomic_read(&s->bos));
 	seq_printf(m, "bo_bytes: %lld\n", atomic64_read(&s->bo_bytes));
+	seq_printf(m, "mappings: %d\n", atomic_read(&s->mappings));
+	seq_printf(m, "syncobjs: %u\n", vnpu_count_syncobjs(vdev));
 	seq_printf(m, "jobs: %d\n", atomic_read(&s->jobs));
 	seq_printf(m, "jobs_on_device: %u\n", active);
 	seq_printf(m, "jobs_submitted: %lld\n", atomic64_read(&s->jobs_submitted));
