@@ -57,8 +57,7 @@ def run_parts(
     if kernel:
         fault_inject.reload_module(GUEST_TIMEOUT_MS)
         base_splats = count_splats(ioctl_fuzz.dmesg())
-        base_counters = ioctl_fuzz.live_counters()
-        base_mem = ioctl_fuzz.meminfo()
+        baseline = ioctl_fuzz.Baseline.take()
     else:
         # Through the environment: the fuzzer's forked workers open their own shim device (one
         # made here before the fork would be left without its threads in them).
@@ -89,7 +88,7 @@ def run_parts(
     leaks: dict[str, Any] = dict(doc["fuzz"]["leaks"])
     splats: dict[str, int] = {}
     if kernel:
-        leaks.update({k: list(v) for k, v in ioctl_fuzz.check_leaks(base_counters, base_mem).items()})
+        leaks.update({k: list(v) for k, v in baseline.leaks().items()})
         now = count_splats(ioctl_fuzz.dmesg())
         splats = {k: v - base_splats.get(k, 0) for k, v in now.items() if v > base_splats.get(k, 0)}
     doc["leaks"] = leaks

@@ -38,6 +38,7 @@ from device_model.faults import FaultSpec
 from libaccel import Device, Job, JobBo
 from libaccel.bo import BufferObject
 from libaccel.errors import AccelError
+from qemu_tests import ioctl_fuzz
 from uapi.isa import SPEC, encode
 
 # The status the victim of each fault ends with (uapi "Job status", docs/kernel.md).
@@ -271,6 +272,8 @@ def run(
     """``rounds`` rounds of every kind (or rounds until ``budget_s``), the rate and slow phases, ``kill``."""
     if control is None:
         control = shim_control() if device == "shim" else ControlFile()
+    # The leak check needs a device that still answers: not after the kill.
+    baseline = ioctl_fuzz.Baseline.take() if device != "shim" and not kill else None
     c = Campaign(device, control, seed)
     try:
         start = time.monotonic()
@@ -287,6 +290,8 @@ def run(
     finally:
         c.set()
         c.close()
+    if baseline is not None and (leaks := baseline.leaks()):
+        c.stats.failures.append(f"leaks (baseline, end): {leaks}")
     return c.stats
 
 

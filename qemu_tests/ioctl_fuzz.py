@@ -53,8 +53,19 @@ IOCTLS = dict(b.IOCTLS)
 # objects are freed (per-CPU partial slabs), so a clean run may end a few hundred KiB up; a
 # per-object leak over the thousands of objects a run creates exceeds this.
 MEMINFO_TOLERANCE_KB = {"SUnreclaim": 2048, "Shmem": 1024}
-# debugfs counters that must return to their baseline (live objects, not totals).
-LIVE_COUNTERS = ("files", "contexts", "bos", "bo_bytes", "jobs", "jobs_on_device", "cmdbufs")
+# debugfs counters that must return to their baseline (live objects, not totals). "mappings" are
+# VA ranges in any context's device page tables; "syncobjs" the handles in open files' tables.
+LIVE_COUNTERS = (
+    "files",
+    "contexts",
+    "bos",
+    "bo_bytes",
+    "mappings",
+    "syncobjs",
+    "jobs",
+    "jobs_on_device",
+    "cmdbufs",
+)
 # Upper bounds for count fields of DRM core ioctls. 6.12's drm_syncobj_array_find() allocates
 # count_handles * 4 bytes with kmalloc_array() and no __GFP_NOWARN: past KMALLOC_MAX_SIZE (4 MiB) the
 # page allocator WARNs (found by this fuzzer; DRM core code, the same with any DRM driver, not
@@ -615,8 +626,7 @@ def run(
     failures: list[str] = []
     splats: dict[str, int] = {}
     base_splats = count_splats(dmesg()) if kernel else {}
-    base_counters = live_counters() if kernel else {}
-    base_mem = meminfo()
+    baseline = Baseline.take() if kernel else None
     warm_up()
     start = time.monotonic()
     # The shim's device lives in the process with its threads, which a fork would leave behind:
@@ -649,8 +659,8 @@ def run(
             on_batch(batch_index, stats)
         batch_index += 1
     leaks: dict[str, tuple[int, int]] = {}
-    if kernel and not failures:
-        leaks = check_leaks(base_counters, base_mem)
+    if baseline is not None and not failures:
+        leaks = baseline.leaks()
         if leaks:
             failures.append(f"leaks (baseline, end): {leaks}")
     if not failures:
@@ -659,6 +669,21 @@ def run(
         except (AccelError, FuzzFailure) as e:
             failures.append(f"the known-good job failed after fuzzing: {e}")
     return RunResult(seed, time.monotonic() - start, procs, threads, stats, splats, leaks, failures)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The live debugfs counters and /proc/meminfo before a run, for its leak check."""
+
+    counters: dict[str, int]
+    mem: dict[str, int]
+
+    @classmethod
+    def take(cls) -> Baseline:
+        return cls(live_counters(), meminfo())
+
+    def leaks(self) -> dict[str, tuple[int, int]]:
+        return check_leaks(self.counters, self.mem)
 
 
 def check_leaks(base_counters: dict[str, int], base_mem: dict[str, int]) -> dict[str, tuple[int, int]]:

@@ -164,6 +164,9 @@ def _process(device: str, index: int, threads: int, seconds: float, out: Any) ->
 
 
 def run(device: str, seconds: float, procs: int = 2, threads: int = 2) -> StressStats:
+    from qemu_tests import ioctl_fuzz
+
+    baseline = ioctl_fuzz.Baseline.take() if device != "shim" else None
     ctx = multiprocessing.get_context("spawn")  # tflite_runtime and the shim's threads do not fork
     out = ctx.Queue()
     children = [ctx.Process(target=_process, args=(device, i, threads, seconds, out)) for i in range(procs)]
@@ -177,6 +180,8 @@ def run(device: str, seconds: float, procs: int = 2, threads: int = 2) -> Stress
         c.join(60)
         if c.exitcode != 0:
             total.errors.append(f"a stress process exited with {c.exitcode}")
+    if baseline is not None and (leaks := baseline.leaks()):
+        total.errors.append(f"leaks (baseline, end): {leaks}")
     return total
 
 
