@@ -40,6 +40,11 @@ REG_IRQ_VALUE = 0x030  # u32 value of the last IRQ instruction
 REG_FW_REJECT = 0x034  # u32 FW_REJECT_* reason of the last failed BOOT, 0 after a good one
 REG_FW_BUILD_ID = 0x038  # u64 build id of the booted firmware (digest bytes 0..7, big-endian), else 0
 REG_ABORT_CYCLES = 0x040  # u32 instructions the job the last RESET aborted had started, 0 if none ran
+REG_NUM_CORES = 0x044  # u32 NPU cores, 1..MAX_CORES: each runs its own jobs, in its own order
+
+# The device's cores share one submission and one completion queue: a submission
+# names its core (SQE_CORE), a completion says which core ran it (CQE_CORE).
+MAX_CORES = 8
 
 STATUS_READY = 1 << 0  # firmware booted, the queue is served
 STATUS_FW_ERROR = 1 << 1  # the last BOOT failed: the firmware was rejected (REG_FW_REJECT says why)
@@ -82,13 +87,15 @@ REG_CMD_ARG0 = 0x110  # u64
 REG_CMD_ARG1 = 0x118  # u64
 
 CMD_BOOT = 1  # ARG0 = guest-physical address of the firmware image, ARG1 = its size
-CMD_RESET = 2  # abort the running job, drop queued ones, clear the queue
+CMD_RESET = 2  # ARG0 = mask of cores (0: all): abort their running jobs, drop their queued ones
 CMD_NOP = 3  # acknowledged at once, from the doorbell's own thread: the bare round-trip floor
 
 # --- Submission queue: the driver produces, the device consumes ------------
 # HEAD and TAIL are free-running u32 counters; entry i is at
 # SQ_BASE + (i % SQ_ENTRIES) * SQ_ENTRY_SIZE. The driver fills an entry,
-# then advances SQ_TAIL, then rings VEC_QUEUE.
+# then advances SQ_TAIL, then rings VEC_QUEUE. The device moves every entry
+# to its core's own queue (SQ_HEAD advances then); each core runs its
+# entries one at a time, in queue order; different cores run at once.
 SQ_HEAD = 0x1000  # u32, written by the device
 SQ_TAIL = 0x1004  # u32, written by the driver
 SQ_BASE = 0x1100
@@ -100,6 +107,7 @@ SQE_CMD_VA = 0x10  # u64 device VA of the command stream
 SQE_CMD_SIZE = 0x18  # u32 bytes
 SQE_FLAGS = 0x1C  # u32, 0
 SQE_CONTEXT = 0x20  # u32 the submitting file's id (for debug)
+SQE_CORE = 0x24  # u32 the core that runs the job, below REG_NUM_CORES (else the job fails with -EIO)
 
 # --- Completion queue: the device produces, the driver consumes ------------
 # The device writes an entry, advances CQ_TAIL, then raises IRQ_COMPLETION.
@@ -111,6 +119,7 @@ CQ_ENTRIES = 64
 CQ_ENTRY_SIZE = 32
 CQE_SEQNO = 0x00  # u64
 CQE_STATUS = 0x08  # s32: 0, -EFAULT (MMU fault), -EIO (bad instruction/operand)
+CQE_CORE = 0x0C  # u32 the core that ran the job (its SQE_CORE)
 CQE_FAULT_VA = 0x10  # u64 faulting VA when STATUS is -EFAULT
 CQE_CYCLES = 0x18  # u64 modelled cycles (instructions executed)
 

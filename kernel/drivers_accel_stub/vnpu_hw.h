@@ -51,6 +51,14 @@
 #define VNPU_REG_FW_BUILD_ID	0x038
 /* u32 instructions the job the last RESET aborted had started, 0 if none ran */
 #define VNPU_REG_ABORT_CYCLES	0x040
+/* u32 NPU cores, 1..MAX_CORES: each runs its own jobs, in its own order */
+#define VNPU_REG_NUM_CORES	0x044
+
+/*
+ * The device's cores share one submission and one completion queue: a submission
+ * names its core (SQE_CORE), a completion says which core ran it (CQE_CORE).
+ */
+#define VNPU_MAX_CORES		8
 #define VNPU_STATUS_READY	0x1	/* firmware booted, the queue is served */
 /* the last BOOT failed: the firmware was rejected (REG_FW_REJECT says why) */
 #define VNPU_STATUS_FW_ERROR	0x2
@@ -87,7 +95,7 @@
 #define VNPU_REG_CMD_ARG1	0x118	/* u64 */
 /* ARG0 = guest-physical address of the firmware image, ARG1 = its size */
 #define VNPU_CMD_BOOT		1
-/* abort the running job, drop queued ones, clear the queue */
+/* ARG0 = mask of cores (0: all): abort their running jobs, drop their queued ones */
 #define VNPU_CMD_RESET		2
 /* acknowledged at once, from the doorbell's own thread: the bare round-trip floor */
 #define VNPU_CMD_NOP		3
@@ -96,7 +104,9 @@
  * Submission queue: the driver produces, the device consumes
  * HEAD and TAIL are free-running u32 counters; entry i is at
  * SQ_BASE + (i % SQ_ENTRIES) * SQ_ENTRY_SIZE. The driver fills an entry,
- * then advances SQ_TAIL, then rings VEC_QUEUE.
+ * then advances SQ_TAIL, then rings VEC_QUEUE. The device moves every entry
+ * to its core's own queue (SQ_HEAD advances then); each core runs its
+ * entries one at a time, in queue order; different cores run at once.
  */
 #define VNPU_SQ_HEAD		0x1000	/* u32, written by the device */
 #define VNPU_SQ_TAIL		0x1004	/* u32, written by the driver */
@@ -109,6 +119,8 @@
 #define VNPU_SQE_CMD_SIZE	0x18	/* u32 bytes */
 #define VNPU_SQE_FLAGS		0x1C	/* u32, 0 */
 #define VNPU_SQE_CONTEXT	0x20	/* u32 the submitting file's id (for debug) */
+/* u32 the core that runs the job, below REG_NUM_CORES (else the job fails with -EIO) */
+#define VNPU_SQE_CORE		0x24
 
 /*
  * Completion queue: the device produces, the driver consumes
@@ -124,6 +136,7 @@
 #define VNPU_CQE_SEQNO		0x00	/* u64 */
 /* s32: 0, -EFAULT (MMU fault), -EIO (bad instruction/operand) */
 #define VNPU_CQE_STATUS		0x08
+#define VNPU_CQE_CORE		0x0C	/* u32 the core that ran the job (its SQE_CORE) */
 #define VNPU_CQE_FAULT_VA	0x10	/* u64 faulting VA when STATUS is -EFAULT */
 #define VNPU_CQE_CYCLES		0x18	/* u64 modelled cycles (instructions executed) */
 
