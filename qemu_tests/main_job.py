@@ -2,7 +2,7 @@
 
     python -m qemu_tests.main_job [--size 224] [--alpha 1.0] [--model FILE.tflite]
 
-On the host it writes a MobileNetV1-shaped int8 model (tools/models; or takes
+On the host it writes a MobileNetV1-shaped int8 model (modelgen; or takes
 yours) and TFLite's reference-kernel (BUILTIN_REF) outputs for seeded random
 inputs. Then it boots the QEMU guest and, inside it, runs the model with
 libteflon.so in tflite_runtime on /dev/accel/accel0 (vnpu.ko, the emulated
@@ -32,8 +32,7 @@ def prepare(model: Path | None, size: int, alpha: float, seed: int) -> tuple[Pat
     """Write (or reuse) the model and its reference outputs; return both paths."""
     WORKDIR.mkdir(parents=True, exist_ok=True)
     if model is None:
-        sys.path.insert(0, str(ROOT))
-        from tools.models.generate import mobilenet_v1_model
+        from modelgen import mobilenet_v1_model
 
         model = WORKDIR / f"mobilenet_v1_{size}_{alpha:g}.tflite"
         if not model.exists():

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+import modelgen
 from bench import model_bench as mb
-from tools.models import generate
 
 
 def test_overhead_fraction() -> None:
@@ -23,7 +23,7 @@ def test_median_rejects_no_samples() -> None:
 
 
 def test_small_model_end_to_end(tmp_path) -> None:
-    model = generate.conv2d_model((1, 16, 16, 8), 16, kernel=3, stride=1, padding="SAME", act="RELU6")
+    model = modelgen.conv2d_model((1, 16, 16, 8), 16, kernel=3, stride=1, padding="SAME", act="RELU6")
     r = mb.bench_model("conv", model, runs=2, check=True, rss=False, threads=1)
     assert r.exact is True and r.differing_bytes == 0
     assert r.npu_nodes == r.nodes == 1 and r.partitions == 1

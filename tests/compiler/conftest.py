@@ -1,4 +1,4 @@
-"""tools/ is not an installed package: make the repository root importable for ``tools.models``."""
+"""The repository root is importable for ``tests.compiler.helpers`` and ``bench`` (not installed packages)."""
 
 from __future__ import annotations
 

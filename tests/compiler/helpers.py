@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+import modelgen as g
 from libaccel import Device
 from libaccel.compiler import PartitionRunner, check_support, compile_partition, graph_from_tflite
-from tools.models import generate as g
 
 
 def run_both(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import modelgen as g
 from libaccel import Device
 from libaccel.compiler import (
     CompileCache,
@@ -19,7 +20,6 @@ from libaccel.compiler import (
 from libaccel.compiler.cache import model_key, partition_key
 from libaccel.compiler.graph import QuantParams
 from libaccel.compiler.lower import WeightsFile, plan_arena
-from tools.models import generate as g
 
 ISA = 1 << 16
 

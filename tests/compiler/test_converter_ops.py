@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+import modelgen as g
 from libaccel import Device
 from libaccel.compiler import (
     PartitionRunner,
@@ -20,7 +21,6 @@ from libaccel.compiler import (
     tables,
 )
 from tests.compiler.helpers import assert_exact
-from tools.models import generate as g
 
 RUNTIMES = ["tflite_runtime", "ai_edge_litert"]
 DTYPES = ["int8", "uint8"]

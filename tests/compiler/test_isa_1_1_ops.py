@@ -10,8 +10,8 @@ import pytest
 from libaccel import Device
 from libaccel.compiler import check_support, graph_from_tflite
 from libaccel.compiler.reference import annotate_reference
+from modelgen import npu_ops as m
 from tests.compiler.helpers import assert_exact
-from tools.models import npu_ops as m
 
 RUNTIMES = ["tflite_runtime", "ai_edge_litert"]
 DTYPES = ["int8", "uint8"]
@@ -126,8 +126,8 @@ def test_arg_max(dev: Device, runtime: str, dtype: str, output_type: str, shape:
 
 
 def test_arg_max_ties_take_the_first_index(dev: Device, runtime: str) -> None:
+    import modelgen as g
     from libaccel.compiler import PartitionRunner, compile_partition
-    from tools.models import generate as g
 
     model = m.arg_max_model((2, 3, 9), -1, seed=1)
     graph = graph_from_tflite(model)

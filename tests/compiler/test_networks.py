@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+import modelgen as g
 from libaccel import Device
 from tests.compiler.helpers import assert_exact
-from tools.models import generate as g
 
 NETWORKS = {
     "mobilenet_v1_96_025": lambda: g.mobilenet_v1_model(96, 0.25, 10, seed=1),

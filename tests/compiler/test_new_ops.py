@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import modelgen as g
 from libaccel import Device
 from libaccel.compiler import check_support, graph_from_tflite, tables
 from tests.compiler.helpers import assert_exact, run_both
-from tools.models import generate as g
 
 RUNTIMES = ["tflite_runtime", "ai_edge_litert"]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+import modelgen as g
 from libaccel import Device
 from tests.compiler.helpers import assert_exact
-from tools.models import generate as g
 
 
 def _window_case_id(case: tuple, channels: str) -> str:

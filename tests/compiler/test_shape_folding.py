@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+import modelgen as gen
 from libaccel.compiler import compile_partition, graph_from_tflite
 from libaccel.compiler.ops import check_support
 from libaccel.compiler.shape_folding import NotFoldable, fold_shapes, infer_shapes, reshape_output_shape
-from tools.models import generate as gen
 
 IN_SHAPE = (2, 5, 6, 7)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+import modelgen as g
 from libaccel import Device
 from libaccel.compiler import check_support, compile_partition, graph_from_tflite
 from libaccel.compiler.graph import Graph
 from tests.compiler.helpers import assert_exact
-from tools.models import generate as g
 
 RUNTIMES = ["tflite_runtime", "ai_edge_litert"]
 

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import modelgen as gen
 from delegate_teflon import compiler_bridge, plugin
-from tools.models import generate as gen
 
 
 def _load(runtime: str, interp_mod: Any, lib_path: str, model: bytes, cache: Path) -> Any:

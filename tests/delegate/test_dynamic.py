@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import modelgen as gen
 from delegate_teflon import compiler_bridge, context_reader, plugin
-from tools.models import generate as gen
 
 
 def _run_both(

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import modelgen as gen
 from delegate_teflon import plugin
-from tools.models import generate as gen
 
 CASES: dict[str, Callable[[], bytes]] = {
     "conv_k3_s1_same_pc": lambda: gen.conv2d_model((1, 10, 10, 8), 16, 3, 1, "SAME", True, "RELU6", 1),

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+import modelgen as gen
 from delegate_teflon import plugin
 from device_model import numerics as nm
 from libaccel.compiler import reference
 from libaccel.compiler.graph import graph_from_tflite
-from tools.models import generate as gen
 
 LAYERS = [(seed, per_channel) for seed in (0, 1, 2) for per_channel in (False, True)]
 

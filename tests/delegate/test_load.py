@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import delegate_teflon
+import modelgen as gen
 from delegate_teflon import plugin
-from tools.models import generate as gen
 
 
 def test_library_path_is_absolute_and_built(lib_path: str) -> None:

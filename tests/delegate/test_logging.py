@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+import modelgen as gen
 from delegate_teflon.context_reader import KNOWN_OPS
 from delegate_teflon.options import OptionError, default_log_level, parse_options
-from tools.models import generate as gen
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import modelgen as gen
 from delegate_teflon import plugin
-from tools.models import generate as gen
 
 NETWORKS: dict[str, Callable[[], bytes]] = {
     "mobilenet_v1_96_025": lambda: gen.mobilenet_v1_model(96, 0.25, 10, seed=1),

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+import modelgen as gen
 from delegate_teflon import run
-from tools.models import generate as gen
 
 
 @pytest.mark.parametrize("runtime", run.RUNTIMES)

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+import modelgen as gen
 from delegate_teflon import plugin
 from libaccel.compiler.graph import graph_from_tflite
 from libaccel.compiler.reference import annotate_reference
-from tools.models import generate as gen
 
 MODELS: dict[str, Callable[[], bytes]] = {
     "conv_int8_per_channel": lambda: gen.conv2d_model((1, 9, 9, 3), 5, 3, 2, "SAME", True, "RELU6", 1),

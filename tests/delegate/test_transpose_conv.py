@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import modelgen as gen
 from delegate_teflon import plugin
-from tools.models import generate as gen
 
 CASES: dict[str, Callable[[], bytes]] = {
     # Keras Conv2DTranspose(strides=2, padding="same"), a U-Net decoder's upsampling.

@@ -115,7 +115,7 @@ def test_softmax_matches_the_fixed_point_reference(dtype: str, shape: tuple, sca
 
 @pytest.mark.parametrize("runtime", ["tflite_runtime", "ai_edge_litert"])
 def test_softmax_equals_tflite_reference(runtime: str) -> None:
-    from tools.models import generate as g
+    import modelgen as g
 
     model = g.softmax_model((3, 40), seed=5)
     x = g.random_inputs(model, seed=2)[0]

@@ -5,7 +5,6 @@ when that directory exists). Every C variant this CPU can run is checked."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +14,6 @@ from device_model import mac_array as ma
 from device_model import numerics as nm
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 ISAS = ma.cpu_isas()
 pytestmark = pytest.mark.skipif(not ISAS, reason="the MAC array's C kernels could not be built here")
@@ -245,7 +242,7 @@ CORPUS = sorted((ROOT / "tests" / "corpus" / "models").glob("*.tflite"))
 
 
 def _networks() -> list:
-    from tools.models import generate as g
+    import modelgen as g
 
     params = [
         pytest.param(lambda: g.mobilenet_v1_model(64, alpha=0.25), id="mobilenet_v1-64"),
@@ -256,9 +253,9 @@ def _networks() -> list:
 
 
 def _run_on_shim(model: bytes) -> list[np.ndarray]:
+    import modelgen as g
     from libaccel import Device
     from libaccel.compiler import PartitionRunner, check_support, compile_partition, graph_from_tflite
-    from tools.models import generate as g
 
     graph = graph_from_tflite(model)
     unsupported = [n.op for n in graph.nodes if not check_support(graph, n).ok]

@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from libaccel.compiler import ModelError, check_tflite, graph_from_tflite
+from modelgen import ModelBuilder, Quant
 from tests.fuzz.budget import budget
-from tools.models.generate import ModelBuilder, Quant
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "corpus" / "models"

@@ -251,10 +251,10 @@ def test_state_shows_this_process_as_an_open_file(dev: object, capsys: pytest.Ca
 
 def test_trace_of_a_delegate_run(tmp_path: Path) -> None:
     """A model through libteflon.so in tflite_runtime: the delegate's ioctls, its stream disassembled."""
-    from tools.models import generate
+    import modelgen
 
     model = tmp_path / "conv.tflite"
-    model.write_bytes(generate.conv2d_model((1, 8, 8, 8), 8, kernel=3, stride=1, padding="SAME", act="RELU"))
+    model.write_bytes(modelgen.conv2d_model((1, 8, 8, 8), 8, kernel=3, stride=1, padding="SAME", act="RELU"))
     argv = [sys.executable, "-m", "delegate_teflon.run", str(model), "--device", "kernel", "--runs", "1"]
     r, events = _trace(argv, tmp_path)
     assert r.returncode == 0, r.stderr

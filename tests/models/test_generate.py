@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import modelgen as g
 from libaccel.compiler.graph import QuantParams, graph_from_tflite
-from tools.models import generate as g
+from modelgen.cli import SAMPLES
 
 
-@pytest.mark.parametrize("name", sorted(g.SAMPLES))
+@pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_sample_runs_on_reference_kernels(name: str) -> None:
-    model = g.SAMPLES[name]()
+    model = SAMPLES[name]()
     inputs = g.random_inputs(model, seed=1)
     out = g.run_reference(model, inputs)
     graph = graph_from_tflite(model)

@@ -152,10 +152,10 @@ def test_accel_run_text_report() -> None:
 
 def test_accel_run_tflite(tmp_path: Path) -> None:
     """A .tflite model through the delegate: its placement, exact against BUILTIN_REF."""
-    from tools.models import generate
+    import modelgen
 
     path = tmp_path / "conv.tflite"
-    path.write_bytes(generate.conv2d_model((1, 8, 8, 4), 8, kernel=3, stride=1, padding="SAME", act="RELU6"))
+    path.write_bytes(modelgen.conv2d_model((1, 8, 8, 4), 8, kernel=3, stride=1, padding="SAME", act="RELU6"))
     r = _accel(str(path), "--compare", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)

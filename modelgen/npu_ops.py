@@ -1,5 +1,5 @@
 """One-op models of the ops ISA 1.1 lowers (SOFTMAX, RESIZE_BILINEAR, MAXIMUM/MINIMUM, PRELU,
-BATCH_MATMUL, ARG_MAX), built with :class:`tools.models.generate.ModelBuilder`, quantized as the
+BATCH_MATMUL, ARG_MAX), built with :class:`modelgen.builder.ModelBuilder`, quantized as the
 TensorFlow converter quantizes them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tools.models.generate import NP_TYPES, QMAX, QMIN, ModelBuilder, Quant, activation_quant, random_scale
+from modelgen.builder import NP_TYPES, QMAX, QMIN, ModelBuilder, Quant, activation_quant, random_scale
 
 
 def softmax_model(

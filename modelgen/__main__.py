@@ -1,0 +1,7 @@
+"""``python -m modelgen``: see :mod:`modelgen.cli`."""
+
+import sys
+
+from modelgen.cli import main
+
+sys.exit(main())
