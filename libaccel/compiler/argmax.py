@@ -8,8 +8,7 @@ then the indices into the low word of each element (little-endian).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode
 from libaccel.compiler.ops import (
     PLANNERS,
@@ -21,9 +20,6 @@ from libaccel.compiler.ops import (
     _t,
     to4d,
 )
-
-if TYPE_CHECKING:
-    from libaccel.compiler.lower import Emitter
 
 
 def plan_arg_max(graph: Graph, node: OpNode) -> OpPlan:

@@ -16,11 +16,10 @@ the operands broadcast by zero strides as for ADD:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from libaccel.compiler import quant as q
+from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
 from libaccel.compiler.ops import (
     PLANNERS,
@@ -32,9 +31,6 @@ from libaccel.compiler.ops import (
     _mult,
     to4d,
 )
-
-if TYPE_CHECKING:
-    from libaccel.compiler.lower import Emitter
 
 _NP = {"int8": np.int8, "uint8": np.uint8}
 

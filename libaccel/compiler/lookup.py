@@ -11,15 +11,11 @@ own kernel on every input byte (pair) (:mod:`libaccel.compiler.onnx_frontend`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode
 from libaccel.compiler.ops import PLANNERS, OpPlan, Unsupported, _activation, _broadcast, _const, to4d
-
-if TYPE_CHECKING:
-    from libaccel.compiler.lower import Emitter
 
 
 def _table(graph: Graph, node: OpNode, index: int, size: int, dtype: str) -> np.ndarray:

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING
 
 from libaccel.compiler import quant as q
+from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode
 from libaccel.compiler.ops import PLANNERS, OpPlan, Unsupported, _activation, _mult
-
-if TYPE_CHECKING:
-    from libaccel.compiler.lower import Emitter
 
 MAX_MATMUL_BATCHES = 256  # one instruction per batch
 

@@ -9,10 +9,10 @@ positions no input byte reaches get the output's zero point, as TFLite's ``pad_v
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
 from libaccel.compiler.ops import (
     PLANNERS,
@@ -24,9 +24,6 @@ from libaccel.compiler.ops import (
     _t,
     to4d,
 )
-
-if TYPE_CHECKING:
-    from libaccel.compiler.lower import Emitter
 
 Shape4 = tuple[int, int, int, int]
 # One COPY: (view shape, source origin, source element strides, destination origin, destination strides).

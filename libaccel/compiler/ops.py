@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from libaccel.compiler import quant as q
 from libaccel.compiler import shape_folding, tables
+from libaccel.compiler.emitter import Emitter, pad4
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
-
-if TYPE_CHECKING:
-    from libaccel.compiler.lower import Emitter
 
 BYTE_TYPES = ("int8", "uint8")
 ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
@@ -133,8 +130,7 @@ def _mult(real: float, what: str) -> tuple[int, int]:
 def to4d(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
     if len(shape) > 4:
         raise Unsupported(f"rank {len(shape)} > 4")
-    s = (1,) * (4 - len(shape)) + tuple(shape)
-    return s[0], s[1], s[2], s[3]
+    return pad4(shape)
 
 
 def out_size(padding: str, size: int, k: int, stride: int, dilation: int) -> int:

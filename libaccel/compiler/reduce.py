@@ -15,17 +15,13 @@ as uint8 (checked in the tests).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from libaccel.compiler import quant as q
 from libaccel.compiler import tables
+from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode
 from libaccel.compiler.ops import PLANNERS, OpPlan, Unsupported, _activation, _int_const, _mult
-
-if TYPE_CHECKING:
-    from libaccel.compiler.lower import Emitter
 
 
 def plan_mean_or_sum(graph: Graph, node: OpNode) -> OpPlan:

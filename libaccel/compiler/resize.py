@@ -9,13 +9,9 @@ the CPU.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode
 from libaccel.compiler.ops import PLANNERS, OpPlan, Unsupported, resize_operands
-
-if TYPE_CHECKING:
-    from libaccel.compiler.lower import Emitter
 
 
 def plan_resize_bilinear(graph: Graph, node: OpNode) -> OpPlan:

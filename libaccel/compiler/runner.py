@@ -9,7 +9,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from libaccel.bo import BufferObject
-from libaccel.compiler.lower import REGION_ARENA, REGION_WEIGHTS, CompiledPartition, IoBinding, WeightsFile
+from libaccel.compiler.emitter import REGION_ARENA, REGION_WEIGHTS
+from libaccel.compiler.lower import CompiledPartition, IoBinding, WeightsFile
 from libaccel.device import Device
 from libaccel.job import Job, JobBo
 

@@ -10,14 +10,11 @@ fixed point; its Prepare folds beta and the input scale into ``input_multiplier`
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from libaccel.compiler import quant as q
+from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode
 from libaccel.compiler.ops import PLANNERS, OpPlan, Unsupported, _activation
-
-if TYPE_CHECKING:
-    from libaccel.compiler.lower import Emitter
 
 # A longer row can make the final rounding shift exceed 31, where TFLite's arithmetic is undefined.
 MAX_SOFTMAX_DEPTH = 511

@@ -22,10 +22,9 @@ one strided COPY of the input into it, one CONV2D. With stride 1 the input itsel
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
 from libaccel.compiler.ops import (
     PLANNERS,
@@ -39,9 +38,6 @@ from libaccel.compiler.ops import (
     _int_const,
     pad_before,
 )
-
-if TYPE_CHECKING:
-    from libaccel.compiler.lower import Emitter
 
 SHAPE_INPUT, FILTER_INPUT, DATA_INPUT, BIAS_INPUT = 0, 1, 2, 3
 

@@ -8,8 +8,8 @@ import pytest
 from libaccel import Device
 from libaccel.compiler import PartitionRunner, compile_partition
 from libaccel.compiler import ops as O
+from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo
-from libaccel.compiler.lower import Emitter
 from uapi import isa
 
 SHAPE = (1, 4, 5, 3)
