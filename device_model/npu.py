@@ -1,25 +1,32 @@
-"""The NPU device front-end: BAR2 registers, control mailbox and job rings.
+"""The NPU device front-end: BAR2 registers, control mailbox, job rings and cores.
 
 Exactly the contract of device_model/hw_layout.py (docs/hardware.md). The
 driver (vnpu.ko in a QEMU guest, or libaccel's shim in-process) writes
 registers and ring entries into BAR2 and rings the doorbell; ``kick`` is
-that doorbell. Two threads serve it:
+that doorbell. Threads serve it:
 
 * the control thread takes control kicks: it performs control commands
   (BOOT, RESET) at once;
-* the execution thread takes queue kicks: it drains the submission queue,
-  one job at a time, through the command processor, and writes completions.
+* one thread per NPU core (``num_cores``, REG_NUM_CORES) runs jobs: an idle
+  core takes the submission queue's new entries, hands each to the core its
+  SQE_CORE names (its own queue, waking that core), and runs its own queue's
+  jobs one at a time, in order, through its own command processor, writing
+  a completion for each. Cores run at the same time: numpy and the cffi MAC
+  array (``device_model.mac_array``, API mode) release the GIL while they
+  compute, so two cores' convolutions use two host CPUs.
 
-A queue kick wakes the execution thread directly: every thread hand-off is a
+A queue kick wakes the core threads directly: every thread hand-off is a
 wake-up plus a GIL transfer, tens of microseconds on a busy host, and the
-empty-job round trip is mostly such hand-offs. Given ``queue_fd`` (the
-ivshmem server passes QEMU's eventfd of the queue vector), the execution
-thread blocks on that eventfd itself, so a guest doorbell reaches it with no
-thread in between.
+empty-job round trip is mostly such hand-offs. The queue doorbell is an
+eventfd (given as ``queue_fd``, the ivshmem server passes QEMU's eventfd of
+the queue vector; else the Npu makes its own) that every idle core thread
+waits on, so a guest doorbell reaches a thread that runs the job with no
+thread in between when the job is for the core that woke first.
 
-Keeping them apart is what lets a RESET be served while a job hangs in
-WAIT: the control thread sets the abort event, the job ends, and no
-completion is written for it or for anything still queued.
+Keeping control apart is what lets a RESET be served while a job hangs in
+WAIT: the control thread sets the reset cores' abort events, their jobs end,
+and no completion is written for them or for anything still queued on them;
+the other cores go on.
 
 BAR2 is shared with another process (the guest), so every register access
 is one aligned 32- or 64-bit load or store through numpy views, and ring
@@ -34,7 +41,9 @@ import os
 import select
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -54,6 +63,43 @@ log = logging.getLogger(__name__)
 CAPS = (1 << 0) | (1 << 1) | (1 << 2)  # uapi DRM_VNPU_CAP_READ_ONLY_BO | PER_CHANNEL_QUANT | RESET_RECOVERY
 _U32 = 0xFFFF_FFFF
 _CQ_POLL_S = 0.001
+DEFAULT_CORES = 2  # like an RK3588's NPU (three cores) scaled to the 2-CPU hosts this runs on
+
+
+@dataclass(frozen=True)
+class SqEntry:
+    """One submission-queue entry, as the device read it."""
+
+    seqno: int
+    pt_root: int
+    cmd_va: int
+    cmd_size: int
+    flags: int
+    core: int
+
+
+@dataclass(eq=False)
+class Core:
+    """One NPU core: its queue of entries, its thread and the state a RESET needs."""
+
+    index: int
+    wake: int  # an eventfd: entries were queued for this core
+    queue: deque[SqEntry] = field(default_factory=deque)  # guarded by Npu._dispatch_lock
+    lock: threading.Lock = field(default_factory=threading.Lock)  # held while it runs a job
+    abort: threading.Event = field(default_factory=threading.Event)  # a RESET of this core
+    aborted_cycles: int | None = None  # instructions of the job a RESET aborted, None if none
+    processor: CommandProcessor | None = None  # its own caches: cores share no decode state
+    jobs_done: int = 0
+    thread: threading.Thread | None = None
+
+
+def _eventfd_drain(fd: int) -> bool:
+    """Consume an eventfd's count; False if it was zero (another thread took it)."""
+    try:
+        os.eventfd_read(fd)
+    except BlockingIOError:
+        return False
+    return True
 
 
 class Npu:
@@ -67,27 +113,32 @@ class Npu:
         device_peer: int = 0,
         queue_fd: int | None = None,
         fw_pubkey: Ed25519PublicKey | None = None,
+        num_cores: int = DEFAULT_CORES,
     ) -> None:
         mv = memoryview(bar2).cast("B")
         if mv.readonly or len(mv) < hw.BAR2_SIZE:
             raise ValueError(f"BAR2 must be a writable buffer of at least {hw.BAR2_SIZE} bytes")
+        if not 1 <= num_cores <= hw.MAX_CORES:
+            raise ValueError(f"num_cores {num_cores} is not 1..{hw.MAX_CORES}")
         self._u32 = np.frombuffer(mv, dtype="<u4", count=hw.BAR2_SIZE // 4)
         self._u64 = np.frombuffer(mv, dtype="<u8", count=hw.BAR2_SIZE // 8)
         self.memory = memory
         self._raise_irq = raise_irq
         # The boot ROM's key: a real device has it fused in; None means the development key.
         self._fw_pubkey = fw_pubkey
-        self._processor: CommandProcessor | None = None  # set by a successful BOOT
         self.last_result: JobResult | None = None  # for debugging and tests
         self._pending = 0
         self._kick_lock = threading.Lock()
         self._kicked = threading.Event()
-        self._queue_kicked = threading.Event()
-        self._queue_fd = queue_fd  # an eventfd the queue doorbell signals, or None
-        self.queue_kicks = 0  # wake-ups of the execution thread by a queue doorbell
-        self._abort = threading.Event()
+        # The queue doorbell: QEMU's eventfd for the queue vector, or one of our own.
+        self._own_queue_fd = queue_fd is None
+        self._queue_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if queue_fd is None else queue_fd
+        self.queue_kicks = 0  # wake-ups of a core thread by a queue doorbell
         self._stop = threading.Event()
-        self._exec_lock = threading.Lock()  # held while one queue entry is being executed
+        self._dispatch_lock = threading.Lock()  # SQ_HEAD and the cores' queues
+        self._cq_lock = threading.Lock()  # the completion queue and REG_JOBS_DONE
+        self._reg_lock = threading.Lock()  # read-modify-write device counters (REG_IRQ_*)
+        self.cores = [Core(i, os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)) for i in range(num_cores)]
         self.faults: FaultInjector | None = None  # fault injection (device_model.faults), off by default
 
         # Device-owned state starts from zero; the identification block is
@@ -114,12 +165,20 @@ class Npu:
         self._w32(hw.REG_DEVICE_PEER, device_peer)
         self._w32(hw.REG_VA_BITS, hw.VA_BITS)
         self._w32(hw.REG_CAPS, CAPS)
+        self._w32(hw.REG_NUM_CORES, num_cores)
         self._w32(hw.REG_MAGIC, hw.MAGIC)
 
         self._control_thread = threading.Thread(target=self._control_loop, name="vnpu-control", daemon=True)
-        self._exec_thread = threading.Thread(target=self._exec_loop, name="vnpu-exec", daemon=True)
         self._control_thread.start()
-        self._exec_thread.start()
+        for core in self.cores:
+            core.thread = threading.Thread(
+                target=self._core_loop, args=(core,), name=f"vnpu-core{core.index}", daemon=True
+            )
+            core.thread.start()
+
+    @property
+    def num_cores(self) -> int:
+        return len(self.cores)
 
     # --- registers ----------------------------------------------------------------
     def _r32(self, off: int) -> int:
@@ -148,10 +207,7 @@ class Npu:
     def kick(self, vector: int) -> None:
         """The doorbell: note the vector and return at once. Kicks coalesce."""
         if vector == hw.VEC_QUEUE:
-            if self._queue_fd is not None:
-                os.eventfd_write(self._queue_fd, 1)
-            else:
-                self._queue_kicked.set()
+            os.eventfd_write(self._queue_fd, 1)
         elif vector == hw.VEC_CONTROL and self._r32(hw.REG_CMD) == hw.CMD_NOP:
             # Acknowledged here, with no thread hand-off: the doorbell -> MSI-X floor that a
             # job's round trip is measured against (bench --kernel).
@@ -168,16 +224,22 @@ class Npu:
             log.warning("doorbell with unknown vector %d ignored", vector)
 
     def close(self) -> None:
-        """Stop both threads (a running job is aborted without a completion)."""
+        """Stop every thread (running jobs are aborted without a completion)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
-        self._abort.set()
         self._kicked.set()
-        self._queue_kicked.set()
-        if self._queue_fd is not None:
-            os.eventfd_write(self._queue_fd, 1)
-        for t in (self._control_thread, self._exec_thread):
-            if t is not threading.current_thread():
+        for core in self.cores:
+            core.abort.set()
+            os.eventfd_write(core.wake, 1)
+        for t in (self._control_thread, *(c.thread for c in self.cores)):
+            if t is not None and t is not threading.current_thread():
                 t.join(timeout=10)
+        for core in self.cores:
+            if core.thread is None or not core.thread.is_alive():
+                os.close(core.wake)
+        if self._own_queue_fd:
+            os.close(self._queue_fd)
 
     def __enter__(self) -> Npu:
         return self
@@ -205,7 +267,7 @@ class Npu:
         if cmd == hw.CMD_BOOT:
             status = self._boot(self._r64(hw.REG_CMD_ARG0), self._r64(hw.REG_CMD_ARG1))
         elif cmd == hw.CMD_RESET:
-            status = self._reset()
+            status = self._reset(self._r64(hw.REG_CMD_ARG0))
         elif cmd == hw.CMD_NOP:
             status = 0
         else:
@@ -224,7 +286,7 @@ class Npu:
         """
         from firmware_tools.image import FirmwareError, parse_image
 
-        self._processor = None
+        self._set_processors(None)
         self._w32(hw.REG_FW_VERSION, 0)
         self._w64(hw.REG_FW_BUILD_ID, 0)
         self._w32(hw.REG_STATUS, 0)
@@ -239,8 +301,13 @@ class Npu:
             log.warning("firmware image unreadable: %s", e)
             return self._reject(hw.FW_REJECT_UNREADABLE, -errno.EFAULT)
         image = parsed.image
-        self._processor = CommandProcessor(
-            self.memory, image.enabled_opcodes, image.limits.max_cmd_size, image.limits.max_tensor_elements
+        self._set_processors(
+            lambda: CommandProcessor(
+                self.memory,
+                image.enabled_opcodes,
+                image.limits.max_cmd_size,
+                image.limits.max_tensor_elements,
+            )
         )
         self._w32(hw.REG_FW_REJECT, hw.FW_REJECT_NONE)
         self._w32(hw.REG_FW_VERSION, image.fw_version)
@@ -261,116 +328,168 @@ class Npu:
         """REG_FW_REJECT: why the last BOOT failed (hw_layout.FW_REJECT_*), 0 after a good one."""
         return self._r32(hw.REG_FW_REJECT)
 
-    def _reset(self) -> int:
-        self._w32(hw.REG_ABORT_CYCLES, 0)  # the execution thread sets it if a job was running
-        self._abort.set()  # a running job ends at its next instruction or WAIT poll
-        with self._exec_lock:  # ... and the execution thread lets go of the queue
-            self._w32(hw.SQ_HEAD, self._r32(hw.SQ_TAIL))
-            self._abort.clear()
+    def _set_processors(self, make: Callable[[], CommandProcessor] | None) -> None:
+        for core in self.cores:
+            core.processor = None if make is None else make()
+
+    def _reset(self, mask: int) -> int:
+        """CMD_RESET: ARG0 names the cores (0: all); the others go on as if nothing happened."""
+        every = (1 << len(self.cores)) - 1
+        if mask & ~every:
+            log.warning("RESET of cores %#x: the device has %d", mask, len(self.cores))
+            return -errno.EINVAL
+        cores = [c for c in self.cores if (mask or every) >> c.index & 1]
+        for core in cores:
+            core.aborted_cycles = None
+            core.abort.set()  # a running job ends at its next instruction or WAIT poll
+        for core in cores:  # ... and its core lets go (ascending order: see _core_loop)
+            core.lock.acquire()
+        try:
+            with self._dispatch_lock:
+                # Entries not yet taken belong to their cores: those of the reset ones are dropped.
+                self._dispatch()
+                self._w32(hw.SQ_HEAD, self._r32(hw.SQ_TAIL))
+                for core in cores:
+                    core.queue.clear()
+            aborted = [c.aborted_cycles for c in cores if c.aborted_cycles is not None]
+            self._w32(hw.REG_ABORT_CYCLES, aborted[0] if aborted else 0)
+            for core in cores:
+                core.abort.clear()
             self._w32(hw.REG_RESET_COUNT, self._r32(hw.REG_RESET_COUNT) + 1)
+        finally:
+            for core in reversed(cores):
+                core.lock.release()
         return 0
 
     # --- execution ----------------------------------------------------------------
-    def _wait_queue_kick(self) -> None:
-        """Block until the queue doorbell rings (counts coalesce: one wake-up covers every ring)."""
-        if self._queue_fd is None:
-            self._queue_kicked.wait()
-            self._queue_kicked.clear()
-        else:
-            # The eventfd is non-blocking (QEMU shares its file description): poll, then drain it.
-            select.select([self._queue_fd], [], [])
-            try:
-                os.eventfd_read(self._queue_fd)
-            except BlockingIOError:
-                pass
-        self.queue_kicks += 1
+    def _dispatch(self) -> None:
+        """Move the submission queue's new entries to their cores' queues (call with _dispatch_lock)."""
+        head = self._r32(hw.SQ_HEAD)
+        tail = self._r32(hw.SQ_TAIL)
+        if head == tail:
+            return
+        if (tail - head) & _U32 > hw.SQ_ENTRIES:
+            log.error("SQ_TAIL %d is more than %d entries past SQ_HEAD %d", tail, hw.SQ_ENTRIES, head)
+            return
+        woken: set[int] = set()
+        while head != tail:
+            entry = hw.SQ_BASE + (head % hw.SQ_ENTRIES) * hw.SQ_ENTRY_SIZE
+            sqe = SqEntry(
+                self._r64(entry + hw.SQE_SEQNO),
+                self._r64(entry + hw.SQE_PT_ROOT),
+                self._r64(entry + hw.SQE_CMD_VA),
+                self._r32(entry + hw.SQE_CMD_SIZE),
+                self._r32(entry + hw.SQE_FLAGS),
+                self._r32(entry + hw.SQE_CORE),
+            )
+            # A core the device lacks: core 0 fails the job (_run), in the queue's order.
+            target = self.cores[sqe.core] if sqe.core < len(self.cores) else self.cores[0]
+            target.queue.append(sqe)
+            woken.add(target.index)
+            head = (head + 1) & _U32
+        self._w32(hw.SQ_HEAD, head)
+        for index in woken:
+            os.eventfd_write(self.cores[index].wake, 1)
 
-    def _exec_loop(self) -> None:
-        while True:
-            self._wait_queue_kick()
-            if self._stop.is_set():
-                return
-            try:
-                self._drain()
-            except Exception:
-                log.exception("execution thread: unexpected error")
+    def _take(self, core: Core) -> SqEntry | None:
+        with self._dispatch_lock:
+            self._dispatch()
+            if core.abort.is_set() or not core.queue:
+                return None  # idle, or a RESET of this core is under way: it owns the queue
+            return core.queue.popleft()
 
-    def _drain(self) -> None:
+    def _wait_kick(self, core: Core) -> None:
+        """Block until the queue doorbell rings or entries arrive for this core (counts coalesce)."""
+        ready, _, _ = select.select([self._queue_fd, core.wake], [], [])
+        if core.wake in ready:
+            _eventfd_drain(core.wake)
+        if self._queue_fd in ready and _eventfd_drain(self._queue_fd):
+            self.queue_kicks += 1
+
+    def _core_loop(self, core: Core) -> None:
         while not self._stop.is_set():
-            with self._exec_lock:
-                head = self._r32(hw.SQ_HEAD)
-                tail = self._r32(hw.SQ_TAIL)
-                if head == tail:
-                    return
-                if (tail - head) & _U32 > hw.SQ_ENTRIES:
-                    log.error("SQ_TAIL %d is more than %d entries past SQ_HEAD %d", tail, hw.SQ_ENTRIES, head)
-                    return
-                entry = hw.SQ_BASE + (head % hw.SQ_ENTRIES) * hw.SQ_ENTRY_SIZE
-                seqno = self._r64(entry + hw.SQE_SEQNO)
-                pt_root = self._r64(entry + hw.SQE_PT_ROOT)
-                cmd_va = self._r64(entry + hw.SQE_CMD_VA)
-                cmd_size = self._r32(entry + hw.SQE_CMD_SIZE)
-                flags = self._r32(entry + hw.SQE_FLAGS)
-                processor = self._processor
-                fault = self.faults.next_job() if self.faults is not None else None
-                if fault == "hang":
-                    self._abort.wait()  # until a reset (or close) takes the queue
-                    return
-                if fault == "kill":
-                    self.faults.kill_device_model()  # type: ignore[union-attr]
-                started = time.perf_counter()
-                if processor is None:
-                    result = JobResult(-errno.EIO, 0, 0, "firmware not booted")
-                elif flags:
-                    result = JobResult(-errno.EIO, 0, 0, f"submission flags {flags:#x} are not 0")
-                elif fault == "mmu_fault":
-                    result = JobResult(-errno.EFAULT, cmd_va, 0, "injected MMU fault")
-                else:
-                    result = processor.run(pt_root, cmd_va, cmd_size, self._abort, self._on_irq_instruction)
-                if fault == "slow" and self.faults is not None:
-                    busy = (self.faults.spec.slow_factor - 1) * (time.perf_counter() - started)
-                    if self._abort.wait(busy):
-                        return
-                elif fault == "bad_status" and self.faults is not None:
-                    status, fault_va = self.faults.bad_status()
-                    result = JobResult(status, fault_va, result.cycles, "injected bad status")
-                self.last_result = result
-                if result.status:
-                    log.info("job %d failed: %d %s", seqno, result.status, result.error)
-                if self._abort.is_set():
-                    # Where the aborted job was (a crash dump marks its instruction); no completion.
-                    self._w32(hw.REG_ABORT_CYCLES, result.cycles)
-                    return
-                if not self._complete(seqno, result, fault):
-                    return  # a reset (or close) owns the queue now: no completion
-                self._w32(hw.SQ_HEAD, head + 1)
+            # The core's lock, then the dispatch lock: the order _reset takes them in too.
+            with core.lock:
+                sqe = self._take(core)
+                if sqe is not None:
+                    try:
+                        self._run(core, sqe)
+                    except Exception:
+                        log.exception("core %d: unexpected error", core.index)
+                    continue
+            self._wait_kick(core)
+
+    def _run(self, core: Core, sqe: SqEntry) -> None:
+        """Run one job on ``core`` (its lock held) and complete it, unless a RESET aborts it."""
+        processor = core.processor
+        fault = self.faults.next_job() if self.faults is not None else None
+        if fault == "hang":
+            core.abort.wait()  # until a reset (or close) takes the core
+            return
+        if fault == "kill":
+            self.faults.kill_device_model()  # type: ignore[union-attr]
+        started = time.perf_counter()
+        if processor is None:
+            result = JobResult(-errno.EIO, 0, 0, "firmware not booted")
+        elif sqe.flags:
+            result = JobResult(-errno.EIO, 0, 0, f"submission flags {sqe.flags:#x} are not 0")
+        elif sqe.core != core.index:
+            result = JobResult(-errno.EIO, 0, 0, f"core {sqe.core} is not below {len(self.cores)}")
+        elif fault == "mmu_fault":
+            result = JobResult(-errno.EFAULT, sqe.cmd_va, 0, "injected MMU fault")
+        else:
+            on_irq = self._on_irq_instruction
+            result = processor.run(sqe.pt_root, sqe.cmd_va, sqe.cmd_size, core.abort, on_irq)
+        if fault == "slow" and self.faults is not None:
+            busy = (self.faults.spec.slow_factor - 1) * (time.perf_counter() - started)
+            if core.abort.wait(busy):
+                return
+        elif fault == "bad_status" and self.faults is not None:
+            status, fault_va = self.faults.bad_status()
+            result = JobResult(status, fault_va, result.cycles, "injected bad status")
+        self.last_result = result
+        if result.status:
+            log.info("job %d failed on core %d: %d %s", sqe.seqno, core.index, result.status, result.error)
+        if core.abort.is_set():
+            # Where the aborted job was (a crash dump marks its instruction); no completion.
+            core.aborted_cycles = result.cycles
+            return
+        self._complete(core, sqe.seqno, result, fault)
 
     def _on_irq_instruction(self, value: int) -> None:
-        self._w32(hw.REG_IRQ_COUNT, self._r32(hw.REG_IRQ_COUNT) + 1)
-        self._w32(hw.REG_IRQ_VALUE, value)
+        with self._reg_lock:
+            self._w32(hw.REG_IRQ_COUNT, self._r32(hw.REG_IRQ_COUNT) + 1)
+            self._w32(hw.REG_IRQ_VALUE, value)
 
-    def _complete(self, seqno: int, result: JobResult, fault: str | None = None) -> bool:
-        """Write a completion once the CQ has room; False if aborted while waiting.
+    def _complete(self, core: Core, seqno: int, result: JobResult, fault: str | None = None) -> bool:
+        """Write a completion once the CQ has room; False if the core was reset while waiting.
 
         ``fault`` "garbage_cq" writes random bytes instead of the entry, "drop_irq" raises no
         interrupt for it (device_model.faults).
         """
-        tail = self._r32(hw.CQ_TAIL)
-        while (tail - self._r32(hw.CQ_HEAD)) & _U32 >= hw.CQ_ENTRIES:
-            if self._abort.wait(_CQ_POLL_S):
+        while True:
+            with self._cq_lock:
+                tail = self._r32(hw.CQ_TAIL)
+                if (tail - self._r32(hw.CQ_HEAD)) & _U32 < hw.CQ_ENTRIES:
+                    self._write_cqe(core, tail, seqno, result, fault)
+                    break
+            if core.abort.wait(_CQ_POLL_S):
                 return False
+        if fault != "drop_irq":
+            self._irq(hw.IRQ_COMPLETION)
+        return True
+
+    def _write_cqe(self, core: Core, tail: int, seqno: int, result: JobResult, fault: str | None) -> None:
         entry = hw.CQ_BASE + (tail % hw.CQ_ENTRIES) * hw.CQ_ENTRY_SIZE
         if fault == "garbage_cq" and self.faults is not None:
             for off, word in enumerate(np.frombuffer(self.faults.garbage(hw.CQ_ENTRY_SIZE), "<u8")):
                 self._w64(entry + 8 * off, int(word))
         else:
             self._w64(entry + hw.CQE_SEQNO, seqno)
-            self._w64(entry + 0x08, 0)  # CQE_STATUS (s32) and its reserved pad
             self._w32(entry + hw.CQE_STATUS, result.status)
+            self._w32(entry + hw.CQE_CORE, core.index)
             self._w64(entry + hw.CQE_FAULT_VA, result.fault_va)
             self._w64(entry + hw.CQE_CYCLES, result.cycles)
         self._w32(hw.CQ_TAIL, tail + 1)
         self._w32(hw.REG_JOBS_DONE, self._r32(hw.REG_JOBS_DONE) + 1)
-        if fault != "drop_irq":
-            self._irq(hw.IRQ_COMPLETION)
-        return True
+        core.jobs_done += 1

@@ -156,8 +156,10 @@ class DeviceServer:
         ram_size: int,
         npu_factory: Callable[..., object] | None = None,
         fw_pubkey: object | None = None,
+        num_cores: int | None = None,
     ) -> None:
         self.socket_path = socket_path
+        self.num_cores = num_cores  # the NPU's cores; None: the device model's default
         self.fw_pubkey = fw_pubkey  # the boot ROM's Ed25519 public key; None: the development key
         self.ram_path = ram_path
         self.ram_size = ram_size
@@ -198,6 +200,8 @@ class DeviceServer:
 
             factory = Npu
             extra["fw_pubkey"] = self.fw_pubkey
+        if self.num_cores is not None:
+            extra["num_cores"] = self.num_cores
         self.memory = FileMemory(self.ram_path, self.ram_size)
         # The job doorbell's eventfd goes to the NPU's execution thread (see the module doc).
         return factory(
@@ -305,6 +309,12 @@ class DeviceServer:
         self._stop_w.close()
 
 
+def _default_cores() -> int:
+    from device_model.npu import DEFAULT_CORES
+
+    return DEFAULT_CORES
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="vnpu-device-model",
@@ -330,6 +340,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="a JSON fault spec file re-read before every job (device_model.faults; docs/reliability.md)",
     )
+    p.add_argument(
+        "--cores",
+        type=int,
+        default=None,
+        help=f"NPU cores, 1..{hw_layout.MAX_CORES} (default: {_default_cores()})",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log device model activity to stderr")
     return p
 
@@ -346,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"vnpu-device-model: {e}", file=sys.stderr)
         return 2
+    if args.cores is not None and not 1 <= args.cores <= hw_layout.MAX_CORES:
+        print(f"vnpu-device-model: --cores {args.cores} is not 1..{hw_layout.MAX_CORES}", file=sys.stderr)
+        return 2
     fw_pubkey = None
     if args.fw_pubkey is not None:
         from firmware_tools.image import FirmwareError, load_public_key
@@ -356,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vnpu-device-model: --fw-pubkey: {e}", file=sys.stderr)
             return 2
     try:
-        server = DeviceServer(args.socket, args.ram, ram_size, fw_pubkey=fw_pubkey)
+        server = DeviceServer(args.socket, args.ram, ram_size, fw_pubkey=fw_pubkey, num_cores=args.cores)
         server.fault_control = args.fault_control
     except OSError as e:
         print(f"vnpu-device-model: cannot set up: {e}", file=sys.stderr)

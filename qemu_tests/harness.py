@@ -170,9 +170,15 @@ class DeviceModelProcess:
     """The ``vnpu-device-model`` server, started before QEMU and stopped after it."""
 
     def __init__(
-        self, workdir: Path, log_path: Path, verbose: bool = False, fault_control: Path | None = None
+        self,
+        workdir: Path,
+        log_path: Path,
+        verbose: bool = False,
+        fault_control: Path | None = None,
+        cores: int | None = None,
     ) -> None:
         self.fault_control = fault_control
+        self.cores = cores  # the NPU's cores (--cores), None: the device model's default
         self.socket = workdir / "ivshmem.sock"
         self.ram = Path("/dev/shm") / f"vnpu-ram-{os.getpid()}"
         self.log_path = log_path
@@ -201,6 +207,8 @@ class DeviceModelProcess:
             ):
                 stale.unlink(missing_ok=True)
             cmd += ["--fault-control", str(self.fault_control)]
+        if self.cores is not None:
+            cmd += ["--cores", str(self.cores)]
         if self.verbose:
             cmd.append("--verbose")
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
@@ -506,6 +514,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-module", action="store_true", help="boot with the device but do not load vnpu.ko")
     p.add_argument("--cpus", type=int, default=2, help="guest vCPUs (default 2)")
     p.add_argument(
+        "--npu-cores",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the emulated NPU's cores (device model --cores; default: the device model's, 2)",
+    )
+    p.add_argument(
         "--timeout",
         type=float,
         default=None,
@@ -604,7 +619,11 @@ def run_kernel(
 
     workdir = Path(tempfile.mkdtemp(prefix="vnpu-qemu-"))
     server = DeviceModelProcess(
-        workdir, outdir / "device_model.log", verbose=args.verbose, fault_control=outdir / FAULT_CONTROL
+        workdir,
+        outdir / "device_model.log",
+        verbose=args.verbose,
+        fault_control=outdir / FAULT_CONTROL,
+        cores=args.npu_cores,
     )
     # Always there: probe refuses it at once, and tests/kernel/test_foreign_ivshmem.py checks how.
     foreign = foreign_ivshmem.ForeignIvshmemProcess(workdir)

@@ -36,6 +36,7 @@ class Completion:
     status: int
     fault_va: int
     cycles: int
+    core: int = 0
 
 
 class Driver:
@@ -79,7 +80,7 @@ class Driver:
         self.m.memory.view(pages[0], len(image))[:] = image
         return self.control(hw.CMD_BOOT, pages[0], len(image))
 
-    def enqueue(self, stream: bytes, kick: bool = True) -> int:
+    def enqueue(self, stream: bytes, kick: bool = True, core: int = 0) -> int:
         va = self.m.buffer(len(stream), stream)
         tail = self.r32(hw.SQ_TAIL)
         assert tail - self.r32(hw.SQ_HEAD) < hw.SQ_ENTRIES
@@ -87,6 +88,7 @@ class Driver:
         seqno = self.next_seqno
         self.next_seqno += 1
         struct.pack_into("<QQQII", self.bar2, e, seqno, self.m.space.root, va, len(stream), 0)
+        self.w32(e + hw.SQE_CORE, core)
         self.w32(hw.SQ_TAIL, tail + 1)
         if kick:
             self.npu.kick(hw.VEC_QUEUE)
@@ -102,8 +104,8 @@ class Driver:
         out = []
         for i in range(head, tail):
             e = hw.CQ_BASE + (i % hw.CQ_ENTRIES) * hw.CQ_ENTRY_SIZE
-            seqno, status, _, fault_va, cycles = struct.unpack_from("<QiIQQ", self.bar2, e)
-            out.append(Completion(seqno, status, fault_va, cycles))
+            seqno, status, core, fault_va, cycles = struct.unpack_from("<QiIQQ", self.bar2, e)
+            out.append(Completion(seqno, status, fault_va, cycles, core))
         self.w32(hw.CQ_HEAD, tail)
         return out
 
@@ -126,6 +128,7 @@ def test_identification_block(drv: Driver) -> None:
     assert drv.r32(hw.REG_VA_BITS) == hw.VA_BITS
     assert drv.r32(hw.REG_CAPS) == 0b111
     assert drv.r32(hw.REG_DEVICE_PEER) == 3
+    assert drv.r32(hw.REG_NUM_CORES) == 2  # the default
     assert drv.r32(hw.REG_STATUS) == 0 and drv.r32(hw.REG_FW_VERSION) == 0
 
 
@@ -300,7 +303,8 @@ def test_reset_aborts_a_hung_wait_and_drops_the_queue(drv: Driver) -> None:
     drv.enqueue(NOP_JOB)
     drv.enqueue(NOP_JOB)
     time.sleep(0.1)
-    assert drv.r32(hw.CQ_TAIL) == 0 and drv.r32(hw.SQ_HEAD) == 0  # hung in WAIT
+    # Hung in WAIT; the device took all three entries to core 0's own queue.
+    assert drv.r32(hw.CQ_TAIL) == 0 and drv.r32(hw.SQ_HEAD) == 3
     t0 = time.monotonic()
     assert drv.control(hw.CMD_RESET) == 0
     assert time.monotonic() - t0 < 1
@@ -320,3 +324,68 @@ def test_construction_checks_bar2(drv: Driver) -> None:
         Npu(memoryview(bytearray(100)), drv.m.memory, lambda v: None)
     with pytest.raises(ValueError, match="BAR2"):
         Npu(memoryview(bytes(hw.BAR2_SIZE)), drv.m.memory, lambda v: None)
+
+
+def _wait_job(drv: Driver) -> tuple[int, bytes]:
+    """A job that hangs in WAIT until its semaphore (INT32 at the returned VA) becomes 1."""
+    sem = drv.m.buffer(4)
+    return sem, program(tensor(0, "INT32", sem, (1,)), isa.encode("WAIT", sem=0, value=1))
+
+
+def test_cores_run_at_once_and_each_in_order(drv: Driver) -> None:
+    assert drv.boot(build_image(default_image(), dev_private_key())) == 0
+    sem_va, hang = _wait_job(drv)
+    blocked = drv.enqueue(hang, core=0)
+    behind = drv.enqueue(NOP_JOB, core=0)  # core 0 runs its jobs in order: this one waits
+    other = [drv.enqueue(NOP_JOB, core=1) for _ in range(3)]
+    drv.wait_cq(3)
+    assert [(c.seqno, c.core) for c in drv.drain()] == [(s, 1) for s in other]
+    time.sleep(0.05)
+    assert drv.r32(hw.CQ_TAIL) == 3
+    drv.m.write(sem_va, (1).to_bytes(4, "little"))
+    drv.wait_cq(2)
+    assert [(c.seqno, c.core) for c in drv.drain()] == [(blocked, 0), (behind, 0)]
+    assert [c.jobs_done for c in drv.npu.cores] == [2, 3]
+
+
+def test_reset_of_one_core_leaves_the_other_running(drv: Driver) -> None:
+    assert drv.boot(build_image(default_image(), dev_private_key())) == 0
+    _, hang0 = _wait_job(drv)
+    sem1_va, hang1 = _wait_job(drv)
+    drv.enqueue(hang0, core=0)
+    drv.enqueue(NOP_JOB, core=0)
+    survivor = drv.enqueue(hang1, core=1)
+    time.sleep(0.1)
+    assert drv.control(hw.CMD_RESET, 1 << 0) == 0
+    assert drv.r32(hw.REG_RESET_COUNT) == 1 and drv.r32(hw.REG_ABORT_CYCLES) == 2
+    drv.m.write(sem1_va, (1).to_bytes(4, "little"))
+    drv.wait_cq(1)  # core 1's job was never touched: it completes once released
+    assert drv.drain() == [Completion(survivor, 0, 0, 3, 1)]  # TENSOR, WAIT, HALT
+    time.sleep(0.05)
+    assert drv.r32(hw.CQ_TAIL) == 1  # core 0's queued NOP was dropped with its hung job
+    s = drv.enqueue(NOP_JOB, core=0)
+    drv.wait_cq(1)
+    assert drv.drain() == [Completion(s, 0, 0, 2, 0)]
+
+
+def test_core_bounds(drv: Driver) -> None:
+    assert drv.boot(build_image(default_image(), dev_private_key())) == 0
+    bad = drv.enqueue(NOP_JOB, core=2)  # the device has cores 0 and 1
+    drv.wait_cq(1)
+    assert drv.drain() == [Completion(bad, -errno.EIO, 0, 0, 0)]
+    assert drv.control(hw.CMD_RESET, 1 << 2) == -errno.EINVAL
+    assert drv.r32(hw.REG_RESET_COUNT) == 0
+    with pytest.raises(ValueError, match="num_cores"):
+        Npu(memoryview(bytearray(hw.BAR2_SIZE)), drv.m.memory, lambda v: None, num_cores=hw.MAX_CORES + 1)
+
+
+def test_one_core_device() -> None:
+    d = Driver(Machine(), num_cores=1)
+    try:
+        assert d.r32(hw.REG_NUM_CORES) == 1
+        assert d.boot(build_image(default_image(), dev_private_key())) == 0
+        seqnos = [d.enqueue(NOP_JOB) for _ in range(4)]
+        d.wait_cq(4)
+        assert [(c.seqno, c.core) for c in d.drain()] == [(s, 0) for s in seqnos]
+    finally:
+        d.npu.close()
