@@ -58,9 +58,9 @@ extern "C" {
  * @DRM_VNPU_PARAM_MAX_BO_SIZE: largest size of one BO, in bytes.
  * @DRM_VNPU_PARAM_CAPABILITIES: bitmask of DRM_VNPU_CAP_*.
  * @DRM_VNPU_PARAM_JOB_TIMEOUT_MS: time after which a running job is
- *	considered hung; the device is then reset and the job fails with
+ *	considered hung; its core is then reset and the job fails with
  *	-ETIMEDOUT. It counts from the moment the job starts to run on the
- *	device (it reaches the head of the device queue), not from SUBMIT: time
+ *	device (it reaches the head of its core's queue), not from SUBMIT: time
  *	spent waiting for dependencies or behind other jobs does not count.
  * @DRM_VNPU_PARAM_MAX_IN_SYNCOBJS: largest number of in-syncobjs one job
  *	may list (DRM_VNPU_MAX_IN_SYNCOBJS).
@@ -68,6 +68,9 @@ extern "C" {
  *	8 bytes of the image's SHA-256 digest read big-endian, so its 16 hex
  *	digits name the exact image (docs/firmware.md); 0 while no firmware
  *	runs (after the device rejected a reload).
+ * @DRM_VNPU_PARAM_NUM_CORES: number of NPU cores, 1 or more. Jobs of
+ *	different files may run on different cores at the same time; a file's
+ *	own jobs still run one after another, in submission order.
  */
 enum drm_vnpu_param {
 	DRM_VNPU_PARAM_DEVICE_ID = 0,
@@ -82,6 +85,7 @@ enum drm_vnpu_param {
 	DRM_VNPU_PARAM_JOB_TIMEOUT_MS = 9,
 	DRM_VNPU_PARAM_MAX_IN_SYNCOBJS = 10,
 	DRM_VNPU_PARAM_FW_BUILD_ID = 11,
+	DRM_VNPU_PARAM_NUM_CORES = 12,
 };
 
 /* First device VA handed out; VAs below it are never mapped, so VA 0 faults. */
@@ -224,9 +228,10 @@ struct drm_vnpu_bo_wait {
  *               was reset
  *   -ECANCELED  its file was closed before the job ended (or the driver was
  *               unbound)
- * A reset fails only the hung job: every other job that was queued on the
- * device (of any file) had not started, and is queued again in its order,
- * so it runs once and ends with its own status.
+ * A reset is of the hung job's core only and fails only the hung job: jobs
+ * on the other cores go on untouched, and every other job that was queued
+ * on that core (of any file) had not started, and is queued again in its
+ * order, so it runs once and ends with its own status.
  */
 
 /* drm_vnpu_job_bo.flags: how the job's command stream uses the BO. */
@@ -256,8 +261,11 @@ struct drm_vnpu_job_bo {
  * runs is the stream as it was at SUBMIT. The command BO need not be listed
  * in @bos (list it only if the stream also names it as a tensor).
  *
- * The job runs after all @in_syncobjs have signalled and after earlier jobs
- * that write a BO it uses. Each in-syncobj must already hold a fence
+ * The job runs after all @in_syncobjs have signalled, after earlier jobs
+ * that write a BO it uses, and after the file's own earlier jobs: a file's
+ * jobs run one at a time, in submission order, while jobs of different
+ * files may run at the same time on different cores
+ * (DRM_VNPU_PARAM_NUM_CORES). Each in-syncobj must already hold a fence
  * (-EINVAL otherwise). When the job ends, @out_syncobj (if not 0) is given
  * a fence that signals; the job's status is read with BO_WAIT.
  *
@@ -302,8 +310,8 @@ struct drm_vnpu_job {
  *
  * Closing the file (its last reference: the descriptor and every mmap() of
  * its BOs) cancels its jobs that have not ended: a running one is stopped by
- * a reset of the device (other files' queued jobs are queued again), queued
- * ones never run; all end with -ECANCELED.
+ * a reset of its core (other files' jobs queued on that core are queued
+ * again, other cores go on), queued ones never run; all end with -ECANCELED.
  *
  * Errors: -EINVAL for a zero or too large @job_count, a bad
  * @job_struct_size, non-zero flags/pad/unknown trailing bytes, a command
