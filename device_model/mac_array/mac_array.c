@@ -1,5 +1,5 @@
 /* The NPU's MAC array: int8/uint8 CONV2D, DEPTHWISE_CONV2D and FULLY_CONNECTED with exact integer
- * accumulation and TFLite's requantization (numerics.py is the readable reference; a test checks
+ * accumulation and TFLite's requantization (numerics/ is the readable reference; a test checks
  * that both give identical bytes).
  *
  * Arithmetic model: accumulators are 32-bit and wrap modulo 2**32 (unsigned arithmetic, so no

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from device_model import numerics as nm
+from device_model.numerics import primitives
 
 
 def _expected(acc: np.ndarray, bias, mults, shifts, zp: int, lo: int, hi: int) -> np.ndarray:
@@ -80,6 +81,6 @@ def test_gemm_channels_exact_through_chunks_and_float64(a_val: int, b_val: int, 
     cols = rng.integers(-a_val, a_val + 1, size=(7, k)).astype(np.float32)
     w[0] = b_val
     cols[0] = -a_val
-    got = nm._gemm_channels(w, cols)
+    got = primitives._gemm_channels(w, cols)
     want = w.astype(np.int64) @ cols.astype(np.int64).T
     assert np.array_equal(got.astype(np.int64), want)

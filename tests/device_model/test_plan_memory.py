@@ -10,6 +10,7 @@ import reference_kernels as ref
 
 from device_model import numerics as nm
 from device_model.command_processor import CommandProcessor, param_digest
+from device_model.numerics import planned
 from uapi import isa
 
 from .helpers import Machine, program, tensor
@@ -84,7 +85,7 @@ def test_requant_blocks_of_rows_give_the_same_bytes(monkeypatch: pytest.MonkeyPa
     acc = rng.integers(-(1 << 20), 1 << 20, size=(rows, repeat * c)).astype(np.float32)
     whole = plan.apply(acc, repeat)
     for block in (1, 8 * repeat * c * 2, 8 * repeat * c * 5 + 3):  # 1 row, 2 rows, 5 rows a block
-        monkeypatch.setattr(nm, "REQUANT_BLOCK_BYTES", block)
+        monkeypatch.setattr(planned, "REQUANT_BLOCK_BYTES", block)
         np.testing.assert_array_equal(plan.apply(acc, repeat), whole)
     want = nm.requantize_channels(
         (acc.reshape(-1, c).astype(np.int64) + plan.correction).T, None, plan.multiplier, plan.shift,

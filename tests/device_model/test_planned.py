@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from device_model import numerics as nm
+from device_model.numerics import planned
 
 
 def _case(rng: np.random.Generator, signed: bool, c: int, ties: bool):
@@ -104,12 +105,12 @@ def test_planned_depthwise_matches_reference(seed, signed, ties, k, stride, dil,
         filt, bias, in_dtype=inp.dtype, act_min=amin, act_max=amax, out_dtype=dtype, **kwargs
     )
     assert plan is not None
-    saved = nm.DEPTHWISE_EINSUM_CHANNELS
-    nm.DEPTHWISE_EINSUM_CHANNELS = 1 if einsum else 1 << 30  # both paths: the einsum and per tap
+    saved = planned.DEPTHWISE_EINSUM_CHANNELS
+    planned.DEPTHWISE_EINSUM_CHANNELS = 1 if einsum else 1 << 30  # both paths: the einsum and per tap
     try:
         got = nm.run_depthwise_plan(inp, plan, k, k, dm, (stride, stride, dil, dil, pt, pl, oh, ow))
     finally:
-        nm.DEPTHWISE_EINSUM_CHANNELS = saved
+        planned.DEPTHWISE_EINSUM_CHANNELS = saved
     want = ref.depthwise(
         inp.tolist(), filt.tolist(), None if bias is None else bias.tolist(), izp, fzp, stride, stride,
         dil, dil, pt, pl, dm, oh, ow, mults.tolist(), shifts.tolist(), ozp, amin, amax,
