@@ -6,8 +6,8 @@ The package has four parts, re-exported here:
   options by name, any graph) and the quantization helpers;
 * :mod:`modelgen.ops`: one-op models (:func:`conv2d_model`,
   :func:`depthwise_conv2d_model`, :func:`fully_connected_model`,
-  :func:`elementwise_model`, :func:`pool_model`, ...) returning ``bytes``;
-  :mod:`modelgen.npu_ops` holds the one-op models of the ops ISA 1.1 added;
+  :func:`elementwise_model`, :func:`pool_model`, :func:`softmax_model`,
+  :func:`batch_matmul_model`, ...) returning ``bytes``;
 * :mod:`modelgen.networks`: :class:`NetworkBuilder` and whole networks
   (:func:`mobilenet_v1_model`, :func:`mobilenet_v2_model`, detectors);
 * :mod:`modelgen.reference`: :func:`run_reference` runs a model on TFLite's
@@ -42,6 +42,8 @@ from modelgen.networks import (
 )
 from modelgen.ops import (
     activation_model,
+    arg_max_model,
+    batch_matmul_model,
     concat_model,
     conv2d_model,
     converter_flatten,
@@ -51,11 +53,14 @@ from modelgen.ops import (
     fully_connected_model,
     layout_model,
     log_softmax_model,
+    max_min_model,
     mean_model,
     pad_model,
     pool_model,
+    prelu_model,
     quantize_model,
     reshape_model,
+    resize_bilinear_model,
     resize_nearest_model,
     softmax_model,
     space_to_batch_paddings,
@@ -68,6 +73,11 @@ from modelgen.ops import (
 from modelgen.reference import random_inputs, reference_interpreter, run_reference
 
 __all__ = [
+    "resize_bilinear_model",
+    "prelu_model",
+    "max_min_model",
+    "batch_matmul_model",
+    "arg_max_model",
     "NP_TYPES",
     "QMAX",
     "QMIN",

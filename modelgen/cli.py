@@ -23,7 +23,7 @@ SAMPLES: dict[str, Callable[[], bytes]] = {
     "fully_connected_int8": lambda: fully_connected_model(1, 64, 10, "NONE", 4),
     "add_int8": lambda: elementwise_model("ADD", (1, 8, 8, 16), None, "NONE", 5),
     "avgpool_int8": lambda: pool_model("AVERAGE_POOL_2D", (1, 8, 8, 16), 2, 2, "VALID", "NONE", 6),
-    "softmax_int8": lambda: softmax_model((1, 10), 7),
+    "softmax_int8": lambda: softmax_model((1, 10), 7, in_scale=0.02),
 }
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import modelgen as m
 from libaccel import Device
 from libaccel.compiler import check_support, graph_from_tflite
 from libaccel.compiler.reference import annotate_reference
-from modelgen import npu_ops as m
 from tests.compiler.helpers import assert_exact
 
 RUNTIMES = ["tflite_runtime", "ai_edge_litert"]
@@ -126,7 +126,6 @@ def test_arg_max(dev: Device, runtime: str, dtype: str, output_type: str, shape:
 
 
 def test_arg_max_ties_take_the_first_index(dev: Device, runtime: str) -> None:
-    import modelgen as g
     from libaccel.compiler import PartitionRunner, compile_partition
 
     model = m.arg_max_model((2, 3, 9), -1, seed=1)
@@ -135,7 +134,7 @@ def test_arg_max_ties_take_the_first_index(dev: Device, runtime: str) -> None:
     compiled = compile_partition(graph, [n.index for n in graph.nodes], dev.params.isa_version)
     with PartitionRunner(dev, compiled) as runner:
         got = runner.run({graph.inputs[0]: x})[graph.outputs[0]]
-    assert np.array_equal(got.reshape(2, 3), g.run_reference(model, [x], runtime)[0])
+    assert np.array_equal(got.reshape(2, 3), m.run_reference(model, [x], runtime)[0])
 
 
 def test_annotated_graph_keeps_matmul_supported() -> None:
