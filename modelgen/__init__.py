@@ -60,8 +60,7 @@ from modelgen.ops import (
     prelu_model,
     quantize_model,
     reshape_model,
-    resize_bilinear_model,
-    resize_nearest_model,
+    resize_model,
     softmax_model,
     space_to_batch_paddings,
     space_to_batch_tile_conv_model,
@@ -73,7 +72,6 @@ from modelgen.ops import (
 from modelgen.reference import random_inputs, reference_interpreter, run_reference
 
 __all__ = [
-    "resize_bilinear_model",
     "prelu_model",
     "max_min_model",
     "batch_matmul_model",
@@ -111,7 +109,7 @@ __all__ = [
     "random_scale",
     "reference_interpreter",
     "reshape_model",
-    "resize_nearest_model",
+    "resize_model",
     "run_reference",
     "same_padding_out",
     "softmax_model",

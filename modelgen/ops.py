@@ -553,15 +553,17 @@ def mean_model(
     return m.build([x], [y])
 
 
-def _resize_model(
+def resize_model(
     op: str,
     in_shape: Sequence[int],
     out_hw: Sequence[int],
-    align_corners: bool,
-    half_pixel_centers: bool,
-    seed: int,
-    dtype: str,
+    align_corners: bool = False,
+    half_pixel_centers: bool = False,
+    seed: int = 0,
+    dtype: str = "int8",
 ) -> bytes:
+    """One RESIZE_NEAREST_NEIGHBOR or RESIZE_BILINEAR (``op``) to ``out_hw``; input and output share the
+    quantization, as the converter writes them."""
     rng = np.random.default_rng(seed)
     m = ModelBuilder()
     q = activation_quant(rng, dtype, random_scale(rng))
@@ -570,32 +572,6 @@ def _resize_model(
     y = m.add_tensor("output", (in_shape[0], out_hw[0], out_hw[1], in_shape[3]), dtype, q)
     m.add_op(op, [x, size], [y], align_corners=align_corners, half_pixel_centers=half_pixel_centers)
     return m.build([x], [y])
-
-
-def resize_nearest_model(
-    in_shape: Sequence[int],
-    out_hw: Sequence[int],
-    align_corners: bool = False,
-    half_pixel_centers: bool = False,
-    seed: int = 0,
-    dtype: str = "int8",
-) -> bytes:
-    """One RESIZE_NEAREST_NEIGHBOR to ``out_hw`` (input and output share the quantization)."""
-    return _resize_model(
-        "RESIZE_NEAREST_NEIGHBOR", in_shape, out_hw, align_corners, half_pixel_centers, seed, dtype
-    )
-
-
-def resize_bilinear_model(
-    in_shape: Sequence[int],
-    out_hw: Sequence[int],
-    align_corners: bool = False,
-    half_pixel_centers: bool = False,
-    seed: int = 0,
-    dtype: str = "int8",
-) -> bytes:
-    """One RESIZE_BILINEAR to ``out_hw`` (input and output quantized alike, as the converter writes it)."""
-    return _resize_model("RESIZE_BILINEAR", in_shape, out_hw, align_corners, half_pixel_centers, seed, dtype)
 
 
 def layout_model(

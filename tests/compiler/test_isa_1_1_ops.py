@@ -54,11 +54,13 @@ RESIZE_CASES = [
 @pytest.mark.parametrize("case", RESIZE_CASES, ids=str)
 def test_resize_bilinear(dev: Device, runtime: str, case: tuple) -> None:
     shape, out_hw, ac, hp = case
-    assert_exact(dev, m.resize_bilinear_model(shape, out_hw, ac, hp, seed=len(shape)), runtime=runtime)
+    assert_exact(
+        dev, m.resize_model("RESIZE_BILINEAR", shape, out_hw, ac, hp, seed=len(shape)), runtime=runtime
+    )
 
 
 def test_resize_bilinear_uint8_stays_on_the_cpu() -> None:
-    graph = graph_from_tflite(m.resize_bilinear_model((1, 4, 4, 3), (8, 8), dtype="uint8"))
+    graph = graph_from_tflite(m.resize_model("RESIZE_BILINEAR", (1, 4, 4, 3), (8, 8), dtype="uint8"))
     assert "float32" in check_support(graph, graph.nodes[0]).reason
 
 

@@ -95,11 +95,11 @@ def test_float_quantize_and_dequantize_stay_on_cpu() -> None:
     ],
 )
 def test_resize_nearest(dev: Device, in_shape, out_hw, ac: bool, hp: bool) -> None:
-    assert_exact(dev, g.resize_nearest_model(in_shape, out_hw, ac, hp, 47))
+    assert_exact(dev, g.resize_model("RESIZE_NEAREST_NEIGHBOR", in_shape, out_hw, ac, hp, 47))
 
 
 def test_resize_nearest_irregular_stays_on_cpu() -> None:
-    graph = graph_from_tflite(g.resize_nearest_model((1, 37, 41, 3), (50, 60), seed=1))
+    graph = graph_from_tflite(g.resize_model("RESIZE_NEAREST_NEIGHBOR", (1, 37, 41, 3), (50, 60), seed=1))
     support = check_support(graph, graph.nodes[0])
     assert not support.ok and "strided copies" in support.reason
 
