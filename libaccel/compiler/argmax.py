@@ -18,6 +18,7 @@ from libaccel.compiler.ops import (
     _elem_strides,
     _int_const,
     _t,
+    axis_index,
     to4d,
 )
 
@@ -31,9 +32,7 @@ def plan_arg_max(graph: Graph, node: OpNode) -> OpPlan:
     rank = len(x.shape)
     if axes.size != 1:
         raise Unsupported(f"axis {axes.tolist()}: one axis expected")
-    axis = int(axes[0]) + rank if int(axes[0]) < 0 else int(axes[0])
-    if not 0 <= axis < rank:
-        raise Unsupported(f"axis {int(axes[0])} of rank {rank}")
+    axis = axis_index(int(axes[0]), rank)
     rest = tuple(d for i, d in enumerate(x.shape) if i != axis)
     if y.shape != rest:
         raise Unsupported(f"output {list(y.shape)} is not the input's shape without axis {axis}")

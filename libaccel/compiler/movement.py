@@ -22,6 +22,7 @@ from libaccel.compiler.ops import (
     _elem_strides,
     _int_const,
     _t,
+    axis_index,
     to4d,
 )
 
@@ -59,13 +60,6 @@ def _same_quant(x: TensorInfo, y: TensorInfo) -> None:
         raise Unsupported("input and output quantization differ (TFLite requires them equal)")
 
 
-def _axis(value: int, rank: int) -> int:
-    a = value + rank if value < 0 else value
-    if not 0 <= a < rank:
-        raise Unsupported(f"axis {value} of rank {rank}")
-    return a
-
-
 # --- SPLIT, SPLIT_V, SLICE -----------------------------------------------------------------------
 def _plan_split_along(graph: Graph, node: OpNode, x: TensorInfo, axis: int) -> OpPlan:
     """Each output is the next block of ``x`` along ``axis`` (one COPY per output)."""
@@ -100,7 +94,7 @@ def plan_split(graph: Graph, node: OpNode) -> OpPlan:
     axis = _int_const(graph, node.inputs[0], "axis")
     if axis.size != 1:
         raise Unsupported(f"axis has {axis.size} values")
-    return _plan_split_along(graph, node, x, _axis(int(axis[0]), len(x.shape)))
+    return _plan_split_along(graph, node, x, axis_index(int(axis[0]), len(x.shape)))
 
 
 def plan_split_v(graph: Graph, node: OpNode) -> OpPlan:
@@ -109,7 +103,7 @@ def plan_split_v(graph: Graph, node: OpNode) -> OpPlan:
     axis = _int_const(graph, node.inputs[2], "axis")
     if axis.size != 1:
         raise Unsupported(f"axis has {axis.size} values")
-    a = _axis(int(axis[0]), len(x.shape))
+    a = axis_index(int(axis[0]), len(x.shape))
     sizes = [int(s) for s in _int_const(graph, node.inputs[1], "size_splits")]
     if len(sizes) != len(node.outputs):
         raise Unsupported(f"{len(sizes)} size_splits for {len(node.outputs)} outputs")

@@ -127,6 +127,14 @@ def _mult(real: float, what: str) -> tuple[int, int]:
     return m, shift
 
 
+def axis_index(value: int, rank: int) -> int:
+    """A TFLite axis operand (negative counts from the end) as an index into a shape of ``rank``."""
+    a = value + rank if value < 0 else value
+    if not 0 <= a < rank:
+        raise Unsupported(f"axis {value} of rank {rank}")
+    return a
+
+
 def to4d(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
     if len(shape) > 4:
         raise Unsupported(f"rank {len(shape)} > 4")
@@ -573,10 +581,9 @@ def _plan_concat(graph: Graph, node: OpNode) -> OpPlan:
         if x.quant is not None and x.quant != y.quant
     }
     rank = len(y.shape)
-    axis = int(node.option("axis"))
-    axis = axis + rank if axis < 0 else axis
-    if not 0 <= axis < rank or any(len(x.shape) != rank for x in xs):
-        raise Unsupported(f"axis {node.option('axis')} of rank {rank}")
+    if any(len(x.shape) != rank for x in xs):
+        raise Unsupported(f"inputs of ranks {[len(x.shape) for x in xs]}, the output's is {rank}")
+    axis = axis_index(int(node.option("axis")), rank)
     if sum(x.shape[axis] for x in xs) != y.shape[axis]:
         raise Unsupported("input sizes along the axis do not add up")
     shift = 4 - rank
