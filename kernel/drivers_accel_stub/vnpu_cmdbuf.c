@@ -31,18 +31,24 @@
 /* Bytes of idle command buffers a file keeps for reuse. */
 #define VNPU_CMDBUF_POOL_BYTES	VNPU_MAX_JOB_SIZE
 
+static void vnpu_cmdbuf_dma_unmap(struct vnpu_ctx *ctx, struct vnpu_cmdbuf *cb)
+{
+	lockdep_assert_held(&ctx->vm.lock);
+	if (cb->dma_mapped)
+		dma_unmap_sgtable(ctx->vdev->drm.dev, &cb->sgt, DMA_TO_DEVICE, 0);
+	cb->dma_mapped = false;
+}
+
 static void vnpu_cmdbuf_free(struct vnpu_ctx *ctx, struct vnpu_cmdbuf *cb)
 {
-	struct device *dev = ctx->vdev->drm.dev;
-
 	if (cb->mapped)
 		vnpu_vm_unmap(&ctx->vm, cb->node.start, cb->size);
 	mutex_lock(&ctx->vm.lock);
 	if (drm_mm_node_allocated(&cb->node))
 		drm_mm_remove_node(&cb->node);
+	list_del(&cb->ctx_link);
+	vnpu_cmdbuf_dma_unmap(ctx, cb);
 	mutex_unlock(&ctx->vm.lock);
-	if (cb->dma_mapped)
-		dma_unmap_sgtable(dev, &cb->sgt, DMA_TO_DEVICE, 0);
 	sg_free_table(&cb->sgt);
 	if (cb->size == PAGE_SIZE)
 		free_page((unsigned long)cb->vaddr);
@@ -67,6 +73,7 @@ static struct vnpu_cmdbuf *vnpu_cmdbuf_alloc(struct vnpu_ctx *ctx, size_t size)
 	atomic_inc(&ctx->vdev->stats.cmdbufs);
 	atomic64_inc(&ctx->vdev->stats.cmdbuf_allocs);
 	INIT_LIST_HEAD(&cb->link);
+	INIT_LIST_HEAD(&cb->ctx_link);
 	cb->size = size;
 	/* A page of the direct map costs no vmap area and no TLB flush when freed. */
 	if (npages == 1)
@@ -84,14 +91,16 @@ static struct vnpu_cmdbuf *vnpu_cmdbuf_alloc(struct vnpu_ctx *ctx, size_t size)
 	ret = sg_alloc_table_from_pages(&cb->sgt, pages, npages, 0, size, GFP_KERNEL);
 	if (ret)
 		goto err;
-	ret = dma_map_sgtable(dev, &cb->sgt, DMA_TO_DEVICE, 0);
-	if (ret)
-		goto err;
-	cb->dma_mapped = true;
 
+	/* Under the VM lock: an unbind releases DMA mappings (vnpu_release_dma()). */
 	mutex_lock(&ctx->vm.lock);
-	ret = drm_mm_insert_node_generic(&ctx->vm.mm, &cb->node, size + PAGE_SIZE,
-					 PAGE_SIZE, 0, DRM_MM_INSERT_BEST);
+	list_add(&cb->ctx_link, &ctx->cmdbufs);
+	ret = ctx->vm.released ? -ENODEV : dma_map_sgtable(dev, &cb->sgt, DMA_TO_DEVICE, 0);
+	if (!ret) {
+		cb->dma_mapped = true;
+		ret = drm_mm_insert_node_generic(&ctx->vm.mm, &cb->node, size + PAGE_SIZE,
+						 PAGE_SIZE, 0, DRM_MM_INSERT_BEST);
+	}
 	mutex_unlock(&ctx->vm.lock);
 	if (ret)
 		goto err;
@@ -193,6 +202,21 @@ void vnpu_cmdbuf_put(struct vnpu_ctx *ctx, struct vnpu_cmdbuf *cb)
 	spin_unlock(&ctx->cmdbuf_lock);
 	if (cb)
 		vnpu_cmdbuf_free(ctx, cb);
+}
+
+/**
+ * vnpu_cmdbuf_release_dma() - unmap a context's command buffers for DMA
+ * @ctx: the context, with its VM lock held
+ *
+ * On unbind, for the contexts of files still open: the buffers stay
+ * allocated until their jobs and the pool let them go.
+ */
+void vnpu_cmdbuf_release_dma(struct vnpu_ctx *ctx)
+{
+	struct vnpu_cmdbuf *cb;
+
+	list_for_each_entry(cb, &ctx->cmdbufs, ctx_link)
+		vnpu_cmdbuf_dma_unmap(ctx, cb);
 }
 
 /**

@@ -17,6 +17,7 @@
 /**
  * struct vnpu_cmdbuf - kernel memory holding one job's command stream
  * @link: entry in &vnpu_ctx.cmdbuf_pool while idle
+ * @ctx_link: entry in &vnpu_ctx.cmdbufs for its whole life
  * @node: its device VA range (plus one unmapped guard page)
  * @sgt: its pages, DMA-mapped
  * @vaddr: the kernel's mapping, the only CPU mapping there is (a direct-map
@@ -27,6 +28,7 @@
  */
 struct vnpu_cmdbuf {
 	struct list_head link;
+	struct list_head ctx_link;
 	struct drm_mm_node node;
 	struct sg_table sgt;
 	void *vaddr;
@@ -44,6 +46,7 @@ struct vnpu_cmdbuf *vnpu_cmdbuf_get(struct vnpu_ctx *ctx, u32 size);
 void vnpu_cmdbuf_fill(struct vnpu_cmdbuf *cb, struct page **pages, u64 offset, u32 size);
 void vnpu_cmdbuf_sync(struct vnpu_device *vdev, struct vnpu_cmdbuf *cb);
 void vnpu_cmdbuf_put(struct vnpu_ctx *ctx, struct vnpu_cmdbuf *cb);
+void vnpu_cmdbuf_release_dma(struct vnpu_ctx *ctx);
 void vnpu_cmdbuf_pool_fini(struct vnpu_ctx *ctx);
 
 #endif /* __VNPU_CMDBUF_H__ */

@@ -44,6 +44,10 @@ static void vnpu_ctx_release(struct kref *ref)
 	struct vnpu_ctx *ctx = container_of(ref, struct vnpu_ctx, ref);
 	struct vnpu_device *vdev = ctx->vdev;
 
+	/* First: vnpu_release_dma() may be walking the list, this context included. */
+	mutex_lock(&vdev->contexts_lock);
+	list_del(&ctx->link);
+	mutex_unlock(&vdev->contexts_lock);
 	vnpu_cmdbuf_pool_fini(ctx);
 	vnpu_vm_fini(&ctx->vm);
 	ida_free(&vdev->ctx_ids, ctx->id);
@@ -76,7 +80,6 @@ void vnpu_ctx_put(struct vnpu_ctx *ctx)
 static int vnpu_open(struct drm_device *drm, struct drm_file *file)
 {
 	struct vnpu_device *vdev = to_vnpu_device(drm);
-	struct drm_gpu_scheduler *sched = &vdev->sched;
 	struct vnpu_file_priv *fpriv;
 	struct vnpu_ctx *ctx;
 	int ret, idx;
@@ -97,7 +100,9 @@ static int vnpu_open(struct drm_device *drm, struct drm_file *file)
 	ret = vnpu_vm_init(vdev, &ctx->vm);
 	if (ret)
 		goto err_ida;
-	ret = drm_sched_entity_init(&fpriv->entity, DRM_SCHED_PRIORITY_NORMAL, &sched, 1, NULL);
+	/* Any core: the scheduler keeps the entity on one while a job of it is unfinished. */
+	ret = drm_sched_entity_init(&fpriv->entity, DRM_SCHED_PRIORITY_NORMAL, vdev->scheds,
+				    vdev->num_cores, NULL);
 	if (ret)
 		goto err_vm;
 
@@ -106,7 +111,12 @@ static int vnpu_open(struct drm_device *drm, struct drm_file *file)
 	ctx->vdev = vdev;
 	spin_lock_init(&ctx->cmdbuf_lock);
 	INIT_LIST_HEAD(&ctx->cmdbuf_pool);
+	INIT_LIST_HEAD(&ctx->bos);
+	INIT_LIST_HEAD(&ctx->cmdbufs);
 	ctx->pid = task_tgid_nr(current);
+	mutex_lock(&vdev->contexts_lock);
+	list_add(&ctx->link, &vdev->contexts);
+	mutex_unlock(&vdev->contexts_lock);
 	drm_dev_get(drm);
 	fpriv->vdev = vdev;
 	fpriv->ctx = ctx;
@@ -195,6 +205,9 @@ static int vnpu_ioctl_get_param(struct drm_device *drm, void *data, struct drm_f
 		break;
 	case DRM_VNPU_PARAM_MAX_IN_SYNCOBJS:
 		args->value = VNPU_MAX_IN_SYNCOBJS;
+		break;
+	case DRM_VNPU_PARAM_NUM_CORES:
+		args->value = vdev->num_cores;
 		break;
 	default:
 		ret = -EINVAL;
@@ -340,6 +353,10 @@ static int vnpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (ret)
 		return ret;
 	init_waitqueue_head(&vdev->ctrl_wq);
+	ret = drmm_mutex_init(&vdev->drm, &vdev->contexts_lock);
+	if (ret)
+		return ret;
+	INIT_LIST_HEAD(&vdev->contexts);
 	ida_init(&vdev->ctx_ids);
 	/* Contexts outlive the device's unbind; their ids go with the last reference. */
 	ret = drmm_add_action_or_reset(&vdev->drm, vnpu_ida_release, &vdev->ctx_ids);
@@ -383,6 +400,27 @@ err_fw:
 	return ret;
 }
 
+/*
+ * Files still open at unbind keep their contexts, BOs and command buffers
+ * until they close, but no DMA mapping may outlive the driver's binding
+ * (DMA_API_DEBUG reports any that do). The jobs have been stopped, so the
+ * device reads none of it any more: unmap it all and free the page tables.
+ */
+static void vnpu_release_dma(struct vnpu_device *vdev)
+{
+	struct vnpu_ctx *ctx;
+
+	mutex_lock(&vdev->contexts_lock);
+	list_for_each_entry(ctx, &vdev->contexts, link) {
+		mutex_lock(&ctx->vm.lock);
+		vnpu_gem_release_dma(ctx);
+		vnpu_cmdbuf_release_dma(ctx);
+		vnpu_vm_release(&ctx->vm);
+		mutex_unlock(&ctx->vm.lock);
+	}
+	mutex_unlock(&vdev->contexts_lock);
+}
+
 static void vnpu_remove(struct pci_dev *pdev)
 {
 	struct vnpu_device *vdev = pci_get_drvdata(pdev);
@@ -390,6 +428,7 @@ static void vnpu_remove(struct pci_dev *pdev)
 	drm_dev_unplug(&vdev->drm);
 	vnpu_job_fini(vdev);
 	vnpu_fw_fini(vdev);
+	vnpu_release_dma(vdev);
 	/* Interrupts are still requested (devres); keep them quiet. */
 	disable_irq(vdev->irq_completion);
 	disable_irq(vdev->irq_control);

@@ -76,6 +76,23 @@ struct vnpu_stats {
 	atomic_t mappings;
 };
 
+struct vnpu_device;
+
+/**
+ * struct vnpu_core - one NPU core and the scheduler that feeds it
+ * @vdev: the device
+ * @index: the core's number (SQE_CORE)
+ * @sched: the scheduler of the jobs this core runs
+ * @active: jobs written to the submission queue for this core, oldest
+ *	first; the first one is running (under &vnpu_device.job_lock)
+ */
+struct vnpu_core {
+	struct vnpu_device *vdev;
+	u32 index;
+	struct drm_gpu_scheduler sched;
+	struct list_head active;
+};
+
 /**
  * struct vnpu_device - one vnpu PCI function
  * @drm: the DRM device (accel node)
@@ -94,24 +111,27 @@ struct vnpu_stats {
  * @fw_version: firmware version reported after boot, 0 when none runs
  * @fw_build_id: build id reported after boot (REG_FW_BUILD_ID), 0 when none runs
  * @fw_reloads: firmware reloads requested through debugfs
- * @sched: the job scheduler feeding the submission queue
- * @sched_ref: users of @sched: the bound device, and each open file (its
- *	entity); the last one tears @sched down, so an unbind with files
- *	open leaves their entities a live scheduler until they close
- * @sched_wq: per-CPU workqueue of @sched's run_job and free_job work
+ * @num_cores: the NPU's cores, from REG_NUM_CORES
+ * @cores: the cores, each with the scheduler that feeds it
+ * @scheds: the cores' schedulers, the list every file's entity may run on
+ * @sched_ref: users of the schedulers: the bound device, and each open file
+ *	(its entity); the last one tears them down, so an unbind with files
+ *	open leaves their entities live schedulers until they close
+ * @sched_wq: per-CPU workqueue of the schedulers' run_job and free_job work
  * @reset_lock: serialises recovery (timeout handler, teardown)
  * @hw_lock: serialises submission-queue writes against reset
- * @job_lock: protects @active, the completion queue and the running job's
- *	clock (&vnpu_job.start_ns); taken in IRQ
+ * @job_lock: protects the cores' active lists, the completion queue and the
+ *	running jobs' clocks (&vnpu_job.start_ns); taken in IRQ
  * @fence_lock: lock of the hardware fences
- * @active: jobs written to the submission queue, oldest first
  * @sq_tail: driver copy of SQ_TAIL
  * @cq_head: driver copy of CQ_HEAD
  * @next_seqno: sequence number of the next job written to the queue
  * @fence_context: dma-fence context of hardware fences
  * @idle_wq: woken whenever a job is freed (for teardown)
- * @cancel_work: resets the device when a closed file's job is running
+ * @cancel_work: resets a core when a closed file's job is running on it
  * @ctx_ids: allocator of per-file context ids
+ * @contexts_lock: protects @contexts
+ * @contexts: the live contexts, so an unbind can release their DMA memory
  * @stats: global counters
  * @irq_completion: Linux IRQ number of the completion vector
  * @irq_control: Linux IRQ number of the control vector
@@ -136,14 +156,15 @@ struct vnpu_device {
 	u64 fw_build_id;
 	atomic_t fw_reloads;
 
-	struct drm_gpu_scheduler sched;
+	u32 num_cores;
+	struct vnpu_core cores[VNPU_MAX_CORES];
+	struct drm_gpu_scheduler *scheds[VNPU_MAX_CORES];
 	struct kref sched_ref;
 	struct workqueue_struct *sched_wq;
 	struct mutex reset_lock; /* protects recovery: one reset (timeout, close, unbind) at once */
 	struct mutex hw_lock; /* protects the submission queue (entries, SQ_TAIL, @sq_tail) */
-	spinlock_t job_lock; /* protects @active, @cq_head and the jobs' clocks; taken in IRQ */
+	spinlock_t job_lock; /* protects the cores' active lists, @cq_head, the jobs' clocks; IRQ */
 	spinlock_t fence_lock; /* protects the hardware fences (their dma_fence lock) */
-	struct list_head active;
 	u32 sq_tail;
 	u32 cq_head;
 	u64 next_seqno;
@@ -152,6 +173,8 @@ struct vnpu_device {
 	struct work_struct cancel_work;
 
 	struct ida ctx_ids;
+	struct mutex contexts_lock; /* protects @contexts */
+	struct list_head contexts;
 	struct vnpu_stats stats;
 	int irq_completion;
 	int irq_control;
@@ -162,21 +185,24 @@ struct vnpu_device {
 /**
  * struct vnpu_vm - one device address space (one per open file)
  * @vdev: the device
- * @lock: protects @mm and the page tables
+ * @lock: protects @mm, the page tables and the context's lists of DMA-mapped
+ *	memory (&vnpu_ctx.bos, &vnpu_ctx.cmdbufs)
  * @mm: allocator of device VAs
  * @l1_cpu: the L1 table (kernel address)
  * @l1_dma: the L1 table (bus address, SQE_PT_ROOT)
  * @l2_cpu: the L2 tables, NULL where not yet allocated
  * @l2_dma: bus addresses of the L2 tables
+ * @released: the device was unbound: the tables are freed, nothing maps
  */
 struct vnpu_vm {
 	struct vnpu_device *vdev;
-	struct mutex lock; /* protects @mm and the page tables */
+	struct mutex lock; /* protects @mm, the page tables, the ctx's bos and cmdbufs */
 	struct drm_mm mm;
 	__le64 *l1_cpu;
 	dma_addr_t l1_dma;
 	__le64 *l2_cpu[VNPU_PT_ENTRIES];
 	dma_addr_t l2_dma[VNPU_PT_ENTRIES];
+	bool released;
 };
 
 /**
@@ -187,6 +213,7 @@ struct vnpu_vm {
  *
  * @ref: reference count
  * @vdev: the device
+ * @link: entry in &vnpu_device.contexts
  * @id: context id (SQE_CONTEXT, debugfs)
  * @pid: the opening process, for debugfs
  * @vm: the address space
@@ -201,10 +228,13 @@ struct vnpu_vm {
  * @cmdbuf_lock: protects @cmdbuf_pool and @cmdbuf_pool_bytes
  * @cmdbuf_pool: idle command buffers kept for reuse (vnpu_cmdbuf.c)
  * @cmdbuf_pool_bytes: their total size
+ * @bos: the BOs created in this context (under @vm's lock)
+ * @cmdbufs: all its command buffers, in use or pooled (under @vm's lock)
  */
 struct vnpu_ctx {
 	struct kref ref;
 	struct vnpu_device *vdev;
+	struct list_head link;
 	u32 id;
 	pid_t pid;
 	struct vnpu_vm vm;
@@ -217,6 +247,8 @@ struct vnpu_ctx {
 	spinlock_t cmdbuf_lock; /* protects @cmdbuf_pool and @cmdbuf_pool_bytes */
 	struct list_head cmdbuf_pool;
 	size_t cmdbuf_pool_bytes;
+	struct list_head bos;
+	struct list_head cmdbufs;
 };
 
 /**
@@ -238,6 +270,7 @@ void vnpu_ctx_put(struct vnpu_ctx *ctx);
 /* vnpu_mmu.c */
 int vnpu_vm_init(struct vnpu_device *vdev, struct vnpu_vm *vm);
 void vnpu_vm_fini(struct vnpu_vm *vm);
+void vnpu_vm_release(struct vnpu_vm *vm);
 int vnpu_vm_map_sgt(struct vnpu_vm *vm, u64 va, struct sg_table *sgt, size_t size,
 		    bool writable);
 void vnpu_vm_unmap(struct vnpu_vm *vm, u64 va, size_t size);

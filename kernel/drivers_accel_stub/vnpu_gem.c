@@ -17,6 +17,14 @@
 
 #include "vnpu_gem.h"
 
+static void vnpu_bo_dma_unmap(struct vnpu_bo *bo)
+{
+	lockdep_assert_held(&bo->ctx->vm.lock);
+	if (bo->dma_mapped)
+		dma_unmap_sgtable(bo->base.base.dev->dev, bo->sgt, DMA_BIDIRECTIONAL, 0);
+	bo->dma_mapped = false;
+}
+
 static void vnpu_gem_free(struct drm_gem_object *obj)
 {
 	struct vnpu_bo *bo = to_vnpu_bo(obj);
@@ -30,6 +38,8 @@ static void vnpu_gem_free(struct drm_gem_object *obj)
 		mutex_lock(&ctx->vm.lock);
 		if (drm_mm_node_allocated(&bo->node))
 			drm_mm_remove_node(&bo->node);
+		list_del(&bo->ctx_link);
+		vnpu_bo_dma_unmap(bo);
 		mutex_unlock(&ctx->vm.lock);
 		atomic_dec(&ctx->bo_count);
 		atomic64_sub(vnpu_bo_size(bo), &ctx->bo_bytes);
@@ -37,6 +47,12 @@ static void vnpu_gem_free(struct drm_gem_object *obj)
 		atomic64_sub(vnpu_bo_size(bo), &vdev->stats.bo_bytes);
 		vnpu_ctx_put(ctx);
 	}
+	if (bo->sgt) {
+		sg_free_table(bo->sgt);
+		kfree(bo->sgt);
+	}
+	if (bo->pinned)
+		drm_gem_shmem_unpin(&bo->base);
 	drm_gem_shmem_free(&bo->base);
 }
 
@@ -45,7 +61,7 @@ static enum drm_gem_object_status vnpu_gem_status(struct drm_gem_object *obj)
 {
 	struct vnpu_bo *bo = to_vnpu_bo(obj);
 
-	return bo->base.pages || bo->base.sgt ? DRM_GEM_OBJECT_RESIDENT : 0;
+	return bo->pinned ? DRM_GEM_OBJECT_RESIDENT : 0;
 }
 
 static const struct drm_gem_object_funcs vnpu_gem_funcs = {
@@ -78,6 +94,21 @@ struct drm_gem_object *vnpu_gem_create_object(struct drm_device *drm, size_t siz
 	bo->base.map_wc = false;
 	bo->base.base.funcs = &vnpu_gem_funcs;
 	return &bo->base.base;
+}
+
+/**
+ * vnpu_gem_release_dma() - unmap a context's BOs for DMA
+ * @ctx: the context, with its VM lock held
+ *
+ * On unbind, for the contexts of files still open: the BOs keep their
+ * pages (and any CPU mapping) until the file lets them go.
+ */
+void vnpu_gem_release_dma(struct vnpu_ctx *ctx)
+{
+	struct vnpu_bo *bo;
+
+	list_for_each_entry(bo, &ctx->bos, ctx_link)
+		vnpu_bo_dma_unmap(bo);
 }
 
 /**
@@ -154,22 +185,37 @@ int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *fi
 	bo = container_of(shmem, struct vnpu_bo, base);
 	bo->flags = args->flags;
 	bo->ctx = vnpu_ctx_get(ctx);
+	INIT_LIST_HEAD(&bo->ctx_link);
 	atomic_inc(&ctx->bo_count);
 	atomic64_add(size, &ctx->bo_bytes);
 	atomic_inc(&vdev->stats.bos);
 	atomic64_add(size, &vdev->stats.bo_bytes);
 
-	/* Pins the (zero-filled) pages and maps them for DMA. */
-	sgt = drm_gem_shmem_get_pages_sgt(shmem);
+	/*
+	 * Pins the (zero-filled) pages. The driver owns their DMA mapping, not
+	 * the shmem helper, so that an unbind can take it down while the file
+	 * still holds the BO (vnpu_release_dma()).
+	 */
+	ret = drm_gem_shmem_pin(shmem);
+	if (ret)
+		goto out_put;
+	bo->pinned = true;
+	sgt = drm_gem_shmem_get_sg_table(shmem);
 	if (IS_ERR(sgt)) {
 		ret = PTR_ERR(sgt);
 		goto out_put;
 	}
+	bo->sgt = sgt;
 
 	/* One unmapped guard page after each BO turns overruns into faults. */
 	mutex_lock(&ctx->vm.lock);
-	ret = drm_mm_insert_node_generic(&ctx->vm.mm, &bo->node, size + PAGE_SIZE,
-					 PAGE_SIZE, 0, DRM_MM_INSERT_BEST);
+	list_add(&bo->ctx_link, &ctx->bos);
+	ret = ctx->vm.released ? -ENODEV : dma_map_sgtable(drm->dev, sgt, DMA_BIDIRECTIONAL, 0);
+	if (!ret) {
+		bo->dma_mapped = true;
+		ret = drm_mm_insert_node_generic(&ctx->vm.mm, &bo->node, size + PAGE_SIZE,
+						 PAGE_SIZE, 0, DRM_MM_INSERT_BEST);
+	}
 	mutex_unlock(&ctx->vm.lock);
 	if (ret)
 		goto out_put;

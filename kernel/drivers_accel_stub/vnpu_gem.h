@@ -18,8 +18,12 @@
  * @base: the shmem GEM object
  * @ctx: the owning file's context, NULL for an object not created by
  *	BO_CREATE (an imported dma-buf), which no job may use
+ * @ctx_link: entry in &vnpu_ctx.bos (BOs created by BO_CREATE)
  * @node: its device VA range (plus one unmapped guard page)
+ * @sgt: its pages, DMA-mapped while @dma_mapped
  * @flags: DRM_VNPU_BO_* flags
+ * @pinned: the pages are pinned (for the BO's whole life)
+ * @dma_mapped: @sgt is DMA-mapped (until the BO or the device goes)
  * @mapped: the pages are in @ctx's page tables
  * @status_lock: protects @job_status and @fault_va
  * @job_status: outcome of the last job that wrote the BO
@@ -28,8 +32,12 @@
 struct vnpu_bo {
 	struct drm_gem_shmem_object base;
 	struct vnpu_ctx *ctx;
+	struct list_head ctx_link;
 	struct drm_mm_node node;
+	struct sg_table *sgt;
 	u32 flags;
+	bool pinned;
+	bool dma_mapped;
 	bool mapped;
 	spinlock_t status_lock; /* protects @job_status and @fault_va */
 	s32 job_status;
@@ -52,6 +60,7 @@ static inline size_t vnpu_bo_size(struct vnpu_bo *bo)
 }
 
 struct drm_gem_object *vnpu_gem_create_object(struct drm_device *drm, size_t size);
+void vnpu_gem_release_dma(struct vnpu_ctx *ctx);
 struct vnpu_bo *vnpu_bo_lookup(struct drm_file *file, u32 handle);
 void vnpu_bo_set_status(struct vnpu_bo *bo, int status, u64 fault_va);
 

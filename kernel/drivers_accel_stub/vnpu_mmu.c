@@ -48,19 +48,43 @@ int vnpu_vm_init(struct vnpu_device *vdev, struct vnpu_vm *vm)
 	return 0;
 }
 
+static void vnpu_vm_free_tables(struct vnpu_vm *vm)
+{
+	struct device *dev = &vm->vdev->pdev->dev;
+	unsigned int i;
+
+	for (i = 0; i < VNPU_PT_ENTRIES; i++) {
+		if (vm->l2_cpu[i])
+			dma_free_coherent(dev, VNPU_PT_BYTES, vm->l2_cpu[i], vm->l2_dma[i]);
+		vm->l2_cpu[i] = NULL;
+	}
+	if (vm->l1_cpu)
+		dma_free_coherent(dev, VNPU_PT_BYTES, vm->l1_cpu, vm->l1_dma);
+	vm->l1_cpu = NULL;
+}
+
+/**
+ * vnpu_vm_release() - free an address space's page tables while it lives on
+ * @vm: the address space, with its lock held
+ *
+ * On unbind, for the contexts of files still open: no job runs any more,
+ * and the tables' DMA memory must not outlive the driver's binding. Later
+ * maps fail with -ENODEV and unmaps have nothing left to clear.
+ */
+void vnpu_vm_release(struct vnpu_vm *vm)
+{
+	lockdep_assert_held(&vm->lock);
+	vnpu_vm_free_tables(vm);
+	vm->released = true;
+}
+
 /**
  * vnpu_vm_fini() - free an address space's page tables
  * @vm: the address space; every BO must already be unmapped
  */
 void vnpu_vm_fini(struct vnpu_vm *vm)
 {
-	struct device *dev = &vm->vdev->pdev->dev;
-	unsigned int i;
-
-	for (i = 0; i < VNPU_PT_ENTRIES; i++)
-		if (vm->l2_cpu[i])
-			dma_free_coherent(dev, VNPU_PT_BYTES, vm->l2_cpu[i], vm->l2_dma[i]);
-	dma_free_coherent(dev, VNPU_PT_BYTES, vm->l1_cpu, vm->l1_dma);
+	vnpu_vm_free_tables(vm);
 	drm_mm_takedown(&vm->mm);
 	mutex_destroy(&vm->lock);
 }
@@ -102,7 +126,8 @@ static void vnpu_vm_clear(struct vnpu_vm *vm, u64 va, size_t size)
  * @size: bytes to map (the BO's page-rounded size)
  * @writable: whether the device may write the pages
  *
- * Return: 0, or -ENOMEM with nothing left mapped.
+ * Return: 0, -ENODEV once the device is gone, or -ENOMEM with nothing
+ * left mapped.
  */
 int vnpu_vm_map_sgt(struct vnpu_vm *vm, u64 va, struct sg_table *sgt, size_t size,
 		    bool writable)
@@ -113,6 +138,10 @@ int vnpu_vm_map_sgt(struct vnpu_vm *vm, u64 va, struct sg_table *sgt, size_t siz
 	unsigned int i;
 
 	mutex_lock(&vm->lock);
+	if (vm->released) {
+		mutex_unlock(&vm->lock);
+		return -ENODEV;
+	}
 	for_each_sgtable_dma_sg(sgt, sg, i) {
 		dma_addr_t addr = sg_dma_address(sg);
 		unsigned int len = sg_dma_len(sg);
