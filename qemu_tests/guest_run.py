@@ -65,7 +65,10 @@ def setup(repo: Path, module: Path | None) -> None:
     run(["modprobe", "-a", *DEPENDENCIES])
     # request_firmware() searches this path first: the repo's firmware/ directory.
     Path("/sys/module/firmware_class/parameters/path").write_text(str(repo / "firmware"))
-    run(["insmod", str(module)])
+    params = module_params()
+    # Tests that reload the module (kernel_helpers.insmod_command) load it the same way.
+    os.environ["VNPU_MODULE_PARAMS"] = " ".join(params)
+    run(["insmod", str(module), *params])
     if not wait_for("/dev/accel/accel*", 10.0):
         raise RuntimeError("vnpu.ko loaded but no /dev/accel/accel* appeared (see dmesg)")
     say("vnpu.ko loaded, " + ", ".join(sorted(glob.glob("/dev/accel/accel*"))))
@@ -73,6 +76,18 @@ def setup(repo: Path, module: Path | None) -> None:
 
 # Present only on a kernel with CONFIG_DEBUG_KMEMLEAK (the debug kernel), once debugfs is mounted.
 KMEMLEAK = Path("/sys/kernel/debug/kmemleak")
+# Present only on a kernel with CONFIG_LOCKDEP.
+LOCKDEP = Path("/proc/lockdep")
+# A kernel that checks every lock and allocation runs several times slower under TCG: a job that
+# is merely slow there would hit the driver's default 5 s job timeout.
+CHECKING_KERNEL_MODULE_PARAMS = ("timeout_ms=30000",)
+
+
+def module_params() -> list[str]:
+    """vnpu.ko's parameters for the running kernel: a longer job timeout on a checking kernel."""
+    if LOCKDEP.exists() or KMEMLEAK.exists():
+        return list(CHECKING_KERNEL_MODULE_PARAMS)
+    return []
 
 
 def kmemleak_clear() -> None:

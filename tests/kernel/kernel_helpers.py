@@ -20,6 +20,11 @@ INT8 = SPEC.dtypes["INT8"].code
 INT32 = SPEC.dtypes["INT32"].code
 
 
+def insmod_command() -> list[str]:
+    """insmod vnpu.ko with the parameters guest_run loaded it with (guest_run.module_params)."""
+    return ["insmod", str(MODULE), *os.environ.get("VNPU_MODULE_PARAMS", "").split()]
+
+
 def accel_nodes() -> list[str]:
     return sorted(glob.glob("/dev/accel/accel*"))
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kernel_helpers import MODULE, REPO, accel_nodes, dmesg, fill_stream, hang_stream
+from kernel_helpers import REPO, accel_nodes, dmesg, fill_stream, hang_stream, insmod_command
 
 from firmware_tools.image import DEFAULT_IMAGE_PATH, parse_image
 
@@ -166,7 +166,7 @@ def test_probe_with_a_tampered_image_fails_with_one_line(tmp_path: Path) -> None
     before = len(dmesg().splitlines())
     try:
         with tampered_firmware(tmp_path):
-            r = _sh("insmod", str(MODULE))
+            r = _sh(*insmod_command())
             assert r.returncode == 0, r.stderr  # the module loads; the device's probe fails
             assert not accel_nodes()
             new = dmesg().splitlines()[before:]
@@ -176,5 +176,5 @@ def test_probe_with_a_tampered_image_fails_with_one_line(tmp_path: Path) -> None
     finally:
         if not accel_nodes():
             _sh("rmmod", "vnpu")  # loaded with a failed probe, if an assertion stopped the test
-            _sh("insmod", str(MODULE))
+            _sh(*insmod_command())
     assert _wait(lambda: bool(accel_nodes()), 10), dmesg()[-2000:]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kernel_helpers import MODULE, accel_nodes, dmesg, fill_stream, hang_stream
+from kernel_helpers import accel_nodes, dmesg, fill_stream, hang_stream, insmod_command
 
 pytestmark = pytest.mark.isolated
 
@@ -75,7 +75,7 @@ def test_rmmod_insmod_cycle() -> None:
         r = subprocess.run(["rmmod", "vnpu"], capture_output=True, text=True, check=False)
         assert r.returncode == 0, f"{r.stderr}{holders()}"
         assert _wait(lambda: not accel_nodes(), 10)
-        r = subprocess.run(["insmod", str(MODULE)], capture_output=True, text=True, check=False)
+        r = subprocess.run(insmod_command(), capture_output=True, text=True, check=False)
         assert r.returncode == 0, r.stderr
         assert _wait(lambda: bool(accel_nodes()), 10)
         assert _job_works(11 + i)
@@ -107,7 +107,7 @@ def test_rmmod_with_a_job_in_flight() -> None:
             lambda: subprocess.run(["rmmod", "vnpu"], capture_output=True, check=False).returncode == 0, 30
         ), f"{r.stderr}{holders()}"
     assert _wait(lambda: not accel_nodes(), 10)
-    r = subprocess.run(["insmod", str(MODULE)], capture_output=True, text=True, check=False)
+    r = subprocess.run(insmod_command(), capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     assert _wait(lambda: bool(accel_nodes()), 10)
     assert _job_works(21)

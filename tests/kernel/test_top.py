@@ -4,12 +4,13 @@ jobs shows in the device's jobs/s."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 
 import numpy as np
 import pytest
 from kernel_helpers import fill_stream, hang_stream
+
+from libaccel import fdinfo
 
 
 def top_once(capsys: pytest.CaptureFixture[str], interval: float) -> dict:
@@ -17,6 +18,11 @@ def top_once(capsys: pytest.CaptureFixture[str], interval: float) -> dict:
 
     assert main(["top", "--once", "--json", "--interval", str(interval)]) == 0
     return json.loads(capsys.readouterr().out)
+
+
+def client_id(dev) -> int:
+    """This file's DRM client id: another test's file may still be open in this process."""
+    return fdinfo.read(dev.backend.fileno()).client_id
 
 
 def test_top_sees_a_busy_client(dev, capsys: pytest.CaptureFixture[str]) -> None:
@@ -34,7 +40,7 @@ def test_top_sees_a_busy_client(dev, capsys: pytest.CaptureFixture[str]) -> None
         sem.array(np.int32, 1)[0] = 1  # let the job end
     assert out.wait(timeout=30).status == 0
     (device,) = rec["devices"]
-    mine = [c for c in device["clients"] if os.getpid() in c["pids"]]
+    mine = [c for c in device["clients"] if c["client_id"] == client_id(dev)]
     assert len(mine) == 1, device
     # The WAIT held the NPU for the whole interval (a little is lost between the two reads).
     assert mine[0]["npu_percent"] > 80 and device["npu_percent"] >= mine[0]["npu_percent"]
@@ -64,5 +70,5 @@ def test_top_counts_jobs_per_second(dev, capsys: pytest.CaptureFixture[str]) -> 
         t.join(timeout=30)
     (device,) = rec["devices"]
     assert device["jobs_per_s"] > 1
-    (mine,) = [c for c in device["clients"] if os.getpid() in c["pids"]]
+    (mine,) = [c for c in device["clients"] if c["client_id"] == client_id(dev)]
     assert mine["jobs_per_s"] > 1  # fdinfo's vnpu-jobs: this file's own rate

@@ -356,3 +356,16 @@ def test_a_warn_is_quoted_with_the_message_before_it() -> None:
     assert quoted[0] == "--- WARN (dmesg line 4) ---"
     assert "pending DMA allocations" in quoted[2] and "not a vnpu NPU" not in "\n".join(quoted)
     assert quoted[-1].endswith("---[ end trace 0000000000000000 ]---")
+
+
+def test_a_checking_kernel_loads_vnpu_with_a_longer_job_timeout(tmp_path: Path, monkeypatch) -> None:
+    from qemu_tests import guest_run
+
+    monkeypatch.setattr(guest_run, "LOCKDEP", tmp_path / "lockdep")
+    monkeypatch.setattr(guest_run, "KMEMLEAK", tmp_path / "kmemleak")
+    assert guest_run.module_params() == []
+    (tmp_path / "lockdep").write_text("")
+    (timeout,) = guest_run.module_params()
+    # Longer than the default the module states, and in a form insmod takes.
+    name, value = timeout.split("=")
+    assert name == "timeout_ms" and int(value) > 5000
