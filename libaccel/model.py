@@ -71,10 +71,14 @@ class _CpuNode:
 
     def __init__(self, model: Any, node: Any, info: Mapping[str, tuple[str, tuple[int, ...]]]) -> None:
         self.session, self.input_names = fe.node_session(model, node, dict(info))
+        self.label = fe._label(node)
         self.output_names = [o for o in node.output if o]
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(self.output_names, feeds)
+        try:
+            return self.session.run(self.output_names, feeds)
+        except Exception as e:  # onnxruntime's Fail (a kernel refusing these values): one line
+            raise OnnxModelError(f"onnxruntime cannot run {self.label}: {str(e).splitlines()[0]}") from None
 
 
 class OnnxProgram:
@@ -325,4 +329,8 @@ def reference_outputs(
     fe.fix_shapes(model, shapes)
     sess = fe._session(model, "extended" if fe._is_qdq(model) else "disable")
     names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, dict(inputs)), strict=True))
+    try:
+        values = sess.run(names, dict(inputs))
+    except Exception as e:  # onnxruntime's Fail and InvalidArgument: one line
+        raise OnnxModelError(f"onnxruntime cannot run the model: {str(e).splitlines()[0]}") from None
+    return dict(zip(names, values, strict=True))

@@ -93,16 +93,57 @@ def _label(node: Any) -> str:
 
 
 def load_model(model: str | Path | bytes | Any) -> Any:
+    """The model (path, bytes or ModelProto), its text checked (:func:`_check_text`).
+
+    The graph itself is onnxruntime's to judge (:func:`_session`); not onnx.checker's, which refuses
+    models onnxruntime runs, such as an output declared without a shape.
+    """
     import onnx
 
-    if isinstance(model, onnx.ModelProto):
-        return model
+    if not isinstance(model, onnx.ModelProto):
+        try:
+            if isinstance(model, bytes):
+                model = onnx.load_from_string(model)
+            else:
+                model = onnx.load(str(model))
+        except Exception as e:  # protobuf's DecodeError and friends: one line, not a traceback
+            raise OnnxModelError(f"not an ONNX model: {type(e).__name__}: {e}".splitlines()[0]) from None
+    _check_text(model, "the model")
+    return model
+
+
+def _check_text(msg: Any, where: str) -> None:
+    """Every string field of ``msg`` (recursively) is UTF-8 text.
+
+    ONNX's proto2 schema lets protobuf parse any bytes as a string; the first access decodes them,
+    so a damaged name would surface as a UnicodeDecodeError deep in a reader (and onnxruntime's
+    Python session prints an "EP Error" banner on stdout before it fails).
+    """
     try:
-        if isinstance(model, bytes):
-            return onnx.load_from_string(model)
-        return onnx.load(str(model))
-    except Exception as e:  # protobuf's DecodeError and friends: one line, not a traceback
-        raise OnnxModelError(f"not an ONNX model: {type(e).__name__}: {e}".splitlines()[0]) from None
+        fields = msg.ListFields()
+    except UnicodeDecodeError:
+        raise OnnxModelError(f"{where} has a string that is not UTF-8 text") from None
+    for fd, value in fields:
+        # Python's protobuf hands back a singular string that is not UTF-8 as bytes, and raises
+        # UnicodeDecodeError for one in a repeated field. String attributes are bytes in the schema
+        # but text by the spec: onnxruntime quotes them in its errors, which its Python wrapper then
+        # fails to decode.
+        text = fd.type == fd.TYPE_STRING
+        if text or (fd.type == fd.TYPE_BYTES and fd.containing_type.name == "AttributeProto"):
+            try:
+                items = [value] if isinstance(value, str | bytes) else list(value)
+                for item in items:
+                    if isinstance(item, bytes) and (text or item.decode() is None):
+                        raise UnicodeDecodeError("utf-8", item, 0, 1, "a string read as bytes")
+            except UnicodeDecodeError:
+                raise OnnxModelError(f"{where}.{fd.name} is not UTF-8 text") from None
+        if fd.message_type is None:
+            continue
+        if hasattr(value, "ListFields"):
+            _check_text(value, f"{where}.{fd.name}")
+        else:  # a repeated message field
+            for i, item in enumerate(value):
+                _check_text(item, f"{where}.{fd.name}[{i}]")
 
 
 def _check_opset(model: Any) -> None:
@@ -148,7 +189,7 @@ def _is_qdq(model: Any) -> bool:
         for i in n.input:
             consumers.setdefault(i, []).append(n.op_type)
     for n in model.graph.node:
-        if n.op_type == "DequantizeLinear" and n.input[0] not in inits:
+        if n.op_type == "DequantizeLinear" and n.input and n.output and n.input[0] not in inits:
             if any(op not in _QDQ for op in consumers.get(n.output[0], [])):
                 return True
     return False
@@ -157,14 +198,17 @@ def _is_qdq(model: Any) -> bool:
 def _session_options(level: str = "disable") -> Any:
     import onnxruntime as ort
 
-    # onnxruntime's own warnings would break the CLI's one-line errors: errors only, and no telemetry
+    # onnxruntime's own warnings would break the CLI's one-line errors: no warnings, no telemetry
     # (on a read-only home, as in the QEMU guest, it warns that it cannot store its device id)
-    ort.set_default_logger_severity(3)
+    # (on a read-only home, as in the QEMU guest, it warns that it cannot store its device id); and
+    # not its error log either: every error it reports reaches the caller as an exception, which
+    # becomes OnnxModelError's one line
+    ort.set_default_logger_severity(4)
     ort.disable_telemetry_events()
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
-    so.log_severity_level = 3
+    so.log_severity_level = 4
     so.graph_optimization_level = {
         "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
@@ -317,10 +361,25 @@ class _Reader:
         return self.consts[name]
 
     def qparams(self, node: Any, scale: str, zp: str | None, axis: int = 0) -> QuantParams:
-        s = np.atleast_1d(self.const_value(node, scale, "scale")).astype(np.float32)
-        z = np.zeros(s.shape, np.int64) if not zp else np.atleast_1d(self.const_value(node, zp, "zero point"))
+        s = np.atleast_1d(self.const_value(node, scale, "scale")).astype(np.float32).reshape(-1)
+        # onnxruntime runs any scale; the NPU's requantization (and the meaning of the model) needs
+        # positive normal floats: zero, a negative, NaN, infinity or a subnormal is a broken model.
+        bad = ~(np.isfinite(s) & (s >= np.finfo(np.float32).tiny)) if s.size else np.array([True])
+        if bad.any():
+            value = s[np.argmax(bad)] if s.size else "empty"
+            raise OnnxModelError(f"{_label(node)}: scale {scale!r} is {value}, not a positive finite number")
+        if not zp:
+            z = np.zeros(s.shape, np.int64)
+        else:
+            z = np.atleast_1d(self.const_value(node, zp, "zero point")).reshape(-1)
+            if z.dtype.kind not in "iu":
+                raise OnnxModelError(f"{_label(node)}: zero point {zp!r} is {z.dtype}, not an integer type")
         if z.size == 1 and s.size > 1:
             z = np.repeat(z, s.size)
+        if z.size != s.size:
+            raise OnnxModelError(
+                f"{_label(node)}: {z.size} zero points ({zp!r}) for {s.size} scales ({scale!r})"
+            )
         return QuantParams(tuple(float(v) for v in s), tuple(int(v) for v in z), axis)
 
     # --- quantization of activations --------------------------------------------------------
