@@ -104,12 +104,13 @@ def cmd_list(args: argparse.Namespace) -> int:
             s = device_summary(dev)
         driver = f"{s['driver']} {s['driver_version']}" + (" (in-process shim)" if s["kind"] == SHIM else "")
         fw, isa_v = _param_text(s, "fw_version"), _param_text(s, "isa_version")
-        rows.append([s["device"], slot, driver, fw, _param_text(s, "fw_build_id"), isa_v])
+        cores = _param_text(s, "num_cores")
+        rows.append([s["device"], slot, driver, fw, _param_text(s, "fw_build_id"), isa_v, cores])
         records.append({**s, "pci_slot": None if slot == "-" else slot, "sys_path": sys_path or None})
     if args.json:
         print(json.dumps(records, indent=2))
     else:
-        print(table(["DEVICE", "PCI", "DRIVER", "FIRMWARE", "BUILD ID", "ISA"], rows))
+        print(table(["DEVICE", "PCI", "DRIVER", "FIRMWARE", "BUILD ID", "ISA", "CORES"], rows))
     return EXIT_OK
 
 

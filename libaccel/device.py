@@ -38,6 +38,7 @@ class DeviceParams:
     job_timeout_ms: int
     max_in_syncobjs: int
     fw_build_id: int
+    num_cores: int
 
     @staticmethod
     def param_number(name: str) -> int:

@@ -14,7 +14,12 @@ conformance suite run without a VM. It does what vnpu.ko does:
   command-stream check (:mod:`libaccel.backends.stream_check`);
 * submission through the SQ ring in BAR2 and a doorbell kick, completion
   through the CQ ring and the Npu's interrupt, a job timeout that resets the
-  device (CMD_RESET) and fails the job with -ETIMEDOUT.
+  hung job's core (CMD_RESET) and fails the job with -ETIMEDOUT;
+* the scheduling of vnpu.ko's per-core drm_sched schedulers: a job waits for
+  its in-syncobjs, for earlier jobs that write a BO it uses (or use a BO it
+  writes) and for its file's earlier jobs; a file stays on one core while it
+  has a job on the device, and an idle file gets the least loaded core. The
+  device's core count is ``VNPU_SHIM_CORES`` (default: the device model's).
 
 Threads mirror the real system: a doorbell thread calls ``Npu.kick`` (as the
 ivshmem server's event loop does), and an interrupt thread handles the
@@ -53,6 +58,7 @@ from uapi.bindings import ffi, ioctl_name
 FIRMWARE_PATH = Path(__file__).resolve().parents[2] / "firmware" / "vnpu" / "vnpu_fw.bin"
 ENV_FIRMWARE = "VNPU_SHIM_FIRMWARE"
 ENV_JOB_TIMEOUT_MS = "VNPU_SHIM_JOB_TIMEOUT_MS"
+ENV_CORES = "VNPU_SHIM_CORES"
 # Debug knob, the shim's twin of vnpu.ko's module parameter
 # /sys/module/vnpu/parameters/validate_streams: with it off, streams are only
 # decoded, not checked against the listed BOs, so the device MMU is what stops
@@ -161,7 +167,7 @@ class ShimBo:
     last_fault_va: int = 0
 
 
-@dataclass
+@dataclass(eq=False)
 class ShimJob:
     seqno: int
     file: ShimBackend
@@ -170,15 +176,19 @@ class ShimJob:
     cmd_va: int
     cmd_alloc: int
     cmd_size: int
-    out_fence: Fence | None
+    out_fence: Fence
+    deps: list[Fence] = field(default_factory=list)  # in-syncobjs and earlier users of its BOs
+    core: int = -1  # the core it was pushed to, -1 while in the backlog
     pushed_ns: int = 0
 
 
 class ShimDevice:
     """The emulated NPU and the driver state shared by all open files."""
 
-    def __init__(self, firmware: Path | None = None, job_timeout_ms: int | None = None) -> None:
-        from device_model.npu import Npu  # the device model
+    def __init__(
+        self, firmware: Path | None = None, job_timeout_ms: int | None = None, num_cores: int | None = None
+    ) -> None:
+        from device_model.npu import DEFAULT_CORES, Npu  # the device model
 
         self.memory = AnonymousMemory(RAM_SIZE)
         self.bar2 = bytearray(hw.BAR2_SIZE)
@@ -193,19 +203,25 @@ class ShimDevice:
         self._mmap_next = MMAP_OFFSET_START
         self._file_ids = itertools.count(1)
         self.mmap_table: dict[int, ShimBo] = {}
-        self.inflight: deque[ShimJob] = deque()  # pushed to the SQ, in ring order
-        self.backlog: deque[ShimJob] = deque()  # waiting for ring space
+        if num_cores is None:
+            num_cores = int(os.environ.get(ENV_CORES, DEFAULT_CORES))
+        self.backlog: deque[ShimJob] = deque()  # not on the device yet, in submission order
         self.jobs: dict[int, ShimJob] = {}
         self.sq_tail = 0
         self.cq_head = 0
-        self.last_completion_ns = 0
         self.resets = 0
         self._doorbells: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._irqs: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._closed = False
         self.broken = ""
 
-        self.npu = Npu(self.bar2, self.memory, self._raise_irq, DEVICE_PEER)
+        self.npu = Npu(self.bar2, self.memory, self._raise_irq, DEVICE_PEER, num_cores=num_cores)
+        self.num_cores = self.r32(hw.REG_NUM_CORES)
+        # Per core, as vnpu.ko's schedulers: its jobs on the ring, in ring order; when it last
+        # completed one (the watchdog counts from there); the ring entries it may hold.
+        self.inflight: list[deque[ShimJob]] = [deque() for _ in range(self.num_cores)]
+        self.last_completion_ns = [0] * self.num_cores
+        self.credits = min(hw.SQ_ENTRIES, hw.CQ_ENTRIES) // self.num_cores
         self._threads = [
             threading.Thread(target=self._doorbell_loop, name="vnpu-shim-doorbell", daemon=True),
             threading.Thread(target=self._irq_loop, name="vnpu-shim-irq", daemon=True),
@@ -260,11 +276,14 @@ class ShimDevice:
                         self._push_backlog()
                     self._check_watchdog()
                 except Errno as e:
-                    # A device that does not answer a reset: fail what is queued, keep serving.
-                    self.broken = str(e)
-                    for job in list(self.inflight) + list(self.backlog):
-                        self._complete(job, -errno.EIO)
+                    self._broken(e)
                 self.cond.notify_all()
+
+    def _broken(self, e: Errno) -> None:
+        """A device that does not answer a reset: fail what is queued, keep serving."""
+        self.broken = str(e)
+        for job in [j for q in self.inflight for j in q] + list(self.backlog):
+            self._complete(job, -errno.EIO)
 
     # --- control commands --------------------------------------------------------
     def control(self, cmd: int, arg0: int = 0, arg1: int = 0) -> int:
@@ -318,6 +337,7 @@ class ShimDevice:
             b.DRM_VNPU_PARAM_JOB_TIMEOUT_MS: self.job_timeout_ms,
             b.DRM_VNPU_PARAM_MAX_IN_SYNCOBJS: MAX_IN_SYNCOBJS,
             b.DRM_VNPU_PARAM_FW_BUILD_ID: self.r64(hw.REG_FW_BUILD_ID),
+            b.DRM_VNPU_PARAM_NUM_CORES: self.num_cores,
         }
         if p not in values:
             raise Errno(errno.EINVAL, f"unknown parameter {p}")
@@ -342,36 +362,65 @@ class ShimDevice:
     def new_seqno(self) -> int:
         return next(self._seqnos)
 
+    def _file_core(self, file: ShimBackend) -> int | None:
+        """The core holding the file's jobs on the ring, None if it has none there."""
+        for core, q in enumerate(self.inflight):
+            if any(j.file is file for j in q):
+                return core
+        return None
+
     def _push_backlog(self) -> None:
+        """Put every job that may run on the ring, in submission order per file (drm_sched's part).
+
+        A job goes when its dependencies have signalled and no earlier job of its file is still
+        waiting; to the core its file's jobs are on, else to the least loaded core (drm_sched
+        moves an entity only when it has nothing unfinished); while that core has credits.
+        """
         pushed = False
-        while self.backlog and len(self.inflight) < hw.SQ_ENTRIES:
-            job = self.backlog.popleft()
-            slot = hw.SQ_BASE + (self.sq_tail % hw.SQ_ENTRIES) * hw.SQ_ENTRY_SIZE
-            self.bar2[slot : slot + hw.SQ_ENTRY_SIZE] = bytes(hw.SQ_ENTRY_SIZE)
-            self.w64(slot + hw.SQE_SEQNO, job.seqno)
-            self.w64(slot + hw.SQE_PT_ROOT, job.file.aspace.root)
-            self.w64(slot + hw.SQE_CMD_VA, job.cmd_va)
-            self.w32(slot + hw.SQE_CMD_SIZE, job.cmd_size)
-            self.w32(slot + hw.SQE_FLAGS, 0)
-            self.w32(slot + hw.SQE_CONTEXT, job.file.file_id)
-            job.pushed_ns = _now()
-            self.inflight.append(job)
-            self.sq_tail = (self.sq_tail + 1) & 0xFFFFFFFF
-            self.w32(hw.SQ_TAIL, self.sq_tail)  # the entry is written before the tail moves
+        waiting: set[int] = set()  # files with an earlier job still in the backlog
+        for job in list(self.backlog):
+            fid = id(job.file)
+            if fid in waiting or not all(f.signaled for f in job.deps):
+                waiting.add(fid)
+                continue
+            core = self._file_core(job.file)
+            if core is None:
+                core = min(range(self.num_cores), key=lambda c: len(self.inflight[c]))
+            if len(self.inflight[core]) >= self.credits:
+                waiting.add(fid)
+                continue
+            self.backlog.remove(job)
+            self._write_sqe(job, core)
             pushed = True
         if pushed:
             self.ring(hw.VEC_QUEUE)
-            self._irqs.put(-1)  # wake the interrupt thread to arm the watchdog for the new head
+            self._irqs.put(-1)  # wake the interrupt thread to arm the watchdog for the new heads
+
+    def _write_sqe(self, job: ShimJob, core: int) -> None:
+        slot = hw.SQ_BASE + (self.sq_tail % hw.SQ_ENTRIES) * hw.SQ_ENTRY_SIZE
+        self.bar2[slot : slot + hw.SQ_ENTRY_SIZE] = bytes(hw.SQ_ENTRY_SIZE)
+        self.w64(slot + hw.SQE_SEQNO, job.seqno)
+        self.w64(slot + hw.SQE_PT_ROOT, job.file.aspace.root)
+        self.w64(slot + hw.SQE_CMD_VA, job.cmd_va)
+        self.w32(slot + hw.SQE_CMD_SIZE, job.cmd_size)
+        self.w32(slot + hw.SQE_FLAGS, 0)
+        self.w32(slot + hw.SQE_CONTEXT, job.file.file_id)
+        self.w32(slot + hw.SQE_CORE, core)
+        job.core = core
+        job.pushed_ns = _now()
+        self.inflight[core].append(job)
+        self.sq_tail = (self.sq_tail + 1) & 0xFFFFFFFF
+        self.w32(hw.SQ_TAIL, self.sq_tail)  # the entry is written before the tail moves
 
     def _drain_cq(self) -> None:
         tail = self.r32(hw.CQ_TAIL)
         while self.cq_head != tail:
             e = hw.CQ_BASE + (self.cq_head % hw.CQ_ENTRIES) * hw.CQ_ENTRY_SIZE
-            seqno, status, _, fault_va = struct.unpack_from("<QiIQ", self.bar2, e)
+            seqno, status, core, fault_va = struct.unpack_from("<QiIQ", self.bar2, e)
             self.cq_head = (self.cq_head + 1) & 0xFFFFFFFF
             job = self.jobs.get(seqno)
-            if job is not None:
-                self.last_completion_ns = _now()
+            if job is not None and job.core == core:
+                self.last_completion_ns[core] = _now()
                 # Only the statuses the device contract allows reach userspace (as in vnpu.ko).
                 if status not in (0, -errno.EFAULT, -errno.EIO):
                     status = -errno.EIO
@@ -380,9 +429,9 @@ class ShimDevice:
 
     def _complete(self, job: ShimJob, status: int, fault_va: int = 0) -> None:
         del self.jobs[job.seqno]
-        try:
-            self.inflight.remove(job)
-        except ValueError:
+        if job.core >= 0:
+            self.inflight[job.core].remove(job)
+        else:
             self.backlog.remove(job)
         for bo, flags in job.bos:
             bo.pending.discard(job.seqno)
@@ -391,72 +440,80 @@ class ShimDevice:
                 bo.last_fault_va = fault_va if status == -errno.EFAULT else 0
             bo.file.unref_bo(bo)
         job.file.free_cmd_copy(job)
-        if job.out_fence is not None:
-            job.out_fence.error = status
-            job.out_fence.signaled = True
+        job.out_fence.error = status
+        job.out_fence.signaled = True
         self.cond.notify_all()
 
     # --- timeout and reset --------------------------------------------------------
+    def _deadline_ns(self, core: int) -> int | None:
+        """When the job running on ``core`` times out; None if the core is idle."""
+        q = self.inflight[core]
+        if not q:
+            return None
+        return max(q[0].pushed_ns, self.last_completion_ns[core]) + self.job_timeout_ms * 1_000_000
+
     def _watchdog_timeout(self) -> float | None:
         with self.lock:
-            if not self.inflight:
+            deadlines = [d for c in range(self.num_cores) if (d := self._deadline_ns(c)) is not None]
+            if not deadlines:
                 return None
-            start = max(self.inflight[0].pushed_ns, self.last_completion_ns)
-            left = start + self.job_timeout_ms * 1_000_000 - _now()
-            return max(left / 1e9, 0.0) + 0.001
+            return max((min(deadlines) - _now()) / 1e9, 0.0) + 0.001
 
     def _check_watchdog(self) -> None:
-        if not self.inflight:
-            return
-        head = self.inflight[0]
-        start = max(head.pushed_ns, self.last_completion_ns)
-        if _now() - start < self.job_timeout_ms * 1_000_000:
-            return
-        self.reset(head)
+        for core in range(self.num_cores):
+            deadline = self._deadline_ns(core)
+            if deadline is not None and _now() >= deadline:
+                self.reset(1 << core, self.inflight[core][0])
 
-    def reset(self, hung: ShimJob | None) -> None:
-        """Reset the device, as vnpu.ko's recovery does.
+    def reset(self, cores: int, hung: ShimJob | None) -> None:
+        """Reset the cores of the mask ``cores``, as vnpu.ko's recovery does.
 
-        The hung job fails with -ETIMEDOUT and jobs of closed files with -ECANCELED. The device
-        runs one job at a time in ring order, so every other job on the ring had not started: it
-        goes back to the ring, in order, and runs once.
+        The hung job fails with -ETIMEDOUT and jobs of closed files with -ECANCELED. A core
+        runs one job at a time in ring order, so every other job on a reset core had not
+        started: it goes back to the backlog, in order, and runs once. The other cores' jobs
+        are not touched.
         """
-        self.control(hw.CMD_RESET)
+        self.control(hw.CMD_RESET, cores)
         self.resets += 1
         self._drain_cq()  # completions that raced with the reset still count
-        for job in list(self.inflight):
-            if job is hung:
-                self._complete(job, -errno.ETIMEDOUT)
-            elif job.file.closed:
-                self._complete(job, -errno.ECANCELED)
-        self.backlog.extendleft(reversed(self.inflight))
-        self.inflight.clear()
-        # The device cleared its queue: continue from where its registers say.
-        self.sq_tail = self.r32(hw.SQ_TAIL)
-        self.cq_head = self.r32(hw.CQ_TAIL)
-        self.w32(hw.CQ_HEAD, self.cq_head)
-        self.last_completion_ns = _now()
+        requeue: list[ShimJob] = []
+        for core in range(self.num_cores):
+            if not cores >> core & 1:
+                continue
+            for job in list(self.inflight[core]):
+                if job is hung:
+                    self._complete(job, -errno.ETIMEDOUT)
+                elif job.file.closed:
+                    self._complete(job, -errno.ECANCELED)
+                else:
+                    requeue.append(job)
+            self.inflight[core].clear()
+            self.last_completion_ns[core] = _now()
+        for job in requeue:
+            job.core = -1
+        requeue.sort(key=lambda j: j.seqno)  # submission order: a file's jobs stay in order
+        self.backlog.extendleft(reversed(requeue))
         self._push_backlog()
 
     def cancel_file_jobs(self, file: ShimBackend) -> None:
         """On close (``file.closed`` already set): cancel the file's jobs, as vnpu.ko does.
 
-        Jobs not yet on the ring end at once; a job of the file the device is running is stopped
-        by a reset (the other files' jobs go back on the ring); one queued behind another file's
-        job is stopped the same way when it reaches the head, so a started job of another file is
-        never aborted. Returns when the device holds none of the file's jobs.
+        Jobs not yet on the ring end at once; a job of the file that a core is running is
+        stopped by a reset of that core (the other files' jobs on it go back on the ring); one
+        queued behind another file's job is stopped the same way when it reaches the head, so a
+        started job of another file is never aborted. Returns when the device holds none of the
+        file's jobs.
         """
         with self.lock:
             for job in [j for j in self.backlog if j.file is file]:
                 self._complete(job, -errno.ECANCELED)
-            while any(j.file is file for j in self.inflight):
-                if self.inflight[0].file.closed:
+            while self._file_core(file) is not None:
+                mask = sum(1 << c for c, q in enumerate(self.inflight) if q and q[0].file.closed)
+                if mask:
                     try:
-                        self.reset(None)
+                        self.reset(mask, None)
                     except Errno as e:  # a device that does not answer: as the IRQ thread does
-                        self.broken = str(e)
-                        for job in list(self.inflight) + list(self.backlog):
-                            self._complete(job, -errno.EIO)
+                        self._broken(e)
                     self.cond.notify_all()
                     continue
                 self.cond.wait(0.05)
@@ -876,16 +933,24 @@ class ShimBackend(Backend):
         in_fences: list[Fence],
         out: int,
     ) -> None:
-        # The device queue is FIFO and every in-fence belongs to an earlier job (or is already
-        # signalled), so ring order alone satisfies both the in-syncobj and the BO dependencies.
-        del in_fences
         pa, va, alloc = copy
         fence = Fence()
+        deps = [f for f in in_fences if not f.signaled]
+        # Implicit dependencies, as the BOs' reservations give them in vnpu.ko: a writer waits
+        # for every earlier user of the BO, a reader for its earlier writers. (Jobs of this file
+        # wait for each other anyway: a file's jobs run one at a time, in order.)
+        for bo, flags in bos:
+            for earlier in bo.pending:
+                job = self.dev.jobs[earlier]
+                if job.file is not self and (
+                    flags & b.DRM_VNPU_JOB_BO_WRITE
+                    or any(ebo is bo and ef & b.DRM_VNPU_JOB_BO_WRITE for ebo, ef in job.bos)
+                ):
+                    deps.append(job.out_fence)
         if out:
             self.syncobjs[out] = fence
         seqno = self.dev.new_seqno()
         for bo, _ in bos:
             bo.refs += 1
             bo.pending.add(seqno)
-        job = ShimJob(seqno, self, bos, pa, va, alloc, cmd_size, fence)
-        self.dev.queue_job(job)
+        self.dev.queue_job(ShimJob(seqno, self, bos, pa, va, alloc, cmd_size, fence, deps))

@@ -7,8 +7,9 @@ job reports where, guard pages, GEM_CLOSE under a queued job, mmap's errors.
 
 Several tests park a job on the device behind a "stall": a job that marks a
 BO (so the test knows the device is running it) and then WAITs on a
-semaphore the test releases. The device runs one job at a time in queue
-order, so every job submitted after it is queued on the device behind it.
+semaphore the test releases. A file's jobs run one at a time in submission
+order, so every job the stall's file submits after it waits behind it; to
+hold back another file's job, every core runs a stall (``stall_every_core``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Stall:
     """A job that sets ``marker[0] = 1``, then WAITs until the test releases it (or it times out)."""
 
     def __init__(self, dev: Device) -> None:
+        self.dev = dev
         self.marker, self.sem = dev.create_bo(PAGE), dev.create_bo(PAGE)
         stream = (
             vector(0, self.marker.va, 1)
@@ -77,6 +79,16 @@ class Stall:
         for bo in (self.marker, self.sem, self.cmd):
             bo.close()
         gc.collect()
+
+
+def stall_every_core(device: Device, opener) -> list[Stall]:
+    """A running stall on each core: one per new file, each going to the least loaded core."""
+    files = [opener() for _ in range(device.params.num_cores)]
+    stalls = []
+    for f in files:
+        stalls.append(Stall(f))
+        stalls[-1].running()
+    return stalls
 
 
 def padded(stream: bytes, size: int) -> bytes:
@@ -132,28 +144,28 @@ def test_bos_closed_while_their_job_is_queued_stay_alive_for_it(device: Device) 
 
 # --- reset and close ----------------------------------------------------------------------
 def test_reset_fails_only_the_hung_job_another_files_queued_job_runs(device: Device, opener) -> None:
-    other = opener()
-    stall = Stall(device)  # never released: it hangs
-    stall.running()
-    out = other.create_bo(PAGE)
+    stalls = stall_every_core(device, opener)  # never released: they hang, one on every core
+    stall = stalls[0]
+    out = device.create_bo(PAGE)
     s = fill_stream(out.va, 64, 3)
-    other.submit(Job(other.create_bo_with(s), len(s), [JobBo(out, read=False, write=True)]))
-    assert stall.marker.wait(timeout=stall.timeout_s * 5 + 10).status == -errno.ETIMEDOUT
+    device.submit(Job(device.create_bo_with(s), len(s), [JobBo(out, read=False, write=True)]))
+    for hung in stalls:
+        assert hung.marker.wait(timeout=stall.timeout_s * 5 + 10).status == -errno.ETIMEDOUT
     # The innocent job had not started: it is queued again and runs once, with its own status.
     assert out.wait(timeout=stall.timeout_s * 5 + 10).status == 0
     assert (out.array(np.int8, 64) == 3).all()
 
 
 def test_closing_a_file_cancels_its_running_job_at_once(device: Device, opener) -> None:
-    a = opener()
-    stall = Stall(a)  # never released
-    stall.running()
+    stalls = stall_every_core(device, opener)  # never released; the job below waits behind one of them
+    stall = stalls[0]
     out = device.create_bo(PAGE)
     s = fill_stream(out.va, 64, 3)
     device.submit(Job(device.create_bo_with(s), len(s), [JobBo(out, read=False, write=True)]))
     t0 = time.monotonic()
-    stall.close_bos()  # the file is released when its last mapping goes too
-    a.close()
+    for closing in stalls:
+        closing.close_bos()  # the file is released when its last mapping goes too
+        closing.dev.close()
     st = out.wait(timeout=stall.timeout_s * 5 + 10)
     waited = time.monotonic() - t0
     assert st.status == 0
