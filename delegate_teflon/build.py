@@ -8,7 +8,6 @@ whose logic is Python: the first call into it starts (or joins) the Python inter
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import cffi
 
+from buildcache import content_hash, publish
 from delegate_teflon import abi
 
 LIBRARY_NAME = "libteflon.so"
@@ -149,20 +149,18 @@ def make_ffi() -> cffi.FFI:
 
 def source_hash() -> str:
     """A key over everything that goes into the binary (sources, cffi and Python versions)."""
-    h = hashlib.sha256()
-    for part in (
-        abi.CDEF,
-        abi.C_SOURCE,
-        abi.EXPORTS,
-        HOST_SOURCE,
-        INIT_CODE,
-        cffi.__version__,
-        sys.version,
-        sysconfig.get_config_var("SOABI") or "",
-    ):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()[:16]
+    return content_hash(
+        (
+            abi.CDEF,
+            abi.C_SOURCE,
+            abi.EXPORTS,
+            HOST_SOURCE,
+            INIT_CODE,
+            cffi.__version__,
+            sys.version,
+            sysconfig.get_config_var("SOABI") or "",
+        )
+    )
 
 
 def build(out_dir: Path) -> Path:
@@ -171,10 +169,7 @@ def build(out_dir: Path) -> Path:
     target = out_dir / LIBRARY_NAME
     with tempfile.TemporaryDirectory(prefix="vnpu-teflon-build-") as tmp:
         ffi = make_ffi()
-        built = Path(ffi.compile(tmpdir=tmp, target=LIBRARY_NAME, verbose=False))
-        staged = out_dir / f".{LIBRARY_NAME}.{os.getpid()}"
-        shutil.copy2(built, staged)
-        os.replace(staged, target)  # never expose a half-written library to a concurrent loader
+        publish(Path(ffi.compile(tmpdir=tmp, target=LIBRARY_NAME, verbose=False)), target)
     (out_dir / "BUILD_ID").write_text(source_hash() + "\n")
     return target
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import hashlib
 import json
 import os
 import selectors
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from buildcache import cache_root, content_hash
 from firmware_tools.asm import disassemble_prefix
 from libaccel import decode
 from libaccel.session import UsageError
@@ -74,16 +74,17 @@ _HEX = {"va", "mmap_offset", "fault_va", "jobs", "bos", "in_syncobjs", "handles"
 
 
 def _source_hash() -> str:
-    h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), bindings.VNPU_HEADER.read_bytes(), bindings.DRM_HEADER.read_bytes()):
-        h.update(part)
-    h.update(" ".join(COMPILE_ARGS + LINK_ARGS).encode())
-    return h.hexdigest()[:16]
+    return content_hash(
+        (
+            SOURCE.read_bytes(),
+            bindings.VNPU_HEADER.read_bytes(),
+            bindings.DRM_HEADER.read_bytes(),
+            " ".join(COMPILE_ARGS + LINK_ARGS),
+        )
+    )
 
 
 def _cache_dirs() -> list[Path]:
-    from device_model.mac_array.build import cache_root  # the project's one cache location
-
     return [
         cache_root() / f"trace-{_source_hash()}",
         Path(tempfile.gettempdir()) / f"vnpu-trace-{_source_hash()}",

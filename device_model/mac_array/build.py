@@ -11,13 +11,9 @@ this module builds now and prints the library's path, or the compiler's error.
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
 import importlib.machinery
 import importlib.util
-import os
 import platform
-import shutil
 import sys
 import sysconfig
 import tempfile
@@ -25,6 +21,8 @@ from pathlib import Path
 from types import ModuleType
 
 import cffi
+
+from buildcache import build_once, cache_root, content_hash, publish
 
 MODULE_NAME = "_vnpu_mac_array"
 SOURCE_PATH = Path(__file__).resolve().parent / "mac_array.c"
@@ -60,28 +58,19 @@ int mac_equal(const void *a, const void *b, size_t n);
 """
 
 
-def cache_root() -> Path:
-    if os.environ.get("VNPU_CACHE_DIR"):
-        return Path(os.environ["VNPU_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "vnpu"
-
-
 def source_hash() -> str:
     """A key over the C source, the declarations, the flags, cffi, Python and the machine type."""
-    h = hashlib.sha256()
-    for part in (
-        SOURCE_PATH.read_text(),
-        CDEF,
-        " ".join(COMPILE_ARGS),
-        cffi.__version__,
-        sys.version,
-        sysconfig.get_config_var("SOABI") or "",
-        platform.machine(),
-    ):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()[:16]
+    return content_hash(
+        (
+            SOURCE_PATH.read_text(),
+            CDEF,
+            " ".join(COMPILE_ARGS),
+            cffi.__version__,
+            sys.version,
+            sysconfig.get_config_var("SOABI") or "",
+            platform.machine(),
+        )
+    )
 
 
 def default_build_dir() -> Path:
@@ -103,24 +92,13 @@ def build(out_dir: Path) -> Path:
     ffi.cdef(CDEF)
     ffi.set_source(MODULE_NAME, SOURCE_PATH.read_text(), extra_compile_args=COMPILE_ARGS)
     with tempfile.TemporaryDirectory(prefix="vnpu-mac-array-build-") as tmp:
-        built = Path(ffi.compile(tmpdir=tmp, verbose=False))
-        staged = out_dir / f".{target.name}.{os.getpid()}"
-        shutil.copy2(built, staged)
-        os.replace(staged, target)  # a concurrent loader never sees a half-written library
+        publish(Path(ffi.compile(tmpdir=tmp, verbose=False)), target)
     return target
 
 
 def ensure_built(out_dir: Path | None = None) -> Path:
     """The extension's path, built now (one builder at a time) if this source hash has none yet."""
-    out_dir = out_dir or default_build_dir()
-    target = _library_file(out_dir)
-    if not target.exists():
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with open(out_dir / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not target.exists():
-                build(out_dir)
-    return target
+    return build_once(_library_file(out_dir or default_build_dir()), build)
 
 
 def load(path: Path) -> ModuleType:

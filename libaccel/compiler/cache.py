@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from buildcache import cache_root
 from libaccel.compiler.graph import Graph
 from libaccel.compiler.lower import COMPILER_VERSION, CompiledPartition, compile_partition
 
@@ -17,12 +18,11 @@ ENV_CACHE_DIR = "VNPU_COMPILE_CACHE"
 
 
 def default_cache_dir() -> Path:
-    """$VNPU_COMPILE_CACHE, else $XDG_CACHE_HOME/vnpu/compile, else ~/.cache/vnpu/compile."""
+    """$VNPU_COMPILE_CACHE, else ``compile`` in the project's cache (:func:`buildcache.cache_root`)."""
     env = os.environ.get(ENV_CACHE_DIR)
     if env:
         return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "vnpu" / "compile"
+    return cache_root() / "compile"
 
 
 def cache_key(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tarfile
@@ -10,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from buildcache import cache_root
+
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_DIR = ROOT / "kernel" / "drivers_accel_stub"
 SOURCE_TARBALL = Path("/usr/src/linux-source-6.12.tar.xz")
-CACHE = Path(os.environ.get("VNPU_CACHE_DIR", Path.home() / ".cache" / "vnpu")) / "checkpatch"
+CACHE = cache_root() / "checkpatch"
 
 
 def _checkpatch() -> Path:

@@ -7,7 +7,6 @@ linux-source into the cache) both are run over the kernel's DRM uapi headers and
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -15,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from buildcache import cache_root
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import headers_install  # noqa: E402
 
-CACHE = Path(os.environ.get("VNPU_CACHE_DIR", Path.home() / ".cache" / "vnpu")) / "checkpatch"
+CACHE = cache_root() / "checkpatch"
 KERNEL_SOURCE = CACHE / "linux-source-6.12"
 
 
