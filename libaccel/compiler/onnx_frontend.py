@@ -109,7 +109,31 @@ def load_model(model: str | Path | bytes | Any) -> Any:
         except Exception as e:  # protobuf's DecodeError and friends: one line, not a traceback
             raise OnnxModelError(f"not an ONNX model: {type(e).__name__}: {e}".splitlines()[0]) from None
     _check_text(model, "the model")
+    _check_quant_inputs(model)
     return model
+
+
+def _check_quant_inputs(model: Any) -> None:
+    """Every constant scale and zero point of a quantized op holds at least one value.
+
+    onnxruntime checks the rest of these operands, but its contrib QLinearSoftmax reads the first
+    value of an empty one (found by mutating the test networks: a SIGSEGV in the probe run).
+    """
+    sizes = {t.name: int(np.prod(t.dims)) for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output:
+            value = next((a.t for a in n.attribute if a.name == "value"), None)
+            if value is not None:
+                sizes[n.output[0]] = int(np.prod(value.dims))
+    for n in model.graph.node:
+        ins, outs = _Reader._QIO.get(n.op_type, ([], []))
+        params = [p for _, s, z in (*ins, *outs) for p in (s, z)]
+        if n.op_type == "QLinearConcat":  # y_scale, y_zp, then (x, scale, zp) triples
+            params = [0, 1] + [p for k in range(2, len(n.input), 3) for p in (k + 1, k + 2)]
+        for p in params:
+            name = n.input[p] if p < len(n.input) else ""
+            if sizes.get(name) == 0:
+                raise OnnxModelError(f"{_label(n)}: quantization parameter {name!r} is empty")
 
 
 def _check_text(msg: Any, where: str) -> None:
