@@ -100,13 +100,7 @@ static int vnpu_debugfs_counters(struct seq_file *m, void *data)
 {
 	struct vnpu_device *vdev = vnpu_debugfs_dev(m);
 	struct vnpu_stats *s = &vdev->stats;
-	struct vnpu_job *job;
-	unsigned int active = 0;
-
-	spin_lock_irq(&vdev->job_lock);
-	list_for_each_entry(job, &vdev->active, node)
-		active++;
-	spin_unlock_irq(&vdev->job_lock);
+	unsigned int active = vnpu_job_count_active(vdev);
 
 	seq_printf(m, "files: %d\n", atomic_read(&s->files));
 	seq_printf(m, "contexts: %d\n", atomic_read(&s->contexts));

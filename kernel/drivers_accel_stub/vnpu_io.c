@@ -94,17 +94,19 @@ int vnpu_io_command(struct vnpu_device *vdev, u32 cmd, u64 arg0, u64 arg1,
 }
 
 /**
- * vnpu_io_reset() - reset the command processor
+ * vnpu_io_reset() - reset NPU cores
  * @vdev: the device
+ * @cores: mask of the cores to reset
  *
- * The device aborts the running job, drops the queued ones and empties both
- * queues; the firmware stays loaded.
+ * The device takes every submission-queue entry, then aborts the running
+ * job of each core in @cores and drops the entries queued on it; the other
+ * cores go on, and the firmware stays loaded.
  *
  * Return: 0 or a negative errno.
  */
-int vnpu_io_reset(struct vnpu_device *vdev)
+int vnpu_io_reset(struct vnpu_device *vdev, u32 cores)
 {
-	return vnpu_io_command(vdev, VNPU_CMD_RESET, 0, 0, VNPU_RESET_TIMEOUT_MS);
+	return vnpu_io_command(vdev, VNPU_CMD_RESET, cores, 0, VNPU_RESET_TIMEOUT_MS);
 }
 
 /**

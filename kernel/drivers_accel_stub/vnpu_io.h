@@ -56,7 +56,7 @@ static inline void vnpu_ring(struct vnpu_device *vdev, u32 vector)
 int vnpu_io_wait_magic(struct vnpu_device *vdev, unsigned int timeout_ms);
 int vnpu_io_command(struct vnpu_device *vdev, u32 cmd, u64 arg0, u64 arg1,
 		    unsigned int timeout_ms);
-int vnpu_io_reset(struct vnpu_device *vdev);
+int vnpu_io_reset(struct vnpu_device *vdev, u32 cores);
 irqreturn_t vnpu_io_control_irq(int irq, void *arg);
 
 #endif /* __VNPU_IO_H__ */

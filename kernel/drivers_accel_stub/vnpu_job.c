@@ -10,24 +10,36 @@
  * pushed to the file's scheduler entity. When its dependencies have
  * signalled, run_job() writes a submission-queue entry into BAR2 and rings
  * the doorbell; the device executes entries in order and writes one
- * completion-queue entry per job. The completion interrupt drains the whole
+ * completion-queue entry per job.
+ *
+ * Cores: the device has several (REG_NUM_CORES), sharing the one queue
+ * pair; each runs the entries that name it (SQE_CORE) in order, one at a
+ * time, and the cores run at once. Each core has its own scheduler, and a
+ * file's entity may run on any of them: drm_sched moves an entity only when
+ * its queue is empty and its last job has finished, to the least loaded
+ * core. So a file's jobs run one at a time, in submission order, on one
+ * core, as the uapi promises; different files' jobs run in parallel. Each
+ * core's scheduler has its own job timeout, and recovery resets only the
+ * hung job's core: jobs on the others keep running. The completion interrupt drains the whole
  * completion queue (interrupts coalesce) and signals each job's hardware
  * fence with the job's status; the scheduler then signals the finished fence
  * that userspace sees through the out-syncobj and the BOs' reservations.
  *
- * Timeout policy: when the oldest job on the device runs longer than
- * vnpu_job_timeout_ms, the device is reset (CMD_RESET: it aborts the running
- * job and drops the queued ones), the guilty job fails with -ETIMEDOUT, and
- * every other job that was on the device is written to the queue again, in
- * its original order, with its original fence: jobs of other files are
- * delayed, not failed. The device runs one job at a time in queue order, so
- * a queued job had not started and running it again is running it once.
+ * Timeout policy: when the oldest job on a core runs longer than
+ * vnpu_job_timeout_ms, that core is reset (CMD_RESET with its bit: it
+ * aborts the core's running job and drops its queued ones), the guilty job
+ * fails with -ETIMEDOUT, and every other job that was on that core is
+ * written to the queue again, in its original order, with its original
+ * fence: jobs of other files are delayed, not failed. A core runs one job
+ * at a time in queue order, so a queued job had not started and running it
+ * again is running it once; the other cores are not touched.
  *
  * Closing a file cancels its jobs (-ECANCELED): those the scheduler has not
  * handed over yet end in run_job() without reaching the device; one that is
  * running (the oldest on the device) is stopped by a reset as above, with
- * the other files' jobs queued again; one queued behind another file's job
- * is stopped the same way when it reaches the head of the queue, so an
+ * the other files' jobs on that core queued again; one queued behind another
+ * file's job is stopped the same way when it reaches the head of its core's
+ * queue, so an
  * innocent job that has started is never aborted. Jobs that are still on
  * the device when the driver unbinds fail with -ECANCELED.
  *
@@ -127,6 +139,7 @@ static void vnpu_job_write_sqe(struct vnpu_device *vdev, struct vnpu_job *job)
 	vnpu_wr32(vdev, sqe + VNPU_SQE_CMD_SIZE, job->cmd_size);
 	vnpu_wr32(vdev, sqe + VNPU_SQE_FLAGS, 0);
 	vnpu_wr32(vdev, sqe + VNPU_SQE_CONTEXT, job->ctx->id);
+	vnpu_wr32(vdev, sqe + VNPU_SQE_CORE, job->core->index);
 	vdev->sq_tail++;
 	/* writel() orders the entry before the new tail, the tail before the kick. */
 	vnpu_wr32(vdev, VNPU_SQ_TAIL, vdev->sq_tail);
@@ -134,15 +147,16 @@ static void vnpu_job_write_sqe(struct vnpu_device *vdev, struct vnpu_job *job)
 }
 
 /*
- * Busy time for fdinfo: the device runs one job at a time, in queue order,
- * so a job runs from when it reaches the head of the active list until its
- * completion. Called with job_lock held whenever the head may have changed.
+ * Busy time for fdinfo: a core runs one job at a time, in queue order, so a
+ * job runs from when it reaches the head of its core's active list until
+ * its completion. Called with job_lock held whenever the head may have
+ * changed.
  */
-static void vnpu_job_head_started(struct vnpu_device *vdev)
+static void vnpu_job_head_started(struct vnpu_core *core)
 {
-	struct vnpu_job *head = list_first_entry_or_null(&vdev->active, struct vnpu_job, node);
+	struct vnpu_job *head = list_first_entry_or_null(&core->active, struct vnpu_job, node);
 
-	lockdep_assert_held(&vdev->job_lock);
+	lockdep_assert_held(&core->vdev->job_lock);
 	if (head && !head->start_ns)
 		head->start_ns = ktime_get_ns();
 }
@@ -170,14 +184,37 @@ u64 vnpu_job_busy_ns(struct vnpu_ctx *ctx)
 	struct vnpu_device *vdev = ctx->vdev;
 	struct vnpu_job *head;
 	u64 busy;
+	u32 i;
 
 	spin_lock_irq(&vdev->job_lock);
 	busy = atomic64_read(&ctx->busy_ns);
-	head = list_first_entry_or_null(&vdev->active, struct vnpu_job, node);
-	if (head && head->ctx == ctx && head->start_ns)
-		busy += ktime_get_ns() - head->start_ns;
+	for (i = 0; i < vdev->num_cores; i++) {
+		head = list_first_entry_or_null(&vdev->cores[i].active, struct vnpu_job, node);
+		if (head && head->ctx == ctx && head->start_ns)
+			busy += ktime_get_ns() - head->start_ns;
+	}
 	spin_unlock_irq(&vdev->job_lock);
 	return busy;
+}
+
+/**
+ * vnpu_job_count_active() - jobs the device holds, on every core
+ * @vdev: the device
+ *
+ * Return: the number of jobs written to the submission queue and not ended.
+ */
+unsigned int vnpu_job_count_active(struct vnpu_device *vdev)
+{
+	struct vnpu_job *job;
+	unsigned int n = 0;
+	u32 i;
+
+	spin_lock_irq(&vdev->job_lock);
+	for (i = 0; i < vdev->num_cores; i++)
+		list_for_each_entry(job, &vdev->cores[i].active, node)
+			n++;
+	spin_unlock_irq(&vdev->job_lock);
+	return n;
 }
 
 /*
@@ -195,7 +232,7 @@ static void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, in
 		job->coredump = vnpu_coredump_snapshot(vdev, job, status, fault_va);
 	vnpu_job_stop_clock(job);
 	atomic64_inc(&job->ctx->jobs_ended);
-	vnpu_job_head_started(vdev);
+	vnpu_job_head_started(job->core);
 	for (i = 0; i < job->bo_count; i++)
 		if (job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE)
 			vnpu_bo_set_status(job->bos[i].bo, status, fault_va);
@@ -212,13 +249,19 @@ static void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, in
 	dma_fence_signal(job->done);
 }
 
-/* Is the job the device is running one of a closed file? Called with job_lock held. */
-static bool vnpu_job_head_closed(struct vnpu_device *vdev)
+/* The cores running a closed file's job, as a CMD_RESET mask. Called with job_lock held. */
+static u32 vnpu_job_heads_closed(struct vnpu_device *vdev)
 {
-	struct vnpu_job *head = list_first_entry_or_null(&vdev->active, struct vnpu_job, node);
+	struct vnpu_job *head;
+	u32 i, mask = 0;
 
 	lockdep_assert_held(&vdev->job_lock);
-	return head && READ_ONCE(head->ctx->closed);
+	for (i = 0; i < vdev->num_cores; i++) {
+		head = list_first_entry_or_null(&vdev->cores[i].active, struct vnpu_job, node);
+		if (head && READ_ONCE(head->ctx->closed))
+			mask |= BIT(i);
+	}
+	return mask;
 }
 
 /* Only the statuses the device contract allows reach userspace. */
@@ -245,23 +288,27 @@ static void vnpu_job_drain_cq(struct vnpu_device *vdev)
 		u64 seqno = vnpu_rd64(vdev, cqe + VNPU_CQE_SEQNO);
 		int status = vnpu_cqe_status(vnpu_rd32(vdev, cqe + VNPU_CQE_STATUS));
 		u64 fault_va = vnpu_rd64(vdev, cqe + VNPU_CQE_FAULT_VA);
+		u32 core = vnpu_rd32(vdev, cqe + VNPU_CQE_CORE);
 		struct vnpu_job *job, *found = NULL;
 
 		vdev->cq_head++;
-		list_for_each_entry(job, &vdev->active, node) {
-			if (job->seqno == seqno) {
-				found = job;
-				break;
+		if (core < vdev->num_cores) {
+			list_for_each_entry(job, &vdev->cores[core].active, node) {
+				if (job->seqno == seqno) {
+					found = job;
+					break;
+				}
 			}
 		}
 		if (found)
 			vnpu_job_complete(vdev, found, status, fault_va);
 		else
-			drm_dbg_driver(&vdev->drm, "completion of unknown job %llu\n", seqno);
+			drm_dbg_driver(&vdev->drm, "completion of unknown job %llu on core %u\n",
+				       seqno, core);
 	}
 	vnpu_wr32(vdev, VNPU_CQ_HEAD, vdev->cq_head);
 	/* A closed file's job has started: stop it (vnpu_job_cancel_closed()). */
-	if (vnpu_job_head_closed(vdev))
+	if (vnpu_job_heads_closed(vdev))
 		queue_work(system_wq, &vdev->cancel_work);
 }
 
@@ -299,6 +346,8 @@ static struct dma_fence *vnpu_job_run(struct drm_sched_job *sched_job)
 		return dma_fence_get(job->done);
 	if (unlikely(sched_job->s_fence->finished.error))
 		return NULL;
+	/* The scheduler the entity picked is the core that runs the job. */
+	job->core = container_of(sched_job->sched, struct vnpu_core, sched);
 
 	present = drm_dev_enter(&vdev->drm, &idx);
 	mutex_lock(&vdev->hw_lock);
@@ -313,8 +362,8 @@ static struct dma_fence *vnpu_job_run(struct drm_sched_job *sched_job)
 		vnpu_job_complete(vdev, job, -ECANCELED, 0);
 		spin_unlock_irq(&vdev->job_lock);
 	} else {
-		list_add_tail(&job->node, &vdev->active);
-		vnpu_job_head_started(vdev);
+		list_add_tail(&job->node, &job->core->active);
+		vnpu_job_head_started(job->core);
 		spin_unlock_irq(&vdev->job_lock);
 		vnpu_job_write_sqe(vdev, job);
 	}
@@ -324,55 +373,94 @@ static struct dma_fence *vnpu_job_run(struct drm_sched_job *sched_job)
 	return dma_fence_get(job->done);
 }
 
+static u32 vnpu_all_cores(struct vnpu_device *vdev)
+{
+	return GENMASK(vdev->num_cores - 1, 0);
+}
+
 /*
- * Reset the device and settle every job it owned. @guilty (may be NULL)
- * fails with @guilty_status; jobs of closed files fail with -ECANCELED; the
- * others are queued again when @requeue, else they fail with -ECANCELED.
- * Called with the scheduler stopped.
+ * Reset the cores of @mask and settle every job they owned. @guilty (may be
+ * NULL) fails with @guilty_status; jobs of closed files fail with
+ * -ECANCELED; the others are queued again when @requeue, else they fail
+ * with -ECANCELED. The other cores' jobs go on: their completions may
+ * arrive meanwhile and are drained as usual. Called with the schedulers of
+ * @mask stopped.
  */
-static void vnpu_job_reset_hw(struct vnpu_device *vdev, struct vnpu_job *guilty,
+static void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, struct vnpu_job *guilty,
 			      int guilty_status, bool requeue)
 {
 	struct vnpu_job *job, *tmp;
+	struct vnpu_core *core;
 	LIST_HEAD(owned);
+	u32 i;
 	int ret;
 
 	mutex_lock(&vdev->hw_lock);
-	ret = vnpu_io_reset(vdev);
+	ret = vnpu_io_reset(vdev, mask);
 	atomic_inc(&vdev->stats.resets);
 	if (ret) {
-		drm_err(&vdev->drm, "device reset failed: %d\n", ret);
+		drm_err(&vdev->drm, "reset of cores %#x failed: %d\n", mask, ret);
 		requeue = false;
 	}
 
 	spin_lock_irq(&vdev->job_lock);
 	/* Completions written before the reset still count. */
 	vnpu_job_drain_cq(vdev);
-	/* The device emptied both queues; start again from where it stands. */
+	/* The device took every entry; start again from where it stands. */
 	vdev->sq_tail = vnpu_rd32(vdev, VNPU_SQ_HEAD);
 	vnpu_wr32(vdev, VNPU_SQ_TAIL, vdev->sq_tail);
-	vdev->cq_head = vnpu_rd32(vdev, VNPU_CQ_TAIL);
-	vnpu_wr32(vdev, VNPU_CQ_HEAD, vdev->cq_head);
-	list_splice_init(&vdev->active, &owned);
-	list_for_each_entry_safe(job, tmp, &owned, node) {
-		if (job == guilty)
-			vnpu_job_complete(vdev, job, guilty_status, 0);
-		else if (!requeue || READ_ONCE(job->ctx->closed))
-			vnpu_job_complete(vdev, job, -ECANCELED, 0);
-		else
-			vnpu_job_stop_clock(job); /* it runs again from the start */
+	for (i = 0; i < vdev->num_cores; i++) {
+		if (!(mask & BIT(i)))
+			continue;
+		core = &vdev->cores[i];
+		list_splice_init(&core->active, &owned);
+		list_for_each_entry_safe(job, tmp, &owned, node) {
+			if (job == guilty)
+				vnpu_job_complete(vdev, job, guilty_status, 0);
+			else if (!requeue || READ_ONCE(job->ctx->closed))
+				vnpu_job_complete(vdev, job, -ECANCELED, 0);
+			else
+				vnpu_job_stop_clock(job); /* it runs again from the start */
+		}
+		/*
+		 * What is left goes back on the core, oldest first. Still under
+		 * job_lock: the first job may complete before the loop ends, and
+		 * the completion interrupt must not unlink it while the loop
+		 * walks the list.
+		 */
+		list_splice_tail_init(&owned, &core->active);
+		vnpu_job_head_started(core);
+		list_for_each_entry(job, &core->active, node)
+			vnpu_job_write_sqe(vdev, job);
 	}
-	/*
-	 * What is left goes back on the device, oldest first. Still under
-	 * job_lock: the first job may complete before the loop ends, and the
-	 * completion interrupt must not unlink it while the loop walks the list.
-	 */
-	list_splice_tail_init(&owned, &vdev->active);
-	vnpu_job_head_started(vdev);
-	list_for_each_entry(job, &vdev->active, node)
-		vnpu_job_write_sqe(vdev, job);
 	spin_unlock_irq(&vdev->job_lock);
 	mutex_unlock(&vdev->hw_lock);
+}
+
+/* Stop the schedulers of the cores in @mask; @bad (may be NULL) is the hung job. */
+static void vnpu_job_stop_scheds(struct vnpu_device *vdev, u32 mask, struct vnpu_job *bad)
+{
+	struct vnpu_core *core;
+	u32 i;
+
+	for (i = 0; i < vdev->num_cores; i++) {
+		core = &vdev->cores[i];
+		if (mask & BIT(i))
+			drm_sched_stop(&core->sched, bad && bad->core == core ? &bad->base : NULL);
+	}
+}
+
+/* Hand the jobs back to the schedulers of the cores in @mask and restart them. */
+static void vnpu_job_start_scheds(struct vnpu_device *vdev, u32 mask)
+{
+	u32 i;
+
+	for (i = 0; i < vdev->num_cores; i++) {
+		if (!(mask & BIT(i)))
+			continue;
+		drm_sched_resubmit_jobs(&vdev->cores[i].sched);
+		drm_sched_start(&vdev->cores[i].sched);
+	}
 }
 
 /*
@@ -383,10 +471,12 @@ static void vnpu_job_reset_hw(struct vnpu_device *vdev, struct vnpu_job *guilty,
  */
 static void vnpu_job_recover(struct vnpu_device *vdev, struct vnpu_job *bad)
 {
+	/* A hang resets its own core; the teardown (no @bad) every core. */
+	u32 mask = bad ? BIT(bad->core->index) : vnpu_all_cores(vdev);
 	bool hung;
 
 	mutex_lock(&vdev->reset_lock);
-	drm_sched_stop(&vdev->sched, bad ? &bad->base : NULL);
+	vnpu_job_stop_scheds(vdev, mask, bad);
 
 	spin_lock_irq(&vdev->job_lock);
 	vnpu_job_drain_cq(vdev);
@@ -395,28 +485,28 @@ static void vnpu_job_recover(struct vnpu_device *vdev, struct vnpu_job *bad)
 	spin_unlock_irq(&vdev->job_lock);
 
 	if (hung) {
-		drm_warn(&vdev->drm, "job %llu of context %u timed out after %u ms, resetting\n",
-			 bad->seqno, bad->ctx->id, vnpu_job_timeout_ms);
-		vnpu_job_reset_hw(vdev, bad, -ETIMEDOUT, true);
+		drm_warn(&vdev->drm,
+			 "job %llu of context %u timed out after %u ms on core %u, resetting it\n",
+			 bad->seqno, bad->ctx->id, vnpu_job_timeout_ms, bad->core->index);
+		vnpu_job_reset_hw(vdev, mask, bad, -ETIMEDOUT, true);
 	} else if (!bad) {
-		vnpu_job_reset_hw(vdev, NULL, 0, false);
+		vnpu_job_reset_hw(vdev, mask, NULL, 0, false);
 	}
 
-	drm_sched_resubmit_jobs(&vdev->sched);
-	drm_sched_start(&vdev->sched);
+	vnpu_job_start_scheds(vdev, mask);
 	mutex_unlock(&vdev->reset_lock);
 }
 
 /*
- * Stop a closed file's job that the device is running: a reset cancels it
- * (and every other job of a closed file on the device) and queues the
- * other files' jobs again. Nothing happens while the running job belongs to
- * an open file: a closed file's job queued behind it is stopped when it
- * reaches the head (vnpu_job_drain_cq() calls again).
+ * Stop the closed files' jobs that cores are running: a reset of those
+ * cores cancels them (and every other job of a closed file on them) and
+ * queues the other files' jobs again. Nothing happens on a core whose
+ * running job belongs to an open file: a closed file's job queued behind it
+ * is stopped when it reaches the head (vnpu_job_drain_cq() calls again).
  */
 static void vnpu_job_cancel_closed(struct vnpu_device *vdev)
 {
-	bool reset;
+	u32 mask, reset;
 	int idx;
 
 	/* Unplugged: remove() has reset the device and settled its jobs. */
@@ -424,23 +514,22 @@ static void vnpu_job_cancel_closed(struct vnpu_device *vdev)
 		return;
 	mutex_lock(&vdev->reset_lock);
 	spin_lock_irq(&vdev->job_lock);
-	reset = vnpu_job_head_closed(vdev);
+	mask = vnpu_job_heads_closed(vdev);
 	spin_unlock_irq(&vdev->job_lock);
-	if (!reset) {
+	if (!mask) {
 		mutex_unlock(&vdev->reset_lock);
 		drm_dev_exit(idx);
 		return;
 	}
-	drm_sched_stop(&vdev->sched, NULL);
+	vnpu_job_stop_scheds(vdev, mask, NULL);
 	spin_lock_irq(&vdev->job_lock);
-	/* The job may have completed meanwhile; then there is nothing to stop. */
+	/* The jobs may have completed meanwhile; then there is nothing to stop. */
 	vnpu_job_drain_cq(vdev);
-	reset = vnpu_job_head_closed(vdev);
+	reset = vnpu_job_heads_closed(vdev) & mask;
 	spin_unlock_irq(&vdev->job_lock);
 	if (reset)
-		vnpu_job_reset_hw(vdev, NULL, 0, true);
-	drm_sched_resubmit_jobs(&vdev->sched);
-	drm_sched_start(&vdev->sched);
+		vnpu_job_reset_hw(vdev, reset, NULL, 0, true);
+	vnpu_job_start_scheds(vdev, mask);
 	mutex_unlock(&vdev->reset_lock);
 	drm_dev_exit(idx);
 }
@@ -463,12 +552,7 @@ void vnpu_job_file_closed(struct vnpu_device *vdev)
 
 static bool vnpu_job_device_idle(struct vnpu_device *vdev)
 {
-	bool idle;
-
-	spin_lock_irq(&vdev->job_lock);
-	idle = list_empty(&vdev->active);
-	spin_unlock_irq(&vdev->job_lock);
-	return idle;
+	return !vnpu_job_count_active(vdev);
 }
 
 /**
@@ -484,12 +568,12 @@ void vnpu_job_pause(struct vnpu_device *vdev)
 	bool idle;
 
 	mutex_lock(&vdev->reset_lock);
-	drm_sched_stop(&vdev->sched, NULL);
+	vnpu_job_stop_scheds(vdev, vnpu_all_cores(vdev), NULL);
 	if (read_poll_timeout(vnpu_job_device_idle, idle, idle, 1000,
 			      vnpu_job_timeout_ms * 1000ULL, false, vdev)) {
 		drm_warn(&vdev->drm, "jobs still running after %u ms: cancelled\n",
 			 vnpu_job_timeout_ms);
-		vnpu_job_reset_hw(vdev, NULL, 0, false);
+		vnpu_job_reset_hw(vdev, vnpu_all_cores(vdev), NULL, 0, false);
 	}
 }
 
@@ -499,8 +583,7 @@ void vnpu_job_pause(struct vnpu_device *vdev)
  */
 void vnpu_job_resume(struct vnpu_device *vdev)
 {
-	drm_sched_resubmit_jobs(&vdev->sched);
-	drm_sched_start(&vdev->sched);
+	vnpu_job_start_scheds(vdev, vnpu_all_cores(vdev));
 	mutex_unlock(&vdev->reset_lock);
 }
 
@@ -528,32 +611,46 @@ static const struct drm_sched_backend_ops vnpu_sched_ops = {
 	.free_job = vnpu_job_free_cb,
 };
 
+static const char * const vnpu_core_names[VNPU_MAX_CORES] = {
+	"vnpu-core0", "vnpu-core1", "vnpu-core2", "vnpu-core3",
+	"vnpu-core4", "vnpu-core5", "vnpu-core6", "vnpu-core7",
+};
+
 /*
- * One credit per job and as many credits as queue entries: the submission
- * and completion queues can never overflow. drm_sched_init() takes a struct
- * of arguments from Linux 6.15 on, and Debian's later 6.12 kernels carry
- * that change too; Kbuild tells the two apart (VNPU_SCHED_INIT_ARGS).
+ * One credit per job, and the queues' entries shared out between the
+ * cores: the submission and completion queues can never overflow.
+ * drm_sched_init() takes a struct of arguments from Linux 6.15 on, and
+ * Debian's later 6.12 kernels carry that change too; Kbuild tells the two
+ * apart (VNPU_SCHED_INIT_ARGS).
  */
-static int vnpu_sched_init(struct vnpu_device *vdev)
+static int vnpu_sched_init(struct vnpu_core *core)
 {
+	struct vnpu_device *vdev = core->vdev;
+	u32 credits = min(VNPU_SQ_ENTRIES, VNPU_CQ_ENTRIES) / vdev->num_cores;
 #ifdef VNPU_SCHED_INIT_ARGS
 	const struct drm_sched_init_args args = {
 		.ops = &vnpu_sched_ops,
 		.submit_wq = vdev->sched_wq,
 		.num_rqs = DRM_SCHED_PRIORITY_COUNT,
-		.credit_limit = min(VNPU_SQ_ENTRIES, VNPU_CQ_ENTRIES),
+		.credit_limit = credits,
 		.timeout = msecs_to_jiffies(vnpu_job_timeout_ms),
-		.name = VNPU_DRIVER_NAME,
+		.name = vnpu_core_names[core->index],
 		.dev = vdev->drm.dev,
 	};
 
-	return drm_sched_init(&vdev->sched, &args);
+	return drm_sched_init(&core->sched, &args);
 #else
-	return drm_sched_init(&vdev->sched, &vnpu_sched_ops, vdev->sched_wq,
-			      DRM_SCHED_PRIORITY_COUNT, min(VNPU_SQ_ENTRIES, VNPU_CQ_ENTRIES), 0,
+	return drm_sched_init(&core->sched, &vnpu_sched_ops, vdev->sched_wq,
+			      DRM_SCHED_PRIORITY_COUNT, credits, 0,
 			      msecs_to_jiffies(vnpu_job_timeout_ms), NULL, NULL,
-			      VNPU_DRIVER_NAME, vdev->drm.dev);
+			      vnpu_core_names[core->index], vdev->drm.dev);
 #endif
+}
+
+static void vnpu_sched_fini(struct vnpu_device *vdev, u32 count)
+{
+	while (count--)
+		drm_sched_fini(&vdev->cores[count].sched);
 }
 
 /**
@@ -564,7 +661,15 @@ static int vnpu_sched_init(struct vnpu_device *vdev)
  */
 int vnpu_job_init(struct vnpu_device *vdev)
 {
+	u32 i;
 	int ret;
+
+	vdev->num_cores = vnpu_rd32(vdev, VNPU_REG_NUM_CORES);
+	if (!vdev->num_cores || vdev->num_cores > VNPU_MAX_CORES) {
+		drm_err(&vdev->drm, "the device reports %u cores, not 1..%u\n",
+			vdev->num_cores, VNPU_MAX_CORES);
+		return -ENODEV;
+	}
 
 	ret = drmm_mutex_init(&vdev->drm, &vdev->reset_lock);
 	if (ret)
@@ -574,7 +679,12 @@ int vnpu_job_init(struct vnpu_device *vdev)
 		return ret;
 	spin_lock_init(&vdev->job_lock);
 	spin_lock_init(&vdev->fence_lock);
-	INIT_LIST_HEAD(&vdev->active);
+	for (i = 0; i < vdev->num_cores; i++) {
+		vdev->cores[i].vdev = vdev;
+		vdev->cores[i].index = i;
+		INIT_LIST_HEAD(&vdev->cores[i].active);
+		vdev->scheds[i] = &vdev->cores[i].sched;
+	}
 	init_waitqueue_head(&vdev->idle_wq);
 	INIT_WORK(&vdev->cancel_work, vnpu_job_cancel_work);
 	vdev->fence_context = dma_fence_context_alloc(1);
@@ -598,11 +708,14 @@ int vnpu_job_init(struct vnpu_device *vdev)
 	if (!vdev->sched_wq)
 		return -ENOMEM;
 
-	ret = vnpu_sched_init(vdev);
-	if (ret) {
-		destroy_workqueue(vdev->sched_wq);
-		vdev->sched_wq = NULL;
-		return ret;
+	for (i = 0; i < vdev->num_cores; i++) {
+		ret = vnpu_sched_init(&vdev->cores[i]);
+		if (ret) {
+			vnpu_sched_fini(vdev, i);
+			destroy_workqueue(vdev->sched_wq);
+			vdev->sched_wq = NULL;
+			return ret;
+		}
 	}
 	kref_init(&vdev->sched_ref);
 	return 0;
@@ -617,7 +730,7 @@ static void vnpu_job_sched_release(struct kref *ref)
 				msecs_to_jiffies(5000)))
 		drm_err(&vdev->drm, "%d jobs still alive at teardown\n",
 			atomic_read(&vdev->stats.jobs));
-	drm_sched_fini(&vdev->sched);
+	vnpu_sched_fini(vdev, vdev->num_cores);
 	destroy_workqueue(vdev->sched_wq);
 	vdev->sched_wq = NULL;
 }
@@ -893,7 +1006,8 @@ static int vnpu_collect_objs(struct vnpu_job **jobs, u32 count,
 /*
  * Add the BOs' current fences as dependencies. Jobs of this submission
  * need not wait for each other through the reservations: they share one
- * entity, which runs them in order on an in-order device.
+ * entity, which stays on one core while a job of it is unfinished, and a
+ * core runs its jobs in order.
  */
 static int vnpu_job_add_implicit_deps(struct vnpu_job *job)
 {

@@ -32,12 +32,13 @@ struct vnpu_job_bo {
  * @base: the scheduler job
  * @vdev: the device
  * @ctx: the submitting file's context (keeps its page tables alive)
- * @node: entry in &vnpu_device.active while the device owns the job
+ * @core: the core that runs it (its scheduler's), set by run_job
+ * @node: entry in its core's &vnpu_core.active while the device owns the job
  * @fence_mem: preallocated storage for @done, so run_job never allocates
  * @done: the hardware fence, signalled from the completion queue
  * @seqno: the device-visible job id (SQE_SEQNO)
- * @start_ns: when the job reached the head of the device's queue (the
- *	device runs one job at a time, in order), 0 before; for fdinfo
+ * @start_ns: when the job reached the head of its core's queue (a core
+ *	runs one job at a time, in order), 0 before; for fdinfo
  * @cmdbuf: the kernel's copy of the command stream, which the device runs
  * @cmd_size: the stream's size in bytes
  * @bo_count: entries in @bos
@@ -51,6 +52,7 @@ struct vnpu_job {
 	struct drm_sched_job base;
 	struct vnpu_device *vdev;
 	struct vnpu_ctx *ctx;
+	struct vnpu_core *core;
 	struct list_head node;
 	struct dma_fence *fence_mem;
 	struct dma_fence *done;
@@ -74,6 +76,7 @@ void vnpu_job_file_closed(struct vnpu_device *vdev);
 void vnpu_job_pause(struct vnpu_device *vdev);
 void vnpu_job_resume(struct vnpu_device *vdev);
 u64 vnpu_job_busy_ns(struct vnpu_ctx *ctx);
+unsigned int vnpu_job_count_active(struct vnpu_device *vdev);
 int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file);
 
 /* vnpu_validate.c */
