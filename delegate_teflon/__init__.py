@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from buildcache import build_once, cache_root
+from vnpu_common.cache import build_once, cache_root
 
 __all__ = ["default_build_dir", "library_path"]
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import cffi
 
-from buildcache import content_hash, publish
 from delegate_teflon import abi
+from vnpu_common.cache import content_hash, publish
 
 LIBRARY_NAME = "libteflon.so"
 MODULE_NAME = "_vnpu_teflon"

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from uapi.isa import IsaError
+from vnpu_common.cli import OneLineArgumentParser
 
 from .asm import AsmError, assemble, disassemble_prefix
 
@@ -56,9 +57,8 @@ class UsageError(ValueError):
     """A bad option value (reported without a file name)."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage block
-        raise UsageError(message.replace("\n", "\\n"))  # an argument's own newline stays on the line
+class _Parser(OneLineArgumentParser):
+    usage_error = UsageError
 
 
 def cmd_asm(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from typing import Any
 
 from device_model import hw_layout as hw
 from uapi.isa import SPEC, IsaError
+from vnpu_common.cli import OneLineArgumentParser
 
 from .image import (
     DEFAULT_IMAGE_PATH,
@@ -232,9 +233,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage block
-        raise UsageError(message.replace("\n", "\\n"))  # an argument's own newline stays on the line
+class _Parser(OneLineArgumentParser):
+    usage_error = UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:

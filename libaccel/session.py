@@ -38,6 +38,7 @@ from libaccel.device import Device
 from libaccel.errors import AccelError, JobFault, Timeout
 from libaccel.job import Job, JobBo, deadline_after, monotonic_ns
 from uapi.bindings import DRM_VNPU_BO_DEVICE_READ_ONLY
+from vnpu_common.cli import OneLineArgumentParser
 
 # Exit codes of every accel command (docs/tools.md lists them).
 EXIT_OK = 0
@@ -61,12 +62,11 @@ class ParseError(UsageError):
     """A command line argparse refused; the message starts with the command's name."""
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse that raises :class:`ParseError` (one line) instead of printing usage and exiting."""
+class ArgumentParser(OneLineArgumentParser):
+    """argparse that raises :class:`ParseError` (one line, the command's name first)."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
-        one_line = message.replace("\n", "\\n")  # an argument's own newline stays on the line
-        raise ParseError(f"{self.prog}: {one_line}")
+    usage_error = ParseError
+    prefix_prog = True
 
 
 def parse_size(text: str) -> int | None:

@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from buildcache import cache_root, content_hash
 from firmware_tools.asm import disassemble_prefix
 from libaccel import decode
 from libaccel.session import UsageError
 from uapi import bindings
+from vnpu_common.cache import cache_root, content_hash
 
 SOURCE = Path(__file__).with_name("trace_preload.c")
 LIBRARY_NAME = "libvnpu_trace.so"

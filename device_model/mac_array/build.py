@@ -22,7 +22,7 @@ from types import ModuleType
 
 import cffi
 
-from buildcache import build_once, cache_root, content_hash, publish
+from vnpu_common.cache import build_once, cache_root, content_hash, publish
 
 MODULE_NAME = "_vnpu_mac_array"
 SOURCE_PATH = Path(__file__).resolve().parent / "mac_array.c"

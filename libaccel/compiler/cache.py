@@ -10,15 +10,15 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from buildcache import cache_root
 from libaccel.compiler.graph import Graph
 from libaccel.compiler.lower import COMPILER_VERSION, CompiledPartition, compile_partition
+from vnpu_common.cache import cache_root
 
 ENV_CACHE_DIR = "VNPU_COMPILE_CACHE"
 
 
 def default_cache_dir() -> Path:
-    """$VNPU_COMPILE_CACHE, else ``compile`` in the project's cache (:func:`buildcache.cache_root`)."""
+    """$VNPU_COMPILE_CACHE, else ``compile`` in the project's cache (:func:`vnpu_common.cache.cache_root`)."""
     env = os.environ.get(ENV_CACHE_DIR)
     if env:
         return Path(env)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from buildcache import cache_root
+from vnpu_common.cache import cache_root
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_DIR = ROOT / "kernel" / "drivers_accel_stub"

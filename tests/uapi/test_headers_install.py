@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from buildcache import cache_root
+from vnpu_common.cache import cache_root
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))

@@ -3,8 +3,7 @@
 What is built on first use (libteflon.so, the device model's MAC array), the compile cache and the
 tests' tool checkouts live under one root: ``$VNPU_CACHE_DIR``, else ``$XDG_CACHE_HOME/vnpu``, else
 ``~/.cache/vnpu``. A build goes into a directory named by a hash of its inputs, so an edit rebuilds
-and hosts sharing the cache share the build. This package imports nothing else of the project: every
-layer may use it.
+and hosts sharing the cache share the build.
 """
 
 from __future__ import annotations
