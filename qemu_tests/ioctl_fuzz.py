@@ -28,6 +28,7 @@ import functools
 import json
 import multiprocessing
 import random
+import struct
 import subprocess
 import sys
 import threading
@@ -37,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from libaccel.backends import Backend
 from libaccel.errors import AccelError
@@ -49,6 +52,7 @@ from uapi.isa import SPEC, encode
 SKIPPED_OPS = frozenset({"WAIT"})
 # The DRM core ioctls libaccel uses, and the vnpu ones.
 IOCTLS = dict(b.IOCTLS)
+NAMES = tuple(IOCTLS)
 # /proc/meminfo tolerance at the end of a run: slab pages stay with their caches after their
 # objects are freed (per-CPU partial slabs), so a clean run may end a few hundred KiB up; a
 # per-object leak over the thousands of objects a run creates exceeds this.
@@ -71,10 +75,17 @@ LIVE_COUNTERS = (
 # page allocator WARNs (found by this fuzzer; DRM core code, the same with any DRM driver, not
 # vnpu.ko's to fix). Counts stay below that so that a real splat is not drowned by a known one.
 CORE_COUNT_LIMITS = {("DRM_IOCTL_SYNCOBJ_WAIT", "count_handles"): 1 << 20}
-RANDOM_BURST = 16
+# Random calls per burst on the kernel. A burst's arguments are drawn by numpy all at once, so a
+# call costs about what fcntl.ioctl costs; a structure-aware SUBMIT built in Python costs as much
+# as hundreds of them, and bursts this long keep both kinds well represented.
+RANDOM_BURST = 64
+RAW_SHARE = 0.1  # of a burst's calls: the request re-encoded with a random size and direction
 POOL_BUFFER = 4096  # bytes in each of a worker's buffers that valid random pointers point into
 BOGUS_POINTERS = (0, 1, 0x1000, 0xFFFF_FFFF_FFFF_F000, 0xFFFF_8880_0000_0000, 0x7FFF_FFFF_F000, 1 << 47)
 INTERESTING = (0, 1, 2, 3, 7, 8, 0xFF, 0x1000, 0xFFFF, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFF, 1 << 32)
+_INTERESTING = np.array(INTERESTING, np.uint64)
+_BOGUS = np.array(BOGUS_POINTERS, np.uint64)
+_POINTER_SIZES = np.array((8, 64, 4096), np.uint64)
 
 
 @dataclass
@@ -154,10 +165,45 @@ def _layout(name: str) -> tuple[int, tuple[_Slot, ...]]:
     return ffi.sizeof(ctype), slots
 
 
+_PLAIN, _POINTER, _HANDLE, _DEADLINE = range(4)
+
+
+@dataclass(frozen=True)
+class _Packer:
+    """ioctl ``name``'s argument as a struct.Struct of its fields, and how each field is drawn."""
+
+    struct: struct.Struct
+    kinds: np.ndarray  # _PLAIN, _POINTER, _HANDLE or _DEADLINE per field
+    masks: np.ndarray  # the field's width
+    limits: np.ndarray  # CORE_COUNT_LIMITS bound, 0 for none
+
+
+@functools.cache
+def _packer(name: str) -> _Packer:
+    size, slots = _layout(name)
+    fmt, at = "<", 0
+    for slot in sorted(slots, key=lambda s: s.offset):
+        fmt += "x" * (slot.offset - at) + {1: "B", 2: "H", 4: "I", 8: "Q"}[slot.size]
+        at = slot.offset + slot.size
+    fmt += "x" * (size - at)
+    ordered = sorted(slots, key=lambda s: s.offset)
+    kinds = [
+        _POINTER if s.pointer else _HANDLE if s.name == "handle" else _DEADLINE
+        if s.name.startswith("timeout") else _PLAIN
+        for s in ordered
+    ]  # fmt: skip
+    return _Packer(
+        struct.Struct(fmt),
+        np.array(kinds, np.int8),
+        np.array([(1 << (8 * s.size)) - 1 for s in ordered], np.uint64),
+        np.array([s.limit or 0 for s in ordered], np.uint64),
+    )
+
+
 def warm_up() -> None:
     """Parse every C type the workers use once, before they fork (cffi's parser is slow under TCG)."""
     for name in IOCTLS:
-        _layout(name)
+        _packer(name)
         ffi.typeof(f"struct {b.ABI.ioctls[name].struct} *")
     for t in ("struct drm_vnpu_job[]", "struct drm_vnpu_job_bo[]", "uint32_t[]", "uint8_t[]", "uintptr_t"):
         ffi.typeof(t)
@@ -192,11 +238,10 @@ class Worker:
         self.rng = random.Random(seed)
         self.stats = stats or FuzzStats()
         self.files: list[_File] = []
-        # Random calls come in bursts on the kernel: each costs little there next to a
-        # structure-aware SUBMIT built in Python, which would otherwise set the pace.
         self.burst = 1 if device == "shim" else RANDOM_BURST
         self._pool = [ffi.new("uint8_t[]", self.rng.randbytes(POOL_BUFFER)) for _ in range(8)]
         self.pool = [int(ffi.cast("uintptr_t", buf)) for buf in self._pool]
+        self.np_rng = np.random.default_rng(self.rng.getrandbits(64))
 
     # --- calls ------------------------------------------------------------------------------
     def call(self, f: _File, name: str, arg: Any) -> bool:
@@ -242,14 +287,6 @@ class Worker:
         self.stats.random_ioctls += 1
         name = self.rng.choice(list(IOCTLS))
         struct = b.ABI.ioctls[name].struct
-        if self.device != "shim":
-            r = self.rng.random()
-            if r < 0.1:
-                self.raw_ioctl(f, name)
-                return
-            if r < 0.8:
-                self.bytes_ioctl(f, name)
-                return
         arg = ffi.new(f"struct {struct} *")
         for fname, ftype in ffi.typeof(arg).item.fields:
             kind = ftype.type
@@ -277,43 +314,94 @@ class Worker:
             f.syncobjs.append(arg.handle)
         f.keep.clear()
 
-    def bytes_ioctl(self, f: _File, name: str) -> None:
-        """The random mode at the byte level (kernel): the same fields, no cffi objects per call.
+    def random_burst(self, f: _File) -> None:
+        """``self.burst`` random calls (kernel): most at the byte level, the rest raw requests."""
+        names = [self.rng.choice(NAMES) for _ in range(self.burst)]
+        raw = [self.rng.random() < RAW_SHARE for _ in names]
+        for name, r in zip(names, raw, strict=True):
+            if r:
+                self.raw_ioctl(f, name)
+        self.bytes_burst(f, [n for n, r in zip(names, raw, strict=True) if not r])
 
-        Under TCG a cffi struct per call costs more than the ioctl; this path is what makes
-        millions of calls affordable.
+    def _values(self, k: int) -> np.ndarray:
+        """``k`` 64-bit field values as :meth:`value` draws them (boundary, small or random)."""
+        g = self.np_rng
+        r = g.random(k)
+        return np.where(
+            r < 0.4,
+            _INTERESTING[g.integers(len(_INTERESTING), size=k)],
+            np.where(
+                r < 0.7,
+                g.integers(16, size=k).astype(np.uint64),
+                g.bit_generator.random_raw(k),  # 64 random bits each
+            ),
+        )
+
+    def bytes_burst(self, f: _File, names: list[str]) -> None:
+        """Random calls at the byte level (kernel): the fields :meth:`random_ioctl` fills, drawn for
+        the whole burst by numpy at once, packed into one buffer and issued in the drawn order.
+
+        Under TCG a cffi struct, or a Python loop drawing the fields, per call costs many times
+        what the ioctl costs; this path is what makes millions of calls affordable.
         """
-        size, slots = _layout(name)
-        buf = bytearray(size)
-        rng = self.rng
-        for slot in slots:
-            if slot.pointer:
-                v = self.pointer(f, rng.choice((8, 64, 4096)))
-            elif slot.name == "handle" and f.bos and rng.random() < 0.5:
-                v = rng.choice(f.bos).handle
-            elif slot.name.startswith("timeout"):
-                v = time.monotonic_ns() + rng.choice((0, 1_000_000))
+        g = self.np_rng
+        packers = [_packer(n) for n in names]
+        kinds = np.concatenate([p.kinds for p in packers])
+        k = len(kinds)
+        # Pointers: mostly into the worker's pool with room for 8, 64 or 4096 bytes; else bogus.
+        room = np.uint64(POOL_BUFFER + 1) - np.minimum(_POINTER_SIZES[g.integers(3, size=k)], POOL_BUFFER)
+        pointers = np.where(
+            g.random(k) < 0.75,
+            np.array(self.pool, np.uint64)[g.integers(len(self.pool), size=k)]
+            + (g.random(k) * room).astype(np.uint64),
+            _BOGUS[g.integers(len(_BOGUS), size=k)],
+        )
+        plain = self._values(k)
+        handles = plain
+        if f.bos:
+            known = np.array([bo.handle for bo in f.bos], np.uint64)
+            handles = np.where(g.random(k) < 0.5, known[g.integers(len(known), size=k)], plain)
+        # Absolute deadlines: now, or (one in ten) a millisecond later: a wait that blocks costs a
+        # whole jiffy or more, and drm_syncobj's timed wait is the same code at any length.
+        later = np.where(g.random(k) < 0.1, 1_000_000, 0).astype(np.uint64)
+        deadlines = np.uint64(time.monotonic_ns()) + later
+        values = np.select(
+            [kinds == _POINTER, kinds == _HANDLE, kinds == _DEADLINE], [pointers, handles, deadlines], plain
+        )
+        values &= np.concatenate([p.masks for p in packers])
+        limits = np.concatenate([p.limits for p in packers])
+        bounded = limits > 0
+        values[bounded] %= limits[bounded]
+        flat = values.tolist()
+        buf = bytearray(sum(p.struct.size for p in packers))
+        mv = memoryview(buf)
+        views, at, v = [], 0, 0
+        for p in packers:
+            p.struct.pack_into(buf, at, *flat[v : v + len(p.kinds)])
+            views.append(mv[at : at + p.struct.size])
+            at += p.struct.size
+            v += len(p.kinds)
+        fd = f.backend.fileno()
+        failed: Counter[tuple[str, int]] = Counter()
+        created: list[int] = []
+        for i, name in enumerate(names):
+            try:
+                fcntl.ioctl(fd, IOCTLS[name], views[i], True)
+            except OSError as e:
+                failed[name, e.errno] += 1
             else:
-                v = self.value(8 * slot.size)
-                if slot.limit is not None:
-                    v %= slot.limit
-            buf[slot.offset : slot.offset + slot.size] = (v & ((1 << (8 * slot.size)) - 1)).to_bytes(
-                slot.size, "little"
-            )
-        self.stats.ioctls += 1
-        try:
-            fcntl.ioctl(f.backend.fileno(), IOCTLS[name], buf, True)  # type: ignore[attr-defined]
-        except OSError as e:
-            self.stats.errnos[
-                f"{name.removeprefix('DRM_IOCTL_')}:{errno.errorcode.get(e.errno, e.errno)}"
-            ] += 1
-        else:
-            if name == "DRM_IOCTL_VNPU_BO_CREATE":
-                a = ffi.from_buffer("struct drm_vnpu_bo_create *", buf)
+                if name in ("DRM_IOCTL_VNPU_BO_CREATE", "DRM_IOCTL_SYNCOBJ_CREATE"):
+                    created.append(i)
+        self.stats.ioctls += len(names)
+        self.stats.random_ioctls += len(names)
+        for (name, err), n in failed.items():
+            self.stats.errnos[f"{name.removeprefix('DRM_IOCTL_')}:{errno.errorcode.get(err, err)}"] += n
+        for i in created:
+            if names[i] == "DRM_IOCTL_VNPU_BO_CREATE":
+                a = ffi.from_buffer("struct drm_vnpu_bo_create *", views[i])
                 f.bos.append(_Bo(a.handle, a.size, a.va, a.mmap_offset, bool(a.flags & 1)))
-            elif name == "DRM_IOCTL_SYNCOBJ_CREATE":
-                f.syncobjs.append(ffi.from_buffer("struct drm_syncobj_create *", buf).handle)
-        f.keep.clear()
+            else:
+                f.syncobjs.append(ffi.from_buffer("struct drm_syncobj_create *", views[i]).handle)
 
     def raw_ioctl(self, f: _File, name: str) -> None:
         """The request with a random argument size (and direction bits): -EINVAL/-ENOTTY/-EFAULT."""
@@ -322,6 +410,7 @@ class Worker:
         direction = self.rng.choice((0, 1, 2, 3))
         raw = (request & 0xFFFF) | (size << 16) | (direction << 30)
         self.stats.ioctls += 1
+        self.stats.random_ioctls += 1
         buf = bytearray(self.rng.randbytes(max(size, 1)))
         for (ioctl, count), limit in CORE_COUNT_LIMITS.items():
             if ioctl == name:  # the same bound on the count the kernel will read from these bytes
@@ -513,8 +602,10 @@ class Worker:
         r = self.rng.random()
         if r < 0.45:
             f = self.file()
-            for _ in range(self.burst):
+            if self.device == "shim":
                 self.random_ioctl(f)
+            else:
+                self.random_burst(f)
         elif r < 0.70:
             self.submit(self.file())
         elif r < 0.80:
