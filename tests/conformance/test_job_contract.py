@@ -21,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-from libaccel import Device, Job, JobBo
+from libaccel import BufferObject, Device, Job, JobBo
 from libaccel.errors import AccessDenied, BadCommandStream, InvalidArgument
 from uapi import bindings as b
 from uapi.bindings import ffi
@@ -97,14 +97,21 @@ def padded(stream: bytes, size: int) -> bytes:
     return NOP * ((size - len(stream)) // len(NOP)) + stream
 
 
-# --- what runs is what SUBMIT checked ---------------------------------------------------
-def test_copy_rewritten_as_fill_after_submit_still_copies(device: Device) -> None:
+def queue_copy(device: Device) -> tuple[Stall, BufferObject, BufferObject, BufferObject, bytes]:
+    """A 64-byte COPY src -> dst (src holds 0..63) submitted behind a stall, so it has not run yet:
+    (stall, src, dst, command BO, stream)."""
     stall = Stall(device)
     src, dst = device.create_bo(PAGE), device.create_bo(PAGE)
     src.array(np.int8, 64)[:] = np.arange(64)
     stream = copy_stream(src.va, dst.va, 64)
     cmd = device.create_bo_with(stream)
     device.submit(Job(cmd, len(stream), [JobBo(src), JobBo(dst, read=False, write=True)]))
+    return stall, src, dst, cmd, stream
+
+
+# --- what runs is what SUBMIT checked ---------------------------------------------------
+def test_copy_rewritten_as_fill_after_submit_still_copies(device: Device) -> None:
+    stall, _, dst, cmd, stream = queue_copy(device)
     cmd.write(padded(fill_stream(dst.va, 64, 0x55), len(stream)))
     stall.release()
     assert stall.marker.wait(timeout=30).status == 0
@@ -129,12 +136,7 @@ def test_tensor_repointed_at_unlisted_bo_after_submit_leaves_it_untouched(device
 
 
 def test_bos_closed_while_their_job_is_queued_stay_alive_for_it(device: Device) -> None:
-    stall = Stall(device)
-    src, dst = device.create_bo(PAGE), device.create_bo(PAGE)
-    src.array(np.int8, 64)[:] = np.arange(64)
-    stream = copy_stream(src.va, dst.va, 64)
-    cmd = device.create_bo_with(stream)
-    device.submit(Job(cmd, len(stream), [JobBo(src), JobBo(dst, read=False, write=True)]))
+    stall, src, dst, cmd, _ = queue_copy(device)
     src.close()  # GEM_CLOSE of a listed BO and of the command BO: allowed
     cmd.close()
     stall.release()
