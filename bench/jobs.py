@@ -1,4 +1,4 @@
-"""Empty-job round trip and jobs/s, on the shim or the kernel device.
+"""Empty-job round trip, jobs/s, and throughput across NPU cores, on the shim or the kernel device.
 
 An empty job is a command stream that is just END: what it measures is the
 whole path (ioctl, validation, scheduler, doorbell, device model, MSI-X,
@@ -11,6 +11,9 @@ On the kernel device the table also shows the doorbell floor: vnpu.ko's debugfs
 ``doorbell_rtt`` times NOP control commands, which the device model acknowledges from
 its doorbell thread with no work and no thread hand-off, so it is the bare doorbell ->
 device -> MSI-X -> waiter round trip a job's round trip is set against.
+
+The cores table (bench/cores.py) gives jobs/s and model invokes/s with 1, 2 and 4
+clients, on 1 and 2 cores on the shim, at the device's core count on the kernel.
 
 Timings on a shared machine move with its load, so the JSON records the
 load average before and after the run (inside a QEMU guest that is the
@@ -29,7 +32,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
+from bench import cores as core_bench
 from uapi.isa import encode
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
@@ -72,10 +77,12 @@ def percentile(samples: list[float], q: float) -> float:
 class EmptyJob:
     """One file's empty job: END in a read-only BO, a scratch BO to list, an out syncobj."""
 
-    def __init__(self, device_name: str) -> None:
+    def __init__(self, device: str | Any) -> None:
+        """``device``: a name for Device.open (the job owns the file), or an open Device."""
         from libaccel import Device, Job, JobBo
 
-        self.dev = Device.open(device_name)
+        self._owned = isinstance(device, str)
+        self.dev = Device.open(device) if isinstance(device, str) else device
         stream = encode("END")
         self.cmd = self.dev.create_bo_with(stream, read_only=True)
         self.scratch = self.dev.create_bo(4096)
@@ -89,7 +96,8 @@ class EmptyJob:
         self.dev.wait_syncobjs([self.syncobj], timeout=60)
 
     def close(self) -> None:
-        self.dev.close()
+        if self._owned:
+            self.dev.close()
 
 
 def round_trip(device_name: str, iterations: int, warmup: int = 10) -> LatencyResult:
@@ -230,18 +238,45 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iterations", type=int, default=200, help="round trips to time (default 200)")
     p.add_argument("--jobs", type=int, default=200, help="jobs per process for throughput (default 200)")
     p.add_argument("--processes", type=int, nargs="+", default=[1, 4], help="process counts (default 1 4)")
+    p.add_argument(
+        "--clients",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4],
+        help="client counts of the cores table (default 1 2 4)",
+    )
+    p.add_argument(
+        "--cores",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="shim core counts of the cores table (default 1 2; the kernel device has its own)",
+    )
+    p.add_argument(
+        "--invokes", type=int, default=20, help="model invokes per client, cores table (default 20)"
+    )
+    p.add_argument("--no-cores-table", action="store_true", help="skip the cores table")
     args = p.parse_args(argv)
     if args.kernel and args.shim:
         p.error("--kernel and --shim are exclusive")
     device = "kernel" if args.kernel or (in_guest() and not args.shim) else "shim"
-    if args.iterations < 1 or args.jobs < 1 or min(args.processes) < 1:
-        p.error("--iterations, --jobs and --processes must be positive")
+    if args.iterations < 1 or args.jobs < 1 or args.invokes < 1:
+        p.error("--iterations, --jobs and --invokes must be positive")
+    if min(args.processes) < 1 or min(args.clients) < 1 or min(args.cores) < 1:
+        p.error("--processes, --clients and --cores must be positive")
 
     load_before = os.getloadavg()
     lat = round_trip(device, args.iterations)
     floor = doorbell_floor() if device == "kernel" else None
     tps = [throughput(device, n, args.jobs) for n in args.processes]
     print(format_table(lat, tps, floor))
+    by_cores: list[core_bench.CoreThroughput] = []
+    if not args.no_cores_table:
+        if device == "kernel":
+            by_cores = core_bench.kernel_table(args.clients, args.jobs, args.invokes)
+        else:
+            by_cores = core_bench.shim_table(args.cores, args.clients, args.jobs, args.invokes)
+        print(core_bench.format_table(by_cores))
     result = {
         "backend": device,
         "host": platform.node(),
@@ -255,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         "round_trip": asdict(lat),
         "doorbell_floor": asdict(floor) if floor else None,
         "throughput": [asdict(t) for t in tps],
+        "throughput_by_cores": [asdict(r) for r in by_cores],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

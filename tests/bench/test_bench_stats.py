@@ -27,7 +27,8 @@ def test_percentile_rejects_bad_input() -> None:
 
 def test_bench_on_the_shim_writes_its_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
-    assert main([str(out), "--shim", "--iterations", "20", "--jobs", "10", "--processes", "1"]) == 0
+    args = ["--iterations", "20", "--jobs", "10", "--processes", "1", "--clients", "1", "2", "--invokes", "2"]
+    assert main([str(out), "--shim", *args]) == 0
     r = json.loads(out.read_text())
     assert r["backend"] == "shim" and not r["in_qemu_guest"]
     rt = r["round_trip"]
@@ -37,4 +38,13 @@ def test_bench_on_the_shim_writes_its_json(tmp_path: Path, capsys: pytest.Captur
     (tp,) = r["throughput"]
     assert tp["processes"] == 1 and tp["jobs"] == 10 and tp["jobs_per_s"] > 0
     assert len(r["load_avg_before"]) == 3
-    assert "of which submit call" in capsys.readouterr().out
+    rows = r["throughput_by_cores"]
+    # Both workloads, 1 and 2 clients, on a 1-core and a 2-core shim device; every result exact.
+    assert {(t["cores"], t["clients"], t["workload"]) for t in rows} == {
+        (c, n, w) for c in (1, 2) for n in (1, 2) for w in ("empty job", "model invoke")
+    }
+    for t in rows:
+        assert t["exact"] and t["per_s"] > 0
+        assert t["count"] == t["clients"] * (10 if t["workload"] == "empty job" else 2)
+    text = capsys.readouterr().out
+    assert "of which submit call" in text and "throughput by cores" in text

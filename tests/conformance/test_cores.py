@@ -70,7 +70,15 @@ def test_two_files_in_parallel_get_exact_results(device: Device, opener) -> None
     rounds, size = 24, 3000
     failures: list[str] = []
 
+    done: list[int] = []
+
     def client(dev: Device, seed: int) -> None:
+        try:
+            run(dev, seed)
+        except Exception as e:  # a thread's exception would not fail the test by itself
+            failures.append(f"file {seed}: {e!r}")
+
+    def run(dev: Device, seed: int) -> None:
         rng = np.random.default_rng(seed)
         src, dst = dev.create_bo(PAGE), dev.create_bo(PAGE)
         s = copy_stream(src.va, dst.va, size)
@@ -83,6 +91,7 @@ def test_two_files_in_parallel_get_exact_results(device: Device, opener) -> None
             if st.status or not (dst.array(np.int8, size) == data).all():
                 failures.append(f"file {seed} round {i}: status {st.status}")
                 return
+        done.append(seed)
 
     threads = [threading.Thread(target=client, args=(dev, i)) for i, dev in enumerate(files)]
     for t in threads:
@@ -91,3 +100,47 @@ def test_two_files_in_parallel_get_exact_results(device: Device, opener) -> None
         t.join(timeout=120)
     assert not failures, failures
     assert not any(t.is_alive() for t in threads)
+    assert sorted(done) == [0, 1]
+
+
+def test_two_models_at_once_are_exact(device: Device, opener) -> None:
+    """Two networks on two files, invoked from two threads at once, equal TFLite's reference kernels."""
+    import modelgen as g
+    from libaccel.compiler import PartitionRunner, compile_partition, graph_from_tflite
+
+    models = [g.mobilenet_v1_model(96, 0.25, 10, seed=1), g.mobilenet_v2_model(64, 0.35, 10, seed=2)]
+    files = [device, opener()]
+    failures: list[str] = []
+    checked: list[str] = []
+
+    def client(dev: Device, model: bytes, name: str) -> None:
+        try:
+            run(dev, model, name)
+        except Exception as e:  # a thread's exception would not fail the test by itself
+            failures.append(f"{name}: {e!r}")
+
+    def run(dev: Device, model: bytes, name: str) -> None:
+        graph = graph_from_tflite(model)
+        compiled = compile_partition(graph, [n.index for n in graph.nodes], dev.params.isa_version)
+        inputs = g.random_inputs(model, seed=3)
+        ref = g.run_reference(model, inputs)
+        with PartitionRunner(dev, compiled) as runner:
+            for i in range(3):
+                out = runner.run(dict(zip(graph.inputs, inputs, strict=True)))
+                for k, r in zip(graph.outputs, ref, strict=True):
+                    differing = int(np.count_nonzero(out[k].reshape(r.shape) != r))
+                    if differing:
+                        failures.append(f"{name} invoke {i}: {differing} of {r.size} outputs differ")
+        checked.append(name)
+
+    threads = [
+        threading.Thread(target=client, args=(dev, m, n))
+        for dev, m, n in zip(files, models, ("mobilenet_v1", "mobilenet_v2"), strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads)
+    assert not failures, failures
+    assert sorted(checked) == ["mobilenet_v1", "mobilenet_v2"]

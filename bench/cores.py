@@ -1,0 +1,242 @@
+"""Throughput across NPU cores: jobs/s and model invokes/s with 1, 2, 4 clients, on 1 and 2 cores.
+
+Each client is one open file of the device, doing one of two workloads back to back:
+
+* ``empty job``: a stream that is just END (the driver, scheduler, doorbell and interrupt
+  path with no device work), queued back to back, waiting for the last one;
+* ``model invoke``: a MobileNetV1-shaped int8 network (128x128, width 0.5) compiled as one
+  NPU partition, run and waited for, over and over; every output is compared byte for byte
+  with the same input's output from one client alone, so concurrency that changed a result
+  shows as ``exact: no``.
+
+On the kernel device the clients are processes (forked: a Python start-up costs seconds
+under TCG) and the core count is the device's (``python -m qemu_tests --npu-cores N``). The
+shim's device lives inside one process, so its clients are threads sharing one shim device
+made with each core count in turn; their Python work shares the GIL with the device model's
+core threads, whose compute (numpy, the cffi MAC array) runs without it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+EMPTY, MODEL = "empty job", "model invoke"
+MODEL_NAME = "mobilenet_v1_128_0.5"
+
+
+@dataclass(frozen=True)
+class CoreThroughput:
+    backend: str
+    cores: int
+    clients: int
+    workload: str  # EMPTY or MODEL
+    count: int  # jobs or invokes, all clients together
+    seconds: float
+    per_s: float
+    exact: bool  # every model output equal to the lone client's (always true for empty jobs)
+
+
+@dataclass
+class ModelWork:
+    """The benchmark model, compiled once; its input and the output a lone client gets."""
+
+    compiled: Any
+    feed: dict[int, np.ndarray]
+    expected: dict[int, np.ndarray] | None = None
+
+    @classmethod
+    def build(cls) -> ModelWork:
+        import modelgen as g
+        from libaccel.compiler import compile_partition, graph_from_tflite
+        from uapi.isa import SPEC
+
+        model = g.mobilenet_v1_model(128, 0.5, 10, seed=1)
+        graph = graph_from_tflite(model)
+        compiled = compile_partition(graph, [n.index for n in graph.nodes], SPEC.version)
+        inputs = g.random_inputs(model, seed=1)
+        return cls(compiled, dict(zip(graph.inputs, inputs, strict=True)))
+
+    def run_alone(self, dev: Any) -> None:
+        from libaccel.compiler import PartitionRunner
+
+        with PartitionRunner(dev, self.compiled) as runner:
+            self.expected = {k: v.copy() for k, v in runner.run(self.feed).items()}
+
+
+def _client(
+    open_device: Callable[[], Any],
+    workload: str,
+    count: int,
+    work: ModelWork | None,
+    ready: Any,
+    start: Any,
+    results: Any,
+) -> None:
+    """One client: warm up, report ready, wait for the start, run ``count`` units, report."""
+    try:
+        dev = open_device()
+        try:
+            if workload == EMPTY:
+                from bench.jobs import EmptyJob
+
+                ej = EmptyJob(dev)
+                ej.submit()
+                ej.wait()
+                ready.put(True)
+                start.wait()
+                t0 = time.perf_counter()
+                for _ in range(count):
+                    ej.submit()
+                ej.wait()  # a file's jobs run in order: the last fence covers them all
+                results.put(("ok", t0, time.perf_counter(), True))
+                return
+            from libaccel.compiler import PartitionRunner
+
+            assert work is not None and work.expected is not None
+            with PartitionRunner(dev, work.compiled) as runner:
+                runner.run(work.feed)
+                ready.put(True)
+                start.wait()
+                exact = True
+                t0 = time.perf_counter()
+                for _ in range(count):
+                    out = runner.run(work.feed)
+                    exact &= all(np.array_equal(out[k], v) for k, v in work.expected.items())
+                results.put(("ok", t0, time.perf_counter(), exact))
+        finally:
+            dev.close()
+    except Exception as e:
+        ready.put(False)
+        results.put(("error", repr(e), 0.0, False))
+
+
+def _measure(
+    spawn: Callable[..., Any],
+    make_sync: Callable[[], tuple[Any, Any, Any]],
+    open_device: Callable[[], Any],
+    backend: str,
+    cores: int,
+    clients: int,
+    workload: str,
+    count: int,
+    work: ModelWork | None,
+) -> CoreThroughput:
+    ready, start, results = make_sync()
+    workers = [
+        spawn(_client, open_device, workload, count, work, ready, start, results) for _ in range(clients)
+    ]
+    # The clock starts only when every client has its file open and warm.
+    for _ in workers:
+        if not ready.get(timeout=600):
+            break
+    start.set()
+    got = [results.get(timeout=1200) for _ in workers]
+    for w in workers:
+        w.join(timeout=60)
+    errors = [r[1] for r in got if r[0] != "ok"]
+    if errors:
+        raise RuntimeError(f"benchmark client failed: {errors[0]}")
+    seconds = max(r[2] for r in got) - min(r[1] for r in got)
+    total = clients * count
+    return CoreThroughput(
+        backend, cores, clients, workload, total, seconds, total / seconds, all(r[3] for r in got)
+    )
+
+
+def _start_thread(target: Callable[..., None], *args: Any) -> threading.Thread:
+    t = threading.Thread(target=target, args=args, daemon=True)
+    t.start()
+    return t
+
+
+def shim_table(
+    core_counts: list[int], client_counts: list[int], jobs: int, invokes: int
+) -> list[CoreThroughput]:
+    """The shim's rows: a fresh shim device per core count, clients as threads."""
+    from libaccel import Device
+    from libaccel.backends.shim import ShimBackend, ShimDevice
+
+    work = ModelWork.build()
+    rows = []
+    for cores in core_counts:
+        shim = ShimDevice(num_cores=cores)
+        try:
+
+            def open_device(shim: ShimDevice = shim) -> Any:
+                return Device(ShimBackend(shim))
+
+            if work.expected is None:
+                dev = open_device()
+                try:
+                    work.run_alone(dev)
+                finally:
+                    dev.close()
+
+            def sync() -> tuple[Any, Any, Any]:
+                return queue.Queue(), threading.Event(), queue.Queue()
+
+            for workload, count in ((EMPTY, jobs), (MODEL, invokes)):
+                for clients in client_counts:
+                    rows.append(
+                        _measure(
+                            _start_thread, sync, open_device, "shim", cores, clients, workload, count, work
+                        )
+                    )
+        finally:
+            shim.close()
+    return rows
+
+
+def _fork(target: Callable[..., None], *args: Any) -> Any:
+    p = mp.get_context("fork").Process(target=target, args=args)
+    p.start()
+    return p
+
+
+def kernel_table(client_counts: list[int], jobs: int, invokes: int) -> list[CoreThroughput]:
+    """The kernel device's rows, at the device's core count; clients are forked processes."""
+    from libaccel import Device
+
+    def open_device() -> Any:
+        return Device.open("kernel")
+
+    work = ModelWork.build()
+    dev = open_device()
+    try:
+        cores = dev.params.num_cores
+        work.run_alone(dev)
+    finally:
+        dev.close()  # before any fork: a client must not share the parent's file
+    ctx = mp.get_context("fork")
+
+    def sync() -> tuple[Any, Any, Any]:
+        return ctx.Queue(), ctx.Event(), ctx.Queue()
+
+    rows = []
+    for workload, count in ((EMPTY, jobs), (MODEL, invokes)):
+        for clients in client_counts:
+            rows.append(_measure(_fork, sync, open_device, "kernel", cores, clients, workload, count, work))
+    return rows
+
+
+def format_table(rows: list[CoreThroughput]) -> str:
+    head = f"{'throughput by cores':<26}{'cores':>6}{'clients':>8}{'count':>7}{'per s':>9}{'x 1 client':>11}"
+    lines = [head + "  exact"]
+    alone = {(r.backend, r.cores, r.workload): r.per_s for r in rows if r.clients == 1}
+    for r in rows:
+        base = alone.get((r.backend, r.cores, r.workload))
+        scale = f"{r.per_s / base:>11.2f}" if base else f"{'-':>11}"
+        unit = "jobs" if r.workload == EMPTY else "invokes"
+        lines.append(
+            f"{'  ' + r.workload + ' (' + unit + ')':<26}{r.cores:>6}{r.clients:>8}{r.count:>7}"
+            f"{r.per_s:>9.1f}{scale}  {'yes' if r.exact else 'NO'}"
+        )
+    return "\n".join(lines)
