@@ -719,6 +719,8 @@ def run(
     base_splats = count_splats(dmesg()) if kernel else {}
     baseline = Baseline.take() if kernel else None
     warm_up()
+    if device == "kernel":
+        _kernel_node()  # discovered once here, not by every forked worker of every batch
     start = time.monotonic()
     # The shim's device lives in the process with its threads, which a fork would leave behind:
     # spawn there. On the kernel fork is safe and quick (no re-import per batch under TCG).
