@@ -6,9 +6,6 @@ where the spec travels through the harness's shared control file.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,9 +13,7 @@ import pytest
 
 from device_model.faults import FaultInjector, FaultSpec, FaultSpecError
 from qemu_tests import fault_inject
-
-ROOT = Path(__file__).resolve().parents[2]
-host_only = pytest.mark.skipif(bool(os.environ.get("VNPU_GUEST")), reason="host test (the shim)")
+from tests.fuzz.guest import guest_only, host_only, run_on_vnpu_ko
 
 
 def test_spec_is_checked() -> None:
@@ -77,14 +72,6 @@ def test_campaign_on_the_shim(short_shim_timeout: None) -> None:
     assert stats.longest < 0.3 + fault_inject.MARGIN_S
 
 
-@pytest.mark.skipif(not os.environ.get("VNPU_GUEST"), reason="runs on vnpu.ko in the QEMU guest")
+@guest_only
 def test_campaign_on_vnpu_ko() -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "qemu_tests.fault_inject", "--device", "kernel", "--rounds", "1"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
-    print(r.stdout, r.stderr)
-    assert r.returncode == 0, r.stdout + r.stderr
+    run_on_vnpu_ko("fault_inject", "--rounds", "1", timeout=600)

@@ -9,18 +9,13 @@ the dmesg splat checks after every batch and the debugfs / meminfo leak accounti
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
 
 from qemu_tests import ioctl_fuzz
 from tests.fuzz.budget import SCALE
+from tests.fuzz.guest import guest_only, host_only, run_on_vnpu_ko
 
-ROOT = Path(__file__).resolve().parents[2]
 # The shim runs are host tests; in the guest the same file fuzzes the kernel instead.
-host_only = pytest.mark.skipif(bool(os.environ.get("VNPU_GUEST")), reason="host test (the shim)")
 
 
 def _free_bytes() -> int:
@@ -58,11 +53,7 @@ def test_failing_run_prints_a_reproducer() -> None:
     )
 
 
-@pytest.mark.skipif(not os.environ.get("VNPU_GUEST"), reason="runs on vnpu.ko in the QEMU guest")
+@guest_only
 def test_kernel_ioctl_fuzz(tmp_path: Path) -> None:
     seconds = os.environ.get("VNPU_FUZZ_SECONDS", "30")
-    out = tmp_path / "fuzz.json"
-    cmd = [sys.executable, "-m", "qemu_tests.ioctl_fuzz", "--device", "kernel", "--seconds", seconds]
-    r = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=900)
-    print(r.stdout, r.stderr)
-    assert r.returncode == 0, r.stdout + r.stderr
+    run_on_vnpu_ko("ioctl_fuzz", "--seconds", seconds, "--json", str(tmp_path / "fuzz.json"), timeout=900)
