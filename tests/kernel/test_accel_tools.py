@@ -14,7 +14,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from kernel_helpers import REPO, accel_nodes
+from kernel_helpers import accel_nodes
+from trace_helpers import build_uapi_program, json_events, run_trace
 
 from uapi import bindings
 
@@ -124,16 +125,8 @@ int main(int argc, char **argv)
 
 def _trace(argv: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
     out = tmp_path / "trace.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    r = subprocess.run(
-        [sys.executable, "-m", "libaccel.cli", "trace", "--json", "-o", str(out), "--", *argv],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    events = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    return r, events
+    r, text = run_trace(argv, out)
+    return r, json_events(text) if out.exists() else []
 
 
 def _by_name(events: list[dict], name: str) -> list[dict]:
@@ -170,13 +163,7 @@ def test_trace_of_a_libaccel_python_program(tmp_path: Path) -> None:
 def test_trace_of_a_c_program(tmp_path: Path) -> None:
     if shutil.which("gcc") is None:
         pytest.skip("no gcc in this guest")
-    (tmp_path / "prog.c").write_text(C_PROGRAM)
-    exe = tmp_path / "prog"
-    subprocess.run(
-        ["gcc", "-D__user=", "-I", str(REPO / "uapi"), str(tmp_path / "prog.c"), "-o", str(exe)],
-        check=True,
-        capture_output=True,
-    )
+    exe = build_uapi_program(C_PROGRAM, tmp_path)
     r, events = _trace([str(exe), accel_nodes()[0]], tmp_path)
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert [e["ioctl"].removeprefix("DRM_IOCTL_VNPU_") for e in events] == [

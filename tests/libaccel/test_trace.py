@@ -8,8 +8,6 @@ tests/kernel/test_trace.py runs the same tool in the QEMU guest against vnpu.ko.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from trace_helpers import build_uapi_program, json_events, run_trace, trace_env
 
 from libaccel import trace
 from uapi import bindings
@@ -54,37 +53,16 @@ int main(void)
 """
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT)
-    return env
-
-
 def _trace(argv: list[str], tmp_path: Path, json_mode: bool = True) -> tuple[int, list[dict] | str]:
-    out = tmp_path / "trace.out"
-    cmd = [sys.executable, "-m", "libaccel.cli", "trace", "-o", str(out)]
-    r = subprocess.run(
-        cmd + (["--json"] if json_mode else []) + ["--", *argv], env=_env(), capture_output=True, text=True
-    )
-    text = out.read_text() if out.exists() else r.stderr
-    if json_mode:
-        return r.returncode, [json.loads(line) for line in text.splitlines()]
-    return r.returncode, text
+    r, text = run_trace(argv, tmp_path / "trace.out", json_mode)
+    return r.returncode, json_events(text) if json_mode else text
 
 
 @pytest.fixture(scope="module")
 def c_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("gcc") is None:
         pytest.fail("gcc is required (apt-get install gcc)")
-    d = tmp_path_factory.mktemp("c")
-    (d / "prog.c").write_text(C_PROGRAM)
-    exe = d / "prog"
-    subprocess.run(
-        ["gcc", "-D__user=", "-I", str(ROOT / "uapi"), str(d / "prog.c"), "-o", str(exe)],
-        check=True,
-        capture_output=True,
-    )
-    return exe
+    return build_uapi_program(C_PROGRAM, tmp_path_factory.mktemp("c"))
 
 
 def test_c_program_ioctls_are_named_decoded_with_errno(c_program: Path, tmp_path: Path) -> None:
@@ -151,13 +129,13 @@ def test_python_program_and_its_child_processes_are_traced(tmp_path: Path) -> No
 def test_a_missing_program_is_a_usage_error(tmp_path: Path) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "libaccel.cli", "trace", "--", str(tmp_path / "nope")],
-        env=_env(),
+        env=trace_env(),
         capture_output=True,
         text=True,
     )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "No such file or directory" in r.stderr
     r = subprocess.run(
-        [sys.executable, "-m", "libaccel.cli", "trace"], env=_env(), capture_output=True, text=True
+        [sys.executable, "-m", "libaccel.cli", "trace"], env=trace_env(), capture_output=True, text=True
     )
     assert r.returncode == 2 and "give the program to run" in r.stderr
 

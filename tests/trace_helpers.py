@@ -1,0 +1,43 @@
+"""`accel trace` as the host and guest tests run it: a C program built against the uapi headers, and
+the tracer around a command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build_uapi_program(source: str, out_dir: Path) -> Path:
+    """Compile ``source`` (C, including "drm/vnpu_accel.h") with gcc against uapi/; the executable."""
+    (out_dir / "prog.c").write_text(source)
+    exe = out_dir / "prog"
+    subprocess.run(
+        ["gcc", "-D__user=", "-I", str(ROOT / "uapi"), str(out_dir / "prog.c"), "-o", str(exe)],
+        check=True,
+        capture_output=True,
+    )
+    return exe
+
+
+def trace_env() -> dict[str, str]:
+    """The environment a traced command gets: the repository importable, whatever the cwd."""
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def run_trace(
+    argv: list[str], out: Path, json_mode: bool = True, timeout: float = 300
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """``accel trace [--json] -o OUT -- ARGV``: the finished process and what it wrote to ``out``
+    (its stderr when it wrote nothing)."""
+    cmd = [sys.executable, "-m", "libaccel.cli", "trace", *(["--json"] if json_mode else []), "-o", str(out)]
+    r = subprocess.run([*cmd, "--", *argv], env=trace_env(), capture_output=True, text=True, timeout=timeout)
+    return r, out.read_text() if out.exists() else r.stderr
+
+
+def json_events(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines()]
