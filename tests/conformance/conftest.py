@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
+import driver_knobs
 import pytest
 
 from libaccel import Device
@@ -81,15 +81,8 @@ def opener(backend: str) -> Iterator:
 def stream_check_off(backend: str) -> Iterator[None]:
     """Turn the driver's command-stream check off (a debug knob), so the device MMU is the last guard."""
     if backend == "kernel":
-        param = Path("/sys/module/vnpu/parameters/validate_streams")
-        if not param.exists():
-            pytest.skip("vnpu.ko has no validate_streams module parameter")
-        old = param.read_text().strip()
-        param.write_text("0")
-        try:
+        with driver_knobs.stream_check_off():
             yield
-        finally:
-            param.write_text(old)
     else:
         from libaccel.backends.shim import ShimBackend
 

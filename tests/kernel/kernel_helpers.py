@@ -9,6 +9,8 @@ import glob
 import os
 import re
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from uapi.isa import SPEC, encode
@@ -73,3 +75,14 @@ def debugfs_counters() -> dict[str, int]:
 
 def dmesg() -> str:
     return subprocess.run(["dmesg"], capture_output=True, text=True, check=False).stdout
+
+
+def wait_until(cond: Callable[[], object], timeout: float) -> bool:
+    """Poll ``cond`` every 50 ms for up to ``timeout`` seconds; its last answer (rmmod, unbind and udev
+    finish asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return bool(cond())

@@ -11,12 +11,11 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
+from driver_knobs import stream_check_off
 from kernel_helpers import copy_stream, hang_stream
 
 from device_model import hw_layout as hw
 from libaccel.coredump import parse, vnpu_dumps
-
-VALIDATE = Path("/sys/module/vnpu/parameters/validate_streams")
 
 
 def discard_dumps() -> None:
@@ -63,12 +62,8 @@ def test_mmu_fault_leaves_a_dump(dev, tmp_path: Path, capsys: pytest.CaptureFixt
     # stream check off, which would refuse the stream at SUBMIT).
     stream = copy_stream(out.va, out.va + 2 * 4096, 16)
     cmd = dev.create_bo_with(stream, read_only=True)
-    old = VALIDATE.read_text().strip()
-    VALIDATE.write_text("0")
-    try:
+    with stream_check_off():
         dev.submit(Job(cmd, len(stream), [JobBo(out, write=True)]))
-    finally:
-        VALIDATE.write_text(old)
     status = out.wait(timeout=60)
     assert status.status == -errno.EFAULT
     path = wait_dump()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kernel_helpers import REPO, accel_nodes, dmesg, fill_stream, hang_stream, insmod_command
+from kernel_helpers import REPO, accel_nodes, dmesg, fill_stream, hang_stream, insmod_command, wait_until
 
 from firmware_tools.image import DEFAULT_IMAGE_PATH, parse_image
 
@@ -147,22 +147,13 @@ def _catch(errors: list[BaseException], fn) -> None:  # noqa: ANN001
         errors.append(e)
 
 
-def _wait(cond, timeout: float) -> bool:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
-
-
 def _sh(*cmd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(cmd), capture_output=True, text=True, check=False)
 
 
 @pytest.mark.isolated
 def test_probe_with_a_tampered_image_fails_with_one_line(tmp_path: Path) -> None:
-    assert _wait(lambda: _sh("rmmod", "vnpu").returncode == 0, 30), "vnpu is busy"
+    assert wait_until(lambda: _sh("rmmod", "vnpu").returncode == 0, 30), "vnpu is busy"
     before = len(dmesg().splitlines())
     try:
         with tampered_firmware(tmp_path):
@@ -177,4 +168,4 @@ def test_probe_with_a_tampered_image_fails_with_one_line(tmp_path: Path) -> None
         if not accel_nodes():
             _sh("rmmod", "vnpu")  # loaded with a failed probe, if an assertion stopped the test
             _sh(*insmod_command())
-    assert _wait(lambda: bool(accel_nodes()), 10), dmesg()[-2000:]
+    assert wait_until(lambda: bool(accel_nodes()), 10), dmesg()[-2000:]

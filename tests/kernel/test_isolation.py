@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import errno
-from pathlib import Path
 
 import numpy as np
 import pytest
+from driver_knobs import stream_check_off
 from kernel_helpers import copy_stream
 
 SECRET = 0x5A
@@ -39,10 +39,6 @@ def test_device_mmu_faults_when_the_check_is_off() -> None:
     """With the driver's stream check off (debug knob), the device MMU alone must stop the access."""
     from libaccel import Device, Job, JobBo
 
-    param = Path("/sys/module/vnpu/parameters/validate_streams")
-    if not param.exists():
-        pytest.skip("vnpu.ko has no validate_streams parameter")
-    old = param.read_text().strip()
     with Device.open("kernel") as a, Device.open("kernel") as b:
         # Past every VA b maps: its two BOs and the kernel's copy of its stream, each with a guard page.
         secret = [a.create_bo(SIZE) for _ in range(6)][-1]
@@ -50,11 +46,8 @@ def test_device_mmu_faults_when_the_check_is_off() -> None:
         out = b.create_bo(SIZE)
         stream = copy_stream(secret.va, out.va, SIZE)
         cmd = b.create_bo_with(stream, read_only=True)
-        param.write_text("0")
-        try:
+        with stream_check_off():
             b.submit(Job(cmd, len(stream), [JobBo(out, write=True)]))
-        finally:
-            param.write_text(old)
         status = out.wait(timeout=60)
         assert status.status == -errno.EFAULT
         assert status.fault_va == secret.va

@@ -7,12 +7,11 @@ import glob
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from kernel_helpers import accel_nodes, dmesg, fill_stream, hang_stream, insmod_command
+from kernel_helpers import accel_nodes, dmesg, fill_stream, hang_stream, insmod_command, wait_until
 
 pytestmark = pytest.mark.isolated
 
@@ -20,15 +19,6 @@ BAD = re.compile(
     r"WARNING:|BUG:|Oops|general protection fault|Call Trace:|UBSAN|KASAN|refcount_t:"
     r"|list_(add|del) corruption"
 )
-
-
-def _wait(cond, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
 def holders() -> str:
@@ -74,10 +64,10 @@ def test_rmmod_insmod_cycle() -> None:
         gc.collect()  # drop unreachable BOs (and their mappings) of earlier tests
         r = subprocess.run(["rmmod", "vnpu"], capture_output=True, text=True, check=False)
         assert r.returncode == 0, f"{r.stderr}{holders()}"
-        assert _wait(lambda: not accel_nodes(), 10)
+        assert wait_until(lambda: not accel_nodes(), 10)
         r = subprocess.run(insmod_command(), capture_output=True, text=True, check=False)
         assert r.returncode == 0, r.stderr
-        assert _wait(lambda: bool(accel_nodes()), 10)
+        assert wait_until(lambda: bool(accel_nodes()), 10)
         assert _job_works(11 + i)
 
 
@@ -103,13 +93,13 @@ def test_rmmod_with_a_job_in_flight() -> None:
     r = subprocess.run(["rmmod", "vnpu"], capture_output=True, text=True, check=False)
     if r.returncode != 0:
         # The driver may still be tearing the file down; give it the job timeout at most.
-        assert _wait(
+        assert wait_until(
             lambda: subprocess.run(["rmmod", "vnpu"], capture_output=True, check=False).returncode == 0, 30
         ), f"{r.stderr}{holders()}"
-    assert _wait(lambda: not accel_nodes(), 10)
+    assert wait_until(lambda: not accel_nodes(), 10)
     r = subprocess.run(insmod_command(), capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
-    assert _wait(lambda: bool(accel_nodes()), 10)
+    assert wait_until(lambda: bool(accel_nodes()), 10)
     assert _job_works(21)
 
 
