@@ -8,6 +8,7 @@ cores; a 1-core device skips the tests that need two.
 
 from __future__ import annotations
 
+import errno
 import threading
 import time
 
@@ -144,3 +145,19 @@ def test_two_models_at_once_are_exact(device: Device, opener) -> None:
     assert not any(t.is_alive() for t in threads)
     assert not failures, failures
     assert sorted(checked) == ["mobilenet_v1", "mobilenet_v2"]
+
+
+def test_a_hang_resets_only_its_core(device: Device, opener) -> None:
+    """A job on another core is neither aborted nor run again by the hang's reset."""
+    _need_cores(device, 2)
+    hung = Stall(opener())
+    hung.running()
+    # Half a timeout later: the hang's reset comes while this one still has time to run.
+    time.sleep(hung.timeout_s / 2)
+    good = Stall(device)
+    good.running()  # both run at once: they are on different cores
+    good.marker.array(np.int8, 1)[0] = 0  # a second run of the good job would set it again
+    assert hung.marker.wait(timeout=hung.timeout_s * 5 + 10).status == -errno.ETIMEDOUT
+    good.release()
+    assert good.marker.wait(timeout=30).status == 0
+    assert good.marker.array(np.int8, 1)[0] == 0, "the other core's job was run again"
