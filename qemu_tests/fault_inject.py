@@ -30,9 +30,9 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from device_model.faults import FaultSpec
 from libaccel import Device, Job, JobBo
@@ -106,6 +106,14 @@ class ControlFile:
     def __init__(self, path: Path = GUEST_CONTROL) -> None:
         self.path = path
 
+    def injected(self, seq: int) -> int:
+        """Faults the device injected under spec ``seq`` (from the status file it writes back)."""
+        try:
+            status = json.loads(self.path.with_name(self.path.name + ".status.json").read_text())
+        except (OSError, ValueError):
+            return 0
+        return sum(status.get("injected", {}).values()) if status.get("seq") == seq else 0
+
     def __call__(self, spec: FaultSpec) -> None:
         # fsync: the device model stats the file before the next job, which this write must beat.
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -116,20 +124,44 @@ class ControlFile:
             os.close(fd)
 
 
-def shim_control() -> Callable[[FaultSpec], None]:
-    from device_model.faults import FaultInjector
-    from libaccel.backends.shim import shared_device
+class ShimControl:
+    """Sets the shim device's fault spec directly."""
 
-    npu = shared_device().npu
-    if npu.faults is None:
-        npu.faults = FaultInjector()
-    return npu.faults.set
+    def __init__(self) -> None:
+        from device_model.faults import FaultInjector
+        from libaccel.backends.shim import shared_device
+
+        npu = shared_device().npu
+        if npu.faults is None:
+            npu.faults = FaultInjector()
+        self.faults = npu.faults
+        self._base = 0
+
+    def __call__(self, spec: FaultSpec) -> None:
+        self.faults.set(spec)
+        self._base = sum(self.faults.injected.values())
+
+    def injected(self, seq: int) -> int:
+        del seq  # set() and this run in one process: the count since the last set() is this spec's
+        return sum(self.faults.injected.values()) - self._base
+
+
+def shim_control() -> ShimControl:
+    return ShimControl()
+
+
+class Control(Protocol):
+    """Where a campaign sets the fault spec, and reads how many faults the device injected under it."""
+
+    def __call__(self, spec: FaultSpec) -> None: ...
+
+    def injected(self, seq: int) -> int: ...
 
 
 class Campaign:
     """Rounds of injected faults on ``device`` ("shim" or "kernel")."""
 
-    def __init__(self, device: str, control: Callable[[FaultSpec], None], seed: int = 0) -> None:
+    def __init__(self, device: str, control: Control, seed: int = 0) -> None:
         self.victim = Device.open(device)
         self.other = Device.open(device)
         self.control = control
@@ -166,6 +198,11 @@ class Campaign:
         self.set(kind, count=1)
         start = time.monotonic()
         victim = self.submit_fill(self.victim, value)
+        # The fault goes to the next job a core takes: with several cores the other file's job
+        # could be taken first, so it is submitted once the device has taken the victim.
+        deadline = time.monotonic() + self.timeout_s + 30
+        while not self.control.injected(self.seq) and time.monotonic() < deadline:
+            time.sleep(0.005)
         innocent = self.submit_fill(self.other, value + 1)
         st = victim.wait(timeout=self.timeout_s + 30)
         took = time.monotonic() - start
@@ -266,7 +303,7 @@ def run(
     seed: int = 0,
     budget_s: float | None = None,
     kill: bool = False,
-    control: Callable[[FaultSpec], None] | None = None,
+    control: Control | None = None,
     rate_jobs: int = 10,
 ) -> Stats:
     """``rounds`` rounds of every kind (or rounds until ``budget_s``), the rate and slow phases, ``kill``."""
