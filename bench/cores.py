@@ -12,14 +12,16 @@ Each client is one open file of the device, doing one of two workloads back to b
 On the kernel device the clients are processes (forked: a Python start-up costs seconds
 under TCG) and the core count is the device's (``python -m qemu_tests --npu-cores N``). The
 shim's device lives inside one process, so its clients are threads sharing one shim device
-made with each core count in turn; their Python work shares the GIL with the device model's
-core threads, whose compute (numpy, the cffi MAC array) runs without it.
+made with each core count in turn (``--repeat`` alternates them); their Python work shares
+the GIL with the device model's core threads, whose compute (numpy, the cffi MAC array) runs
+without it.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -38,10 +40,35 @@ class CoreThroughput:
     cores: int
     clients: int
     workload: str  # EMPTY or MODEL
-    count: int  # jobs or invokes, all clients together
-    seconds: float
-    per_s: float
+    count: int  # jobs or invokes, all clients together, per run
+    seconds: float  # of the median run
+    per_s: float  # the median over the runs
     exact: bool  # every model output equal to the lone client's (always true for empty jobs)
+    runs: tuple[float, ...] = ()  # per_s of every run, in the order they ran
+
+
+def median_rows(rows: list[CoreThroughput]) -> list[CoreThroughput]:
+    """One row per (backend, cores, clients, workload): the median run, every run's rate kept."""
+    groups: dict[tuple[str, int, int, str], list[CoreThroughput]] = {}
+    for r in rows:
+        groups.setdefault((r.backend, r.cores, r.clients, r.workload), []).append(r)
+    out = []
+    for same in groups.values():
+        mid = sorted(same, key=lambda r: r.per_s)[(len(same) - 1) // 2]
+        out.append(
+            CoreThroughput(
+                mid.backend,
+                mid.cores,
+                mid.clients,
+                mid.workload,
+                mid.count,
+                mid.seconds,
+                statistics.median(r.per_s for r in same),
+                all(r.exact for r in same),
+                tuple(r.per_s for r in same),
+            )
+        )
+    return out
 
 
 @dataclass
@@ -158,15 +185,19 @@ def _start_thread(target: Callable[..., None], *args: Any) -> threading.Thread:
 
 
 def shim_table(
-    core_counts: list[int], client_counts: list[int], jobs: int, invokes: int
+    core_counts: list[int], client_counts: list[int], jobs: int, invokes: int, repeat: int = 1
 ) -> list[CoreThroughput]:
-    """The shim's rows: a fresh shim device per core count, clients as threads."""
+    """The shim's rows: a fresh shim device per core count, clients as threads.
+
+    With ``repeat`` > 1 the core counts alternate run by run (1, 2, 1, 2, ...), so a change in
+    the machine's load hits both alike; each row is the median run.
+    """
     from libaccel import Device
     from libaccel.backends.shim import ShimBackend, ShimDevice
 
     work = ModelWork.build()
     rows = []
-    for cores in core_counts:
+    for cores in [c for _ in range(repeat) for c in core_counts]:
         shim = ShimDevice(num_cores=cores)
         try:
 
@@ -192,7 +223,7 @@ def shim_table(
                     )
         finally:
             shim.close()
-    return rows
+    return median_rows(rows)
 
 
 def _fork(target: Callable[..., None], *args: Any) -> Any:
@@ -201,8 +232,11 @@ def _fork(target: Callable[..., None], *args: Any) -> Any:
     return p
 
 
-def kernel_table(client_counts: list[int], jobs: int, invokes: int) -> list[CoreThroughput]:
-    """The kernel device's rows, at the device's core count; clients are forked processes."""
+def kernel_table(client_counts: list[int], jobs: int, invokes: int, repeat: int = 1) -> list[CoreThroughput]:
+    """The kernel device's rows, at the device's core count; clients are forked processes.
+
+    Each row is the median of ``repeat`` runs.
+    """
     from libaccel import Device
 
     def open_device() -> Any:
@@ -221,22 +255,26 @@ def kernel_table(client_counts: list[int], jobs: int, invokes: int) -> list[Core
         return ctx.Queue(), ctx.Event(), ctx.Queue()
 
     rows = []
-    for workload, count in ((EMPTY, jobs), (MODEL, invokes)):
-        for clients in client_counts:
-            rows.append(_measure(_fork, sync, open_device, "kernel", cores, clients, workload, count, work))
-    return rows
+    for _ in range(repeat):
+        for workload, count in ((EMPTY, jobs), (MODEL, invokes)):
+            for clients in client_counts:
+                rows.append(
+                    _measure(_fork, sync, open_device, "kernel", cores, clients, workload, count, work)
+                )
+    return median_rows(rows)
 
 
 def format_table(rows: list[CoreThroughput]) -> str:
     head = f"{'throughput by cores':<26}{'cores':>6}{'clients':>8}{'count':>7}{'per s':>9}{'x 1 client':>11}"
-    lines = [head + "  exact"]
+    lines = [head + "  exact  runs (per s)"]
     alone = {(r.backend, r.cores, r.workload): r.per_s for r in rows if r.clients == 1}
     for r in rows:
         base = alone.get((r.backend, r.cores, r.workload))
         scale = f"{r.per_s / base:>11.2f}" if base else f"{'-':>11}"
         unit = "jobs" if r.workload == EMPTY else "invokes"
+        runs = " ".join(f"{x:.0f}" for x in r.runs)
         lines.append(
             f"{'  ' + r.workload + ' (' + unit + ')':<26}{r.cores:>6}{r.clients:>8}{r.count:>7}"
-            f"{r.per_s:>9.1f}{scale}  {'yes' if r.exact else 'NO'}"
+            f"{r.per_s:>9.1f}{scale}  {'yes' if r.exact else 'NO ':<5}  {runs}"
         )
     return "\n".join(lines)

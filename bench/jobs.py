@@ -255,13 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--invokes", type=int, default=20, help="model invokes per client, cores table (default 20)"
     )
+    p.add_argument(
+        "--repeat", type=int, default=1, help="runs of the cores table, each row the median (default 1)"
+    )
     p.add_argument("--no-cores-table", action="store_true", help="skip the cores table")
     args = p.parse_args(argv)
     if args.kernel and args.shim:
         p.error("--kernel and --shim are exclusive")
     device = "kernel" if args.kernel or (in_guest() and not args.shim) else "shim"
-    if args.iterations < 1 or args.jobs < 1 or args.invokes < 1:
-        p.error("--iterations, --jobs and --invokes must be positive")
+    if args.iterations < 1 or args.jobs < 1 or args.invokes < 1 or args.repeat < 1:
+        p.error("--iterations, --jobs, --invokes and --repeat must be positive")
     if min(args.processes) < 1 or min(args.clients) < 1 or min(args.cores) < 1:
         p.error("--processes, --clients and --cores must be positive")
 
@@ -273,9 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     by_cores: list[core_bench.CoreThroughput] = []
     if not args.no_cores_table:
         if device == "kernel":
-            by_cores = core_bench.kernel_table(args.clients, args.jobs, args.invokes)
+            by_cores = core_bench.kernel_table(args.clients, args.jobs, args.invokes, args.repeat)
         else:
-            by_cores = core_bench.shim_table(args.cores, args.clients, args.jobs, args.invokes)
+            by_cores = core_bench.shim_table(args.cores, args.clients, args.jobs, args.invokes, args.repeat)
         print(core_bench.format_table(by_cores))
     result = {
         "backend": device,
