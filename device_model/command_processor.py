@@ -28,9 +28,9 @@ from functools import cached_property
 
 import numpy as np
 
+from uapi import hw_layout as hw
 from uapi import isa
 
-from . import hw_layout as hw
 from . import mac_array
 from . import numerics as nm
 from .memory import PhysicalAddressError, SystemMemory

@@ -1,4 +1,4 @@
-"""The device MMU: walks the two-level page tables of device_model.hw_layout.
+"""The device MMU: walks the two-level page tables of uapi.hw_layout.
 
 A job's address space is described by an L1 table at ``pt_root`` (a
 guest-physical address). VA bits [29:21] index the L1 table, whose valid
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import hw_layout as hw
+from uapi import hw_layout as hw
+
 from .memory import PhysicalAddressError, SystemMemory
 
 VA_LIMIT = 1 << hw.VA_BITS

@@ -1,6 +1,6 @@
 """The NPU device front-end: BAR2 registers, control mailbox, job rings and cores.
 
-Exactly the contract of device_model/hw_layout.py (docs/hardware.md). The
+Exactly the contract of uapi/hw_layout.py (docs/hardware.md). The
 driver (vnpu.ko in a QEMU guest, or libaccel's shim in-process) writes
 registers and ring entries into BAR2 and rings the doorbell; ``kick`` is
 that doorbell. Threads serve it:
@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from uapi import hw_layout as hw
 from uapi import isa
 
-from . import hw_layout as hw
 from .command_processor import CommandProcessor, JobResult
 from .faults import FaultInjector
 from .memory import PhysicalAddressError, SystemMemory
@@ -284,7 +284,7 @@ class Npu:
         set and the reason in REG_FW_REJECT; the control command's status is -ENOEXEC
         (-EFAULT when the image is not in system memory).
         """
-        from firmware_tools.image import FirmwareError, parse_image
+        from uapi.firmware_format import FirmwareError, parse_image
 
         self._set_processors(None)
         self._w32(hw.REG_FW_VERSION, 0)

@@ -3,7 +3,7 @@
 libaccel's shim backend plays the kernel's part in-process: it takes pages
 from a :class:`PageAllocator` over an :class:`~device_model.memory.SystemMemory`
 and builds one :class:`AddressSpace` per open file. The format is the one
-device_model.mmu walks (see device_model/hw_layout.py).
+device_model.mmu walks (see uapi/hw_layout.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from . import hw_layout as hw
+from uapi import hw_layout as hw
+
 from .memory import SystemMemory
 
 VA_LIMIT = 1 << hw.VA_BITS

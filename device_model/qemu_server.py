@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from device_model import hw_layout
+from uapi import hw_layout
 
 log = logging.getLogger("vnpu.qemu_server")
 
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     fw_pubkey = None
     if args.fw_pubkey is not None:
-        from firmware_tools.image import FirmwareError, load_public_key
+        from uapi.firmware_format import FirmwareError, load_public_key
 
         try:
             fw_pubkey = load_public_key(args.fw_pubkey)

@@ -21,19 +21,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from device_model import hw_layout as hw
-from uapi.isa import SPEC, IsaError
-from vnpu_common.cli import OneLineArgumentParser
-
-from .image import (
-    DEFAULT_IMAGE_PATH,
-    DEFAULT_MANIFEST_PATH,
+from uapi import hw_layout as hw
+from uapi.firmware_format import (
     DEV_PUBLIC_KEY_PATH,
     FirmwareError,
     FirmwareImage,
     ParsedImage,
     build_image,
-    default_image,
     format_build_id,
     load_private_key,
     load_public_key,
@@ -41,6 +35,10 @@ from .image import (
     parse_image,
     sign_image,
 )
+from uapi.isa import SPEC, IsaError
+from vnpu_common.cli import OneLineArgumentParser
+
+from .image import DEFAULT_IMAGE_PATH, DEFAULT_MANIFEST_PATH, default_image
 from .manifest import load_manifest
 
 EXIT_OK = 0

@@ -14,7 +14,7 @@
     max_tensor_elements = 268435456
 
 Every key is checked: an unknown table or key, a wrong type or an unknown instruction
-name is a :class:`~firmware_tools.image.FirmwareError` naming it.
+name is a :class:`~uapi.firmware_format.FirmwareError` naming it.
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from uapi.isa import SPEC, IsaError
-
-from .image import (
+from uapi.firmware_format import (
     FirmwareError,
     FirmwareImage,
     Limits,
@@ -35,6 +33,7 @@ from .image import (
     parse_fw_version,
     parse_isa_version,
 )
+from uapi.isa import SPEC, IsaError
 
 _KEYS = {
     "firmware": {"version": str, "isa": str, "build_tag": str, "sign_with": str},

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from device_model import hw_layout as hw
 from firmware_tools.asm import disassemble_prefix
 from libaccel import decode
 from libaccel.errors import AccelError
 from libaccel.session import UsageError
+from uapi import hw_layout as hw
 from uapi.bindings import CONSTANTS, ffi
 
 DEVCOREDUMP = Path("/sys/class/devcoredump")
@@ -139,7 +139,7 @@ def parse(data: bytes) -> Coredump:
 
 
 def register_names() -> dict[int, str]:
-    """BAR2 offset -> the register's name in device_model/hw_layout.py (docs/hardware.md)."""
+    """BAR2 offset -> the register's name in uapi/hw_layout.py (docs/hardware.md)."""
     names: dict[int, str] = {}
     for name, value in vars(hw).items():
         if name.startswith("REG_") or name in ("SQ_HEAD", "SQ_TAIL", "CQ_HEAD", "CQ_TAIL"):

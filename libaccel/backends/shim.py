@@ -45,13 +45,13 @@ from typing import Any
 
 import numpy as np
 
-from device_model import hw_layout as hw
 from device_model.memory import AnonymousMemory
 from device_model.page_tables import AddressSpace, PageAllocator
 from libaccel.backends import Backend
 from libaccel.backends.stream_check import BoRange, StreamRejected, check_stream
 from libaccel.errors import DeviceClosed, from_errno
 from uapi import bindings as b
+from uapi import hw_layout as hw
 from uapi import isa
 from uapi.bindings import ffi, ioctl_name
 

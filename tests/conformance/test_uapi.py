@@ -125,7 +125,8 @@ def test_get_param_every_parameter(device: Device) -> None:
 
 
 def test_fw_build_id_names_the_booted_image(device: Device) -> None:
-    from firmware_tools.image import DEFAULT_IMAGE_PATH, parse_image
+    from firmware_tools.image import DEFAULT_IMAGE_PATH
+    from uapi.firmware_format import parse_image
 
     # Both backends boot the committed image: its digest's first 8 bytes, big-endian.
     assert device.params.fw_build_id == parse_image(DEFAULT_IMAGE_PATH.read_bytes()).build_id != 0

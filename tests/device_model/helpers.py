@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from device_model import hw_layout as hw
 from device_model.memory import AnonymousMemory
 from device_model.mmu import Mmu
 from device_model.page_tables import AddressSpace, PageAllocator
+from uapi import hw_layout as hw
 from uapi import isa
 
 DTYPES = {"INT8": np.int8, "UINT8": np.uint8, "INT32": np.int32}

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import reference_kernels as ref
 
-from device_model import hw_layout as hw
 from device_model import numerics as nm
 from device_model.command_processor import CommandProcessor
+from uapi import hw_layout as hw
 from uapi import isa
 
 from .helpers import Machine, program, tensor

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from device_model import hw_layout as hw
 from device_model.memory import AnonymousMemory, FileMemory, PhysicalAddressError
 from device_model.mmu import VA_LIMIT, Mmu, MmuFault
 from device_model.page_tables import AddressSpace, OutOfMemory, PageAllocator
+from uapi import hw_layout as hw
 
 from .helpers import Machine
 

@@ -12,18 +12,11 @@ import numpy as np
 import pytest
 import reference_kernels as ref
 
-from device_model import hw_layout as hw
 from device_model.npu import Npu
-from firmware_tools.image import (
-    FirmwareImage,
-    Limits,
-    all_opcodes,
-    build_image,
-    default_image,
-    dev_private_key,
-    parse_image,
-)
+from firmware_tools.image import default_image, dev_private_key
+from uapi import hw_layout as hw
 from uapi import isa
+from uapi.firmware_format import FirmwareImage, Limits, all_opcodes, build_image, parse_image
 
 from .helpers import Machine, program, tensor
 

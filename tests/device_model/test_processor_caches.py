@@ -7,8 +7,8 @@ import errno
 
 import numpy as np
 
-from device_model import hw_layout as hw
 from device_model.command_processor import CommandProcessor, profile_jobs
+from uapi import hw_layout as hw
 from uapi import isa
 
 from .helpers import Machine, program, tensor

@@ -12,12 +12,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from device_model import hw_layout as hw
 from firmware_tools import fw_cli
 from firmware_tools.image import (
     DEFAULT_IMAGE_PATH,
     DEFAULT_MANIFEST_PATH,
     DEV_PRIVATE_KEY_PATH,
+    default_image,
+    dev_private_key,
+)
+from firmware_tools.manifest import load_manifest
+from uapi import hw_layout as hw
+from uapi.firmware_format import (
     TLV_BUILD_TAG,
     TLV_LIMITS,
     TLV_OPCODES,
@@ -27,8 +32,6 @@ from firmware_tools.image import (
     all_opcodes,
     assemble,
     build_image,
-    default_image,
-    dev_private_key,
     dev_public_key,
     encode_payload,
     format_fw_version,
@@ -37,7 +40,6 @@ from firmware_tools.image import (
     parse_image,
     sign_image,
 )
-from firmware_tools.manifest import load_manifest
 from uapi.isa import SPEC
 
 OPCODES = sorted(all_opcodes())

@@ -19,8 +19,8 @@ from collections.abc import Callable
 import atheris
 
 with atheris.instrument_imports():
-    from firmware_tools import image as fw_image
     from libaccel.compiler import ModelError, graph_from_tflite
+    from uapi import firmware_format as fw_image
     from uapi import isa
 
 

@@ -1,7 +1,7 @@
 """Property fuzzing of the host-side parsers: only their documented exceptions, no crash, no hang.
 
 Targets: the ISA decoder and encoder (uapi.isa), the assembler and disassembler
-(firmware_tools.asm), the firmware image parser (firmware_tools.image.parse_image) and the
+(firmware_tools.asm), the firmware image parser (uapi.firmware_format.parse_image) and the
 ``accel`` / ``vnpu-asm`` / ``vnpu-fw`` command lines. Budgets are small here; VNPU_FUZZ_SCALE
 raises them (tests/fuzz/budget.py).
 """
@@ -19,9 +19,9 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from firmware_tools import asm, asm_cli, fw_cli
-from firmware_tools import image as fw_image
 from libaccel import cli as accel_cli
 from tests.fuzz.budget import budget
+from uapi import firmware_format as fw_image
 from uapi import isa
 from uapi.isa import SPEC
 

@@ -14,7 +14,7 @@ import pytest
 from driver_knobs import stream_check_off
 from kernel_helpers import copy_stream, hang_stream
 
-from device_model import hw_layout as hw
+from uapi import hw_layout as hw
 from libaccel.coredump import parse, vnpu_dumps
 
 

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 from kernel_helpers import REPO, accel_nodes, dmesg, fill_stream, hang_stream, insmod_command, wait_until
 
-from firmware_tools.image import DEFAULT_IMAGE_PATH, parse_image
+from uapi.firmware_format import parse_image
+from firmware_tools.image import DEFAULT_IMAGE_PATH
 
 FW_PATH = Path("/sys/module/firmware_class/parameters/path")
 BUILD_ID = parse_image(DEFAULT_IMAGE_PATH.read_bytes()).build_id

@@ -79,7 +79,8 @@ def test_list_shim_is_a_table_and_json(capsys: pytest.CaptureFixture[str]) -> No
     assert header.split() == ["DEVICE", "PCI", "DRIVER", "FIRMWARE", "BUILD", "ID", "ISA", "CORES"]
     assert row.startswith("shim ") and "(in-process shim)" in row
     assert row.split()[-1] == "2"  # the device model's default core count
-    from firmware_tools.image import DEFAULT_IMAGE_PATH, parse_image
+    from firmware_tools.image import DEFAULT_IMAGE_PATH
+    from uapi.firmware_format import parse_image
 
     assert f"{parse_image(DEFAULT_IMAGE_PATH.read_bytes()).build_id:016x}" in row.split()
     code, out, _ = run(capsys, "list", "--device", "shim", "--json")

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from device_model import hw_layout as hw
 from libaccel.cli import main
 from libaccel.coredump import CoredumpError, parse, render, to_json, vnpu_dumps
+from uapi import hw_layout as hw
 from uapi.bindings import ffi
 
 DATA = Path(__file__).parent / "data"

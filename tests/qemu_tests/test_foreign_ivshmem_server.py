@@ -40,7 +40,7 @@ def test_handshake_hands_over_the_patterned_memory(tmp_path: Path) -> None:
 
 
 def test_pattern_has_no_zero_word_and_no_npu_magic() -> None:
-    from device_model import hw_layout
+    from uapi import hw_layout
 
     words = np.frombuffer(foreign_ivshmem.pattern(), "<u4")
     assert words.size * 4 == foreign_ivshmem.SIZE == hw_layout.BAR2_SIZE

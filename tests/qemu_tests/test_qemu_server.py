@@ -21,11 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from device_model import hw_layout as hw
 from device_model.memory import FileMemory
 from device_model.page_tables import AddressSpace, PageAllocator
 from device_model.qemu_server import DEVICE_PEER, GUEST_PEER, DeviceServer
-from firmware_tools.image import build_image, default_image, dev_private_key
+from firmware_tools.image import default_image, dev_private_key
+from uapi import hw_layout as hw
+from uapi.firmware_format import build_image
 from uapi.isa import SPEC, encode
 
 RAM_SIZE = 16 << 20

@@ -1,8 +1,10 @@
 """The vnpu hardware interface: what the driver and the device share.
 
 This module is the source of the register, ring, page-table and firmware
-layouts; ``tools/generate_headers.py`` writes the kernel driver's
-hardware header from it. docs/hardware.md explains it.
+layouts, beside the ABI (``drm/vnpu_accel.h``) and the ISA (``vnpu_isa.toml``):
+the device model, the firmware tools and libaccel's shim read it, and
+``tools/generate_headers.py`` writes the kernel driver's hardware header
+(``vnpu_hw.h``) from it. docs/hardware.md explains it.
 
 The PCI device is QEMU's ivshmem-doorbell (1af4:1110). Its BAR0 holds only
 ivshmem's fixed registers (IntrMask 0, IntrStatus 4, IVPosition 8,

@@ -1,8 +1,8 @@
-"""The BAR2 map of device_model.hw_layout: every block fits and none overlaps another."""
+"""The BAR2 map of uapi.hw_layout: every block fits and none overlaps another."""
 
 from __future__ import annotations
 
-from device_model import hw_layout as hw
+from uapi import hw_layout as hw
 
 
 def test_bar2_blocks_do_not_overlap() -> None:
