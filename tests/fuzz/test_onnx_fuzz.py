@@ -82,7 +82,10 @@ def test_bit_flips(corpus: dict[str, bytes], name: str, flips: list[tuple[int, i
 
 # --- structural mutations -----------------------------------------------------------------------------
 def _attr_type(m: onnx.ModelProto, r: random.Random) -> None:
-    a = r.choice([a for n in m.graph.node for a in n.attribute])
+    attributes = [a for n in m.graph.node for a in n.attribute]
+    if not attributes:
+        return
+    a = r.choice(attributes)
     for f in ("f", "i", "s", "t", "ints", "floats", "strings"):
         a.ClearField(f)
     kind = r.choice(["f", "s", "i", "ints", "floats", "t"])
@@ -104,7 +107,10 @@ def _attr_type(m: onnx.ModelProto, r: random.Random) -> None:
 
 
 def _attr_value(m: onnx.ModelProto, r: random.Random) -> None:
-    a = r.choice([a for n in m.graph.node for a in n.attribute])
+    attributes = [a for n in m.graph.node for a in n.attribute]
+    if not attributes:
+        return
+    a = r.choice(attributes)
     if a.type == AttributeProto.INT:
         a.i = r.choice([0, -1, -5, 2, 3, 100, 1 << 31])
     elif a.type == AttributeProto.INTS and a.ints:
@@ -156,13 +162,19 @@ def _io_shape_or_type(m: onnx.ModelProto, r: random.Random) -> None:
         return
     dims = vi.type.tensor_type.shape.dim
     if r.random() < 0.7:
-        dims[r.randrange(len(dims))].dim_value = r.choice([0, 1, 2, 7, 1 << 20])
+        # (not millions: a model that big is valid, and onnxruntime's probe run allocates for it)
+        dims[r.randrange(len(dims))].dim_value = r.choice([0, 1, 2, 7, 1 << 10])
     else:
         del dims[r.randrange(len(dims))]
 
 
+def _with_outputs(m: onnx.ModelProto, r: random.Random) -> onnx.NodeProto:
+    """A node that still has an output (an earlier mutation may have taken them all)."""
+    return r.choice([n for n in m.graph.node if n.output] or [m.graph.node.add(op_type="Relu", output=["o"])])
+
+
 def _dangling_name(m: onnx.ModelProto, r: random.Random) -> None:
-    n = r.choice(m.graph.node)
+    n = _with_outputs(m, r)
     if n.input and r.random() < 0.7:
         n.input[r.randrange(len(n.input))] = r.choice(["nowhere", "", n.output[0]])
     else:
@@ -171,14 +183,14 @@ def _dangling_name(m: onnx.ModelProto, r: random.Random) -> None:
 
 def _outputs(m: onnx.ModelProto, r: random.Random) -> None:
     """A node's output cleared or removed, or a second node writing the same name."""
-    n = r.choice(m.graph.node)
+    n = _with_outputs(m, r)
     how = r.randrange(3)
     if how == 0:
         n.output[0] = ""
     elif how == 1:
         del n.output[:]
     else:
-        r.choice(m.graph.node).output[0] = n.output[0]
+        _with_outputs(m, r).output[0] = n.output[0]
 
 
 def _nodes(m: onnx.ModelProto, r: random.Random) -> None:
