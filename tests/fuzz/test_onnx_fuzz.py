@@ -130,7 +130,10 @@ def _drop_initializer(m: onnx.ModelProto, r: random.Random) -> None:
 def _quant_param(m: onnx.ModelProto, r: random.Random) -> None:
     """A scale or zero point resized, retyped, or set to a bad value (zero, negative, NaN, ...)."""
     t = r.choice([t for t in m.graph.initializer if t.name.endswith(("_scale", "_zero_point"))])
-    arr = numpy_helper.to_array(t).copy()
+    try:
+        arr = numpy_helper.to_array(t).copy()
+    except ValueError:
+        return  # an earlier mutation left its dims at odds with its data (that case is its own test)
     how = r.randrange(5)
     if how == 0:
         arr = np.resize(arr, (r.choice([0, 2, 3, 7]),)).astype(arr.dtype)
@@ -276,6 +279,14 @@ def test_bad_scale(value: float) -> None:
     m = _qop()
     _set(m, "w1_scale", np.array(value, np.float32))
     with pytest.raises(OnnxModelError, match="scale 'w1_scale' is .*, not a positive finite number"):
+        graph_from_onnx(m)
+
+
+def test_initializer_dims_at_odds_with_its_data() -> None:
+    m = _qop()
+    t = next(t for t in m.graph.initializer if t.name == "w1_quantized")
+    t.dims[0] = 0
+    with pytest.raises(OnnxModelError, match="onnxruntime rejects the model"):
         graph_from_onnx(m)
 
 
