@@ -27,6 +27,7 @@ import fcntl
 import functools
 import json
 import multiprocessing
+import queue
 import random
 import struct
 import subprocess
@@ -82,6 +83,7 @@ CORE_COUNT_LIMITS = {("DRM_IOCTL_SYNCOBJ_WAIT", "count_handles"): 1 << 20}
 RANDOM_BURST = 256
 RAW_SHARE = 0.1  # of a burst's calls: the request re-encoded with a random size and direction
 POOL_BUFFER = 4096  # bytes in each of a worker's buffers that valid random pointers point into
+POOL_SLACK = 4096  # bytes after each that the kernel may write into past the room a pointer left
 BOGUS_POINTERS = (0, 1, 0x1000, 0xFFFF_FFFF_FFFF_F000, 0xFFFF_8880_0000_0000, 0x7FFF_FFFF_F000, 1 << 47)
 INTERESTING = (0, 1, 2, 3, 7, 8, 0xFF, 0x1000, 0xFFFF, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFF, 1 << 32)
 _INTERESTING = np.array(INTERESTING, np.uint64)
@@ -247,7 +249,13 @@ class Worker:
         self.stats = stats or FuzzStats()
         self.files: list[_File] = []
         self.burst = 1 if device == "shim" else RANDOM_BURST
-        self._pool = [ffi.new("uint8_t[]", self.rng.randbytes(POOL_BUFFER)) for _ in range(8)]
+        # POOL_SLACK bytes past each: a pointer leaves room for 8, 64 or 4096 bytes, but the kernel
+        # writes as much as it has (DRM_IOCTL_VERSION copies strlen(desc) bytes, whatever length
+        # the call asked for), and past the buffer that was the heap's next chunk ("double free or
+        # corruption" in a long run).
+        self._pool = [
+            ffi.new("uint8_t[]", self.rng.randbytes(POOL_BUFFER) + bytes(POOL_SLACK)) for _ in range(8)
+        ]
         self.pool = [int(ffi.cast("uintptr_t", buf)) for buf in self._pool]
         self.np_rng = np.random.default_rng(self.rng.getrandbits(64))
 
@@ -744,7 +752,12 @@ def run(
         children = [ctx.Process(target=_process, args=(device, s, threads, left, out)) for s in seeds]
         for c in children:
             c.start()
-        results = [out.get(timeout=left + 120) for _ in children]
+        results = []
+        for _ in children:
+            try:
+                results.append(out.get(timeout=left + 120))
+            except queue.Empty:  # a worker died before reporting: its exit code says how
+                break
         for c in children:
             c.join(30)
             if c.exitcode != 0:
