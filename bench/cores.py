@@ -9,6 +9,10 @@ Each client is one open file of the device, doing one of two workloads back to b
   with the same input's output from one client alone, so concurrency that changed a result
   shows as ``exact: no``.
 
+A third measure is the head-of-line blocking the cores remove: the empty-job round trip of one
+file while another file invokes the model back to back. On one core every empty job waits for
+the model job ahead of it; with two, it runs on the idle core.
+
 On the kernel device the clients are processes (forked: a Python start-up costs seconds
 under TCG) and the core count is the device's (``python -m qemu_tests --npu-cores N``). The
 shim's device lives inside one process, so its clients are threads sharing one shim device
@@ -69,6 +73,24 @@ def median_rows(rows: list[CoreThroughput]) -> list[CoreThroughput]:
             )
         )
     return out
+
+
+@dataclass(frozen=True)
+class RoundTripBeside:
+    """Empty-job round trips of one file while another file invokes the model back to back."""
+
+    backend: str
+    cores: int
+    samples: int
+    p50_us: float
+    p90_us: float
+    background_invokes: int  # the model invokes the other file finished meanwhile
+
+
+@dataclass
+class CoresReport:
+    throughput: list[CoreThroughput]
+    beside: list[RoundTripBeside]
 
 
 @dataclass
@@ -145,6 +167,66 @@ def _client(
         results.put(("error", repr(e), 0.0, False))
 
 
+def _background(open_device: Callable[[], Any], work: ModelWork, ready: Any, stop: Any, results: Any) -> None:
+    """Invoke the model back to back until ``stop`` is set; report how many invokes ended."""
+    try:
+        from libaccel.compiler import PartitionRunner
+
+        dev = open_device()
+        try:
+            with PartitionRunner(dev, work.compiled) as runner:
+                runner.run(work.feed)
+                ready.put(True)
+                n = 0
+                while not stop.is_set():
+                    runner.run(work.feed)
+                    n += 1
+                results.put(("ok", n))
+        finally:
+            dev.close()
+    except Exception as e:
+        ready.put(False)
+        results.put(("error", repr(e)))
+
+
+def _round_trip_beside(
+    spawn: Callable[..., Any],
+    make_sync: Callable[[], tuple[Any, Any, Any]],
+    open_device: Callable[[], Any],
+    backend: str,
+    cores: int,
+    work: ModelWork,
+    samples: int,
+) -> RoundTripBeside:
+    from bench.jobs import EmptyJob, percentile
+
+    ready, stop, results = make_sync()
+    worker = spawn(_background, open_device, work, ready, stop, results)
+    times: list[float] = []
+    try:
+        if ready.get(timeout=600):
+            dev = open_device()
+            try:
+                ej = EmptyJob(dev)
+                for _ in range(5):
+                    ej.submit()
+                    ej.wait()
+                for _ in range(samples):
+                    t0 = time.perf_counter_ns()
+                    ej.submit()
+                    ej.wait()
+                    times.append((time.perf_counter_ns() - t0) / 1000)
+            finally:
+                dev.close()
+    finally:
+        stop.set()
+    status, value = results.get(timeout=600)
+    worker.join(timeout=60)
+    if status != "ok":
+        raise RuntimeError(f"benchmark client failed: {value}")
+    return RoundTripBeside(backend, cores, samples, percentile(times, 50), percentile(times, 90), value)
+
+
 def _measure(
     spawn: Callable[..., Any],
     make_sync: Callable[[], tuple[Any, Any, Any]],
@@ -185,8 +267,13 @@ def _start_thread(target: Callable[..., None], *args: Any) -> threading.Thread:
 
 
 def shim_table(
-    core_counts: list[int], client_counts: list[int], jobs: int, invokes: int, repeat: int = 1
-) -> list[CoreThroughput]:
+    core_counts: list[int],
+    client_counts: list[int],
+    jobs: int,
+    invokes: int,
+    repeat: int = 1,
+    beside_samples: int = 100,
+) -> CoresReport:
     """The shim's rows: a fresh shim device per core count, clients as threads.
 
     With ``repeat`` > 1 the core counts alternate run by run (1, 2, 1, 2, ...), so a change in
@@ -197,7 +284,8 @@ def shim_table(
 
     work = ModelWork.build()
     rows = []
-    for cores in [c for _ in range(repeat) for c in core_counts]:
+    beside = []
+    for run, cores in enumerate(c for _ in range(repeat) for c in core_counts):
         shim = ShimDevice(num_cores=cores)
         try:
 
@@ -221,9 +309,13 @@ def shim_table(
                             _start_thread, sync, open_device, "shim", cores, clients, workload, count, work
                         )
                     )
+            if run < len(core_counts):  # once per core count
+                beside.append(
+                    _round_trip_beside(_start_thread, sync, open_device, "shim", cores, work, beside_samples)
+                )
         finally:
             shim.close()
-    return median_rows(rows)
+    return CoresReport(median_rows(rows), beside)
 
 
 def _fork(target: Callable[..., None], *args: Any) -> Any:
@@ -232,7 +324,9 @@ def _fork(target: Callable[..., None], *args: Any) -> Any:
     return p
 
 
-def kernel_table(client_counts: list[int], jobs: int, invokes: int, repeat: int = 1) -> list[CoreThroughput]:
+def kernel_table(
+    client_counts: list[int], jobs: int, invokes: int, repeat: int = 1, beside_samples: int = 100
+) -> CoresReport:
     """The kernel device's rows, at the device's core count; clients are forked processes.
 
     Each row is the median of ``repeat`` runs.
@@ -261,10 +355,12 @@ def kernel_table(client_counts: list[int], jobs: int, invokes: int, repeat: int 
                 rows.append(
                     _measure(_fork, sync, open_device, "kernel", cores, clients, workload, count, work)
                 )
-    return median_rows(rows)
+    beside = [_round_trip_beside(_fork, sync, open_device, "kernel", cores, work, beside_samples)]
+    return CoresReport(median_rows(rows), beside)
 
 
-def format_table(rows: list[CoreThroughput]) -> str:
+def format_table(report: CoresReport) -> str:
+    rows = report.throughput
     head = f"{'throughput by cores':<26}{'cores':>6}{'clients':>8}{'count':>7}{'per s':>9}{'x 1 client':>11}"
     lines = [head + "  exact  runs (per s)"]
     alone = {(r.backend, r.cores, r.workload): r.per_s for r in rows if r.clients == 1}
@@ -277,4 +373,13 @@ def format_table(rows: list[CoreThroughput]) -> str:
             f"{'  ' + r.workload + ' (' + unit + ')':<26}{r.cores:>6}{r.clients:>8}{r.count:>7}"
             f"{r.per_s:>9.1f}{scale}  {'yes' if r.exact else 'NO ':<5}  {runs}"
         )
+    if report.beside:
+        lines.append(
+            f"{'empty-job round trip':<26}{'cores':>6}{'p50 us':>10}{'p90 us':>10}{'samples':>9}  beside"
+        )
+        for b in report.beside:
+            lines.append(
+                f"{'  beside model invokes':<26}{b.cores:>6}{b.p50_us:>10.1f}{b.p90_us:>10.1f}{b.samples:>9}"
+                f"  {b.background_invokes} invokes"
+            )
     return "\n".join(lines)

@@ -258,13 +258,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--repeat", type=int, default=1, help="runs of the cores table, each row the median (default 1)"
     )
+    p.add_argument(
+        "--beside",
+        type=int,
+        default=100,
+        help="empty-job round trips timed beside another file's model invokes (default 100)",
+    )
     p.add_argument("--no-cores-table", action="store_true", help="skip the cores table")
     args = p.parse_args(argv)
     if args.kernel and args.shim:
         p.error("--kernel and --shim are exclusive")
     device = "kernel" if args.kernel or (in_guest() and not args.shim) else "shim"
-    if args.iterations < 1 or args.jobs < 1 or args.invokes < 1 or args.repeat < 1:
-        p.error("--iterations, --jobs, --invokes and --repeat must be positive")
+    if min(args.iterations, args.jobs, args.invokes, args.repeat, args.beside) < 1:
+        p.error("--iterations, --jobs, --invokes, --repeat and --beside must be positive")
     if min(args.processes) < 1 or min(args.clients) < 1 or min(args.cores) < 1:
         p.error("--processes, --clients and --cores must be positive")
 
@@ -273,12 +279,16 @@ def main(argv: list[str] | None = None) -> int:
     floor = doorbell_floor() if device == "kernel" else None
     tps = [throughput(device, n, args.jobs) for n in args.processes]
     print(format_table(lat, tps, floor))
-    by_cores: list[core_bench.CoreThroughput] = []
+    by_cores = core_bench.CoresReport([], [])
     if not args.no_cores_table:
         if device == "kernel":
-            by_cores = core_bench.kernel_table(args.clients, args.jobs, args.invokes, args.repeat)
+            by_cores = core_bench.kernel_table(
+                args.clients, args.jobs, args.invokes, args.repeat, args.beside
+            )
         else:
-            by_cores = core_bench.shim_table(args.cores, args.clients, args.jobs, args.invokes, args.repeat)
+            by_cores = core_bench.shim_table(
+                args.cores, args.clients, args.jobs, args.invokes, args.repeat, args.beside
+            )
         print(core_bench.format_table(by_cores))
     result = {
         "backend": device,
@@ -293,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         "round_trip": asdict(lat),
         "doorbell_floor": asdict(floor) if floor else None,
         "throughput": [asdict(t) for t in tps],
-        "throughput_by_cores": [asdict(r) for r in by_cores],
+        "throughput_by_cores": [asdict(r) for r in by_cores.throughput],
+        "round_trip_beside_model": [asdict(r) for r in by_cores.beside],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -28,7 +28,7 @@ def test_percentile_rejects_bad_input() -> None:
 def test_bench_on_the_shim_writes_its_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
     args = ["--iterations", "20", "--jobs", "10", "--processes", "1", "--clients", "1", "2", "--invokes", "2"]
-    args += ["--repeat", "2"]
+    args += ["--repeat", "2", "--beside", "5"]
     assert main([str(out), "--shim", *args]) == 0
     r = json.loads(out.read_text())
     assert r["backend"] == "shim" and not r["in_qemu_guest"]
@@ -48,5 +48,10 @@ def test_bench_on_the_shim_writes_its_json(tmp_path: Path, capsys: pytest.Captur
         assert t["exact"] and t["per_s"] > 0 and len(t["runs"]) == 2
         assert min(t["runs"]) <= t["per_s"] <= max(t["runs"])
         assert t["count"] == t["clients"] * (10 if t["workload"] == "empty job" else 2)
+    # Head-of-line blocking: one row per core count, the round trips beside the other file's model.
+    beside = r["round_trip_beside_model"]
+    assert [b["cores"] for b in beside] == [1, 2]
+    for b in beside:
+        assert b["samples"] == 5 and 0 < b["p50_us"] <= b["p90_us"] and b["background_invokes"] >= 0
     text = capsys.readouterr().out
-    assert "of which submit call" in text and "throughput by cores" in text
+    assert "of which submit call" in text and "throughput by cores" in text and "beside model" in text
