@@ -13,6 +13,9 @@ A third measure is the head-of-line blocking the cores remove: the empty-job rou
 file while another file invokes the model back to back. On one core every empty job waits for
 the model job ahead of it; with two, it runs on the idle core.
 
+On the shim a last line times the C MAC array (which releases the GIL) inside the device's
+jobs: its share bounds what two core threads can gain (Amdahl).
+
 On the kernel device the clients are processes (forked: a Python start-up costs seconds
 under TCG) and the core count is the device's (``python -m qemu_tests --npu-cores N``). The
 shim's device lives inside one process, so its clients are threads sharing one shim device
@@ -87,10 +90,67 @@ class RoundTripBeside:
     background_invokes: int  # the model invokes the other file finished meanwhile
 
 
+@dataclass(frozen=True)
+class MacShare:
+    """How much of the model's device time runs in the C MAC array, which releases the GIL."""
+
+    invokes: int
+    job_ms: float  # the device's time in the jobs (Npu._run), all invokes
+    mac_ms: float  # of which inside device_model.mac_array.run
+
+    @property
+    def share(self) -> float:
+        return self.mac_ms / self.job_ms
+
+    @property
+    def two_core_bound(self) -> float:
+        """Amdahl: the most two cores can speed the jobs up when only the MAC array runs in parallel."""
+        return 1 / ((1 - self.share) + self.share / 2)
+
+
 @dataclass
 class CoresReport:
     throughput: list[CoreThroughput]
     beside: list[RoundTripBeside]
+    mac_share: MacShare | None = None
+
+
+def mac_share(work: ModelWork, invokes: int) -> MacShare:
+    """Time the device's jobs and the MAC array inside them, on a 1-core shim (wrapping both)."""
+    import device_model.mac_array as mac
+    from device_model.npu import Npu
+    from libaccel import Device
+    from libaccel.backends.shim import ShimBackend, ShimDevice
+    from libaccel.compiler import PartitionRunner
+
+    totals = {"job": 0.0, "mac": 0.0}
+    run_job, run_mac = Npu._run, mac.run
+
+    def timed(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                totals[key] += time.perf_counter() - t0
+
+        return wrapper
+
+    shim = ShimDevice(num_cores=1)
+    try:
+        dev = Device(ShimBackend(shim))
+        with PartitionRunner(dev, work.compiled) as runner:
+            runner.run(work.feed)
+            Npu._run, mac.run = timed("job", run_job), timed("mac", run_mac)  # type: ignore[method-assign]
+            try:
+                for _ in range(invokes):
+                    runner.run(work.feed)
+            finally:
+                Npu._run, mac.run = run_job, run_mac  # type: ignore[method-assign]
+        dev.close()
+    finally:
+        shim.close()
+    return MacShare(invokes, totals["job"] * 1000, totals["mac"] * 1000)
 
 
 @dataclass
@@ -315,7 +375,7 @@ def shim_table(
                 )
         finally:
             shim.close()
-    return CoresReport(median_rows(rows), beside)
+    return CoresReport(median_rows(rows), beside, mac_share(work, invokes))
 
 
 def _fork(target: Callable[..., None], *args: Any) -> Any:
@@ -382,4 +442,11 @@ def format_table(report: CoresReport) -> str:
                 f"{'  beside model invokes':<26}{b.cores:>6}{b.p50_us:>10.1f}{b.p90_us:>10.1f}{b.samples:>9}"
                 f"  {b.background_invokes} invokes"
             )
+    if report.mac_share is not None:
+        m = report.mac_share
+        lines.append(
+            f"device time in the C MAC array (GIL released): {m.mac_ms:.0f} of {m.job_ms:.0f} ms "
+            f"({m.share:.0%}, {m.invokes} invokes, 1 core): two cores speed the jobs up "
+            f"{m.two_core_bound:.2f}x at most"
+        )
     return "\n".join(lines)

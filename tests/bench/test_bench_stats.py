@@ -53,5 +53,8 @@ def test_bench_on_the_shim_writes_its_json(tmp_path: Path, capsys: pytest.Captur
     assert [b["cores"] for b in beside] == [1, 2]
     for b in beside:
         assert b["samples"] == 5 and 0 < b["p50_us"] <= b["p90_us"] and b["background_invokes"] >= 0
+    # The MAC array's share of the device's time: inside the jobs, so below their total.
+    m = r["mac_array_share"]
+    assert m["invokes"] == 2 and 0 < m["mac_ms"] < m["job_ms"]
     text = capsys.readouterr().out
     assert "of which submit call" in text and "throughput by cores" in text and "beside model" in text
