@@ -28,7 +28,6 @@ import argparse
 import fcntl
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -39,6 +38,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from vnpu_common import cache
 
 # The --kernel / --matrix word that names this kernel.
 SPEC = "debug"
@@ -76,8 +77,8 @@ class BuildError(RuntimeError):
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "vnpu" / "kernels"
+    """Where built kernels live: ``kernels/`` in the project's one cache root."""
+    return cache.cache_root() / "kernels"
 
 
 def _first_line(cmd: list[str]) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kernel_helpers import accel_nodes, fill_stream, hang_stream
+from kernel_helpers import accel_nodes, fill_stream, hang_stream, wait_until
 
 from libaccel import fdinfo
 
@@ -31,15 +31,6 @@ def _write_once(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def _wait(cond, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
-
-
 def _unplug_under_a_running_job(address: str) -> None:
     from libaccel import Device, Job, JobBo
     from libaccel.errors import NoDevice
@@ -49,13 +40,14 @@ def _unplug_under_a_running_job(address: str) -> None:
         out = dev.create_bo(4096)
         s = hang_stream(sem.va, out.va)
         dev.submit(Job(dev.create_bo_with(s, read_only=True), len(s), [JobBo(sem), JobBo(out, write=True)]))
-        assert _wait(lambda: fdinfo.read(dev.backend.fileno()).engine_ns() > 0, 10), "the job never started"
+        started = wait_until(lambda: fdinfo.read(dev.backend.fileno()).engine_ns() > 0, 10)
+        assert started, "the job never started"
         # CPU mappings made now stay valid after the unplug (a new mmap is refused then).
         sem_view, out_view = sem.array(np.int32, 1), out.array(np.int8, 4096)
 
         _write_once(DRIVER / "unbind", address)
         assert not (DRIVER / address).exists()
-        assert _wait(lambda: not accel_nodes(), 10)
+        assert wait_until(lambda: not accel_nodes(), 10)
         # The file stays open, and every ioctl says the device is gone.
         with pytest.raises(NoDevice):
             dev.get_param("DEVICE_ID")
@@ -83,7 +75,7 @@ def test_unbind_with_an_open_file_and_a_running_job_then_rebind() -> None:
     finally:
         if not (DRIVER / address).exists():
             _write_once(DRIVER / "bind", address)
-    assert _wait(lambda: bool(accel_nodes()), 10)
+    assert wait_until(lambda: bool(accel_nodes()), 10)
     with Device.open("kernel") as dev:
         out = dev.create_bo(4096)
         s = fill_stream(out.va, 4096, 13)
