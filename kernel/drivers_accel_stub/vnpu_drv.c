@@ -388,9 +388,9 @@ static int vnpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (ret)
 		goto err_job;
 	vnpu_debugfs_init(vdev);
-	drm_info(&vdev->drm, "vnpu NPU rev %u, ISA %#x, device peer %u, %u-bit VA\n",
+	drm_info(&vdev->drm, "vnpu NPU rev %u, ISA %#x, %u cores, device peer %u, %u-bit VA\n",
 		 vnpu_rd32(vdev, VNPU_REG_REVISION), vnpu_rd32(vdev, VNPU_REG_ISA_VERSION),
-		 vdev->peer, vdev->va_bits);
+		 vdev->num_cores, vdev->peer, vdev->va_bits);
 	return 0;
 
 err_job:
