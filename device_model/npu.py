@@ -44,6 +44,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -54,6 +55,7 @@ from uapi import isa
 from .command_processor import CommandProcessor, JobResult
 from .faults import FaultInjector
 from .memory import PhysicalAddressError, SystemMemory
+from .sq_poll import DEFAULT_LIMIT_US, SqPoller
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -91,6 +93,7 @@ class Core:
     processor: CommandProcessor | None = None  # its own caches: cores share no decode state
     jobs_done: int = 0
     thread: threading.Thread | None = None
+    poller: SqPoller = field(default_factory=SqPoller)  # its SQ polling window (device_model.sq_poll)
 
 
 def _eventfd_drain(fd: int) -> bool:
@@ -114,6 +117,8 @@ class Npu:
         queue_fd: int | None = None,
         fw_pubkey: Ed25519PublicKey | None = None,
         num_cores: int = DEFAULT_CORES,
+        sq_poll_us: int = DEFAULT_LIMIT_US,
+        sq_poll_control: Path | None = None,
     ) -> None:
         mv = memoryview(bar2).cast("B")
         if mv.readonly or len(mv) < hw.BAR2_SIZE:
@@ -138,7 +143,14 @@ class Npu:
         self._dispatch_lock = threading.Lock()  # SQ_HEAD and the cores' queues
         self._cq_lock = threading.Lock()  # the completion queue and REG_JOBS_DONE
         self._reg_lock = threading.Lock()  # read-modify-write device counters (REG_IRQ_*)
-        self.cores = [Core(i, os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)) for i in range(num_cores)]
+        self.cores = [
+            Core(
+                i,
+                os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC),
+                poller=SqPoller(sq_poll_us, sq_poll_control, f"core {i}"),
+            )
+            for i in range(num_cores)
+        ]
         self.faults: FaultInjector | None = None  # fault injection (device_model.faults), off by default
 
         # Device-owned state starts from zero; the identification block is
@@ -406,7 +418,17 @@ class Npu:
         if self._queue_fd in ready and _eventfd_drain(self._queue_fd):
             self.queue_kicks += 1
 
+    def _sq_work(self, core: Core) -> bool:
+        """Work for an idle core: new SQ entries, entries queued for it, or a stop or RESET."""
+        return (
+            self._u32[hw.SQ_TAIL >> 2] != self._u32[hw.SQ_HEAD >> 2]
+            or bool(core.queue)
+            or core.abort.is_set()
+            or self._stop.is_set()
+        )
+
     def _core_loop(self, core: Core) -> None:
+        ran = False
         while not self._stop.is_set():
             # The core's lock, then the dispatch lock: the order _reset takes them in too.
             with core.lock:
@@ -416,7 +438,14 @@ class Npu:
                         self._run(core, sqe)
                     except Exception:
                         log.exception("core %d: unexpected error", core.index)
+                    ran = True
                     continue
+            # Only after a job: a core that found nothing on a doorbell goes back to sleep.
+            polled = ran and core.poller.poll(lambda: self._sq_work(core))
+            ran = False  # one window per job: a RESET or another core's entry must not spin here
+            if polled:
+                continue
+            core.poller.refresh(sum(c.jobs_done for c in self.cores))
             self._wait_kick(core)
 
     def _run(self, core: Core, sqe: SqEntry) -> None:

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from device_model import sq_poll
 from uapi import hw_layout
 
 log = logging.getLogger("vnpu.qemu_server")
@@ -189,6 +190,10 @@ class DeviceServer:
         self.memory = None
         self.npu = None
         self.fault_control: Path | None = None  # device_model.faults control file (--fault-control)
+        # Submission-queue polling after each job (device_model.sq_poll): the limit in us and
+        # the file that changes it at run time; None: the Npu's defaults.
+        self.sq_poll_us: int | None = None
+        self.sq_poll_control: Path | None = None
 
     def _make_npu(self) -> object:
         from device_model.memory import FileMemory
@@ -200,6 +205,10 @@ class DeviceServer:
 
             factory = Npu
             extra["fw_pubkey"] = self.fw_pubkey
+            if self.sq_poll_us is not None:
+                extra["sq_poll_us"] = self.sq_poll_us
+            if self.sq_poll_control is not None:
+                extra["sq_poll_control"] = self.sq_poll_control
         if self.num_cores is not None:
             extra["num_cores"] = self.num_cores
         self.memory = FileMemory(self.ram_path, self.ram_size)
@@ -346,6 +355,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"NPU cores, 1..{hw_layout.MAX_CORES} (default: {_default_cores()})",
     )
+    p.add_argument(
+        "--sq-poll-us",
+        type=int,
+        default=os.environ.get("VNPU_SQ_POLL_US", str(sq_poll.DEFAULT_LIMIT_US)),  # type= converts it
+        help="after a job, watch the submission ring this long at most (adaptive window) before "
+        f"sleeping on the doorbell; 0 is off, at most {sq_poll.MAX_LIMIT_US} "
+        f"(default $VNPU_SQ_POLL_US, else {sq_poll.DEFAULT_LIMIT_US})",
+    )
+    p.add_argument(
+        "--sq-poll-control",
+        type=Path,
+        default=os.environ.get("VNPU_SQ_POLL_CONTROL"),
+        help="a file holding the --sq-poll-us limit, re-read when it changes, so that a running "
+        "guest can switch polling for an A/B run (default $VNPU_SQ_POLL_CONTROL)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log device model activity to stderr")
     return p
 
@@ -365,6 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.cores is not None and not 1 <= args.cores <= hw_layout.MAX_CORES:
         print(f"vnpu-device-model: --cores {args.cores} is not 1..{hw_layout.MAX_CORES}", file=sys.stderr)
         return 2
+    try:
+        sq_poll.check_limit(args.sq_poll_us)
+    except ValueError as e:
+        print(f"vnpu-device-model: --sq-poll-us: {e}", file=sys.stderr)
+        return 2
     fw_pubkey = None
     if args.fw_pubkey is not None:
         from uapi.firmware_format import FirmwareError, load_public_key
@@ -377,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = DeviceServer(args.socket, args.ram, ram_size, fw_pubkey=fw_pubkey, num_cores=args.cores)
         server.fault_control = args.fault_control
+        server.sq_poll_us = args.sq_poll_us
+        server.sq_poll_control = args.sq_poll_control
     except OSError as e:
         print(f"vnpu-device-model: cannot set up: {e}", file=sys.stderr)
         return 1 if e.errno != errno.EADDRINUSE else 3
