@@ -1,0 +1,456 @@
+"""The shim's file side: one open "file" and its ioctl handlers, as vnpu_drv.c and vnpu_gem.c are.
+
+A :class:`ShimBackend` holds the GEM handle table, the syncobj table and a private device address
+space with its own page tables in system memory (BO VAs from DRM_VNPU_VA_START), checks every
+argument with the errnos the header documents, checks command streams
+(:mod:`libaccel.backends.stream_check`) and hands jobs to the device side (:mod:`.device`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from typing import Any
+
+import numpy as np
+
+from device_model.page_tables import AddressSpace
+from libaccel.backends import Backend
+from libaccel.backends.shim.device import (
+    DRIVER_NAME,
+    DRIVER_VERSION,
+    GUARD,
+    JOB_V1_SIZE,
+    MAX_BO_SIZE,
+    MAX_IN_SYNCOBJS,
+    MAX_JOB_BOS,
+    MAX_JOB_SIZE,
+    MAX_JOB_STRUCT_SIZE,
+    SYNCOBJ_WAIT_FLAGS,
+    Errno,
+    ExtentAllocator,
+    Fence,
+    ShimBo,
+    ShimDevice,
+    ShimJob,
+    _now,
+    _page_round,
+    shared_device,
+)
+from libaccel.backends.stream_check import BoRange, StreamRejected, check_stream
+from libaccel.errors import DeviceClosed, from_errno
+from uapi import bindings as b
+from uapi import hw_layout as hw
+from uapi import isa
+from uapi.bindings import ffi, ioctl_name
+
+# The largest array a user pointer may name: what kmalloc serves (KMALLOC_MAX_SIZE on x86-64); the
+# kernel fails a bigger one with ENOMEM before it reads any of it.
+MAX_USER_COPY = 4 << 20
+_self_mem_fd = -1
+
+
+def _self_mem() -> int:
+    global _self_mem_fd
+    if _self_mem_fd < 0:
+        _self_mem_fd = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
+    return _self_mem_fd
+
+
+def _user_range(addr: int, size: int, what: str) -> None:
+    # NULL and the zero page fault, as does anything past the user half of the address space.
+    if addr < hw.PAGE_SIZE or addr + size > 1 << 47:
+        raise Errno(errno.EFAULT, f"{what} pointer {addr:#x} is not a valid user address")
+    if size > MAX_USER_COPY:
+        raise Errno(errno.ENOMEM, f"{what}: {size} bytes is more than the kernel allocates at once")
+
+
+def copy_from_user(addr: int, size: int, what: str) -> bytes:
+    """``size`` bytes at user address ``addr``; EFAULT (not SIGSEGV) where nothing is mapped.
+
+    The shim's "user memory" is this process's: reading it through /proc/self/mem makes a bad
+    pointer a failed read, as copy_from_user makes it in the kernel.
+    """
+    if size == 0:
+        return b""
+    _user_range(addr, size, what)
+    try:
+        data = os.pread(_self_mem(), size, addr)
+    except OSError:
+        data = b""
+    if len(data) != size:
+        raise Errno(errno.EFAULT, f"{what}: {size} bytes at {addr:#x} are not all readable")
+    return data
+
+
+def copy_to_user(addr: int, data: bytes, what: str) -> None:
+    """Write ``data`` at user address ``addr``; EFAULT where it is not writable memory."""
+    if not data:
+        return
+    _user_range(addr, len(data), what)
+    try:
+        written = os.pwrite(_self_mem(), data, addr)
+    except OSError:
+        written = 0
+    if written != len(data):
+        raise Errno(errno.EFAULT, f"{what}: {len(data)} bytes at {addr:#x} are not all writable")
+
+
+class ShimBackend(Backend):
+    """One open "file" of the shim device."""
+
+    kind = "shim"
+    path = "shim"
+    #: see VALIDATE_STREAMS_PARAM; class-wide, like a module parameter
+    validate_streams = True
+
+    def __init__(self, device: ShimDevice | None = None) -> None:
+        try:
+            self.dev = device or shared_device()
+        except Errno as e:
+            raise from_errno(e.errno, "open shim", e.detail) from None
+        self.file_id = self.dev.new_file_id()
+        self.aspace = AddressSpace(self.dev.memory, self.dev.pt_pages)
+        va_size = self.dev.param(b.DRM_VNPU_PARAM_VA_SIZE)
+        self.va = ExtentAllocator(b.DRM_VNPU_VA_START, va_size)
+        self.bos: dict[int, ShimBo] = {}
+        self.syncobjs: dict[int, Fence | None] = {}
+        self._closed = False
+        self._handlers = {
+            b.IOCTLS["DRM_IOCTL_VERSION"]: self._version,
+            b.IOCTLS["DRM_IOCTL_GEM_CLOSE"]: self._gem_close,
+            b.IOCTLS["DRM_IOCTL_SYNCOBJ_CREATE"]: self._syncobj_create,
+            b.IOCTLS["DRM_IOCTL_SYNCOBJ_DESTROY"]: self._syncobj_destroy,
+            b.IOCTLS["DRM_IOCTL_SYNCOBJ_WAIT"]: self._syncobj_wait,
+            b.IOCTLS["DRM_IOCTL_VNPU_GET_PARAM"]: self._get_param,
+            b.IOCTLS["DRM_IOCTL_VNPU_BO_CREATE"]: self._bo_create,
+            b.IOCTLS["DRM_IOCTL_VNPU_BO_INFO"]: self._bo_info,
+            b.IOCTLS["DRM_IOCTL_VNPU_BO_WAIT"]: self._bo_wait,
+            b.IOCTLS["DRM_IOCTL_VNPU_SUBMIT"]: self._submit,
+        }
+
+    # --- Backend interface ---------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def ioctl(self, request: int, arg: Any) -> None:
+        name = ioctl_name(request)
+        if self._closed:
+            raise DeviceClosed(errno.EBADF, name)
+        handler = self._handlers.get(request)
+        try:
+            if handler is None:
+                raise Errno(errno.EINVAL, "not an ioctl of this device")
+            # The kernel copies the argument in and out; a handler that fails writes nothing back.
+            size = ffi.sizeof(ffi.typeof(arg).item)
+            work = ffi.new(ffi.typeof(arg))
+            ffi.memmove(work, arg, size)
+            handler(work)
+            ffi.memmove(arg, work, size)
+        except Errno as e:
+            raise from_errno(e.errno, name, detail=e.detail) from None
+
+    def mmap(self, offset: int, size: int) -> memoryview:
+        if self._closed:
+            raise DeviceClosed(errno.EBADF, "mmap")
+        with self.dev.lock:
+            bo = self.dev.mmap_table.get(offset)
+            if bo is None or offset % hw.PAGE_SIZE or size <= 0 or size > bo.size:
+                raise from_errno(errno.EINVAL, "mmap", "no BO at that mmap offset, or size beyond it")
+            if bo.file is not self:
+                raise from_errno(errno.EACCES, "mmap", "the BO belongs to another file")
+            return self.dev.memory.view(bo.pa, size)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.dev.cancel_file_jobs(self)
+        with self.dev.lock:
+            for handle in list(self.bos):
+                self.unref_bo(self.bos.pop(handle))
+            self.syncobjs.clear()
+            self.aspace.destroy()
+
+    # --- helpers ----------------------------------------------------------------------
+    @staticmethod
+    def _new_handle(table: dict[int, Any]) -> int:
+        # idr_alloc(..., 1, 0): the lowest free id from 1.
+        h = 1
+        while h in table:
+            h += 1
+        return h
+
+    def _lookup_bo(self, handle: int, err: int = errno.ENOENT) -> ShimBo:
+        bo = self.bos.get(handle)
+        if bo is None:
+            raise Errno(err, f"no BO with handle {handle}")
+        return bo
+
+    def unref_bo(self, bo: ShimBo) -> None:
+        """Drop one reference (call with the device lock held); the last one frees VA and memory."""
+        bo.refs -= 1
+        if bo.refs:
+            return
+        npages = bo.size // hw.PAGE_SIZE
+        if self.aspace.root >= 0:
+            self.aspace.unmap(bo.va, npages)
+        self.va.free(bo.va, bo.size + GUARD)
+        self.dev.data.free(bo.pa, bo.size)
+        self.dev.mmap_table.pop(bo.mmap_offset, None)
+
+    def _alloc_mapped(self, size: int, writable: bool) -> tuple[int, int]:
+        """Contiguous zeroed memory mapped at a fresh VA, followed by an unmapped guard page: (pa, va)."""
+        va = self.va.alloc(size + GUARD)
+        if va is None:
+            raise Errno(errno.ENOSPC, "the file's device address space is full")
+        pa = self.dev.data.alloc(size)
+        if pa is None:
+            self.va.free(va, size + GUARD)
+            raise Errno(errno.ENOMEM, "out of device memory")
+        np.frombuffer(self.dev.memory.view(pa, size), dtype=np.uint8)[:] = 0
+        self.aspace.map(va, range(pa, pa + size, hw.PAGE_SIZE), writable=writable)
+        return pa, va
+
+    def free_cmd_copy(self, job: ShimJob) -> None:
+        if self.aspace.root >= 0:
+            self.aspace.unmap(job.cmd_va, job.cmd_alloc // hw.PAGE_SIZE)
+        self.va.free(job.cmd_va, job.cmd_alloc + GUARD)
+        self.dev.data.free(job.cmd_pa, job.cmd_alloc)
+
+    # --- core DRM ioctls --------------------------------------------------------------
+    def _version(self, a: Any) -> None:
+        a.version_major, a.version_minor, a.version_patchlevel = DRIVER_VERSION
+        for ptr_name, len_name, text in (
+            ("name", "name_len", DRIVER_NAME),
+            ("date", "date_len", "0"),
+            ("desc", "desc_len", "vnpu NPU (shim)"),
+        ):
+            data = text.encode()
+            n = min(int(getattr(a, len_name)), len(data))
+            ptr = int(ffi.cast("uintptr_t", getattr(a, ptr_name)))
+            if n and ptr:
+                copy_to_user(ptr, data[:n], ptr_name)
+            setattr(a, len_name, len(data))
+
+    def _gem_close(self, a: Any) -> None:
+        with self.dev.lock:
+            bo = self._lookup_bo(a.handle, errno.EINVAL)
+            del self.bos[a.handle]
+            self.unref_bo(bo)
+
+    def _syncobj_create(self, a: Any) -> None:
+        if a.flags & ~b.DRM_SYNCOBJ_CREATE_SIGNALED:
+            raise Errno(errno.EINVAL, f"unknown flags {a.flags:#x}")
+        with self.dev.lock:
+            h = self._new_handle(self.syncobjs)
+            self.syncobjs[h] = Fence(signaled=True) if a.flags & b.DRM_SYNCOBJ_CREATE_SIGNALED else None
+            a.handle = h
+
+    def _syncobj_destroy(self, a: Any) -> None:
+        if a.pad:
+            raise Errno(errno.EINVAL, "pad is not zero")
+        with self.dev.lock:
+            if a.handle not in self.syncobjs:
+                raise Errno(errno.EINVAL, f"no syncobj {a.handle}")
+            del self.syncobjs[a.handle]
+
+    def _syncobj_wait(self, a: Any) -> None:
+        if a.flags & ~SYNCOBJ_WAIT_FLAGS:
+            raise Errno(errno.EINVAL, f"unknown flags {a.flags:#x}")
+        if a.count_handles == 0:
+            return
+        raw = copy_from_user(a.handles, 4 * a.count_handles, "handles")
+        handles = list(struct.unpack(f"<{a.count_handles}I", raw))
+        wait_all = bool(a.flags & b.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL)
+        for_submit = bool(a.flags & b.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT)
+        with self.dev.lock:
+            for h in handles:
+                if h not in self.syncobjs:
+                    raise Errno(errno.ENOENT, f"no syncobj {h}")
+            fences: list[Fence | None] = [self.syncobjs[h] for h in handles]
+            if not for_submit and any(f is None for f in fences):
+                raise Errno(errno.EINVAL, "a syncobj has no fence (use WAIT_FOR_SUBMIT)")
+            while True:
+                for i, h in enumerate(handles):
+                    if fences[i] is None:
+                        fences[i] = self.syncobjs.get(h)
+                done = [f is not None and f.signaled for f in fences]
+                if all(done) if wait_all else any(done):
+                    if not wait_all:
+                        a.first_signaled = done.index(True)
+                    return
+                left = a.timeout_nsec - _now()
+                if left <= 0:
+                    raise Errno(errno.ETIME, "timeout")
+                self.dev.cond.wait(left / 1e9)
+
+    # --- vnpu ioctls ------------------------------------------------------------------
+    def _get_param(self, a: Any) -> None:
+        if a.pad:
+            raise Errno(errno.EINVAL, "pad is not zero")
+        a.value = self.dev.param(a.param)
+
+    def _bo_create(self, a: Any) -> None:
+        if a.flags & ~b.DRM_VNPU_BO_FLAGS_MASK:
+            raise Errno(errno.EINVAL, f"unknown flags {a.flags:#x}")
+        if a.handle or a.mmap_offset or a.va:
+            raise Errno(errno.EINVAL, "output fields are not zero")
+        if a.size == 0:
+            raise Errno(errno.EINVAL, "size is zero")
+        if a.size > MAX_BO_SIZE:
+            raise Errno(errno.E2BIG, f"size {a.size} exceeds {MAX_BO_SIZE}")
+        size = _page_round(a.size)
+        with self.dev.lock:
+            pa, va = self._alloc_mapped(size, writable=not a.flags & b.DRM_VNPU_BO_DEVICE_READ_ONLY)
+            bo = ShimBo(self, size, a.flags, pa, va, 0)
+            bo.mmap_offset = self.dev.alloc_mmap_offset(bo)
+            h = self._new_handle(self.bos)
+            self.bos[h] = bo
+        a.size, a.handle, a.mmap_offset, a.va = size, h, bo.mmap_offset, va
+
+    def _bo_info(self, a: Any) -> None:
+        if a.pad:
+            raise Errno(errno.EINVAL, "pad is not zero")
+        with self.dev.lock:
+            bo = self._lookup_bo(a.handle)
+            a.size, a.flags, a.pad2, a.mmap_offset, a.va = bo.size, bo.flags, 0, bo.mmap_offset, bo.va
+
+    def _bo_wait(self, a: Any) -> None:
+        if a.pad or a.pad2 or a.job_status or a.fault_va:
+            raise Errno(errno.EINVAL, "pad or output fields are not zero")
+        with self.dev.lock:
+            bo = self._lookup_bo(a.handle)
+            while bo.pending:
+                left = a.timeout_ns - _now()
+                if left <= 0:
+                    raise Errno(errno.ETIME, "timeout")
+                self.dev.cond.wait(left / 1e9)
+            a.job_status = bo.last_status
+            a.fault_va = bo.last_fault_va
+
+    def _submit(self, a: Any) -> None:
+        if a.flags or a.pad:
+            raise Errno(errno.EINVAL, "flags or pad is not zero")
+        if not 1 <= a.job_count <= b.DRM_VNPU_MAX_JOBS_PER_SUBMIT:
+            raise Errno(errno.EINVAL, f"job_count {a.job_count} is not 1..{b.DRM_VNPU_MAX_JOBS_PER_SUBMIT}")
+        if not JOB_V1_SIZE <= a.job_struct_size <= MAX_JOB_STRUCT_SIZE or a.job_struct_size % 8:
+            raise Errno(errno.EINVAL, f"job_struct_size {a.job_struct_size} is not supported")
+        raw_jobs = []
+        for i in range(a.job_count):
+            raw = copy_from_user(a.jobs + i * a.job_struct_size, a.job_struct_size, "jobs")
+            if any(raw[JOB_V1_SIZE:]):
+                raise Errno(errno.EINVAL, f"job {i}: bytes past the known struct are not zero")
+            job = ffi.new("struct drm_vnpu_job *")
+            ffi.memmove(job, raw[:JOB_V1_SIZE], JOB_V1_SIZE)
+            raw_jobs.append(job)
+        with self.dev.lock:
+            # Validate every job before queueing any: all or none.
+            checked = [self._check_job(i, j) for i, j in enumerate(raw_jobs)]
+            copies: list[tuple[int, int, int]] = []
+            try:
+                for _, stream, _, _ in checked:
+                    alloc = _page_round(len(stream))
+                    pa, va = self._alloc_mapped(alloc, writable=False)
+                    copies.append((pa, va, alloc))
+                    self.dev.memory.view(pa, len(stream))[:] = stream
+            except Errno:
+                for pa, va, alloc in copies:
+                    self.aspace.unmap(va, alloc // hw.PAGE_SIZE)
+                    self.va.free(va, alloc + GUARD)
+                    self.dev.data.free(pa, alloc)
+                raise
+            for (bos, stream, in_fences, out_handle), copy in zip(checked, copies, strict=True):
+                self._queue(bos, len(stream), copy, in_fences, out_handle)
+
+    def _check_job(self, i: int, j: Any) -> tuple[list[tuple[ShimBo, int]], bytes, list[Fence], int]:
+        p = f"job {i}: "
+        if j.flags or j.pad:
+            raise Errno(errno.EINVAL, p + "flags or pad is not zero")
+        if j.cmd_size == 0 or j.cmd_size % 8 or j.cmd_offset % 8:
+            raise Errno(errno.EINVAL, p + "cmd_size/cmd_offset zero or not 8-byte aligned")
+        if j.cmd_size > MAX_JOB_SIZE:
+            raise Errno(errno.EINVAL, p + f"cmd_size exceeds {MAX_JOB_SIZE}")
+        if not 1 <= j.bo_count <= MAX_JOB_BOS:
+            raise Errno(errno.EINVAL, p + f"bo_count {j.bo_count} is not 1..{MAX_JOB_BOS}")
+        if j.in_syncobj_count > MAX_IN_SYNCOBJS:
+            raise Errno(errno.EINVAL, p + f"more than {MAX_IN_SYNCOBJS} in-syncobjs")
+        cmd_bo = self._lookup_bo(j.cmd_bo_handle)
+        if j.cmd_offset + j.cmd_size > cmd_bo.size:
+            raise Errno(errno.EINVAL, p + "command range is outside its BO")
+        arr = ffi.from_buffer(
+            "struct drm_vnpu_job_bo[]",
+            copy_from_user(j.bos, j.bo_count * ffi.sizeof("struct drm_vnpu_job_bo"), "bos"),
+        )
+        bos: list[tuple[ShimBo, int]] = []
+        seen: set[int] = set()
+        for k in range(j.bo_count):
+            h, flags = arr[k].handle, arr[k].flags
+            if flags == 0 or flags & ~b.DRM_VNPU_JOB_BO_FLAGS_MASK:
+                raise Errno(errno.EINVAL, p + f"BO {h} has bad flags {flags:#x}")
+            bo = self._lookup_bo(h)
+            if h in seen:
+                raise Errno(errno.EINVAL, p + f"BO {h} is listed twice")
+            seen.add(h)
+            if flags & b.DRM_VNPU_JOB_BO_WRITE and bo.flags & b.DRM_VNPU_BO_DEVICE_READ_ONLY:
+                raise Errno(errno.EACCES, p + f"BO {h} is read-only but listed for writing")
+            bos.append((bo, flags))
+        in_fences: list[Fence] = []
+        if j.in_syncobj_count:
+            ins = struct.unpack(
+                f"<{j.in_syncobj_count}I",
+                copy_from_user(j.in_syncobjs, 4 * j.in_syncobj_count, "in_syncobjs"),
+            )
+            for k in range(j.in_syncobj_count):
+                if ins[k] not in self.syncobjs:
+                    raise Errno(errno.ENOENT, p + f"no syncobj {ins[k]}")
+                fence = self.syncobjs[ins[k]]
+                if fence is None:
+                    raise Errno(errno.EINVAL, p + f"syncobj {ins[k]} has no fence")
+                in_fences.append(fence)
+        if j.out_syncobj and j.out_syncobj not in self.syncobjs:
+            raise Errno(errno.ENOENT, p + f"no syncobj {j.out_syncobj}")
+        # Copy the stream before checking it, so userspace cannot change it afterwards.
+        stream = bytes(self.dev.memory.view(cmd_bo.pa + j.cmd_offset, j.cmd_size))
+        try:
+            if ShimBackend.validate_streams:
+                check_stream(stream, [BoRange(bo.va, bo.size, fl) for bo, fl in bos])
+            else:
+                isa.decode(stream)
+        except StreamRejected as e:
+            raise Errno(e.errno, p + str(e)) from None
+        except isa.IsaError as e:
+            raise Errno(errno.ENOEXEC, p + str(e)) from None
+        return bos, stream, in_fences, j.out_syncobj
+
+    def _queue(
+        self,
+        bos: list[tuple[ShimBo, int]],
+        cmd_size: int,
+        copy: tuple[int, int, int],
+        in_fences: list[Fence],
+        out: int,
+    ) -> None:
+        pa, va, alloc = copy
+        fence = Fence()
+        deps = [f for f in in_fences if not f.signaled]
+        # Implicit dependencies, as the BOs' reservations give them in vnpu.ko: a writer waits
+        # for every earlier user of the BO, a reader for its earlier writers. (Jobs of this file
+        # wait for each other anyway: a file's jobs run one at a time, in order.)
+        for bo, flags in bos:
+            for earlier in bo.pending:
+                job = self.dev.jobs[earlier]
+                if job.file is not self and (
+                    flags & b.DRM_VNPU_JOB_BO_WRITE
+                    or any(ebo is bo and ef & b.DRM_VNPU_JOB_BO_WRITE for ebo, ef in job.bos)
+                ):
+                    deps.append(job.out_fence)
+        if out:
+            self.syncobjs[out] = fence
+        seqno = self.dev.new_seqno()
+        for bo, _ in bos:
+            bo.refs += 1
+            bo.pending.add(seqno)
+        self.dev.queue_job(ShimJob(seqno, self, bos, pa, va, alloc, cmd_size, fence, deps))
