@@ -9,7 +9,7 @@ in its default double-rounding form and its ``TFLITE_SINGLE_ROUNDING`` form, and
 Each operation has one definition, vectorised over numpy arrays (int32 values carried in int64,
 C's two's-complement wrap-around modelled explicitly). The scalar forms (``srdhm``,
 ``rounding_divide_by_pot_int``, ``multiply_by_quantized_multiplier_int``) call it on plain ints.
-``tests/device_model/reference.py`` is the independent oracle these are tested against.
+``tests/reference_kernels.py`` is the independent oracle these are tested against.
 """
 
 from __future__ import annotations
