@@ -200,12 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.in_guest:
             return 0
     else:
-        import delegate_teflon
         from qemu_tests import harness
 
-        # The stress part loads libteflon.so in the guest, which cannot write the build cache
-        # (its view of the host is read-only): build it here first.
-        delegate_teflon.library_path()
+        # The harness builds libteflon.so, which the stress part loads in the guest, before it boots.
         out = harness.results_dir(None)
         inner = f"python -m bench.reliability --in-guest --budget {args.budget:g} --seed {args.seed}"
         hargs = ["--out", str(out), "--exec", inner, "--timeout", str(args.budget * 3 + 900)]
