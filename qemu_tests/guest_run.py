@@ -68,6 +68,8 @@ def setup(repo: Path, module: Path | None) -> None:
     params = module_params()
     # Tests that reload the module (kernel_helpers.insmod_command) load it the same way.
     os.environ["VNPU_MODULE_PARAMS"] = " ".join(params)
+    # Tests scale their subprocess time limits by it (trace_helpers.run_trace).
+    os.environ["VNPU_TIMEOUT_SCALE"] = str(CHECKING_KERNEL_TIMEOUT_SCALE if checking_kernel() else 1)
     run(["insmod", str(module), *params])
     if not wait_for("/dev/accel/accel*", 10.0):
         raise RuntimeError("vnpu.ko loaded but no /dev/accel/accel* appeared (see dmesg)")
@@ -81,13 +83,17 @@ LOCKDEP = Path("/proc/lockdep")
 # A kernel that checks every lock and allocation runs several times slower under TCG: a job that
 # is merely slow there would hit the driver's default 5 s job timeout.
 CHECKING_KERNEL_MODULE_PARAMS = ("timeout_ms=30000",)
+# Likewise the tests' own time limits for whole programs (a traced delegate run took over 300 s there).
+CHECKING_KERNEL_TIMEOUT_SCALE = 4
+
+
+def checking_kernel() -> bool:
+    return LOCKDEP.exists() or KMEMLEAK.exists()
 
 
 def module_params() -> list[str]:
     """vnpu.ko's parameters for the running kernel: a longer job timeout on a checking kernel."""
-    if LOCKDEP.exists() or KMEMLEAK.exists():
-        return list(CHECKING_KERNEL_MODULE_PARAMS)
-    return []
+    return list(CHECKING_KERNEL_MODULE_PARAMS) if checking_kernel() else []
 
 
 def kmemleak_clear() -> None:

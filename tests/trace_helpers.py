@@ -33,7 +33,9 @@ def run_trace(
     argv: list[str], out: Path, json_mode: bool = True, timeout: float = 300
 ) -> tuple[subprocess.CompletedProcess[str], str]:
     """``accel trace [--json] -o OUT -- ARGV``: the finished process and what it wrote to ``out``
-    (its stderr when it wrote nothing)."""
+    (its stderr when it wrote nothing). ``timeout`` is scaled by ``$VNPU_TIMEOUT_SCALE`` (set in the
+    guest: larger on a debug kernel)."""
+    timeout *= float(os.environ.get("VNPU_TIMEOUT_SCALE", "1"))
     cmd = [sys.executable, "-m", "libaccel.cli", "trace", *(["--json"] if json_mode else []), "-o", str(out)]
     r = subprocess.run([*cmd, "--", *argv], env=trace_env(), capture_output=True, text=True, timeout=timeout)
     return r, out.read_text() if out.exists() else r.stderr

@@ -369,3 +369,4 @@ def test_a_checking_kernel_loads_vnpu_with_a_longer_job_timeout(tmp_path: Path, 
     # Longer than the default the module states, and in a form insmod takes.
     name, value = timeout.split("=")
     assert name == "timeout_ms" and int(value) > 5000
+    assert guest_run.checking_kernel() and guest_run.CHECKING_KERNEL_TIMEOUT_SCALE > 1
