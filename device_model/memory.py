@@ -76,6 +76,35 @@ class AnonymousMemory(_MappedMemory):
         return f"AnonymousMemory(size={self.size:#x})"
 
 
+class MemfdMemory(_MappedMemory):
+    """Shared memory of ``size`` bytes, zero-filled, that another process can map too.
+
+    An anonymous mapping cannot be handed to a child process after exec; a memfd can: pass
+    ``fd`` (``subprocess.Popen(pass_fds=...)``) and map it there with ``MemfdMemory(size, fd)``.
+    The device model's core worker processes (device_model.core_worker) map the shim's RAM so.
+    """
+
+    def __init__(self, size: int, fd: int | None = None) -> None:
+        if size <= 0 or size % mmap.PAGESIZE:
+            raise ValueError(f"memory size {size} must be a positive multiple of {mmap.PAGESIZE}")
+        self.size = size
+        if fd is None:
+            fd = os.memfd_create("vnpu-ram", os.MFD_CLOEXEC)
+            os.ftruncate(fd, size)
+        elif os.fstat(fd).st_size < size:
+            raise ValueError(f"memfd {fd} has {os.fstat(fd).st_size} bytes, wanted {size}")
+        self.fd = fd
+        self._map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self._mv = memoryview(self._map)
+
+    def close(self) -> None:
+        super().close()
+        os.close(self.fd)
+
+    def __repr__(self) -> str:
+        return f"MemfdMemory(size={self.size:#x}, fd={self.fd})"
+
+
 class FileMemory(_MappedMemory):
     """A shared mapping of a RAM backing file (QEMU's ``memory-backend-file``).
 
