@@ -53,6 +53,14 @@ from uapi import hw_layout as hw
 from uapi import isa
 
 from .command_processor import CommandProcessor, JobResult
+from .core_worker import (
+    CoreWorker,
+    CoreWorkerError,
+    ProcessorSpec,
+    RemoteProcessor,
+    SharedAbort,
+    check_shareable,
+)
 from .faults import FaultInjector
 from .memory import PhysicalAddressError, SystemMemory
 from .sq_poll import DEFAULT_LIMIT_US, SqPoller
@@ -88,11 +96,16 @@ class Core:
     wake: int  # an eventfd: entries were queued for this core
     queue: deque[SqEntry] = field(default_factory=deque)  # guarded by Npu._dispatch_lock
     lock: threading.Lock = field(default_factory=threading.Lock)  # held while it runs a job
-    abort: threading.Event = field(default_factory=threading.Event)  # a RESET of this core
+    # A RESET of this core; a SharedAbort when a worker process runs its jobs.
+    abort: threading.Event | SharedAbort = field(default_factory=threading.Event)
     aborted_cycles: int | None = None  # instructions of the job a RESET aborted, None if none
-    processor: CommandProcessor | None = None  # its own caches: cores share no decode state
+    # Its own caches (cores share no decode state); a RemoteProcessor in process mode.
+    processor: CommandProcessor | RemoteProcessor | None = None
     jobs_done: int = 0
     thread: threading.Thread | None = None
+    worker: CoreWorker | None = None  # process mode: the process that executes its jobs
+    started: threading.Event = field(default_factory=threading.Event)  # its thread is serving
+    start_error: str = ""  # why its worker did not start
     poller: SqPoller = field(default_factory=SqPoller)  # its SQ polling window (device_model.sq_poll)
 
 
@@ -119,12 +132,16 @@ class Npu:
         num_cores: int = DEFAULT_CORES,
         sq_poll_us: int = DEFAULT_LIMIT_US,
         sq_poll_control: Path | None = None,
+        core_processes: bool = False,
     ) -> None:
         mv = memoryview(bar2).cast("B")
         if mv.readonly or len(mv) < hw.BAR2_SIZE:
             raise ValueError(f"BAR2 must be a writable buffer of at least {hw.BAR2_SIZE} bytes")
         if not 1 <= num_cores <= hw.MAX_CORES:
             raise ValueError(f"num_cores {num_cores} is not 1..{hw.MAX_CORES}")
+        if core_processes:
+            check_shareable(memory)
+        self.core_processes = core_processes
         self._u32 = np.frombuffer(mv, dtype="<u4", count=hw.BAR2_SIZE // 4)
         self._u64 = np.frombuffer(mv, dtype="<u8", count=hw.BAR2_SIZE // 8)
         self.memory = memory
@@ -151,6 +168,10 @@ class Npu:
             )
             for i in range(num_cores)
         ]
+        if core_processes:
+            for core in self.cores:
+                core.abort = SharedAbort()
+                core.worker = CoreWorker(memory, core.index, core.abort)
         self.faults: FaultInjector | None = None  # fault injection (device_model.faults), off by default
 
         # Device-owned state starts from zero; the identification block is
@@ -187,6 +208,13 @@ class Npu:
                 target=self._core_loop, args=(core,), name=f"vnpu-core{core.index}", daemon=True
             )
             core.thread.start()
+        # Process mode: every worker is up (numpy and the MAC array imported) before the device is.
+        for core in self.cores:
+            core.started.wait()
+        failed = [c.start_error for c in self.cores if c.start_error]
+        if failed:
+            self.close()
+            raise CoreWorkerError(failed[0])
 
     @property
     def num_cores(self) -> int:
@@ -250,6 +278,8 @@ class Npu:
         for core in self.cores:
             if core.thread is None or not core.thread.is_alive():
                 os.close(core.wake)
+                if isinstance(core.abort, SharedAbort):
+                    core.abort.close()
         if self._own_queue_fd:
             os.close(self._queue_fd)
 
@@ -314,11 +344,8 @@ class Npu:
             return self._reject(hw.FW_REJECT_UNREADABLE, -errno.EFAULT)
         image = parsed.image
         self._set_processors(
-            lambda: CommandProcessor(
-                self.memory,
-                image.enabled_opcodes,
-                image.limits.max_cmd_size,
-                image.limits.max_tensor_elements,
+            ProcessorSpec.of(
+                image.enabled_opcodes, image.limits.max_cmd_size, image.limits.max_tensor_elements
             )
         )
         self._w32(hw.REG_FW_REJECT, hw.FW_REJECT_NONE)
@@ -340,9 +367,15 @@ class Npu:
         """REG_FW_REJECT: why the last BOOT failed (hw_layout.FW_REJECT_*), 0 after a good one."""
         return self._r32(hw.REG_FW_REJECT)
 
-    def _set_processors(self, make: Callable[[], CommandProcessor] | None) -> None:
+    def _set_processors(self, spec: ProcessorSpec | None) -> None:
+        """New command processors (fresh caches) with the firmware's limits, or none (-EIO)."""
         for core in self.cores:
-            core.processor = None if make is None else make()
+            if spec is None:
+                core.processor = None
+            elif core.worker is not None:
+                core.processor = core.worker.processor(spec)  # sent to the worker with its next job
+            else:
+                core.processor = spec.build(self.memory)
 
     def _reset(self, mask: int) -> int:
         """CMD_RESET: ARG0 names the cores (0: all); the others go on as if nothing happened."""
@@ -428,6 +461,22 @@ class Npu:
         )
 
     def _core_loop(self, core: Core) -> None:
+        if core.worker is not None:
+            # Started by this thread: the worker dies with it (PR_SET_PDEATHSIG), never orphaned.
+            try:
+                core.worker.start()
+            except CoreWorkerError as e:
+                core.start_error = str(e)
+        core.started.set()
+        if core.start_error:
+            return
+        try:
+            self._serve_core(core)
+        finally:
+            if core.worker is not None:
+                core.worker.close()
+
+    def _serve_core(self, core: Core) -> None:
         ran = False
         while not self._stop.is_set():
             # The core's lock, then the dispatch lock: the order _reset takes them in too.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from device_model.memory import AnonymousMemory
+from device_model.memory import AnonymousMemory, MemfdMemory
 from device_model.mmu import Mmu
 from device_model.page_tables import AddressSpace, PageAllocator
 from uapi import hw_layout as hw
@@ -14,10 +14,13 @@ DTYPES = {"INT8": np.int8, "UINT8": np.uint8, "INT32": np.int32}
 
 
 class Machine:
-    """System memory, a page allocator and one address space."""
+    """System memory, a page allocator and one address space.
 
-    def __init__(self, size: int = 16 << 20) -> None:
-        self.memory = AnonymousMemory(size)
+    ``shared``: memory a core worker process can map too (an Npu with ``core_processes``).
+    """
+
+    def __init__(self, size: int = 16 << 20, shared: bool = False) -> None:
+        self.memory = MemfdMemory(size) if shared else AnonymousMemory(size)
         self.allocator = PageAllocator(self.memory, base=hw.PAGE_SIZE)  # keep PA 0 unused
         self.space = AddressSpace(self.memory, self.allocator)
         self.next_va = 0x10_0000

@@ -104,10 +104,16 @@ class Driver:
 
 
 @pytest.fixture
-def drv():
-    d = Driver(Machine())
+def drv(request: pytest.FixtureRequest):
+    """A 2-core device; parametrized with "process" (indirect), its cores run in worker processes."""
+    processes = getattr(request, "param", "thread") == "process"
+    d = Driver(Machine(shared=processes), core_processes=processes)
     yield d
     d.npu.close()
+
+
+# The tests that hold process mode (device_model.core_worker) to the thread mode's behaviour too.
+both_modes = pytest.mark.parametrize("drv", ["thread", "process"], indirect=True)
 
 
 NOP_JOB = program(isa.encode("NOP"))
@@ -125,6 +131,7 @@ def test_identification_block(drv: Driver) -> None:
     assert drv.r32(hw.REG_STATUS) == 0 and drv.r32(hw.REG_FW_VERSION) == 0
 
 
+@both_modes
 def test_jobs_before_boot_fail_then_boot_and_run(drv: Driver) -> None:
     s = drv.enqueue(NOP_JOB)
     drv.wait_cq(1)
@@ -157,6 +164,7 @@ def test_bad_firmware_is_refused(drv: Driver) -> None:
     assert drv.r64(hw.REG_FW_BUILD_ID) == parse_image(good).build_id != 0
 
 
+@both_modes
 def test_boot_rom_rejects_every_flipped_byte_and_truncation(drv: Driver) -> None:
     """The device model's verdicts equal the tool's (tests/firmware_tools), and it keeps serving."""
     from tests.firmware_tools.test_fw_image import SMALL, expected_reason, flipped
@@ -212,6 +220,7 @@ def test_device_model_cli_refuses_a_bad_key(tmp_path, capsys: pytest.CaptureFixt
     assert not (tmp_path / "ram").exists()
 
 
+@both_modes
 def test_firmware_limits_are_enforced(drv: Driver) -> None:
     tight = FirmwareImage(limits=Limits(max_cmd_size=8))
     assert drv.boot(build_image(tight, dev_private_key())) == 0
@@ -221,6 +230,7 @@ def test_firmware_limits_are_enforced(drv: Driver) -> None:
     assert "not in (0, 8]" in drv.npu.last_result.error
 
 
+@both_modes
 def test_conv2d_job_end_to_end(drv: Driver) -> None:
     assert drv.boot(build_image(default_image(), dev_private_key())) == 0
     rng = np.random.default_rng(5)
@@ -253,6 +263,7 @@ def test_conv2d_job_end_to_end(drv: Driver) -> None:
     assert drv.irqs[hw.IRQ_COMPLETION] == 1
 
 
+@both_modes
 def test_fault_and_disabled_opcode_completions(drv: Driver) -> None:
     fill = isa.SPEC.by_name("FILL").opcode
     assert (
@@ -289,6 +300,7 @@ def test_full_cq_waits_for_the_driver(drv: Driver) -> None:
     assert [c.seqno for c in drv.drain()] == extra
 
 
+@both_modes
 def test_reset_aborts_a_hung_wait_and_drops_the_queue(drv: Driver) -> None:
     assert drv.boot(build_image(default_image(), dev_private_key())) == 0
     sem = drv.m.buffer(4)
@@ -325,6 +337,7 @@ def _wait_job(drv: Driver) -> tuple[int, bytes]:
     return sem, program(tensor(0, "INT32", sem, (1,)), isa.encode("WAIT", sem=0, value=1))
 
 
+@both_modes
 def test_cores_run_at_once_and_each_in_order(drv: Driver) -> None:
     assert drv.boot(build_image(default_image(), dev_private_key())) == 0
     sem_va, hang = _wait_job(drv)
@@ -341,6 +354,7 @@ def test_cores_run_at_once_and_each_in_order(drv: Driver) -> None:
     assert [c.jobs_done for c in drv.npu.cores] == [2, 3]
 
 
+@both_modes
 def test_reset_of_one_core_leaves_the_other_running(drv: Driver) -> None:
     assert drv.boot(build_image(default_image(), dev_private_key())) == 0
     _, hang0 = _wait_job(drv)
@@ -361,6 +375,7 @@ def test_reset_of_one_core_leaves_the_other_running(drv: Driver) -> None:
     assert drv.drain() == [Completion(s, 0, 0, 2, 0)]
 
 
+@both_modes
 def test_core_bounds(drv: Driver) -> None:
     assert drv.boot(build_image(default_image(), dev_private_key())) == 0
     bad = drv.enqueue(NOP_JOB, core=2)  # the device has cores 0 and 1
