@@ -19,7 +19,9 @@ conformance suite run without a VM. It does what vnpu.ko does:
   its in-syncobjs, for earlier jobs that write a BO it uses (or use a BO it
   writes) and for its file's earlier jobs; a file stays on one core while it
   has a job on the device, and an idle file gets the least loaded core. The
-  device's core count is ``VNPU_SHIM_CORES`` (default: the device model's).
+  device's core count is ``VNPU_SHIM_CORES`` (default: the device model's);
+  ``VNPU_SHIM_CORE_PROCESSES=1`` runs each core's jobs in a worker process
+  (``device_model.core_worker``) instead of a thread.
 
 Threads mirror the real system: a doorbell thread calls ``Npu.kick`` (as the
 ivshmem server's event loop does), and an interrupt thread handles the

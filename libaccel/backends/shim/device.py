@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from device_model.memory import AnonymousMemory
+from device_model.memory import AnonymousMemory, MemfdMemory
 from device_model.page_tables import PageAllocator
 from uapi import bindings as b
 from uapi import hw_layout as hw
@@ -37,6 +37,9 @@ FIRMWARE_PATH = Path(__file__).resolve().parents[3] / "firmware" / "vnpu" / "vnp
 ENV_FIRMWARE = "VNPU_SHIM_FIRMWARE"
 ENV_JOB_TIMEOUT_MS = "VNPU_SHIM_JOB_TIMEOUT_MS"
 ENV_CORES = "VNPU_SHIM_CORES"
+# "1": the device model runs each core's jobs in a worker process (device_model.core_worker), so
+# two cores use two host CPUs; off by default: a device then costs a worker start-up per core.
+ENV_CORE_PROCESSES = "VNPU_SHIM_CORE_PROCESSES"
 # Debug knob, the shim's twin of vnpu.ko's module parameter
 # /sys/module/vnpu/parameters/validate_streams: with it off, streams are only
 # decoded, not checked against the listed BOs, so the device MMU is what stops
@@ -164,11 +167,18 @@ class ShimDevice:
     """The emulated NPU and the driver state shared by all open files."""
 
     def __init__(
-        self, firmware: Path | None = None, job_timeout_ms: int | None = None, num_cores: int | None = None
+        self,
+        firmware: Path | None = None,
+        job_timeout_ms: int | None = None,
+        num_cores: int | None = None,
+        core_processes: bool | None = None,
     ) -> None:
         from device_model.npu import DEFAULT_CORES, Npu  # the device model
 
-        self.memory = AnonymousMemory(RAM_SIZE)
+        if core_processes is None:
+            core_processes = os.environ.get(ENV_CORE_PROCESSES, "0") == "1"
+        # Worker processes map system memory themselves: a memfd they inherit.
+        self.memory = MemfdMemory(RAM_SIZE) if core_processes else AnonymousMemory(RAM_SIZE)
         self.bar2 = bytearray(hw.BAR2_SIZE)
         self.pt_pages = PageAllocator(self.memory, PT_BASE, PT_LIMIT)
         self.data = ExtentAllocator(DATA_BASE, RAM_SIZE)
@@ -193,7 +203,14 @@ class ShimDevice:
         self._closed = False
         self.broken = ""
 
-        self.npu = Npu(self.bar2, self.memory, self._raise_irq, DEVICE_PEER, num_cores=num_cores)
+        self.npu = Npu(
+            self.bar2,
+            self.memory,
+            self._raise_irq,
+            DEVICE_PEER,
+            num_cores=num_cores,
+            core_processes=core_processes,
+        )
         self.num_cores = self.r32(hw.REG_NUM_CORES)
         # Per core, as vnpu.ko's schedulers: its jobs on the ring, in ring order; when it last
         # completed one (the watchdog counts from there); the ring entries it may hold.
