@@ -58,6 +58,7 @@ PROTOCOL_VERSION = 0
 DEVICE_PEER = 1
 GUEST_PEER = 2
 READY_MARK = "vnpu-device-model: ready"
+ENV_CORE_PROCESSES = "VNPU_CORE_PROCESSES"
 
 
 def pack_msg(value: int) -> bytes:
@@ -194,6 +195,7 @@ class DeviceServer:
         # the file that changes it at run time; None: the Npu's defaults.
         self.sq_poll_us: int | None = None
         self.sq_poll_control: Path | None = None
+        self.core_processes = False  # each core's jobs in a worker process (device_model.core_worker)
 
     def _make_npu(self) -> object:
         from device_model.memory import FileMemory
@@ -209,6 +211,7 @@ class DeviceServer:
                 extra["sq_poll_us"] = self.sq_poll_us
             if self.sq_poll_control is not None:
                 extra["sq_poll_control"] = self.sq_poll_control
+            extra["core_processes"] = self.core_processes
         if self.num_cores is not None:
             extra["num_cores"] = self.num_cores
         self.memory = FileMemory(self.ram_path, self.ram_size)
@@ -370,6 +373,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a file holding the --sq-poll-us limit, re-read when it changes, so that a running "
         "guest can switch polling for an A/B run (default $VNPU_SQ_POLL_CONTROL)",
     )
+    p.add_argument(
+        "--core-processes",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get(ENV_CORE_PROCESSES, "0") == "1",
+        help="run each NPU core's jobs in a worker process of its own (its own GIL, so cores use "
+        "separate host CPUs) instead of a thread of this process "
+        f"(default: ${ENV_CORE_PROCESSES}=1 turns it on, else threads)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log device model activity to stderr")
     return p
 
@@ -408,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         server.fault_control = args.fault_control
         server.sq_poll_us = args.sq_poll_us
         server.sq_poll_control = args.sq_poll_control
+        server.core_processes = args.core_processes
     except OSError as e:
         print(f"vnpu-device-model: cannot set up: {e}", file=sys.stderr)
         return 1 if e.errno != errno.EADDRINUSE else 3
@@ -418,11 +430,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    from device_model.core_worker import CoreWorkerError  # with the Npu: numpy, not for importers
+
     def ready() -> None:
         print(f"{READY_MARK} socket={args.socket} ram={args.ram} pid={os.getpid()}", flush=True)
 
     try:
         return server.serve(on_ready=ready)
+    except CoreWorkerError as e:
+        print(f"vnpu-device-model: {e}", file=sys.stderr)
+        return 1
     finally:
         server.close()
         if not args.keep_ram:
