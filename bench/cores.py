@@ -16,6 +16,11 @@ the model job ahead of it; with two, it runs on the idle core.
 On the shim a last line times the C MAC array (which releases the GIL) inside the device's
 jobs: its share bounds what two core threads can gain (Amdahl).
 
+The shim's device model can run its cores as threads of the shim's process (the default) or
+as worker processes with their own GIL (``device_model.core_worker``): ``modes`` picks which,
+and the table's ``run as`` column tells the rows apart. In the guest the device model's mode
+is a host setting (``vnpu-device-model --core-processes``) the guest cannot see: ``-`` there.
+
 On the kernel device the clients are processes (forked: a Python start-up costs seconds
 under TCG) and the core count is the device's (``python -m qemu_tests --npu-cores N``). The
 shim's device lives inside one process, so its clients are threads sharing one shim device
@@ -38,12 +43,15 @@ from typing import Any
 import numpy as np
 
 EMPTY, MODEL = "empty job", "model invoke"
+THREADS, PROCESSES = "threads", "processes"  # how the device model runs its cores
+MODES = {THREADS: False, PROCESSES: True}  # ShimDevice's core_processes
 MODEL_NAME = "mobilenet_v1_128_0.5"
 
 
 @dataclass(frozen=True)
 class CoreThroughput:
     backend: str
+    mode: str  # THREADS or PROCESSES; "" on the kernel device (the host's setting)
     cores: int
     clients: int
     workload: str  # EMPTY or MODEL
@@ -56,15 +64,16 @@ class CoreThroughput:
 
 def median_rows(rows: list[CoreThroughput]) -> list[CoreThroughput]:
     """One row per (backend, cores, clients, workload): the median run, every run's rate kept."""
-    groups: dict[tuple[str, int, int, str], list[CoreThroughput]] = {}
+    groups: dict[tuple[str, str, int, int, str], list[CoreThroughput]] = {}
     for r in rows:
-        groups.setdefault((r.backend, r.cores, r.clients, r.workload), []).append(r)
+        groups.setdefault((r.backend, r.mode, r.cores, r.clients, r.workload), []).append(r)
     out = []
     for same in groups.values():
         mid = sorted(same, key=lambda r: r.per_s)[(len(same) - 1) // 2]
         out.append(
             CoreThroughput(
                 mid.backend,
+                mid.mode,
                 mid.cores,
                 mid.clients,
                 mid.workload,
@@ -83,6 +92,7 @@ class RoundTripBeside:
     """Empty-job round trips of one file while another file invokes the model back to back."""
 
     backend: str
+    mode: str
     cores: int
     samples: int
     p50_us: float
@@ -136,7 +146,7 @@ def mac_share(work: ModelWork, invokes: int) -> MacShare:
 
         return wrapper
 
-    shim = ShimDevice(num_cores=1)
+    shim = ShimDevice(num_cores=1, core_processes=False)  # the jobs must run in this process
     try:
         dev = Device(ShimBackend(shim))
         with PartitionRunner(dev, work.compiled) as runner:
@@ -254,6 +264,7 @@ def _round_trip_beside(
     make_sync: Callable[[], tuple[Any, Any, Any]],
     open_device: Callable[[], Any],
     backend: str,
+    mode: str,
     cores: int,
     work: ModelWork,
     samples: int,
@@ -284,7 +295,7 @@ def _round_trip_beside(
     worker.join(timeout=60)
     if status != "ok":
         raise RuntimeError(f"benchmark client failed: {value}")
-    return RoundTripBeside(backend, cores, samples, percentile(times, 50), percentile(times, 90), value)
+    return RoundTripBeside(backend, mode, cores, samples, percentile(times, 50), percentile(times, 90), value)
 
 
 def _measure(
@@ -292,6 +303,7 @@ def _measure(
     make_sync: Callable[[], tuple[Any, Any, Any]],
     open_device: Callable[[], Any],
     backend: str,
+    mode: str,
     cores: int,
     clients: int,
     workload: str,
@@ -316,7 +328,7 @@ def _measure(
     seconds = max(r[2] for r in got) - min(r[1] for r in got)
     total = clients * count
     return CoreThroughput(
-        backend, cores, clients, workload, total, seconds, total / seconds, all(r[3] for r in got)
+        backend, mode, cores, clients, workload, total, seconds, total / seconds, all(r[3] for r in got)
     )
 
 
@@ -333,11 +345,12 @@ def shim_table(
     invokes: int,
     repeat: int = 1,
     beside_samples: int = 100,
+    modes: tuple[str, ...] = (THREADS,),
 ) -> CoresReport:
-    """The shim's rows: a fresh shim device per core count, clients as threads.
+    """The shim's rows: a fresh shim device per core mode and count, clients as threads.
 
-    With ``repeat`` > 1 the core counts alternate run by run (1, 2, 1, 2, ...), so a change in
-    the machine's load hits both alike; each row is the median run.
+    With ``repeat`` > 1 the devices alternate run by run (threads 1, 2, processes 1, 2,
+    threads 1, ...), so a change in the machine's load hits all alike; each row is the median run.
     """
     from libaccel import Device
     from libaccel.backends.shim import ShimBackend, ShimDevice
@@ -345,8 +358,9 @@ def shim_table(
     work = ModelWork.build()
     rows = []
     beside = []
-    for run, cores in enumerate(c for _ in range(repeat) for c in core_counts):
-        shim = ShimDevice(num_cores=cores)
+    devices = [(m, c) for m in modes for c in core_counts]
+    for run, (mode, cores) in enumerate(d for _ in range(repeat) for d in devices):
+        shim = ShimDevice(num_cores=cores, core_processes=MODES[mode])
         try:
 
             def open_device(shim: ShimDevice = shim) -> Any:
@@ -366,12 +380,23 @@ def shim_table(
                 for clients in client_counts:
                     rows.append(
                         _measure(
-                            _start_thread, sync, open_device, "shim", cores, clients, workload, count, work
+                            _start_thread,
+                            sync,
+                            open_device,
+                            "shim",
+                            mode,
+                            cores,
+                            clients,
+                            workload,
+                            count,
+                            work,
                         )
                     )
-            if run < len(core_counts):  # once per core count
+            if run < len(devices):  # once per device
                 beside.append(
-                    _round_trip_beside(_start_thread, sync, open_device, "shim", cores, work, beside_samples)
+                    _round_trip_beside(
+                        _start_thread, sync, open_device, "shim", mode, cores, work, beside_samples
+                    )
                 )
         finally:
             shim.close()
@@ -413,33 +438,38 @@ def kernel_table(
         for workload, count in ((EMPTY, jobs), (MODEL, invokes)):
             for clients in client_counts:
                 rows.append(
-                    _measure(_fork, sync, open_device, "kernel", cores, clients, workload, count, work)
+                    _measure(_fork, sync, open_device, "kernel", "", cores, clients, workload, count, work)
                 )
-    beside = [_round_trip_beside(_fork, sync, open_device, "kernel", cores, work, beside_samples)]
+    beside = [_round_trip_beside(_fork, sync, open_device, "kernel", "", cores, work, beside_samples)]
     return CoresReport(median_rows(rows), beside)
 
 
 def format_table(report: CoresReport) -> str:
     rows = report.throughput
-    head = f"{'throughput by cores':<26}{'cores':>6}{'clients':>8}{'count':>7}{'per s':>9}{'x 1 client':>11}"
+    head = (
+        f"{'throughput by cores':<26}{'run as':>10}{'cores':>6}{'clients':>8}{'count':>7}{'per s':>9}"
+        f"{'x 1 client':>11}"
+    )
     lines = [head + "  exact  runs (per s)"]
-    alone = {(r.backend, r.cores, r.workload): r.per_s for r in rows if r.clients == 1}
+    alone = {(r.backend, r.mode, r.cores, r.workload): r.per_s for r in rows if r.clients == 1}
     for r in rows:
-        base = alone.get((r.backend, r.cores, r.workload))
+        base = alone.get((r.backend, r.mode, r.cores, r.workload))
         scale = f"{r.per_s / base:>11.2f}" if base else f"{'-':>11}"
         unit = "jobs" if r.workload == EMPTY else "invokes"
         runs = " ".join(f"{x:.0f}" for x in r.runs)
         lines.append(
-            f"{'  ' + r.workload + ' (' + unit + ')':<26}{r.cores:>6}{r.clients:>8}{r.count:>7}"
-            f"{r.per_s:>9.1f}{scale}  {'yes' if r.exact else 'NO ':<5}  {runs}"
+            f"{'  ' + r.workload + ' (' + unit + ')':<26}{r.mode or '-':>10}{r.cores:>6}{r.clients:>8}"
+            f"{r.count:>7}{r.per_s:>9.1f}{scale}  {'yes' if r.exact else 'NO ':<5}  {runs}"
         )
     if report.beside:
         lines.append(
-            f"{'empty-job round trip':<26}{'cores':>6}{'p50 us':>10}{'p90 us':>10}{'samples':>9}  beside"
+            f"{'empty-job round trip':<26}{'run as':>10}{'cores':>6}{'p50 us':>10}{'p90 us':>10}"
+            f"{'samples':>9}  beside"
         )
         for b in report.beside:
             lines.append(
-                f"{'  beside model invokes':<26}{b.cores:>6}{b.p50_us:>10.1f}{b.p90_us:>10.1f}{b.samples:>9}"
+                f"{'  beside model invokes':<26}{b.mode or '-':>10}{b.cores:>6}{b.p50_us:>10.1f}"
+                f"{b.p90_us:>10.1f}{b.samples:>9}"
                 f"  {b.background_invokes} invokes"
             )
     if report.mac_share is not None:

@@ -264,6 +264,14 @@ def main(argv: list[str] | None = None) -> int:
         default=100,
         help="empty-job round trips timed beside another file's model invokes (default 100)",
     )
+    p.add_argument(
+        "--core-modes",
+        nargs="+",
+        choices=tuple(core_bench.MODES),
+        default=[core_bench.THREADS],
+        help="how the shim's device model runs its cores in the cores table: threads of this process, "
+        "worker processes (device_model.core_worker), or both (default threads)",
+    )
     p.add_argument("--no-cores-table", action="store_true", help="skip the cores table")
     args = p.parse_args(argv)
     if args.kernel and args.shim:
@@ -287,7 +295,13 @@ def main(argv: list[str] | None = None) -> int:
             )
         else:
             by_cores = core_bench.shim_table(
-                args.cores, args.clients, args.jobs, args.invokes, args.repeat, args.beside
+                args.cores,
+                args.clients,
+                args.jobs,
+                args.invokes,
+                args.repeat,
+                args.beside,
+                tuple(dict.fromkeys(args.core_modes)),
             )
         print(core_bench.format_table(by_cores))
     result = {

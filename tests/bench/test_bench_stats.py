@@ -58,3 +58,14 @@ def test_bench_on_the_shim_writes_its_json(tmp_path: Path, capsys: pytest.Captur
     assert m["invokes"] == 2 and 0 < m["mac_ms"] < m["job_ms"]
     text = capsys.readouterr().out
     assert "of which submit call" in text and "throughput by cores" in text and "beside model" in text
+
+
+def test_cores_table_with_core_processes() -> None:
+    """The shim's device model with its cores in worker processes: rows labelled, results exact."""
+    from bench import cores
+
+    report = cores.shim_table([2], [2], 5, 2, beside_samples=3, modes=(cores.PROCESSES,))
+    assert {(t.mode, t.cores, t.clients) for t in report.throughput} == {(cores.PROCESSES, 2, 2)}
+    assert all(t.exact and t.per_s > 0 for t in report.throughput)
+    assert [(b.mode, b.cores) for b in report.beside] == [(cores.PROCESSES, 2)]
+    assert f"{cores.PROCESSES:>10}     2       2" in cores.format_table(report)
