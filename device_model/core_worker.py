@@ -375,10 +375,14 @@ def main(argv: list[str] | None = None) -> int:
     if (args.memory_path is None) == (args.memory_fd is None):
         p.error("exactly one of --memory-path and --memory-fd")
     memory: SystemMemory
-    if args.memory_path is not None:
-        memory = FileMemory(args.memory_path, args.memory_size)
-    else:
-        memory = MemfdMemory(args.memory_size, args.memory_fd)
+    try:
+        if args.memory_path is not None:
+            memory = FileMemory(args.memory_path, args.memory_size)
+        else:
+            memory = MemfdMemory(args.memory_size, args.memory_fd)
+    except (OSError, ValueError) as e:
+        log.error("core %d: cannot map system memory: %s", args.core, e)
+        return 1
     flag_fd, event_fd = (int(x) for x in args.abort_fds.split(","))
     abort = SharedAbort(flag_fd, event_fd)
     # Paid here, once: the first job must not wait for the MAC array's import (or build).

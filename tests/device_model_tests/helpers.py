@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from device_model.memory import AnonymousMemory, MemfdMemory
+from device_model.memory import AnonymousMemory, MemfdMemory, SystemMemory
 from device_model.mmu import Mmu
 from device_model.page_tables import AddressSpace, PageAllocator
 from uapi import hw_layout as hw
@@ -19,8 +19,12 @@ class Machine:
     ``shared``: memory a core worker process can map too (an Npu with ``core_processes``).
     """
 
-    def __init__(self, size: int = 16 << 20, shared: bool = False) -> None:
-        self.memory = MemfdMemory(size) if shared else AnonymousMemory(size)
+    def __init__(
+        self, size: int = 16 << 20, shared: bool = False, memory: SystemMemory | None = None
+    ) -> None:
+        if memory is None:
+            memory = MemfdMemory(size) if shared else AnonymousMemory(size)
+        self.memory = memory
         self.allocator = PageAllocator(self.memory, base=hw.PAGE_SIZE)  # keep PA 0 unused
         self.space = AddressSpace(self.memory, self.allocator)
         self.next_va = 0x10_0000
