@@ -188,9 +188,12 @@ class DeviceModelProcess:
         verbose: bool = False,
         fault_control: Path | None = None,
         cores: int | None = None,
+        core_processes: bool | None = None,
     ) -> None:
         self.fault_control = fault_control
         self.cores = cores  # the NPU's cores (--cores), None: the device model's default
+        # Each core's jobs in a worker process (--core-processes); None: the device model's default.
+        self.core_processes = core_processes
         self.socket = workdir / "ivshmem.sock"
         self.ram = Path("/dev/shm") / f"vnpu-ram-{os.getpid()}"
         self.log_path = log_path
@@ -221,6 +224,8 @@ class DeviceModelProcess:
             cmd += ["--fault-control", str(self.fault_control)]
         if self.cores is not None:
             cmd += ["--cores", str(self.cores)]
+        if self.core_processes is not None:
+            cmd.append("--core-processes" if self.core_processes else "--no-core-processes")
         if self.verbose:
             cmd.append("--verbose")
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
@@ -533,6 +538,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the emulated NPU's cores (device model --cores; default: the device model's, 2)",
     )
     p.add_argument(
+        "--npu-core-processes",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run each NPU core's jobs in a device-model worker process (vnpu-device-model "
+        "--core-processes; default: the device model's, threads unless $VNPU_CORE_PROCESSES=1)",
+    )
+    p.add_argument(
         "--timeout",
         type=float,
         default=None,
@@ -637,6 +649,7 @@ def run_kernel(
         verbose=args.verbose,
         fault_control=outdir / FAULT_CONTROL,
         cores=args.npu_cores,
+        core_processes=args.npu_core_processes,
     )
     # Always there: probe refuses it at once, and tests/kernel/test_foreign_ivshmem.py checks how.
     foreign = foreign_ivshmem.ForeignIvshmemProcess(workdir)
