@@ -38,6 +38,7 @@ import mmap
 import os
 import pickle
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -367,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-size", type=int, required=True)
     args = p.parse_args(argv)
     _die_with_parent(args.parent)
+    # A terminal's Ctrl-C reaches the whole process group: the device model decides when to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(
         level=args.log_level,
         format=f"%(asctime)s core{args.core}-worker %(name)s %(levelname)s %(message)s",

@@ -13,7 +13,11 @@ that doorbell. Threads serve it:
   jobs one at a time, in order, through its own command processor, writing
   a completion for each. Cores run at the same time: numpy and the cffi MAC
   array (``device_model.mac_array``, API mode) release the GIL while they
-  compute, so two cores' convolutions use two host CPUs.
+  compute, so two cores' convolutions use two host CPUs. With
+  ``core_processes`` the command processor of each core runs in a worker
+  process of its own (``device_model.core_worker``): the core thread stays
+  the core's owner and only hands each job over, so the command processor's
+  Python no longer shares one GIL between cores.
 
 A queue kick wakes the core threads directly: every thread hand-off is a
 wake-up plus a GIL transfer, tens of microseconds on a busy host, and the
