@@ -219,6 +219,9 @@ class Npu:
         if failed:
             self.close()
             raise CoreWorkerError(failed[0])
+        if core_processes:
+            pids = ", ".join(str(c.worker.pid) for c in self.cores if c.worker is not None)
+            log.info("%d cores, each in a worker process (pids %s)", num_cores, pids)
 
     @property
     def num_cores(self) -> int:
