@@ -151,6 +151,23 @@ def check_shareable(memory: SystemMemory) -> None:
     _memory_args(memory)
 
 
+def _interpreter() -> str:
+    """The Python to start a worker with.
+
+    sys.executable, unless Python is embedded in another program (libteflon.so in a C
+    application), where it names that program: then the interpreter of this Python's prefix.
+    """
+    exe = sys.executable
+    if exe and Path(exe).name.startswith("python"):
+        return exe
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for name in (f"python{version}", "python3"):
+        candidate = Path(sys.prefix) / "bin" / name
+        if candidate.exists():
+            return str(candidate)
+    raise CoreWorkerError(f"no Python interpreter to start core workers with (sys.executable is {exe!r})")
+
+
 _processor_ids = itertools.count(1)
 
 
@@ -204,9 +221,10 @@ class CoreWorker:
 
         Call it from the thread that owns the core: the worker dies with that thread.
         """
+        python = _interpreter()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         cmd = [
-            sys.executable,
+            python,
             "-m",
             "device_model.core_worker",
             "--socket-fd",

@@ -163,3 +163,14 @@ def test_the_cores_conformance_tests_pass_with_core_processes() -> None:
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout
+
+
+def test_an_embedded_python_starts_workers_with_its_prefix_interpreter(monkeypatch) -> None:
+    from device_model import core_worker
+
+    monkeypatch.setattr(sys, "executable", "/usr/bin/a-c-application")  # libteflon.so in a C host
+    python = Path(core_worker._interpreter())
+    assert python.name.startswith("python") and python.parent == Path(sys.prefix) / "bin"
+    monkeypatch.setattr(sys, "prefix", "/nonexistent")
+    with pytest.raises(CoreWorkerError, match="no Python interpreter"):
+        core_worker._interpreter()
