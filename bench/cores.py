@@ -21,6 +21,10 @@ as worker processes with their own GIL (``device_model.core_worker``): ``modes``
 and the table's ``run as`` column tells the rows apart. In the guest the device model's mode
 is a host setting (``vnpu-device-model --core-processes``) the guest cannot see: ``-`` there.
 
+The shim's rows also give the host CPUs busy during the run (``CPUs``: CPU seconds of the
+shim's process and its core workers per second), the direct sign of whether a second core
+really used a second CPU; the guest's share of the host is not visible from inside it.
+
 On the kernel device the clients are processes (forked: a Python start-up costs seconds
 under TCG) and the core count is the device's (``python -m qemu_tests --npu-cores N``). The
 shim's device lives inside one process, so its clients are threads sharing one shim device
@@ -32,12 +36,14 @@ without it.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
 import statistics
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -60,6 +66,9 @@ class CoreThroughput:
     per_s: float  # the median over the runs
     exact: bool  # every model output equal to the lone client's (always true for empty jobs)
     runs: tuple[float, ...] = ()  # per_s of every run, in the order they ran
+    # Host CPUs busy on average over the median run: CPU seconds of the shim's process (clients,
+    # driver, device model) and its core workers per second; None on the kernel device.
+    cpus: float | None = None
 
 
 def median_rows(rows: list[CoreThroughput]) -> list[CoreThroughput]:
@@ -82,6 +91,7 @@ def median_rows(rows: list[CoreThroughput]) -> list[CoreThroughput]:
                 statistics.median(r.per_s for r in same),
                 all(r.exact for r in same),
                 tuple(r.per_s for r in same),
+                mid.cpus,
             )
         )
     return out
@@ -309,6 +319,7 @@ def _measure(
     workload: str,
     count: int,
     work: ModelWork | None,
+    cpu_clock: Callable[[], float] | None = None,
 ) -> CoreThroughput:
     ready, start, results = make_sync()
     workers = [
@@ -318,8 +329,10 @@ def _measure(
     for _ in workers:
         if not ready.get(timeout=600):
             break
+    cpu0 = cpu_clock() if cpu_clock is not None else 0.0
     start.set()
     got = [results.get(timeout=1200) for _ in workers]
+    cpu = cpu_clock() - cpu0 if cpu_clock is not None else None
     for w in workers:
         w.join(timeout=60)
     errors = [r[1] for r in got if r[0] != "ok"]
@@ -327,9 +340,28 @@ def _measure(
         raise RuntimeError(f"benchmark client failed: {errors[0]}")
     seconds = max(r[2] for r in got) - min(r[1] for r in got)
     total = clients * count
+    # The CPU time runs from the start signal to the last result: a little wider than ``seconds``.
+    cpus = None if cpu is None else cpu / seconds
+    exact = all(r[3] for r in got)
     return CoreThroughput(
-        backend, mode, cores, clients, workload, total, seconds, total / seconds, all(r[3] for r in got)
+        backend, mode, cores, clients, workload, total, seconds, total / seconds, exact, (), cpus
     )
+
+
+def _proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (every thread), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def _shim_cpu_clock(shim: Any) -> Callable[[], float]:
+    """CPU seconds of this process and the shim device's core workers (process mode), so far."""
+    pids = [c.worker.pid for c in shim.npu.cores if c.worker is not None and c.worker.pid is not None]
+
+    def clock() -> float:
+        return time.process_time() + sum(_proc_cpu_seconds(p) for p in pids)
+
+    return clock
 
 
 def _start_thread(target: Callable[..., None], *args: Any) -> threading.Thread:
@@ -390,6 +422,7 @@ def shim_table(
                             workload,
                             count,
                             work,
+                            _shim_cpu_clock(shim),
                         )
                     )
             if run < len(devices):  # once per device
@@ -448,7 +481,7 @@ def format_table(report: CoresReport) -> str:
     rows = report.throughput
     head = (
         f"{'throughput by cores':<26}{'run as':>10}{'cores':>6}{'clients':>8}{'count':>7}{'per s':>9}"
-        f"{'x 1 client':>11}"
+        f"{'x 1 client':>11}{'CPUs':>6}"
     )
     lines = [head + "  exact  runs (per s)"]
     alone = {(r.backend, r.mode, r.cores, r.workload): r.per_s for r in rows if r.clients == 1}
@@ -457,9 +490,10 @@ def format_table(report: CoresReport) -> str:
         scale = f"{r.per_s / base:>11.2f}" if base else f"{'-':>11}"
         unit = "jobs" if r.workload == EMPTY else "invokes"
         runs = " ".join(f"{x:.0f}" for x in r.runs)
+        cpus = "-" if r.cpus is None else f"{r.cpus:.2f}"
         lines.append(
             f"{'  ' + r.workload + ' (' + unit + ')':<26}{r.mode or '-':>10}{r.cores:>6}{r.clients:>8}"
-            f"{r.count:>7}{r.per_s:>9.1f}{scale}  {'yes' if r.exact else 'NO ':<5}  {runs}"
+            f"{r.count:>7}{r.per_s:>9.1f}{scale}{cpus:>6}  {'yes' if r.exact else 'NO ':<5}  {runs}"
         )
     if report.beside:
         lines.append(

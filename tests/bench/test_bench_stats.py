@@ -66,6 +66,6 @@ def test_cores_table_with_core_processes() -> None:
 
     report = cores.shim_table([2], [2], 5, 2, beside_samples=3, modes=(cores.PROCESSES,))
     assert {(t.mode, t.cores, t.clients) for t in report.throughput} == {(cores.PROCESSES, 2, 2)}
-    assert all(t.exact and t.per_s > 0 for t in report.throughput)
+    assert all(t.exact and t.per_s > 0 and t.cpus is not None and t.cpus > 0 for t in report.throughput)
     assert [(b.mode, b.cores) for b in report.beside] == [(cores.PROCESSES, 2)]
     assert f"{cores.PROCESSES:>10}     2       2" in cores.format_table(report)
