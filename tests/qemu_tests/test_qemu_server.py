@@ -71,8 +71,12 @@ def handshake(path: Path) -> Client:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[DeviceServer, Client, threading.Thread, list[int]]]:
+def served(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[DeviceServer, Client, threading.Thread, list[int]]]:
+    """The server; parametrized (indirect) with "processes", its cores run in worker processes."""
     server = DeviceServer(tmp_path / "ivshmem.sock", tmp_path / "ram", RAM_SIZE)
+    server.core_processes = getattr(request, "param", "threads") == "processes"
     result: list[int] = []
     ready = threading.Event()
     t = threading.Thread(target=lambda: result.append(server.serve(on_ready=ready.set)), daemon=True)
@@ -137,6 +141,7 @@ def control(client: Client, cmd: int, arg0: int = 0, arg1: int = 0) -> int:
     return struct.unpack_from("<i", bar2, hw.REG_CMD_STATUS)[0]
 
 
+@pytest.mark.parametrize("served", ["threads", "processes"], indirect=True)
 def test_boot_and_run_a_job_through_doorbells_and_interrupts(served, tmp_path: Path) -> None:
     server, client, _, _ = served
     ram = FileMemory(tmp_path / "ram", RAM_SIZE)  # the guest's view of its RAM
@@ -179,6 +184,7 @@ def test_boot_and_run_a_job_through_doorbells_and_interrupts(served, tmp_path: P
         assert (out[:64] == -3).all() and (out[64:] == 0).all()
         # The job doorbell woke the NPU's execution thread itself, not the server loop.
         assert server.npu.queue_kicks >= 1 and server.kicks[hw.VEC_QUEUE] == 0
+        assert [c.worker is not None for c in server.npu.cores] == [server.core_processes] * 2
         assert server.irq.raised[hw.IRQ_COMPLETION] >= 1
         del out
     finally:
