@@ -36,7 +36,6 @@ without it.
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import queue
 import statistics
 import threading
@@ -128,11 +127,69 @@ class MacShare:
         return 1 / ((1 - self.share) + self.share / 2)
 
 
+@dataclass(frozen=True)
+class HandOff:
+    """With core processes: the CPU a model job costs the device model's own process and its worker."""
+
+    invokes: int
+    parent_ms: float  # CPU of the core thread in the jobs (Npu._run): hand-off and completion
+    worker_ms: float  # CPU of the core's worker process over the same invokes
+
+    @property
+    def two_core_bound(self) -> float:
+        """Amdahl: the most two cores can speed the jobs up when only the core thread's part is serial."""
+        serial = self.parent_ms / (self.parent_ms + self.worker_ms)
+        return 1 / (serial + (1 - serial) / 2)
+
+
 @dataclass
 class CoresReport:
     throughput: list[CoreThroughput]
     beside: list[RoundTripBeside]
     mac_share: MacShare | None = None
+    hand_off: HandOff | None = None
+
+
+def hand_off(work: ModelWork, invokes: int) -> HandOff:
+    """CPU per model job in the device model's process and in the worker, on a 1-core shim in process mode.
+
+    CPU time, unlike a rate, hardly depends on how busy the host is: it shows how much of a job
+    still runs in the one process (under its GIL) once the core's work is in a worker.
+    """
+    from device_model.npu import Npu
+    from libaccel import Device
+    from libaccel.backends.shim import ShimBackend, ShimDevice
+    from libaccel.compiler import PartitionRunner
+
+    parent = [0.0]
+    run_job = Npu._run
+
+    def timed(*args: Any) -> Any:
+        t0 = time.thread_time()  # the core thread's own CPU: waiting for the worker costs none
+        try:
+            return run_job(*args)
+        finally:
+            parent[0] += time.thread_time() - t0
+
+    shim = ShimDevice(num_cores=1, core_processes=True)
+    try:
+        worker = shim.npu.cores[0].worker
+        assert worker is not None and worker.pid is not None
+        dev = Device(ShimBackend(shim))
+        with PartitionRunner(dev, work.compiled) as runner:
+            runner.run(work.feed)
+            Npu._run = timed  # type: ignore[method-assign]
+            try:
+                w0 = _proc_cpu_seconds(worker.pid)
+                for _ in range(invokes):
+                    runner.run(work.feed)
+                worker_s = _proc_cpu_seconds(worker.pid) - w0
+            finally:
+                Npu._run = run_job  # type: ignore[method-assign]
+        dev.close()
+    finally:
+        shim.close()
+    return HandOff(invokes, parent[0] * 1000, worker_s * 1000)
 
 
 def mac_share(work: ModelWork, invokes: int) -> MacShare:
@@ -349,9 +406,14 @@ def _measure(
 
 
 def _proc_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` (every thread), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    """CPU time of process ``pid``, every thread, in nanoseconds' resolution (/proc's schedstat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])  # time on a CPU, ns
+        except FileNotFoundError:
+            pass  # the thread ended meanwhile
+    return total / 1e9
 
 
 def _shim_cpu_clock(shim: Any) -> Callable[[], float]:
@@ -433,7 +495,8 @@ def shim_table(
                 )
         finally:
             shim.close()
-    return CoresReport(median_rows(rows), beside, mac_share(work, invokes))
+    handed = hand_off(work, invokes) if PROCESSES in modes else None
+    return CoresReport(median_rows(rows), beside, mac_share(work, invokes), handed)
 
 
 def _fork(target: Callable[..., None], *args: Any) -> Any:
@@ -506,6 +569,13 @@ def format_table(report: CoresReport) -> str:
                 f"{b.p90_us:>10.1f}{b.samples:>9}"
                 f"  {b.background_invokes} invokes"
             )
+    if report.hand_off is not None:
+        h = report.hand_off
+        lines.append(
+            f"CPU per model job with core processes: {h.parent_ms / h.invokes:.2f} ms in the device "
+            f"model's process, {h.worker_ms / h.invokes:.2f} ms in the worker ({h.invokes} invokes, "
+            f"1 core): two cores speed the jobs up {h.two_core_bound:.2f}x at most"
+        )
     if report.mac_share is not None:
         m = report.mac_share
         lines.append(

@@ -320,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         "throughput_by_cores": [asdict(r) for r in by_cores.throughput],
         "round_trip_beside_model": [asdict(r) for r in by_cores.beside],
         "mac_array_share": asdict(by_cores.mac_share) if by_cores.mac_share else None,
+        "core_process_hand_off": asdict(by_cores.hand_off) if by_cores.hand_off else None,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

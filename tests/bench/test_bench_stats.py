@@ -69,3 +69,7 @@ def test_cores_table_with_core_processes() -> None:
     assert all(t.exact and t.per_s > 0 and t.cpus is not None and t.cpus > 0 for t in report.throughput)
     assert [(b.mode, b.cores) for b in report.beside] == [(cores.PROCESSES, 2)]
     assert f"{cores.PROCESSES:>10}     2       2" in cores.format_table(report)
+    # The model's work left the device model's process: the worker did most of it.
+    h = report.hand_off
+    assert h is not None and h.invokes == 2 and 0 < h.parent_ms < h.worker_ms
+    assert 1 < h.two_core_bound <= 2
