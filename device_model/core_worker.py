@@ -191,7 +191,7 @@ class RemoteProcessor:
         abort: object | None = None,
         on_irq: Callable[[int], None] | None = None,
     ) -> JobResult:
-        """Run the job in the worker. The abort is the worker's :class:`SharedAbort`, whatever is passed."""
+        """Run the job in the worker; ``abort`` must be its worker's SharedAbort, the flag it reads."""
         if abort is not None and abort is not self.worker.abort:
             raise ValueError("a worker's jobs are aborted through its own SharedAbort")
         return self.worker.run(self, pt_root, cmd_va, cmd_size, on_irq)
