@@ -243,7 +243,9 @@ class CoreWorker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
         fds = (theirs.fileno(), self.abort.flag_fd, self.abort.event_fd, *self._memory_fds)
         try:
-            self.proc = subprocess.Popen(cmd, pass_fds=fds, env=env, stdin=subprocess.DEVNULL)
+            # Its stdout goes to the device model's stderr (its log): the device model's stdout
+            # carries the ready line the harness waits for, nothing else.
+            self.proc = subprocess.Popen(cmd, pass_fds=fds, env=env, stdin=subprocess.DEVNULL, stdout=2)
         except OSError as e:
             ours.close()
             raise CoreWorkerError(f"core {self.core}: cannot start its worker: {e}") from e
