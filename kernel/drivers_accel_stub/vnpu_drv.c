@@ -375,6 +375,11 @@ static int vnpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(52));
 	if (ret)
 		return ret;
+	/*
+	 * The NPU reaches memory through its page tables, so a scatterlist segment may be any
+	 * length; PCI's default limit (64 KiB) is below the runs of contiguous pages shmem gives.
+	 */
+	dma_set_max_seg_size(&pdev->dev, UINT_MAX);
 	ret = vnpu_irq_init(vdev);
 	if (ret)
 		return ret;
