@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.clients import collect_results, wait_until_ready, wall_seconds
+
 EMPTY, MODEL = "empty job", "model invoke"
 THREADS, PROCESSES = "threads", "processes"  # how the device model runs its cores
 MODES = {THREADS: False, PROCESSES: True}  # ShimDevice's core_processes
@@ -383,19 +385,12 @@ def _measure(
         spawn(_client, open_device, workload, count, work, ready, start, results) for _ in range(clients)
     ]
     # The clock starts only when every client has its file open and warm.
-    for _ in workers:
-        if not ready.get(timeout=600):
-            break
+    wait_until_ready(ready, len(workers), 600)
     cpu0 = cpu_clock() if cpu_clock is not None else 0.0
     start.set()
-    got = [results.get(timeout=1200) for _ in workers]
+    got = collect_results(workers, results, 1200)
     cpu = cpu_clock() - cpu0 if cpu_clock is not None else None
-    for w in workers:
-        w.join(timeout=60)
-    errors = [r[1] for r in got if r[0] != "ok"]
-    if errors:
-        raise RuntimeError(f"benchmark client failed: {errors[0]}")
-    seconds = max(r[2] for r in got) - min(r[1] for r in got)
+    seconds = wall_seconds(got)
     total = clients * count
     # The CPU time runs from the start signal to the last result: a little wider than ``seconds``.
     cpus = None if cpu is None else cpu / seconds

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import cores as core_bench
+from bench.clients import collect_results, wait_until_ready, wall_seconds
 from uapi.isa import encode
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
@@ -163,19 +164,9 @@ def throughput(device_name: str, processes: int, jobs_per_process: int) -> Throu
     for p in procs:
         p.start()
     # Start the clock only when every worker has its device open and warm.
-    for _ in procs:
-        try:
-            ready.get(timeout=300)
-        except Exception:
-            break  # a worker failed before it got ready: its error is in `queue`
+    wait_until_ready(ready, len(procs), 300)
     start.set()
-    results = [queue.get(timeout=600) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-    errors = [r[1] for r in results if r[0] != "ok"]
-    if errors:
-        raise RuntimeError(f"benchmark worker failed: {errors[0]}")
-    seconds = max(r[2] for r in results) - min(r[1] for r in results)
+    seconds = wall_seconds(collect_results(procs, queue, 600))
     total = processes * jobs_per_process
     return ThroughputResult(device_name, processes, total, seconds, total / seconds)
 
