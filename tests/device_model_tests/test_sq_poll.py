@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,15 +49,21 @@ def test_limit_bounds() -> None:
         SqPoller(-5)
 
 
-def test_poll_hit_and_miss_adapt_the_window() -> None:
+def test_poll_hit_and_miss_adapt_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A clock that moves 10 us per reading: a loaded host's scheduling cannot end a window early.
+    ticks = iter(range(0, 10**9, 10))
+    clock = SimpleNamespace(
+        perf_counter=lambda: next(ticks) * 1e-6, monotonic=time.monotonic, process_time=time.process_time
+    )
+    monkeypatch.setattr(sq_poll, "time", clock)  # sq_poll's clock only
     limit = sq_poll.MAX_LIMIT_US
     poller = SqPoller(limit)
     calls = iter([False, False, True])
     assert poller.poll(lambda: next(calls)) is True
     assert poller.window_us == limit and poller.stats.hits == 1
-    start = time.perf_counter()
+    polled = poller.stats.polled_s
     assert poller.poll(lambda: False) is False
-    assert time.perf_counter() - start >= limit * 1e-6  # it watched the whole window
+    assert poller.stats.polled_s - polled >= limit * 1e-6  # it watched the whole window
     assert poller.window_us == limit // 2 and poller.stats.misses == 1
 
 
