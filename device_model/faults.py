@@ -83,7 +83,7 @@ class FaultInjector:
         self._spec = FaultSpec()
         self._left = 0
         self._rng = random.Random(0)
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self._lock = threading.Lock()
         self.injected: Counter[str] = Counter()
 
@@ -102,14 +102,15 @@ class FaultInjector:
         log.info("fault injection: %s", spec.to_json())
 
     def _poll(self) -> None:
-        # One stat per job: the guest's write (fsync'd through 9p) shows up as a new mtime/size.
+        # One stat per job: the guest's write (fsync'd through 9p, renamed into place) shows up as
+        # a new inode, mtime or size.
         if self.control is None:
             return
         try:
             st = os.stat(self.control)
         except FileNotFoundError:
             return
-        stamp = (st.st_mtime_ns, st.st_size)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp == self._stamp:
             return
         self._stamp = stamp

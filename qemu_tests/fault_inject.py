@@ -116,12 +116,16 @@ class ControlFile:
 
     def __call__(self, spec: FaultSpec) -> None:
         # fsync: the device model stats the file before the next job, which this write must beat.
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # A new file renamed over the old one: the device model sees a new inode even when two
+        # specs of one size are written within one tick of the file system's clock.
+        tmp = self.path.with_name(self.path.name + ".new")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, spec.to_json().encode())
             os.fsync(fd)
         finally:
             os.close(fd)
+        os.replace(tmp, self.path)
 
 
 class ShimControl:
