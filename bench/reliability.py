@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qemu_tests.leak_check import count_leaks
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_JSON = ROOT / "bench" / "results" / "reliability.json"
 MARK_BEGIN = (
@@ -52,7 +54,7 @@ def run_parts(
     ``save`` gets the figures so far after every part (a guest that dies late keeps them).
     """
     save = save or (lambda doc: None)
-    from qemu_tests import fault_inject, ioctl_fuzz, stress
+    from qemu_tests import fault_inject, ioctl_fuzz, leak_check, stress
     from qemu_tests.matrix import count_splats
 
     start = time.monotonic()
@@ -61,7 +63,7 @@ def run_parts(
     if kernel:
         fault_inject.reload_module(GUEST_TIMEOUT_MS)
         base_splats = count_splats(ioctl_fuzz.dmesg())
-        baseline = ioctl_fuzz.Baseline.take()
+        baseline = leak_check.Baseline.take()
     else:
         # Through the environment: the fuzzer's forked workers open their own shim device (one
         # made here before the fork would be left without its threads in them).
@@ -114,7 +116,7 @@ def figures(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
     f, fi, st = doc["fuzz"], doc["faults"], doc["stress"]
     injected = sum(fi["injected"].values())
     recovered = sum(fi["recovered"].values())
-    longest = max(fi["longest_recovery_s"].values(), default=0.0)
+    longest, longest_kind = max(((v, k) for k, v in fi["longest_recovery_s"].items()), default=(0.0, "-"))
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(fi["injected"].items()))
     kill = fi.get("kill")
     rows = []
@@ -141,9 +143,13 @@ def figures(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
             "count",
         ),
         ("faults injected and recovered", f"{injected:,} / {recovered:,} ({kinds})", ">= 10,000"),
-        ("longest recovery time", f"{longest:.2f} s (job timeout {GUEST_TIMEOUT_MS} ms)", "< 2 s"),
+        (
+            "longest recovery time",
+            f"{longest:.2f} s ({longest_kind}, job timeout {GUEST_TIMEOUT_MS} ms)",
+            "< 2 s",
+        ),
         ("stress jobs checked, and any mismatches", f"{st['checked']:,}, {st['mismatches']} mismatches", "0"),
-        ("leaks found", str(len(doc["leaks"])) + (f" {doc['leaks']}" if doc["leaks"] else ""), "0"),
+        ("leaks found", str(count_leaks(doc["leaks"])) + (f" {doc['leaks']}" if doc["leaks"] else ""), "0"),
         (
             "kernel splats",
             str(sum(doc["splats"].values())) + (f" {doc['splats']}" if doc["splats"] else ""),

@@ -38,7 +38,7 @@ from device_model.faults import FaultSpec
 from libaccel import Device, Job, JobBo
 from libaccel.bo import BufferObject
 from libaccel.errors import AccelError
-from qemu_tests import ioctl_fuzz
+from qemu_tests import leak_check
 from uapi.isa import SPEC, encode
 
 # The status the victim of each fault ends with (uapi "Job status", docs/kernel.md).
@@ -314,7 +314,7 @@ def run(
     if control is None:
         control = shim_control() if device == "shim" else ControlFile()
     # The leak check needs a device that still answers: not after the kill.
-    baseline = ioctl_fuzz.Baseline.take() if device != "shim" and not kill else None
+    baseline = leak_check.Baseline.take() if device != "shim" and not kill else None
     c = Campaign(device, control, seed)
     try:
         start = time.monotonic()

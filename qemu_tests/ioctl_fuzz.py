@@ -45,6 +45,7 @@ import numpy as np
 
 from libaccel.backends import Backend
 from libaccel.errors import AccelError
+from qemu_tests import leak_check
 from uapi import bindings as b
 from uapi.bindings import ffi
 from uapi.isa import SPEC, encode
@@ -55,23 +56,6 @@ SKIPPED_OPS = frozenset({"WAIT"})
 # The DRM core ioctls libaccel uses, and the vnpu ones.
 IOCTLS = dict(b.IOCTLS)
 NAMES = tuple(IOCTLS)
-# /proc/meminfo tolerance at the end of a run: slab pages stay with their caches after their
-# objects are freed (per-CPU partial slabs), so a clean run may end a few hundred KiB up; a
-# per-object leak over the thousands of objects a run creates exceeds this.
-MEMINFO_TOLERANCE_KB = {"SUnreclaim": 2048, "Shmem": 1024}
-# debugfs counters that must return to their baseline (live objects, not totals). "mappings" are
-# VA ranges in any context's device page tables; "syncobjs" the handles in open files' tables.
-LIVE_COUNTERS = (
-    "files",
-    "contexts",
-    "bos",
-    "bo_bytes",
-    "mappings",
-    "syncobjs",
-    "jobs",
-    "jobs_on_device",
-    "cmdbufs",
-)
 # Upper bounds for count fields of DRM core ioctls. 6.12's drm_syncobj_array_find() allocates
 # count_handles * 4 bytes with kmalloc_array() and no __GFP_NOWARN: past KMALLOC_MAX_SIZE (4 MiB) the
 # page allocator WARNs (found by this fuzzer; DRM core code, the same with any DRM driver, not
@@ -675,29 +659,8 @@ def _process(device: str, seed: int, threads: int, seconds: float, out: Any) -> 
     out.put((seed, d, errors))
 
 
-def meminfo() -> dict[str, int]:
-    out = {}
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        out[key] = int(rest.split()[0])
-    return out
-
-
 def dmesg() -> str:
     return subprocess.run(["dmesg"], capture_output=True, text=True, check=False).stdout
-
-
-def live_counters() -> dict[str, int]:
-    from libaccel import debugfs
-
-    out: dict[str, int] = {}
-    for d in sorted(debugfs.DEBUGFS.glob("accel/*/counters")):
-        parsed = debugfs.parse(d.read_text())
-        if isinstance(parsed, dict):
-            for k in LIVE_COUNTERS:
-                if isinstance(parsed.get(k), int):
-                    out[k] = out.get(k, 0) + parsed[k]
-    return out
 
 
 @dataclass
@@ -736,7 +699,7 @@ def run(
     failures: list[str] = []
     splats: dict[str, int] = {}
     base_splats = count_splats(dmesg()) if kernel else {}
-    baseline = Baseline.take() if kernel else None
+    baseline = leak_check.Baseline.take() if kernel else None
     warm_up()
     if device == "kernel":
         _kernel_node()  # discovered once here, not by every forked worker of every batch
@@ -786,40 +749,6 @@ def run(
         except (AccelError, FuzzFailure) as e:
             failures.append(f"the known-good job failed after fuzzing: {e}")
     return RunResult(seed, time.monotonic() - start, procs, threads, stats, splats, leaks, failures)
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """The live debugfs counters and /proc/meminfo before a run, for its leak check."""
-
-    counters: dict[str, int]
-    mem: dict[str, int]
-
-    @classmethod
-    def take(cls) -> Baseline:
-        return cls(live_counters(), meminfo())
-
-    def leaks(self) -> dict[str, tuple[int, int]]:
-        return check_leaks(self.counters, self.mem)
-
-
-def check_leaks(base_counters: dict[str, int], base_mem: dict[str, int]) -> dict[str, tuple[int, int]]:
-    """Counters not back at their baseline and meminfo beyond tolerance (jobs get a few s to drain)."""
-    leaks: dict[str, tuple[int, int]] = {}
-    deadline = time.monotonic() + 10
-    while True:
-        now = live_counters()
-        leaks = {
-            k: (base_counters[k], now.get(k, 0)) for k in base_counters if now.get(k, 0) != base_counters[k]
-        }
-        if not leaks or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    mem = meminfo()
-    for key, tol in MEMINFO_TOLERANCE_KB.items():
-        if key in base_mem and mem.get(key, 0) - base_mem[key] > tol:
-            leaks[f"meminfo {key} kB"] = (base_mem[key], mem[key])
-    return leaks
 
 
 def check_device_works(device: str) -> None:

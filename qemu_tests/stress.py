@@ -165,9 +165,9 @@ def _process(device: str, index: int, threads: int, seconds: float, out: Any) ->
 
 
 def run(device: str, seconds: float, procs: int = 2, threads: int = 2) -> StressStats:
-    from qemu_tests import ioctl_fuzz
+    from qemu_tests import leak_check
 
-    baseline = ioctl_fuzz.Baseline.take() if device != "shim" else None
+    baseline = leak_check.Baseline.take() if device != "shim" else None
     ctx = multiprocessing.get_context("spawn")  # tflite_runtime and the shim's threads do not fork
     out = ctx.Queue()
     children = [ctx.Process(target=_process, args=(device, i, threads, seconds, out)) for i in range(procs)]
