@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.doc_block import replace_block
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS_DIR = ROOT / "tests" / "corpus" / "models"
 PLACEMENT_FILE = ROOT / "tests" / "corpus" / "placement.json"
@@ -197,10 +199,7 @@ def caption(machine: dict[str, Any], started: str, runtime: str) -> str:
 
 def replace_between_markers(text: str, body: str) -> str:
     """``text`` with the part between the corpus-table markers replaced by ``body``."""
-    start, end = text.find(MARK_BEGIN), text.find(MARK_END)
-    if start < 0 or end < start:
-        raise ValueError(f"the markers {MARK_BEGIN!r} and {MARK_END!r} are missing")
-    return text[: start + len(MARK_BEGIN)] + "\n" + body + "\n" + text[end:]
+    return replace_block(text, MARK_BEGIN, MARK_END, body)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.doc_block import replace_block
 from qemu_tests.leak_check import count_leaks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,12 +180,9 @@ def markdown_block(doc: dict[str, Any]) -> str:
 
 def write_markdown(path: Path, doc: dict[str, Any]) -> None:
     text = path.read_text()
-    begin, end = text.find(MARK_BEGIN), text.find(MARK_END)
-    if begin < 0 or end < begin:
-        raise SystemExit(
-            f"bench.reliability: {path} has no figures markers ({MARK_BEGIN!r} ... {MARK_END!r})"
-        )
-    path.write_text(text[: begin + len(MARK_BEGIN)] + "\n" + markdown_block(doc) + "\n" + text[end:])
+    if MARK_BEGIN not in text or MARK_END not in text:  # said before a half-finished doc is rendered
+        raise SystemExit(f"bench.reliability: {path} has no figures markers ({MARK_BEGIN!r} ...)")
+    path.write_text(replace_block(text, MARK_BEGIN, MARK_END, markdown_block(doc)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,297 @@
+"""Every published performance figure from one run: model speed against XNNPACK, cores, round trip.
+
+    python -m bench.performance [--markdown docs/performance.md] [--out bench/results/performance]
+    python -m bench.performance --quick        # a few invokes and jobs each: checks the run works
+
+Runs, one after another and each in its own process (so one part's threads and caches do not
+colour the next), on the machine as it is:
+
+1. ``bench.model_bench --threads 1``: MobileNetV1 and V2 (224, int8) through ``libteflon.so`` on
+   the shim against LiteRT's XNNPACK, in the same process, one thread each;
+2. ``bench.corpus``: every model of the real-model corpus against XNNPACK the same way;
+3. ``bench --shim``: the empty-job round trip, and the throughput-by-cores table on a 1- and a
+   2-core device, with the cores as threads and as worker processes;
+4. in the QEMU guest on vnpu.ko, one boot per NPU core count (2, then 1): ``bench --kernel``: the
+   round trip against the doorbell floor timed in the same run, and the cores table.
+
+Each part's JSON goes to ``--out``; ``summary.json`` and the printed summary hold the figures
+the issue asks for, with the host's load average around every part (a figure measured beside
+other work is not comparable). ``--markdown`` replaces the block between this module's markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.doc_block import replace_block
+from qemu_tests.harness import GUEST_OUT  # the guest's view of the results directory
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "bench" / "results" / "performance"
+MARK_BEGIN = (
+    "<!-- performance summary: begin (python -m bench.performance --markdown docs/performance.md) -->"
+)
+MARK_END = "<!-- performance summary: end -->"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each part measures: the full run, or a quick one that only checks the run works."""
+
+    model_runs: int
+    corpus_runs: int
+    iterations: int
+    jobs: int
+    invokes: int
+    repeat: int
+
+
+FULL = Sizes(model_runs=30, corpus_runs=15, iterations=1000, jobs=500, invokes=20, repeat=3)
+QUICK = Sizes(model_runs=3, corpus_runs=2, iterations=50, jobs=50, invokes=2, repeat=1)
+
+
+def say(msg: str) -> None:
+    print(f"bench.performance: {msg}", flush=True)
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def run_part(name: str, cmd: Sequence[str], log: Path) -> dict[str, Any]:
+    """Run one part, its output to ``log`` and the terminal; its wall time and the load around it."""
+    say(f"{name}: {shlex.join(cmd)}")
+    before, start = load(), time.monotonic()
+    with log.open("w") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            f.write(line)
+            print(f"  {line}", end="", flush=True)
+        rc = proc.wait()
+    took = round(time.monotonic() - start, 1)
+    if rc != 0:
+        raise SystemExit(f"bench.performance: {name} failed (exit {rc}); its output is in {log}")
+    return {"command": shlex.join(cmd), "seconds": took, "load_before": before, "load_after": load()}
+
+
+def machine() -> dict[str, Any]:
+    from bench.model_bench import machine_info
+
+    info = machine_info()
+    flags: set[str] = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    info["simd"] = sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni"})
+    qemu = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True, check=False)
+    info["qemu"] = qemu.stdout.splitlines()[0] if qemu.returncode == 0 and qemu.stdout else "not found"
+    return info
+
+
+def plan(out: Path, sizes: Sizes, guest_cores: Sequence[int]) -> list[tuple[str, list[str]]]:
+    """The parts of the run: (name, command) in order. Every part writes ``out/<name>.json``."""
+    py = sys.executable
+    bench_kernel = (
+        f"python -m bench --kernel {GUEST_OUT}/bench.json --iterations {sizes.iterations} "
+        f"--jobs {sizes.jobs} --processes 1 4 --invokes {sizes.invokes} --repeat {sizes.repeat}"
+    )
+    parts = [
+        (
+            "model_bench",
+            [py, "-m", "bench.model_bench", "--threads", "1", "--runs", str(sizes.model_runs), "--no-rss"]
+            + ["--out", str(out / "model_bench.json")],
+        ),
+        (
+            "corpus",
+            [py, "-m", "bench.corpus", "--runs", str(sizes.corpus_runs), "--json", str(out / "corpus.json")],
+        ),
+        (
+            "shim",
+            [py, "-m", "bench", "--shim", str(out / "shim.json"), "--iterations", str(sizes.iterations)]
+            + ["--jobs", str(sizes.jobs), "--processes", "1", "4", "--invokes", str(sizes.invokes)]
+            + ["--repeat", str(sizes.repeat), "--core-modes", "threads", "processes"],
+        ),
+    ]
+    for cores in guest_cores:
+        guest_dir = out / f"guest_cores{cores}"
+        parts.append(
+            (
+                f"guest_cores{cores}",
+                [py, "-m", "qemu_tests", "--npu-cores", str(cores), "--out", str(guest_dir)]
+                + ["--exec", bench_kernel],
+            )
+        )
+    return parts
+
+
+def part_json(out: Path, name: str) -> dict[str, Any]:
+    path = out / name / "bench.json" if name.startswith("guest_") else out / f"{name}.json"
+    return json.loads(path.read_text())
+
+
+def summarize(out: Path, parts: dict[str, dict[str, Any]], info: dict[str, Any]) -> dict[str, Any]:
+    """The issue's figures out of the parts' JSON."""
+    summary: dict[str, Any] = {"machine": info, "parts": parts, "models": [], "round_trip": [], "cores": []}
+    mb = part_json(out, "model_bench")
+    for m in mb["models"]:
+        xnn = m["cpu_runtime_ms"].get("ai_edge_litert")
+        summary["models"].append(
+            {
+                "name": m["name"],
+                "source": "model_bench",
+                "vnpu_ms": m["invoke_ms"],
+                "device_ms": m["device_ms"],
+                "xnnpack_ms": xnn,
+                "ratio": m["invoke_ms"] / xnn if xnn else None,
+                "exact": m["exact"],
+            }
+        )
+    for m in part_json(out, "corpus")["models"]:
+        summary["models"].append(
+            {
+                "name": m["name"],
+                "source": "corpus",
+                "vnpu_ms": m["vnpu_ms"],
+                "xnnpack_ms": m["xnnpack_ms"],
+                "ratio": m["vnpu_ms"] / m["xnnpack_ms"] if m["xnnpack_ms"] else None,
+                "exact": m["differing_bytes"] == 0,
+                "npu_nodes": f"{m['npu_nodes']}/{m['nodes']}",
+            }
+        )
+    for name in parts:
+        if name == "shim" or name.startswith("guest_"):
+            d = part_json(out, name)
+            rt, floor = d["round_trip"], d.get("doorbell_floor") or {}
+            row = {"where": name, "p50_us": rt["p50_us"], "p90_us": rt["p90_us"], "p99_us": rt["p99_us"]}
+            row |= {"min_us": rt["min_us"], "submit_p50_us": rt["submit_p50_us"]}
+            if floor:
+                row |= {"floor_p50_us": floor["p50_us"], "floor_min_us": floor["min_us"]}
+                row["over_floor"] = rt["p50_us"] / floor["p50_us"]
+            summary["round_trip"].append(row)
+            for r in d.get("throughput_by_cores", []):
+                summary["cores"].append({"where": name, "mode": r.get("mode", "threads")} | r)
+    return summary
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The summary as the Markdown block the docs hold."""
+    info = summary["machine"]
+    lines = [
+        f"Run {summary['when']}: {info['cpu']}, {info['cpus']} CPUs ({', '.join(info['simd']) or 'no AVX2'}),"
+        " "
+        f"host kernel {info['kernel']}, Python {info['python']}, numpy {info['numpy']}, {info['qemu']}. "
+        f"Command: `{summary['command']}`.",
+        "",
+        "| part | seconds | host load before -> after (1 min) |",
+        "|---|---|---|",
+    ]
+    for name, p in summary["parts"].items():
+        lines.append(
+            f"| {name} | {p['seconds']:.0f} | {p['load_before'][0]:.2f} -> {p['load_after'][0]:.2f} |"
+        )
+    lines += [
+        "",
+        "**Models against LiteRT XNNPACK** (one thread each, median invoke, same process; vnpu is the",
+        "whole invoke through `libteflon.so` on the shim):",
+        "",
+        "| model | from | vnpu ms | XNNPACK ms | vnpu / XNNPACK | exact |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in summary["models"]:
+        ratio = "-" if m["ratio"] is None else f"{m['ratio']:.1f}x"
+        lines.append(
+            f"| {m['name']} | {m['source']} | {_ms(m['vnpu_ms'])} | {_ms(m['xnnpack_ms'])} | {ratio} "
+            f"| {'yes' if m['exact'] else 'NO'} |"
+        )
+    lines += [
+        "",
+        "**Empty-job round trip** (us; the floor is the bare doorbell -> MSI-X -> waiter round trip",
+        "vnpu.ko times in the same run):",
+        "",
+        "| where | p50 | p90 | p99 | min | submit call p50 | floor p50 (min) | p50 / floor |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in summary["round_trip"]:
+        floor = f"{r['floor_p50_us']:.0f} ({r['floor_min_us']:.0f})" if "floor_p50_us" in r else "-"
+        over = f"{r['over_floor']:.1f}x" if "over_floor" in r else "-"
+        lines.append(
+            f"| {r['where']} | {r['p50_us']:.0f} | {r['p90_us']:.0f} | {r['p99_us']:.0f} | {r['min_us']:.0f} "
+            f"| {r['submit_p50_us']:.0f} | {floor} | {over} |"
+        )
+    lines += [
+        "",
+        "**Throughput by cores** (per second, median of the runs; every model output compared with a",
+        "lone client's):",
+        "",
+        "| where | cores as | NPU cores | clients | empty jobs/s | model invokes/s | exact |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    rows: dict[tuple[str, str, int, int], dict[str, Any]] = {}
+    for r in summary["cores"]:
+        key = (r["where"], r["mode"], r["cores"], r["clients"])
+        rows.setdefault(key, {})[r["workload"]] = r
+    for (where, mode, cores, clients), w in rows.items():
+        empty, model = w.get("empty job"), w.get("model invoke")
+        exact = all(x.get("exact", True) for x in w.values())
+        lines.append(
+            f"| {where} | {mode} | {cores} | {clients} | {empty['per_s']:.0f} | "
+            f"{model['per_s']:.1f} | {'yes' if exact else 'NO'} |"
+            if empty and model
+            else f"| {where} | {mode} | {cores} | {clients} | - | - | {'yes' if exact else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.performance", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results directory (default {DEFAULT_OUT})")
+    p.add_argument("--markdown", type=Path, help="replace the summary block between the markers of this file")
+    p.add_argument("--quick", action="store_true", help="a few invokes and jobs per part (checks the run)")
+    p.add_argument("--guest-cores", type=int, nargs="*", default=[2, 1], help="NPU cores per guest boot")
+    p.add_argument("--skip", nargs="*", default=[], help="parts to leave out (model corpus shim guest)")
+    args = p.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    args.out.mkdir(parents=True, exist_ok=True)
+    info = machine()
+    say(f"{info['cpu']}, {info['cpus']} CPUs, host load {load()}")
+    parts: dict[str, dict[str, Any]] = {}
+    todo = [
+        (n, c) for n, c in plan(args.out, sizes, args.guest_cores) if n.split("_cores")[0] not in args.skip
+    ]
+    for i, (name, cmd) in enumerate(todo, 1):
+        say(f"part {i} of {len(todo)}")
+        parts[name] = run_part(name, cmd, args.out / f"{name}.log")
+    summary = summarize(args.out, parts, info)
+    summary["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    summary["command"] = shlex.join(["python", "-m", "bench.performance", *(argv or sys.argv[1:])])
+    summary["host"] = platform.node()
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+    text = render(summary)
+    print(text)
+    if args.markdown:
+        try:
+            args.markdown.write_text(replace_block(args.markdown.read_text(), MARK_BEGIN, MARK_END, text))
+        except ValueError as e:
+            raise SystemExit(f"bench.performance: {args.markdown}: {e}") from None
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

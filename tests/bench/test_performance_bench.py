@@ -1,0 +1,63 @@
+"""bench.performance: the one-run summary out of the parts' JSON, and the docs block it rewrites."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import performance
+from bench.doc_block import replace_block
+
+
+def _write(out: Path) -> None:
+    model = {"name": "mobilenet_v1", "invoke_ms": 9.0, "device_ms": 8.5, "exact": True}
+    model["cpu_runtime_ms"] = {"ai_edge_litert": 4.5}
+    (out / "model_bench.json").write_text(json.dumps({"models": [model]}))
+    corpus = {"name": "unet", "vnpu_ms": 6.0, "xnnpack_ms": 0.5, "differing_bytes": 0}
+    corpus |= {"npu_nodes": 9, "nodes": 10}
+    (out / "corpus.json").write_text(json.dumps({"models": [corpus]}))
+    rt = {"p50_us": 400.0, "p90_us": 500.0, "p99_us": 900.0, "min_us": 200.0, "submit_p50_us": 150.0}
+    cores = [
+        {"cores": 2, "clients": 2, "workload": "empty job", "per_s": 3000.0, "exact": True},
+        {"cores": 2, "clients": 2, "workload": "model invoke", "per_s": 40.0, "exact": True},
+    ]
+    (out / "guest_cores2").mkdir()
+    floor = {"p50_us": 100.0, "min_us": 10.0}
+    guest = {"round_trip": rt, "doorbell_floor": floor, "throughput_by_cores": cores}
+    (out / "guest_cores2" / "bench.json").write_text(json.dumps(guest))
+    shim_cores = [dict(c, mode="processes") for c in cores]
+    (out / "shim.json").write_text(json.dumps({"round_trip": rt, "throughput_by_cores": shim_cores}))
+
+
+def test_summary_has_ratios_round_trip_over_floor_and_the_cores_table(tmp_path: Path) -> None:
+    _write(tmp_path)
+    part = {"seconds": 1.0, "load_before": [0.1, 0, 0], "load_after": [0.2, 0, 0], "command": "x"}
+    parts = {name: part for name in ("model_bench", "corpus", "shim", "guest_cores2")}
+    info = {"cpu": "CPU", "cpus": 2, "simd": ["avx2"], "kernel": "k", "python": "3", "numpy": "1"}
+    info["qemu"] = "q"
+    s = performance.summarize(tmp_path, parts, info)
+    assert [(m["name"], m["ratio"]) for m in s["models"]] == [("mobilenet_v1", 2.0), ("unet", 12.0)]
+    guest = next(r for r in s["round_trip"] if r["where"] == "guest_cores2")
+    assert guest["over_floor"] == 4.0
+    assert "floor_p50_us" not in next(r for r in s["round_trip"] if r["where"] == "shim")
+    s |= {"when": "now", "command": "python -m bench.performance"}
+    text = performance.render(s)
+    assert "| mobilenet_v1 | model_bench | 9.00 | 4.50 | 2.0x | yes |" in text
+    assert "| guest_cores2 | 400 | 500 | 900 | 200 | 150 | 100 (10) | 4.0x |" in text
+    assert "| shim | processes | 2 | 2 | 3000 | 40.0 | yes |" in text
+
+
+def test_plan_skips_parts_and_boots_once_per_core_count(tmp_path: Path) -> None:
+    names = [n for n, _ in performance.plan(tmp_path, performance.QUICK, [2, 1])]
+    assert names == ["model_bench", "corpus", "shim", "guest_cores2", "guest_cores1"]
+    cmd = dict(performance.plan(tmp_path, performance.QUICK, [1]))["guest_cores1"]
+    assert cmd[cmd.index("--npu-cores") + 1] == "1" and "--kernel" in cmd[-1]
+
+
+def test_doc_block_replaces_only_between_markers() -> None:
+    text = "a\n<!-- b -->\nold\n<!-- e -->\nz\n"
+    assert replace_block(text, "<!-- b -->", "<!-- e -->", "new") == "a\n<!-- b -->\nnew\n<!-- e -->\nz\n"
+    with pytest.raises(ValueError, match="markers"):
+        replace_block("no markers", "<!-- b -->", "<!-- e -->", "new")
