@@ -630,6 +630,7 @@ class _Job:
             output_zp=out.zero_point,
             act_min=ins["act_min"],
             act_max=ins["act_max"],
+            out_dtype=out.np_dtype,
         )
         self.store(out, result)
 

@@ -16,7 +16,7 @@ are read from :mod:`.planned`, so set them there.
 """
 
 from .ops import (
-    ADD_TABLES,
+    BYTE_TABLES,
     SOFTMAX_ACCUM_INTEGER_BITS,
     SOFTMAX_DIFF_INTEGER_BITS,
     add,
@@ -72,8 +72,8 @@ from .primitives import (
 )
 
 __all__ = [
-    "ADD_TABLES",
     "ArrayLike",
+    "BYTE_TABLES",
     "DEPTHWISE_EINSUM_CHANNELS",
     "DepthwisePlan",
     "FloatRequantPlan",

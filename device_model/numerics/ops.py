@@ -279,15 +279,13 @@ def add(
         raise ValueError(f"ADD: left_shift must be in [0, {SHIFT_MAX}], got {left_shift}")
     check_clamp(act_min, act_max)
     if out_dtype is not None and {np.dtype(out_dtype), in1.dtype, in2.dtype} <= set(_FAST_OUT):
-        table = _add_table(
-            in1.dtype.str, in2.dtype.str, np.dtype(out_dtype).str,
-            (input1_zp, input2_zp, left_shift, input1_multiplier, input1_shift, input2_multiplier,
-             input2_shift, output_multiplier, output_shift, output_zp, act_min, act_max, subtract),
+        params = (
+            input1_zp, input2_zp, left_shift, input1_multiplier, input1_shift, input2_multiplier,
+            input2_shift, output_multiplier, output_shift, output_zp, act_min, act_max, subtract,
         )  # fmt: skip
-        idx = in1.view(np.uint8).astype(np.uint16)
-        idx <<= 8
-        idx |= in2.view(np.uint8)
-        return table.take(idx)
+        return _pair_table("ADD", in1.dtype.str, in2.dtype.str, np.dtype(out_dtype).str, params).take(
+            _pair_index(in1, in2)
+        )
     a = wrap_int32((in1.astype(np.int64) - input1_zp) << left_shift)
     b = wrap_int32((in2.astype(np.int64) - input2_zp) << left_shift)
     a = multiply_by_quantized_multiplier(a, input1_multiplier, input1_shift)
@@ -297,24 +295,42 @@ def add(
     return np.clip(out, act_min, act_max).astype(np.int32)
 
 
-# Byte-input ADD/SUB through a table of all 65536 input pairs: the output is a function of the two
-# bytes alone, so a lookup replaces a dozen int64 passes. Each table (64 KiB) is built once per
-# parameter set by the exact computation above; a model has a few dozen at most.
-ADD_TABLES = 64
+# Byte-input ADD/SUB and MUL through a table of all 65536 input pairs: the output is a function of
+# the two bytes alone, so a lookup replaces a dozen int64 passes over the tensor (MUL on a 32x32x32
+# tensor: ~190 us direct, ~25 us looked up). Each table (64 KiB) is built once per parameter set by the
+# exact computation below. Tables are shared by every stream; a model has a few dozen parameter
+# sets (EfficientNet-B0: 74) and the cache holds BYTE_TABLES of them (16 MiB at most).
+BYTE_TABLES = 256
 
 
-@functools.lru_cache(maxsize=ADD_TABLES)
-def _add_table(in1_dtype: str, in2_dtype: str, out_dtype: str, params: tuple) -> np.ndarray:
-    """[65536] of out_dtype: the saturated ADD/SUB of bytes (b1 << 8) | b2 (read as the inputs' dtypes)."""
-    zp1, zp2, ls, m1, s1, m2, s2, om, os_, ozp, act_min, act_max, subtract = params
+def _pair_index(in1: np.ndarray, in2: np.ndarray) -> np.ndarray:
+    """(b1 << 8) | b2 of two same-shape 8-bit tensors' bytes, as uint16 table indices."""
+    idx = in1.view(np.uint8).astype(np.uint16)
+    idx <<= 8
+    idx |= in2.view(np.uint8)
+    return idx
+
+
+@functools.lru_cache(maxsize=BYTE_TABLES)
+def _pair_table(op: str, in1_dtype: str, in2_dtype: str, out_dtype: str, params: tuple) -> np.ndarray:
+    """[65536] of out_dtype: ``op`` (ADD, with SUB as a parameter, or MUL) of the bytes (b1 << 8) | b2
+    read as the inputs' dtypes, saturated as storing to out_dtype does."""
     byte = np.arange(256, dtype=np.uint8)
     a = np.repeat(byte.view(in1_dtype), 256)
     b = np.tile(byte.view(in2_dtype), 256)
-    full = add(
-        a, b, input1_zp=zp1, input2_zp=zp2, left_shift=ls, input1_multiplier=m1, input1_shift=s1,
-        input2_multiplier=m2, input2_shift=s2, output_multiplier=om, output_shift=os_, output_zp=ozp,
-        act_min=act_min, act_max=act_max, subtract=subtract,
-    )  # fmt: skip
+    if op == "ADD":
+        zp1, zp2, ls, m1, s1, m2, s2, om, os_, ozp, act_min, act_max, subtract = params
+        full = add(
+            a, b, input1_zp=zp1, input2_zp=zp2, left_shift=ls, input1_multiplier=m1, input1_shift=s1,
+            input2_multiplier=m2, input2_shift=s2, output_multiplier=om, output_shift=os_, output_zp=ozp,
+            act_min=act_min, act_max=act_max, subtract=subtract,
+        )  # fmt: skip
+    else:
+        zp1, zp2, om, os_, ozp, act_min, act_max = params
+        full = mul(
+            a, b, input1_zp=zp1, input2_zp=zp2, output_multiplier=om, output_shift=os_, output_zp=ozp,
+            act_min=act_min, act_max=act_max,
+        )  # fmt: skip
     info = np.iinfo(out_dtype)  # what storing to the output saturates to
     table = np.clip(full, info.min, info.max).astype(out_dtype)
     table.flags.writeable = False
@@ -332,9 +348,19 @@ def mul(
     output_zp: int,
     act_min: int,
     act_max: int,
+    out_dtype: np.dtype | None = None,
 ) -> np.ndarray:
-    """TFLite's quantized Mul."""
+    """TFLite's quantized Mul.
+
+    With ``out_dtype`` int8/uint8 and byte inputs the result is already saturated to out_dtype (a
+    lookup in :func:`_pair_table`); otherwise int32 values in [act_min, act_max].
+    """
     check_clamp(act_min, act_max)
+    if out_dtype is not None and {np.dtype(out_dtype), in1.dtype, in2.dtype} <= set(_FAST_OUT):
+        params = (input1_zp, input2_zp, output_multiplier, output_shift, output_zp, act_min, act_max)
+        return _pair_table("MUL", in1.dtype.str, in2.dtype.str, np.dtype(out_dtype).str, params).take(
+            _pair_index(in1, in2)
+        )
     prod = wrap_int32((in1.astype(np.int64) - input1_zp) * (in2.astype(np.int64) - input2_zp))
     out = multiply_by_quantized_multiplier(prod, output_multiplier, output_shift) + output_zp
     return np.clip(out, act_min, act_max).astype(np.int32)
@@ -411,6 +437,8 @@ def lut(inp: np.ndarray, table: np.ndarray, signed_input: bool) -> np.ndarray:
     """out[i] = table[in[i] + 128] for int8 input, table[in[i]] for uint8."""
     if table.size != 256:
         raise ValueError(f"LUT: the table has {table.size} elements, not 256")
+    if inp.dtype == (np.int8 if signed_input else np.uint8):  # one pass over the bytes, no int32 index
+        return table.reshape(256).take(_byte_index(inp))
     idx = inp.astype(np.int32) + (128 if signed_input else 0)
     return table.reshape(256)[idx]
 
@@ -561,11 +589,13 @@ def softmax(
     shape = inp.shape
     x = inp.reshape(-1, shape[-1]).astype(np.int64)
     diff = x - x.max(axis=1, keepdims=True)
-    valid = diff >= diff_min
-    scaled = saturating_rounding_doubling_high_mul(wrap_int32(diff << input_left_shift), input_multiplier)
-    exps = np.where(valid, exp_on_negative_values(scaled), 0)
+    if inp.dtype in _FAST_OUT:  # 8-bit input: diff is in [-255, 0], each exponential is a lookup
+        exps_table, rescaled_table = _softmax_tables(input_multiplier, input_left_shift, diff_min)
+        exps, rescaled = exps_table.take(diff + 255), rescaled_table.take(diff + 255)
+    else:
+        exps, rescaled = _softmax_exps(diff, input_multiplier, input_left_shift, diff_min)
     # Rescale<12> of each exponential (Q0.31 -> Q12.19), summed with int32 wrap-around.
-    acc = wrap_int32(rounding_divide_by_pot(exps, SOFTMAX_ACCUM_INTEGER_BITS).sum(axis=1, keepdims=True))
+    acc = wrap_int32(rescaled.sum(axis=1, keepdims=True))
     # GetReciprocal: normalise the sum to [1, 2) by its leading zeros, 1 / x of the fraction.
     bit_length = np.frexp(acc.astype(np.float64))[1]  # exact: acc is an integer below 2**31
     headroom_plus_one = np.where(acc < 0, 0, 32 - bit_length)  # CountLeadingZeros(uint32(acc))
@@ -576,5 +606,28 @@ def softmax(
     if exponent.size and (exponent.min() < 0 or exponent.max() > 31):
         raise ValueError("SOFTMAX: the sum of exponentials is out of range")
     out = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(scale, exps), exponent) + lo
-    out = np.where(valid, np.clip(out, lo, hi), lo)
-    return out.astype(out_dtype).reshape(shape)
+    # An input below diff_min has the exponential 0, and 0 scales and shifts to 0: its output is lo.
+    return np.clip(out, lo, hi).astype(out_dtype).reshape(shape)
+
+
+def _softmax_exps(
+    diff: np.ndarray, input_multiplier: int, input_left_shift: int, diff_min: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each input's exponential exp(beta * (x - max)) in Q0.31 (0 below diff_min), and it as Q12.19."""
+    scaled = saturating_rounding_doubling_high_mul(wrap_int32(diff << input_left_shift), input_multiplier)
+    exps = np.where(diff >= diff_min, exp_on_negative_values(scaled), 0)
+    return exps, rounding_divide_by_pot(exps, SOFTMAX_ACCUM_INTEGER_BITS)
+
+
+@functools.lru_cache(maxsize=BYTE_TABLES)
+def _softmax_tables(
+    input_multiplier: int, input_left_shift: int, diff_min: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_softmax_exps` of every difference an 8-bit input can have, -255..0 (index diff + 255).
+
+    The fixed-point exponential is ~60 numpy passes; a row of 12 classes paid ~400 us in them, a
+    lookup costs two passes."""
+    tables = _softmax_exps(np.arange(-255, 1, dtype=np.int64), input_multiplier, input_left_shift, diff_min)
+    for t in tables:
+        t.flags.writeable = False
+    return tables

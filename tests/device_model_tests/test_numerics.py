@@ -304,3 +304,61 @@ def test_add_byte_table_matches_direct_computation(
     want = np.clip(nm.add(x1, x2, **kwargs), info.min, info.max)
     assert got.dtype == np.dtype(tout)
     assert got.tolist() == want.tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    int32s,
+    st.integers(-12, 0),
+    st.sampled_from([np.int8, np.uint8]),
+    st.sampled_from([np.int8, np.uint8]),
+    st.sampled_from([np.int8, np.uint8]),
+    st.sampled_from([(-128, 127), (0, 255), (-1000, 1000), (-20, 30)]),
+)
+def test_mul_byte_table_matches_reference(seed: int, om: int, os_: int, t1, t2, tout, act: tuple) -> None:
+    """Byte inputs with a byte output take a 65536-entry table: TFLite's values, saturated as stored."""
+    rng = np.random.default_rng(seed)
+    x1 = rng.integers(0, 256, size=(1, 4, 5, 3), dtype=np.uint8).view(t1)
+    x2 = rng.integers(0, 256, size=(1, 4, 5, 3), dtype=np.uint8).view(t2)[:, :, ::-1]  # strided
+    zp1, zp2, ozp = (int(v) for v in rng.integers(-128, 128, size=3))
+    got = nm.mul(
+        x1, x2, input1_zp=zp1, input2_zp=zp2, output_multiplier=om, output_shift=os_, output_zp=ozp,
+        act_min=act[0], act_max=act[1], out_dtype=np.dtype(tout),
+    )  # fmt: skip
+    info = np.iinfo(tout)
+    want = [
+        min(max(ref.mul_one(a, b, zp1, zp2, om, os_, ozp, act[0], act[1]), int(info.min)), int(info.max))
+        for a, b in zip(x1.ravel().tolist(), x2.ravel().tolist(), strict=True)
+    ]
+    assert got.dtype == np.dtype(tout)
+    assert got.ravel().tolist() == want
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1 << 30, (1 << 31) - 1),
+    st.integers(0, 31),
+    st.integers(-(2**31), 0),
+    st.sampled_from([np.int8, np.uint8]),
+    st.sampled_from([np.int8, np.uint8]),
+)
+def test_softmax_byte_tables_match_the_general_path(
+    seed: int, mult: int, shift: int, diff_min: int, t_in, t_out
+) -> None:
+    """8-bit inputs look their exponentials up in a table of all 256 differences: the same outputs as
+    computing them (the general path, taken for wider inputs)."""
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(t_in)
+    x = rng.integers(int(info.min), int(info.max) + 1, size=(3, 17)).astype(t_in)
+    x[0, :2] = info.max  # a tie at the maximum
+    x[1, 0], x[1, 1] = info.min, info.max  # the widest difference
+    kwargs = dict(input_multiplier=mult, input_left_shift=shift, diff_min=diff_min, out_dtype=np.dtype(t_out))
+    try:
+        want = nm.softmax(x.astype(np.int16), **kwargs)
+    except ValueError as e:  # a sum of exponentials out of range: the table path refuses it alike
+        with pytest.raises(ValueError, match=str(e)):
+            nm.softmax(x, **kwargs)
+        return
+    assert np.array_equal(nm.softmax(x, **kwargs), want)
