@@ -3,14 +3,17 @@
 :mod:`device_model.numerics` is the readable reference; these kernels (``mac_array.c``, built with
 cffi on first use by :mod:`.build`) compute the same bytes faster: exact int32 accumulation modulo
 2**32 (int16 operands through AVX2's ``vpmaddwd`` when every ``x - zp`` and ``w - zp`` fits,
-int32 otherwise) and TFLite's requantization, with per-channel constants.
+int32 otherwise; u8 x s8 through AVX-512 VNNI's ``vpdpbusd`` when every ``w - zp`` is int8 and the
+input zero point is a value of the input dtype) and TFLite's requantization, with per-channel
+constants.
 
 Which implementation runs is chosen per layer call by ``VNPU_MAC_ARRAY``:
 
 * ``auto`` (default): the fastest C kernels this CPU runs; numpy when the C build fails (logged
   once, with the reason and what to do);
 * ``numpy``: the numpy reference path;
-* ``generic`` / ``avx2``: that C variant (``avx2`` on a CPU without it falls back to generic).
+* ``generic`` / ``avx2`` / ``avx512vnni``: at most that C variant (a CPU without it runs the best
+  one below it, with a warning).
 
 A plan (:func:`plan_layer`) holds the packed weights and per-channel constants of one layer, and a
 copy of the parameters it was built from: the command processor keeps it while
@@ -37,7 +40,8 @@ log = logging.getLogger(__name__)
 ENV = "VNPU_MAC_ARRAY"
 ISA_GENERIC = 0
 ISA_AVX2 = 1
-ISA_NAMES = {ISA_GENERIC: "generic", ISA_AVX2: "avx2"}
+ISA_AVX512VNNI = 2
+ISA_NAMES = {ISA_GENERIC: "generic", ISA_AVX2: "avx2", ISA_AVX512VNNI: "avx512vnni"}
 KIND_CONV = 0
 KIND_DEPTHWISE = 1
 NR = 16  # output channels per packed GEMM panel (mac_array.c's NR)
@@ -100,16 +104,17 @@ def selected_isa() -> int | None:
     mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
     if mode == "numpy":
         return None
-    if mode not in ("auto", "c", "generic", "avx2"):
-        _warn_once(f"MAC array: {ENV}={mode!r} is not auto, numpy, generic or avx2; using auto")
+    names = {name: isa for isa, name in ISA_NAMES.items()}
+    if mode not in ("auto", "c", *names):
+        _warn_once(f"MAC array: {ENV}={mode!r} is not auto, numpy, {', '.join(names)}; using auto")
         mode = "auto"
     isas = cpu_isas()
     if not isas:
         return None
-    if mode == "generic":
-        return ISA_GENERIC
-    if mode == "avx2" and ISA_AVX2 not in isas:
-        _warn_once("MAC array: VNPU_MAC_ARRAY=avx2 but this CPU has no AVX2; using the generic kernels")
+    if mode in names:
+        if names[mode] not in isas:
+            _warn_once(f"MAC array: {ENV}={mode} but this CPU cannot run it; using {ISA_NAMES[max(isas)]}")
+        return min(names[mode], max(isas))
     return max(isas)
 
 
@@ -152,6 +157,26 @@ def _check_positive(name: str, **values: int) -> None:
 def _per_channel(v: nm.ArrayLike, c: int) -> np.ndarray:
     # Always a copy: the C layer keeps a pointer to it, and ``v`` may be a view of job memory.
     return np.array(np.broadcast_to(np.asarray(v, dtype=np.int64).reshape(-1), (c,)), np.int32, order="C")
+
+
+def _pack_vnni(
+    wq: np.ndarray, bias32: np.ndarray, cout_pad: int, input_zp: int, in_dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray] | tuple[()]:
+    """The VNNI GEMM's operands (mac_array.c, conv_vnni): int8 weights [panel][K4 / 4][NR][4] and
+    the bias with ``-z * sum(w - w_zp)`` folded in (modulo 2**32), where z = input_zp + 128 for
+    int8 input (the kernel reads ``x ^ 0x80``) and input_zp for uint8. Empty when the layer does not
+    qualify: a weight outside int8 once w_zp is subtracted, or z not a byte (padding must read z)."""
+    z = input_zp + (128 if in_dtype == np.int8 else 0)
+    if not 0 <= z <= 255 or (wq.size and (int(wq.min()) < -128 or int(wq.max()) > 127)):
+        return ()
+    cout, k = wq.shape
+    k4 = -(-k // 4) * 4
+    grid = np.zeros((cout_pad, k4), dtype=np.int8)
+    grid[:cout, :k] = wq
+    packed8 = np.ascontiguousarray(grid.reshape(cout_pad // NR, NR, k4 // 4, 4).transpose(0, 2, 1, 3))
+    bias8 = np.zeros(cout_pad, np.int64)
+    bias8[:cout] = bias32.astype(np.int64) - z * wq.astype(np.int64).sum(axis=1)
+    return packed8, (bias8 & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
 
 def plan_layer(
@@ -241,13 +266,20 @@ def plan_layer(
     layer.bias = ffi.cast("const int32_t *", bias32.ctypes.data)
     layer.multiplier = ffi.cast("const int32_t *", mult.ctypes.data)
     layer.shift = ffi.cast("const int32_t *", shifts.ctypes.data)
+    vnni = ()
+    if kind == KIND_CONV and ISA_AVX512VNNI in cpu_isas():
+        vnni = _pack_vnni(wq, bias32, cout_pad, input_zp, in_dtype)
+        if vnni:
+            layer.packed8 = ffi.cast("const int8_t *", vnni[0].ctypes.data)
+            layer.bias8 = ffi.cast("const int32_t *", vnni[1].ctypes.data)
+            layer.k4 = vnni[0].shape[1] * 4
     params = (
         np.array(filt, order="C"),
         None if bias is None else np.array(bias),
         np.array(multiplier),
         np.array(shift),
     )
-    keep = (packed, bias32, mult, shifts)
+    keep = (packed, bias32, mult, shifts, *vnni)
     return MacPlan(layer, keep, tuple(in_shape), (n, oh, ow, cout), out_dtype, params)
 
 

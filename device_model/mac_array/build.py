@@ -3,8 +3,9 @@
 The extension is built on first use into a cache directory keyed by a hash of everything that goes
 into the binary (``mac-array-<hash>`` under ``$VNPU_CACHE_DIR``, else ``$XDG_CACHE_HOME/vnpu`` or
 ``~/.cache/vnpu``), so an edit rebuilds and hosts sharing the cache share the build. The binary is
-portable across x86-64 CPUs: it is compiled for the baseline ISA, and the AVX2 kernels carry their
-own ``target("avx2")`` attribute and run only when the CPU reports AVX2 (``mac_cpu_isa``). Running
+portable across x86-64 CPUs: it is compiled for the baseline ISA, and the AVX2 and AVX-512 VNNI
+kernels carry their own ``target(...)`` attributes and run only when the CPU reports those
+features (``mac_cpu_isa``). Running
 this module builds now and prints the library's path, or the compiler's error.
 """
 
@@ -26,7 +27,7 @@ from vnpu_common.cache import build_once, cache_root, content_hash, publish
 
 MODULE_NAME = "_vnpu_mac_array"
 SOURCE_PATH = Path(__file__).resolve().parent / "mac_array.c"
-# -O3 for the vectoriser; no -march: the AVX2 code is selected at run time, not at build time.
+# -O3 for the vectoriser; no -march: the AVX2 and VNNI code is selected at run time, not at build time.
 COMPILE_ARGS = ["-O3", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
 CDEF = """
@@ -51,6 +52,9 @@ struct mac_layer {
     const int32_t *bias;
     const int32_t *multiplier;
     const int32_t *shift;
+    const int8_t *packed8;
+    const int32_t *bias8;
+    int64_t k4;
 };
 int mac_cpu_isa(void);
 int mac_run(const struct mac_layer *L, const void *in, void *out, int isa);
@@ -117,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = build(args.out) if args.out else ensure_built()
     module = load(path)
-    isa = {0: "generic", 1: "avx2"}.get(module.lib.mac_cpu_isa(), "?")
+    from . import ISA_NAMES
+
+    isa = ISA_NAMES.get(module.lib.mac_cpu_isa(), "?")
     print(f"{path} (this CPU runs the {isa} kernels)")
     return 0
 

@@ -26,6 +26,7 @@
 
 #define MAC_ISA_GENERIC 0
 #define MAC_ISA_AVX2 1
+#define MAC_ISA_AVX512VNNI 2
 
 #define KIND_CONV 0
 #define KIND_DEPTHWISE 1
@@ -55,6 +56,12 @@ struct mac_layer {
     const int32_t *bias;    /* [cout] */
     const int32_t *multiplier;
     const int32_t *shift;
+    /* The u8 x s8 operands of the AVX-512 VNNI GEMM (vpdpbusd), NULL when the layer does not
+     * qualify (see conv_vnni): weights - w_zp as int8 [panel][k4 / 4][NR][4], and the bias with
+     * -(x_zp + flip) * sum(w - w_zp) folded in, [cout_pad]. */
+    const int8_t *packed8;
+    const int32_t *bias8;
+    int64_t k4; /* GEMM depth rounded up to a multiple of 4 */
 };
 
 /* --- requantization: MultiplyByQuantizedMultiplier with TFLite's double rounding ------------------ */
@@ -474,6 +481,194 @@ AVX2 static inline void dw_avx2(const struct mac_layer *L, const uint8_t **taps,
 }
 
 DEFINE_DRIVERS(avx2, AVX2, gemm_6x16_avx2, requant_avx2, dw_avx2, 1)
+
+/* --- AVX-512 VNNI ---------------------------------------------------------------------------------- */
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define MRV 8 /* VNNI GEMM tile: 8 pixels x 32 channels (two panels), 16 zmm accumulators */
+
+/* The GEMM multiplies u8 x s8 with vpdpbusd: four products per int32 lane, each at most
+ * 255 * 128 in magnitude, summed without saturation and added modulo 2**32 - the C model exactly.
+ * Input bytes become u = x ^ flip (flip = 0x80 for int8: u = x + 128, else 0), so
+ * x - x_zp = u - z with z = x_zp + 128 * signed, a byte when x_zp is a value of the input dtype.
+ * Window positions outside the input hold z, contributing (z - z) * w = 0; then
+ * sum (u - z) w = sum u w - z * sum w, and z * sum w is folded into bias8 by the plan. Weights
+ * w - w_zp must be int8 (the plan checks the values; -128 included). */
+
+/* Requantization constants for every channel, computed once per layer call. */
+struct rq_vnni {
+    int32_t *left, *right, *mask, *half, *mult;
+};
+
+VNNI static int rq_vnni_init(const struct mac_layer *L, struct rq_vnni *q)
+{
+    size_t bytes = ((size_t)L->cout_pad * 4 + 63) / 64 * 64;
+    int32_t *buf = aligned_alloc(64, 5 * bytes);
+    if (!buf)
+        return -1;
+    int64_t n = (int64_t)bytes / 4;
+    q->left = buf, q->right = buf + n, q->mask = buf + 2 * n, q->half = buf + 3 * n, q->mult = buf + 4 * n;
+    for (int64_t c = 0; c < n; c++) {
+        int32_t s = c < L->cout ? L->shift[c] : 0;
+        int32_t r = s > 0 ? 0 : -s;
+        q->left[c] = s > 0 ? s : 0;
+        q->right[c] = r;
+        q->mask[c] = (int32_t)(((uint32_t)1 << r) - 1); /* r <= 31 */
+        q->half[c] = (int32_t)((((uint32_t)1 << r) - 1) >> 1);
+        q->mult[c] = c < L->cout ? L->multiplier[c] : 0;
+    }
+    return 0;
+}
+
+/* 16 channels from c: requant_one lane by lane on accumulators that already hold the bias (the
+ * caller guarantees no multiplier is INT32_MIN and lo - zp, hi - zp fit in int32). */
+VNNI static inline __m512i requant16_vnni(__m512i acc, const struct rq_vnni *q, int64_t c, __m512i qlo,
+                                          __m512i qhi, __m512i zp)
+{
+    __m512i m = _mm512_load_si512(q->mult + c);
+    __m512i right = _mm512_load_si512(q->right + c);
+    __m512i x = _mm512_sllv_epi32(acc, _mm512_load_si512(q->left + c));
+    __m512i nudge = _mm512_set1_epi64((int64_t)1 << 30);
+    __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(x, m), nudge);
+    __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m, 32)), nudge);
+    /* bits 31..62 of each 64-bit product: the low half of pe >> 31, the high half of po << 1 */
+    __m512i h = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 31), _mm512_slli_epi64(po, 1));
+    /* RoundingDivideByPOT: (h >> e) + (remainder > (mask >> 1) + (h < 0)) */
+    __m512i one = _mm512_set1_epi32(1);
+    __m512i rem = _mm512_and_si512(h, _mm512_load_si512(q->mask + c));
+    __m512i half = _mm512_load_si512(q->half + c);
+    __m512i thr = _mm512_mask_add_epi32(half, _mm512_cmplt_epi32_mask(h, _mm512_setzero_si512()), half, one);
+    __m512i r = _mm512_srav_epi32(h, right);
+    r = _mm512_mask_add_epi32(r, _mm512_cmpgt_epi32_mask(rem, thr), r, one);
+    r = _mm512_min_epi32(_mm512_max_epi32(r, qlo), qhi); /* clamp before adding the zero point */
+    return _mm512_add_epi32(r, zp);
+}
+
+/* One tile: rows [0, MRV) of A (u8, row stride lda) x NP panels (1 or 2) of packed8, accumulators
+ * started at bias8; requantized in registers and stored as bytes to the first ``rows`` rows of
+ * out (row stride cout), channels c0.. (masked at cout). */
+VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(
+    const struct mac_layer *L, const struct rq_vnni *q, const uint8_t *a, int64_t lda, int64_t c0, int np,
+    int64_t rows, char *out, int simple)
+{
+    int64_t kq = L->k4 / 4;
+    const int8_t *b0 = L->packed8 + c0 * L->k4, *b1 = b0 + NR * L->k4;
+    __m512i acc[MRV][2];
+    __m512i bias0 = _mm512_loadu_si512(L->bias8 + c0);
+    __m512i bias1 = np == 2 ? _mm512_loadu_si512(L->bias8 + c0 + NR) : bias0;
+    for (int r = 0; r < MRV; r++)
+        acc[r][0] = bias0, acc[r][1] = bias1;
+    for (int64_t k = 0; k < kq; k++) {
+        __m512i w0 = _mm512_loadu_si512(b0 + k * 64);
+        __m512i w1 = np == 2 ? _mm512_loadu_si512(b1 + k * 64) : w0;
+        for (int r = 0; r < MRV; r++) {
+            int32_t v;
+            memcpy(&v, a + r * lda + 4 * k, 4);
+            __m512i x = _mm512_set1_epi32(v);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], x, w0);
+            if (np == 2)
+                acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], x, w1);
+        }
+    }
+    __m512i zp = _mm512_set1_epi32(L->output_zp);
+    __m512i qlo = _mm512_set1_epi32(L->lo - L->output_zp), qhi = _mm512_set1_epi32(L->hi - L->output_zp);
+    for (int j = 0; j < np; j++) {
+        int64_t c = c0 + j * NR, n = L->cout - c;
+        if (n <= 0)
+            break;
+        __mmask16 keep = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
+        for (int r = 0; r < rows && r < MRV; r++) {
+            char *dst = out + r * L->cout + c;
+            if (simple) {
+                _mm512_mask_cvtepi32_storeu_epi8(dst, keep, requant16_vnni(acc[r][j], q, c, qlo, qhi, zp));
+            } else {
+                uint32_t tmp[16];
+                _mm512_storeu_si512(tmp, acc[r][j]);
+                for (int64_t i = 0; i < n && i < 16; i++) {
+                    int32_t v = requant_one(tmp[i], L->multiplier[c + i], L->shift[c + i], L->output_zp, L->lo,
+                                            L->hi);
+                    if (L->out_signed)
+                        ((int8_t *)dst)[i] = (int8_t)v;
+                    else
+                        ((uint8_t *)dst)[i] = (uint8_t)v;
+                }
+            }
+        }
+    }
+}
+
+/* One output pixel's GEMM row as bytes u = x ^ flip; z where the window leaves the input. */
+VNNI static inline void im2col_row_u8(const struct mac_layer *L, const uint8_t *in, int64_t b, int64_t oh,
+                                      int64_t ow, uint8_t z, uint8_t flip, uint8_t *row)
+{
+    int64_t cin = L->cin, k = L->kh * L->kw * cin;
+    uint8_t *dst = row;
+    for (int64_t ky = 0; ky < L->kh; ky++) {
+        int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h;
+        for (int64_t kx = 0; kx < L->kw; kx++, dst += cin) {
+            int64_t ix = ow * L->stride_w - L->pad_left + kx * L->dil_w;
+            if (iy < 0 || iy >= L->h || ix < 0 || ix >= L->w) {
+                memset(dst, z, (size_t)cin);
+                continue;
+            }
+            const uint8_t *src = in + ((b * L->h + iy) * L->w + ix) * cin;
+            for (int64_t c = 0; c < cin; c++)
+                dst[c] = src[c] ^ flip;
+        }
+    }
+    memset(row + k, 0, (size_t)(L->k4 - k)); /* their weights are zero */
+}
+
+VNNI static int conv_vnni(const struct mac_layer *L, const void *in, void *out)
+{
+    int64_t M = L->n * L->out_h * L->out_w, panels = L->cout_pad / NR, lda = L->k4;
+    int64_t mb = (256 * 1024) / lda; /* A block in L2; every panel pair is read once per block */
+    mb = mb / MRV * MRV;
+    if (mb < MRV)
+        mb = MRV;
+    if (mb > (M + MRV - 1) / MRV * MRV)
+        mb = (M + MRV - 1) / MRV * MRV;
+    uint8_t *a = aligned_alloc(64, ((size_t)(mb * lda) + 63) / 64 * 64);
+    struct rq_vnni q;
+    if (!a || rq_vnni_init(L, &q)) {
+        free(a);
+        return -1;
+    }
+    uint8_t flip = L->in_signed ? 0x80 : 0, z = (uint8_t)(L->input_zp + flip);
+    int simple = L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
+                 L->hi - (int64_t)L->output_zp <= INT32_MAX;
+    for (int64_t m0 = 0; m0 < M; m0 += mb) {
+        int64_t rows = M - m0 < mb ? M - m0 : mb;
+        int64_t tiles = (rows + MRV - 1) / MRV;
+        int64_t ow = m0 % L->out_w, oh = m0 / L->out_w % L->out_h, b = m0 / L->out_w / L->out_h;
+        for (int64_t r = 0; r < tiles * MRV; r++) {
+            uint8_t *row = a + r * lda;
+            if (r >= rows) {
+                memset(row, 0, (size_t)lda);
+                continue;
+            }
+            im2col_row_u8(L, in, b, oh, ow, z, flip, row);
+            if (++ow == L->out_w) {
+                ow = 0;
+                if (++oh == L->out_h) {
+                    oh = 0;
+                    b++;
+                }
+            }
+        }
+        for (int64_t p = 0; p < panels; p += 2) {
+            for (int64_t t = 0; t < tiles; t++) {
+                char *o = (char *)out + (m0 + t * MRV) * L->cout;
+                if (p + 1 < panels)
+                    gemm_tile_vnni(L, &q, a + t * MRV * lda, lda, p * NR, 2, rows - t * MRV, o, simple);
+                else
+                    gemm_tile_vnni(L, &q, a + t * MRV * lda, lda, p * NR, 1, rows - t * MRV, o, simple);
+            }
+        }
+    }
+    free(a);
+    free(q.left);
+    return 0;
+}
 #endif
 
 /* --- entry points ----------------------------------------------------------------------------------- */
@@ -481,6 +676,9 @@ int mac_cpu_isa(void)
 {
 #if MAC_X86
     __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        return MAC_ISA_AVX512VNNI;
     if (__builtin_cpu_supports("avx2"))
         return MAC_ISA_AVX2;
 #endif
@@ -492,6 +690,11 @@ int mac_cpu_isa(void)
 int mac_run(const struct mac_layer *L, const void *in, void *out, int isa)
 {
 #if MAC_X86
+    if (isa == MAC_ISA_AVX512VNNI) {
+        if (L->kind == KIND_DEPTHWISE)
+            return depthwise_avx2(L, in, out);
+        return L->packed8 ? conv_vnni(L, in, out) : conv_avx2(L, in, out);
+    }
     if (isa == MAC_ISA_AVX2)
         return L->kind == KIND_DEPTHWISE ? depthwise_avx2(L, in, out) : conv_avx2(L, in, out);
 #endif
