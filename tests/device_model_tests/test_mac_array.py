@@ -237,6 +237,53 @@ def test_plan_refuses_what_numpy_refuses() -> None:
             ma.plan_layer(ma.KIND_CONV, f, None, **{**good, **bad})
 
 
+def _vnni_planned(plan: ma.MacPlan) -> bool:
+    mod = ma.library()
+    assert mod is not None
+    return plan.layer.packed8 != mod.ffi.NULL
+
+
+@pytest.mark.parametrize("isa", ISA_PARAMS)
+@pytest.mark.parametrize("in_dt", DTYPES, ids=str)
+@pytest.mark.parametrize("out_dt", DTYPES, ids=str)
+def test_byte_operand_edges(isa: int, in_dt: np.dtype, out_dt: np.dtype) -> None:
+    """What the VNNI GEMM's u8 x s8 operands must get right: -128 weights against the extreme
+    inputs, odd channel counts (a lone last panel, masked stores), K not a multiple of 4 or of the
+    tile, windows in the padding (read as the zero point's byte), uint8 filters whose zero point
+    keeps w - zp in int8 (and one that does not: the int16 kernels), accumulators that wrap."""
+    rng = np.random.default_rng(8)
+    info = np.iinfo(in_dt)
+    for cin, cout, k, filt_dt, filter_zp, vnni in (
+        (3, 17, 3, np.int8, 0, True),
+        (17, 33, 3, np.int8, 0, True),
+        (33, 47, 1, np.int8, 0, True),
+        (5, 16, 2, np.uint8, 128, True),
+        (5, 16, 2, np.uint8, 127, False),  # 255 - 127 = 128 is not an int8
+    ):
+        x = _values(rng, in_dt, (1, 9, 11, cin))
+        x[0, :4] = info.min
+        x[0, 4:] = info.max
+        f = _values(rng, np.dtype(filt_dt), (cout, k, k, cin))
+        f_info = np.iinfo(filt_dt)
+        f[: cout // 2] = max(filter_zp - 128, f_info.min)  # w - zp = -128 where the dtype allows
+        f[-1] = filter_zp + 127 if vnni else f_info.max
+        for input_zp in (info.min, info.max, int(rng.integers(info.min, info.max + 1))):
+            case = _conv_case(
+                x, f, (1, 1, 1, 1, k // 2, k // 2, 9, 11), input_zp=input_zp, filter_zp=filter_zp,
+                output_zp=int(np.iinfo(out_dt).min) + 3, act_min=int(np.iinfo(out_dt).min),
+                act_max=int(np.iinfo(out_dt).max), out_dtype=out_dt, shift=rng.integers(-20, -12, cout),
+            )  # fmt: skip
+            if input_zp == info.max:
+                case["bias"] = np.full(cout, 2**31 - 1, np.int32)  # the sums wrap past INT32_MAX
+            plan = ma.plan_layer(
+                ma.KIND_CONV, f, case["bias"], in_shape=x.shape, in_dtype=x.dtype, geometry=case["geometry"],
+                **{key: case[key] for key in ("input_zp", "filter_zp", "multiplier", "shift", "output_zp",
+                                              "act_min", "act_max", "out_dtype")},
+            )  # fmt: skip
+            assert _vnni_planned(plan) == (vnni and ma.ISA_AVX512VNNI in ISAS)
+            _check(case, isa)
+
+
 # --- whole networks through the shim, once per implementation ---------------------------------------------
 CORPUS = sorted((ROOT / "tests" / "corpus" / "models").glob("*.tflite"))
 
@@ -349,3 +396,8 @@ def test_numpy_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     assert ma.selected_isa() is None
     monkeypatch.setenv(ma.ENV, "generic")
     assert ma.selected_isa() == ma.ISA_GENERIC
+    for isa, name in ma.ISA_NAMES.items():  # a cap: the named variant, or the best one below it
+        monkeypatch.setenv(ma.ENV, name)
+        assert ma.selected_isa() == min(isa, max(ISAS))
+    monkeypatch.setenv(ma.ENV, "auto")
+    assert ma.selected_isa() == max(ISAS)
