@@ -46,6 +46,7 @@ KIND_CONV = 0
 KIND_DEPTHWISE = 1
 NR = 16  # output channels per packed GEMM panel (mac_array.c's NR)
 DW_BLOCK = 16  # depthwise channels per AVX2 block (mac_array.c's DW_BLOCK)
+DW_VNNI = 64  # depthwise channels per VNNI block (mac_array.c's DW_VNNI)
 # Position of channel c % 16 inside its block of packed depthwise weights (mac_array.c's dw_perm).
 _DW_POS = np.array([0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15])
 _RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
@@ -160,23 +161,45 @@ def _per_channel(v: nm.ArrayLike, c: int) -> np.ndarray:
 
 
 def _pack_vnni(
-    wq: np.ndarray, bias32: np.ndarray, cout_pad: int, input_zp: int, in_dtype: np.dtype
-) -> tuple[np.ndarray, np.ndarray] | tuple[()]:
-    """The VNNI GEMM's operands (mac_array.c, conv_vnni): int8 weights [panel][K4 / 4][NR][4] and
-    the bias with ``-z * sum(w - w_zp)`` folded in (modulo 2**32), where z = input_zp + 128 for
-    int8 input (the kernel reads ``x ^ 0x80``) and input_zp for uint8. Empty when the layer does not
-    qualify: a weight outside int8 once w_zp is subtracted, or z not a byte (padding must read z)."""
+    kind: int, wq: np.ndarray, bias32: np.ndarray, mult: np.ndarray, shifts: np.ndarray, input_zp: int,
+    in_dtype: np.dtype,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | tuple[()]:  # fmt: skip
+    """The VNNI kernels' operands (mac_array.c, "AVX-512 VNNI"): int8 weights, the bias with
+    ``-z * sum(w - w_zp)`` folded in (modulo 2**32), where z = input_zp + 128 for int8 input (the
+    kernels read ``x ^ 0x80``) and input_zp for uint8, and the requantization constants. Empty when
+    the layer does not qualify: a weight outside int8 once w_zp is subtracted, or z not a byte
+    (window positions outside the input must read z).
+
+    GEMM weights are [panel][K4 / 4][NR][4]; depthwise weights [tap quad][block of 64 channels]
+    [j][lane l][i][4 taps] for channel 16 l + 4 j + i, the order dw_vnni's unpacks produce."""
     z = input_zp + (128 if in_dtype == np.int8 else 0)
     if not 0 <= z <= 255 or (wq.size and (int(wq.min()) < -128 or int(wq.max()) > 127)):
         return ()
-    cout, k = wq.shape
-    k4 = -(-k // 4) * 4
-    grid = np.zeros((cout_pad, k4), dtype=np.int8)
-    grid[:cout, :k] = wq
-    packed8 = np.ascontiguousarray(grid.reshape(cout_pad // NR, NR, k4 // 4, 4).transpose(0, 2, 1, 3))
-    bias8 = np.zeros(cout_pad, np.int64)
-    bias8[:cout] = bias32.astype(np.int64) - z * wq.astype(np.int64).sum(axis=1)
-    return packed8, (bias8 & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    if kind == KIND_DEPTHWISE:
+        taps, cout = wq.size // bias32.size, bias32.size
+        k4, cpad = -(-taps // 4) * 4, -(-cout // DW_VNNI) * DW_VNNI
+        grid = np.zeros((k4, cpad), dtype=np.int8)
+        grid[:taps, :cout] = wq.reshape(taps, cout)
+        packed8 = grid.reshape(k4 // 4, 4, cpad // DW_VNNI, 4, 4, 4).transpose(0, 2, 4, 3, 5, 1)
+        sums = wq.reshape(taps, cout).astype(np.int64).sum(axis=0)
+    else:
+        cout, k = wq.shape
+        k4, cpad = -(-k // 4) * 4, -(-cout // NR) * NR
+        grid = np.zeros((cpad, k4), dtype=np.int8)
+        grid[:cout, :k] = wq
+        packed8 = grid.reshape(cpad // NR, NR, k4 // 4, 4).transpose(0, 2, 1, 3)
+        sums = wq.astype(np.int64).sum(axis=1)
+    bias8 = np.zeros(cpad, np.int64)
+    bias8[:cout] = bias32.astype(np.int64) - z * sums
+    # requant16_vnni's per-channel constants: left shift, right shift, 2**right - 1, its half, multiplier
+    rq = np.zeros((5, cpad), np.int64)
+    right = np.maximum(-shifts.astype(np.int64), 0)
+    rq[:, :cout] = (np.maximum(shifts, 0), right, (1 << right) - 1, ((1 << right) - 1) >> 1, mult)
+    return (
+        np.ascontiguousarray(packed8),
+        (bias8 & 0xFFFFFFFF).astype(np.uint32).view(np.int32),
+        rq.astype(np.int32),
+    )
 
 
 def plan_layer(
@@ -266,13 +289,16 @@ def plan_layer(
     layer.bias = ffi.cast("const int32_t *", bias32.ctypes.data)
     layer.multiplier = ffi.cast("const int32_t *", mult.ctypes.data)
     layer.shift = ffi.cast("const int32_t *", shifts.ctypes.data)
-    vnni = ()
-    if kind == KIND_CONV and ISA_AVX512VNNI in cpu_isas():
-        vnni = _pack_vnni(wq, bias32, cout_pad, input_zp, in_dtype)
+    vnni: tuple[np.ndarray, ...] = ()
+    if depth_multiplier == 1 and ISA_AVX512VNNI in cpu_isas():  # the VNNI depthwise needs dm 1
+        vnni = _pack_vnni(kind, wq, bias32, mult, shifts, input_zp, in_dtype)
         if vnni:
-            layer.packed8 = ffi.cast("const int8_t *", vnni[0].ctypes.data)
-            layer.bias8 = ffi.cast("const int32_t *", vnni[1].ctypes.data)
-            layer.k4 = vnni[0].shape[1] * 4
+            packed8, bias8, rq = vnni
+            layer.packed8 = ffi.cast("const int8_t *", packed8.ctypes.data)
+            layer.bias8 = ffi.cast("const int32_t *", bias8.ctypes.data)
+            layer.rq = ffi.cast("const int32_t *", rq.ctypes.data)
+            layer.rq_n = rq.shape[1]
+            layer.k4 = packed8.shape[0 if kind == KIND_DEPTHWISE else 1] * 4  # taps or K, rounded up to 4
     params = (
         np.array(filt, order="C"),
         None if bias is None else np.array(bias),

@@ -55,6 +55,8 @@ struct mac_layer {
     const int8_t *packed8;
     const int32_t *bias8;
     int64_t k4;
+    const int32_t *rq;
+    int64_t rq_n;
 };
 int mac_cpu_isa(void);
 int mac_run(const struct mac_layer *L, const void *in, void *out, int isa);

@@ -61,7 +61,9 @@ struct mac_layer {
      * -(x_zp + flip) * sum(w - w_zp) folded in, [cout_pad]. */
     const int8_t *packed8;
     const int32_t *bias8;
-    int64_t k4; /* GEMM depth rounded up to a multiple of 4 */
+    int64_t k4;        /* GEMM depth (depthwise: taps) rounded up to a multiple of 4 */
+    const int32_t *rq; /* [5][rq_n] per channel: left shift, right shift, 2**right - 1, its half, multiplier */
+    int64_t rq_n;      /* channels in rq, bias8 and (depthwise) each tap of packed8 */
 };
 
 /* --- requantization: MultiplyByQuantizedMultiplier with TFLite's double rounding ------------------ */
@@ -268,7 +270,7 @@ static int64_t block_rows(const struct mac_layer *L, size_t elem)
     ATTR static int depthwise_##SUFFIX(const struct mac_layer *L, const void *in, void *out) \
     { \
         uint32_t *acc = malloc((size_t)L->cout_pad * 4); \
-        const uint8_t **taps = malloc((size_t)(L->kpad + 1) * sizeof(*taps)); \
+        const uint8_t **taps = malloc((size_t)(L->kpad + 4) * sizeof(*taps)); \
         uint8_t *zrow = malloc((size_t)L->cin + 64); \
         if (!acc || !taps || !zrow) { \
             free(acc); \
@@ -280,6 +282,7 @@ static int64_t block_rows(const struct mac_layer *L, size_t elem)
         int fast = HAS_DWFAST && !L->wide && L->depth_multiplier == 1 && L->zp_byte_ok; \
         int64_t fast_end = fast ? L->cout / DW_BLOCK * DW_BLOCK : 0; \
         int64_t ntaps = L->kh * L->kw; \
+        int64_t tap_end = (ntaps + 3) / 4 * 4; /* the kernels read taps in pairs (AVX2) or fours (VNNI) */ \
         /* The fast kernel multiplies raw inputs; taps outside the input read a row of zero-point \
          * bytes, so sum (x - zp) w = sum x w - zp * sum w with the same per-channel sum everywhere: \
          * it joins the bias (all modulo 2**32). */ \
@@ -310,7 +313,7 @@ static int64_t block_rows(const struct mac_layer *L, size_t elem)
                         const uint8_t *base = (const uint8_t *)in + ((b * L->h + iy0) * L->w + ix0) * L->cin; \
                         for (int64_t t = 0; t < ntaps; t++) \
                             taps[t] = base + toff[t]; \
-                        for (int64_t t = ntaps; t < L->kpad; t++) \
+                        for (int64_t t = ntaps; t < tap_end; t++) \
                             taps[t] = zrow; \
                         DWFAST(&LF, taps, fast_end, o); \
                     } else if (fast_end) { \
@@ -324,7 +327,7 @@ static int64_t block_rows(const struct mac_layer *L, size_t elem)
                                        : zrow; \
                             } \
                         } \
-                        for (int64_t t = L->kh * L->kw; t < L->kpad; t++) \
+                        for (int64_t t = ntaps; t < tap_end; t++) \
                             taps[t] = zrow; \
                         DWFAST(&LF, taps, fast_end, o); \
                     } \
@@ -386,11 +389,6 @@ AVX2 static inline void gemm_6x16_avx2(const int16_t *a, int64_t lda, const int1
     STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
 #undef STORE
 }
-
-/* Per-channel requantization constants as vectors, built once per call. */
-struct rq_avx2 {
-    int32_t *left, *right, *mask, *half, *mult, *bias;
-};
 
 /* 8 channels of int32 accumulators -> 8 clamped int32 values (requant_one, lane by lane; the caller
  * guarantees no multiplier is INT32_MIN). */
@@ -484,9 +482,10 @@ DEFINE_DRIVERS(avx2, AVX2, gemm_6x16_avx2, requant_avx2, dw_avx2, 1)
 
 /* --- AVX-512 VNNI ---------------------------------------------------------------------------------- */
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
-#define MRV 8 /* VNNI GEMM tile: 8 pixels x 32 channels (two panels), 16 zmm accumulators */
+#define MRV 8       /* VNNI GEMM tile: 8 pixels x 32 channels (two panels), 16 zmm accumulators */
+#define DW_VNNI 64  /* VNNI depthwise: channels per block (one zmm of input bytes per tap) */
 
-/* The GEMM multiplies u8 x s8 with vpdpbusd: four products per int32 lane, each at most
+/* These kernels multiply u8 x s8 with vpdpbusd: four products per int32 lane, each at most
  * 255 * 128 in magnitude, summed without saturation and added modulo 2**32 - the C model exactly.
  * Input bytes become u = x ^ flip (flip = 0x80 for int8: u = x + 128, else 0), so
  * x - x_zp = u - z with z = x_zp + 128 * signed, a byte when x_zp is a value of the input dtype.
@@ -494,39 +493,16 @@ DEFINE_DRIVERS(avx2, AVX2, gemm_6x16_avx2, requant_avx2, dw_avx2, 1)
  * sum (u - z) w = sum u w - z * sum w, and z * sum w is folded into bias8 by the plan. Weights
  * w - w_zp must be int8 (the plan checks the values; -128 included). */
 
-/* Requantization constants for every channel, computed once per layer call. */
-struct rq_vnni {
-    int32_t *left, *right, *mask, *half, *mult;
-};
-
-VNNI static int rq_vnni_init(const struct mac_layer *L, struct rq_vnni *q)
-{
-    size_t bytes = ((size_t)L->cout_pad * 4 + 63) / 64 * 64;
-    int32_t *buf = aligned_alloc(64, 5 * bytes);
-    if (!buf)
-        return -1;
-    int64_t n = (int64_t)bytes / 4;
-    q->left = buf, q->right = buf + n, q->mask = buf + 2 * n, q->half = buf + 3 * n, q->mult = buf + 4 * n;
-    for (int64_t c = 0; c < n; c++) {
-        int32_t s = c < L->cout ? L->shift[c] : 0;
-        int32_t r = s > 0 ? 0 : -s;
-        q->left[c] = s > 0 ? s : 0;
-        q->right[c] = r;
-        q->mask[c] = (int32_t)(((uint32_t)1 << r) - 1); /* r <= 31 */
-        q->half[c] = (int32_t)((((uint32_t)1 << r) - 1) >> 1);
-        q->mult[c] = c < L->cout ? L->multiplier[c] : 0;
-    }
-    return 0;
-}
-
 /* 16 channels from c: requant_one lane by lane on accumulators that already hold the bias (the
- * caller guarantees no multiplier is INT32_MIN and lo - zp, hi - zp fit in int32). */
-VNNI static inline __m512i requant16_vnni(__m512i acc, const struct rq_vnni *q, int64_t c, __m512i qlo,
-                                          __m512i qhi, __m512i zp)
+ * caller guarantees no multiplier is INT32_MIN and lo - zp, hi - zp fit in int32). The plan's rq
+ * holds per channel: left shift, right shift, 2**right - 1, its half, multiplier. */
+VNNI static inline __m512i requant16_vnni(const struct mac_layer *L, __m512i acc, int64_t c)
 {
-    __m512i m = _mm512_load_si512(q->mult + c);
-    __m512i right = _mm512_load_si512(q->right + c);
-    __m512i x = _mm512_sllv_epi32(acc, _mm512_load_si512(q->left + c));
+    const int32_t *q = L->rq + c;
+    int64_t n = L->rq_n;
+    __m512i m = _mm512_loadu_si512(q + 4 * n);
+    __m512i right = _mm512_loadu_si512(q + n);
+    __m512i x = _mm512_sllv_epi32(acc, _mm512_loadu_si512(q));
     __m512i nudge = _mm512_set1_epi64((int64_t)1 << 30);
     __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(x, m), nudge);
     __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m, 32)), nudge);
@@ -534,21 +510,50 @@ VNNI static inline __m512i requant16_vnni(__m512i acc, const struct rq_vnni *q, 
     __m512i h = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 31), _mm512_slli_epi64(po, 1));
     /* RoundingDivideByPOT: (h >> e) + (remainder > (mask >> 1) + (h < 0)) */
     __m512i one = _mm512_set1_epi32(1);
-    __m512i rem = _mm512_and_si512(h, _mm512_load_si512(q->mask + c));
-    __m512i half = _mm512_load_si512(q->half + c);
+    __m512i rem = _mm512_and_si512(h, _mm512_loadu_si512(q + 2 * n));
+    __m512i half = _mm512_loadu_si512(q + 3 * n);
     __m512i thr = _mm512_mask_add_epi32(half, _mm512_cmplt_epi32_mask(h, _mm512_setzero_si512()), half, one);
     __m512i r = _mm512_srav_epi32(h, right);
     r = _mm512_mask_add_epi32(r, _mm512_cmpgt_epi32_mask(rem, thr), r, one);
-    r = _mm512_min_epi32(_mm512_max_epi32(r, qlo), qhi); /* clamp before adding the zero point */
-    return _mm512_add_epi32(r, zp);
+    /* clamp before adding the zero point: r + zp could leave int32 */
+    r = _mm512_max_epi32(r, _mm512_set1_epi32(L->lo - L->output_zp));
+    r = _mm512_min_epi32(r, _mm512_set1_epi32(L->hi - L->output_zp));
+    return _mm512_add_epi32(r, _mm512_set1_epi32(L->output_zp));
+}
+
+/* Requantize 16 accumulators (bias included) of channels c.. and store the first n (<= 16) bytes. */
+VNNI static inline void store16_vnni(const struct mac_layer *L, __m512i acc, int64_t c, int64_t n, int simple,
+                                     char *dst)
+{
+    if (simple) {
+        __mmask16 keep = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
+        /* vpmovdb truncates: the value is already within the output dtype */
+        _mm512_mask_cvtepi32_storeu_epi8(dst, keep, requant16_vnni(L, acc, c));
+        return;
+    }
+    uint32_t tmp[16];
+    _mm512_storeu_si512(tmp, acc);
+    for (int64_t i = 0; i < n && i < 16; i++) {
+        int32_t v = requant_one(tmp[i], L->multiplier[c + i], L->shift[c + i], L->output_zp, L->lo, L->hi);
+        if (L->out_signed)
+            ((int8_t *)dst)[i] = (int8_t)v;
+        else
+            ((uint8_t *)dst)[i] = (uint8_t)v;
+    }
+}
+
+static inline int simple_requant(const struct mac_layer *L)
+{
+    return L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
+           L->hi - (int64_t)L->output_zp <= INT32_MAX;
 }
 
 /* One tile: rows [0, MRV) of A (u8, row stride lda) x NP panels (1 or 2) of packed8, accumulators
  * started at bias8; requantized in registers and stored as bytes to the first ``rows`` rows of
  * out (row stride cout), channels c0.. (masked at cout). */
-VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(
-    const struct mac_layer *L, const struct rq_vnni *q, const uint8_t *a, int64_t lda, int64_t c0, int np,
-    int64_t rows, char *out, int simple)
+VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const struct mac_layer *L, const uint8_t *a,
+                                                                      int64_t lda, int64_t c0, int np, int64_t rows,
+                                                                      char *out, int simple)
 {
     int64_t kq = L->k4 / 4;
     const int8_t *b0 = L->packed8 + c0 * L->k4, *b1 = b0 + NR * L->k4;
@@ -569,30 +574,12 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(
                 acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], x, w1);
         }
     }
-    __m512i zp = _mm512_set1_epi32(L->output_zp);
-    __m512i qlo = _mm512_set1_epi32(L->lo - L->output_zp), qhi = _mm512_set1_epi32(L->hi - L->output_zp);
     for (int j = 0; j < np; j++) {
         int64_t c = c0 + j * NR, n = L->cout - c;
         if (n <= 0)
             break;
-        __mmask16 keep = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
-        for (int r = 0; r < rows && r < MRV; r++) {
-            char *dst = out + r * L->cout + c;
-            if (simple) {
-                _mm512_mask_cvtepi32_storeu_epi8(dst, keep, requant16_vnni(acc[r][j], q, c, qlo, qhi, zp));
-            } else {
-                uint32_t tmp[16];
-                _mm512_storeu_si512(tmp, acc[r][j]);
-                for (int64_t i = 0; i < n && i < 16; i++) {
-                    int32_t v = requant_one(tmp[i], L->multiplier[c + i], L->shift[c + i], L->output_zp, L->lo,
-                                            L->hi);
-                    if (L->out_signed)
-                        ((int8_t *)dst)[i] = (int8_t)v;
-                    else
-                        ((uint8_t *)dst)[i] = (uint8_t)v;
-                }
-            }
-        }
+        for (int r = 0; r < rows && r < MRV; r++)
+            store16_vnni(L, acc[r][j], c, n, simple, out + r * L->cout + c);
     }
 }
 
@@ -618,7 +605,8 @@ VNNI static inline void im2col_row_u8(const struct mac_layer *L, const uint8_t *
     memset(row + k, 0, (size_t)(L->k4 - k)); /* their weights are zero */
 }
 
-VNNI static int conv_vnni(const struct mac_layer *L, const void *in, void *out)
+/* CONV2D / FULLY_CONNECTED with the plan's packed8 (u8 im2col rows x int8 panels). */
+VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *out)
 {
     int64_t M = L->n * L->out_h * L->out_w, panels = L->cout_pad / NR, lda = L->k4;
     int64_t mb = (256 * 1024) / lda; /* A block in L2; every panel pair is read once per block */
@@ -628,14 +616,10 @@ VNNI static int conv_vnni(const struct mac_layer *L, const void *in, void *out)
     if (mb > (M + MRV - 1) / MRV * MRV)
         mb = (M + MRV - 1) / MRV * MRV;
     uint8_t *a = aligned_alloc(64, ((size_t)(mb * lda) + 63) / 64 * 64);
-    struct rq_vnni q;
-    if (!a || rq_vnni_init(L, &q)) {
-        free(a);
+    if (!a)
         return -1;
-    }
     uint8_t flip = L->in_signed ? 0x80 : 0, z = (uint8_t)(L->input_zp + flip);
-    int simple = L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
-                 L->hi - (int64_t)L->output_zp <= INT32_MAX;
+    int simple = simple_requant(L);
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
         int64_t rows = M - m0 < mb ? M - m0 : mb;
         int64_t tiles = (rows + MRV - 1) / MRV;
@@ -659,16 +643,56 @@ VNNI static int conv_vnni(const struct mac_layer *L, const void *in, void *out)
             for (int64_t t = 0; t < tiles; t++) {
                 char *o = (char *)out + (m0 + t * MRV) * L->cout;
                 if (p + 1 < panels)
-                    gemm_tile_vnni(L, &q, a + t * MRV * lda, lda, p * NR, 2, rows - t * MRV, o, simple);
+                    gemm_tile_vnni(L, a + t * MRV * lda, lda, p * NR, 2, rows - t * MRV, o, simple);
                 else
-                    gemm_tile_vnni(L, &q, a + t * MRV * lda, lda, p * NR, 1, rows - t * MRV, o, simple);
+                    gemm_tile_vnni(L, a + t * MRV * lda, lda, p * NR, 1, rows - t * MRV, o, simple);
             }
         }
     }
     free(a);
-    free(q.left);
     return 0;
 }
+
+/* Depthwise, one output pixel, channels [0, c_end) (a multiple of 16) in blocks of 64: four taps'
+ * bytes interleaved by the in-lane unpacks (epi8, then epi16) into per-channel quads, so
+ * accumulator j's lane l holds channels 16 l + 4 j .. + 3 (the plan packs the weights in that
+ * order); a 4 x 4 transpose of 128-bit lanes restores channel order for the requantization.
+ * Taps past the last read the zero-point row against zero weights. */
+VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, void *out)
+{
+    int64_t quads = L->k4 / 4, cp = L->rq_n; /* packed8 holds rq_n (a multiple of 64) channels per tap */
+    __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);
+    int simple = simple_requant(L);
+    for (int64_t c = 0; c < c_end; c += DW_VNNI) {
+        int64_t n = c_end - c < DW_VNNI ? c_end - c : DW_VNNI;
+        __mmask64 keep = n == 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t p = 0; p < quads; p++) {
+            const uint8_t *const *t = taps + 4 * p;
+            __m512i x0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(keep, t[0] + c), flip);
+            __m512i x1 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(keep, t[1] + c), flip);
+            __m512i x2 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(keep, t[2] + c), flip);
+            __m512i x3 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(keep, t[3] + c), flip);
+            __m512i lo01 = _mm512_unpacklo_epi8(x0, x1), hi01 = _mm512_unpackhi_epi8(x0, x1);
+            __m512i lo23 = _mm512_unpacklo_epi8(x2, x3), hi23 = _mm512_unpackhi_epi8(x2, x3);
+            const int8_t *w = L->packed8 + (p * cp + c) * 4;
+            a0 = _mm512_dpbusd_epi32(a0, _mm512_unpacklo_epi16(lo01, lo23), _mm512_loadu_si512(w));
+            a1 = _mm512_dpbusd_epi32(a1, _mm512_unpackhi_epi16(lo01, lo23), _mm512_loadu_si512(w + 64));
+            a2 = _mm512_dpbusd_epi32(a2, _mm512_unpacklo_epi16(hi01, hi23), _mm512_loadu_si512(w + 128));
+            a3 = _mm512_dpbusd_epi32(a3, _mm512_unpackhi_epi16(hi01, hi23), _mm512_loadu_si512(w + 192));
+        }
+        __m512i t0 = _mm512_shuffle_i32x4(a0, a1, 0x44), t1 = _mm512_shuffle_i32x4(a2, a3, 0x44);
+        __m512i t2 = _mm512_shuffle_i32x4(a0, a1, 0xEE), t3 = _mm512_shuffle_i32x4(a2, a3, 0xEE);
+        __m512i v[4] = {_mm512_shuffle_i32x4(t0, t1, 0x88), _mm512_shuffle_i32x4(t0, t1, 0xDD),
+                        _mm512_shuffle_i32x4(t2, t3, 0x88), _mm512_shuffle_i32x4(t2, t3, 0xDD)};
+        for (int64_t j = 0; j < n / 16; j++) {
+            __m512i acc = _mm512_add_epi32(v[j], _mm512_loadu_si512(L->bias8 + c + 16 * j));
+            store16_vnni(L, acc, c + 16 * j, 16, simple, (char *)out + c + 16 * j);
+        }
+    }
+}
+
+DEFINE_DRIVERS(vnni, VNNI, gemm_6x16_avx2, requant_avx2, dw_vnni, 1)
 #endif
 
 /* --- entry points ----------------------------------------------------------------------------------- */
@@ -691,9 +715,11 @@ int mac_run(const struct mac_layer *L, const void *in, void *out, int isa)
 {
 #if MAC_X86
     if (isa == MAC_ISA_AVX512VNNI) {
-        if (L->kind == KIND_DEPTHWISE)
-            return depthwise_avx2(L, in, out);
-        return L->packed8 ? conv_vnni(L, in, out) : conv_avx2(L, in, out);
+        /* without the byte operands (a weight outside int8, an input zero point outside the
+         * input dtype): the int16 kernels (conv_vnni is the AVX2 GEMM built for this target) */
+        if (!L->packed8)
+            return L->kind == KIND_DEPTHWISE ? depthwise_avx2(L, in, out) : conv_vnni(L, in, out);
+        return L->kind == KIND_DEPTHWISE ? depthwise_vnni(L, in, out) : conv_u8_vnni(L, in, out);
     }
     if (isa == MAC_ISA_AVX2)
         return L->kind == KIND_DEPTHWISE ? depthwise_avx2(L, in, out) : conv_avx2(L, in, out);

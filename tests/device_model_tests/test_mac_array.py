@@ -247,7 +247,7 @@ def _vnni_planned(plan: ma.MacPlan) -> bool:
 @pytest.mark.parametrize("in_dt", DTYPES, ids=str)
 @pytest.mark.parametrize("out_dt", DTYPES, ids=str)
 def test_byte_operand_edges(isa: int, in_dt: np.dtype, out_dt: np.dtype) -> None:
-    """What the VNNI GEMM's u8 x s8 operands must get right: -128 weights against the extreme
+    """What the VNNI kernels' u8 x s8 operands must get right: -128 weights against the extreme
     inputs, odd channel counts (a lone last panel, masked stores), K not a multiple of 4 or of the
     tile, windows in the padding (read as the zero point's byte), uint8 filters whose zero point
     keeps w - zp in int8 (and one that does not: the int16 kernels), accumulators that wrap."""
@@ -261,8 +261,8 @@ def test_byte_operand_edges(isa: int, in_dt: np.dtype, out_dt: np.dtype) -> None
         (5, 16, 2, np.uint8, 127, False),  # 255 - 127 = 128 is not an int8
     ):
         x = _values(rng, in_dt, (1, 9, 11, cin))
-        x[0, :4] = info.min
-        x[0, 4:] = info.max
+        x[0, :2] = info.min  # rows of extremes; the rows between stay random
+        x[0, -2:] = info.max
         f = _values(rng, np.dtype(filt_dt), (cout, k, k, cin))
         f_info = np.iinfo(filt_dt)
         f[: cout // 2] = max(filter_zp - 128, f_info.min)  # w - zp = -128 where the dtype allows
@@ -281,6 +281,28 @@ def test_byte_operand_edges(isa: int, in_dt: np.dtype, out_dt: np.dtype) -> None
                                               "act_min", "act_max", "out_dtype")},
             )  # fmt: skip
             assert _vnni_planned(plan) == (vnni and ma.ISA_AVX512VNNI in ISAS)
+            _check(case, isa)
+    # depthwise: 64-channel blocks and a 16-channel tail, channels past the last 16 (the generic
+    # loop), 4, 9 and 25 taps (quads padded with the zero-point row), windows in the padding
+    for channels, k in ((16, 3), (80, 3), (81, 5), (64, 2)):
+        x = _values(rng, in_dt, (1, 7, 9, channels))
+        x[0, :2] = info.min
+        x[0, -2:] = info.max
+        f = _values(rng, np.dtype(np.int8), (1, k, k, channels))
+        f[..., ::2] = -128
+        for input_zp in (info.min, info.max):
+            case = _conv_case(
+                x, f, (1, 1, 1, 1, k // 2, k // 2, 7, 9), kind="depthwise", input_zp=input_zp,
+                output_zp=int(np.iinfo(out_dt).max) - 5, act_min=int(np.iinfo(out_dt).min),
+                act_max=int(np.iinfo(out_dt).max), out_dtype=out_dt, shift=rng.integers(-16, -9, channels),
+            )  # fmt: skip
+            plan = ma.plan_layer(
+                ma.KIND_DEPTHWISE, f, case["bias"], in_shape=x.shape, in_dtype=x.dtype,
+                geometry=case["geometry"],
+                **{key: case[key] for key in ("input_zp", "filter_zp", "multiplier", "shift", "output_zp",
+                                              "act_min", "act_max", "out_dtype")},
+            )  # fmt: skip
+            assert _vnni_planned(plan) == (ma.ISA_AVX512VNNI in ISAS)
             _check(case, isa)
 
 
