@@ -583,23 +583,52 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const stru
     }
 }
 
-/* One output pixel's GEMM row as bytes u = x ^ flip; z where the window leaves the input. */
-VNNI static inline void im2col_row_u8(const struct mac_layer *L, const uint8_t *in, int64_t b, int64_t oh,
-                                      int64_t ow, uint8_t z, uint8_t flip, uint8_t *row)
+/* dst[0, n) = src[0, n) ^ flip (or the byte fill when src is NULL), 64 bytes at a time: the rows of
+ * a 3-channel stem are 9-byte runs, where a byte loop costs more than the GEMM. */
+VNNI static inline void copy_flip(uint8_t *dst, const uint8_t *src, int64_t n, __m512i flip)
 {
-    int64_t cin = L->cin, k = L->kh * L->kw * cin;
+    for (; n >= 64; n -= 64, dst += 64, src = src ? src + 64 : src)
+        _mm512_storeu_si512(dst, src ? _mm512_xor_si512(_mm512_loadu_si512(src), flip) : flip);
+    if (n > 0) {
+        __mmask64 k = ((__mmask64)1 << n) - 1;
+        _mm512_mask_storeu_epi8(dst, k, src ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, src), flip) : flip);
+    }
+}
+
+/* One output pixel's GEMM row as bytes u = x ^ flip; z where the window leaves the input. Taps
+ * next to each other in a row of the input (no horizontal dilation) are one run of bytes. */
+VNNI static inline void im2col_row_u8(const struct mac_layer *L, const uint8_t *in, int64_t b, int64_t oh,
+                                      int64_t ow, __m512i zv, __m512i flip, uint8_t *row)
+{
+    int64_t cin = L->cin, k = L->kh * L->kw * cin, span = L->kw * cin;
+    int64_t ix0 = ow * L->stride_w - L->pad_left;
     uint8_t *dst = row;
-    for (int64_t ky = 0; ky < L->kh; ky++) {
+    for (int64_t ky = 0; ky < L->kh; ky++, dst += span) {
         int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h;
-        for (int64_t kx = 0; kx < L->kw; kx++, dst += cin) {
-            int64_t ix = ow * L->stride_w - L->pad_left + kx * L->dil_w;
-            if (iy < 0 || iy >= L->h || ix < 0 || ix >= L->w) {
-                memset(dst, z, (size_t)cin);
+        if (iy < 0 || iy >= L->h) {
+            copy_flip(dst, NULL, span, zv);
+            continue;
+        }
+        const uint8_t *src = in + (b * L->h + iy) * L->w * cin;
+        if (L->dil_w == 1) {
+            int64_t lo = ix0 < 0 ? -ix0 : 0, hi = L->w - ix0; /* taps [lo, hi) are inside */
+            if (hi > L->kw)
+                hi = L->kw;
+            if (hi <= lo) {
+                copy_flip(dst, NULL, span, zv);
                 continue;
             }
-            const uint8_t *src = in + ((b * L->h + iy) * L->w + ix) * cin;
-            for (int64_t c = 0; c < cin; c++)
-                dst[c] = src[c] ^ flip;
+            copy_flip(dst, NULL, lo * cin, zv);
+            copy_flip(dst + lo * cin, src + (ix0 + lo) * cin, (hi - lo) * cin, flip);
+            copy_flip(dst + hi * cin, NULL, (L->kw - hi) * cin, zv);
+            continue;
+        }
+        for (int64_t kx = 0; kx < L->kw; kx++) {
+            int64_t ix = ix0 + kx * L->dil_w;
+            if (ix < 0 || ix >= L->w)
+                copy_flip(dst + kx * cin, NULL, cin, zv);
+            else
+                copy_flip(dst + kx * cin, src + ix * cin, cin, flip);
         }
     }
     memset(row + k, 0, (size_t)(L->k4 - k)); /* their weights are zero */
@@ -618,7 +647,8 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
     uint8_t *a = aligned_alloc(64, ((size_t)(mb * lda) + 63) / 64 * 64);
     if (!a)
         return -1;
-    uint8_t flip = L->in_signed ? 0x80 : 0, z = (uint8_t)(L->input_zp + flip);
+    __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);
+    __m512i zv = _mm512_set1_epi8((char)(uint8_t)(L->input_zp + (L->in_signed ? 0x80 : 0)));
     int simple = simple_requant(L);
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
         int64_t rows = M - m0 < mb ? M - m0 : mb;
@@ -630,7 +660,7 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
                 memset(row, 0, (size_t)lda);
                 continue;
             }
-            im2col_row_u8(L, in, b, oh, ow, z, flip, row);
+            im2col_row_u8(L, in, b, oh, ow, zv, flip, row);
             if (++ow == L->out_w) {
                 ow = 0;
                 if (++oh == L->out_h) {
