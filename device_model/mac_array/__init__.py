@@ -56,6 +56,8 @@ _lock = threading.Lock()
 _module: ModuleType | None = None
 _failed: str | None = None
 _warned: set[str] = set()
+_cpu_isas: dict[int, list[int]] = {}
+_BY_NAME = {name: isa for isa, name in ISA_NAMES.items()}
 
 
 def _warn_once(message: str) -> None:
@@ -96,8 +98,11 @@ def cpu_isas() -> list[int]:
     mod = library()
     if mod is None:
         return []
-    best = int(mod.lib.mac_cpu_isa())
-    return [isa for isa in ISA_NAMES if isa <= best]
+    isas = _cpu_isas.get(id(mod))
+    if isas is None:  # asked on every layer call; the CPU does not change
+        best = int(mod.lib.mac_cpu_isa())
+        isas = _cpu_isas[id(mod)] = [isa for isa in ISA_NAMES if isa <= best]
+    return isas
 
 
 def selected_isa() -> int | None:
@@ -105,17 +110,16 @@ def selected_isa() -> int | None:
     mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
     if mode == "numpy":
         return None
-    names = {name: isa for isa, name in ISA_NAMES.items()}
-    if mode not in ("auto", "c", *names):
-        _warn_once(f"MAC array: {ENV}={mode!r} is not auto, numpy, {', '.join(names)}; using auto")
+    if mode not in _BY_NAME and mode not in ("auto", "c"):
+        _warn_once(f"MAC array: {ENV}={mode!r} is not auto, numpy, {', '.join(_BY_NAME)}; using auto")
         mode = "auto"
     isas = cpu_isas()
     if not isas:
         return None
-    if mode in names:
-        if names[mode] not in isas:
+    if mode in _BY_NAME:
+        if _BY_NAME[mode] not in isas:
             _warn_once(f"MAC array: {ENV}={mode} but this CPU cannot run it; using {ISA_NAMES[max(isas)]}")
-        return min(names[mode], max(isas))
+        return min(_BY_NAME[mode], max(isas))
     return max(isas)
 
 
@@ -142,11 +146,17 @@ class MacPlan:
         assert mod is not None
         if f.size and not mod.lib.mac_equal(mod.ffi.from_buffer(f), mod.ffi.from_buffer(f0), f.nbytes):
             return False
-        return (
-            (bias is None or np.array_equal(bias, b0))
-            and np.array_equal(np.asarray(multiplier), m0)
-            and np.array_equal(np.asarray(shift), s0)
-        )
+        return (bias is None or _same(mod, bias, b0)) and _same(mod, multiplier, m0) and _same(mod, shift, s0)
+
+
+def _same(mod: ModuleType, value: nm.ArrayLike, kept: np.ndarray) -> bool:
+    """``np.array_equal(value, kept)``; a memcmp when shape and dtype agree (per-channel constants
+    are compared on every layer call, and array_equal costs several microseconds each)."""
+    a = np.asarray(value)
+    if a.shape != kept.shape or a.dtype != kept.dtype or a.ndim == 0:
+        return bool(np.array_equal(a, kept))
+    a = np.ascontiguousarray(a)
+    return a.size == 0 or bool(mod.lib.mac_equal(mod.ffi.from_buffer(a), mod.ffi.from_buffer(kept), a.nbytes))
 
 
 def _check_positive(name: str, **values: int) -> None:
