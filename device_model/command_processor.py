@@ -550,11 +550,9 @@ class _Job:
             common.update(multiplier=scales, shift=0)
             self.store(out, nm.fully_connected(x, weights, bias, fast=False, float_scale=True, **common))
             return
-        if ins["flags"] & isa.SPEC.flags["SINGLE_ROUNDING"]:  # LiteRT's one-rounding requantization
-            x = self.load(inp).reshape(rows, k)
-            self.store(out, nm.fully_connected(x, weights, bias, fast=False, single_rounding=True, **common))
-            return
-        mac_isa = mac_array.selected_isa()
+        # LiteRT's one-rounding requantization: numpy's plans (the MAC array rounds twice).
+        single = bool(ins["flags"] & isa.SPEC.flags["SINGLE_ROUNDING"])
+        mac_isa = None if single else mac_array.selected_isa()
         if mac_isa is not None:  # the C MAC array: a 1x1 convolution of rows x 1 x 1 x K
             mac = self.mac_plan(
                 lambda: mac_array.plan_layer(
@@ -566,7 +564,7 @@ class _Job:
             self.store(out, mac_array.run(mac, self.load(inp).reshape(rows, 1, 1, k), mac_isa))
             return
         plan = self.plan(
-            lambda: nm.plan_gemm(weights, bias, in_dtype=inp.np_dtype, **common),
+            lambda: nm.plan_gemm(weights, bias, in_dtype=inp.np_dtype, single_rounding=single, **common),
             weights,
             bias,
             multiplier,
@@ -577,7 +575,7 @@ class _Job:
             assert isinstance(plan, nm.GemmPlan)
             result = nm.run_fc_plan(x, plan, weights)
         else:
-            result = nm.fully_connected(x, weights, bias, fast=False, **common)
+            result = nm.fully_connected(x, weights, bias, fast=False, single_rounding=single, **common)
         self.store(out, result)
 
     def _elementwise(self) -> tuple[Tensor, Tensor, Tensor]:

@@ -231,10 +231,11 @@ def fully_connected(
     if fk != k:
         raise ValueError(f"FULLY_CONNECTED: filter depth {fk} does not match input depth {k}")
     check_zero_points("FULLY_CONNECTED", input_zp, filter_zp)
-    if fast and not single_rounding and not float_scale:
+    if fast and not float_scale:
         plan = plan_gemm(
             filt, bias, in_dtype=inp.dtype, input_zp=input_zp, filter_zp=filter_zp, multiplier=multiplier,
             shift=shift, output_zp=output_zp, act_min=act_min, act_max=act_max, out_dtype=out_dtype,
+            single_rounding=single_rounding,
         )  # fmt: skip
         if plan is not None:
             return run_fc_plan(inp, plan, filt)

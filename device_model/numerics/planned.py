@@ -87,6 +87,7 @@ class RequantPlan:
     output_zp: int
     act_min: int
     act_max: int
+    single_rounding: bool = False
     tiled: dict[int, tuple[np.ndarray, ...]] = field(default_factory=dict, compare=False)
 
     def rows(self, repeat: int) -> tuple[np.ndarray, ...]:
@@ -141,6 +142,7 @@ class RequantPlan:
             self.act_min,
             self.act_max,
             self.out_dtype,
+            self.single_rounding,
         )
         return np.ascontiguousarray(out.T).reshape(acc.shape)
 
@@ -154,10 +156,14 @@ def plan_requant(
     act_min: int,
     act_max: int,
     out_dtype: np.dtype,
+    single_rounding: bool = False,
 ) -> RequantPlan | None:
     """The exact float64 requantization of raw accumulators r (|r| <= raw_bound per channel, a
     float32-exact integer) whose int32 accumulator is r + correction, or None where it cannot apply
     (a non-8-bit output, the saturating multiplier INT32_MIN, a correction alone too large).
+
+    ``single_rounding``: TFLITE_SINGLE_ROUNDING's floor(acc * m * 2**(shift - 31) + 1/2), one floor
+    whatever the sign, so the same affine step with the 1/2 alone in the offset and no negative fix.
 
     Each channel's limit on |r| keeps the accumulator (shifted left by a positive shift) inside
     int32 and every float64 numerator below 2**53; when raw_bound exceeds it, each call checks
@@ -170,7 +176,7 @@ def plan_requant(
     m = np.broadcast_to(np.asarray(multiplier, dtype=np.int64).reshape(-1), (c,))
     s = np.broadcast_to(np.asarray(shift, dtype=np.int64).reshape(-1), (c,))
     lo, hi = _out_range(act_min, act_max, out_dtype)
-    need_fix = lo < output_zp
+    need_fix = lo < output_zp and not single_rounding
     # D = max(zp - lo, 0) makes every value that is not clamped to lo non-negative, so the int32
     # truncation is the floor; when D << (31 + e) leaves too little float64 room (large right
     # shifts), D = 0 and an explicit floor pass instead.
@@ -182,7 +188,9 @@ def plan_requant(
         for i in range(c):
             mi, si, corr = int(m[i]), int(s[i]), int(correction[i])
             left, e = max(si, 0), max(-si, 0)
-            num = (corr * mi << left) + (1 << (30 + e)) + ((1 << 30) if e else 0) + (base << (31 + e))
+            num = (corr * mi << left) + (1 << (30 + e)) + (base << (31 + e))
+            if e and not single_rounding:
+                num += 1 << 30  # the rounding shift's half
             if need_fix and e:
                 num -= 1 << 30  # -2**-(e+1): the copysign below adds it back or takes another one off
                 fix[i] = 2.0 ** -(e + 1)
@@ -204,7 +212,7 @@ def plan_requant(
                 lo - output_zp + base, hi - output_zp + base, np.dtype(out_dtype),
                 base == 0 and lo < output_zp,
                 limit, bool(np.all(raw_bound <= limit)), np.asarray(correction, dtype=np.int64), m.copy(),
-                s.copy(), output_zp, act_min, act_max,
+                s.copy(), output_zp, act_min, act_max, single_rounding,
             )  # fmt: skip
     return None
 
@@ -285,9 +293,11 @@ def _layer_requant(
     act_max: int,
     out_dtype: np.dtype | None,
     float_scale: bool = False,
+    single_rounding: bool = False,
 ) -> RequantPlan | FloatRequantPlan | None:
     """The requantization plan of a layer whose filter is wmat [K, C] (float32, zero point removed);
-    ``float_scale``: ``multiplier`` holds FLOAT_SCALE's float32 scales."""
+    ``float_scale``: ``multiplier`` holds FLOAT_SCALE's float32 scales; ``single_rounding`` as
+    :func:`plan_requant`."""
     if out_dtype is None or np.dtype(in_dtype) not in _DTYPE_RANGES:
         return None
     a = _input_bound(in_dtype, input_zp)
@@ -302,7 +312,9 @@ def _layer_requant(
         lo, hi = _out_range(act_min, act_max, out_dtype)
         scale = np.broadcast_to(np.asarray(multiplier, dtype=np.float32).reshape(-1), (c,)).copy()
         return FloatRequantPlan(correction, scale, output_zp, lo, hi, np.dtype(out_dtype))
-    return plan_requant(a * l1, correction, multiplier, shift, output_zp, act_min, act_max, out_dtype)
+    return plan_requant(
+        a * l1, correction, multiplier, shift, output_zp, act_min, act_max, out_dtype, single_rounding
+    )
 
 
 def plan_gemm(
@@ -319,6 +331,7 @@ def plan_gemm(
     act_max: int,
     out_dtype: np.dtype | None,
     float_scale: bool = False,
+    single_rounding: bool = False,
 ) -> GemmPlan | None:
     """The plan of a CONV2D ([Cout, KH, KW, Cin]) or FULLY_CONNECTED ([Cout, K]) filter, or None.
 
@@ -326,8 +339,9 @@ def plan_gemm(
     cout = filt.shape[0]
     wmat = np.ascontiguousarray(_filter_matrix(filt, filter_zp, cout).T)
     rq = _layer_requant(
-        wmat, in_dtype, input_zp, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype, float_scale
-    )
+        wmat, in_dtype, input_zp, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype,
+        float_scale, single_rounding,
+    )  # fmt: skip
     if rq is None:
         return None
     return GemmPlan(wmat if wmat.size <= KEEP_F32_WEIGHTS else None, input_zp, filter_zp, cout, rq)

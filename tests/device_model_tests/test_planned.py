@@ -179,3 +179,43 @@ def test_plan_limits_on_both_sides(k: int, value: int, planned: bool) -> None:
         inp.tolist(), filt.tolist(), None, 0, 0, [2**31 - 1, 2**30], [-1, -20], -3, -128, 127
     )
     assert got.astype(np.int64).tolist() == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), signed=st.booleans(), ties=st.booleans(), rows=st.integers(1, 4))
+def test_planned_single_rounding_fully_connected_matches_the_general_path(
+    seed: int, signed: bool, ties: bool, rows: int
+) -> None:
+    """LiteRT's one-rounding FULLY_CONNECTED through a plan: the general path's int64 values (ties,
+    negative values, positive shifts, ReLU and linear clamps)."""
+    rng = np.random.default_rng(seed)
+    lo, hi, dtype, mults, shifts, ozp, amin, amax = _case(rng, signed, 9, ties)
+    k = int(rng.integers(1, 80))
+    inp = rng.integers(lo, hi, size=(rows, k)).astype(dtype)
+    filt = rng.integers(lo, hi, size=(9, k)).astype(dtype)
+    izp, fzp = int(rng.integers(lo, hi)), 0 if signed else int(rng.integers(lo, hi))
+    bias = rng.integers(-(2**12 if ties else 2**20), 2**12 if ties else 2**20, size=9).astype(np.int32)
+    kw = dict(
+        input_zp=izp, filter_zp=fzp, multiplier=mults, shift=shifts, output_zp=ozp, act_min=amin,
+        act_max=amax, out_dtype=np.dtype(dtype), single_rounding=True,
+    )  # fmt: skip
+    plan = nm.plan_gemm(filt, bias, in_dtype=inp.dtype, **kw)
+    assert plan is not None and plan.requant.single_rounding
+    want = nm.fully_connected(inp, filt, bias, fast=False, **kw)
+    assert np.array_equal(nm.run_fc_plan(inp, plan, filt), want)
+
+
+@pytest.mark.parametrize(("k", "value"), [(1032, -128), (1000, 3)])
+def test_planned_single_rounding_beyond_the_float64_limit(k: int, value: int) -> None:
+    # As test_plan_limits_on_both_sides: accumulators near 2**24 take the plan's general path, which
+    # must round once too.
+    filt = np.full((2, k), -127, dtype=np.int8)
+    kw = dict(
+        input_zp=0, filter_zp=0, multiplier=np.array([2**31 - 1, 2**30]), shift=np.array([-1, -20]),
+        output_zp=-3, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8), single_rounding=True,
+    )  # fmt: skip
+    plan = nm.plan_gemm(filt, None, in_dtype=np.dtype(np.int8), **kw)
+    assert plan is not None and not plan.requant.checked
+    inp = np.full((1, k), value, dtype=np.int8)
+    want = nm.fully_connected(inp, filt, None, fast=False, **kw)
+    assert np.array_equal(nm.run_fc_plan(inp, plan, filt), want)
