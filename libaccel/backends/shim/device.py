@@ -64,6 +64,7 @@ MAX_JOB_BOS = 64
 MAX_IN_SYNCOBJS = b.DRM_VNPU_MAX_IN_SYNCOBJS
 MAX_JOB_STRUCT_SIZE = b.DRM_VNPU_MAX_JOB_STRUCT_SIZE
 DEFAULT_JOB_TIMEOUT_MS = 2000
+INLINE_IRQ_WAIT_S = 0.002  # how long a core waits for the device lock to complete its job itself
 CONTROL_TIMEOUT_S = 10.0
 MMAP_OFFSET_START = 0x10_0000 << hw.PAGE_SHIFT  # DRM_FILE_PAGE_OFFSET_START, in bytes
 GUARD = hw.PAGE_SIZE  # the unmapped VA page after every BO and stream copy
@@ -242,13 +243,19 @@ class ShimDevice:
     def _raise_irq(self, vector: int) -> None:
         """The Npu's interrupt line (any thread).
 
-        A completion is handled at once on the raising thread (a core's) when the device lock is
-        free: the waiter then wakes straight from the core that ran its job, not through the
-        interrupt thread (one thread wake-up less per job). The lock is only tried, never waited
-        for: its holder may be waiting on this core (a reset holds it while the core finishes), and
-        the watchdog, which can reset a core, stays on the interrupt thread, which also takes every
-        interrupt that finds the lock taken."""
-        if vector == hw.IRQ_COMPLETION and self.lock.acquire(blocking=False):
+        The completion of the only job on the device is handled at once on the raising thread (a
+        core's) when it gets the device lock: the waiter then wakes straight from the core that ran
+        its job, not through the interrupt thread (one thread wake-up less per job). With more jobs
+        on the ring the core goes on to the next one and the interrupt thread completes this one.
+        The lock is waited for only briefly (its usual holder is the submitting thread, whose
+        doorbell write let this core run the job before it returned): a holder may also be waiting
+        on this core (a reset holds the lock while the core finishes), so past INLINE_IRQ_WAIT_S
+        the interrupt thread takes it, as it takes the watchdog, which can reset a core."""
+        if (
+            vector == hw.IRQ_COMPLETION
+            and sum(map(len, self.inflight)) <= 1  # read without the lock: a hint, either way is correct
+            and self.lock.acquire(timeout=INLINE_IRQ_WAIT_S)
+        ):
             try:
                 self._drain_cq()
                 self._push_backlog()
