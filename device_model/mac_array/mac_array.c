@@ -197,7 +197,7 @@ DEFINE_GENERIC(int32_t, i32)
 static int64_t block_rows(const struct mac_layer *L, size_t elem)
 {
     /* Every weight panel is read once per block: few, tall blocks when the weights are large. */
-    int64_t rows = (192 * 1024) / (L->kpad * (int64_t)elem);
+    int64_t rows = (192 * 1024) / (L->kpad ? L->kpad * (int64_t)elem : 1); /* kpad 0: no input channels */
     int64_t acc_rows = (512 * 1024) / (L->cout_pad * 4);
     if (acc_rows < rows)
         rows = acc_rows;
@@ -213,7 +213,7 @@ static int64_t block_rows(const struct mac_layer *L, size_t elem)
         int64_t mb = block_rows(L, elem); \
         if (mb > (M + MR - 1) / MR * MR) \
             mb = (M + MR - 1) / MR * MR; \
-        void *a = aligned_alloc(64, ((size_t)(mb * L->kpad) * elem + 63) / 64 * 64); \
+        void *a = aligned_alloc(64, ((size_t)(mb * L->kpad) * elem + 64) / 64 * 64); \
         uint32_t *acc = aligned_alloc(64, ((size_t)(mb * cp) * 4 + 63) / 64 * 64); \
         if (!a || !acc) { \
             free(a); \
@@ -638,13 +638,13 @@ VNNI static inline void im2col_row_u8(const struct mac_layer *L, const uint8_t *
 VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *out)
 {
     int64_t M = L->n * L->out_h * L->out_w, panels = L->cout_pad / NR, lda = L->k4;
-    int64_t mb = (256 * 1024) / lda; /* A block in L2; every panel pair is read once per block */
+    int64_t mb = (256 * 1024) / (lda ? lda : 1); /* A block in L2; every panel pair is read once per block */
     mb = mb / MRV * MRV;
     if (mb < MRV)
         mb = MRV;
     if (mb > (M + MRV - 1) / MRV * MRV)
         mb = (M + MRV - 1) / MRV * MRV;
-    uint8_t *a = aligned_alloc(64, ((size_t)(mb * lda) + 63) / 64 * 64);
+    uint8_t *a = aligned_alloc(64, ((size_t)(mb * lda) + 64) / 64 * 64);
     if (!a)
         return -1;
     __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);

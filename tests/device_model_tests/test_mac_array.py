@@ -219,6 +219,20 @@ def test_windows_entirely_in_the_padding(isa: int) -> None:
     )
 
 
+@pytest.mark.parametrize("isa", ISA_PARAMS)
+def test_no_input_channels(isa: int) -> None:
+    """K = 0: every output is the requantized bias (the blocking divided by the row size)."""
+    rng = np.random.default_rng(9)
+    x = np.zeros((1, 4, 4, 0), np.int8)
+    _check(_conv_case(x, np.zeros((5, 3, 3, 0), np.int8), (1, 1, 1, 1, 1, 1, 4, 4)), isa)
+    _check(
+        _conv_case(
+            x, np.zeros((5, 1, 1, 0), np.int8), (1, 1, 1, 1, 0, 0, 4, 4), input_zp=int(rng.integers(9))
+        ),
+        isa,
+    )
+
+
 def test_plan_refuses_what_numpy_refuses() -> None:
     rng = np.random.default_rng(4)
     x = _values(rng, np.int8, (1, 4, 4, 2))
