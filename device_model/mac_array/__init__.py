@@ -186,7 +186,8 @@ def _pack_vnni(
     if not 0 <= z <= 255 or (wq.size and (int(wq.min()) < -128 or int(wq.max()) > 127)):
         return ()
     if kind == KIND_DEPTHWISE:
-        taps, cout = wq.size // bias32.size, bias32.size
+        cout = bias32.size
+        taps = wq.size // cout if cout else 0
         k4, cpad = -(-taps // 4) * 4, -(-cout // DW_VNNI) * DW_VNNI
         grid = np.zeros((k4, cpad), dtype=np.int8)
         grid[:taps, :cout] = wq.reshape(taps, cout)
@@ -251,7 +252,9 @@ def plan_layer(
         _, kh, kw, cout = filt.shape
     else:
         cout, kh, kw, _ = filt.shape
-    wq = filt.astype(np.int32).reshape(filt.shape[0], -1) - np.int32(filter_zp)  # [Cout, K] / [1, T*C]
+    wq = filt.astype(np.int32).reshape(filt.shape[0], kh * kw * filt.shape[3]) - np.int32(
+        filter_zp
+    )  # [Cout, K] / [1, T*C]
     in_lo, in_hi = _RANGES[in_dtype]
     narrow = (
         _I16[0] <= in_lo - input_zp

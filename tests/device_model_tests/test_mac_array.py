@@ -233,6 +233,22 @@ def test_no_input_channels(isa: int) -> None:
     )
 
 
+@pytest.mark.parametrize("isa", ISA_PARAMS)
+def test_no_output_channels(isa: int) -> None:
+    """Planned and run as an empty output (the ISA's tensors have no empty dimension, so only the
+    Python API can ask; numpy's path refuses a filter with no rows)."""
+    for kind, x, f in (
+        (ma.KIND_CONV, np.zeros((1, 4, 4, 3), np.int8), np.zeros((0, 3, 3, 3), np.int8)),
+        (ma.KIND_DEPTHWISE, np.zeros((1, 4, 4, 0), np.int8), np.zeros((1, 3, 3, 0), np.int8)),
+    ):
+        plan = ma.plan_layer(
+            kind, f, None, in_shape=x.shape, in_dtype=x.dtype, input_zp=0, filter_zp=0, multiplier=2**30,
+            shift=-1, output_zp=0, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8),
+            geometry=(1, 1, 1, 1, 1, 1, 4, 4),
+        )  # fmt: skip
+        assert ma.run(plan, x, isa).shape == (1, 4, 4, 0)
+
+
 def test_plan_refuses_what_numpy_refuses() -> None:
     rng = np.random.default_rng(4)
     x = _values(rng, np.int8, (1, 4, 4, 2))
