@@ -446,13 +446,15 @@ AVX2 static inline __m256i dw_load16(const uint8_t *p, int in_signed)
     return in_signed ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw);
 }
 
-AVX2 static inline void dw_avx2(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, void *out)
+/* Channels [c0, c_end), both multiples of 16. */
+AVX2 static inline void dw_avx2_range(const struct mac_layer *L, const uint8_t **taps, int64_t c0, int64_t c_end,
+                                      void *out)
 {
     const int16_t *w = (const int16_t *)L->packed;
     int64_t cp2 = L->cout_pad * 2, pairs = L->kpad / 2;
     int simple = L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
                  L->hi - (int64_t)L->output_zp <= INT32_MAX;
-    for (int64_t c = 0; c < c_end; c += DW_BLOCK) {
+    for (int64_t c = c0; c < c_end; c += DW_BLOCK) {
         __m256i lo = _mm256_setzero_si256(), hi = lo;
         const int16_t *wc = w + c * 2;
         for (int64_t p = 0; p < pairs; p++) {
@@ -476,6 +478,11 @@ AVX2 static inline void dw_avx2(const struct mac_layer *L, const uint8_t **taps,
             requant_row_generic(L, tmp, c, c + DW_BLOCK, out);
         }
     }
+}
+
+AVX2 static inline void dw_avx2(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, void *out)
+{
+    dw_avx2_range(L, taps, 0, c_end, out);
 }
 
 DEFINE_DRIVERS(avx2, AVX2, gemm_6x16_avx2, requant_avx2, dw_avx2, 1)
@@ -683,26 +690,28 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
     return 0;
 }
 
-/* Depthwise, one output pixel, channels [0, c_end) (a multiple of 16) in blocks of 64: four taps'
- * bytes interleaved by the in-lane unpacks (epi8, then epi16) into per-channel quads, so
- * accumulator j's lane l holds channels 16 l + 4 j .. + 3 (the plan packs the weights in that
- * order); a 4 x 4 transpose of 128-bit lanes restores channel order for the requantization.
- * Taps past the last read the zero-point row against zero weights. */
+/* Depthwise, one output pixel, channels [0, c_end) (a multiple of 16): whole blocks of 64 here,
+ * the 16-48 channels after the last one by the AVX2 kernel (a partly filled block costs a whole
+ * one). Four taps' bytes are interleaved by the in-lane unpacks (epi8, then epi16) into
+ * per-channel quads, so accumulator j's lane l holds channels 16 l + 4 j .. + 3 (the plan packs
+ * the weights in that order); a 4 x 4 transpose of 128-bit lanes restores channel order for the
+ * requantization. Taps past the last read the zero-point row against zero weights. L is the
+ * driver's copy whose bias has zp * sum w folded in for the AVX2 kernel's raw inputs; this
+ * kernel uses bias8. */
 VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, void *out)
 {
     int64_t quads = L->k4 / 4, cp = L->rq_n; /* packed8 holds rq_n (a multiple of 64) channels per tap */
+    int64_t full = c_end / DW_VNNI * DW_VNNI;
     __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);
     int simple = simple_requant(L);
-    for (int64_t c = 0; c < c_end; c += DW_VNNI) {
-        int64_t n = c_end - c < DW_VNNI ? c_end - c : DW_VNNI;
-        __mmask64 keep = n == 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
+    for (int64_t c = 0; c < full; c += DW_VNNI) {
         __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t p = 0; p < quads; p++) {
             const uint8_t *const *t = taps + 4 * p;
-            __m512i x0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(keep, t[0] + c), flip);
-            __m512i x1 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(keep, t[1] + c), flip);
-            __m512i x2 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(keep, t[2] + c), flip);
-            __m512i x3 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(keep, t[3] + c), flip);
+            __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(t[0] + c), flip);
+            __m512i x1 = _mm512_xor_si512(_mm512_loadu_si512(t[1] + c), flip);
+            __m512i x2 = _mm512_xor_si512(_mm512_loadu_si512(t[2] + c), flip);
+            __m512i x3 = _mm512_xor_si512(_mm512_loadu_si512(t[3] + c), flip);
             __m512i lo01 = _mm512_unpacklo_epi8(x0, x1), hi01 = _mm512_unpackhi_epi8(x0, x1);
             __m512i lo23 = _mm512_unpacklo_epi8(x2, x3), hi23 = _mm512_unpackhi_epi8(x2, x3);
             const int8_t *w = L->packed8 + (p * cp + c) * 4;
@@ -715,11 +724,13 @@ VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps,
         __m512i t2 = _mm512_shuffle_i32x4(a0, a1, 0xEE), t3 = _mm512_shuffle_i32x4(a2, a3, 0xEE);
         __m512i v[4] = {_mm512_shuffle_i32x4(t0, t1, 0x88), _mm512_shuffle_i32x4(t0, t1, 0xDD),
                         _mm512_shuffle_i32x4(t2, t3, 0x88), _mm512_shuffle_i32x4(t2, t3, 0xDD)};
-        for (int64_t j = 0; j < n / 16; j++) {
+        for (int j = 0; j < 4; j++) {
             __m512i acc = _mm512_add_epi32(v[j], _mm512_loadu_si512(L->bias8 + c + 16 * j));
             store16_vnni(L, acc, c + 16 * j, 16, simple, (char *)out + c + 16 * j);
         }
     }
+    if (full < c_end)
+        dw_avx2_range(L, taps, full, c_end, out);
 }
 
 DEFINE_DRIVERS(vnni, VNNI, gemm_6x16_avx2, requant_avx2, dw_vnni, 1)
@@ -749,7 +760,7 @@ int mac_run(const struct mac_layer *L, const void *in, void *out, int isa)
          * input dtype): the int16 kernels (conv_vnni is the AVX2 GEMM built for this target) */
         if (!L->packed8)
             return L->kind == KIND_DEPTHWISE ? depthwise_avx2(L, in, out) : conv_vnni(L, in, out);
-        if (L->kind == KIND_DEPTHWISE) /* under 64 channels half a VNNI block idles: AVX2 is faster */
+        if (L->kind == KIND_DEPTHWISE) /* under 64 channels: no whole VNNI block; AVX2's driver measured faster */
             return L->cout < DW_VNNI ? depthwise_avx2(L, in, out) : depthwise_vnni(L, in, out);
         return conv_u8_vnni(L, in, out);
     }
