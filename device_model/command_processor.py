@@ -286,7 +286,7 @@ class _Job:
         start, end = t.extent
         runs = self.runs(start, end - start, False)
         if len(runs) == 1:
-            raw = np.frombuffer(self.memory.view(runs[0][0], end - start), dtype=np.uint8)
+            raw: memoryview | np.ndarray = self.memory.view(runs[0][0], end - start)
         else:
             raw = self.mmu.gather(start, end - start)
         arr = np.ndarray(t.shape, dtype=t.np_dtype, buffer=raw, strides=t.strides)
@@ -386,6 +386,12 @@ class _Job:
         self.plans[self.ins.offset] = (b"", plan)  # no digest matches b"": plan() rebuilds its own
         return plan
 
+    @cached_property
+    def mac_isa(self) -> int | None:
+        """The MAC array variant this job's layers run on (None: numpy), chosen once per job:
+        ``selected_isa`` reads the environment and the CPU's variants, ~5 us a layer."""
+        return mac_array.selected_isa()
+
     # --- units ------------------------------------------------------------------
     def op_NOP(self) -> None:  # noqa: N802 - named after the opcode
         pass
@@ -474,7 +480,7 @@ class _Job:
         if float_scale:
             common.update(multiplier=scales, shift=0)
             multiplier, shift = scales, 0
-        isa = mac_array.selected_isa()
+        isa = self.mac_isa
         if isa is not None and not float_scale:  # the C MAC array (numerics stays the reference)
             kind = mac_array.KIND_DEPTHWISE if depthwise else mac_array.KIND_CONV
             dm = ins["depth_multiplier"] if depthwise else 1
@@ -552,7 +558,7 @@ class _Job:
             return
         # LiteRT's one-rounding requantization: numpy's plans (the MAC array rounds twice).
         single = bool(ins["flags"] & isa.SPEC.flags["SINGLE_ROUNDING"])
-        mac_isa = None if single else mac_array.selected_isa()
+        mac_isa = None if single else self.mac_isa
         if mac_isa is not None:  # the C MAC array: a 1x1 convolution of rows x 1 x 1 x K
             mac = self.mac_plan(
                 lambda: mac_array.plan_layer(
