@@ -500,16 +500,40 @@ DEFINE_DRIVERS(avx2, AVX2, gemm_6x16_avx2, requant_avx2, dw_avx2, 1)
  * sum (u - z) w = sum u w - z * sum w, and z * sum w is folded into bias8 by the plan. Weights
  * w - w_zp must be int8 (the plan checks the values; -128 included). */
 
-/* 16 channels from c: requant_one lane by lane on accumulators that already hold the bias (the
- * caller guarantees no multiplier is INT32_MIN and lo - zp, hi - zp fit in int32). The plan's rq
- * holds per channel: left shift, right shift, 2**right - 1, its half, multiplier. */
-VNNI static inline __m512i requant16_vnni(const struct mac_layer *L, __m512i acc, int64_t c)
+/* The requantization's layer constants, in locals: the output stores go through char pointers,
+ * which may alias anything, so fields read through L would be reloaded after every store. */
+struct rq_vnni {
+    __m512i qlo, qhi, zp;
+    const int32_t *left, *right, *mask, *half, *mult; /* the plan's rq rows */
+    int simple;
+};
+
+VNNI static inline struct rq_vnni rq_vnni_init(const struct mac_layer *L)
 {
-    const int32_t *q = L->rq + c;
     int64_t n = L->rq_n;
-    __m512i m = _mm512_loadu_si512(q + 4 * n);
-    __m512i right = _mm512_loadu_si512(q + n);
-    __m512i x = _mm512_sllv_epi32(acc, _mm512_loadu_si512(q));
+    struct rq_vnni q = {
+        .qlo = _mm512_set1_epi32(L->lo - L->output_zp),
+        .qhi = _mm512_set1_epi32(L->hi - L->output_zp),
+        .zp = _mm512_set1_epi32(L->output_zp),
+        .left = L->rq,
+        .right = L->rq + n,
+        .mask = L->rq + 2 * n,
+        .half = L->rq + 3 * n,
+        .mult = L->rq + 4 * n,
+        .simple = L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
+                  L->hi - (int64_t)L->output_zp <= INT32_MAX,
+    };
+    return q;
+}
+
+/* 16 channels from c: requant_one lane by lane on accumulators that already hold the bias (only
+ * when q->simple: no multiplier is INT32_MIN and lo - zp, hi - zp fit in int32). The plan's rq
+ * holds per channel: left shift, right shift, 2**right - 1, its half, multiplier. */
+VNNI static inline __m512i requant16_vnni(const struct rq_vnni *q, __m512i acc, int64_t c)
+{
+    __m512i m = _mm512_loadu_si512(q->mult + c);
+    __m512i right = _mm512_loadu_si512(q->right + c);
+    __m512i x = _mm512_sllv_epi32(acc, _mm512_loadu_si512(q->left + c));
     __m512i nudge = _mm512_set1_epi64((int64_t)1 << 30);
     __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(x, m), nudge);
     __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m, 32)), nudge);
@@ -517,25 +541,24 @@ VNNI static inline __m512i requant16_vnni(const struct mac_layer *L, __m512i acc
     __m512i h = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 31), _mm512_slli_epi64(po, 1));
     /* RoundingDivideByPOT: (h >> e) + (remainder > (mask >> 1) + (h < 0)) */
     __m512i one = _mm512_set1_epi32(1);
-    __m512i rem = _mm512_and_si512(h, _mm512_loadu_si512(q + 2 * n));
-    __m512i half = _mm512_loadu_si512(q + 3 * n);
+    __m512i rem = _mm512_and_si512(h, _mm512_loadu_si512(q->mask + c));
+    __m512i half = _mm512_loadu_si512(q->half + c);
     __m512i thr = _mm512_mask_add_epi32(half, _mm512_cmplt_epi32_mask(h, _mm512_setzero_si512()), half, one);
     __m512i r = _mm512_srav_epi32(h, right);
     r = _mm512_mask_add_epi32(r, _mm512_cmpgt_epi32_mask(rem, thr), r, one);
     /* clamp before adding the zero point: r + zp could leave int32 */
-    r = _mm512_max_epi32(r, _mm512_set1_epi32(L->lo - L->output_zp));
-    r = _mm512_min_epi32(r, _mm512_set1_epi32(L->hi - L->output_zp));
-    return _mm512_add_epi32(r, _mm512_set1_epi32(L->output_zp));
+    r = _mm512_min_epi32(_mm512_max_epi32(r, q->qlo), q->qhi);
+    return _mm512_add_epi32(r, q->zp);
 }
 
 /* Requantize 16 accumulators (bias included) of channels c.. and store the first n (<= 16) bytes. */
-VNNI static inline void store16_vnni(const struct mac_layer *L, __m512i acc, int64_t c, int64_t n, int simple,
-                                     char *dst)
+VNNI static inline void store16_vnni(const struct mac_layer *L, const struct rq_vnni *q, __m512i acc, int64_t c,
+                                     int64_t n, char *dst)
 {
-    if (simple) {
+    if (q->simple) {
         __mmask16 keep = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
         /* vpmovdb truncates: the value is already within the output dtype */
-        _mm512_mask_cvtepi32_storeu_epi8(dst, keep, requant16_vnni(L, acc, c));
+        _mm512_mask_cvtepi32_storeu_epi8(dst, keep, requant16_vnni(q, acc, c));
         return;
     }
     uint32_t tmp[16];
@@ -549,18 +572,13 @@ VNNI static inline void store16_vnni(const struct mac_layer *L, __m512i acc, int
     }
 }
 
-static inline int simple_requant(const struct mac_layer *L)
-{
-    return L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
-           L->hi - (int64_t)L->output_zp <= INT32_MAX;
-}
-
 /* One tile: rows [0, MRV) of A (u8, row stride lda) x NP panels (1 or 2) of packed8, accumulators
  * started at bias8; requantized in registers and stored as bytes to the first ``rows`` rows of
  * out (row stride cout), channels c0.. (masked at cout). */
-VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const struct mac_layer *L, const uint8_t *a,
+VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const struct mac_layer *L,
+                                                                      const struct rq_vnni *q, const uint8_t *a,
                                                                       int64_t lda, int64_t c0, int np, int64_t rows,
-                                                                      char *out, int simple)
+                                                                      int64_t cout, char *out)
 {
     int64_t kq = L->k4 / 4;
     const int8_t *b0 = L->packed8 + c0 * L->k4, *b1 = b0 + NR * L->k4;
@@ -582,11 +600,19 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const stru
         }
     }
     for (int j = 0; j < np; j++) {
-        int64_t c = c0 + j * NR, n = L->cout - c;
+        int64_t c = c0 + j * NR, n = cout - c;
         if (n <= 0)
             break;
-        for (int r = 0; r < rows && r < MRV; r++)
-            store16_vnni(L, acc[r][j], c, n, simple, out + r * L->cout + c);
+        if (!q->simple) {
+            for (int r = 0; r < MRV && r < rows; r++)
+                store16_vnni(L, q, acc[r][j], c, n, out + r * cout + c);
+            continue;
+        }
+        __mmask16 keep = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
+#pragma GCC unroll 8
+        for (int r = 0; r < MRV; r++) /* unrolled: acc stays in registers */
+            if (r < rows)
+                _mm512_mask_cvtepi32_storeu_epi8(out + r * cout + c, keep, requant16_vnni(q, acc[r][j], c));
     }
 }
 
@@ -656,7 +682,8 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
         return -1;
     __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);
     __m512i zv = _mm512_set1_epi8((char)(uint8_t)(L->input_zp + (L->in_signed ? 0x80 : 0)));
-    int simple = simple_requant(L);
+    struct rq_vnni q = rq_vnni_init(L);
+    int64_t cout = L->cout;
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
         int64_t rows = M - m0 < mb ? M - m0 : mb;
         int64_t tiles = (rows + MRV - 1) / MRV;
@@ -678,11 +705,11 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
         }
         for (int64_t p = 0; p < panels; p += 2) {
             for (int64_t t = 0; t < tiles; t++) {
-                char *o = (char *)out + (m0 + t * MRV) * L->cout;
+                char *o = (char *)out + (m0 + t * MRV) * cout;
                 if (p + 1 < panels)
-                    gemm_tile_vnni(L, a + t * MRV * lda, lda, p * NR, 2, rows - t * MRV, o, simple);
+                    gemm_tile_vnni(L, &q, a + t * MRV * lda, lda, p * NR, 2, rows - t * MRV, cout, o);
                 else
-                    gemm_tile_vnni(L, a + t * MRV * lda, lda, p * NR, 1, rows - t * MRV, o, simple);
+                    gemm_tile_vnni(L, &q, a + t * MRV * lda, lda, p * NR, 1, rows - t * MRV, cout, o);
             }
         }
     }
@@ -703,7 +730,7 @@ VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps,
     int64_t quads = L->k4 / 4, cp = L->rq_n; /* packed8 holds rq_n (a multiple of 64) channels per tap */
     int64_t full = c_end / DW_VNNI * DW_VNNI;
     __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);
-    int simple = simple_requant(L);
+    struct rq_vnni q = rq_vnni_init(L);
     for (int64_t c = 0; c < full; c += DW_VNNI) {
         __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t p = 0; p < quads; p++) {
@@ -726,7 +753,7 @@ VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps,
                         _mm512_shuffle_i32x4(t2, t3, 0x88), _mm512_shuffle_i32x4(t2, t3, 0xDD)};
         for (int j = 0; j < 4; j++) {
             __m512i acc = _mm512_add_epi32(v[j], _mm512_loadu_si512(L->bias8 + c + 16 * j));
-            store16_vnni(L, acc, c + 16 * j, 16, simple, (char *)out + c + 16 * j);
+            store16_vnni(L, &q, acc, c + 16 * j, 16, (char *)out + c + 16 * j);
         }
     }
     if (full < c_end)
