@@ -94,6 +94,7 @@ def profile_jobs() -> Iterator[list[JobProfile]]:
             _profile_sinks.remove(sink)
 
 
+_REFUSED = b"refused"  # the digest slot of a layer whose plan was refused (never a SHA-1 digest)
 _NEVER_ABORTED = threading.Event()  # the abort event of jobs run without one; never set
 
 
@@ -353,14 +354,20 @@ class _Job:
         parameters in memory (filter, bias, per-channel quantization), which the job's owner may
         rewrite between jobs. The plan is kept with a digest of their bytes (:func:`param_digest`),
         not a copy: the device holds no second copy of a model's weights.
+
+        A refused plan (None: the layer's bounds do not allow one) stays refused without a digest
+        per job: the general path it falls back to is exact for any parameters, and hashing a
+        large layer's weights only to learn that cost more than its GEMV.
         """
         assert self.ins is not None
-        digest = param_digest(*params)
         entry = self.plans.get(self.ins.offset)
+        if entry is not None and entry[1] is None and entry[0] == _REFUSED:
+            return None
+        digest = param_digest(*params)
         if entry is not None and entry[0] == digest:
             return entry[1]
         plan = build()
-        self.plans[self.ins.offset] = (digest, plan)
+        self.plans[self.ins.offset] = (digest if plan is not None else _REFUSED, plan)
         return plan
 
     def mac_plan(
