@@ -153,3 +153,45 @@ def test_filter_and_bias_rewritten_between_jobs_take_effect(cin: int) -> None:
             bias = bias.copy()
             bias[7] += 1 << 12
             m.write(bias_va, bias)
+
+
+@pytest.mark.parametrize("k", [40, 1100])  # planned / refused (float32 sums not exact): the general path
+def test_single_rounding_fc_rewritten_between_jobs_takes_effect(k: int) -> None:
+    """LiteRT's one-rounding FULLY_CONNECTED through numpy's plans (whatever the MAC array): a
+    filter rewritten between jobs is seen, whether the layer has a plan or its plan was refused."""
+    rng = np.random.default_rng(k)
+    m = Machine()
+    cout, rows = 6, 2
+    inp = rng.integers(-128, 128, size=(rows, k), dtype=np.int8)
+    # Weights of full magnitude: over 1032 of them, 128 * 127 * K passes 2**24 and no plan is made.
+    filt = rng.choice(np.array([-127, 126, 127], dtype=np.int8), size=(cout, k))
+    out_va = m.buffer(rows * cout)
+    filt_va = m.array(filt)
+    args = _fc_args(rng, cout)
+    per_channel = np.stack([args["multiplier"], args["shift"]], axis=1).astype(np.int32)
+    stream = program(
+        tensor(0, "INT8", m.array(inp), (1, 1, rows, k), zp=args["input_zp"]),
+        tensor(1, "INT8", filt_va, (1, 1, cout, k)),
+        tensor(2, "INT32", m.array(per_channel), (1, 1, cout, 2)),
+        tensor(3, "INT8", out_va, (1, 1, rows, cout), zp=args["output_zp"]),
+        isa.encode(
+            "FULLY_CONNECTED", flags=FLAGS["PER_CHANNEL"] | FLAGS["SINGLE_ROUNDING"], input=0, filter=1,
+            quant=2, output=3, act_min=-128, act_max=127,
+        ),
+    )  # fmt: skip
+    cmd = m.buffer(len(stream), stream)
+    cp = CommandProcessor(m.memory)
+    planned_ok = nm.plan_gemm(filt, None, in_dtype=np.dtype(np.int8), single_rounding=True, **args,
+                              out_dtype=np.dtype(np.int8)) is not None  # fmt: skip
+    assert planned_ok == (k == 40)
+    for step in range(3):
+        res = cp.run(m.space.root, cmd, len(stream))
+        assert res.status == 0, res.error
+        got = m.read(out_va, rows * cout).view(np.int8).reshape(rows, cout)
+        want = nm.fully_connected(
+            inp, filt, None, fast=False, single_rounding=True, out_dtype=np.dtype(np.int8), **args
+        )
+        assert np.array_equal(got, want), step
+        filt = filt.copy()
+        filt[step % cout] = -filt[step % cout] // 2  # a whole output channel changes
+        m.write(filt_va, filt)
