@@ -20,8 +20,8 @@ def _write(out: Path) -> None:
     (out / "corpus.json").write_text(json.dumps({"models": [corpus]}))
     rt = {"p50_us": 400.0, "p90_us": 500.0, "p99_us": 900.0, "min_us": 200.0, "submit_p50_us": 150.0}
     cores = [
-        {"cores": 2, "clients": 2, "workload": "empty job", "per_s": 3000.0, "exact": True},
-        {"cores": 2, "clients": 2, "workload": "model invoke", "per_s": 40.0, "exact": True},
+        {"mode": "", "cores": 2, "clients": 2, "workload": "empty job", "per_s": 3000.0, "exact": True},
+        {"mode": "", "cores": 2, "clients": 2, "workload": "model invoke", "per_s": 40.0, "exact": True},
     ]
     (out / "guest_cores2").mkdir()
     floor = {"p50_us": 100.0, "min_us": 10.0}
@@ -44,9 +44,10 @@ def test_summary_has_ratios_round_trip_over_floor_and_the_cores_table(tmp_path: 
     assert "floor_p50_us" not in next(r for r in s["round_trip"] if r["where"] == "shim")
     s |= {"when": "now", "command": "python -m bench.performance"}
     text = performance.render(s)
-    assert "| mobilenet_v1 | model_bench | 9.00 | 4.50 | 2.0x | yes |" in text
+    assert "| mobilenet_v1 | model_bench | 9.00 | 4.50 | 2.0x | 8.50 (1.9x) | yes |" in text
     assert "| guest_cores2 | 400 | 500 | 900 | 200 | 150 | 100 (10) | 4.0x |" in text
     assert "| shim | processes | 2 | 2 | 3000 | 40.0 | yes |" in text
+    assert "| guest_cores2 | threads | 2 | 2 | 3000 | 40.0 | yes |" in text
 
 
 def test_plan_skips_parts_and_boots_once_per_core_count(tmp_path: Path) -> None:
