@@ -98,6 +98,13 @@ _REFUSED = b"refused"  # the digest slot of a layer whose plan was refused (neve
 _NEVER_ABORTED = threading.Event()  # the abort event of jobs run without one; never set
 
 
+# An instruction bound to its job-independent state: it runs on a job and returns False when it
+# cannot (a layer's parameters changed), and the instruction then takes the general path.
+Bound = Callable[["_Job"], bool]
+Loader = Callable[[], np.ndarray]
+Storer = Callable[[np.ndarray], None]
+
+
 class JobError(Exception):
     """A job fails with -EIO; the message names the instruction and the problem."""
 
@@ -172,6 +179,18 @@ class _Translations:
         self.pt_root = pt_root
         self.tables: dict[int, bytes] = {}  # table physical address -> its bytes when cached
         self.runs: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}
+        # Bound instructions per decoded stream (see _Job.execute), dropped with these translations.
+        self.bindings: dict[int, tuple[object, dict[int, Bound]]] = {}
+
+    def bound(self, program: object) -> dict[int, Bound]:
+        """The bound instructions of ``program`` (a decoded stream), by stream offset."""
+        entry = self.bindings.get(id(program))
+        if entry is None or entry[0] is not program:
+            if len(self.bindings) >= PROGRAM_CACHE_ENTRIES:  # streams evicted from the program cache
+                self.bindings.clear()
+            entry = (program, {})
+            self.bindings[id(program)] = entry
+        return entry[1]
 
     def _table(self, pa: int) -> bytes | None:
         try:
@@ -197,6 +216,14 @@ class _Translations:
                     return False
                 self.tables[pa] = table
         return True
+
+
+def _saturated(t: Tensor, values: np.ndarray) -> np.ndarray:
+    """``values`` (any integer array of t's shape) in t's dtype and shape, C-contiguous, saturated."""
+    if values.dtype == t.np_dtype:  # the numerics already saturated to the output's dtype
+        return np.ascontiguousarray(values).reshape(t.shape)
+    info = np.iinfo(t.np_dtype)
+    return np.clip(values, info.min, info.max).astype(t.np_dtype).reshape(t.shape)
 
 
 def param_digest(*params: np.ndarray | int | None) -> bytes:
@@ -246,6 +273,8 @@ class _Job:
         self.on_irq = on_irq
         self.slots: list[Tensor | None] = [None] * isa.SPEC.slots
         self.ins: isa.Instruction | None = None
+        self.bound: dict[int, Bound] = {}  # the stream's bound instructions (set by the processor)
+        self.binding: Bound | None = None  # what the running instruction bound itself to, if anything
 
     # --- operands -------------------------------------------------------------
     def tensor(self, field: str) -> Tensor:
@@ -296,11 +325,7 @@ class _Job:
 
     def store(self, t: Tensor, values: np.ndarray) -> None:
         """Write ``values`` (any integer array of t's shape) to the tensor, saturating to its dtype."""
-        if values.dtype == t.np_dtype:  # the numerics already saturated to the output's dtype
-            data = np.ascontiguousarray(values).reshape(t.shape)
-        else:
-            info = np.iinfo(t.np_dtype)
-            data = np.clip(values, info.min, info.max).astype(t.np_dtype).reshape(t.shape)
+        data = _saturated(t, values)
         start, end = t.extent
         if t.dense:
             runs = self.runs(start, end - start, True)
@@ -315,6 +340,58 @@ class _Job:
         raw = self.mmu.gather(start, end - start, write=True)
         np.ndarray(t.shape, dtype=t.np_dtype, buffer=raw, strides=t.strides)[...] = data
         self.mmu.scatter(start, raw)
+
+    # --- binding --------------------------------------------------------------------
+    def _cached_runs(self, t: Tensor, write: bool) -> list[tuple[int, int]] | None:
+        start, end = t.extent
+        return self.translations.runs.get((start, end - start, write))
+
+    def loader(self, t: Tensor) -> Loader | None:
+        """A function doing :meth:`load` of ``t`` with its translation looked up now; None if it
+        was not kept (then the instruction stays unbound and translates every job)."""
+        runs = self._cached_runs(t, False)
+        if runs is None:
+            return None
+        view, size = self.memory.view, t.extent[1] - t.extent[0]
+        shape, dtype, strides = t.shape, t.np_dtype, t.strides
+        if len(runs) == 1:
+            pa = runs[0][0]
+
+            def load() -> np.ndarray:
+                arr = np.ndarray(shape, dtype=dtype, buffer=view(pa, size), strides=strides)
+                arr.flags.writeable = False
+                return arr
+
+            return load
+
+        def gather() -> np.ndarray:
+            raw = np.empty(size, dtype=np.uint8)
+            pos = 0
+            for pa, length in runs:
+                raw[pos : pos + length] = np.frombuffer(view(pa, length), dtype=np.uint8)
+                pos += length
+            arr = np.ndarray(shape, dtype=dtype, buffer=raw, strides=strides)
+            arr.flags.writeable = False
+            return arr
+
+        return gather
+
+    def storer(self, t: Tensor) -> Storer | None:
+        """A function doing :meth:`store` to a dense ``t`` with its translation looked up now; None
+        for a strided tensor (a read-modify-write) or a translation that was not kept."""
+        runs = self._cached_runs(t, True)
+        if runs is None or not t.dense:
+            return None
+        view = self.memory.view
+
+        def store(values: np.ndarray) -> None:
+            data = _saturated(t, values).reshape(-1).view(np.uint8)
+            pos = 0
+            for pa, length in runs:  # np.copyto handles a source overlapping its destination
+                np.copyto(np.frombuffer(view(pa, length), dtype=np.uint8), data[pos : pos + length])
+                pos += length
+
+        return store
 
     def quant(self, cout: int) -> tuple[np.ndarray | int, np.ndarray | int]:
         """Requantization (multiplier, shift): per channel from the quant operand, or per tensor."""
@@ -393,6 +470,57 @@ class _Job:
         self.plans[self.ins.offset] = (b"", plan)  # no digest matches b"": plan() rebuilds its own
         return plan
 
+    def bind_mac(
+        self,
+        inp: Tensor,
+        filt: Tensor,
+        out: Tensor,
+        cout: int,
+        filter_shape: tuple[int, ...],
+        mac_isa: int,
+        in_shape: tuple[int, ...] | None = None,
+    ) -> None:
+        """Bind a layer that just ran on the C MAC array: its operands' translations and checks.
+
+        The bound layer still reads its parameters (filter, bias, per-channel quantization) from
+        memory every job and runs only while its plan matches them byte for byte; otherwise it
+        returns False and the general path rebuilds the plan (or fails the job) as before.
+        """
+        assert self.ins is not None
+        offset, flags = self.ins.offset, self.ins["flags"]
+        per_tensor = (self.ins["multiplier"], self.ins["shift"])
+        load_quant = load_bias = None
+        if flags & isa.SPEC.flags["PER_CHANNEL"]:
+            load_quant = self.loader(self.tensor("quant"))
+            if load_quant is None:
+                return
+        if flags & isa.SPEC.flags["HAS_BIAS"]:
+            load_bias = self.loader(self.tensor("bias"))
+            if load_bias is None:
+                return
+        load_filter, load_input, store = self.loader(filt), self.loader(inp), self.storer(out)
+        if load_filter is None or load_input is None or store is None:
+            return
+
+        def run(job: _Job) -> bool:
+            if job.mac_isa != mac_isa:  # VNPU_MAC_ARRAY changed: the general path picks the variant
+                return False
+            multiplier, shift = per_tensor
+            if load_quant is not None:
+                q = load_quant()
+                multiplier, shift = q[0, 0, :, 0].astype(np.int64), q[0, 0, :, 1].astype(np.int64)
+            bias = load_bias().reshape(cout) if load_bias is not None else None
+            weights = load_filter().reshape(filter_shape)
+            entry = job.plans.get(offset)
+            plan = entry[1] if entry is not None else None
+            if not isinstance(plan, mac_array.MacPlan) or not plan.matches(weights, bias, multiplier, shift):
+                return False
+            x = load_input()
+            store(mac_array.run(plan, x if in_shape is None else x.reshape(in_shape), mac_isa))
+            return True
+
+        self.binding = run
+
     @cached_property
     def mac_isa(self) -> int | None:
         """The MAC array variant this job's layers run on (None: numpy), chosen once per job:
@@ -437,6 +565,12 @@ class _Job:
         if isinstance(t, str):
             raise JobError(t)
         self.slots[slot] = t
+
+        def define(job: _Job, slot: int = slot, t: Tensor = t) -> bool:
+            job.slots[slot] = t
+            return True
+
+        self.binding = define
 
     def _conv_common(self, depthwise: bool) -> None:
         assert self.ins is not None
@@ -499,6 +633,7 @@ class _Job:
                 weights, bias, multiplier, shift,
             )  # fmt: skip
             self.store(out, mac_array.run(mac, self.load(inp), isa))
+            self.bind_mac(inp, filt, out, cout, filt.shape, isa)
             return
         build = nm.plan_depthwise if depthwise else nm.plan_gemm
         plan = self.plan(
@@ -575,6 +710,7 @@ class _Job:
                 weights.reshape(cout, 1, 1, k), bias, multiplier, shift,
             )  # fmt: skip
             self.store(out, mac_array.run(mac, self.load(inp).reshape(rows, 1, 1, k), mac_isa))
+            self.bind_mac(inp, filt, out, cout, (cout, 1, 1, k), mac_isa, (rows, 1, 1, k))
             return
         plan = self.plan(
             lambda: nm.plan_gemm(weights, bias, in_dtype=inp.np_dtype, single_rounding=single, **common),
@@ -751,10 +887,31 @@ class _Job:
         if self.enabled is not None and opcode not in self.enabled:
             raise JobError(f"{ins.op} at byte {ins.offset}: opcode {opcode:#04x} is disabled by the firmware")
         self.ins = ins
+        self.binding = None
         try:
             getattr(self, f"op_{ins.op}")()
         except ValueError as e:  # numerics refuse bad parameters with ValueError
             raise self.fail(str(e)) from None
+        if self.binding is not None:  # it succeeded: the next job of this stream runs it bound
+            self.bound[ins.offset] = self.binding
+
+    def step(self, ins: isa.Instruction) -> None:
+        """Run one instruction: bound if it was bound in an earlier job, else :meth:`execute`.
+
+        An instruction binds itself only after it ran without a fault or an error, with every
+        operand's translation kept; the binding lives in the address space's translation cache, so
+        any change to the page tables it was made under drops it with the translations. Whatever
+        a bound instruction checked at binding time (opcode enabled, slots, dtypes, shapes,
+        addresses) depends only on the stream's bytes and those tables.
+        """
+        bound = self.bound.get(ins.offset)
+        if bound is not None:
+            try:
+                if bound(self):
+                    return
+            except ValueError:  # the general path reports it, from the same instruction
+                pass
+        self.execute(ins)
 
 
 class CommandProcessor:
@@ -867,6 +1024,7 @@ class CommandProcessor:
             view = self.memory.view
             stream = bytes(view(*runs[0])) if len(runs) == 1 else b"".join(view(*r) for r in runs)
             program, job.tensors, job.plans = self._decode(stream)
+            job.bound = job.translations.bound(program)
             for ins in program:
                 if abort.is_set():
                     raise JobCancelled()
@@ -874,11 +1032,11 @@ class CommandProcessor:
                 if ins.op == "END":
                     return JobResult(0, 0, cycles)
                 if profile is None:
-                    job.execute(ins)
+                    job.step(ins)
                     continue
                 t0 = time.perf_counter()
                 try:
-                    job.execute(ins)
+                    job.step(ins)
                 finally:
                     op = ins.op
                     profile.op_seconds[op] = profile.op_seconds.get(op, 0.0) + time.perf_counter() - t0

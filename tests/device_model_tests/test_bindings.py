@@ -1,0 +1,168 @@
+"""Bound instructions (an instruction's operands, checks and plan kept between jobs of one stream)
+compute and fail exactly as the general path: every job below is compared with the same job on a
+fresh CommandProcessor, which has no bindings, no plans and no translations cached."""
+
+from __future__ import annotations
+
+import errno
+
+import numpy as np
+import pytest
+
+from device_model import mac_array
+from device_model.command_processor import CommandProcessor, JobResult
+from uapi import hw_layout as hw
+from uapi import isa
+
+from .helpers import Machine, program, tensor
+
+FLAGS = isa.SPEC.flags
+CIN, COUT, H, W = 48, 48, 9, 10  # the input and the depthwise output span two pages
+
+
+def scattered_buffer(m: Machine, size: int) -> int:
+    """A buffer whose pages are not physically contiguous (a loaded tensor is gathered run by run)."""
+    npages = -(-size // hw.PAGE_SIZE)
+    va = m.next_va
+    m.next_va += (npages + 1) * hw.PAGE_SIZE
+    for i in range(npages):
+        page = m.allocator.alloc_pages(2)[1]  # the first of the two is left out of the mapping
+        m.space.map(va + i * hw.PAGE_SIZE, [page])
+    return va
+
+
+class Network:
+    """CONV2D (per-channel, bias) -> DEPTHWISE_CONV2D -> FULLY_CONNECTED -> ADD, in one stream."""
+
+    def __init__(self, m: Machine, rng: np.random.Generator) -> None:
+        self.m = m
+        self.inp = scattered_buffer(m, H * W * CIN)
+        m.write(self.inp, rng.integers(-128, 128, size=H * W * CIN, dtype=np.int8))
+        self.filt = m.array(rng.integers(-127, 128, size=(COUT, 3, 3, CIN), dtype=np.int8))
+        self.bias = m.array(rng.integers(-3000, 3000, size=COUT, dtype=np.int32))
+        quant = np.stack([rng.integers(1 << 29, 1 << 30, COUT), rng.integers(-9, -6, COUT)], axis=1)
+        self.quant = m.array(quant.astype(np.int32))
+        self.dw_filt = m.array(rng.integers(-127, 128, size=(1, 3, 3, COUT), dtype=np.int8))
+        self.fc_filt = m.array(rng.integers(-127, 128, size=(8, COUT), dtype=np.int8))
+        self.conv_out = m.buffer(H * W * COUT)
+        self.dw_out = scattered_buffer(m, H * W * COUT)
+        self.fc_out = m.buffer(H * W * 8)
+        self.sum = m.buffer(H * W * 8)
+        geometry = dict(stride_h=1, stride_w=1, dilation_h=1, dilation_w=1, pad_top=1, pad_left=1)
+        self.stream = program(
+            tensor(0, "INT8", self.inp, (1, H, W, CIN), zp=3),
+            tensor(1, "INT8", self.filt, (COUT, 3, 3, CIN)),
+            tensor(2, "INT32", self.bias, (1, 1, 1, COUT)),
+            tensor(3, "INT32", self.quant, (1, 1, COUT, 2)),
+            tensor(4, "INT8", self.conv_out, (1, H, W, COUT), zp=-2),
+            isa.encode(
+                "CONV2D", flags=FLAGS["HAS_BIAS"] | FLAGS["PER_CHANNEL"], input=0, filter=1, bias=2,
+                quant=3, output=4, act_min=-128, act_max=127, **geometry,
+            ),
+            tensor(5, "INT8", self.dw_filt, (1, 3, 3, COUT)),
+            tensor(6, "INT8", self.dw_out, (1, H, W, COUT), zp=1),
+            isa.encode(
+                "DEPTHWISE_CONV2D", input=4, filter=5, output=6, depth_multiplier=1, multiplier=1 << 30,
+                shift=-8, act_min=-100, act_max=127, **geometry,
+            ),
+            tensor(7, "INT8", self.fc_filt, (8, 1, 1, COUT)),
+            tensor(8, "INT8", self.fc_out, (1, H, W, 8), zp=-5),
+            isa.encode(
+                "FULLY_CONNECTED", input=6, filter=7, output=8, multiplier=1 << 30, shift=-9,
+                act_min=-128, act_max=127,
+            ),
+            tensor(9, "INT8", self.sum, (1, H, W, 8)),
+            isa.encode(
+                "ADD", input1=8, input2=8, output=9, left_shift=20, input1_multiplier=1 << 30,
+                input2_multiplier=1 << 30, output_multiplier=1 << 30, input1_shift=0, input2_shift=0,
+                output_shift=-19, act_min=-128, act_max=127,
+            ),
+        )  # fmt: skip
+        self.cmd = m.buffer(len(self.stream), self.stream)
+        self.outputs = [(self.conv_out, H * W * COUT), (self.dw_out, H * W * COUT), (self.sum, H * W * 8)]
+
+    def run(self, cp: CommandProcessor) -> tuple[JobResult, list[bytes]]:
+        for va, size in self.outputs:  # a job that fails must not look right from a previous one
+            self.m.write(va, bytes(size))
+        res = self.m.space.root, self.cmd, len(self.stream)
+        result = cp.run(*res)
+        return result, [self.m.read(va, size).tobytes() for va, size in self.outputs]
+
+    def check(self, warm: CommandProcessor) -> JobResult:
+        """Run the stream fresh and warm: the same result and the same bytes."""
+        want = self.run(CommandProcessor(self.m.memory))
+        got = self.run(warm)
+        assert got[0] == want[0]
+        assert got[1] == want[1]
+        return got[0]
+
+
+def bound_offsets(cp: CommandProcessor, m: Machine) -> set[int]:
+    """The stream offsets of the instructions bound in the address space's translation cache."""
+    cache = cp._translations[m.space.root]
+    return {offset for _, bound in cache.bindings.values() for offset in bound}
+
+
+@pytest.fixture
+def net() -> Network:
+    return Network(Machine(), np.random.default_rng(7))
+
+
+def test_bound_layers_read_rewritten_inputs_filters_and_quantization(net: Network) -> None:
+    warm = CommandProcessor(net.m.memory)
+    assert net.check(warm).status == 0
+    if mac_array.selected_isa() is not None:  # the C MAC array's layers bind themselves
+        layers = {i.offset for i in isa.decode(net.stream) if i.op in ("CONV2D", "DEPTHWISE_CONV2D")}
+        assert layers <= bound_offsets(warm, net.m)
+    rng = np.random.default_rng(8)
+    rewrites = [
+        (net.inp, rng.integers(-128, 128, size=H * W * CIN, dtype=np.int8)),
+        (net.filt, rng.integers(-127, 128, size=COUT * 9 * CIN, dtype=np.int8)),
+        (net.quant + 8, np.array([1 << 29, -8], dtype=np.int32)),  # channel 1's multiplier and shift
+        (net.bias, np.arange(COUT, dtype=np.int32) * 1000),
+        (net.dw_filt, rng.integers(-127, 128, size=9 * COUT, dtype=np.int8)),
+    ]
+    for va, data in rewrites:
+        net.m.write(va, data)
+        assert net.check(warm).status == 0
+
+
+def test_bad_quantization_written_after_binding_fails_the_job_the_same_way(net: Network) -> None:
+    warm = CommandProcessor(net.m.memory)
+    assert net.check(warm).status == 0
+    net.m.write(net.quant + 4, np.array([99], dtype=np.int32))  # channel 0's shift out of range
+    res = net.check(warm)
+    assert res.status == -errno.EIO and "CONV2D" in res.error
+
+
+def test_remap_and_permissions_after_binding_take_effect_at_the_same_instruction(net: Network) -> None:
+    m = net.m
+    warm = CommandProcessor(m.memory)
+    assert net.check(warm).status == 0
+    # The input's second page moves to another physical page holding other bytes.
+    second = net.inp + hw.PAGE_SIZE
+    m.space.unmap(second, 1)
+    m.space.map(second, m.allocator.alloc_pages(1))
+    m.write(second, np.full(H * W * CIN - hw.PAGE_SIZE, -7, dtype=np.int8))
+    assert net.check(warm).status == 0
+    # The depthwise output's second page becomes read-only: that layer faults there.
+    page = m.space.unmap(net.dw_out + hw.PAGE_SIZE, 1)
+    m.space.map(net.dw_out + hw.PAGE_SIZE, page, writable=False)
+    res = net.check(warm)
+    assert (res.status, res.fault_va) == (-errno.EFAULT, net.dw_out + hw.PAGE_SIZE)
+    m.space.unmap(net.dw_out + hw.PAGE_SIZE, 1)
+    m.space.map(net.dw_out + hw.PAGE_SIZE, page)
+    assert net.check(warm).status == 0
+    # The filter is unmapped: a read fault at its VA.
+    m.space.unmap(net.fc_filt, 1)
+    res = net.check(warm)
+    assert (res.status, res.fault_va) == (-errno.EFAULT, net.fc_filt)
+
+
+def test_mac_array_variant_changed_between_jobs(net: Network, monkeypatch: pytest.MonkeyPatch) -> None:
+    warm = CommandProcessor(net.m.memory)
+    assert net.check(warm).status == 0
+    monkeypatch.setenv(mac_array.ENV, "numpy")
+    assert net.check(warm).status == 0
+    monkeypatch.setenv(mac_array.ENV, "avx2")
+    assert net.check(warm).status == 0
