@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -218,6 +218,16 @@ class _Translations:
         return True
 
 
+def _done(job: _Job) -> bool:
+    """A bound instruction with nothing to do (NOP, FENCE)."""
+    return True
+
+
+def _same_values(values: np.ndarray) -> np.ndarray:
+    """COPY's unit: the store writes the loaded values as they are."""
+    return values
+
+
 def _saturated(t: Tensor, values: np.ndarray) -> np.ndarray:
     """``values`` (any integer array of t's shape) in t's dtype and shape, C-contiguous, saturated."""
     if values.dtype == t.np_dtype:  # the numerics already saturated to the output's dtype
@@ -393,6 +403,22 @@ class _Job:
 
         return store
 
+    def compute(self, out: Tensor, fn: Callable[..., np.ndarray], *inputs: Tensor) -> None:
+        """Store ``fn`` of the loaded ``inputs`` (in order) to ``out``, and bind the instruction to
+        do the same in the stream's next jobs: ``fn`` holds only the instruction's parameters."""
+        self.store(out, fn(*[self.load(t) for t in inputs]))
+        loaders = [self.loader(t) for t in inputs]
+        store = self.storer(out)
+        if store is None or None in loaders:
+            return
+        bound_loaders = [load for load in loaders if load is not None]
+
+        def run(job: _Job) -> bool:
+            store(fn(*[load() for load in bound_loaders]))
+            return True
+
+        self.binding = run
+
     def quant(self, cout: int) -> tuple[np.ndarray | int, np.ndarray | int]:
         """Requantization (multiplier, shift): per channel from the quant operand, or per tensor."""
         assert self.ins is not None
@@ -529,14 +555,22 @@ class _Job:
 
     # --- units ------------------------------------------------------------------
     def op_NOP(self) -> None:  # noqa: N802 - named after the opcode
-        pass
+        self.binding = _done
 
     op_FENCE = op_NOP  # noqa: N815 - execution is in order, every write is visible at once
 
     def op_IRQ(self) -> None:  # noqa: N802
         assert self.ins is not None
+        value = self.ins["value"]
         if self.on_irq is not None:
-            self.on_irq(self.ins["value"])
+            self.on_irq(value)
+
+        def irq(job: _Job) -> bool:
+            if job.on_irq is not None:
+                job.on_irq(value)
+            return True
+
+        self.binding = irq
 
     def op_WAIT(self) -> None:  # noqa: N802
         assert self.ins is not None
@@ -737,9 +771,8 @@ class _Job:
         assert self.ins is not None
         ins = self.ins
         in1, in2, out = self._elementwise()
-        result = nm.add(
-            self.load(in1),
-            self.load(in2),
+        fn = partial(
+            nm.add,
             input1_zp=in1.zero_point,
             input2_zp=in2.zero_point,
             left_shift=ins["left_shift"],
@@ -755,7 +788,7 @@ class _Job:
             subtract=subtract,
             out_dtype=out.np_dtype,
         )
-        self.store(out, result)
+        self.compute(out, fn, in1, in2)
 
     def op_ADD(self) -> None:  # noqa: N802
         self._add_sub(subtract=False)
@@ -767,9 +800,8 @@ class _Job:
         assert self.ins is not None
         ins = self.ins
         in1, in2, out = self._elementwise()
-        result = nm.mul(
-            self.load(in1),
-            self.load(in2),
+        fn = partial(
+            nm.mul,
             input1_zp=in1.zero_point,
             input2_zp=in2.zero_point,
             output_multiplier=ins["output_multiplier"],
@@ -779,7 +811,7 @@ class _Job:
             act_max=ins["act_max"],
             out_dtype=out.np_dtype,
         )
-        self.store(out, result)
+        self.compute(out, fn, in1, in2)
 
     def _pool(self, fn: Callable[..., np.ndarray]) -> None:
         assert self.ins is not None
@@ -790,8 +822,8 @@ class _Job:
             raise self.fail(f"output has shape {list(out.shape)}, input {list(inp.shape)}")
         if out.zero_point != inp.zero_point:
             raise self.fail(f"input zero point {inp.zero_point} differs from the output's {out.zero_point}")
-        result = fn(
-            self.load(inp),
+        pool = partial(
+            fn,
             filter_h=ins["filter_h"],
             filter_w=ins["filter_w"],
             stride_h=ins["stride_h"],
@@ -803,7 +835,7 @@ class _Job:
             act_min=ins["act_min"],
             act_max=ins["act_max"],
         )
-        self.store(out, result)
+        self.compute(out, pool, inp)
 
     def op_MAXPOOL(self) -> None:  # noqa: N802
         self._pool(nm.max_pool)
@@ -817,7 +849,7 @@ class _Job:
         table = self.expect("table", (out.dtype,))
         if np.prod(table.shape) != 256:
             raise self.fail(f"table has shape {list(table.shape)}, expected 256 elements")
-        self.store(out, nm.lut(self.load(inp), self.load(table), signed_input=inp.dtype == "INT8"))
+        self.compute(out, partial(nm.lut, signed_input=inp.dtype == "INT8"), inp, table)
 
     def op_LUT2(self) -> None:  # noqa: N802
         out = self.expect("output", tuple(_NP_DTYPES))
@@ -826,7 +858,7 @@ class _Job:
         table = self.expect("table", (out.dtype,))
         if np.prod(table.shape) != 65536:
             raise self.fail(f"table has shape {list(table.shape)}, expected 65536 elements")
-        self.store(out, nm.lut2(self.load(in1), self.load(in2), self.load(table)))
+        self.compute(out, nm.lut2, in1, in2, table)
 
     def op_SOFTMAX(self) -> None:  # noqa: N802
         assert self.ins is not None
@@ -836,14 +868,14 @@ class _Job:
         lowest = int(np.iinfo(out.np_dtype).min)
         if out.zero_point != lowest:
             raise self.fail(f"output zero point {out.zero_point}, expected {lowest} (scale 1/256)")
-        result = nm.softmax(
-            self.load(inp),
+        softmax = partial(
+            nm.softmax,
             input_multiplier=ins["input_multiplier"],
             input_left_shift=ins["input_left_shift"],
             diff_min=ins["diff_min"],
             out_dtype=out.np_dtype,
         )
-        self.store(out, result)
+        self.compute(out, softmax, inp)
 
     def op_RESIZE_BILINEAR(self) -> None:  # noqa: N802
         assert self.ins is not None
@@ -852,25 +884,25 @@ class _Job:
         out = self.expect("output", (inp.dtype,))
         if out.shape[0] != inp.shape[0] or out.shape[3] != inp.shape[3]:
             raise self.fail(f"output has shape {list(out.shape)}, input {list(inp.shape)}")
-        result = nm.resize_bilinear(
-            self.load(inp),
-            out.shape[1],
-            out.shape[2],
+        resize = partial(
+            nm.resize_bilinear,
+            out_h=out.shape[1],
+            out_w=out.shape[2],
             align_corners=bool(flags & isa.SPEC.flags["ALIGN_CORNERS"]),
             half_pixel_centers=bool(flags & isa.SPEC.flags["HALF_PIXEL_CENTERS"]),
             single_rounding=bool(flags & isa.SPEC.flags["SINGLE_ROUNDING"]),
         )
-        self.store(out, result)
+        self.compute(out, resize, inp)
 
     def op_ARG_MAX(self) -> None:  # noqa: N802
         inp = self.expect("input", _BYTE_TYPES)
         out = self.expect("output", ("INT32",), (*inp.shape[:3], 1))
-        self.store(out, nm.arg_max(self.load(inp)))
+        self.compute(out, nm.arg_max, inp)
 
     def op_COPY(self) -> None:  # noqa: N802
         src = self.tensor("src")
-        self.expect("dst", (src.dtype,), src.shape)
-        self.store(self.tensor("dst"), self.load(src))
+        dst = self.expect("dst", (src.dtype,), src.shape)
+        self.compute(dst, _same_values, src)
 
     def op_FILL(self) -> None:  # noqa: N802
         assert self.ins is not None
@@ -879,7 +911,7 @@ class _Job:
         info = np.iinfo(dst.np_dtype)
         if not info.min <= value <= info.max:
             raise self.fail(f"value {value} does not fit {dst.dtype}")
-        self.store(dst, np.full(dst.shape, value, dtype=np.int64))
+        self.compute(dst, partial(np.full, dst.shape, value, dtype=np.int64))
 
     # --- driver ------------------------------------------------------------------
     def execute(self, ins: isa.Instruction) -> None:

@@ -166,3 +166,63 @@ def test_mac_array_variant_changed_between_jobs(net: Network, monkeypatch: pytes
     assert net.check(warm).status == 0
     monkeypatch.setenv(mac_array.ENV, "avx2")
     assert net.check(warm).status == 0
+
+
+def test_bound_units_read_rewritten_inputs_and_tables() -> None:
+    """MUL, MAXPOOL, AVGPOOL, LUT, LUT2, SOFTMAX, RESIZE_BILINEAR, ARG_MAX, an in-place COPY, FILL
+    and IRQ: bound after the first job, each reads its inputs (and tables) again every job."""
+    m = Machine()
+    rng = np.random.default_rng(3)
+    shape = (1, 4, 6, 8)
+    size = int(np.prod(shape))
+    a, b = m.buffer(size), m.buffer(size)
+    table, table2 = m.buffer(256), m.buffer(65536)
+    outs = [m.buffer(size) for _ in range(6)] + [m.buffer(4 * 4 * 6), m.buffer(size * 4), m.buffer(64)]
+    pool = dict(filter_h=2, filter_w=2, stride_h=2, stride_w=2, act_min=-128, act_max=127)
+    stream = program(
+        tensor(0, "INT8", a, shape),
+        tensor(1, "INT8", b, shape),
+        tensor(2, "INT8", table, (256,)),
+        tensor(3, "INT8", table2, (65536,)),
+        *[tensor(4 + i, "INT8", va, shape) for i, va in enumerate(outs[:4])],
+        tensor(8, "INT8", outs[4], (1, 2, 3, 8)),
+        tensor(9, "INT8", outs[5], (1, 2, 3, 8)),
+        tensor(10, "INT32", outs[6], (1, 4, 6, 1)),
+        tensor(11, "INT8", outs[7], (1, 8, 12, 8)),
+        tensor(12, "INT8", outs[3], shape, zp=-128),
+        tensor(13, "INT32", outs[8], (1, 1, 1, 3)),
+        isa.encode("MUL", input1=0, input2=1, output=4, output_multiplier=1 << 30, output_shift=-6,
+                   act_min=-128, act_max=127),
+        isa.encode("LUT", input=4, table=2, output=5),
+        isa.encode("LUT2", input1=0, input2=5, table=3, output=6),
+        isa.encode("MAXPOOL", input=6, output=8, **pool),
+        isa.encode("AVGPOOL", input=0, output=9, **pool),
+        isa.encode("SOFTMAX", input=1, output=12, input_multiplier=1 << 30, input_left_shift=20,
+                   diff_min=-3000),
+        isa.encode("RESIZE_BILINEAR", input=5, output=11),
+        isa.encode("ARG_MAX", input=6, output=10),
+        isa.encode("COPY", src=4, dst=4),
+        isa.encode("FILL", dst=13, value=-9),
+        isa.encode("IRQ", value=5),
+    )  # fmt: skip
+    cmd = m.buffer(len(stream), stream)
+    sizes = [size] * 4 + [48, 48, 4 * 4 * 6, size * 4, 12]
+
+    def run(cp: CommandProcessor) -> tuple[JobResult, list[bytes], list[int]]:
+        for va, n in zip(outs, sizes, strict=True):
+            m.write(va, bytes(n))
+        irqs: list[int] = []
+        res = cp.run(m.space.root, cmd, len(stream), on_irq=irqs.append)
+        return res, [m.read(va, n).tobytes() for va, n in zip(outs, sizes, strict=True)], irqs
+
+    warm = CommandProcessor(m.memory)
+    for _ in range(3):
+        m.write(a, rng.integers(-128, 128, size, dtype=np.int8))
+        m.write(b, rng.integers(-128, 128, size, dtype=np.int8))
+        m.write(table, rng.integers(-128, 128, 256, dtype=np.int8))
+        m.write(table2, rng.integers(-128, 128, 65536, dtype=np.int8))
+        want = run(CommandProcessor(m.memory))
+        assert want[0].status == 0, want[0].error
+        assert run(warm) == want
+    ops = {i.offset: i.op for i in isa.decode(stream)}
+    assert {ops[offset] for offset in bound_offsets(warm, m)} == set(ops.values()) - {"END"}
