@@ -358,21 +358,21 @@ class _Job:
 
     def loader(self, t: Tensor) -> Loader | None:
         """A function doing :meth:`load` of ``t`` with its translation looked up now; None if it
-        was not kept (then the instruction stays unbound and translates every job)."""
+        was not kept (then the instruction stays unbound and translates every job).
+
+        A tensor in one physical run is one read-only array over system memory made now and kept
+        with the binding (it reads whatever memory holds when a job runs): a memory whose views
+        are alive cannot be closed, so a processor's bindings must go before its memory does.
+        """
         runs = self._cached_runs(t, False)
         if runs is None:
             return None
         view, size = self.memory.view, t.extent[1] - t.extent[0]
         shape, dtype, strides = t.shape, t.np_dtype, t.strides
         if len(runs) == 1:
-            pa = runs[0][0]
-
-            def load() -> np.ndarray:
-                arr = np.ndarray(shape, dtype=dtype, buffer=view(pa, size), strides=strides)
-                arr.flags.writeable = False
-                return arr
-
-            return load
+            arr = np.ndarray(shape, dtype=dtype, buffer=view(runs[0][0], size), strides=strides)
+            arr.flags.writeable = False
+            return lambda: arr
 
         def gather() -> np.ndarray:
             raw = np.empty(size, dtype=np.uint8)
@@ -392,14 +392,23 @@ class _Job:
         runs = self._cached_runs(t, True)
         if runs is None or not t.dense:
             return None
-        view = self.memory.view
+        # As in loader(): the destination's bytes, one array per physical run, kept with the binding.
+        parts, pos = [], 0
+        for pa, length in runs:
+            parts.append((np.frombuffer(self.memory.view(pa, length), dtype=np.uint8), pos, pos + length))
+            pos += length
+        if len(parts) == 1:
+            dst = parts[0][0]
+
+            def store_one(values: np.ndarray) -> None:  # np.copyto handles a source overlapping dst
+                np.copyto(dst, _saturated(t, values).reshape(-1).view(np.uint8))
+
+            return store_one
 
         def store(values: np.ndarray) -> None:
             data = _saturated(t, values).reshape(-1).view(np.uint8)
-            pos = 0
-            for pa, length in runs:  # np.copyto handles a source overlapping its destination
-                np.copyto(np.frombuffer(view(pa, length), dtype=np.uint8), data[pos : pos + length])
-                pos += length
+            for part, begin, end in parts:
+                np.copyto(part, data[begin:end])
 
         return store
 
