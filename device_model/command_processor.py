@@ -103,6 +103,9 @@ _NEVER_ABORTED = threading.Event()  # the abort event of jobs run without one; n
 Bound = Callable[["_Job"], bool]
 Loader = Callable[[], np.ndarray]
 Storer = Callable[[np.ndarray], None]
+# A bound layer's plan run: (job, filter, bias, multiplier, shift, input loader) -> its output, or
+# None when the plan in the slot was not made from these parameters.
+LayerRun = Callable[["_Job", np.ndarray, "np.ndarray | None", object, object, Loader], "np.ndarray | None"]
 
 
 class JobError(Exception):
@@ -505,24 +508,15 @@ class _Job:
         self.plans[self.ins.offset] = (b"", plan)  # no digest matches b"": plan() rebuilds its own
         return plan
 
-    def bind_mac(
-        self,
-        inp: Tensor,
-        filt: Tensor,
-        out: Tensor,
-        cout: int,
-        filter_shape: tuple[int, ...],
-        mac_isa: int,
-        in_shape: tuple[int, ...] | None = None,
-    ) -> None:
-        """Bind a layer that just ran on the C MAC array: its operands' translations and checks.
+    def bind_layer(self, inp: Tensor, filt: Tensor, out: Tensor, cout: int, compute: LayerRun) -> None:
+        """Bind a layer that just ran with a plan: its operands' translations and checks.
 
         The bound layer still reads its parameters (filter, bias, per-channel quantization) from
-        memory every job and runs only while its plan matches them byte for byte; otherwise it
-        returns False and the general path rebuilds the plan (or fails the job) as before.
+        memory every job; ``compute`` runs the plan only while it was made from them (else it
+        returns None, and the general path rebuilds the plan or fails the job, as before).
         """
         assert self.ins is not None
-        offset, flags = self.ins.offset, self.ins["flags"]
+        flags = self.ins["flags"]
         per_tensor = (self.ins["multiplier"], self.ins["shift"])
         load_quant = load_bias = None
         if flags & isa.SPEC.flags["PER_CHANNEL"]:
@@ -538,23 +532,87 @@ class _Job:
             return
 
         def run(job: _Job) -> bool:
-            if job.mac_isa != mac_isa:  # VNPU_MAC_ARRAY changed: the general path picks the variant
-                return False
-            multiplier, shift = per_tensor
+            multiplier, shift = per_tensor  # as quant() and bias() give them
             if load_quant is not None:
                 q = load_quant()
                 multiplier, shift = q[0, 0, :, 0].astype(np.int64), q[0, 0, :, 1].astype(np.int64)
             bias = load_bias().reshape(cout) if load_bias is not None else None
-            weights = load_filter().reshape(filter_shape)
-            entry = job.plans.get(offset)
-            plan = entry[1] if entry is not None else None
-            if not isinstance(plan, mac_array.MacPlan) or not plan.matches(weights, bias, multiplier, shift):
+            result = compute(job, load_filter(), bias, multiplier, shift, load_input)
+            if result is None:
                 return False
-            x = load_input()
-            store(mac_array.run(plan, x if in_shape is None else x.reshape(in_shape), mac_isa))
+            store(result)
             return True
 
         self.binding = run
+
+    def bind_mac(
+        self,
+        inp: Tensor,
+        filt: Tensor,
+        out: Tensor,
+        cout: int,
+        filter_shape: tuple[int, ...],
+        mac_isa: int,
+        in_shape: tuple[int, ...] | None = None,
+    ) -> None:
+        """Bind a layer that just ran on the C MAC array (its plan compares its parameters itself)."""
+        assert self.ins is not None
+        offset = self.ins.offset
+
+        def compute(
+            job: _Job,
+            filt: np.ndarray,
+            bias: np.ndarray | None,
+            multiplier: object,
+            shift: object,
+            load: Loader,
+        ) -> np.ndarray | None:
+            if job.mac_isa != mac_isa:  # VNPU_MAC_ARRAY changed: the general path picks the variant
+                return None
+            weights = filt.reshape(filter_shape)
+            entry = job.plans.get(offset)
+            plan = entry[1] if entry is not None else None
+            if not isinstance(plan, mac_array.MacPlan) or not plan.matches(weights, bias, multiplier, shift):
+                return None
+            x = load()
+            return mac_array.run(plan, x if in_shape is None else x.reshape(in_shape), mac_isa)
+
+        self.bind_layer(inp, filt, out, cout, compute)
+
+    def bind_gemm(
+        self, inp: Tensor, filt: Tensor, out: Tensor, shape: tuple[int, int], single: bool, common: dict
+    ) -> None:
+        """Bind a FULLY_CONNECTED that just ran on numpy: its plan's while the digest matches, or the
+        general path's if the plan was refused (refused stays refused, as in plan())."""
+        assert self.ins is not None
+        offset, (rows, k) = self.ins.offset, shape
+        cout = filt.shape[0] * filt.shape[1] * filt.shape[2]
+        params = {name: value for name, value in common.items() if name not in ("multiplier", "shift")}
+
+        def compute(
+            job: _Job,
+            filt: np.ndarray,
+            bias: np.ndarray | None,
+            multiplier: object,
+            shift: object,
+            load: Loader,
+        ) -> np.ndarray | None:
+            if not single and job.mac_isa is not None:  # the general path takes the MAC array now
+                return None
+            weights = filt.reshape(cout, k)
+            entry = job.plans.get(offset)
+            if entry is not None and entry[1] is None and entry[0] == _REFUSED:
+                return nm.fully_connected(
+                    load().reshape(rows, k), weights, bias, fast=False, single_rounding=single,
+                    multiplier=multiplier, shift=shift, **params,
+                )  # fmt: skip
+            if entry is None or not isinstance(entry[1], nm.GemmPlan):
+                return None
+            if entry[0] != param_digest(weights, bias, multiplier, shift):  # as plan() compares
+                return None
+            return nm.run_fc_plan(load().reshape(rows, k), entry[1], weights)
+
+        self.bind_layer(inp, filt, out, cout, compute)
 
     @cached_property
     def mac_isa(self) -> int | None:
@@ -769,6 +827,7 @@ class _Job:
         else:
             result = nm.fully_connected(x, weights, bias, fast=False, single_rounding=single, **common)
         self.store(out, result)
+        self.bind_gemm(inp, filt, out, (rows, k), single, common)
 
     def _elementwise(self) -> tuple[Tensor, Tensor, Tensor]:
         out = self.expect("output", _BYTE_TYPES)

@@ -34,7 +34,7 @@ def scattered_buffer(m: Machine, size: int) -> int:
 class Network:
     """CONV2D (per-channel, bias) -> DEPTHWISE_CONV2D -> FULLY_CONNECTED -> ADD, in one stream."""
 
-    def __init__(self, m: Machine, rng: np.random.Generator) -> None:
+    def __init__(self, m: Machine, rng: np.random.Generator, fc_flags: int = 0) -> None:
         self.m = m
         self.inp = scattered_buffer(m, H * W * CIN)
         m.write(self.inp, rng.integers(-128, 128, size=H * W * CIN, dtype=np.int8))
@@ -68,7 +68,7 @@ class Network:
             tensor(7, "INT8", self.fc_filt, (8, 1, 1, COUT)),
             tensor(8, "INT8", self.fc_out, (1, H, W, 8), zp=-5),
             isa.encode(
-                "FULLY_CONNECTED", input=6, filter=7, output=8, multiplier=1 << 30, shift=-9,
+                "FULLY_CONNECTED", flags=fc_flags, input=6, filter=7, output=8, multiplier=1 << 30, shift=-9,
                 act_min=-128, act_max=127,
             ),
             tensor(9, "INT8", self.sum, (1, H, W, 8)),
@@ -103,17 +103,19 @@ def bound_offsets(cp: CommandProcessor, m: Machine) -> set[int]:
     return {offset for _, bound in cache.bindings.values() for offset in bound}
 
 
-@pytest.fixture
-def net() -> Network:
-    return Network(Machine(), np.random.default_rng(7))
+@pytest.fixture(params=["two-roundings", "single-rounding"])
+def net(request: pytest.FixtureRequest) -> Network:
+    """The network with a FULLY_CONNECTED on the MAC array and one on numpy's plans (LiteRT's)."""
+    flags = FLAGS["SINGLE_ROUNDING"] if request.param == "single-rounding" else 0
+    return Network(Machine(), np.random.default_rng(7), flags)
 
 
 def test_bound_layers_read_rewritten_inputs_filters_and_quantization(net: Network) -> None:
     warm = CommandProcessor(net.m.memory)
     assert net.check(warm).status == 0
-    if mac_array.selected_isa() is not None:  # the C MAC array's layers bind themselves
-        layers = {i.offset for i in isa.decode(net.stream) if i.op in ("CONV2D", "DEPTHWISE_CONV2D")}
-        assert layers <= bound_offsets(warm, net.m)
+    if mac_array.selected_isa() is not None:  # every layer has a plan and binds itself
+        layers = {i.offset for i in isa.decode(net.stream) if i.op != "END"}
+        assert layers == bound_offsets(warm, net.m)
     rng = np.random.default_rng(8)
     rewrites = [
         (net.inp, rng.integers(-128, 128, size=H * W * CIN, dtype=np.int8)),
@@ -121,6 +123,7 @@ def test_bound_layers_read_rewritten_inputs_filters_and_quantization(net: Networ
         (net.quant + 8, np.array([1 << 29, -8], dtype=np.int32)),  # channel 1's multiplier and shift
         (net.bias, np.arange(COUT, dtype=np.int32) * 1000),
         (net.dw_filt, rng.integers(-127, 128, size=9 * COUT, dtype=np.int8)),
+        (net.fc_filt, rng.integers(-127, 128, size=8 * COUT, dtype=np.int8)),
     ]
     for va, data in rewrites:
         net.m.write(va, data)
