@@ -11,6 +11,10 @@ gathers through the MMU. It never raises: every outcome is a
 * -EIO for a malformed stream, an undefined slot, an operand of the wrong
   dtype or shape, bad parameters, or an opcode the firmware disabled;
 * -ECANCELED when the abort event was set (a device reset).
+
+An instruction that ran without a fault or an error binds itself (its operands, checks and
+constant parameters) for the stream's next jobs in the same, unchanged page tables: see
+:meth:`_Job.step` and docs/device_model.md, "Instruction binding".
 """
 
 from __future__ import annotations
@@ -182,7 +186,7 @@ class _Translations:
         self.pt_root = pt_root
         self.tables: dict[int, bytes] = {}  # table physical address -> its bytes when cached
         self.runs: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}
-        # Bound instructions per decoded stream (see _Job.execute), dropped with these translations.
+        # Bound instructions per decoded stream (see _Job.step), dropped with these translations.
         self.bindings: dict[int, tuple[object, dict[int, Bound]]] = {}
 
     def bound(self, program: object) -> dict[int, Bound]:
