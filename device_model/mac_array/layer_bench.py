@@ -77,9 +77,16 @@ def mobilenet_v1() -> list[Layer]:
 
 def mobilenet_v2() -> list[Layer]:
     layers, c, s = [STEM], 32, 112
-    from modelgen.networks import MOBILENET_V2_BLOCKS  # the model the delegate runs: one table
-
-    for expand, cout, repeat, first_stride in MOBILENET_V2_BLOCKS:
+    blocks = [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ]
+    for expand, cout, repeat, first_stride in blocks:
         for i in range(repeat):
             stride = first_stride if i == 0 else 1
             if expand != 1:
