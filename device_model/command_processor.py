@@ -557,10 +557,27 @@ class _Job:
         cout: int,
         filter_shape: tuple[int, ...],
         mac_isa: int,
+        plan: mac_array.MacPlan,
         in_shape: tuple[int, ...] | None = None,
     ) -> None:
-        """Bind a layer that just ran on the C MAC array (its plan compares its parameters itself)."""
+        """Bind a layer that just ran on the C MAC array with ``plan``.
+
+        Where every operand is one physical run and the output overlaps none of the others, the
+        binding is a :class:`mac_array.BoundRun`: one C call per job compares the parameters in
+        memory with the plan's copies and writes the output straight into memory. Otherwise the
+        bound layer loads its operands and the plan compares its parameters itself.
+        """
         assert self.ins is not None
+        direct = self._bound_run(inp, filt, out, plan, mac_isa)
+        if direct is not None:
+
+            def run_direct(job: _Job) -> bool:
+                # VNPU_MAC_ARRAY changed, or a parameter did: the general path picks the variant
+                # or rebuilds the plan (and binds again)
+                return job.mac_isa == mac_isa and direct.run()
+
+            self.binding = run_direct
+            return
         offset = self.ins.offset
 
         def compute(
@@ -582,6 +599,51 @@ class _Job:
             return mac_array.run(plan, x if in_shape is None else x.reshape(in_shape), mac_isa)
 
         self.bind_layer(inp, filt, out, cout, compute)
+
+    def _bound_run(
+        self, inp: Tensor, filt: Tensor, out: Tensor, plan: mac_array.MacPlan, mac_isa: int
+    ) -> mac_array.BoundRun | None:
+        """The layer's operands fixed to their memory for :meth:`bind_mac`, or None where it cannot
+        be: an operand in several physical runs or not kept, a strided input, filter or output, or
+        an output overlapping another operand (the kernels read those while they write it)."""
+        assert self.ins is not None
+        if not (inp.dense and filt.dense and out.dense):
+            return None
+        operands = {"input": (inp, False), "filter": (filt, False), "output": (out, True)}
+        flags = self.ins["flags"]
+        if flags & isa.SPEC.flags["PER_CHANNEL"]:
+            operands["quant"] = (self.tensor("quant"), False)
+        if flags & isa.SPEC.flags["HAS_BIAS"]:
+            operands["bias"] = (self.tensor("bias"), False)
+        spans: dict[str, tuple[int, int]] = {}
+        for name, (t, write) in operands.items():
+            runs = self._cached_runs(t, write)
+            if runs is None or len(runs) != 1:
+                return None
+            spans[name] = runs[0]
+        out_pa, out_len = spans["output"]
+        if any(
+            pa < out_pa + out_len and out_pa < pa + n for name, (pa, n) in spans.items() if name != "output"
+        ):
+            return None
+        view = self.memory.view
+        # The plan's copy of the filter is the filter's bytes in memory (a dense tensor of its dtype);
+        # the bias and quantization regions are compared as the raw bytes they are now.
+        filter_mem = view(*spans["filter"])
+        filter_copy = plan.params[0].reshape(-1).view(np.uint8)
+        if filter_copy.nbytes != filter_mem.nbytes or not np.array_equal(
+            np.frombuffer(filter_mem, np.uint8), filter_copy
+        ):
+            return None
+        checks = [(filter_mem, filter_copy)]
+        for name in ("bias", "quant"):
+            if name in spans:
+                mem = view(*spans[name])
+                checks.append((mem, np.frombuffer(mem, np.uint8).copy()))
+        try:
+            return mac_array.BoundRun(plan, view(*spans["input"]), view(*spans["output"]), checks, mac_isa)
+        except ValueError:  # sizes that do not match the plan: the loading binding handles the layer
+            return None
 
     def bind_gemm(
         self, inp: Tensor, filt: Tensor, out: Tensor, shape: tuple[int, int], single: bool, common: dict
@@ -738,7 +800,7 @@ class _Job:
                 weights, bias, multiplier, shift,
             )  # fmt: skip
             self.store(out, mac_array.run(mac, self.load(inp), isa))
-            self.bind_mac(inp, filt, out, cout, filt.shape, isa)
+            self.bind_mac(inp, filt, out, cout, filt.shape, isa, mac)
             return
         build = nm.plan_depthwise if depthwise else nm.plan_gemm
         plan = self.plan(
@@ -815,7 +877,7 @@ class _Job:
                 weights.reshape(cout, 1, 1, k), bias, multiplier, shift,
             )  # fmt: skip
             self.store(out, mac_array.run(mac, self.load(inp).reshape(rows, 1, 1, k), mac_isa))
-            self.bind_mac(inp, filt, out, cout, (cout, 1, 1, k), mac_isa, (rows, 1, 1, k))
+            self.bind_mac(inp, filt, out, cout, (cout, 1, 1, k), mac_isa, mac, (rows, 1, 1, k))
             return
         plan = self.plan(
             lambda: nm.plan_gemm(weights, bias, in_dtype=inp.np_dtype, single_rounding=single, **common),

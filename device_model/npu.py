@@ -56,6 +56,7 @@ import numpy as np
 from uapi import hw_layout as hw
 from uapi import isa
 
+from . import mac_array
 from .command_processor import CommandProcessor, JobResult
 from .core_worker import (
     CoreWorker,
@@ -172,6 +173,10 @@ class Npu:
             )
             for i in range(num_cores)
         ]
+        if not core_processes:
+            # Paid here, once (each worker process pays it itself): the first job must not wait
+            # for the MAC array's import, or its build on first use, past the job timeout.
+            mac_array.library()
         if core_processes:
             for core in self.cores:
                 core.abort = SharedAbort()

@@ -336,3 +336,56 @@ def run(plan: MacPlan, inp: np.ndarray, isa: int) -> np.ndarray:
     if mod.lib.mac_run(plan.layer, ffi.from_buffer(x), ffi.from_buffer(out), isa) != 0:
         raise MemoryError("MAC array: out of memory for the layer's buffers")
     return out
+
+
+class BoundRun:
+    """A plan fixed to its operands' memory: ``run()`` checks the layer's parameters and computes it
+    straight into the output's memory in one C call (``mac_run_checked``).
+
+    ``checks`` pairs each parameter region of the device's memory (filter, bias, per-channel
+    quantization: the bytes as they are in memory) with the copy the plan was built from; ``run()``
+    computes only while every region still equals its copy and returns False otherwise, leaving the
+    output untouched. The output must not overlap the input or a checked region (the kernels read
+    them while they write). The buffers stay referenced while this object lives.
+    """
+
+    def __init__(
+        self,
+        plan: MacPlan,
+        inp: memoryview,
+        out: memoryview,
+        checks: list[tuple[memoryview, np.ndarray]],
+        isa: int,
+    ) -> None:
+        mod = library()
+        if mod is None:
+            raise RuntimeError("the MAC array's C kernels are not available")
+        in_bytes = int(np.prod(plan.in_shape))
+        out_bytes = int(np.prod(plan.out_shape)) * plan.out_dtype.itemsize
+        if inp.nbytes != in_bytes or out.nbytes != out_bytes:
+            raise ValueError(
+                f"bound layer: {inp.nbytes} input and {out.nbytes} output bytes, "
+                f"the plan has {in_bytes} and {out_bytes}"
+            )
+        ffi = mod.ffi
+        self._plan = plan
+        self._buffers = [ffi.from_buffer(inp), ffi.from_buffer(out, require_writable=True)]
+        self._checks = ffi.new("struct mac_check[]", max(len(checks), 1))
+        for i, (mem, copy) in enumerate(checks):
+            if mem.nbytes != copy.nbytes or not copy.flags.c_contiguous:
+                raise ValueError(f"bound layer: check {i} compares {mem.nbytes} bytes with {copy.nbytes}")
+            pair = [ffi.from_buffer(mem), ffi.from_buffer(copy)]
+            self._buffers += pair
+            self._checks[i].mem, self._checks[i].copy, self._checks[i].n = pair[0], pair[1], copy.nbytes
+        self._args = (plan.layer, self._buffers[0], self._buffers[1], isa, self._checks, len(checks))
+        self._run = mod.lib.mac_run_checked
+        self._empty = out_bytes == 0
+
+    def run(self) -> bool:
+        """True when the layer ran, False when a parameter no longer matches the plan."""
+        if self._empty:
+            return True
+        rc = self._run(*self._args)
+        if rc < 0:
+            raise MemoryError("MAC array: out of memory for the layer's buffers")
+        return rc == 0

@@ -61,6 +61,13 @@ struct mac_layer {
 int mac_cpu_isa(void);
 int mac_run(const struct mac_layer *L, const void *in, void *out, int isa);
 int mac_equal(const void *a, const void *b, size_t n);
+struct mac_check {
+    const void *mem;
+    const void *copy;
+    size_t n;
+};
+int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int isa,
+                    const struct mac_check *checks, int nchecks);
 """
 
 

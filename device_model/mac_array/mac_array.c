@@ -798,6 +798,26 @@ int mac_run(const struct mac_layer *L, const void *in, void *out, int isa)
     return L->kind == KIND_DEPTHWISE ? depthwise_generic(L, in, out) : conv_generic(L, in, out);
 }
 
+/* One parameter region of a bound layer: the n bytes at mem (the device's memory) and the copy
+ * the layer's plan was built from. */
+struct mac_check {
+    const void *mem;
+    const void *copy;
+    size_t n;
+};
+
+/* mac_run() when every check's memory still equals its copy: 0 when it ran, 1 when a parameter
+ * changed (nothing written: the caller rebuilds the plan), -1 when out of memory. One call per
+ * layer and job: the comparisons cost a memcmp each, not a round of Python per array. */
+int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int isa, const struct mac_check *checks,
+                    int nchecks)
+{
+    for (int i = 0; i < nchecks; i++)
+        if (checks[i].n && memcmp(checks[i].mem, checks[i].copy, checks[i].n) != 0)
+            return 1;
+    return mac_run(L, in, out, isa);
+}
+
 /* 1 when the n bytes at a and b are equal: a plan checks its layer's weights against its own copy. */
 int mac_equal(const void *a, const void *b, size_t n)
 {

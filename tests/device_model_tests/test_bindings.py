@@ -34,9 +34,16 @@ def scattered_buffer(m: Machine, size: int) -> int:
 class Network:
     """CONV2D (per-channel, bias) -> DEPTHWISE_CONV2D -> FULLY_CONNECTED -> ADD, in one stream."""
 
-    def __init__(self, m: Machine, rng: np.random.Generator, fc_flags: int = 0) -> None:
+    def __init__(
+        self, m: Machine, rng: np.random.Generator, fc_flags: int = 0, scattered: bool = True
+    ) -> None:
         self.m = m
-        self.inp = scattered_buffer(m, H * W * CIN)
+        self.scattered = scattered
+        self.single_rounding = bool(fc_flags & FLAGS["SINGLE_ROUNDING"])
+        # Scattered: the input and the depthwise output are gathered and scattered page by page;
+        # contiguous: every operand is one physical run (layers bind as mac_array.BoundRun).
+        place = (lambda size: scattered_buffer(m, size)) if scattered else m.buffer
+        self.inp = place(H * W * CIN)
         m.write(self.inp, rng.integers(-128, 128, size=H * W * CIN, dtype=np.int8))
         self.filt = m.array(rng.integers(-127, 128, size=(COUT, 3, 3, CIN), dtype=np.int8))
         self.bias = m.array(rng.integers(-3000, 3000, size=COUT, dtype=np.int32))
@@ -45,7 +52,7 @@ class Network:
         self.dw_filt = m.array(rng.integers(-127, 128, size=(1, 3, 3, COUT), dtype=np.int8))
         self.fc_filt = m.array(rng.integers(-127, 128, size=(8, COUT), dtype=np.int8))
         self.conv_out = m.buffer(H * W * COUT)
-        self.dw_out = scattered_buffer(m, H * W * COUT)
+        self.dw_out = place(H * W * COUT)
         self.fc_out = m.buffer(H * W * 8)
         self.sum = m.buffer(H * W * 8)
         geometry = dict(stride_h=1, stride_w=1, dilation_h=1, dilation_w=1, pad_top=1, pad_left=1)
@@ -103,19 +110,45 @@ def bound_offsets(cp: CommandProcessor, m: Machine) -> set[int]:
     return {offset for _, bound in cache.bindings.values() for offset in bound}
 
 
-@pytest.fixture(params=["two-roundings", "single-rounding"])
+def direct_offsets(cp: CommandProcessor, m: Machine) -> set[int]:
+    """The offsets of the layers bound as a mac_array.BoundRun (checked and computed in one C call)."""
+    cache = cp._translations[m.space.root]
+    return {
+        offset
+        for _, bound in cache.bindings.values()
+        for offset, fn in bound.items()
+        if fn.__name__ == "run_direct"
+    }
+
+
+@pytest.fixture(
+    params=[
+        ("two-roundings", "scattered"),
+        ("single-rounding", "scattered"),
+        ("two-roundings", "contiguous"),
+        ("single-rounding", "contiguous"),
+    ],
+    ids="-".join,
+)
 def net(request: pytest.FixtureRequest) -> Network:
-    """The network with a FULLY_CONNECTED on the MAC array and one on numpy's plans (LiteRT's)."""
-    flags = FLAGS["SINGLE_ROUNDING"] if request.param == "single-rounding" else 0
-    return Network(Machine(), np.random.default_rng(7), flags)
+    """The network with a FULLY_CONNECTED on the MAC array and one on numpy's plans (LiteRT's), its
+    operands gathered page by page or each in one physical run."""
+    rounding, placement = request.param
+    flags = FLAGS["SINGLE_ROUNDING"] if rounding == "single-rounding" else 0
+    return Network(Machine(), np.random.default_rng(7), flags, scattered=placement == "scattered")
 
 
 def test_bound_layers_read_rewritten_inputs_filters_and_quantization(net: Network) -> None:
     warm = CommandProcessor(net.m.memory)
     assert net.check(warm).status == 0
+    program = isa.decode(net.stream)
     if mac_array.selected_isa() is not None:  # every layer has a plan and binds itself
-        layers = {i.offset for i in isa.decode(net.stream) if i.op != "END"}
+        layers = {i.offset for i in program if i.op != "END"}
         assert layers == bound_offsets(warm, net.m)
+        # Where every operand is one physical run, the MAC array's layers bind as one C call.
+        on_mac = {"CONV2D", "DEPTHWISE_CONV2D"} | (set() if net.single_rounding else {"FULLY_CONNECTED"})
+        expected = set() if net.scattered else {i.offset for i in program if i.op in on_mac}
+        assert direct_offsets(warm, net.m) == expected
     rng = np.random.default_rng(8)
     rewrites = [
         (net.inp, rng.integers(-128, 128, size=H * W * CIN, dtype=np.int8)),
@@ -229,3 +262,34 @@ def test_bound_units_read_rewritten_inputs_and_tables() -> None:
         assert run(warm) == want
     ops = {i.offset: i.op for i in isa.decode(stream)}
     assert {ops[offset] for offset in bound_offsets(warm, m)} == set(ops.values()) - {"END"}
+
+
+def test_layer_writing_over_its_own_input_is_not_computed_in_place() -> None:
+    """A layer whose output overlaps its input keeps the loading binding (the C kernels would read
+    bytes they already overwrote); every job equals a fresh processor's from the same memory."""
+    m = Machine()
+    rng = np.random.default_rng(9)
+    size = H * W * COUT
+    buf = m.buffer(size, rng.integers(-128, 128, size=size, dtype=np.int8))
+    filt = m.array(rng.integers(-127, 128, size=(1, 3, 3, COUT), dtype=np.int8))
+    stream = program(
+        tensor(0, "INT8", buf, (1, H, W, COUT), zp=2),
+        tensor(1, "INT8", filt, (1, 3, 3, COUT)),
+        isa.encode(
+            "DEPTHWISE_CONV2D", input=0, filter=1, output=0, depth_multiplier=1, multiplier=1 << 30, shift=-7,
+            act_min=-128, act_max=127, stride_h=1, stride_w=1, dilation_h=1, dilation_w=1, pad_top=1,
+            pad_left=1,
+        ),
+    )  # fmt: skip
+    cmd = m.buffer(len(stream), stream)
+    warm = CommandProcessor(m.memory)
+    for _ in range(3):
+        before = m.read(buf, size).tobytes()
+        assert CommandProcessor(m.memory).run(m.space.root, cmd, len(stream)).status == 0
+        want = m.read(buf, size).tobytes()
+        assert want != before
+        m.write(buf, before)
+        assert warm.run(m.space.root, cmd, len(stream)).status == 0
+        assert m.read(buf, size).tobytes() == want
+    if mac_array.selected_isa() is not None:
+        assert bound_offsets(warm, m) and not direct_offsets(warm, m)

@@ -425,6 +425,37 @@ def test_plan_owns_its_parameters(isa: int) -> None:
     assert np.array_equal(ma.run(plan, x, isa), before)
 
 
+@pytest.mark.parametrize("isa", ISA_PARAMS)
+def test_bound_run_computes_into_memory_only_while_its_parameters_match(isa: int) -> None:
+    rng = np.random.default_rng(8)
+    f = _values(rng, np.int8, (4, 1, 1, 8))
+    bias = rng.integers(-100, 100, 4).astype(np.int32)
+    x = _values(rng, np.int8, (1, 2, 2, 8))
+    plan = ma.plan_layer(
+        ma.KIND_CONV, f, bias, in_shape=(1, 2, 2, 8), in_dtype=np.dtype(np.int8), input_zp=0, filter_zp=0,
+        multiplier=1 << 30, shift=-3, output_zp=0, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8),
+        geometry=(1, 1, 1, 1, 0, 0, 2, 2),
+    )  # fmt: skip
+    memory = bytearray(64)  # "device memory": the output, then the filter and bias as stored
+    memory[16:48] = f.tobytes()
+    memory[48:64] = bias.tobytes()
+    view = memoryview(memory)
+    copies = [(view[16:48], f.reshape(-1).view(np.uint8).copy()), (view[48:64], bias.view(np.uint8).copy())]
+    bound = ma.BoundRun(plan, memoryview(x.tobytes()), view[0:16], copies, isa)
+    assert bound.run()
+    assert bytes(memory[0:16]) == ma.run(plan, x, isa).tobytes()
+    memory[0:16] = bytes(16)
+    memory[50] ^= 1  # the bias changed in memory: nothing computed, the caller rebuilds
+    assert not bound.run()
+    assert bytes(memory[0:16]) == bytes(16)
+    memory[50] ^= 1
+    assert bound.run() and bytes(memory[0:16]) != bytes(16)
+    with pytest.raises(ValueError, match="output bytes"):
+        ma.BoundRun(plan, memoryview(x.tobytes()), view[0:15], copies, isa)
+    with pytest.raises(ValueError, match="check 1"):
+        ma.BoundRun(plan, memoryview(x.tobytes()), view[0:16], [copies[0], (view[48:63], copies[1][1])], isa)
+
+
 def test_a_failed_build_means_numpy_with_one_warning(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
     from device_model.mac_array import build
 
