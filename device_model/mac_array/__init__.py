@@ -172,7 +172,7 @@ def _per_channel(v: nm.ArrayLike, c: int) -> np.ndarray:
 
 def _pack_vnni(
     kind: int, wq: np.ndarray, bias32: np.ndarray, mult: np.ndarray, shifts: np.ndarray, input_zp: int,
-    in_dtype: np.dtype,
+    in_dtype: np.dtype, output_zp: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | tuple[()]:  # fmt: skip
     """The VNNI kernels' operands (mac_array.c, "AVX-512 VNNI"): int8 weights, the bias with
     ``-z * sum(w - w_zp)`` folded in (modulo 2**32), where z = input_zp + 128 for int8 input (the
@@ -202,15 +202,46 @@ def _pack_vnni(
         sums = wq.astype(np.int64).sum(axis=1)
     bias8 = np.zeros(cpad, np.int64)
     bias8[:cout] = bias32.astype(np.int64) - z * sums
-    # requant16_vnni's per-channel constants: left shift, right shift, 2**right - 1, its half, multiplier
-    rq = np.zeros((5, cpad), np.int64)
-    right = np.maximum(-shifts.astype(np.int64), 0)
-    rq[:, :cout] = (np.maximum(shifts, 0), right, (1 << right) - 1, ((1 << right) - 1) >> 1, mult)
     return (
         np.ascontiguousarray(packed8),
         (bias8 & 0xFFFFFFFF).astype(np.uint32).view(np.int32),
-        rq.astype(np.int32),
+        _requant_rows(mult, shifts, output_zp, cpad),
     )
+
+
+def _requant_rows(mult: np.ndarray, shifts: np.ndarray, output_zp: int, cpad: int) -> np.ndarray:
+    """The VNNI requantization's per-channel constants, [13][cpad] int32 (mac_array.c's
+    ``rq_vnni_init`` names the rows).
+
+    With x the accumulator shifted left, p = x * m exact in 64 bits and e the right shift, TFLite's
+    SRDHM then RoundingDivideByPOT is one floor division: floor((p + C - [p < T] * 2**31) / 2**S)
+    with S = 31 + e, C = 2**30 + (e > 0) * 2**(30 + e), T = -2**30 when e > 0 (else never true).
+    When every channel has 1 <= e <= 21, C also carries output_zp * 2**S (no 64-bit overflow, and
+    the result plus output_zp stays an int32), so the kernel adds no zero point. The 64-bit rows
+    hold, per block of 16 channels, the 8 even channels then the 8 odd ones (vpmuldq's two halves).
+    """
+    cout = mult.size
+    left = np.zeros(cpad, np.int64)
+    left[:cout] = np.maximum(shifts, 0)
+    e = np.zeros(cpad, np.int64)
+    e[:cout] = np.maximum(-shifts.astype(np.int64), 0)
+    m = np.zeros(cpad, np.int64)
+    m[:cout] = mult
+    fold = cout > 0 and bool(np.all((e[:cout] >= 1) & (e[:cout] <= 21)))
+    c = (1 << 30) + np.where(e > 0, np.left_shift(1, 30 + e), 0)
+    if fold:
+        c[:cout] += np.int64(output_zp) << (31 + e[:cout])
+    t = np.where(e > 0, -(1 << 30), np.iinfo(np.int64).min)
+    m_odd = np.zeros(cpad, np.int64)
+    m_odd[0::2] = m[1::2]  # vpmuldq reads the low half of each 64-bit lane
+    flags = np.zeros(cpad, np.int64)
+    flags[:1] = int(bool(left.any())) | int(fold) << 1
+
+    def split(v: np.ndarray) -> np.ndarray:  # int64 [cpad] -> [block of 16][8 even, 8 odd], 2 int32 rows
+        return np.ascontiguousarray(v.reshape(-1, 8, 2).transpose(0, 2, 1)).view(np.int32).reshape(2, cpad)
+
+    rows32 = np.stack([left, e, (1 << e) - 1, ((1 << e) - 1) >> 1, m, m_odd]).astype(np.int32)
+    return np.concatenate([rows32, split(c), split(t), split(31 + e), flags[None].astype(np.int32)])
 
 
 def plan_layer(
@@ -304,7 +335,7 @@ def plan_layer(
     layer.shift = ffi.cast("const int32_t *", shifts.ctypes.data)
     vnni: tuple[np.ndarray, ...] = ()
     if depth_multiplier == 1 and ISA_AVX512VNNI in cpu_isas():  # the VNNI depthwise needs dm 1
-        vnni = _pack_vnni(kind, wq, bias32, mult, shifts, input_zp, in_dtype)
+        vnni = _pack_vnni(kind, wq, bias32, mult, shifts, input_zp, in_dtype, output_zp)
         if vnni:
             packed8, bias8, rq = vnni
             layer.packed8 = ffi.cast("const int8_t *", packed8.ctypes.data)

@@ -501,54 +501,67 @@ DEFINE_DRIVERS(avx2, AVX2, gemm_6x16_avx2, requant_avx2, dw_avx2, 1)
  * w - w_zp must be int8 (the plan checks the values; -128 included). */
 
 /* The requantization's layer constants, in locals: the output stores go through char pointers,
- * which may alias anything, so fields read through L would be reloaded after every store. */
+ * which may alias anything, so fields read through L would be reloaded after every store. The
+ * plan's rq rows (_requant_rows in __init__.py) hold per channel the left shift, the multiplier
+ * m (its odd channels again in the low halves of 64-bit lanes) and the 64-bit constants C, T, S
+ * of the one floor division below, per block of 16 channels the 8 even channels then the 8 odd. */
 struct rq_vnni {
-    __m512i qlo, qhi, zp;
-    const int32_t *left, *right, *mask, *half, *mult; /* the plan's rq rows */
-    int simple;
+    __m512i qlo, qhi, zp, two31;
+    const int32_t *left, *mult, *mult_odd;
+    const int64_t *add, *thr, *shift;
+    int simple, shl, zp_folded;
 };
 
 VNNI static inline struct rq_vnni rq_vnni_init(const struct mac_layer *L)
 {
     int64_t n = L->rq_n;
+    int32_t flags = n ? L->rq[12 * n] : 0; /* bit 0: some left shift; bit 1: zp folded into C */
+    int zp_folded = (flags >> 1) & 1;
+    int32_t zp = zp_folded ? 0 : L->output_zp;
     struct rq_vnni q = {
-        .qlo = _mm512_set1_epi32(L->lo - L->output_zp),
-        .qhi = _mm512_set1_epi32(L->hi - L->output_zp),
-        .zp = _mm512_set1_epi32(L->output_zp),
+        .qlo = _mm512_set1_epi32(L->lo - zp),
+        .qhi = _mm512_set1_epi32(L->hi - zp),
+        .zp = _mm512_set1_epi32(zp),
+        .two31 = _mm512_set1_epi64((int64_t)1 << 31),
         .left = L->rq,
-        .right = L->rq + n,
-        .mask = L->rq + 2 * n,
-        .half = L->rq + 3 * n,
         .mult = L->rq + 4 * n,
+        .mult_odd = L->rq + 5 * n,
+        .add = (const int64_t *)(L->rq + 6 * n),
+        .thr = (const int64_t *)(L->rq + 8 * n),
+        .shift = (const int64_t *)(L->rq + 10 * n),
         .simple = L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
                   L->hi - (int64_t)L->output_zp <= INT32_MAX,
+        .shl = flags & 1,
+        .zp_folded = zp_folded,
     };
     return q;
 }
 
-/* 16 channels from c: requant_one lane by lane on accumulators that already hold the bias (only
- * when q->simple: no multiplier is INT32_MIN and lo - zp, hi - zp fit in int32). The plan's rq
- * holds per channel: left shift, right shift, 2**right - 1, its half, multiplier. */
+/* Half of requant16_vnni: the 8 channels whose x and m are in the low halves of 64-bit lanes. */
+VNNI static inline __m512i requant8_vnni(const struct rq_vnni *q, __m512i x, __m512i m, int64_t i)
+{
+    __m512i p = _mm512_mul_epi32(x, m); /* exact: |p| < 2**62 */
+    __mmask8 neg = _mm512_cmplt_epi64_mask(p, _mm512_loadu_si512(q->thr + i));
+    __m512i v = _mm512_add_epi64(p, _mm512_loadu_si512(q->add + i));
+    v = _mm512_mask_sub_epi64(v, neg, v, q->two31);
+    return _mm512_srav_epi64(v, _mm512_loadu_si512(q->shift + i));
+}
+
+/* 16 channels from c (a multiple of 16): requant_one lane by lane on accumulators that already
+ * hold the bias (only when q->simple: no multiplier is INT32_MIN and lo - zp, hi - zp fit in
+ * int32). SRDHM's floor((p + 2**30) / 2**31) and RoundingDivideByPOT's
+ * floor((h + 2**(e-1) - [h < 0]) / 2**e) nest into floor((p + C - [p < T] * 2**31) / 2**(31 + e))
+ * (floor(floor(a / b) / c) = floor(a / (b c)), and h < 0 exactly when p + 2**30 < 0). */
 VNNI static inline __m512i requant16_vnni(const struct rq_vnni *q, __m512i acc, int64_t c)
 {
-    __m512i m = _mm512_loadu_si512(q->mult + c);
-    __m512i right = _mm512_loadu_si512(q->right + c);
-    __m512i x = _mm512_sllv_epi32(acc, _mm512_loadu_si512(q->left + c));
-    __m512i nudge = _mm512_set1_epi64((int64_t)1 << 30);
-    __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(x, m), nudge);
-    __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m, 32)), nudge);
-    /* bits 31..62 of each 64-bit product: the low half of pe >> 31, the high half of po << 1 */
-    __m512i h = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 31), _mm512_slli_epi64(po, 1));
-    /* RoundingDivideByPOT: (h >> e) + (remainder > (mask >> 1) + (h < 0)) */
-    __m512i one = _mm512_set1_epi32(1);
-    __m512i rem = _mm512_and_si512(h, _mm512_loadu_si512(q->mask + c));
-    __m512i half = _mm512_loadu_si512(q->half + c);
-    __m512i thr = _mm512_mask_add_epi32(half, _mm512_cmplt_epi32_mask(h, _mm512_setzero_si512()), half, one);
-    __m512i r = _mm512_srav_epi32(h, right);
-    r = _mm512_mask_add_epi32(r, _mm512_cmpgt_epi32_mask(rem, thr), r, one);
-    /* clamp before adding the zero point: r + zp could leave int32 */
+    __m512i x = q->shl ? _mm512_sllv_epi32(acc, _mm512_loadu_si512(q->left + c)) : acc;
+    __m512i even = requant8_vnni(q, x, _mm512_loadu_si512(q->mult + c), c);
+    __m512i odd = requant8_vnni(q, _mm512_srli_epi64(x, 32), _mm512_loadu_si512(q->mult_odd + c), c + 8);
+    /* each result is the low half of its 64-bit lane: odd channels into the odd int32 lanes */
+    __m512i r = _mm512_mask_shuffle_epi32(even, 0xAAAA, odd, _MM_PERM_CCAA);
+    /* clamp before adding the zero point: r + zp could leave int32 (folded: it cannot) */
     r = _mm512_min_epi32(_mm512_max_epi32(r, q->qlo), q->qhi);
-    return _mm512_add_epi32(r, q->zp);
+    return q->zp_folded ? r : _mm512_add_epi32(r, q->zp);
 }
 
 /* Requantize 16 accumulators (bias included) of channels c.. and store the first n (<= 16) bytes. */

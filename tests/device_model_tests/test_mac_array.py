@@ -337,6 +337,43 @@ def test_byte_operand_edges(isa: int, in_dt: np.dtype, out_dt: np.dtype) -> None
             _check(case, isa)
 
 
+@pytest.mark.parametrize("isa", ISA_PARAMS)
+@pytest.mark.parametrize("shifts", ["right 1-21", "any"])
+@pytest.mark.parametrize("out_dt", DTYPES, ids=str)
+def test_requantization_at_rounding_boundaries(isa: int, shifts: str, out_dt: np.dtype) -> None:
+    """Per channel, 256 consecutive accumulators around one whose requantized value is exactly a
+    half (SRDHM's, RoundingDivideByPOT's or both), for negative and positive results: multipliers
+    from 1 to INT32_MAX and negative ones, right shifts 0-31 and left shifts (the VNNI kernels fold
+    the output zero point into their rounding constant when every right shift is 1-21, a case of
+    its own), and accumulators near +-2**31 (where the centre does not fit, and wrapping past it)."""
+    rng = np.random.default_rng([11, len(shifts)])
+    cout = 96
+    if shifts == "any":
+        shift = rng.integers(nm.SHIFT_MIN, nm.SHIFT_MAX + 1, cout)
+        shift[:8] = (0, -31, 30, -1, 1, -22, 0, -31)
+    else:
+        shift = -rng.integers(1, 22, cout)
+    special = [2**30, 2**30 + 1, 2**31 - 1, 1, 3, 12345, -(2**30), -(2**31 - 1)]
+    mult = rng.integers(2**30, 2**31, cout)
+    mult[: len(special)] = special
+    mult[len(special) : 2 * len(special)] = special
+    mult[-16:] = -rng.integers(1, 2**31, 16)
+    bias = np.zeros(cout, np.int32)
+    for c in range(cout):
+        left, e, m = max(int(shift[c]), 0), max(-int(shift[c]), 0), int(mult[c])
+        r = int(rng.integers(-90, 91))
+        centre = ((2 * r + 1) << (30 + e)) // m >> left  # (x << left) * m / 2**(31 + e) = r + 1/2
+        bias[c] = min(max(centre, -(2**31)), 2**31 - 1)
+    x = np.arange(-128, 128, dtype=np.int8).reshape(256, 1)
+    info = np.iinfo(out_dt)
+    case = dict(
+        kind="fc", x=x, f=np.ones((cout, 1), np.int8), bias=bias, input_zp=0, filter_zp=0, multiplier=mult,
+        shift=shift, output_zp=int(info.min + info.max + 1) // 2 + 3, act_min=int(info.min),
+        act_max=int(info.max), out_dtype=out_dt,
+    )  # fmt: skip
+    _check(case, isa)
+
+
 # --- whole networks through the shim, once per implementation ---------------------------------------------
 CORPUS = sorted((ROOT / "tests" / "corpus" / "models").glob("*.tflite"))
 
