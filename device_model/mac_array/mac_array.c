@@ -680,17 +680,26 @@ VNNI static inline void im2col_row_u8(const struct mac_layer *L, const uint8_t *
     memset(row + k, 0, (size_t)(L->k4 - k)); /* their weights are zero */
 }
 
-/* CONV2D / FULLY_CONNECTED with the plan's packed8 (u8 im2col rows x int8 panels). */
+/* CONV2D / FULLY_CONNECTED with the plan's packed8 (u8 im2col rows x int8 panels).
+ *
+ * A 1x1 layer with stride 1 and no padding (FULLY_CONNECTED too: 1x1 on [rows, 1, 1, K]) has the
+ * input rows themselves as its GEMM rows, lda = cin: uint8 input is read in place, int8 input is
+ * flipped in one run per block. A row's last quad may run into the next row's bytes when cin is
+ * not a multiple of 4: their weights are zero. Only tiles whose reads would pass the input's end
+ * are copied (with zeros after the last row). */
 VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *out)
 {
-    int64_t M = L->n * L->out_h * L->out_w, panels = L->cout_pad / NR, lda = L->k4;
+    int64_t M = L->n * L->out_h * L->out_w, panels = L->cout_pad / NR, cin = L->cin;
+    int direct = L->kh == 1 && L->kw == 1 && L->stride_h == 1 && L->stride_w == 1 && L->pad_top == 0 &&
+                 L->pad_left == 0 && L->out_h == L->h && L->out_w == L->w && cin > 0;
+    int64_t lda = direct ? cin : L->k4;
     int64_t mb = (256 * 1024) / (lda ? lda : 1); /* A block in L2; every panel pair is read once per block */
     mb = mb / MRV * MRV;
     if (mb < MRV)
         mb = MRV;
     if (mb > (M + MRV - 1) / MRV * MRV)
         mb = (M + MRV - 1) / MRV * MRV;
-    uint8_t *a = aligned_alloc(64, ((size_t)(mb * lda) + 64) / 64 * 64);
+    uint8_t *a = aligned_alloc(64, ((size_t)(mb * lda + L->k4) + 64) / 64 * 64);
     if (!a)
         return -1;
     __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);
@@ -700,29 +709,47 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
         int64_t rows = M - m0 < mb ? M - m0 : mb;
         int64_t tiles = (rows + MRV - 1) / MRV;
-        int64_t ow = m0 % L->out_w, oh = m0 / L->out_w % L->out_h, b = m0 / L->out_w / L->out_h;
-        for (int64_t r = 0; r < tiles * MRV; r++) {
-            uint8_t *row = a + r * lda;
-            if (r >= rows) {
-                memset(row, 0, (size_t)lda);
-                continue;
+        const uint8_t *ablk = a; /* tiles [0, copied_from) read ablk, the others a */
+        int64_t copied_from = 0;
+        if (direct) {
+            const uint8_t *src = (const uint8_t *)in + m0 * cin;
+            if (!L->in_signed) {
+                ablk = src;
+                /* the first tile whose last row's k4 bytes pass the input's end */
+                for (copied_from = tiles; copied_from > 0; copied_from--)
+                    if ((m0 + copied_from * MRV - 1) * cin + L->k4 <= M * cin)
+                        break;
+                src += copied_from * MRV * cin;
             }
-            im2col_row_u8(L, in, b, oh, ow, zv, flip, row);
-            if (++ow == L->out_w) {
-                ow = 0;
-                if (++oh == L->out_h) {
-                    oh = 0;
-                    b++;
+            int64_t n = (rows - copied_from * MRV) * cin;
+            copy_flip(a, src, n, flip);
+            memset(a + n, 0, (size_t)((tiles - copied_from) * MRV * cin + L->k4 - n));
+        } else {
+            int64_t ow = m0 % L->out_w, oh = m0 / L->out_w % L->out_h, b = m0 / L->out_w / L->out_h;
+            for (int64_t r = 0; r < tiles * MRV; r++) {
+                uint8_t *row = a + r * lda;
+                if (r >= rows) {
+                    memset(row, 0, (size_t)lda);
+                    continue;
+                }
+                im2col_row_u8(L, in, b, oh, ow, zv, flip, row);
+                if (++ow == L->out_w) {
+                    ow = 0;
+                    if (++oh == L->out_h) {
+                        oh = 0;
+                        b++;
+                    }
                 }
             }
         }
         for (int64_t p = 0; p < panels; p += 2) {
             for (int64_t t = 0; t < tiles; t++) {
                 char *o = (char *)out + (m0 + t * MRV) * cout;
+                const uint8_t *at = t < copied_from ? ablk + t * MRV * lda : a + (t - copied_from) * MRV * lda;
                 if (p + 1 < panels)
-                    gemm_tile_vnni(L, &q, a + t * MRV * lda, lda, p * NR, 2, rows - t * MRV, cout, o);
+                    gemm_tile_vnni(L, &q, at, lda, p * NR, 2, rows - t * MRV, cout, o);
                 else
-                    gemm_tile_vnni(L, &q, a + t * MRV * lda, lda, p * NR, 1, rows - t * MRV, cout, o);
+                    gemm_tile_vnni(L, &q, at, lda, p * NR, 1, rows - t * MRV, cout, o);
             }
         }
     }

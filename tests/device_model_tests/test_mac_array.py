@@ -338,6 +338,27 @@ def test_byte_operand_edges(isa: int, in_dt: np.dtype, out_dt: np.dtype) -> None
 
 
 @pytest.mark.parametrize("isa", ISA_PARAMS)
+@pytest.mark.parametrize("in_dt", DTYPES, ids=str)
+def test_pointwise_reads_the_input_rows(isa: int, in_dt: np.dtype) -> None:
+    """1x1, stride 1, no padding: the VNNI GEMM reads the input rows themselves (uint8 in place,
+    int8 flipped per block). Channel counts that are not a multiple of 4 (a row's last quad runs
+    into the next row), a last tile of 1 to 7 rows (copied, not read past the input's end), two
+    row blocks, an output larger than the input (padding: the im2col path), FULLY_CONNECTED."""
+    rng = np.random.default_rng(12)
+    info = np.iinfo(in_dt)
+    for cin, h, w, cout in ((1, 3, 3, 5), (2, 5, 7, 16), (3, 1, 1, 17), (5, 9, 11, 33), (16, 4, 4, 40),
+                            (17, 3, 5, 24), (64, 7, 7, 96), (203, 40, 40, 20)):  # fmt: skip
+        x = _values(rng, in_dt, (1, h, w, cin))
+        f = _values(rng, np.dtype(np.int8), (cout, 1, 1, cin))
+        for input_zp in (info.min, info.max):
+            _check(_conv_case(x, f, (1, 1, 1, 1, 0, 0, h, w), input_zp=input_zp), isa)
+        _check(_conv_case(x, f, (1, 1, 1, 1, 0, 0, h + 1, w)), isa)
+        rows = int(rng.integers(1, 30))
+        fc = dict(kind="fc", x=_values(rng, in_dt, (rows, cin)), f=f.reshape(cout, cin))
+        _check({**_conv_case(x, f, (1, 1, 1, 1, 0, 0, h, w)), **fc}, isa)
+
+
+@pytest.mark.parametrize("isa", ISA_PARAMS)
 @pytest.mark.parametrize("shifts", ["right 1-21", "any"])
 @pytest.mark.parametrize("out_dt", DTYPES, ids=str)
 def test_requantization_at_rounding_boundaries(isa: int, shifts: str, out_dt: np.dtype) -> None:
