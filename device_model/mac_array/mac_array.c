@@ -680,6 +680,38 @@ VNNI static inline void im2col_row_u8(const struct mac_layer *L, const uint8_t *
     memset(row + k, 0, (size_t)(L->k4 - k)); /* their weights are zero */
 }
 
+/* im2col_row_u8 for short kernel rows (kw * cin <= 16, no horizontal dilation; the stem's 3 runs
+ * of 9 bytes): per kernel row one load, masked to the bytes inside the input and filled with the
+ * zero point's raw byte elsewhere, flipped, and one 16-byte store. The bytes a store writes past
+ * its run are overwritten by the next run or the next row (rows are written in order, the buffer
+ * has bytes to spare after the last); those after the last run are the row's padding to k4,
+ * whose weights are zero, and get a zero store of their own. */
+VNNI static inline void im2col_row_short(const struct mac_layer *L, const uint8_t *in, int64_t b, int64_t oh,
+                                         int64_t ow, __m128i zraw, __m128i flip, uint8_t *row)
+{
+    int64_t cin = L->cin, span = L->kw * cin;
+    int64_t ix0 = ow * L->stride_w - L->pad_left;
+    int64_t lo = ix0 < 0 ? -ix0 : 0, hi = L->w - ix0; /* taps [lo, hi) are inside */
+    if (hi > L->kw)
+        hi = L->kw;
+    if (hi < lo)
+        hi = lo;
+    __mmask16 k = (__mmask16)(((1u << (hi * cin)) - 1) & ~((1u << (lo * cin)) - 1));
+    __m128i z = _mm_xor_si128(zraw, flip);
+    for (int64_t ky = 0; ky < L->kh; ky++) {
+        int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h;
+        __m128i v = z;
+        if (iy >= 0 && iy < L->h) {
+            /* integer arithmetic: the run may start before the input (those bytes are masked) */
+            uintptr_t at = (uintptr_t)in + (uintptr_t)(((b * L->h + iy) * L->w + ix0) * cin);
+            v = _mm_xor_si128(_mm_mask_loadu_epi8(zraw, k, (const void *)at), flip);
+        }
+        _mm_storeu_si128((__m128i *)(row + ky * span), v);
+    }
+    uint32_t zero = 0;
+    memcpy(row + L->kh * span, &zero, 4); /* k4 - k < 4 bytes; past k4 the next row follows */
+}
+
 /* CONV2D / FULLY_CONNECTED with the plan's packed8 (u8 im2col rows x int8 panels).
  *
  * A 1x1 layer with stride 1 and no padding (FULLY_CONNECTED too: 1x1 on [rows, 1, 1, K]) has the
@@ -699,11 +731,14 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
         mb = MRV;
     if (mb > (M + MRV - 1) / MRV * MRV)
         mb = (M + MRV - 1) / MRV * MRV;
-    uint8_t *a = aligned_alloc(64, ((size_t)(mb * lda + L->k4) + 64) / 64 * 64);
+    /* the rows, then k4 bytes for the last tile's reads and 64 for im2col_row_short's last store */
+    uint8_t *a = aligned_alloc(64, ((size_t)(mb * lda + L->k4 + 64) + 63) / 64 * 64);
     if (!a)
         return -1;
     __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);
     __m512i zv = _mm512_set1_epi8((char)(uint8_t)(L->input_zp + (L->in_signed ? 0x80 : 0)));
+    int short_rows = !direct && L->dil_w == 1 && L->kw * cin <= 16;
+    __m128i flip128 = _mm512_castsi512_si128(flip), zraw = _mm_set1_epi8((char)L->input_zp);
     struct rq_vnni q = rq_vnni_init(L);
     int64_t cout = L->cout;
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
@@ -732,7 +767,10 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
                     memset(row, 0, (size_t)lda);
                     continue;
                 }
-                im2col_row_u8(L, in, b, oh, ow, zv, flip, row);
+                if (short_rows)
+                    im2col_row_short(L, in, b, oh, ow, zraw, flip128, row);
+                else
+                    im2col_row_u8(L, in, b, oh, ow, zv, flip, row);
                 if (++ow == L->out_w) {
                     ow = 0;
                     if (++oh == L->out_h) {
