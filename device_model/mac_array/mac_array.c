@@ -587,45 +587,58 @@ VNNI static inline void store16_vnni(const struct mac_layer *L, const struct rq_
 
 /* One tile: rows [0, MRV) of A (u8, row stride lda) x NP panels (1 or 2) of packed8, accumulators
  * started at bias8; requantized in registers and stored as bytes to the first ``rows`` rows of
- * out (row stride cout), channels c0.. (masked at cout). */
+ * out (row stride cout), channels c0.. (masked at cout). The accumulators are named variables,
+ * not an array: GCC kept an array's 16 zmm moving between registers and the stack. */
+#define VNNI_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const struct mac_layer *L,
-                                                                      const struct rq_vnni *q, const uint8_t *a,
+                                                                      const struct rq_vnni *qp, const uint8_t *a,
                                                                       int64_t lda, int64_t c0, int np, int64_t rows,
                                                                       int64_t cout, char *out)
 {
+    struct rq_vnni q = *qp; /* a local the output stores cannot alias */
     int64_t kq = L->k4 / 4;
     const int8_t *b0 = L->packed8 + c0 * L->k4, *b1 = b0 + NR * L->k4;
-    __m512i acc[MRV][2];
     __m512i bias0 = _mm512_loadu_si512(L->bias8 + c0);
     __m512i bias1 = np == 2 ? _mm512_loadu_si512(L->bias8 + c0 + NR) : bias0;
-    for (int r = 0; r < MRV; r++)
-        acc[r][0] = bias0, acc[r][1] = bias1;
+#define DECL(R) \
+    __m512i c##R##0 = bias0, c##R##1 = bias1; \
+    const uint8_t *a##R = a + R * lda;
+    VNNI_ROWS(DECL)
+#undef DECL
     for (int64_t k = 0; k < kq; k++) {
         __m512i w0 = _mm512_loadu_si512(b0 + k * 64);
         __m512i w1 = np == 2 ? _mm512_loadu_si512(b1 + k * 64) : w0;
-        for (int r = 0; r < MRV; r++) {
-            int32_t v;
-            memcpy(&v, a + r * lda + 4 * k, 4);
-            __m512i x = _mm512_set1_epi32(v);
-            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], x, w0);
-            if (np == 2)
-                acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], x, w1);
-        }
+#define STEP(R) \
+    { \
+        int32_t v; \
+        memcpy(&v, a##R + 4 * k, 4); \
+        __m512i x = _mm512_set1_epi32(v); \
+        c##R##0 = _mm512_dpbusd_epi32(c##R##0, x, w0); \
+        if (np == 2) \
+            c##R##1 = _mm512_dpbusd_epi32(c##R##1, x, w1); \
     }
-    for (int j = 0; j < np; j++) {
-        int64_t c = c0 + j * NR, n = cout - c;
-        if (n <= 0)
-            break;
-        if (!q->simple) {
+        VNNI_ROWS(STEP)
+#undef STEP
+    }
+    if (!q.simple || rows < MRV) { /* rare: a layer's last tile, or INT32_MIN multipliers */
+#define ARR(R) {c##R##0, c##R##1},
+        __m512i acc[MRV][2] = {VNNI_ROWS(ARR)};
+#undef ARR
+        for (int j = 0; j < np && c0 + j * NR < cout; j++)
             for (int r = 0; r < MRV && r < rows; r++)
-                store16_vnni(L, q, acc[r][j], c, n, out + r * cout + c);
-            continue;
-        }
-        __mmask16 keep = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
-#pragma GCC unroll 8
-        for (int r = 0; r < MRV; r++) /* unrolled: acc stays in registers */
-            if (r < rows)
-                _mm512_mask_cvtepi32_storeu_epi8(out + r * cout + c, keep, requant16_vnni(q, acc[r][j], c));
+                store16_vnni(L, &q, acc[r][j], c0 + j * NR, cout - c0 - j * NR, out + r * cout + c0 + j * NR);
+        return;
+    }
+    __mmask16 keep0 = cout - c0 >= 16 ? 0xFFFF : (__mmask16)((1u << (cout - c0)) - 1);
+#define OUT0(R) _mm512_mask_cvtepi32_storeu_epi8(out + R * cout + c0, keep0, requant16_vnni(&q, c##R##0, c0));
+    VNNI_ROWS(OUT0)
+#undef OUT0
+    int64_t c1 = c0 + NR;
+    if (np == 2 && c1 < cout) {
+        __mmask16 keep1 = cout - c1 >= 16 ? 0xFFFF : (__mmask16)((1u << (cout - c1)) - 1);
+#define OUT1(R) _mm512_mask_cvtepi32_storeu_epi8(out + R * cout + c1, keep1, requant16_vnni(&q, c##R##1, c1));
+        VNNI_ROWS(OUT1)
+#undef OUT1
     }
 }
 
