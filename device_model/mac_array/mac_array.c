@@ -552,16 +552,23 @@ VNNI static inline __m512i requant8_vnni(const struct rq_vnni *q, __m512i x, __m
  * int32). SRDHM's floor((p + 2**30) / 2**31) and RoundingDivideByPOT's
  * floor((h + 2**(e-1) - [h < 0]) / 2**e) nest into floor((p + C - [p < T] * 2**31) / 2**(31 + e))
  * (floor(floor(a / b) / c) = floor(a / (b c)), and h < 0 exactly when p + 2**30 < 0). */
-VNNI static inline __m512i requant16_vnni(const struct rq_vnni *q, __m512i acc, int64_t c)
+VNNI static inline __attribute__((always_inline)) __m512i requant16_mode_vnni(const struct rq_vnni *q, __m512i acc,
+                                                                               int64_t c, int shl, int add_zp)
 {
-    __m512i x = q->shl ? _mm512_sllv_epi32(acc, _mm512_loadu_si512(q->left + c)) : acc;
+    __m512i x = shl ? _mm512_sllv_epi32(acc, _mm512_loadu_si512(q->left + c)) : acc;
     __m512i even = requant8_vnni(q, x, _mm512_loadu_si512(q->mult + c), c);
     __m512i odd = requant8_vnni(q, _mm512_srli_epi64(x, 32), _mm512_loadu_si512(q->mult_odd + c), c + 8);
     /* each result is the low half of its 64-bit lane: odd channels into the odd int32 lanes */
     __m512i r = _mm512_mask_shuffle_epi32(even, 0xAAAA, odd, _MM_PERM_CCAA);
     /* clamp before adding the zero point: r + zp could leave int32 (folded: it cannot) */
     r = _mm512_min_epi32(_mm512_max_epi32(r, q->qlo), q->qhi);
-    return q->zp_folded ? r : _mm512_add_epi32(r, q->zp);
+    return add_zp ? _mm512_add_epi32(r, q->zp) : r;
+}
+
+/* requant16_mode_vnni with the layer's flags read at run time (the GEMM has a copy per mode) */
+VNNI static inline __m512i requant16_vnni(const struct rq_vnni *q, __m512i acc, int64_t c)
+{
+    return requant16_mode_vnni(q, acc, c, q->shl, !q->zp_folded);
 }
 
 /* Requantize 16 accumulators (bias included) of channels c.. and store the first n (<= 16) bytes. */
@@ -593,7 +600,7 @@ VNNI static inline void store16_vnni(const struct mac_layer *L, const struct rq_
 VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const struct mac_layer *L,
                                                                       const struct rq_vnni *qp, const uint8_t *a,
                                                                       int64_t lda, int64_t c0, int np, int64_t rows,
-                                                                      int64_t cout, char *out)
+                                                                      int64_t cout, char *out, int shl, int add_zp)
 {
     struct rq_vnni q = *qp; /* a local the output stores cannot alias */
     int64_t kq = L->k4 / 4;
@@ -629,14 +636,21 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const stru
                 store16_vnni(L, &q, acc[r][j], c0 + j * NR, cout - c0 - j * NR, out + r * cout + c0 + j * NR);
         return;
     }
+    /* one pointer stepped down the rows: eight row addresses would not fit the free registers */
+    char *o = out + c0;
     __mmask16 keep0 = cout - c0 >= 16 ? 0xFFFF : (__mmask16)((1u << (cout - c0)) - 1);
-#define OUT0(R) _mm512_mask_cvtepi32_storeu_epi8(out + R * cout + c0, keep0, requant16_vnni(&q, c##R##0, c0));
+#define OUT0(R) \
+    _mm512_mask_cvtepi32_storeu_epi8(o, keep0, requant16_mode_vnni(&q, c##R##0, c0, shl, add_zp)); \
+    o += cout;
     VNNI_ROWS(OUT0)
 #undef OUT0
     int64_t c1 = c0 + NR;
+    o = out + c1;
     if (np == 2 && c1 < cout) {
         __mmask16 keep1 = cout - c1 >= 16 ? 0xFFFF : (__mmask16)((1u << (cout - c1)) - 1);
-#define OUT1(R) _mm512_mask_cvtepi32_storeu_epi8(out + R * cout + c1, keep1, requant16_vnni(&q, c##R##1, c1));
+#define OUT1(R) \
+    _mm512_mask_cvtepi32_storeu_epi8(o, keep1, requant16_mode_vnni(&q, c##R##1, c1, shl, add_zp)); \
+    o += cout;
         VNNI_ROWS(OUT1)
 #undef OUT1
     }
@@ -732,7 +746,8 @@ VNNI static inline void im2col_row_short(const struct mac_layer *L, const uint8_
  * flipped in one run per block. A row's last quad may run into the next row's bytes when cin is
  * not a multiple of 4: their weights are zero. Only tiles whose reads would pass the input's end
  * are copied (with zeros after the last row). */
-VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *out)
+VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const struct mac_layer *L, const void *in,
+                                                                        void *out, int shl, int add_zp)
 {
     int64_t M = L->n * L->out_h * L->out_w, panels = L->cout_pad / NR, cin = L->cin;
     int direct = L->kh == 1 && L->kw == 1 && L->stride_h == 1 && L->stride_w == 1 && L->pad_top == 0 &&
@@ -798,14 +813,23 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
                 char *o = (char *)out + (m0 + t * MRV) * cout;
                 const uint8_t *at = t < copied_from ? ablk + t * MRV * lda : a + (t - copied_from) * MRV * lda;
                 if (p + 1 < panels)
-                    gemm_tile_vnni(L, &q, at, lda, p * NR, 2, rows - t * MRV, cout, o);
+                    gemm_tile_vnni(L, &q, at, lda, p * NR, 2, rows - t * MRV, cout, o, shl, add_zp);
                 else
-                    gemm_tile_vnni(L, &q, at, lda, p * NR, 1, rows - t * MRV, cout, o);
+                    gemm_tile_vnni(L, &q, at, lda, p * NR, 1, rows - t * MRV, cout, o, shl, add_zp);
             }
         }
     }
     free(a);
     return 0;
+}
+
+/* The GEMM once per requantization mode: its flags become constants in the unrolled stores. */
+VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *out)
+{
+    struct rq_vnni q = rq_vnni_init(L);
+    if (q.shl)
+        return conv_u8_mode_vnni(L, in, out, 1, !q.zp_folded);
+    return q.zp_folded ? conv_u8_mode_vnni(L, in, out, 0, 0) : conv_u8_mode_vnni(L, in, out, 0, 1);
 }
 
 /* Depthwise, one output pixel, channels [0, c_end) (a multiple of 16): whole blocks of 64 here,
