@@ -833,8 +833,8 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
 }
 
 /* Depthwise, one output pixel, channels [0, c_end) (a multiple of 16): whole blocks of 64 here,
- * the 16-48 channels after the last one by the AVX2 kernel (a partly filled block costs a whole
- * one). Four taps' bytes are interleaved by the in-lane unpacks (epi8, then epi16) into
+ * then 32 channels in 256-bit vectors if that many are left, and the last 16 by the AVX2 kernel
+ * (a partly filled block costs a whole one). Four taps' bytes are interleaved by the in-lane unpacks (epi8, then epi16) into
  * per-channel quads, so accumulator j's lane l holds channels 16 l + 4 j .. + 3 (the plan packs
  * the weights in that order); a 4 x 4 transpose of 128-bit lanes restores channel order for the
  * requantization. Taps past the last read the zero-point row against zero weights. L is the
@@ -870,6 +870,39 @@ VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps,
             __m512i acc = _mm512_add_epi32(v[j], _mm512_loadu_si512(L->bias8 + c + 16 * j));
             store16_vnni(L, &q, acc, c + 16 * j, 16, (char *)out + c + 16 * j);
         }
+    }
+    if (c_end - full >= 32) {
+        /* half a block in 256-bit vectors: the same unpacks per 128-bit lane, so accumulator j's
+         * lane l holds channels 16 l + 4 j .. + 3 and its weights are the first 32 bytes of the
+         * block's 64 for j */
+        int64_t c = full;
+        __m256i flip256 = _mm512_castsi512_si256(flip);
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t p = 0; p < quads; p++) {
+            const uint8_t *const *t = taps + 4 * p;
+            __m256i x0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(t[0] + c)), flip256);
+            __m256i x1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(t[1] + c)), flip256);
+            __m256i x2 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(t[2] + c)), flip256);
+            __m256i x3 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(t[3] + c)), flip256);
+            __m256i lo01 = _mm256_unpacklo_epi8(x0, x1), hi01 = _mm256_unpackhi_epi8(x0, x1);
+            __m256i lo23 = _mm256_unpacklo_epi8(x2, x3), hi23 = _mm256_unpackhi_epi8(x2, x3);
+            const int8_t *w = L->packed8 + (p * cp + c) * 4;
+            a0 = _mm256_dpbusd_epi32(a0, _mm256_unpacklo_epi16(lo01, lo23), _mm256_loadu_si256((const __m256i *)w));
+            a1 = _mm256_dpbusd_epi32(a1, _mm256_unpackhi_epi16(lo01, lo23),
+                                     _mm256_loadu_si256((const __m256i *)(w + 64)));
+            a2 = _mm256_dpbusd_epi32(a2, _mm256_unpacklo_epi16(hi01, hi23),
+                                     _mm256_loadu_si256((const __m256i *)(w + 128)));
+            a3 = _mm256_dpbusd_epi32(a3, _mm256_unpackhi_epi16(hi01, hi23),
+                                     _mm256_loadu_si256((const __m256i *)(w + 192)));
+        }
+        __m512i t01 = _mm512_inserti64x4(_mm512_castsi256_si512(a0), a1, 1); /* a0.l0 a0.l1 a1.l0 a1.l1 */
+        __m512i t23 = _mm512_inserti64x4(_mm512_castsi256_si512(a2), a3, 1);
+        __m512i v[2] = {_mm512_shuffle_i32x4(t01, t23, 0x88), _mm512_shuffle_i32x4(t01, t23, 0xDD)};
+        for (int j = 0; j < 2; j++) {
+            __m512i acc = _mm512_add_epi32(v[j], _mm512_loadu_si512(L->bias8 + c + 16 * j));
+            store16_vnni(L, &q, acc, c + 16 * j, 16, (char *)out + c + 16 * j);
+        }
+        full += 32;
     }
     if (full < c_end)
         dw_avx2_range(L, taps, full, c_end, out);

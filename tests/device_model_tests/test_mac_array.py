@@ -313,9 +313,10 @@ def test_byte_operand_edges(isa: int, in_dt: np.dtype, out_dt: np.dtype) -> None
             )  # fmt: skip
             assert _vnni_planned(plan) == (vnni and ma.ISA_AVX512VNNI in ISAS)
             _check(case, isa)
-    # depthwise: 64-channel blocks and a 16-channel tail, channels past the last 16 (the generic
-    # loop), 4, 9 and 25 taps (quads padded with the zero-point row), windows in the padding
-    for channels, k in ((16, 3), (80, 3), (81, 5), (64, 2)):
+    # depthwise: 64-channel blocks, a 32-channel half block and a 16-channel tail, channels past
+    # the last 16 (the generic loop), 4, 9 and 25 taps (quads padded with the zero-point row),
+    # windows in the padding
+    for channels, k in ((16, 3), (32, 3), (80, 3), (81, 5), (64, 2), (112, 3), (97, 2)):
         x = _values(rng, in_dt, (1, 7, 9, channels))
         x[0, :2] = info.min
         x[0, -2:] = info.max
