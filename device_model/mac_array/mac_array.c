@@ -512,11 +512,18 @@ struct rq_vnni {
     int simple, shl, zp_folded;
 };
 
+#define RQ_SHL 1       /* some channel shifts left */
+#define RQ_ZP_FOLDED 2 /* C holds the output zero point */
+static inline int32_t rq_flags(const struct mac_layer *L)
+{
+    return L->rq_n ? L->rq[12 * L->rq_n] : 0;
+}
+
 VNNI static inline struct rq_vnni rq_vnni_init(const struct mac_layer *L)
 {
     int64_t n = L->rq_n;
-    int32_t flags = n ? L->rq[12 * n] : 0; /* bit 0: some left shift; bit 1: zp folded into C */
-    int zp_folded = (flags >> 1) & 1;
+    int32_t flags = rq_flags(L);
+    int zp_folded = !!(flags & RQ_ZP_FOLDED);
     int32_t zp = zp_folded ? 0 : L->output_zp;
     struct rq_vnni q = {
         .qlo = _mm512_set1_epi32(L->lo - zp),
@@ -531,7 +538,7 @@ VNNI static inline struct rq_vnni rq_vnni_init(const struct mac_layer *L)
         .shift = (const int64_t *)(L->rq + 10 * n),
         .simple = L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
                   L->hi - (int64_t)L->output_zp <= INT32_MAX,
-        .shl = flags & 1,
+        .shl = !!(flags & RQ_SHL),
         .zp_folded = zp_folded,
     };
     return q;
@@ -840,7 +847,19 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
  * requantization. Taps past the last read the zero-point row against zero weights. L is the
  * driver's copy whose bias has zp * sum w folded in for the AVX2 kernel's raw inputs; this
  * kernel uses bias8. */
-VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, void *out)
+/* 16 whole channels of a depthwise pixel: store16_vnni with the mode's flags as constants. */
+VNNI static inline __attribute__((always_inline)) void dw_store16_vnni(const struct mac_layer *L,
+                                                                       const struct rq_vnni *q, __m512i acc,
+                                                                       int64_t c, char *dst, int shl, int add_zp)
+{
+    if (q->simple)
+        _mm512_mask_cvtepi32_storeu_epi8(dst, 0xFFFF, requant16_mode_vnni(q, acc, c, shl, add_zp));
+    else
+        store16_vnni(L, q, acc, c, 16, dst);
+}
+
+VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct mac_layer *L, const uint8_t **taps,
+                                                                    int64_t c_end, void *out, int shl, int add_zp)
 {
     int64_t quads = L->k4 / 4, cp = L->rq_n; /* packed8 holds rq_n (a multiple of 64) channels per tap */
     int64_t full = c_end / DW_VNNI * DW_VNNI;
@@ -864,12 +883,12 @@ VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps,
         }
         __m512i t0 = _mm512_shuffle_i32x4(a0, a1, 0x44), t1 = _mm512_shuffle_i32x4(a2, a3, 0x44);
         __m512i t2 = _mm512_shuffle_i32x4(a0, a1, 0xEE), t3 = _mm512_shuffle_i32x4(a2, a3, 0xEE);
-        __m512i v[4] = {_mm512_shuffle_i32x4(t0, t1, 0x88), _mm512_shuffle_i32x4(t0, t1, 0xDD),
-                        _mm512_shuffle_i32x4(t2, t3, 0x88), _mm512_shuffle_i32x4(t2, t3, 0xDD)};
-        for (int j = 0; j < 4; j++) {
-            __m512i acc = _mm512_add_epi32(v[j], _mm512_loadu_si512(L->bias8 + c + 16 * j));
-            store16_vnni(L, &q, acc, c + 16 * j, 16, (char *)out + c + 16 * j);
-        }
+        __m512i v0 = _mm512_shuffle_i32x4(t0, t1, 0x88), v1 = _mm512_shuffle_i32x4(t0, t1, 0xDD);
+        __m512i v2 = _mm512_shuffle_i32x4(t2, t3, 0x88), v3 = _mm512_shuffle_i32x4(t2, t3, 0xDD);
+#define DWOUT(J) dw_store16_vnni(L, &q, _mm512_add_epi32(v##J, _mm512_loadu_si512(L->bias8 + c + 16 * J)), \
+                                 c + 16 * J, (char *)out + c + 16 * J, shl, add_zp);
+        DWOUT(0) DWOUT(1) DWOUT(2) DWOUT(3)
+#undef DWOUT
     }
     if (c_end - full >= 32) {
         /* half a block in 256-bit vectors: the same unpacks per 128-bit lane, so accumulator j's
@@ -897,15 +916,26 @@ VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps,
         }
         __m512i t01 = _mm512_inserti64x4(_mm512_castsi256_si512(a0), a1, 1); /* a0.l0 a0.l1 a1.l0 a1.l1 */
         __m512i t23 = _mm512_inserti64x4(_mm512_castsi256_si512(a2), a3, 1);
-        __m512i v[2] = {_mm512_shuffle_i32x4(t01, t23, 0x88), _mm512_shuffle_i32x4(t01, t23, 0xDD)};
-        for (int j = 0; j < 2; j++) {
-            __m512i acc = _mm512_add_epi32(v[j], _mm512_loadu_si512(L->bias8 + c + 16 * j));
-            store16_vnni(L, &q, acc, c + 16 * j, 16, (char *)out + c + 16 * j);
-        }
+        __m512i v0 = _mm512_shuffle_i32x4(t01, t23, 0x88), v1 = _mm512_shuffle_i32x4(t01, t23, 0xDD);
+        dw_store16_vnni(L, &q, _mm512_add_epi32(v0, _mm512_loadu_si512(L->bias8 + c)), c, (char *)out + c, shl,
+                        add_zp);
+        dw_store16_vnni(L, &q, _mm512_add_epi32(v1, _mm512_loadu_si512(L->bias8 + c + 16)), c + 16,
+                        (char *)out + c + 16, shl, add_zp);
         full += 32;
     }
     if (full < c_end)
         dw_avx2_range(L, taps, full, c_end, out);
+}
+
+VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, void *out)
+{
+    int32_t flags = rq_flags(L);
+    if (flags & RQ_SHL)
+        dw_mode_vnni(L, taps, c_end, out, 1, !(flags & RQ_ZP_FOLDED));
+    else if (flags & RQ_ZP_FOLDED)
+        dw_mode_vnni(L, taps, c_end, out, 0, 0);
+    else
+        dw_mode_vnni(L, taps, c_end, out, 0, 1);
 }
 
 DEFINE_DRIVERS(vnni, VNNI, gemm_6x16_avx2, requant_avx2, dw_vnni, 1)
