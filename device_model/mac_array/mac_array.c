@@ -839,9 +839,9 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
     return q.zp_folded ? conv_u8_mode_vnni(L, in, out, 0, 0) : conv_u8_mode_vnni(L, in, out, 0, 1);
 }
 
-/* Depthwise, one output pixel, channels [0, c_end) (a multiple of 16): whole blocks of 64 here,
- * then 32 channels in 256-bit vectors if that many are left, and the last 16 by the AVX2 kernel
- * (a partly filled block costs a whole one). Four taps' bytes are interleaved by the in-lane unpacks (epi8, then epi16) into
+/* Depthwise, one output pixel, channels [0, c_end) (a multiple of 16): whole blocks of 64, then
+ * 32 channels in 256-bit vectors and 16 in 128-bit vectors if that many are left (a partly filled
+ * block costs a whole one). Four taps' bytes are interleaved by the in-lane unpacks (epi8, then epi16) into
  * per-channel quads, so accumulator j's lane l holds channels 16 l + 4 j .. + 3 (the plan packs
  * the weights in that order); a 4 x 4 transpose of 128-bit lanes restores channel order for the
  * requantization. Taps past the last read the zero-point row against zero weights. L is the
@@ -923,8 +923,32 @@ VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct
                         (char *)out + c + 16, shl, add_zp);
         full += 32;
     }
-    if (full < c_end)
-        dw_avx2_range(L, taps, full, c_end, out);
+    if (c_end - full >= 16) {
+        /* a quarter block in 128-bit vectors: accumulator j holds channels 4 j .. + 3, its weights
+         * the 16 bytes of lane l (this quarter of its block) of the block's 64 for j */
+        int64_t c = full, cb = c / DW_VNNI * DW_VNNI;
+        __m128i flip128 = _mm512_castsi512_si128(flip);
+        __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t p = 0; p < quads; p++) {
+            const uint8_t *const *t = taps + 4 * p;
+            __m128i x0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[0] + c)), flip128);
+            __m128i x1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[1] + c)), flip128);
+            __m128i x2 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[2] + c)), flip128);
+            __m128i x3 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[3] + c)), flip128);
+            __m128i lo01 = _mm_unpacklo_epi8(x0, x1), hi01 = _mm_unpackhi_epi8(x0, x1);
+            __m128i lo23 = _mm_unpacklo_epi8(x2, x3), hi23 = _mm_unpackhi_epi8(x2, x3);
+            const int8_t *w = L->packed8 + (p * cp + cb) * 4 + (c - cb);
+            a0 = _mm_dpbusd_epi32(a0, _mm_unpacklo_epi16(lo01, lo23), _mm_loadu_si128((const __m128i *)w));
+            a1 = _mm_dpbusd_epi32(a1, _mm_unpackhi_epi16(lo01, lo23), _mm_loadu_si128((const __m128i *)(w + 64)));
+            a2 = _mm_dpbusd_epi32(a2, _mm_unpacklo_epi16(hi01, hi23), _mm_loadu_si128((const __m128i *)(w + 128)));
+            a3 = _mm_dpbusd_epi32(a3, _mm_unpackhi_epi16(hi01, hi23), _mm_loadu_si128((const __m128i *)(w + 192)));
+        }
+        __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(a0), a1, 1)),
+                                       _mm256_inserti128_si256(_mm256_castsi128_si256(a2), a3, 1), 1);
+        dw_store16_vnni(L, &q, _mm512_add_epi32(v, _mm512_loadu_si512(L->bias8 + c)), c, (char *)out + c, shl,
+                        add_zp);
+        full += 16;
+    }
 }
 
 VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, void *out)
