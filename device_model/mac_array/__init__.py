@@ -210,14 +210,15 @@ def _pack_vnni(
 
 
 def _requant_rows(mult: np.ndarray, shifts: np.ndarray, output_zp: int, cpad: int) -> np.ndarray:
-    """The VNNI requantization's per-channel constants, [13][cpad] int32 (mac_array.c's
+    """The VNNI requantization's per-channel constants, [11][cpad] int32 (mac_array.c's
     ``rq_vnni_init`` names the rows).
 
     With x the accumulator shifted left, p = x * m exact in 64 bits and e the right shift, TFLite's
     SRDHM then RoundingDivideByPOT is one floor division: floor((p + C - [p < T] * 2**31) / 2**S)
     with S = 31 + e, C = 2**30 + (e > 0) * 2**(30 + e), T = -2**30 when e > 0 (else never true).
     When every channel has 1 <= e <= 21, C also carries output_zp * 2**S (no 64-bit overflow, and
-    the result plus output_zp stays an int32), so the kernel adds no zero point. The 64-bit rows
+    the result plus output_zp stays an int32), so the kernel adds no zero point, and divides by
+    2**32 (the high half of the 64-bit lane) and then by 2**(e - 1) in 32-bit lanes. The 64-bit rows
     hold, per block of 16 channels, the 8 even channels then the 8 odd ones (vpmuldq's two halves).
     """
     cout = mult.size
@@ -240,7 +241,7 @@ def _requant_rows(mult: np.ndarray, shifts: np.ndarray, output_zp: int, cpad: in
     def split(v: np.ndarray) -> np.ndarray:  # int64 [cpad] -> [block of 16][8 even, 8 odd], 2 int32 rows
         return np.ascontiguousarray(v.reshape(-1, 8, 2).transpose(0, 2, 1)).view(np.int32).reshape(2, cpad)
 
-    rows32 = np.stack([left, e, (1 << e) - 1, ((1 << e) - 1) >> 1, m, m_odd]).astype(np.int32)
+    rows32 = np.stack([left, np.maximum(e - 1, 0), m, m_odd]).astype(np.int32)
     return np.concatenate([rows32, split(c), split(t), split(31 + e), flags[None].astype(np.int32)])
 
 

@@ -507,7 +507,7 @@ DEFINE_DRIVERS(avx2, AVX2, gemm_6x16_avx2, requant_avx2, dw_avx2, 1)
  * of the one floor division below, per block of 16 channels the 8 even channels then the 8 odd. */
 struct rq_vnni {
     __m512i qlo, qhi, zp, two31;
-    const int32_t *left, *mult, *mult_odd;
+    const int32_t *left, *e1, *mult, *mult_odd;
     const int64_t *add, *thr, *shift;
     int simple, shl, zp_folded;
 };
@@ -516,7 +516,7 @@ struct rq_vnni {
 #define RQ_ZP_FOLDED 2 /* C holds the output zero point */
 static inline int32_t rq_flags(const struct mac_layer *L)
 {
-    return L->rq_n ? L->rq[12 * L->rq_n] : 0;
+    return L->rq_n ? L->rq[10 * L->rq_n] : 0;
 }
 
 VNNI static inline struct rq_vnni rq_vnni_init(const struct mac_layer *L)
@@ -531,11 +531,12 @@ VNNI static inline struct rq_vnni rq_vnni_init(const struct mac_layer *L)
         .zp = _mm512_set1_epi32(zp),
         .two31 = _mm512_set1_epi64((int64_t)1 << 31),
         .left = L->rq,
-        .mult = L->rq + 4 * n,
-        .mult_odd = L->rq + 5 * n,
-        .add = (const int64_t *)(L->rq + 6 * n),
-        .thr = (const int64_t *)(L->rq + 8 * n),
-        .shift = (const int64_t *)(L->rq + 10 * n),
+        .e1 = L->rq + n,
+        .mult = L->rq + 2 * n,
+        .mult_odd = L->rq + 3 * n,
+        .add = (const int64_t *)(L->rq + 4 * n),
+        .thr = (const int64_t *)(L->rq + 6 * n),
+        .shift = (const int64_t *)(L->rq + 8 * n),
         .simple = L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
                   L->hi - (int64_t)L->output_zp <= INT32_MAX,
         .shl = !!(flags & RQ_SHL),
@@ -544,14 +545,16 @@ VNNI static inline struct rq_vnni rq_vnni_init(const struct mac_layer *L)
     return q;
 }
 
-/* Half of requant16_vnni: the 8 channels whose x and m are in the low halves of 64-bit lanes. */
-VNNI static inline __m512i requant8_vnni(const struct rq_vnni *q, __m512i x, __m512i m, int64_t i)
+/* Half of requant16_vnni: the 8 channels whose x and m are in the low halves of 64-bit lanes;
+ * the dividend, or with divide its quotient. */
+VNNI static inline __attribute__((always_inline)) __m512i requant8_vnni(const struct rq_vnni *q, __m512i x,
+                                                                       __m512i m, int64_t i, int divide)
 {
     __m512i p = _mm512_mul_epi32(x, m); /* exact: |p| < 2**62 */
     __mmask8 neg = _mm512_cmplt_epi64_mask(p, _mm512_loadu_si512(q->thr + i));
     __m512i v = _mm512_add_epi64(p, _mm512_loadu_si512(q->add + i));
     v = _mm512_mask_sub_epi64(v, neg, v, q->two31);
-    return _mm512_srav_epi64(v, _mm512_loadu_si512(q->shift + i));
+    return divide ? _mm512_srav_epi64(v, _mm512_loadu_si512(q->shift + i)) : v;
 }
 
 /* 16 channels from c (a multiple of 16): requant_one lane by lane on accumulators that already
@@ -563,10 +566,17 @@ VNNI static inline __attribute__((always_inline)) __m512i requant16_mode_vnni(co
                                                                                int64_t c, int shl, int add_zp)
 {
     __m512i x = shl ? _mm512_sllv_epi32(acc, _mm512_loadu_si512(q->left + c)) : acc;
-    __m512i even = requant8_vnni(q, x, _mm512_loadu_si512(q->mult + c), c);
-    __m512i odd = requant8_vnni(q, _mm512_srli_epi64(x, 32), _mm512_loadu_si512(q->mult_odd + c), c + 8);
-    /* each result is the low half of its 64-bit lane: odd channels into the odd int32 lanes */
-    __m512i r = _mm512_mask_shuffle_epi32(even, 0xAAAA, odd, _MM_PERM_CCAA);
+    /* zero point folded (every e in 1..21): the high halves of the dividends are their quotients by
+     * 2**32, then divided by 2**(e - 1) in 32-bit lanes, one shift for 16 channels */
+    int high = !add_zp;
+    __m512i even = requant8_vnni(q, x, _mm512_loadu_si512(q->mult + c), c, !high);
+    __m512i odd = requant8_vnni(q, _mm512_srli_epi64(x, 32), _mm512_loadu_si512(q->mult_odd + c), c + 8, !high);
+    __m512i r;
+    if (high) /* even channels' high halves into the even int32 lanes */
+        r = _mm512_srav_epi32(_mm512_mask_shuffle_epi32(odd, 0x5555, even, _MM_PERM_DDBB),
+                              _mm512_loadu_si512(q->e1 + c));
+    else /* each quotient is the low half of its 64-bit lane: odd channels into the odd int32 lanes */
+        r = _mm512_mask_shuffle_epi32(even, 0xAAAA, odd, _MM_PERM_CCAA);
     /* clamp before adding the zero point: r + zp could leave int32 (folded: it cannot) */
     r = _mm512_min_epi32(_mm512_max_epi32(r, q->qlo), q->qhi);
     return add_zp ? _mm512_add_epi32(r, q->zp) : r;
