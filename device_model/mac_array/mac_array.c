@@ -509,7 +509,7 @@ struct rq_vnni {
     __m512i qlo, qhi, zp, two31;
     const int32_t *left, *e1, *mult, *mult_odd;
     const int64_t *add, *thr, *shift;
-    int simple, shl, zp_folded;
+    int simple, mode;
 };
 
 #define RQ_SHL 1       /* some channel shifts left */
@@ -518,6 +518,13 @@ static inline int32_t rq_flags(const struct mac_layer *L)
 {
     return L->rq_n ? L->rq[10 * L->rq_n] : 0;
 }
+
+/* The requantization's mode: a constant in each copy of the kernels (as run-time flags they cost
+ * a test and a register per store). */
+#define RQM_SHL 1    /* shift left first */
+#define RQM_ADD_ZP 2 /* the zero point is not in C: clamp in 32 bits, then add it */
+#define RQM_SSAT 4   /* folded, int8 output over its whole range: vpmovsdb's saturation clamps */
+#define RQM_USAT 8   /* folded, uint8 output up to 255: max with lo, vpmovusdb's saturation above */
 
 VNNI static inline struct rq_vnni rq_vnni_init(const struct mac_layer *L)
 {
@@ -539,8 +546,9 @@ VNNI static inline struct rq_vnni rq_vnni_init(const struct mac_layer *L)
         .shift = (const int64_t *)(L->rq + 8 * n),
         .simple = L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
                   L->hi - (int64_t)L->output_zp <= INT32_MAX,
-        .shl = !!(flags & RQ_SHL),
-        .zp_folded = zp_folded,
+        .mode = (flags & RQ_SHL ? RQM_SHL : 0) | (zp_folded ? 0 : RQM_ADD_ZP) |
+                (zp_folded && L->out_signed && L->lo == -128 && L->hi == 127 ? RQM_SSAT : 0) |
+                (zp_folded && !L->out_signed && L->hi == 255 ? RQM_USAT : 0),
     };
     return q;
 }
@@ -563,9 +571,10 @@ VNNI static inline __attribute__((always_inline)) __m512i requant8_vnni(const st
  * floor((h + 2**(e-1) - [h < 0]) / 2**e) nest into floor((p + C - [p < T] * 2**31) / 2**(31 + e))
  * (floor(floor(a / b) / c) = floor(a / (b c)), and h < 0 exactly when p + 2**30 < 0). */
 VNNI static inline __attribute__((always_inline)) __m512i requant16_mode_vnni(const struct rq_vnni *q, __m512i acc,
-                                                                               int64_t c, int shl, int add_zp)
+                                                                               int64_t c, int mode)
 {
-    __m512i x = shl ? _mm512_sllv_epi32(acc, _mm512_loadu_si512(q->left + c)) : acc;
+    int add_zp = mode & RQM_ADD_ZP;
+    __m512i x = mode & RQM_SHL ? _mm512_sllv_epi32(acc, _mm512_loadu_si512(q->left + c)) : acc;
     /* zero point folded (every e in 1..21): the high halves of the dividends are their quotients by
      * 2**32, then divided by 2**(e - 1) in 32-bit lanes, one shift for 16 channels */
     int high = !add_zp;
@@ -577,15 +586,32 @@ VNNI static inline __attribute__((always_inline)) __m512i requant16_mode_vnni(co
                               _mm512_loadu_si512(q->e1 + c));
     else /* each quotient is the low half of its 64-bit lane: odd channels into the odd int32 lanes */
         r = _mm512_mask_shuffle_epi32(even, 0xAAAA, odd, _MM_PERM_CCAA);
+    if (mode & RQM_SSAT) /* store16_mode_vnni's saturation clamps */
+        return r;
+    if (mode & RQM_USAT)
+        return _mm512_max_epi32(r, q->qlo);
     /* clamp before adding the zero point: r + zp could leave int32 (folded: it cannot) */
     r = _mm512_min_epi32(_mm512_max_epi32(r, q->qlo), q->qhi);
     return add_zp ? _mm512_add_epi32(r, q->zp) : r;
 }
 
-/* requant16_mode_vnni with the layer's flags read at run time (the GEMM has a copy per mode) */
+/* The first bytes of requant16_mode_vnni's values (keep), narrowed as the mode needs. */
+VNNI static inline __attribute__((always_inline)) void store16_mode_vnni(char *dst, __mmask16 keep, __m512i v,
+                                                                         int mode)
+{
+    if (mode & RQM_SSAT)
+        _mm512_mask_cvtsepi32_storeu_epi8(dst, keep, v);
+    else if (mode & RQM_USAT)
+        _mm512_mask_cvtusepi32_storeu_epi8(dst, keep, v);
+    else /* vpmovdb truncates: the value is already within the output dtype */
+        _mm512_mask_cvtepi32_storeu_epi8(dst, keep, v);
+}
+
+/* requant16_mode_vnni with the layer's flags read at run time and a 32-bit clamp (the kernels have
+ * a copy per mode) */
 VNNI static inline __m512i requant16_vnni(const struct rq_vnni *q, __m512i acc, int64_t c)
 {
-    return requant16_mode_vnni(q, acc, c, q->shl, !q->zp_folded);
+    return requant16_mode_vnni(q, acc, c, q->mode & (RQM_SHL | RQM_ADD_ZP));
 }
 
 /* Requantize 16 accumulators (bias included) of channels c.. and store the first n (<= 16) bytes. */
@@ -594,7 +620,6 @@ VNNI static inline void store16_vnni(const struct mac_layer *L, const struct rq_
 {
     if (q->simple) {
         __mmask16 keep = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
-        /* vpmovdb truncates: the value is already within the output dtype */
         _mm512_mask_cvtepi32_storeu_epi8(dst, keep, requant16_vnni(q, acc, c));
         return;
     }
@@ -617,7 +642,7 @@ VNNI static inline void store16_vnni(const struct mac_layer *L, const struct rq_
 VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const struct mac_layer *L,
                                                                       const struct rq_vnni *qp, const uint8_t *a,
                                                                       int64_t lda, int64_t c0, int np, int64_t rows,
-                                                                      int64_t cout, char *out, int shl, int add_zp)
+                                                                      int64_t cout, char *out, int mode)
 {
     struct rq_vnni q = *qp; /* a local the output stores cannot alias */
     int64_t kq = L->k4 / 4;
@@ -657,7 +682,7 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const stru
     char *o = out + c0;
     __mmask16 keep0 = cout - c0 >= 16 ? 0xFFFF : (__mmask16)((1u << (cout - c0)) - 1);
 #define OUT0(R) \
-    _mm512_mask_cvtepi32_storeu_epi8(o, keep0, requant16_mode_vnni(&q, c##R##0, c0, shl, add_zp)); \
+    store16_mode_vnni(o, keep0, requant16_mode_vnni(&q, c##R##0, c0, mode), mode); \
     o += cout;
     VNNI_ROWS(OUT0)
 #undef OUT0
@@ -666,7 +691,7 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const stru
     if (np == 2 && c1 < cout) {
         __mmask16 keep1 = cout - c1 >= 16 ? 0xFFFF : (__mmask16)((1u << (cout - c1)) - 1);
 #define OUT1(R) \
-    _mm512_mask_cvtepi32_storeu_epi8(o, keep1, requant16_mode_vnni(&q, c##R##1, c1, shl, add_zp)); \
+    store16_mode_vnni(o, keep1, requant16_mode_vnni(&q, c##R##1, c1, mode), mode); \
     o += cout;
         VNNI_ROWS(OUT1)
 #undef OUT1
@@ -764,7 +789,7 @@ VNNI static inline void im2col_row_short(const struct mac_layer *L, const uint8_
  * not a multiple of 4: their weights are zero. Only tiles whose reads would pass the input's end
  * are copied (with zeros after the last row). */
 VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const struct mac_layer *L, const void *in,
-                                                                        void *out, int shl, int add_zp)
+                                                                        void *out, int mode)
 {
     int64_t M = L->n * L->out_h * L->out_w, panels = L->cout_pad / NR, cin = L->cin;
     int direct = L->kh == 1 && L->kw == 1 && L->stride_h == 1 && L->stride_w == 1 && L->pad_top == 0 &&
@@ -830,9 +855,9 @@ VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const st
                 char *o = (char *)out + (m0 + t * MRV) * cout;
                 const uint8_t *at = t < copied_from ? ablk + t * MRV * lda : a + (t - copied_from) * MRV * lda;
                 if (p + 1 < panels)
-                    gemm_tile_vnni(L, &q, at, lda, p * NR, 2, rows - t * MRV, cout, o, shl, add_zp);
+                    gemm_tile_vnni(L, &q, at, lda, p * NR, 2, rows - t * MRV, cout, o, mode);
                 else
-                    gemm_tile_vnni(L, &q, at, lda, p * NR, 1, rows - t * MRV, cout, o, shl, add_zp);
+                    gemm_tile_vnni(L, &q, at, lda, p * NR, 1, rows - t * MRV, cout, o, mode);
             }
         }
     }
@@ -843,10 +868,18 @@ VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const st
 /* The GEMM once per requantization mode: its flags become constants in the unrolled stores. */
 VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *out)
 {
-    struct rq_vnni q = rq_vnni_init(L);
-    if (q.shl)
-        return conv_u8_mode_vnni(L, in, out, 1, !q.zp_folded);
-    return q.zp_folded ? conv_u8_mode_vnni(L, in, out, 0, 0) : conv_u8_mode_vnni(L, in, out, 0, 1);
+    switch (rq_vnni_init(L).mode) {
+    case RQM_SSAT:
+        return conv_u8_mode_vnni(L, in, out, RQM_SSAT);
+    case RQM_USAT:
+        return conv_u8_mode_vnni(L, in, out, RQM_USAT);
+    case 0:
+        return conv_u8_mode_vnni(L, in, out, 0);
+    case RQM_ADD_ZP:
+        return conv_u8_mode_vnni(L, in, out, RQM_ADD_ZP);
+    default: /* RQM_SHL | RQM_ADD_ZP: a left shift means some e = 0, never folded */
+        return conv_u8_mode_vnni(L, in, out, RQM_SHL | RQM_ADD_ZP);
+    }
 }
 
 /* Depthwise, one output pixel, channels [0, c_end) (a multiple of 16): whole blocks of 64, then
@@ -860,16 +893,16 @@ VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *ou
 /* 16 whole channels of a depthwise pixel: store16_vnni with the mode's flags as constants. */
 VNNI static inline __attribute__((always_inline)) void dw_store16_vnni(const struct mac_layer *L,
                                                                        const struct rq_vnni *q, __m512i acc,
-                                                                       int64_t c, char *dst, int shl, int add_zp)
+                                                                       int64_t c, char *dst, int mode)
 {
     if (q->simple)
-        _mm512_mask_cvtepi32_storeu_epi8(dst, 0xFFFF, requant16_mode_vnni(q, acc, c, shl, add_zp));
+        store16_mode_vnni(dst, 0xFFFF, requant16_mode_vnni(q, acc, c, mode), mode);
     else
         store16_vnni(L, q, acc, c, 16, dst);
 }
 
 VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct mac_layer *L, const uint8_t **taps,
-                                                                    int64_t c_end, void *out, int shl, int add_zp)
+                                                                    int64_t c_end, void *out, int mode)
 {
     int64_t quads = L->k4 / 4, cp = L->rq_n; /* packed8 holds rq_n (a multiple of 64) channels per tap */
     int64_t full = c_end / DW_VNNI * DW_VNNI;
@@ -896,7 +929,7 @@ VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct
         __m512i v0 = _mm512_shuffle_i32x4(t0, t1, 0x88), v1 = _mm512_shuffle_i32x4(t0, t1, 0xDD);
         __m512i v2 = _mm512_shuffle_i32x4(t2, t3, 0x88), v3 = _mm512_shuffle_i32x4(t2, t3, 0xDD);
 #define DWOUT(J) dw_store16_vnni(L, &q, _mm512_add_epi32(v##J, _mm512_loadu_si512(L->bias8 + c + 16 * J)), \
-                                 c + 16 * J, (char *)out + c + 16 * J, shl, add_zp);
+                                 c + 16 * J, (char *)out + c + 16 * J, mode);
         DWOUT(0) DWOUT(1) DWOUT(2) DWOUT(3)
 #undef DWOUT
     }
@@ -927,10 +960,9 @@ VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct
         __m512i t01 = _mm512_inserti64x4(_mm512_castsi256_si512(a0), a1, 1); /* a0.l0 a0.l1 a1.l0 a1.l1 */
         __m512i t23 = _mm512_inserti64x4(_mm512_castsi256_si512(a2), a3, 1);
         __m512i v0 = _mm512_shuffle_i32x4(t01, t23, 0x88), v1 = _mm512_shuffle_i32x4(t01, t23, 0xDD);
-        dw_store16_vnni(L, &q, _mm512_add_epi32(v0, _mm512_loadu_si512(L->bias8 + c)), c, (char *)out + c, shl,
-                        add_zp);
+        dw_store16_vnni(L, &q, _mm512_add_epi32(v0, _mm512_loadu_si512(L->bias8 + c)), c, (char *)out + c, mode);
         dw_store16_vnni(L, &q, _mm512_add_epi32(v1, _mm512_loadu_si512(L->bias8 + c + 16)), c + 16,
-                        (char *)out + c + 16, shl, add_zp);
+                        (char *)out + c + 16, mode);
         full += 32;
     }
     if (c_end - full >= 16) {
@@ -955,21 +987,29 @@ VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct
         }
         __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(a0), a1, 1)),
                                        _mm256_inserti128_si256(_mm256_castsi128_si256(a2), a3, 1), 1);
-        dw_store16_vnni(L, &q, _mm512_add_epi32(v, _mm512_loadu_si512(L->bias8 + c)), c, (char *)out + c, shl,
-                        add_zp);
+        dw_store16_vnni(L, &q, _mm512_add_epi32(v, _mm512_loadu_si512(L->bias8 + c)), c, (char *)out + c, mode);
         full += 16;
     }
 }
 
 VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, void *out)
 {
-    int32_t flags = rq_flags(L);
-    if (flags & RQ_SHL)
-        dw_mode_vnni(L, taps, c_end, out, 1, !(flags & RQ_ZP_FOLDED));
-    else if (flags & RQ_ZP_FOLDED)
-        dw_mode_vnni(L, taps, c_end, out, 0, 0);
-    else
-        dw_mode_vnni(L, taps, c_end, out, 0, 1);
+    switch (rq_vnni_init(L).mode) {
+    case RQM_SSAT:
+        dw_mode_vnni(L, taps, c_end, out, RQM_SSAT);
+        break;
+    case RQM_USAT:
+        dw_mode_vnni(L, taps, c_end, out, RQM_USAT);
+        break;
+    case 0:
+        dw_mode_vnni(L, taps, c_end, out, 0);
+        break;
+    case RQM_ADD_ZP:
+        dw_mode_vnni(L, taps, c_end, out, RQM_ADD_ZP);
+        break;
+    default:
+        dw_mode_vnni(L, taps, c_end, out, RQM_SHL | RQM_ADD_ZP);
+    }
 }
 
 DEFINE_DRIVERS(vnni, VNNI, gemm_6x16_avx2, requant_avx2, dw_vnni, 1)
