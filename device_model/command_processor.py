@@ -53,6 +53,8 @@ WAIT_POLL_MAX_S = 0.005
 
 _NP_DTYPES = {"INT8": np.dtype("i1"), "UINT8": np.dtype("u1"), "INT32": np.dtype("<i4")}
 _BYTE_TYPES = ("INT8", "UINT8")
+# A byte input's table index bits: int8 values index from value + 128 (the byte with its top bit flipped).
+_INDEX_FLIP = {"INT8": 0x80, "UINT8": 0x00}
 
 
 @dataclass(frozen=True)
@@ -434,6 +436,51 @@ class _Job:
             return True
 
         self.binding = run
+
+    def bind_lookup(
+        self, out: Tensor, inputs: tuple[Tensor, ...], table: np.ndarray | Tensor, flips: tuple[int, ...]
+    ) -> None:
+        """Bind a table unit that :meth:`compute` just bound as one C lookup into memory
+        (:class:`mac_array.BoundLookup`): ``table`` is the unit's computed table (ADD, SUB, MUL of
+        bytes) or its table tensor, read from memory at each job (LUT, LUT2); ``flips`` turn each
+        input's bytes into its index bits (0x80 for an int8 input indexed by value + 128).
+
+        Only while the C kernels are selected, and only where every operand is one physical run of
+        a dense tensor, the table does not overlap the output and the output overlaps an input
+        only by being the same bytes; otherwise the loading binding stays.
+        """
+        if self.binding is None or self.mac_isa is None:
+            return
+        operands: list[tuple[Tensor, bool]] = [(t, False) for t in inputs] + [(out, True)]
+        if isinstance(table, Tensor):
+            operands.append((table, False))
+        spans = []
+        for t, write in operands:
+            runs = self._cached_runs(t, write)
+            if not t.dense or runs is None or len(runs) != 1:
+                return
+            spans.append(runs[0])
+        out_pa, out_len = spans[len(inputs)]
+        esize = out.np_dtype.itemsize
+        for i, (pa, n) in enumerate(spans):
+            overlaps = pa < out_pa + out_len and out_pa < pa + n
+            same_bytes = i < len(inputs) and (pa, n) == (out_pa, out_len) and esize == 1
+            if i != len(inputs) and overlaps and not same_bytes:
+                return
+        view = self.memory.view
+        ins = [view(*span) for span in spans[: len(inputs)]]
+        table_buf = view(*spans[-1]) if isinstance(table, Tensor) else table
+        try:
+            lookup = mac_array.BoundLookup(
+                ins[0], ins[1] if len(ins) > 1 else None, table_buf, view(out_pa, out_len), esize, *flips
+            )
+        except ValueError:  # sizes the lookup does not take: the loading binding stays
+            return
+
+        def run_lookup(job: _Job) -> bool:
+            return job.mac_isa is not None and lookup.run()  # else the general path (numpy)
+
+        self.binding = run_lookup
 
     def quant(self, cout: int) -> tuple[np.ndarray | int, np.ndarray | int]:
         """Requantization (multiplier, shift): per channel from the quant operand, or per tensor."""
@@ -923,6 +970,10 @@ class _Job:
             out_dtype=out.np_dtype,
         )
         self.compute(out, fn, in1, in2)
+        params = dict(fn.keywords)
+        table = nm.add_table(in1.np_dtype, in2.np_dtype, params.pop("out_dtype"), **params)
+        if table is not None:
+            self.bind_lookup(out, (in1, in2), table, (0, 0))
 
     def op_ADD(self) -> None:  # noqa: N802
         self._add_sub(subtract=False)
@@ -946,6 +997,10 @@ class _Job:
             out_dtype=out.np_dtype,
         )
         self.compute(out, fn, in1, in2)
+        params = dict(fn.keywords)
+        table = nm.mul_table(in1.np_dtype, in2.np_dtype, params.pop("out_dtype"), **params)
+        if table is not None:
+            self.bind_lookup(out, (in1, in2), table, (0, 0))
 
     def _pool(self, fn: Callable[..., np.ndarray]) -> None:
         assert self.ins is not None
@@ -984,6 +1039,7 @@ class _Job:
         if np.prod(table.shape) != 256:
             raise self.fail(f"table has shape {list(table.shape)}, expected 256 elements")
         self.compute(out, partial(nm.lut, signed_input=inp.dtype == "INT8"), inp, table)
+        self.bind_lookup(out, (inp,), table, (_INDEX_FLIP[inp.dtype],))
 
     def op_LUT2(self) -> None:  # noqa: N802
         out = self.expect("output", tuple(_NP_DTYPES))
@@ -993,6 +1049,7 @@ class _Job:
         if np.prod(table.shape) != 65536:
             raise self.fail(f"table has shape {list(table.shape)}, expected 65536 elements")
         self.compute(out, nm.lut2, in1, in2, table)
+        self.bind_lookup(out, (in1, in2), table, (_INDEX_FLIP[in1.dtype], _INDEX_FLIP[in2.dtype]))
 
     def op_SOFTMAX(self) -> None:  # noqa: N802
         assert self.ins is not None

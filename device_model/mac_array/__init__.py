@@ -389,3 +389,50 @@ class BoundRun:
         if rc < 0:
             raise MemoryError("MAC array: out of memory for the layer's buffers")
         return rc == 0
+
+
+class BoundLookup:
+    """The elementwise unit's table lookup fixed to its operands' memory (``mac_lookup``):
+    ``run()`` writes ``out[i] = table[a[i] ^ flip_a]``, or with ``b``,
+    ``table[((a[i] ^ flip_a) << 8) | (b[i] ^ flip_b)]``, in one C call.
+
+    ``a`` and ``b`` hold n bytes, ``out`` n elements of the table's element size (1, 2 or 4 bytes);
+    ``table`` (256 or 65536 elements: a computed table, or a view of memory read at each run) must
+    not overlap ``out``, and ``out`` may overlap an input only by being the same bytes (element size
+    1). The buffers stay referenced while this object lives.
+    """
+
+    def __init__(
+        self,
+        a: memoryview,
+        b: memoryview | None,
+        table: memoryview | np.ndarray,
+        out: memoryview,
+        esize: int,
+        flip_a: int = 0,
+        flip_b: int = 0,
+    ) -> None:
+        mod = library()
+        if mod is None:
+            raise RuntimeError("the MAC array's C kernels are not available")
+        n = a.nbytes
+        entries = 65536 if b is not None else 256
+        if esize not in (1, 2, 4) or out.nbytes != n * esize or (b is not None and b.nbytes != n):
+            raise ValueError(f"lookup: {n} input bytes, {out.nbytes} output bytes of {esize}-byte elements")
+        table_bytes = memoryview(table).nbytes
+        if table_bytes != entries * esize:
+            raise ValueError(f"lookup: the table has {table_bytes} bytes, expected {entries * esize}")
+        ffi = mod.ffi
+        self._buffers = [
+            ffi.from_buffer(a),
+            ffi.NULL if b is None else ffi.from_buffer(b),
+            ffi.from_buffer(table),
+            ffi.from_buffer(out, require_writable=True),
+        ]
+        self._args = (*self._buffers, n, esize, flip_a, flip_b)
+        self._run = mod.lib.mac_lookup
+
+    def run(self) -> bool:
+        """Always True (a lookup cannot fail): the form of a binding."""
+        self._run(*self._args)
+        return True

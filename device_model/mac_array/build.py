@@ -68,6 +68,8 @@ struct mac_check {
 };
 int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int isa,
                     const struct mac_check *checks, int nchecks);
+void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out, size_t n, int esize, int fa,
+                int fb);
 """
 
 

@@ -818,6 +818,34 @@ int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int is
     return mac_run(L, in, out, isa);
 }
 
+/* The elementwise unit's table lookups (ADD, SUB and MUL of bytes through their 65536-entry
+ * tables, LUT, LUT2): out[i] = table[a[i] ^ fa], or with b, table[((a[i] ^ fa) << 8) | (b[i] ^ fb)],
+ * elements of esize bytes (1, 2 or 4). out may be a itself (esize 1): element i is read before it
+ * is written. */
+#define LOOKUP_LOOP(T) \
+    do { \
+        const T *tab = (const T *)table; \
+        T *dst = (T *)out; \
+        if (b) \
+            for (size_t i = 0; i < n; i++) \
+                dst[i] = tab[((unsigned)(a[i] ^ xa) << 8) | (uint8_t)(b[i] ^ xb)]; \
+        else \
+            for (size_t i = 0; i < n; i++) \
+                dst[i] = tab[(uint8_t)(a[i] ^ xa)]; \
+    } while (0)
+
+void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out, size_t n, int esize, int fa,
+                int fb)
+{
+    uint8_t xa = (uint8_t)fa, xb = (uint8_t)fb;
+    if (esize == 1)
+        LOOKUP_LOOP(uint8_t);
+    else if (esize == 2)
+        LOOKUP_LOOP(uint16_t);
+    else
+        LOOKUP_LOOP(uint32_t);
+}
+
 /* 1 when the n bytes at a and b are equal: a plan checks its layer's weights against its own copy. */
 int mac_equal(const void *a, const void *b, size_t n)
 {

@@ -456,6 +456,27 @@ def test_bound_run_computes_into_memory_only_while_its_parameters_match(isa: int
         ma.BoundRun(plan, memoryview(x.tobytes()), view[0:16], [copies[0], (view[48:63], copies[1][1])], isa)
 
 
+def test_bound_lookup_matches_numerics_tables() -> None:
+    rng = np.random.default_rng(9)
+    a = rng.integers(-128, 128, 300, dtype=np.int8)
+    b = rng.integers(0, 256, 300, dtype=np.uint8)
+    table32 = rng.integers(-(2**31), 2**31, 256, dtype=np.int64).astype(np.int32)
+    out32 = np.zeros(300, np.int32)
+    ma.BoundLookup(memoryview(a), None, table32, memoryview(out32), 4, 0x80).run()
+    assert np.array_equal(out32, nm.lut(a, table32, signed_input=True))
+    table2 = rng.integers(-128, 128, 65536, dtype=np.int8)
+    out8 = np.zeros(300, np.int8)
+    ma.BoundLookup(memoryview(a), memoryview(b), table2, memoryview(out8), 1, 0x80, 0).run()
+    assert np.array_equal(out8, nm.lut2(a, b, table2))
+    inplace = a.copy()  # the output may be an input's own bytes
+    ma.BoundLookup(memoryview(inplace), memoryview(b), table2, memoryview(inplace), 1, 0x80, 0).run()
+    assert np.array_equal(inplace, nm.lut2(a, b, table2))
+    with pytest.raises(ValueError, match="output bytes"):
+        ma.BoundLookup(memoryview(a), None, table32, memoryview(out8), 4)
+    with pytest.raises(ValueError, match="the table has 1024 bytes"):
+        ma.BoundLookup(memoryview(a), memoryview(b), table32, memoryview(out32), 4)
+
+
 def test_a_failed_build_means_numpy_with_one_warning(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
     from device_model.mac_array import build
 
