@@ -430,6 +430,8 @@ def _tiled_windows(
     Reducing over axes 2 and 4 of it is one pass over the input, where the general path copies it
     to int64, pads it and reduces a strided window view (~60 us for a 4 KiB global pool)."""
     n, h, w, c = inp.shape
+    # One window along an axis has no stride (a global pool converted with stride 1 tiles too).
+    sh, sw = (sh if oh > 1 else fh), (sw if ow > 1 else fw)
     if (sh, sw, pt, pl) != (fh, fw, 0, 0) or oh * fh > h or ow * fw > w:
         return None
     return inp[:, : oh * fh, : ow * fw].reshape(n, oh, fh, ow, fw, c)
