@@ -227,6 +227,11 @@ class _Translations:
         return True
 
 
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two physical runs (pa, bytes) share a byte."""
+    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
+
+
 def _done(job: _Job) -> bool:
     """A bound instruction with nothing to do (NOP, FENCE)."""
     return True
@@ -437,6 +442,47 @@ class _Job:
 
         self.binding = run
 
+    def _physical_spans(self, operands: list[tuple[Tensor, bool]]) -> list[tuple[int, int]] | None:
+        """Each (tensor, written) operand's one physical run (pa, bytes) from the kept translations,
+        or None if one is strided, lies in several runs or was not kept: a C unit bound to memory
+        takes one dense run per operand."""
+        spans = []
+        for t, write in operands:
+            runs = self._cached_runs(t, write)
+            if not t.dense or runs is None or len(runs) != 1:
+                return None
+            spans.append(runs[0])
+        return spans
+
+    def bind_pool(self, inp: Tensor, out: Tensor, average: bool) -> None:
+        """Bind a pooling instruction that :meth:`compute` just bound as one C call into memory
+        (:class:`mac_array.BoundPool`), while the C kernels are selected, where the input and output
+        are each one run and do not overlap."""
+        assert self.ins is not None
+        if self.binding is None or self.mac_isa is None:
+            return
+        spans = self._physical_spans([(inp, False), (out, True)])
+        if spans is None or _overlap(*spans):
+            return
+        ins = self.ins
+        geometry = (
+            ins["filter_h"], ins["filter_w"], ins["stride_h"], ins["stride_w"], ins["pad_top"],
+            ins["pad_left"], out.shape[1], out.shape[2],
+        )  # fmt: skip
+        view = self.memory.view
+        try:
+            pool = mac_array.BoundPool(
+                view(*spans[0]), view(*spans[1]), inp.shape, inp.np_dtype, geometry, ins["act_min"],
+                ins["act_max"], average,
+            )  # fmt: skip
+        except ValueError:  # what the unit does not take: the loading binding stays
+            return
+
+        def run_pool(job: _Job) -> bool:
+            return job.mac_isa is not None and pool.run()  # else the general path (numpy)
+
+        self.binding = run_pool
+
     def bind_lookup(
         self, out: Tensor, inputs: tuple[Tensor, ...], table: np.ndarray | Tensor, flips: tuple[int, ...]
     ) -> None:
@@ -454,18 +500,14 @@ class _Job:
         operands: list[tuple[Tensor, bool]] = [(t, False) for t in inputs] + [(out, True)]
         if isinstance(table, Tensor):
             operands.append((table, False))
-        spans = []
-        for t, write in operands:
-            runs = self._cached_runs(t, write)
-            if not t.dense or runs is None or len(runs) != 1:
-                return
-            spans.append(runs[0])
+        spans = self._physical_spans(operands)
+        if spans is None:
+            return
         out_pa, out_len = spans[len(inputs)]
         esize = out.np_dtype.itemsize
-        for i, (pa, n) in enumerate(spans):
-            overlaps = pa < out_pa + out_len and out_pa < pa + n
-            same_bytes = i < len(inputs) and (pa, n) == (out_pa, out_len) and esize == 1
-            if i != len(inputs) and overlaps and not same_bytes:
+        for i, span in enumerate(spans):
+            same_bytes = i < len(inputs) and span == (out_pa, out_len) and esize == 1
+            if i != len(inputs) and _overlap(span, (out_pa, out_len)) and not same_bytes:
                 return
         view = self.memory.view
         ins = [view(*span) for span in spans[: len(inputs)]]
@@ -654,24 +696,17 @@ class _Job:
         be: an operand in several physical runs or not kept, a strided input, filter or output, or
         an output overlapping another operand (the kernels read those while they write it)."""
         assert self.ins is not None
-        if not (inp.dense and filt.dense and out.dense):
-            return None
         operands = {"input": (inp, False), "filter": (filt, False), "output": (out, True)}
         flags = self.ins["flags"]
         if flags & isa.SPEC.flags["PER_CHANNEL"]:
             operands["quant"] = (self.tensor("quant"), False)
         if flags & isa.SPEC.flags["HAS_BIAS"]:
             operands["bias"] = (self.tensor("bias"), False)
-        spans: dict[str, tuple[int, int]] = {}
-        for name, (t, write) in operands.items():
-            runs = self._cached_runs(t, write)
-            if runs is None or len(runs) != 1:
-                return None
-            spans[name] = runs[0]
-        out_pa, out_len = spans["output"]
-        if any(
-            pa < out_pa + out_len and out_pa < pa + n for name, (pa, n) in spans.items() if name != "output"
-        ):
+        found = self._physical_spans(list(operands.values()))
+        if found is None:
+            return None
+        spans = dict(zip(operands, found, strict=True))
+        if any(_overlap(span, spans["output"]) for name, span in spans.items() if name != "output"):
             return None
         view = self.memory.view
         # The plan's copy of the filter is the filter's bytes in memory (a dense tensor of its dtype);
@@ -1025,6 +1060,7 @@ class _Job:
             act_max=ins["act_max"],
         )
         self.compute(out, pool, inp)
+        self.bind_pool(inp, out, average=fn is nm.avg_pool)
 
     def op_MAXPOOL(self) -> None:  # noqa: N802
         self._pool(nm.max_pool)

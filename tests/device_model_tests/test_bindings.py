@@ -263,13 +263,10 @@ def test_bound_units_read_rewritten_inputs_and_tables() -> None:
         assert run(warm) == want
     ops = {i.offset: i.op for i in isa.decode(stream)}
     assert {ops[offset] for offset in bound_offsets(warm, m)} == set(ops.values()) - {"END"}
-    if mac_array.selected_isa() is not None:  # the table units bind as one C lookup into memory
-        assert {ops[offset] for offset in direct_offsets(warm, m, "run_lookup")} == {
-            "MUL",
-            "LUT",
-            "LUT2",
-            "ADD",
-        }
+    if mac_array.selected_isa() is not None:  # table and pooling units bind as one C call into memory
+        lookups = {ops[offset] for offset in direct_offsets(warm, m, "run_lookup")}
+        assert lookups == {"MUL", "LUT", "LUT2", "ADD"}
+        assert {ops[offset] for offset in direct_offsets(warm, m, "run_pool")} == {"MAXPOOL", "AVGPOOL"}
 
 
 def test_layer_writing_over_its_own_input_is_not_computed_in_place() -> None:
