@@ -53,6 +53,8 @@ WAIT_POLL_MAX_S = 0.005
 
 _NP_DTYPES = {"INT8": np.dtype("i1"), "UINT8": np.dtype("u1"), "INT32": np.dtype("<i4")}
 _BYTE_TYPES = ("INT8", "UINT8")
+# A byte input's table index bits: int8 values index from value + 128 (the byte with its top bit flipped).
+_INDEX_FLIP = {"INT8": 0x80, "UINT8": 0x00}
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,11 @@ class _Translations:
                     return False
                 self.tables[pa] = table
         return True
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two physical runs (pa, bytes) share a byte."""
+    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
 
 
 def _done(job: _Job) -> bool:
@@ -435,6 +442,88 @@ class _Job:
 
         self.binding = run
 
+    def _physical_spans(self, operands: list[tuple[Tensor, bool]]) -> list[tuple[int, int]] | None:
+        """Each (tensor, written) operand's one physical run (pa, bytes) from the kept translations,
+        or None if one is strided, lies in several runs or was not kept: a C unit bound to memory
+        takes one dense run per operand."""
+        spans = []
+        for t, write in operands:
+            runs = self._cached_runs(t, write)
+            if not t.dense or runs is None or len(runs) != 1:
+                return None
+            spans.append(runs[0])
+        return spans
+
+    def bind_pool(self, inp: Tensor, out: Tensor, average: bool) -> None:
+        """Bind a pooling instruction that :meth:`compute` just bound as one C call into memory
+        (:class:`mac_array.BoundPool`), while the C kernels are selected, where the input and output
+        are each one run and do not overlap."""
+        assert self.ins is not None
+        if self.binding is None or self.mac_isa is None:
+            return
+        spans = self._physical_spans([(inp, False), (out, True)])
+        if spans is None or _overlap(*spans):
+            return
+        ins = self.ins
+        geometry = (
+            ins["filter_h"], ins["filter_w"], ins["stride_h"], ins["stride_w"], ins["pad_top"],
+            ins["pad_left"], out.shape[1], out.shape[2],
+        )  # fmt: skip
+        view = self.memory.view
+        try:
+            pool = mac_array.BoundPool(
+                view(*spans[0]), view(*spans[1]), inp.shape, inp.np_dtype, geometry, ins["act_min"],
+                ins["act_max"], average,
+            )  # fmt: skip
+        except ValueError:  # what the unit does not take: the loading binding stays
+            return
+
+        def run_pool(job: _Job) -> bool:
+            return job.mac_isa is not None and pool.run()  # else the general path (numpy)
+
+        self.binding = run_pool
+
+    def bind_lookup(
+        self, out: Tensor, inputs: tuple[Tensor, ...], table: np.ndarray | Tensor, flips: tuple[int, ...]
+    ) -> None:
+        """Bind a table unit that :meth:`compute` just bound as one C lookup into memory
+        (:class:`mac_array.BoundLookup`): ``table`` is the unit's computed table (ADD, SUB, MUL of
+        bytes) or its table tensor, read from memory at each job (LUT, LUT2); ``flips`` turn each
+        input's bytes into its index bits (0x80 for an int8 input indexed by value + 128).
+
+        Only while the C kernels are selected, and only where every operand is one physical run of
+        a dense tensor, the table does not overlap the output and the output overlaps an input
+        only by being the same bytes; otherwise the loading binding stays.
+        """
+        if self.binding is None or self.mac_isa is None:
+            return
+        operands: list[tuple[Tensor, bool]] = [(t, False) for t in inputs] + [(out, True)]
+        if isinstance(table, Tensor):
+            operands.append((table, False))
+        spans = self._physical_spans(operands)
+        if spans is None:
+            return
+        out_pa, out_len = spans[len(inputs)]
+        esize = out.np_dtype.itemsize
+        for i, span in enumerate(spans):
+            same_bytes = i < len(inputs) and span == (out_pa, out_len) and esize == 1
+            if i != len(inputs) and _overlap(span, (out_pa, out_len)) and not same_bytes:
+                return
+        view = self.memory.view
+        ins = [view(*span) for span in spans[: len(inputs)]]
+        table_buf = view(*spans[-1]) if isinstance(table, Tensor) else table
+        try:
+            lookup = mac_array.BoundLookup(
+                ins[0], ins[1] if len(ins) > 1 else None, table_buf, view(out_pa, out_len), esize, *flips
+            )
+        except ValueError:  # sizes the lookup does not take: the loading binding stays
+            return
+
+        def run_lookup(job: _Job) -> bool:
+            return job.mac_isa is not None and lookup.run()  # else the general path (numpy)
+
+        self.binding = run_lookup
+
     def quant(self, cout: int) -> tuple[np.ndarray | int, np.ndarray | int]:
         """Requantization (multiplier, shift): per channel from the quant operand, or per tensor."""
         assert self.ins is not None
@@ -607,24 +696,17 @@ class _Job:
         be: an operand in several physical runs or not kept, a strided input, filter or output, or
         an output overlapping another operand (the kernels read those while they write it)."""
         assert self.ins is not None
-        if not (inp.dense and filt.dense and out.dense):
-            return None
         operands = {"input": (inp, False), "filter": (filt, False), "output": (out, True)}
         flags = self.ins["flags"]
         if flags & isa.SPEC.flags["PER_CHANNEL"]:
             operands["quant"] = (self.tensor("quant"), False)
         if flags & isa.SPEC.flags["HAS_BIAS"]:
             operands["bias"] = (self.tensor("bias"), False)
-        spans: dict[str, tuple[int, int]] = {}
-        for name, (t, write) in operands.items():
-            runs = self._cached_runs(t, write)
-            if runs is None or len(runs) != 1:
-                return None
-            spans[name] = runs[0]
-        out_pa, out_len = spans["output"]
-        if any(
-            pa < out_pa + out_len and out_pa < pa + n for name, (pa, n) in spans.items() if name != "output"
-        ):
+        found = self._physical_spans(list(operands.values()))
+        if found is None:
+            return None
+        spans = dict(zip(operands, found, strict=True))
+        if any(_overlap(span, spans["output"]) for name, span in spans.items() if name != "output"):
             return None
         view = self.memory.view
         # The plan's copy of the filter is the filter's bytes in memory (a dense tensor of its dtype);
@@ -923,6 +1005,10 @@ class _Job:
             out_dtype=out.np_dtype,
         )
         self.compute(out, fn, in1, in2)
+        params = dict(fn.keywords)
+        table = nm.add_table(in1.np_dtype, in2.np_dtype, params.pop("out_dtype"), **params)
+        if table is not None:
+            self.bind_lookup(out, (in1, in2), table, (0, 0))
 
     def op_ADD(self) -> None:  # noqa: N802
         self._add_sub(subtract=False)
@@ -946,6 +1032,10 @@ class _Job:
             out_dtype=out.np_dtype,
         )
         self.compute(out, fn, in1, in2)
+        params = dict(fn.keywords)
+        table = nm.mul_table(in1.np_dtype, in2.np_dtype, params.pop("out_dtype"), **params)
+        if table is not None:
+            self.bind_lookup(out, (in1, in2), table, (0, 0))
 
     def _pool(self, fn: Callable[..., np.ndarray]) -> None:
         assert self.ins is not None
@@ -970,6 +1060,7 @@ class _Job:
             act_max=ins["act_max"],
         )
         self.compute(out, pool, inp)
+        self.bind_pool(inp, out, average=fn is nm.avg_pool)
 
     def op_MAXPOOL(self) -> None:  # noqa: N802
         self._pool(nm.max_pool)
@@ -984,6 +1075,7 @@ class _Job:
         if np.prod(table.shape) != 256:
             raise self.fail(f"table has shape {list(table.shape)}, expected 256 elements")
         self.compute(out, partial(nm.lut, signed_input=inp.dtype == "INT8"), inp, table)
+        self.bind_lookup(out, (inp,), table, (_INDEX_FLIP[inp.dtype],))
 
     def op_LUT2(self) -> None:  # noqa: N802
         out = self.expect("output", tuple(_NP_DTYPES))
@@ -993,6 +1085,7 @@ class _Job:
         if np.prod(table.shape) != 65536:
             raise self.fail(f"table has shape {list(table.shape)}, expected 65536 elements")
         self.compute(out, nm.lut2, in1, in2, table)
+        self.bind_lookup(out, (in1, in2), table, (_INDEX_FLIP[in1.dtype], _INDEX_FLIP[in2.dtype]))
 
     def op_SOFTMAX(self) -> None:  # noqa: N802
         assert self.ins is not None

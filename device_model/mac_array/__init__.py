@@ -51,6 +51,7 @@ DW_VNNI = 64  # depthwise channels per VNNI block (mac_array.c's DW_VNNI)
 _DW_POS = np.array([0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15])
 _RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 _I16 = (-(2**15), 2**15 - 1)
+POOL_MAX_TAPS = 1 << 23  # window taps the pooling unit's int32 sums take (255 * taps < 2**31)
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
@@ -421,3 +422,104 @@ class BoundRun:
         if rc < 0:
             raise MemoryError("MAC array: out of memory for the layer's buffers")
         return rc == 0
+
+
+class BoundLookup:
+    """The elementwise unit's table lookup fixed to its operands' memory (``mac_lookup``):
+    ``run()`` writes ``out[i] = table[a[i] ^ flip_a]``, or with ``b``,
+    ``table[((a[i] ^ flip_a) << 8) | (b[i] ^ flip_b)]``, in one C call.
+
+    ``a`` and ``b`` hold n bytes, ``out`` n elements of the table's element size (1, 2 or 4 bytes);
+    ``table`` (256 or 65536 elements: a computed table, or a view of memory read at each run) must
+    not overlap ``out``, and ``out`` may overlap an input only by being the same bytes (element size
+    1). The buffers stay referenced while this object lives.
+    """
+
+    def __init__(
+        self,
+        a: memoryview,
+        b: memoryview | None,
+        table: memoryview | np.ndarray,
+        out: memoryview,
+        esize: int,
+        flip_a: int = 0,
+        flip_b: int = 0,
+    ) -> None:
+        mod = library()
+        if mod is None:
+            raise RuntimeError("the MAC array's C kernels are not available")
+        n = a.nbytes
+        entries = 65536 if b is not None else 256
+        if esize not in (1, 2, 4) or out.nbytes != n * esize or (b is not None and b.nbytes != n):
+            raise ValueError(f"lookup: {n} input bytes, {out.nbytes} output bytes of {esize}-byte elements")
+        table_bytes = memoryview(table).nbytes
+        if table_bytes != entries * esize:
+            raise ValueError(f"lookup: the table has {table_bytes} bytes, expected {entries * esize}")
+        ffi = mod.ffi
+        self._buffers = [
+            ffi.from_buffer(a),
+            ffi.NULL if b is None else ffi.from_buffer(b),
+            ffi.from_buffer(table),
+            ffi.from_buffer(out, require_writable=True),
+        ]
+        self._args = (*self._buffers, n, esize, flip_a, flip_b)
+        self._run = mod.lib.mac_lookup
+
+    def run(self) -> bool:
+        """Always True (a lookup cannot fail): the form of a binding."""
+        self._run(*self._args)
+        return True
+
+
+class BoundPool:
+    """The pooling unit fixed to its operands' memory (``mac_pool``): ``run()`` writes MAXPOOL or
+    AVGPOOL of the int8 / uint8 input into the output (the same dtype) in one C call, with the
+    numpy path's arithmetic (:func:`numerics.max_pool`, :func:`numerics.avg_pool`).
+
+    ``geometry`` is (filter_h, filter_w, stride_h, stride_w, pad_top, pad_left, out_h, out_w); the
+    output must not overlap the input. A window with no input position raises ValueError at run
+    time, as the numpy path does. The buffers stay referenced while this object lives.
+    """
+
+    def __init__(
+        self,
+        inp: memoryview,
+        out: memoryview,
+        in_shape: tuple[int, int, int, int],
+        dtype: np.dtype,
+        geometry: tuple[int, int, int, int, int, int, int, int],
+        act_min: int,
+        act_max: int,
+        average: bool,
+    ) -> None:
+        mod = library()
+        if mod is None:
+            raise RuntimeError("the MAC array's C kernels are not available")
+        n, h, w, c = in_shape
+        fh, fw, sh, sw, pt, pl, oh, ow = geometry
+        _check_positive("POOL", filter_h=fh, filter_w=fw, stride_h=sh, stride_w=sw)
+        nm.check_clamp(act_min, act_max)
+        if np.dtype(dtype) not in _RANGES:
+            raise ValueError(f"pool: {dtype} input, expected int8 or uint8")
+        if inp.nbytes != n * h * w * c or out.nbytes != n * oh * ow * c:
+            raise ValueError(f"pool: {inp.nbytes} input, {out.nbytes} output bytes: {in_shape} -> {oh}x{ow}")
+        if fh * fw > POOL_MAX_TAPS:  # the C sums are int32: 255 * taps must fit
+            raise ValueError(f"pool: {fh}x{fw} windows, more than {POOL_MAX_TAPS} taps")
+        ffi = mod.ffi
+        self._spec = ffi.new("struct mac_pool *")
+        for key, value in dict(
+            n=n, h=h, w=w, c=c, fh=fh, fw=fw, sh=sh, sw=sw, pt=pt, pl=pl, oh=oh, ow=ow, lo=act_min,
+            hi=act_max, average=int(average), in_signed=int(np.dtype(dtype) == np.int8),
+        ).items():  # fmt: skip
+            setattr(self._spec, key, value)
+        self._buffers = [ffi.from_buffer(inp), ffi.from_buffer(out, require_writable=True)]
+        self._run = mod.lib.mac_pool
+
+    def run(self) -> bool:
+        """True when it ran (a binding's form)."""
+        rc = self._run(self._spec, *self._buffers)
+        if rc == -1:
+            raise MemoryError("pooling unit: out of memory")
+        if rc == -2:
+            raise ValueError("POOL: a window covers no input position (padding too large)")
+        return True

@@ -68,6 +68,16 @@ struct mac_check {
 };
 int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int isa,
                     const struct mac_check *checks, int nchecks);
+struct mac_pool {
+    int64_t n, h, w, c;
+    int64_t fh, fw, sh, sw, pt, pl, oh, ow;
+    int32_t lo, hi;
+    int32_t average;
+    int32_t in_signed;
+};
+int mac_pool(const struct mac_pool *P, const void *in, void *out);
+void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out, size_t n, int esize, int fa,
+                int fb);
 """
 
 

@@ -1070,6 +1070,103 @@ int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int is
     return mac_run(L, in, out, isa);
 }
 
+/* The elementwise unit's table lookups (ADD, SUB and MUL of bytes through their 65536-entry
+ * tables, LUT, LUT2): out[i] = table[a[i] ^ fa], or with b, table[((a[i] ^ fa) << 8) | (b[i] ^ fb)],
+ * elements of esize bytes (1, 2 or 4). out may be a itself (esize 1): element i is read before it
+ * is written. */
+#define LOOKUP_LOOP(T) \
+    do { \
+        const T *tab = (const T *)table; \
+        T *dst = (T *)out; \
+        if (b) \
+            for (size_t i = 0; i < n; i++) \
+                dst[i] = tab[((unsigned)(a[i] ^ xa) << 8) | (uint8_t)(b[i] ^ xb)]; \
+        else \
+            for (size_t i = 0; i < n; i++) \
+                dst[i] = tab[(uint8_t)(a[i] ^ xa)]; \
+    } while (0)
+
+void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out, size_t n, int esize, int fa,
+                int fb)
+{
+    uint8_t xa = (uint8_t)fa, xb = (uint8_t)fb;
+    if (esize == 1)
+        LOOKUP_LOOP(uint8_t);
+    else if (esize == 2)
+        LOOKUP_LOOP(uint16_t);
+    else
+        LOOKUP_LOOP(uint32_t);
+}
+
+/* The pooling unit: MAXPOOL and AVGPOOL of int8 / uint8 tensors (the output has the input's dtype),
+ * over the valid positions of each window; the average rounds half away from zero (TFLite's
+ * AveragePool), the result is clamped to [lo, hi] (hi wins, as numpy.clip) and saturated to the
+ * dtype. 0, -1 when out of memory, -2 when a window covers no input position. */
+struct mac_pool {
+    int64_t n, h, w, c;
+    int64_t fh, fw, sh, sw, pt, pl, oh, ow;
+    int32_t lo, hi;
+    int32_t average;
+    int32_t in_signed;
+};
+
+int mac_pool(const struct mac_pool *P, const void *in, void *out)
+{
+    int64_t c = P->c;
+    int32_t *acc = malloc((size_t)(c ? c : 1) * 4);
+    if (!acc)
+        return -1;
+    int32_t dmin = P->in_signed ? -128 : 0, dmax = P->in_signed ? 127 : 255;
+    const int8_t *s8 = in;
+    const uint8_t *u8 = in;
+    for (int64_t b = 0; b < P->n; b++)
+        for (int64_t oy = 0; oy < P->oh; oy++)
+            for (int64_t ox = 0; ox < P->ow; ox++) {
+                int64_t y0 = oy * P->sh - P->pt, x0 = ox * P->sw - P->pl;
+                int64_t ya = y0 < 0 ? 0 : y0, yb = y0 + P->fh < P->h ? y0 + P->fh : P->h;
+                int64_t xa = x0 < 0 ? 0 : x0, xb = x0 + P->fw < P->w ? x0 + P->fw : P->w;
+                if (yb <= ya || xb <= xa) {
+                    free(acc);
+                    return -2;
+                }
+                int32_t count = (int32_t)((yb - ya) * (xb - xa));
+                for (int64_t ch = 0; ch < c; ch++)
+                    acc[ch] = P->average ? 0 : INT32_MIN;
+                for (int64_t y = ya; y < yb; y++)
+                    for (int64_t x = xa; x < xb; x++) {
+                        int64_t off = ((b * P->h + y) * P->w + x) * c;
+                        if (P->average && P->in_signed)
+                            for (int64_t ch = 0; ch < c; ch++)
+                                acc[ch] += s8[off + ch];
+                        else if (P->average)
+                            for (int64_t ch = 0; ch < c; ch++)
+                                acc[ch] += u8[off + ch];
+                        else if (P->in_signed)
+                            for (int64_t ch = 0; ch < c; ch++)
+                                acc[ch] = s8[off + ch] > acc[ch] ? s8[off + ch] : acc[ch];
+                        else
+                            for (int64_t ch = 0; ch < c; ch++)
+                                acc[ch] = u8[off + ch] > acc[ch] ? u8[off + ch] : acc[ch];
+                    }
+                int64_t o = ((b * P->oh + oy) * P->ow + ox) * c;
+                int32_t half = count / 2;
+                for (int64_t ch = 0; ch < c; ch++) {
+                    int32_t r = acc[ch];
+                    if (P->average)
+                        r = r > 0 ? (r + half) / count : -((-r + half) / count);
+                    r = r < P->lo ? P->lo : r;
+                    r = r > P->hi ? P->hi : r;
+                    r = r < dmin ? dmin : (r > dmax ? dmax : r);
+                    if (P->in_signed)
+                        ((int8_t *)out)[o + ch] = (int8_t)r;
+                    else
+                        ((uint8_t *)out)[o + ch] = (uint8_t)r;
+                }
+            }
+    free(acc);
+    return 0;
+}
+
 /* 1 when the n bytes at a and b are equal: a plan checks its layer's weights against its own copy. */
 int mac_equal(const void *a, const void *b, size_t n)
 {

@@ -279,14 +279,14 @@ def add(
     if not 0 <= left_shift <= SHIFT_MAX:
         raise ValueError(f"ADD: left_shift must be in [0, {SHIFT_MAX}], got {left_shift}")
     check_clamp(act_min, act_max)
-    if out_dtype is not None and {np.dtype(out_dtype), in1.dtype, in2.dtype} <= set(_FAST_OUT):
-        params = (
-            input1_zp, input2_zp, left_shift, input1_multiplier, input1_shift, input2_multiplier,
-            input2_shift, output_multiplier, output_shift, output_zp, act_min, act_max, subtract,
-        )  # fmt: skip
-        return _pair_table("ADD", in1.dtype.str, in2.dtype.str, np.dtype(out_dtype).str, params).take(
-            _pair_index(in1, in2)
-        )
+    table = add_table(
+        in1.dtype, in2.dtype, out_dtype, input1_zp=input1_zp, input2_zp=input2_zp, left_shift=left_shift,
+        input1_multiplier=input1_multiplier, input1_shift=input1_shift, input2_multiplier=input2_multiplier,
+        input2_shift=input2_shift, output_multiplier=output_multiplier, output_shift=output_shift,
+        output_zp=output_zp, act_min=act_min, act_max=act_max, subtract=subtract,
+    )  # fmt: skip
+    if table is not None:
+        return table.take(_pair_index(in1, in2))
     a = wrap_int32((in1.astype(np.int64) - input1_zp) << left_shift)
     b = wrap_int32((in2.astype(np.int64) - input2_zp) << left_shift)
     a = multiply_by_quantized_multiplier(a, input1_multiplier, input1_shift)
@@ -294,6 +294,41 @@ def add(
     raw = wrap_int32(a - b if subtract else a + b)
     out = multiply_by_quantized_multiplier(raw, output_multiplier, output_shift) + output_zp
     return np.clip(out, act_min, act_max).astype(np.int32)
+
+
+def _byte_operands(*dtypes: np.dtype | None) -> bool:
+    return all(d is not None and np.dtype(d) in _FAST_OUT for d in dtypes)
+
+
+def add_table(
+    in1_dtype: np.dtype, in2_dtype: np.dtype, out_dtype: np.dtype | None, **params: int | bool
+) -> np.ndarray | None:
+    """The read-only [65536] table of out_dtype that :func:`add` (same keyword parameters) looks
+    byte inputs up in, by (b1 << 8) | b2 of the inputs' raw bytes; None unless all three dtypes are
+    int8/uint8. Parameters outside add()'s bounds raise ValueError as add() does."""
+    if not _byte_operands(in1_dtype, in2_dtype, out_dtype):
+        return None
+    if not 0 <= int(params["left_shift"]) <= SHIFT_MAX:
+        raise ValueError(f"ADD: left_shift must be in [0, {SHIFT_MAX}], got {params['left_shift']}")
+    check_clamp(int(params["act_min"]), int(params["act_max"]))
+    names = (
+        "input1_zp", "input2_zp", "left_shift", "input1_multiplier", "input1_shift", "input2_multiplier",
+        "input2_shift", "output_multiplier", "output_shift", "output_zp", "act_min", "act_max", "subtract",
+    )  # fmt: skip
+    key = tuple(params[name] for name in names)
+    return _pair_table("ADD", np.dtype(in1_dtype).str, np.dtype(in2_dtype).str, np.dtype(out_dtype).str, key)
+
+
+def mul_table(
+    in1_dtype: np.dtype, in2_dtype: np.dtype, out_dtype: np.dtype | None, **params: int
+) -> np.ndarray | None:
+    """The [65536] table :func:`mul` looks byte inputs up in (as :func:`add_table` for add())."""
+    if not _byte_operands(in1_dtype, in2_dtype, out_dtype):
+        return None
+    check_clamp(int(params["act_min"]), int(params["act_max"]))
+    names = ("input1_zp", "input2_zp", "output_multiplier", "output_shift", "output_zp", "act_min", "act_max")
+    key = tuple(params[name] for name in names)
+    return _pair_table("MUL", np.dtype(in1_dtype).str, np.dtype(in2_dtype).str, np.dtype(out_dtype).str, key)
 
 
 # Byte-input ADD/SUB and MUL through a table of all 65536 input pairs: the output is a function of
@@ -357,11 +392,13 @@ def mul(
     lookup in :func:`_pair_table`); otherwise int32 values in [act_min, act_max].
     """
     check_clamp(act_min, act_max)
-    if out_dtype is not None and {np.dtype(out_dtype), in1.dtype, in2.dtype} <= set(_FAST_OUT):
-        params = (input1_zp, input2_zp, output_multiplier, output_shift, output_zp, act_min, act_max)
-        return _pair_table("MUL", in1.dtype.str, in2.dtype.str, np.dtype(out_dtype).str, params).take(
-            _pair_index(in1, in2)
-        )
+    table = mul_table(
+        in1.dtype, in2.dtype, out_dtype, input1_zp=input1_zp, input2_zp=input2_zp,
+        output_multiplier=output_multiplier, output_shift=output_shift, output_zp=output_zp, act_min=act_min,
+        act_max=act_max,
+    )  # fmt: skip
+    if table is not None:
+        return table.take(_pair_index(in1, in2))
     prod = wrap_int32((in1.astype(np.int64) - input1_zp) * (in2.astype(np.int64) - input2_zp))
     out = multiply_by_quantized_multiplier(prod, output_multiplier, output_shift) + output_zp
     return np.clip(out, act_min, act_max).astype(np.int32)
@@ -393,6 +430,8 @@ def _tiled_windows(
     Reducing over axes 2 and 4 of it is one pass over the input, where the general path copies it
     to int64, pads it and reduces a strided window view (~60 us for a 4 KiB global pool)."""
     n, h, w, c = inp.shape
+    # One window along an axis has no stride (a global pool converted with stride 1 tiles too).
+    sh, sw = (sh if oh > 1 else fh), (sw if ow > 1 else fw)
     if (sh, sw, pt, pl) != (fh, fw, 0, 0) or oh * fh > h or ow * fw > w:
         return None
     return inp[:, : oh * fh, : ow * fw].reshape(n, oh, fh, ow, fw, c)

@@ -110,14 +110,12 @@ def bound_offsets(cp: CommandProcessor, m: Machine) -> set[int]:
     return {offset for _, bound in cache.bindings.values() for offset in bound}
 
 
-def direct_offsets(cp: CommandProcessor, m: Machine) -> set[int]:
-    """The offsets of the layers bound as a mac_array.BoundRun (checked and computed in one C call)."""
+def direct_offsets(cp: CommandProcessor, m: Machine, kind: str = "run_direct") -> set[int]:
+    """The offsets of the instructions bound as one C call into memory: layers as a
+    mac_array.BoundRun (``run_direct``), table units as a mac_array.BoundLookup (``run_lookup``)."""
     cache = cp._translations[m.space.root]
     return {
-        offset
-        for _, bound in cache.bindings.values()
-        for offset, fn in bound.items()
-        if fn.__name__ == "run_direct"
+        offset for _, bound in cache.bindings.values() for offset, fn in bound.items() if fn.__name__ == kind
     }
 
 
@@ -239,6 +237,9 @@ def test_bound_units_read_rewritten_inputs_and_tables() -> None:
         isa.encode("ARG_MAX", input=6, output=10),
         isa.encode("COPY", src=4, dst=4),
         isa.encode("FILL", dst=13, value=-9),
+        isa.encode("ADD", input1=5, input2=0, output=5, left_shift=20, input1_multiplier=1 << 30,
+                   input2_multiplier=1 << 30, output_multiplier=1 << 30, input1_shift=0, input2_shift=0,
+                   output_shift=-19, act_min=-128, act_max=127),  # in place
         isa.encode("IRQ", value=5),
     )  # fmt: skip
     cmd = m.buffer(len(stream), stream)
@@ -262,6 +263,10 @@ def test_bound_units_read_rewritten_inputs_and_tables() -> None:
         assert run(warm) == want
     ops = {i.offset: i.op for i in isa.decode(stream)}
     assert {ops[offset] for offset in bound_offsets(warm, m)} == set(ops.values()) - {"END"}
+    if mac_array.selected_isa() is not None:  # table and pooling units bind as one C call into memory
+        lookups = {ops[offset] for offset in direct_offsets(warm, m, "run_lookup")}
+        assert lookups == {"MUL", "LUT", "LUT2", "ADD"}
+        assert {ops[offset] for offset in direct_offsets(warm, m, "run_pool")} == {"MAXPOOL", "AVGPOOL"}
 
 
 def test_layer_writing_over_its_own_input_is_not_computed_in_place() -> None:

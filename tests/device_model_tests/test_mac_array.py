@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 ISAS = ma.cpu_isas()
 pytestmark = pytest.mark.skipif(not ISAS, reason="the MAC array's C kernels could not be built here")
+_RANGE = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 ISA_PARAMS = [pytest.param(isa, id=ma.ISA_NAMES[isa]) for isa in ISAS] or [pytest.param(0, id="none")]
 DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 
@@ -513,6 +514,72 @@ def test_bound_run_computes_into_memory_only_while_its_parameters_match(isa: int
         ma.BoundRun(plan, memoryview(x.tobytes()), view[0:15], copies, isa)
     with pytest.raises(ValueError, match="check 1"):
         ma.BoundRun(plan, memoryview(x.tobytes()), view[0:16], [copies[0], (view[48:63], copies[1][1])], isa)
+
+
+def test_bound_lookup_matches_numerics_tables() -> None:
+    rng = np.random.default_rng(9)
+    a = rng.integers(-128, 128, 300, dtype=np.int8)
+    b = rng.integers(0, 256, 300, dtype=np.uint8)
+    table32 = rng.integers(-(2**31), 2**31, 256, dtype=np.int64).astype(np.int32)
+    out32 = np.zeros(300, np.int32)
+    ma.BoundLookup(memoryview(a), None, table32, memoryview(out32), 4, 0x80).run()
+    assert np.array_equal(out32, nm.lut(a, table32, signed_input=True))
+    table2 = rng.integers(-128, 128, 65536, dtype=np.int8)
+    out8 = np.zeros(300, np.int8)
+    ma.BoundLookup(memoryview(a), memoryview(b), table2, memoryview(out8), 1, 0x80, 0).run()
+    assert np.array_equal(out8, nm.lut2(a, b, table2))
+    inplace = a.copy()  # the output may be an input's own bytes
+    ma.BoundLookup(memoryview(inplace), memoryview(b), table2, memoryview(inplace), 1, 0x80, 0).run()
+    assert np.array_equal(inplace, nm.lut2(a, b, table2))
+    with pytest.raises(ValueError, match="output bytes"):
+        ma.BoundLookup(memoryview(a), None, table32, memoryview(out8), 4)
+    with pytest.raises(ValueError, match="the table has 1024 bytes"):
+        ma.BoundLookup(memoryview(a), memoryview(b), table32, memoryview(out32), 4)
+
+
+@pytest.mark.parametrize("average", [False, True])
+def test_bound_pool_matches_numerics(average: bool) -> None:
+    """The pooling unit against numerics' max_pool / avg_pool: padding, strides, partial windows,
+    both dtypes, clamps inside and outside the dtype (rounding of negative averages included)."""
+    rng = np.random.default_rng(10)
+    fn = nm.avg_pool if average else nm.max_pool
+    compared = 0
+    for trial in range(40):
+        dtype = np.dtype(np.int8) if trial % 2 else np.dtype(np.uint8)
+        lo_d, hi_d = _RANGE[dtype]
+        n, h, w, c = 1 + trial % 2, int(rng.integers(1, 9)), int(rng.integers(1, 9)), int(rng.integers(1, 20))
+        fh, fw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        sh, sw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        pt, pl = int(rng.integers(0, fh)), int(rng.integers(0, fw))
+        oh, ow = (
+            max(1, (h + pt - 1) // sh + 1 - (fh > h + pt)),
+            max(1, (w + pl - 1) // sw + 1 - (fw > w + pl)),
+        )
+        act = sorted(rng.integers(lo_d - 20, hi_d + 20, 2)) if trial % 3 else (lo_d, hi_d)
+        x = rng.integers(lo_d, hi_d + 1, (n, h, w, c)).astype(dtype)
+        geometry = dict(filter_h=fh, filter_w=fw, stride_h=sh, stride_w=sw, pad_top=pt, pad_left=pl)
+        try:
+            want = fn(x, **geometry, out_h=oh, out_w=ow, act_min=int(act[0]), act_max=int(act[1]))
+        except ValueError:  # a window with no input position: the unit refuses it too
+            out = np.zeros((n, oh, ow, c), dtype)
+            pool = ma.BoundPool(
+                memoryview(x.tobytes()), memoryview(out), x.shape, dtype, (fh, fw, sh, sw, pt, pl, oh, ow),
+                int(act[0]), int(act[1]), average,
+            )  # fmt: skip
+            with pytest.raises(ValueError, match="covers no input"):
+                pool.run()
+            continue
+        out = np.zeros((n, oh, ow, c), dtype)
+        ma.BoundPool(
+            memoryview(x.tobytes()), memoryview(out), x.shape, dtype, (fh, fw, sh, sw, pt, pl, oh, ow),
+            int(act[0]), int(act[1]), average,
+        ).run()  # fmt: skip
+        assert np.array_equal(out, np.clip(want, lo_d, hi_d).astype(dtype)), (trial, geometry)
+        compared += 1
+    assert compared >= 30
+    with pytest.raises(ValueError, match="output bytes"):
+        ma.BoundPool(memoryview(bytes(16)), memoryview(bytearray(3)), (1, 4, 4, 1), np.dtype(np.int8),
+                     (2, 2, 2, 2, 0, 0, 2, 2), -128, 127, average)  # fmt: skip
 
 
 def test_a_failed_build_means_numpy_with_one_warning(monkeypatch: pytest.MonkeyPatch, caplog) -> None:

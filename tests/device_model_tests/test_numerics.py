@@ -368,17 +368,22 @@ def test_softmax_byte_tables_match_the_general_path(
 @pytest.mark.parametrize(
     ("h", "w", "f"), [(5, 7, (5, 7)), (6, 6, (2, 2)), (7, 5, (2, 2)), (4, 6, (1, 3)), (3, 3, (1, 1))]
 )
-def test_pooling_of_tiling_windows_matches_reference(average: bool, h: int, w: int, f: tuple) -> None:
+@pytest.mark.parametrize("stride_one", [False, True])
+def test_pooling_of_tiling_windows_matches_reference(
+    average: bool, h: int, w: int, f: tuple, stride_one: bool
+) -> None:
     """Windows that tile the input (stride = filter, no padding: global pooling, 2x2/2, a dropped
-    last row or column) take a reshape of the input: the same values as the reference."""
+    last row or column; any stride along an axis with one window, as converters write global
+    pooling) take a reshape of the input: the same values as the reference."""
     rng = np.random.default_rng(h * w)
     for lo, hi, dtype in ((-128, 128, np.int8), (0, 256, np.uint8)):
         inp = rng.integers(lo, hi, size=(2, h, w, 3)).astype(dtype)
         oh, ow = h // f[0], w // f[1]
+        sh, sw = (1 if stride_one and oh == 1 else f[0]), (1 if stride_one and ow == 1 else f[1])
         fn = nm.avg_pool if average else nm.max_pool
         got = fn(
-            inp, filter_h=f[0], filter_w=f[1], stride_h=f[0], stride_w=f[1], pad_top=0, pad_left=0, out_h=oh,
+            inp, filter_h=f[0], filter_w=f[1], stride_h=sh, stride_w=sw, pad_top=0, pad_left=0, out_h=oh,
             out_w=ow, act_min=lo + 3, act_max=hi - 5,
         )  # fmt: skip
-        want = ref.pool(inp.tolist(), f[0], f[1], f[0], f[1], 0, 0, oh, ow, lo + 3, hi - 5, average)
+        want = ref.pool(inp.tolist(), f[0], f[1], sh, sw, 0, 0, oh, ow, lo + 3, hi - 5, average)
         assert got.tolist() == want
