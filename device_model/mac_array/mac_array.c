@@ -1039,8 +1039,8 @@ int mac_run(const struct mac_layer *L, const void *in, void *out, int isa)
          * input dtype): the int16 kernels (conv_vnni is the AVX2 GEMM built for this target) */
         if (!L->packed8)
             return L->kind == KIND_DEPTHWISE ? depthwise_avx2(L, in, out) : conv_vnni(L, in, out);
-        if (L->kind == KIND_DEPTHWISE) /* under 64 channels: no whole VNNI block; AVX2's driver measured faster */
-            return L->cout < DW_VNNI ? depthwise_avx2(L, in, out) : depthwise_vnni(L, in, out);
+        if (L->kind == KIND_DEPTHWISE) /* under 16 channels: no VNNI block, not even a 128-bit quarter */
+            return L->cout < 16 ? depthwise_avx2(L, in, out) : depthwise_vnni(L, in, out);
         return conv_u8_vnni(L, in, out);
     }
     if (isa == MAC_ISA_AVX2)
