@@ -371,6 +371,20 @@ def run(plan: MacPlan, inp: np.ndarray, isa: int) -> np.ndarray:
     return out
 
 
+def _address(ffi: Any, buf: memoryview | np.ndarray, keep: list[np.ndarray], writable: bool = False) -> Any:
+    """A pointer to ``buf``'s bytes for the kernels, with a numpy array over them kept in ``keep``.
+
+    Not ``ffi.from_buffer``: its pointer holds a buffer export on the view of system memory for as
+    long as it lives, which a garbage collection clearing the view reports as a BufferError, and a
+    benchmark process tearing its devices down that way crashed. A numpy array keeps the view
+    referenced without an export, as the loading bindings' arrays do."""
+    arr = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
+    if not arr.flags.c_contiguous or (writable and not arr.flags.writeable):
+        raise ValueError("a bound unit's buffer must be contiguous (and writable for its output)")
+    keep.append(arr)
+    return ffi.cast("void *", arr.ctypes.data)
+
+
 class BoundRun:
     """A plan fixed to its operands' memory: ``run()`` checks the layer's parameters and computes it
     straight into the output's memory in one C call (``mac_run_checked``).
@@ -402,15 +416,16 @@ class BoundRun:
             )
         ffi = mod.ffi
         self._plan = plan
-        self._buffers = [ffi.from_buffer(inp), ffi.from_buffer(out, require_writable=True)]
+        self._keep: list[np.ndarray] = []
+        x, y = _address(ffi, inp, self._keep), _address(ffi, out, self._keep, writable=True)
         self._checks = ffi.new("struct mac_check[]", max(len(checks), 1))
         for i, (mem, copy) in enumerate(checks):
             if mem.nbytes != copy.nbytes or not copy.flags.c_contiguous:
                 raise ValueError(f"bound layer: check {i} compares {mem.nbytes} bytes with {copy.nbytes}")
-            pair = [ffi.from_buffer(mem), ffi.from_buffer(copy)]
-            self._buffers += pair
-            self._checks[i].mem, self._checks[i].copy, self._checks[i].n = pair[0], pair[1], copy.nbytes
-        self._args = (plan.layer, self._buffers[0], self._buffers[1], isa, self._checks, len(checks))
+            self._checks[i].mem = _address(ffi, mem, self._keep)
+            self._checks[i].copy = _address(ffi, copy, self._keep)
+            self._checks[i].n = copy.nbytes
+        self._args = (plan.layer, x, y, isa, self._checks, len(checks))
         self._run = mod.lib.mac_run_checked
         self._empty = out_bytes == 0
 
@@ -456,13 +471,14 @@ class BoundLookup:
         if table_bytes != entries * esize:
             raise ValueError(f"lookup: the table has {table_bytes} bytes, expected {entries * esize}")
         ffi = mod.ffi
-        self._buffers = [
-            ffi.from_buffer(a),
-            ffi.NULL if b is None else ffi.from_buffer(b),
-            ffi.from_buffer(table),
-            ffi.from_buffer(out, require_writable=True),
-        ]
-        self._args = (*self._buffers, n, esize, flip_a, flip_b)
+        self._keep: list[np.ndarray] = []
+        pointers = (
+            _address(ffi, a, self._keep),
+            ffi.NULL if b is None else _address(ffi, b, self._keep),
+            _address(ffi, table, self._keep),
+            _address(ffi, out, self._keep, writable=True),
+        )
+        self._args = (*pointers, n, esize, flip_a, flip_b)
         self._run = mod.lib.mac_lookup
 
     def run(self) -> bool:
@@ -512,7 +528,8 @@ class BoundPool:
             hi=act_max, average=int(average), in_signed=int(np.dtype(dtype) == np.int8),
         ).items():  # fmt: skip
             setattr(self._spec, key, value)
-        self._buffers = [ffi.from_buffer(inp), ffi.from_buffer(out, require_writable=True)]
+        self._keep: list[np.ndarray] = []
+        self._buffers = (_address(ffi, inp, self._keep), _address(ffi, out, self._keep, writable=True))
         self._run = mod.lib.mac_pool
 
     def run(self) -> bool:
