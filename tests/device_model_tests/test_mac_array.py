@@ -582,6 +582,30 @@ def test_bound_pool_matches_numerics(average: bool) -> None:
                      (2, 2, 2, 2, 0, 0, 2, 2), -128, 127, average)  # fmt: skip
 
 
+def test_bound_units_hold_no_buffer_export_on_memory_views() -> None:
+    """A view of system memory a bound unit points into stays releasable (no buffer export held):
+    garbage collection clears such views, and an export there was a crash at teardown."""
+    memory = memoryview(bytearray(1 << 16))
+    f = np.ones((4, 1, 1, 8), np.int8)
+    plan = ma.plan_layer(
+        ma.KIND_CONV, f, None, in_shape=(1, 2, 2, 8), in_dtype=np.dtype(np.int8), input_zp=0, filter_zp=0,
+        multiplier=1 << 30, shift=-3, output_zp=0, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8),
+        geometry=(1, 1, 1, 1, 0, 0, 2, 2),
+    )  # fmt: skip
+    views = [memory[0:32], memory[64:80], memory[128:160]]
+    units = [
+        ma.BoundRun(plan, views[0], views[1], [(views[2], f.reshape(-1).view(np.uint8).copy())], ISAS[-1]),
+        ma.BoundLookup(memory[0:16], memory[16:32], np.zeros(65536, np.int8), memory[256:272], 1),
+        ma.BoundPool(memory[0:16], memory[512:516], (1, 4, 4, 1), np.dtype(np.int8), (2, 2, 2, 2, 0, 0, 2, 2),
+                     -128, 127, True),
+    ]  # fmt: skip
+    for view in views:
+        view.release()  # BufferError if a unit held an export on it
+    assert all(unit.run() for unit in units[1:])
+    del units
+    memory.release()
+
+
 def test_a_failed_build_means_numpy_with_one_warning(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
     from device_model.mac_array import build
 
