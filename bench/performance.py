@@ -191,6 +191,18 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def source_commit() -> str:
+    """The checkout's commit (``-dirty`` with uncommitted changes), or "unknown" outside git."""
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--exclude", "*"], cwd=ROOT, capture_output=True,
+            text=True, timeout=10, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
 def render(summary: dict[str, Any]) -> str:
     """The summary as the Markdown block the docs hold."""
     info = summary["machine"]
@@ -198,7 +210,7 @@ def render(summary: dict[str, Any]) -> str:
         f"Run {summary['when']}: {info['cpu']}, {info['cpus']} CPUs ({', '.join(info['simd']) or 'no AVX2'}),"
         " "
         f"host kernel {info['kernel']}, Python {info['python']}, numpy {info['numpy']}, {info['qemu']}. "
-        f"Command: `{summary['command']}`.",
+        f"Command: `{summary['command']}` (commit {summary.get('commit', 'unknown')}).",
         "",
         "| part | seconds | host load before -> after (1 min) |",
         "|---|---|---|",
@@ -279,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     todo = [
         (n, c) for n, c in plan(args.out, sizes, args.guest_cores) if n.split("_cores")[0] not in args.skip
     ]
+    commit = source_commit()  # before the parts write their results into the checkout
     for i, (name, cmd) in enumerate(todo, 1):
         say(f"part {i} of {len(todo)}")
         parts[name] = run_part(name, cmd, args.out / f"{name}.log")
@@ -286,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     summary["command"] = shlex.join(["python", "-m", "bench.performance", *(argv or sys.argv[1:])])
     summary["host"] = platform.node()
+    summary["commit"] = commit
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
     text = render(summary)
     print(text)

@@ -42,8 +42,9 @@ def test_summary_has_ratios_round_trip_over_floor_and_the_cores_table(tmp_path: 
     guest = next(r for r in s["round_trip"] if r["where"] == "guest_cores2")
     assert guest["over_floor"] == 4.0
     assert "floor_p50_us" not in next(r for r in s["round_trip"] if r["where"] == "shim")
-    s |= {"when": "now", "command": "python -m bench.performance"}
+    s |= {"when": "now", "command": "python -m bench.performance", "commit": "abc1234"}
     text = performance.render(s)
+    assert "Command: `python -m bench.performance` (commit abc1234)." in text
     assert "| mobilenet_v1 | model_bench | 9.00 | 4.50 | 2.0x | 8.50 (1.9x) | yes |" in text
     assert "| guest_cores2 | 400 | 500 | 900 | 200 | 150 | 100 (10) | 4.0x |" in text
     assert "| shim | processes | 2 | 2 | 3000 | 40.0 | yes |" in text
@@ -62,3 +63,8 @@ def test_doc_block_replaces_only_between_markers() -> None:
     assert replace_block(text, "<!-- b -->", "<!-- e -->", "new") == "a\n<!-- b -->\nnew\n<!-- e -->\nz\n"
     with pytest.raises(ValueError, match="markers"):
         replace_block("no markers", "<!-- b -->", "<!-- e -->", "new")
+
+
+def test_source_commit_names_this_checkout() -> None:
+    commit = performance.source_commit()
+    assert commit == "unknown" or len(commit.removesuffix("-dirty")) >= 7
