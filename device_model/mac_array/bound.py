@@ -1,0 +1,185 @@
+"""Units bound to memory: a layer, a table lookup or a pool fixed to its operands' bytes in system
+memory, run as one C call per job by a bound instruction (see the command processor's
+``bind_mac``, ``bind_lookup`` and ``bind_pool``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import numerics as nm
+from . import _RANGES, MacPlan, _check_positive, library
+
+POOL_MAX_TAPS = 1 << 23  # window taps the pooling unit's int32 sums take (255 * taps < 2**31)
+
+
+def _address(ffi: Any, buf: memoryview | np.ndarray, keep: list[np.ndarray], writable: bool = False) -> Any:
+    """A pointer to ``buf``'s bytes for the kernels, with a numpy array over them kept in ``keep``.
+
+    Not ``ffi.from_buffer``: its pointer holds a buffer export on the view of system memory for as
+    long as it lives, which a garbage collection clearing the view reports as a BufferError, and a
+    benchmark process tearing its devices down that way crashed. A numpy array keeps the view
+    referenced without an export, as the loading bindings' arrays do."""
+    arr = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
+    if not arr.flags.c_contiguous or (writable and not arr.flags.writeable):
+        raise ValueError("a bound unit's buffer must be contiguous (and writable for its output)")
+    keep.append(arr)
+    return ffi.cast("void *", arr.ctypes.data)
+
+
+class BoundRun:
+    """A plan fixed to its operands' memory: ``run()`` checks the layer's parameters and computes it
+    straight into the output's memory in one C call (``mac_run_checked``).
+
+    ``checks`` pairs each parameter region of the device's memory (filter, bias, per-channel
+    quantization: the bytes as they are in memory) with the copy the plan was built from; ``run()``
+    computes only while every region still equals its copy and returns False otherwise, leaving the
+    output untouched. The output must not overlap the input or a checked region (the kernels read
+    them while they write). The buffers stay referenced while this object lives.
+    """
+
+    def __init__(
+        self,
+        plan: MacPlan,
+        inp: memoryview,
+        out: memoryview,
+        checks: list[tuple[memoryview, np.ndarray]],
+        isa: int,
+    ) -> None:
+        mod = library()
+        if mod is None:
+            raise RuntimeError("the MAC array's C kernels are not available")
+        in_bytes = int(np.prod(plan.in_shape))
+        out_bytes = int(np.prod(plan.out_shape)) * plan.out_dtype.itemsize
+        if inp.nbytes != in_bytes or out.nbytes != out_bytes:
+            raise ValueError(
+                f"bound layer: {inp.nbytes} input and {out.nbytes} output bytes, "
+                f"the plan has {in_bytes} and {out_bytes}"
+            )
+        ffi = mod.ffi
+        self._plan = plan
+        self._keep: list[np.ndarray] = []
+        x, y = _address(ffi, inp, self._keep), _address(ffi, out, self._keep, writable=True)
+        self._checks = ffi.new("struct mac_check[]", max(len(checks), 1))
+        for i, (mem, copy) in enumerate(checks):
+            if mem.nbytes != copy.nbytes or not copy.flags.c_contiguous:
+                raise ValueError(f"bound layer: check {i} compares {mem.nbytes} bytes with {copy.nbytes}")
+            self._checks[i].mem = _address(ffi, mem, self._keep)
+            self._checks[i].copy = _address(ffi, copy, self._keep)
+            self._checks[i].n = copy.nbytes
+        self._args = (plan.layer, x, y, isa, self._checks, len(checks))
+        self._run = mod.lib.mac_run_checked
+        self._empty = out_bytes == 0
+
+    def run(self) -> bool:
+        """True when the layer ran, False when a parameter no longer matches the plan."""
+        if self._empty:
+            return True
+        rc = self._run(*self._args)
+        if rc < 0:
+            raise MemoryError("MAC array: out of memory for the layer's buffers")
+        return rc == 0
+
+
+class BoundLookup:
+    """The elementwise unit's table lookup fixed to its operands' memory (``mac_lookup``):
+    ``run()`` writes ``out[i] = table[a[i] ^ flip_a]``, or with ``b``,
+    ``table[((a[i] ^ flip_a) << 8) | (b[i] ^ flip_b)]``, in one C call.
+
+    ``a`` and ``b`` hold n bytes, ``out`` n elements of the table's element size (1, 2 or 4 bytes);
+    ``table`` (256 or 65536 elements: a computed table, or a view of memory read at each run) must
+    not overlap ``out``, and ``out`` may overlap an input only by being the same bytes (element size
+    1). The buffers stay referenced while this object lives.
+    """
+
+    def __init__(
+        self,
+        a: memoryview,
+        b: memoryview | None,
+        table: memoryview | np.ndarray,
+        out: memoryview,
+        esize: int,
+        flip_a: int = 0,
+        flip_b: int = 0,
+    ) -> None:
+        mod = library()
+        if mod is None:
+            raise RuntimeError("the MAC array's C kernels are not available")
+        n = a.nbytes
+        entries = 65536 if b is not None else 256
+        if esize not in (1, 2, 4) or out.nbytes != n * esize or (b is not None and b.nbytes != n):
+            raise ValueError(f"lookup: {n} input bytes, {out.nbytes} output bytes of {esize}-byte elements")
+        table_bytes = memoryview(table).nbytes
+        if table_bytes != entries * esize:
+            raise ValueError(f"lookup: the table has {table_bytes} bytes, expected {entries * esize}")
+        ffi = mod.ffi
+        self._keep: list[np.ndarray] = []
+        pointers = (
+            _address(ffi, a, self._keep),
+            ffi.NULL if b is None else _address(ffi, b, self._keep),
+            _address(ffi, table, self._keep),
+            _address(ffi, out, self._keep, writable=True),
+        )
+        self._args = (*pointers, n, esize, flip_a, flip_b)
+        self._run = mod.lib.mac_lookup
+
+    def run(self) -> bool:
+        """Always True (a lookup cannot fail): the form of a binding."""
+        self._run(*self._args)
+        return True
+
+
+class BoundPool:
+    """The pooling unit fixed to its operands' memory (``mac_pool``): ``run()`` writes MAXPOOL or
+    AVGPOOL of the int8 / uint8 input into the output (the same dtype) in one C call, with the
+    numpy path's arithmetic (:func:`numerics.max_pool`, :func:`numerics.avg_pool`).
+
+    ``geometry`` is (filter_h, filter_w, stride_h, stride_w, pad_top, pad_left, out_h, out_w); the
+    output must not overlap the input. A window with no input position raises ValueError at run
+    time, as the numpy path does. The buffers stay referenced while this object lives.
+    """
+
+    def __init__(
+        self,
+        inp: memoryview,
+        out: memoryview,
+        in_shape: tuple[int, int, int, int],
+        dtype: np.dtype,
+        geometry: tuple[int, int, int, int, int, int, int, int],
+        act_min: int,
+        act_max: int,
+        average: bool,
+    ) -> None:
+        mod = library()
+        if mod is None:
+            raise RuntimeError("the MAC array's C kernels are not available")
+        n, h, w, c = in_shape
+        fh, fw, sh, sw, pt, pl, oh, ow = geometry
+        _check_positive("POOL", filter_h=fh, filter_w=fw, stride_h=sh, stride_w=sw)
+        nm.check_clamp(act_min, act_max)
+        if np.dtype(dtype) not in _RANGES:
+            raise ValueError(f"pool: {dtype} input, expected int8 or uint8")
+        if inp.nbytes != n * h * w * c or out.nbytes != n * oh * ow * c:
+            raise ValueError(f"pool: {inp.nbytes} input, {out.nbytes} output bytes: {in_shape} -> {oh}x{ow}")
+        if fh * fw > POOL_MAX_TAPS:  # the C sums are int32: 255 * taps must fit
+            raise ValueError(f"pool: {fh}x{fw} windows, more than {POOL_MAX_TAPS} taps")
+        ffi = mod.ffi
+        self._spec = ffi.new("struct mac_pool *")
+        for key, value in dict(
+            n=n, h=h, w=w, c=c, fh=fh, fw=fw, sh=sh, sw=sw, pt=pt, pl=pl, oh=oh, ow=ow, lo=act_min,
+            hi=act_max, average=int(average), in_signed=int(np.dtype(dtype) == np.int8),
+        ).items():  # fmt: skip
+            setattr(self._spec, key, value)
+        self._keep: list[np.ndarray] = []
+        self._buffers = (_address(ffi, inp, self._keep), _address(ffi, out, self._keep, writable=True))
+        self._run = mod.lib.mac_pool
+
+    def run(self) -> bool:
+        """True when it ran (a binding's form)."""
+        rc = self._run(self._spec, *self._buffers)
+        if rc == -1:
+            raise MemoryError("pooling unit: out of memory")
+        if rc == -2:
+            raise ValueError("POOL: a window covers no input position (padding too large)")
+        return True
