@@ -635,14 +635,14 @@ VNNI static inline void store16_vnni(const struct mac_layer *L, const struct rq_
 }
 
 /* One tile: rows [0, MRV) of A (u8, row stride lda) x NP panels (1 or 2) of packed8, accumulators
- * started at bias8; requantized in registers and stored as bytes to the first ``rows`` rows of
- * out (row stride cout), channels c0.. (masked at cout). The accumulators are named variables,
+ * started at bias8; requantized in registers and stored as bytes to MRV rows of out (row stride
+ * cout), channels c0.. (masked at cout). A block's last rows % MRV rows take gemm_tail_vnni. The accumulators are named variables,
  * not an array: GCC kept an array's 16 zmm moving between registers and the stack. */
 #define VNNI_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const struct mac_layer *L,
                                                                       const struct rq_vnni *qp, const uint8_t *a,
-                                                                      int64_t lda, int64_t c0, int np, int64_t rows,
-                                                                      int64_t cout, char *out, int mode)
+                                                                      int64_t lda, int64_t c0, int np, int64_t cout,
+                                                                      char *out, int mode)
 {
     struct rq_vnni q = *qp; /* a local the output stores cannot alias */
     int64_t kq = L->k4 / 4;
@@ -669,12 +669,12 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const stru
         VNNI_ROWS(STEP)
 #undef STEP
     }
-    if (!q.simple || rows < MRV) { /* rare: a layer's last tile, or INT32_MIN multipliers */
+    if (!q.simple) { /* rare: INT32_MIN multipliers */
 #define ARR(R) {c##R##0, c##R##1},
         __m512i acc[MRV][2] = {VNNI_ROWS(ARR)};
 #undef ARR
         for (int j = 0; j < np && c0 + j * NR < cout; j++)
-            for (int r = 0; r < MRV && r < rows; r++)
+            for (int r = 0; r < MRV; r++)
                 store16_vnni(L, &q, acc[r][j], c0 + j * NR, cout - c0 - j * NR, out + r * cout + c0 + j * NR);
         return;
     }
@@ -695,6 +695,79 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const stru
     o += cout;
         VNNI_ROWS(OUT1)
 #undef OUT1
+    }
+}
+
+/* The block's last rows % MRV rows (1..7) against np (1, 2 or 4) panels: without the 8-row
+ * tile's wasted rows, and with four panels when the rows are few, so that a single row (the
+ * FULLY_CONNECTED classifier) still has four independent accumulator chains to hide vpdpbusd's
+ * latency. mr and np are constants in each copy (gemm_tail_vnni); the stores take the layer's
+ * requantization flags at run time (one store per K steps: not worth a copy per mode). */
+#define TAIL_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
+VNNI static inline __attribute__((always_inline)) void gemm_tail_body_vnni(const struct mac_layer *L,
+                                                                           const struct rq_vnni *qp,
+                                                                           const uint8_t *a, int64_t lda,
+                                                                           int64_t c0, int np, int mr,
+                                                                           int64_t cout, char *out)
+{
+    struct rq_vnni q = *qp;
+    int64_t kq = L->k4 / 4, ps = NR * L->k4; /* bytes per panel */
+    const int8_t *b = L->packed8 + c0 * L->k4;
+    __m512i bias0 = _mm512_loadu_si512(L->bias8 + c0);
+    __m512i bias1 = np >= 2 ? _mm512_loadu_si512(L->bias8 + c0 + NR) : bias0;
+    __m512i bias2 = np == 4 ? _mm512_loadu_si512(L->bias8 + c0 + 2 * NR) : bias0;
+    __m512i bias3 = np == 4 ? _mm512_loadu_si512(L->bias8 + c0 + 3 * NR) : bias0;
+#define DECL(R) \
+    __m512i c##R##0 = bias0, c##R##1 = bias1, c##R##2 = bias2, c##R##3 = bias3; \
+    const uint8_t *a##R = a + (R < mr ? R : 0) * lda;
+    TAIL_ROWS(DECL)
+#undef DECL
+    for (int64_t k = 0; k < kq; k++) {
+        const int8_t *bk = b + k * 64;
+        __m512i w0 = _mm512_loadu_si512(bk);
+        __m512i w1 = np >= 2 ? _mm512_loadu_si512(bk + ps) : w0;
+        __m512i w2 = np == 4 ? _mm512_loadu_si512(bk + 2 * ps) : w0;
+        __m512i w3 = np == 4 ? _mm512_loadu_si512(bk + 3 * ps) : w0;
+#define STEP(R) \
+    if (R < mr) { \
+        int32_t v; \
+        memcpy(&v, a##R + 4 * k, 4); \
+        __m512i x = _mm512_set1_epi32(v); \
+        c##R##0 = _mm512_dpbusd_epi32(c##R##0, x, w0); \
+        if (np >= 2) \
+            c##R##1 = _mm512_dpbusd_epi32(c##R##1, x, w1); \
+        if (np == 4) { \
+            c##R##2 = _mm512_dpbusd_epi32(c##R##2, x, w2); \
+            c##R##3 = _mm512_dpbusd_epi32(c##R##3, x, w3); \
+        } \
+    }
+        TAIL_ROWS(STEP)
+#undef STEP
+    }
+#define OUT(R, J) \
+    if (R < mr && J < np && c0 + J * NR < cout) \
+        store16_vnni(L, &q, c##R##J, c0 + J * NR, cout - c0 - J * NR, out + R * cout + c0 + J * NR);
+#define OUTROW(R) OUT(R, 0) OUT(R, 1) OUT(R, 2) OUT(R, 3)
+    TAIL_ROWS(OUTROW)
+#undef OUTROW
+#undef OUT
+}
+
+VNNI static void gemm_tail_vnni(const struct mac_layer *L, const struct rq_vnni *q, const uint8_t *a, int64_t lda,
+                                int64_t c0, int np, int mr, int64_t cout, char *out)
+{
+    switch (mr) {
+#define CASE(R) \
+    case R + 1: \
+        if (np == 4) \
+            gemm_tail_body_vnni(L, q, a, lda, c0, 4, R + 1, cout, out); \
+        else if (np == 2) \
+            gemm_tail_body_vnni(L, q, a, lda, c0, 2, R + 1, cout, out); \
+        else \
+            gemm_tail_body_vnni(L, q, a, lda, c0, 1, R + 1, cout, out); \
+        break;
+        TAIL_ROWS(CASE)
+#undef CASE
     }
 }
 
@@ -850,14 +923,24 @@ VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const st
                 }
             }
         }
+        int64_t whole = rows / MRV, rest = rows % MRV;
         for (int64_t p = 0; p < panels; p += 2) {
-            for (int64_t t = 0; t < tiles; t++) {
+            for (int64_t t = 0; t < whole; t++) {
                 char *o = (char *)out + (m0 + t * MRV) * cout;
                 const uint8_t *at = t < copied_from ? ablk + t * MRV * lda : a + (t - copied_from) * MRV * lda;
                 if (p + 1 < panels)
-                    gemm_tile_vnni(L, &q, at, lda, p * NR, 2, rows - t * MRV, cout, o, mode);
+                    gemm_tile_vnni(L, &q, at, lda, p * NR, 2, cout, o, mode);
                 else
-                    gemm_tile_vnni(L, &q, at, lda, p * NR, 1, rows - t * MRV, cout, o, mode);
+                    gemm_tile_vnni(L, &q, at, lda, p * NR, 1, cout, o, mode);
+            }
+        }
+        if (rest) {
+            char *o = (char *)out + (m0 + whole * MRV) * cout;
+            const uint8_t *at = whole < copied_from ? ablk + whole * MRV * lda : a + (whole - copied_from) * MRV * lda;
+            for (int64_t p = 0; p < panels;) {
+                int np = panels - p >= 4 ? 4 : panels - p >= 2 ? 2 : 1;
+                gemm_tail_vnni(L, &q, at, lda, p * NR, np, (int)rest, cout, o);
+                p += np;
             }
         }
     }

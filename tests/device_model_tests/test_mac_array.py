@@ -361,6 +361,31 @@ def test_pointwise_reads_the_input_rows(isa: int, in_dt: np.dtype) -> None:
 
 
 @pytest.mark.parametrize("isa", ISA_PARAMS)
+@pytest.mark.parametrize("in_dt", DTYPES, ids=str)
+def test_gemm_rows_after_the_whole_tiles(isa: int, in_dt: np.dtype) -> None:
+    """The VNNI GEMM's last rows % 8 rows have a tile of their own that takes up to four panels at
+    once: 1 to 7 rows and 8 k + 1..7, K not a multiple of 4, channel counts that leave 1, 2 or 3
+    panels after the groups of four and a masked last panel, the classifier's single row of 1280,
+    a convolution with few output pixels (im2col rows), INT32_MIN multipliers (the scalar
+    requantization)."""
+    rng = np.random.default_rng(13)
+    info = np.iinfo(in_dt)
+    for rows, k, cout in ((1, 1280, 1000), (1, 1283, 111), (2, 45, 40), (3, 7, 77), (4, 130, 16), (5, 33, 33),
+                          (6, 1, 64), (7, 250, 97), (9, 13, 50), (15, 6, 20), (23, 5, 113)):  # fmt: skip
+        x, f = _values(rng, in_dt, (rows, k)), _values(rng, np.dtype(np.int8), (cout, k))
+        f[0] = -128
+        for input_zp in (info.min, info.max):
+            base = _conv_case(x.reshape(rows, 1, 1, k), f.reshape(cout, 1, 1, k), (1, 1, 1, 1, 0, 0, 1, 1))
+            _check({**base, "kind": "fc", "x": x, "f": f, "input_zp": input_zp}, isa)
+        saturating = np.full(cout, nm.INT32_MIN, np.int64)
+        _check({**base, "kind": "fc", "x": x, "f": f, "multiplier": saturating}, isa)
+    for h, w, stride, cout in ((2, 3, 1, 70), (3, 3, 2, 33), (5, 4, 2, 48)):
+        x, f = _values(rng, in_dt, (1, h, w, 5)), _values(rng, np.dtype(np.int8), (cout, 3, 3, 5))
+        geometry = (stride, stride, 1, 1, 1, 1, (h - 1) // stride + 1, (w - 1) // stride + 1)
+        _check(_conv_case(x, f, geometry, input_zp=int(info.min) + 1), isa)
+
+
+@pytest.mark.parametrize("isa", ISA_PARAMS)
 @pytest.mark.parametrize("shifts", ["right 1-21", "any"])
 @pytest.mark.parametrize("out_dt", DTYPES, ids=str)
 def test_requantization_at_rounding_boundaries(isa: int, shifts: str, out_dt: np.dtype) -> None:
