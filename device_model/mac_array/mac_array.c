@@ -304,23 +304,34 @@ static int64_t block_rows(const struct mac_layer *L, size_t elem)
         for (int64_t t = 0; t < ntaps; t++) \
             toff[t] = ((t / L->kw) * L->dil_h * L->w + (t % L->kw) * L->dil_w) * L->cin; \
         int64_t span_h = (L->kh - 1) * L->dil_h, span_w = (L->kw - 1) * L->dil_w; \
+        /* the output columns whose windows lie inside the input: [ow_lo, ow_hi) */ \
+        int64_t sw = L->stride_w, lim = L->w - 1 - span_w + L->pad_left; \
+        int64_t ow_lo = (L->pad_left + sw - 1) / sw, ow_hi = lim < 0 ? 0 : lim / sw + 1; \
+        if (ow_hi > L->out_w) \
+            ow_hi = L->out_w; \
+        if (ow_lo > ow_hi) \
+            ow_lo = ow_hi; \
         for (int64_t b = 0; b < L->n; b++) \
-            for (int64_t oh = 0; oh < L->out_h; oh++) \
+            for (int64_t oh = 0; oh < L->out_h; oh++) { \
+                int64_t iy0 = oh * L->stride_h - L->pad_top; \
+                int inside = fast_end && iy0 >= 0 && iy0 + span_h < L->h; \
+                char *orow = (char *)out + (b * L->out_h + oh) * L->out_w * L->cout; \
+                if (inside && ow_hi > ow_lo) { \
+                    /* the row's interior in one call: the taps of its first pixel, stepped by \
+                     * stride_w * cin; the padding taps read a real tap (their weights are zero) */ \
+                    const uint8_t *base = \
+                        (const uint8_t *)in + ((b * L->h + iy0) * L->w + ow_lo * sw - L->pad_left) * L->cin; \
+                    for (int64_t t = 0; t < tap_end; t++) \
+                        taps[t] = base + toff[t < ntaps ? t : 0]; \
+                    DWFAST(&LF, taps, fast_end, orow + ow_lo * L->cout, ow_hi - ow_lo, sw * L->cin, L->cout); \
+                } \
                 for (int64_t ow = 0; ow < L->out_w; ow++) { \
-                    char *o = (char *)out + ((b * L->out_h + oh) * L->out_w + ow) * L->cout; \
-                    int64_t iy0 = oh * L->stride_h - L->pad_top, ix0 = ow * L->stride_w - L->pad_left; \
-                    if (fast_end && iy0 >= 0 && iy0 + span_h < L->h && ix0 >= 0 && ix0 + span_w < L->w) { \
-                        const uint8_t *base = (const uint8_t *)in + ((b * L->h + iy0) * L->w + ix0) * L->cin; \
-                        for (int64_t t = 0; t < ntaps; t++) \
-                            taps[t] = base + toff[t]; \
-                        for (int64_t t = ntaps; t < tap_end; t++) \
-                            taps[t] = zrow; \
-                        DWFAST(&LF, taps, fast_end, o); \
-                    } else if (fast_end) { \
+                    char *o = orow + ow * L->cout; \
+                    if (fast_end && !(inside && ow >= ow_lo && ow < ow_hi)) { \
                         for (int64_t ky = 0; ky < L->kh; ky++) { \
-                            int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h; \
+                            int64_t iy = iy0 + ky * L->dil_h; \
                             for (int64_t kx = 0; kx < L->kw; kx++) { \
-                                int64_t ix = ow * L->stride_w - L->pad_left + kx * L->dil_w; \
+                                int64_t ix = ow * sw - L->pad_left + kx * L->dil_w; \
                                 int ok = iy >= 0 && iy < L->h && ix >= 0 && ix < L->w; \
                                 taps[ky * L->kw + kx] = \
                                     ok ? (const uint8_t *)in + ((b * L->h + iy) * L->w + ix) * L->cin \
@@ -329,7 +340,7 @@ static int64_t block_rows(const struct mac_layer *L, size_t elem)
                         } \
                         for (int64_t t = ntaps; t < tap_end; t++) \
                             taps[t] = zrow; \
-                        DWFAST(&LF, taps, fast_end, o); \
+                        DWFAST(&LF, taps, fast_end, o, 1, 0, 0); \
                     } \
                     if (fast_end < L->cout) { \
                         if (L->wide) \
@@ -339,6 +350,7 @@ static int64_t block_rows(const struct mac_layer *L, size_t elem)
                         requant_row_generic(L, acc + fast_end, fast_end, L->cout, o); \
                     } \
                 } \
+            } \
         free(acc), free(taps), free(zrow), free(fbias), free(toff); \
         return 0; \
     }
@@ -350,9 +362,10 @@ static inline __attribute__((always_inline)) void requant_generic(const struct m
 }
 
 static inline __attribute__((always_inline)) void dw_none(const struct mac_layer *L, const uint8_t **taps,
-                                                          int64_t c_end, void *out)
+                                                          int64_t c_end, char *out, int64_t n, int64_t step,
+                                                          int64_t ostep)
 {
-    (void)L, (void)taps, (void)c_end, (void)out;
+    (void)L, (void)taps, (void)c_end, (void)out, (void)n, (void)step, (void)ostep;
 }
 
 DEFINE_DRIVERS(generic, , kernel_i16, requant_generic, dw_none, 0)
@@ -447,8 +460,8 @@ AVX2 static inline __m256i dw_load16(const uint8_t *p, int in_signed)
 }
 
 /* Channels [c0, c_end), both multiples of 16. */
-AVX2 static inline void dw_avx2_range(const struct mac_layer *L, const uint8_t **taps, int64_t c0, int64_t c_end,
-                                      void *out)
+AVX2 static inline void dw_avx2_range(const struct mac_layer *L, const uint8_t **taps, int64_t off, int64_t c0,
+                                      int64_t c_end, void *out)
 {
     const int16_t *w = (const int16_t *)L->packed;
     int64_t cp2 = L->cout_pad * 2, pairs = L->kpad / 2;
@@ -458,8 +471,8 @@ AVX2 static inline void dw_avx2_range(const struct mac_layer *L, const uint8_t *
         __m256i lo = _mm256_setzero_si256(), hi = lo;
         const int16_t *wc = w + c * 2;
         for (int64_t p = 0; p < pairs; p++) {
-            __m256i x0 = dw_load16(taps[2 * p] + c, L->in_signed); /* raw x: zp * sum w is in the bias */
-            __m256i x1 = dw_load16(taps[2 * p + 1] + c, L->in_signed);
+            __m256i x0 = dw_load16(taps[2 * p] + off + c, L->in_signed); /* raw x: zp * sum w is in the bias */
+            __m256i x1 = dw_load16(taps[2 * p + 1] + off + c, L->in_signed);
             const int16_t *wp = wc + p * cp2;
             lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1),
                                                         _mm256_loadu_si256((const __m256i *)wp)));
@@ -480,9 +493,12 @@ AVX2 static inline void dw_avx2_range(const struct mac_layer *L, const uint8_t *
     }
 }
 
-AVX2 static inline void dw_avx2(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, void *out)
+/* n pixels of an output row: pixel i's taps are taps[t] + i * step, its output out + i * ostep. */
+AVX2 static inline void dw_avx2(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, char *out, int64_t n,
+                                int64_t step, int64_t ostep)
 {
-    dw_avx2_range(L, taps, 0, c_end, out);
+    for (int64_t i = 0; i < n; i++)
+        dw_avx2_range(L, taps, i * step, 0, c_end, out + i * ostep);
 }
 
 DEFINE_DRIVERS(avx2, AVX2, gemm_6x16_avx2, requant_avx2, dw_avx2, 1)
@@ -984,21 +1000,22 @@ VNNI static inline __attribute__((always_inline)) void dw_store16_vnni(const str
         store16_vnni(L, q, acc, c, 16, dst);
 }
 
-VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct mac_layer *L, const uint8_t **taps,
-                                                                    int64_t c_end, void *out, int mode)
+VNNI static inline __attribute__((always_inline)) void dw_pixel_vnni(const struct mac_layer *L,
+                                                                     const struct rq_vnni *qp, const uint8_t **taps,
+                                                                     int64_t off, int64_t c_end, char *out, int mode)
 {
+    struct rq_vnni q = *qp;
     int64_t quads = L->k4 / 4, cp = L->rq_n; /* packed8 holds rq_n (a multiple of 64) channels per tap */
     int64_t full = c_end / DW_VNNI * DW_VNNI;
     __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);
-    struct rq_vnni q = rq_vnni_init(L);
     for (int64_t c = 0; c < full; c += DW_VNNI) {
         __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t p = 0; p < quads; p++) {
             const uint8_t *const *t = taps + 4 * p;
-            __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(t[0] + c), flip);
-            __m512i x1 = _mm512_xor_si512(_mm512_loadu_si512(t[1] + c), flip);
-            __m512i x2 = _mm512_xor_si512(_mm512_loadu_si512(t[2] + c), flip);
-            __m512i x3 = _mm512_xor_si512(_mm512_loadu_si512(t[3] + c), flip);
+            __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(t[0] + off + c), flip);
+            __m512i x1 = _mm512_xor_si512(_mm512_loadu_si512(t[1] + off + c), flip);
+            __m512i x2 = _mm512_xor_si512(_mm512_loadu_si512(t[2] + off + c), flip);
+            __m512i x3 = _mm512_xor_si512(_mm512_loadu_si512(t[3] + off + c), flip);
             __m512i lo01 = _mm512_unpacklo_epi8(x0, x1), hi01 = _mm512_unpackhi_epi8(x0, x1);
             __m512i lo23 = _mm512_unpacklo_epi8(x2, x3), hi23 = _mm512_unpackhi_epi8(x2, x3);
             const int8_t *w = L->packed8 + (p * cp + c) * 4;
@@ -1012,7 +1029,7 @@ VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct
         __m512i v0 = _mm512_shuffle_i32x4(t0, t1, 0x88), v1 = _mm512_shuffle_i32x4(t0, t1, 0xDD);
         __m512i v2 = _mm512_shuffle_i32x4(t2, t3, 0x88), v3 = _mm512_shuffle_i32x4(t2, t3, 0xDD);
 #define DWOUT(J) dw_store16_vnni(L, &q, _mm512_add_epi32(v##J, _mm512_loadu_si512(L->bias8 + c + 16 * J)), \
-                                 c + 16 * J, (char *)out + c + 16 * J, mode);
+                                 c + 16 * J, out + c + 16 * J, mode);
         DWOUT(0) DWOUT(1) DWOUT(2) DWOUT(3)
 #undef DWOUT
     }
@@ -1025,10 +1042,10 @@ VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct
         __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t p = 0; p < quads; p++) {
             const uint8_t *const *t = taps + 4 * p;
-            __m256i x0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(t[0] + c)), flip256);
-            __m256i x1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(t[1] + c)), flip256);
-            __m256i x2 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(t[2] + c)), flip256);
-            __m256i x3 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(t[3] + c)), flip256);
+            __m256i x0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(t[0] + off + c)), flip256);
+            __m256i x1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(t[1] + off + c)), flip256);
+            __m256i x2 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(t[2] + off + c)), flip256);
+            __m256i x3 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(t[3] + off + c)), flip256);
             __m256i lo01 = _mm256_unpacklo_epi8(x0, x1), hi01 = _mm256_unpackhi_epi8(x0, x1);
             __m256i lo23 = _mm256_unpacklo_epi8(x2, x3), hi23 = _mm256_unpackhi_epi8(x2, x3);
             const int8_t *w = L->packed8 + (p * cp + c) * 4;
@@ -1043,9 +1060,9 @@ VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct
         __m512i t01 = _mm512_inserti64x4(_mm512_castsi256_si512(a0), a1, 1); /* a0.l0 a0.l1 a1.l0 a1.l1 */
         __m512i t23 = _mm512_inserti64x4(_mm512_castsi256_si512(a2), a3, 1);
         __m512i v0 = _mm512_shuffle_i32x4(t01, t23, 0x88), v1 = _mm512_shuffle_i32x4(t01, t23, 0xDD);
-        dw_store16_vnni(L, &q, _mm512_add_epi32(v0, _mm512_loadu_si512(L->bias8 + c)), c, (char *)out + c, mode);
+        dw_store16_vnni(L, &q, _mm512_add_epi32(v0, _mm512_loadu_si512(L->bias8 + c)), c, out + c, mode);
         dw_store16_vnni(L, &q, _mm512_add_epi32(v1, _mm512_loadu_si512(L->bias8 + c + 16)), c + 16,
-                        (char *)out + c + 16, mode);
+                        out + c + 16, mode);
         full += 32;
     }
     if (c_end - full >= 16) {
@@ -1056,10 +1073,10 @@ VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct
         __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t p = 0; p < quads; p++) {
             const uint8_t *const *t = taps + 4 * p;
-            __m128i x0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[0] + c)), flip128);
-            __m128i x1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[1] + c)), flip128);
-            __m128i x2 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[2] + c)), flip128);
-            __m128i x3 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[3] + c)), flip128);
+            __m128i x0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[0] + off + c)), flip128);
+            __m128i x1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[1] + off + c)), flip128);
+            __m128i x2 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[2] + off + c)), flip128);
+            __m128i x3 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[3] + off + c)), flip128);
             __m128i lo01 = _mm_unpacklo_epi8(x0, x1), hi01 = _mm_unpackhi_epi8(x0, x1);
             __m128i lo23 = _mm_unpacklo_epi8(x2, x3), hi23 = _mm_unpackhi_epi8(x2, x3);
             const int8_t *w = L->packed8 + (p * cp + cb) * 4 + (c - cb);
@@ -1070,28 +1087,40 @@ VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct
         }
         __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(a0), a1, 1)),
                                        _mm256_inserti128_si256(_mm256_castsi128_si256(a2), a3, 1), 1);
-        dw_store16_vnni(L, &q, _mm512_add_epi32(v, _mm512_loadu_si512(L->bias8 + c)), c, (char *)out + c, mode);
+        dw_store16_vnni(L, &q, _mm512_add_epi32(v, _mm512_loadu_si512(L->bias8 + c)), c, out + c, mode);
         full += 16;
     }
 }
 
-VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, void *out)
+/* n pixels of an output row: pixel i's taps are taps[t] + i * step, its output out + i * ostep
+ * (the requantization's constants set up once per row). */
+VNNI static inline __attribute__((always_inline)) void dw_mode_vnni(const struct mac_layer *L, const uint8_t **taps,
+                                                                    int64_t c_end, char *out, int64_t n,
+                                                                    int64_t step, int64_t ostep, int mode)
+{
+    struct rq_vnni q = rq_vnni_init(L);
+    for (int64_t i = 0; i < n; i++)
+        dw_pixel_vnni(L, &q, taps, i * step, c_end, out + i * ostep, mode);
+}
+
+VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps, int64_t c_end, char *out, int64_t n,
+                                int64_t step, int64_t ostep)
 {
     switch (rq_vnni_init(L).mode) {
     case RQM_SSAT:
-        dw_mode_vnni(L, taps, c_end, out, RQM_SSAT);
+        dw_mode_vnni(L, taps, c_end, out, n, step, ostep, RQM_SSAT);
         break;
     case RQM_USAT:
-        dw_mode_vnni(L, taps, c_end, out, RQM_USAT);
+        dw_mode_vnni(L, taps, c_end, out, n, step, ostep, RQM_USAT);
         break;
     case 0:
-        dw_mode_vnni(L, taps, c_end, out, 0);
+        dw_mode_vnni(L, taps, c_end, out, n, step, ostep, 0);
         break;
     case RQM_ADD_ZP:
-        dw_mode_vnni(L, taps, c_end, out, RQM_ADD_ZP);
+        dw_mode_vnni(L, taps, c_end, out, n, step, ostep, RQM_ADD_ZP);
         break;
     default:
-        dw_mode_vnni(L, taps, c_end, out, RQM_SHL | RQM_ADD_ZP);
+        dw_mode_vnni(L, taps, c_end, out, n, step, ostep, RQM_SHL | RQM_ADD_ZP);
     }
 }
 

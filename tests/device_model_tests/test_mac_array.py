@@ -386,6 +386,33 @@ def test_gemm_rows_after_the_whole_tiles(isa: int, in_dt: np.dtype) -> None:
 
 
 @pytest.mark.parametrize("isa", ISA_PARAMS)
+@pytest.mark.parametrize("in_dt", DTYPES, ids=str)
+def test_depthwise_row_interiors(isa: int, in_dt: np.dtype) -> None:
+    """The depthwise kernels take the output columns whose windows lie inside the input as one
+    run per row (taps stepped by stride * channels), the columns at the edges one by one: padding
+    on both sides and on one, strides 1-3, dilation, two images, windows wider than the input (no
+    interior), output columns past the input, channel counts with a 16/32-channel tail and with
+    channels past the last 16."""
+    rng = np.random.default_rng(14)
+    info = np.iinfo(in_dt)
+    for h, w, c, k, stride, dil, pad, out_w in (
+        (6, 13, 32, 3, 1, 1, 1, 13),
+        (7, 14, 48, 3, 2, 1, 1, 7),
+        (5, 15, 80, 3, 3, 1, 0, 5),
+        (6, 11, 17, 3, 1, 2, 2, 11),
+        (5, 12, 64, 5, 2, 2, 3, 8),
+        (4, 3, 32, 5, 1, 1, 2, 3),
+        (4, 9, 112, 2, 1, 1, 0, 10),
+    ):
+        x = _values(rng, in_dt, (2, h, w, c))
+        f = _values(rng, np.dtype(np.int8), (1, k, k, c))
+        out_h = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
+        geometry = (stride, stride, dil, dil, pad, pad, out_h, out_w)
+        for input_zp in (int(info.min), int(info.max)):
+            _check(_conv_case(x, f, geometry, kind="depthwise", input_zp=input_zp), isa)
+
+
+@pytest.mark.parametrize("isa", ISA_PARAMS)
 @pytest.mark.parametrize("shifts", ["right 1-21", "any"])
 @pytest.mark.parametrize("out_dt", DTYPES, ids=str)
 def test_requantization_at_rounding_boundaries(isa: int, shifts: str, out_dt: np.dtype) -> None:
