@@ -1,0 +1,410 @@
+"""tools/upstream.py: the upstream patch series, made against a small synthetic kernel tree.
+
+The series must apply, carry the driver, its uapi headers, documentation, build hooks and
+MAINTAINERS entry where a Linux tree keeps them, carry one drm_sched_init() form (no
+VNPU_SCHED_INIT_ARGS), pass checkpatch --strict with no finding but the "does MAINTAINERS need
+updating?" notice, and pull in only kernel-doc that is warning-free. The full in-tree build
+(W=1 C=1) is the heavy check: python -m tools.upstream --check-build (docs/kernel.md).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.kernel_style.test_checkpatch import _checkpatch
+from tools import upstream
+
+KCONFIG = """\
+# SPDX-License-Identifier: GPL-2.0-only
+if DRM
+
+menuconfig DRM_ACCEL
+	bool "Compute Acceleration Framework"
+
+source "drivers/accel/habanalabs/Kconfig"
+source "drivers/accel/ivpu/Kconfig"
+source "drivers/accel/qaic/Kconfig"
+
+endif
+"""
+MAKEFILE = """\
+# SPDX-License-Identifier: GPL-2.0-only
+
+obj-$(CONFIG_DRM_ACCEL_HABANALABS)	+= habanalabs/
+obj-$(CONFIG_DRM_ACCEL_IVPU)		+= ivpu/
+obj-$(CONFIG_DRM_ACCEL_QAIC)		+= qaic/
+"""
+DOC_INDEX = """\
+.. SPDX-License-Identifier: GPL-2.0
+
+====================
+Compute Accelerators
+====================
+
+.. toctree::
+   :maxdepth: 1
+
+   introduction
+   qaic/index
+
+.. only::  subproject and html
+
+   Indices
+   =======
+
+   * :ref:`genindex`
+"""
+# Sorted, except one entry out of place (as in the real file), which must not mislead the insertion.
+MAINTAINERS = """\
+List of maintainers
+===================
+
+Maintainers List
+----------------
+
+.. note:: Keep the entries in alphabetical order.
+
+3C59X NETWORK DRIVER
+M:	A Maintainer <a@example.org>
+S:	Odd Fixes
+F:	drivers/net/ethernet/3com/3c59x.c
+
+ARM/LPC32XX SOC SUPPORT
+S:	Orphan
+F:	drivers/soc/lpc32xx/
+
+LPC32XX DMAMUX SUPPORT
+S:	Orphan
+F:	drivers/dma/lpc32xx-dmamux.c
+
+DRM ACCEL DRIVERS FOR INTEL VPU
+M:	B Maintainer <b@example.org>
+L:	dri-devel@lists.freedesktop.org
+S:	Supported
+F:	drivers/accel/ivpu/
+F:	include/uapi/drm/ivpu_accel.h
+
+DRM COMPUTE ACCELERATORS DRIVERS AND FRAMEWORK
+M:	C Maintainer <c@example.org>
+L:	dri-devel@lists.freedesktop.org
+S:	Maintained
+F:	Documentation/accel/
+F:	drivers/accel/
+
+THE REST
+M:	D Maintainer <d@example.org>
+S:	Buried alive in reporters
+F:	*
+"""
+SCHED_WITH_ARGS = """\
+struct drm_sched_init_args {
+	const struct drm_sched_backend_ops *ops;
+};
+
+int drm_sched_init(struct drm_gpu_scheduler *sched, const struct drm_sched_init_args *args);
+"""
+SCHED_POSITIONAL = (
+    "int drm_sched_init(struct drm_gpu_scheduler *sched,\n"
+    "\t\t   const struct drm_sched_backend_ops *ops,\n"
+    "\t\t   struct workqueue_struct *submit_wq,\n"
+    "\t\t   u32 num_rqs, u32 credit_limit, unsigned int hang_limit,\n"
+    "\t\t   long timeout, struct workqueue_struct *timeout_wq,\n"
+    "\t\t   atomic_t *score, const char *name, struct device *dev);\n"
+)
+SIGNOFF = "Jane Developer <jane@example.org>"
+
+
+def _base(root: Path, sched_args: bool) -> Path:
+    files = {
+        "Makefile": "VERSION = 6\nPATCHLEVEL = 12\nSUBLEVEL = 117\n",
+        "MAINTAINERS": MAINTAINERS,
+        "drivers/accel/Kconfig": KCONFIG,
+        "drivers/accel/Makefile": MAKEFILE,
+        "Documentation/accel/index.rst": DOC_INDEX,
+        upstream.SCHED_HEADER: SCHED_WITH_ARGS if sched_args else SCHED_POSITIONAL,
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def _patch_files(patch: Path) -> list[str]:
+    return re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), re.M)
+
+
+def _quiet(msg: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["sched-args", "sched-positional"])
+def series(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[bool, Path, list[Path]]:
+    """(sched_args, the base tree with the series applied, the patch files)."""
+    sched_args: bool = request.param
+    root = tmp_path_factory.mktemp("upstream")
+    base = _base(root / "base", sched_args)
+    opts = upstream.Options(signoff=SIGNOFF, maintainer=SIGNOFF)
+    paths = upstream.write_series(root / "out", base, opts, say=_quiet)
+    applied = root / "applied"
+    shutil.copytree(base, applied)
+    for p in paths[1:]:
+        subprocess.run(["git", "apply", str(p)], cwd=applied, check=True, capture_output=True)
+    return sched_args, applied, paths
+
+
+def test_the_series_has_a_cover_letter_and_five_patches(series: tuple[bool, Path, list[Path]]) -> None:
+    _, _, paths = series
+    assert [p.name[:4] for p in paths] == ["0000", "0001", "0002", "0003", "0004", "0005"]
+    subjects = [re.search(r"^Subject: (.*)$", p.read_text(), re.M)[1] for p in paths]
+    assert subjects[0] == "[PATCH 0/5] accel/vnpu: Add a driver for the vnpu NPU"
+    for n, s in enumerate(subjects[1:], 1):
+        assert re.fullmatch(rf"\[PATCH {n}/5\] (accel/vnpu|MAINTAINERS): [A-Z]\w+ .+", s), s
+    for p in paths[1:]:
+        text = p.read_text()
+        assert f"\nSigned-off-by: {SIGNOFF}\n" in text
+        assert f"From: {SIGNOFF}" in text
+        body = text.split("\n\n", 1)[1].split("Signed-off-by:")[0]
+        assert len(body.split()) >= 8, f"{p.name}: no commit message body"
+
+
+def test_each_patch_holds_its_files(series: tuple[bool, Path, list[Path]]) -> None:
+    _, _, paths = series
+    uapi, driver, hooks, docs, maintainers = (_patch_files(p) for p in paths[1:])
+    assert uapi == ["include/uapi/drm/vnpu_accel.h", "include/uapi/drm/vnpu_isa.h"]
+    names = sorted(Path(f).name for f in driver)
+    sources = sorted(p.name for p in upstream.driver_sources())
+    assert names == sorted([*sources, "Kconfig", "Makefile"])
+    assert all(f.startswith("drivers/accel/vnpu/") for f in driver)
+    assert "Kbuild" not in names
+    assert hooks == ["drivers/accel/Kconfig", "drivers/accel/Makefile"]
+    assert sorted(docs) == [
+        "Documentation/accel/index.rst",
+        "Documentation/accel/vnpu/index.rst",
+        "Documentation/accel/vnpu/internals.rst",
+        "Documentation/accel/vnpu/uapi.rst",
+    ]
+    assert maintainers == ["MAINTAINERS"]
+
+
+def test_the_driver_is_in_tree_form(series: tuple[bool, Path, list[Path]]) -> None:
+    sched_args, tree, _ = series
+    vnpu = tree / "drivers" / "accel" / "vnpu"
+    texts = {p.name: p.read_text() for p in vnpu.iterdir()}
+    for name, text in texts.items():
+        assert upstream.SCHED_MACRO not in text, name
+        assert '#include "vnpu_accel.h"' not in text and '#include "vnpu_isa.h"' not in text, name
+    assert "#include <drm/vnpu_accel.h>" in texts["vnpu_drv.h"]
+    assert "#include <drm/vnpu_isa.h>" in texts["vnpu_validate.c"]
+    job = texts["vnpu_job.c"]
+    assert ("&args)" in job) == sched_args
+    assert ("drm_sched_init(&core->sched, &vnpu_sched_ops" in job) == (not sched_args)
+    # Only the sched conditionals went: everything else is the project's source, byte for byte.
+    assert texts["Kconfig"] == (upstream.DRIVER_DIR / "Kconfig").read_text()
+    assert texts["vnpu_mmu.c"] == (upstream.DRIVER_DIR / "vnpu_mmu.c").read_text()
+    makefile = texts["Makefile"]
+    assert "obj-$(CONFIG_DRM_ACCEL_VNPU) := vnpu.o" in makefile
+    assert "ccflags" not in makefile and upstream.SCHED_MACRO not in makefile
+    for c in (n for n in texts if n.endswith(".c")):
+        assert f"{c[:-2]}.o" in makefile
+
+
+def test_the_hooks_and_maintainers_entry_sit_in_order(series: tuple[bool, Path, list[Path]]) -> None:
+    _, tree, _ = series
+    kconfig = (tree / "drivers/accel/Kconfig").read_text()
+    assert 'source "drivers/accel/qaic/Kconfig"\nsource "drivers/accel/vnpu/Kconfig"\n\nendif' in kconfig
+    makefile = (tree / "drivers/accel/Makefile").read_text()
+    assert makefile.endswith(
+        "obj-$(CONFIG_DRM_ACCEL_QAIC)\t\t+= qaic/\nobj-$(CONFIG_DRM_ACCEL_VNPU)\t\t+= vnpu/\n"
+    )
+    index = (tree / "Documentation/accel/index.rst").read_text()
+    assert "   qaic/index\n   vnpu/index\n\n.. only::" in index
+    maintainers = (tree / "MAINTAINERS").read_text()
+    entry = (
+        "\nDRM ACCEL DRIVER FOR VNPU\n"
+        f"M:\t{SIGNOFF}\n"
+        "L:\tdri-devel@lists.freedesktop.org\n"
+        "S:\tMaintained\n"
+        "F:\tDocumentation/accel/vnpu/\n"
+        "F:\tdrivers/accel/vnpu/\n"
+        "F:\tinclude/uapi/drm/vnpu_accel.h\n"
+        "F:\tinclude/uapi/drm/vnpu_isa.h\n"
+        "\nDRM ACCEL DRIVERS FOR INTEL VPU\n"
+    )
+    assert entry in maintainers
+
+
+def test_checkpatch_strict_finds_nothing_but_the_maintainers_notice(
+    series: tuple[bool, Path, list[Path]],
+) -> None:
+    sched_args, _, paths = series
+    # The two forms differ only in the driver patch: check the whole series once.
+    patches = paths[1:] if sched_args else [paths[2]]
+    out, findings = upstream.run_checkpatch(_checkpatch(), patches)
+    assert findings == [], out
+    # The notice appears only for the patches that add files before the MAINTAINERS entry.
+    assert "ERROR" not in out
+
+
+def test_the_documentation_pulls_warning_free_kernel_doc(series: tuple[bool, Path, list[Path]]) -> None:
+    _, tree, _ = series
+    pages = {p.relative_to(tree).as_posix(): p.read_text() for p in (tree / upstream.DOC_DIR).glob("*.rst")}
+    pulled = upstream.kernel_doc_sources(pages)
+    assert "include/uapi/drm/vnpu_accel.h" in pulled and "drivers/accel/vnpu/vnpu_job.c" in pulled
+    kernel_doc = _checkpatch().with_name("kernel-doc")
+    assert upstream.run_kernel_doc(kernel_doc, [tree / p for p in pulled]) == ""
+    for p in pulled:  # every pulled file documents something (else Sphinx warns)
+        r = subprocess.run(["perl", str(kernel_doc), "-rst", str(tree / p)], capture_output=True, text=True)
+        assert r.stdout.strip(), p
+    index = pages[f"{upstream.DOC_DIR}/index.rst"]
+    for name, _ in upstream.module_parameters([(upstream.DRIVER_DIR / "vnpu_drv.c").read_text()]):
+        assert f"``{name}``" in index
+    for text in pages.values():
+        lines = text.split("\n")
+        for i, line in enumerate(lines[1:-1], 1):  # section adornments as long as their titles
+            if line and set(line) <= set("=-") and lines[i - 1] and not set(lines[i - 1]) <= set("=-"):
+                assert len(line) >= len(lines[i - 1].rstrip()), lines[i - 1]
+
+
+def test_the_series_applies_to_linux_source_6_12(tmp_path: Path) -> None:
+    """The default base: the files the series changes, from Debian's linux-source-6.12."""
+    if not upstream.SOURCE_TARBALL.is_file():
+        pytest.skip(f"{upstream.SOURCE_TARBALL} missing")
+    base, desc = upstream.default_base(say=_quiet)
+    opts = upstream.Options(signoff=SIGNOFF, maintainer=SIGNOFF)
+    paths = upstream.write_series(tmp_path / "out", base, opts, say=_quiet, base_desc=desc)
+    applied = tmp_path / "tree"
+    shutil.copytree(base, applied)
+    for p in paths[1:]:
+        subprocess.run(["git", "apply", str(p)], cwd=applied, check=True, capture_output=True)
+    maintainers = (applied / "MAINTAINERS").read_text()
+    at = maintainers.index("\nDRM ACCEL DRIVER FOR VNPU\n")
+    assert maintainers.index("\nDRM ACCEL DRIVERS FOR INTEL VPU\n") > at
+    assert "linux-source-6.12" in paths[0].read_text()
+
+
+# --- the pieces ------------------------------------------------------------------
+
+SCHED_SOURCE = """\
+static int f(void)
+{
+#ifdef CONFIG_X
+	x();
+#endif
+#ifdef VNPU_SCHED_INIT_ARGS
+	a();
+#ifdef CONFIG_Y
+	y();
+#else
+	z();
+#endif
+#else
+	b();
+#endif /* VNPU_SCHED_INIT_ARGS */
+#ifndef VNPU_SCHED_INIT_ARGS
+	c();
+#endif
+#if !defined(VNPU_SCHED_INIT_ARGS)
+	d();
+#else
+	e();
+#endif
+	return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("defined", [True, False])
+def test_resolve_macro(defined: bool) -> None:
+    got = upstream.resolve_macro(SCHED_SOURCE, "VNPU_SCHED_INIT_ARGS", defined)
+    assert "VNPU_SCHED_INIT_ARGS" not in got
+    assert "#ifdef CONFIG_X\n\tx();\n#endif\n" in got
+    if defined:
+        assert "\ta();\n#ifdef CONFIG_Y\n\ty();\n#else\n\tz();\n#endif\n\te();\n" in got
+        assert "b();" not in got and "c();" not in got and "d();" not in got
+    else:
+        assert "\tb();\n\tc();\n\td();\n\treturn" in got
+        assert "a();" not in got and "y();" not in got and "e();" not in got
+
+
+@pytest.mark.skipif(shutil.which("unifdef") is None, reason="unifdef (Debian's unifdef) not installed")
+@pytest.mark.parametrize("defined", [True, False])
+def test_resolve_macro_agrees_with_unifdef(defined: bool, tmp_path: Path) -> None:
+    for text in (SCHED_SOURCE, (upstream.DRIVER_DIR / "vnpu_job.c").read_text()):
+        src = tmp_path / "in.c"
+        src.write_text(text)
+        flag = "-DVNPU_SCHED_INIT_ARGS" if defined else "-UVNPU_SCHED_INIT_ARGS"
+        r = subprocess.run(["unifdef", flag, str(src)], capture_output=True, text=True)
+        assert r.returncode in (0, 1), r.stderr
+        assert upstream.resolve_macro(text, "VNPU_SCHED_INIT_ARGS", defined) == r.stdout
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "#ifdef M\n#elif defined(N)\n#endif\n",
+        "#if defined(M) && defined(N)\n#endif\n",
+        "#ifdef M\n",
+        "#endif\n",
+    ],
+)
+def test_resolve_macro_refuses_what_it_cannot_simplify(text: str) -> None:
+    with pytest.raises(upstream.UnsupportedConditional):
+        upstream.resolve_macro(text, "M", True)
+
+
+def test_the_comment_sentence_naming_the_macro_goes() -> None:
+    text = "/*\n * First sentence.\n * Second names\n * M here.\n * Third.\n */\n"
+    assert upstream.drop_comment_sentences(text, "M") == "/*\n * First sentence.\n * Third.\n */\n"
+    with pytest.raises(upstream.SeriesError):
+        upstream.drop_comment_sentences("/*\n * One. Two names M.\n */\n", "M")
+
+
+def test_uapi_includes_join_the_drm_block() -> None:
+    text = (
+        '#include <linux/a.h>\n\n#include <drm/b.h>\n#include <drm/z.h>\n\n#include "u.h"\n#include "w.h"\n'
+    )
+    got = upstream.rewrite_uapi_includes(text, ["u.h"])
+    drm = "#include <drm/b.h>\n#include <drm/u.h>\n#include <drm/z.h>\n"
+    assert got == f'#include <linux/a.h>\n\n{drm}\n#include "w.h"\n'
+    alone = '#include <drm/b.h>\n\n#include "u.h"\n\nint x;\n'
+    assert (
+        upstream.rewrite_uapi_includes(alone, ["u.h"]) == "#include <drm/b.h>\n#include <drm/u.h>\n\nint x;\n"
+    )
+    no_block = '#include <linux/a.h>\n\n#include "u.h"\n'
+    assert upstream.rewrite_uapi_includes(no_block, ["u.h"]) == "#include <linux/a.h>\n\n#include <drm/u.h>\n"
+
+
+def test_the_sched_form_comes_from_the_tree(tmp_path: Path) -> None:
+    assert upstream.sched_init_takes_args(SCHED_WITH_ARGS)
+    assert not upstream.sched_init_takes_args(SCHED_POSITIONAL)
+    with pytest.raises(upstream.SeriesError, match="--sched-init"):
+        upstream.plan(tmp_path, upstream.Options(signoff=SIGNOFF, maintainer=SIGNOFF))
+
+
+def test_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = _base(tmp_path / "base", sched_args=False)
+    out = tmp_path / "out"
+    argv = [
+        "--out",
+        str(out),
+        "--base-tree",
+        str(base),
+        "--signoff",
+        SIGNOFF,
+        "--tree-url",
+        "https://example.org/v.git",
+    ]
+    assert upstream.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "upstream: drm_sched_init() form: positional" in err and "6 files in" in err
+    assert "+T:\tgit https://example.org/v.git\n" in next(out.glob("0005-*")).read_text()
+    assert "Linux 6.12.117" in next(out.glob("0000-*")).read_text()
+    with pytest.raises(SystemExit):
+        upstream.main(["--out", str(out), "--base-tree", str(base), "--signoff", "no address"])

@@ -1,0 +1,1199 @@
+"""vnpu.ko as an upstream patch series: ``git format-patch`` output for a Linux tree.
+
+    python -m tools.upstream --out DIR [--base-tree SRC]   write the series into DIR
+    python -m tools.upstream --check-build [--out DIR]     write it and prove it in a full 6.12 tree
+
+The series is made in a temporary git repository: a base commit holding the files of the
+base tree that the series changes, then one commit per patch, then ``git format-patch
+--cover-letter``. The base is ``--base-tree`` (a kernel source tree), else those files from
+Debian's ``/usr/src/linux-source-6.12.tar.xz`` (unpacked once into the project's cache). The
+patches, in order:
+
+1. ``accel/vnpu: Add the uapi headers``: ``uapi/drm/vnpu_accel.h`` (and every other
+   project header the driver includes, ``vnpu_isa.h``) as ``include/uapi/drm/``.
+2. ``accel/vnpu: Add a driver for the vnpu NPU``: ``drivers/accel/vnpu/``: every ``.c``/``.h``
+   of ``kernel/drivers_accel_stub/``, its ``Kconfig``, and an in-tree ``Makefile`` made from
+   ``Kbuild``'s object lists (not the out-of-tree ``Makefile``). In tree the uapi headers are
+   ``<drm/NAME>``: ``#include "NAME"`` becomes ``#include <drm/NAME>``, moved into the file's
+   ``<drm/...>`` block. ``Kbuild`` probes the tree for ``struct drm_sched_init_args`` and
+   defines ``VNPU_SCHED_INIT_ARGS``; the series carries the one form that fits the base (its
+   ``include/drm/gpu_scheduler.h``, or ``--sched-init``): the ``#ifdef`` blocks are resolved,
+   and the comment sentence naming the macro is dropped.
+3. ``accel/vnpu: Hook the driver into the build``: ``source "drivers/accel/vnpu/Kconfig"`` in
+   ``drivers/accel/Kconfig`` and ``obj-$(CONFIG_DRM_ACCEL_VNPU) += vnpu/`` in
+   ``drivers/accel/Makefile``, in alphabetical order among the other drivers.
+4. ``accel/vnpu: Add documentation``: ``Documentation/accel/vnpu/`` (an overview with the module
+   parameters read from the sources, the uapi and the driver internals through ``..
+   kernel-doc::``), listed in ``Documentation/accel/index.rst``'s toctree.
+5. ``MAINTAINERS: Add the vnpu accel driver``: the ``DRM ACCEL DRIVER FOR VNPU`` entry, sorted
+   into MAINTAINERS.
+
+Every patch is signed off by ``--signoff "Name <email>"``, else git's ``user.name`` and
+``user.email``, else ``vnpu maintainers <vnpu@lists.example.org>``. The same identity is the
+patches' author (checkpatch wants author and sign-off to agree) and the MAINTAINERS ``M:``
+line unless ``--maintainer`` says otherwise. ``--tree-url`` adds a ``T: git URL`` line.
+Commit dates are the project checkout's last commit's, so a checkout always makes the same
+series.
+
+``--check-build`` is the heavy check (20-30 min the first time on 2 cores, about a minute
+after): it unpacks the whole linux-source-6.12 into ``~/.cache/vnpu/upstream/`` once, commits
+it to git, then each time resets that tree, makes the series against it, ``git am``s it, runs
+checkpatch (``--strict``, from the tree) on every patch and ``kernel-doc -none -Wall`` on
+every file the documentation pulls in, configures the tree with Debian's
+``/boot/config-<newest 6.12 generic>`` plus ``CONFIG_DRM_ACCEL_VNPU=m`` (``make olddefconfig
+modules_prepare``), and builds the driver with ``make W=1 C=1 M=drivers/accel/vnpu`` (sparse).
+Any warning fails it. tests/tools/test_upstream.py is the fast check; docs/kernel.md, "Upstream
+patch series", shows both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the project's packages
+    sys.path.insert(0, str(ROOT))
+
+from qemu_tests import debug_kernel, preflight  # noqa: E402
+from tools.headers_install import VENDORED  # noqa: E402
+from vnpu_common.cache import cache_root  # noqa: E402
+
+DRIVER_DIR = ROOT / "kernel" / "drivers_accel_stub"
+UAPI_DIR = ROOT / "uapi" / "drm"
+SOURCE_TARBALL = debug_kernel.SOURCE_TARBALL
+SOURCE_TOP = debug_kernel.SOURCE_PACKAGE  # the tarball's top directory
+
+NAME = "vnpu"
+SYMBOL = "DRM_ACCEL_VNPU"
+IN_TREE_DIR = "drivers/accel/vnpu"
+UAPI_TREE_DIR = "include/uapi/drm"
+DOC_DIR = "Documentation/accel/vnpu"
+SCHED_MACRO = "VNPU_SCHED_INIT_ARGS"
+SCHED_HEADER = "include/drm/gpu_scheduler.h"
+SCHED_ARGS_STRUCT = re.compile(r"^struct drm_sched_init_args\s*\{", re.M)
+MAINTAINERS_SECTION = "DRM ACCEL DRIVER FOR VNPU"
+MAILING_LIST = "dri-devel@lists.freedesktop.org"
+# A role address of the project's own: used when neither --signoff nor git's identity is set.
+ROLE_IDENTITY = "vnpu maintainers <vnpu@lists.example.org>"
+
+# The files of the base tree that the series changes (or needs to read).
+BASE_FILES = (
+    "Makefile",  # only read: the tree's version, for the cover letter
+    "MAINTAINERS",
+    "drivers/accel/Kconfig",
+    "drivers/accel/Makefile",
+    "Documentation/accel/index.rst",
+    SCHED_HEADER,
+)
+
+Say = Callable[[str], None]
+
+
+def _say(msg: str) -> None:
+    print(f"upstream: {msg}", file=sys.stderr, flush=True)
+
+
+class SeriesError(RuntimeError):
+    """The series cannot be made as asked; the message says why."""
+
+
+# --- the sources -------------------------------------------------------------
+
+
+def project_uapi_headers() -> list[Path]:
+    """The project's own uapi headers (uapi/drm/ less the ones vendored from the kernel)."""
+    return sorted(p for p in UAPI_DIR.glob("*.h") if p.name not in VENDORED)
+
+
+def driver_sources() -> list[Path]:
+    """Every .c and .h of the driver (hand-written and generated), not Kbuild's products."""
+    return sorted(
+        p
+        for p in DRIVER_DIR.iterdir()
+        if p.is_file() and p.suffix in (".c", ".h") and not p.name.startswith(".") and ".mod." not in p.name
+    )
+
+
+_QUOTED_INCLUDE = re.compile(r'^#include "(?P<name>[^"]+)"\s*$')
+_ANGLE_DRM_INCLUDE = re.compile(r"^#include <drm/[^>]+>\s*$")
+
+
+def included_uapi_headers(texts: Iterable[str], names: Iterable[str]) -> set[str]:
+    """Which of the headers ``names`` the sources include with ``#include "NAME"``."""
+    wanted = set(names)
+    found = set()
+    for text in texts:
+        for line in text.split("\n"):
+            m = _QUOTED_INCLUDE.match(line)
+            if m and m["name"] in wanted:
+                found.add(m["name"])
+    return found
+
+
+def rewrite_uapi_includes(text: str, names: Iterable[str]) -> str:
+    """``#include "NAME"`` as ``#include <drm/NAME>`` for each uapi header NAME.
+
+    The new line joins the file's block of ``<drm/...>`` includes (in sorted place) when that
+    block is the one just before the quoted includes; a quoted block left empty goes with
+    its blank line. Without such a block the line is rewritten where it stands.
+    """
+    wanted = set(names)
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        m = _QUOTED_INCLUDE.match(lines[i])
+        if not m or m["name"] not in wanted:
+            i += 1
+            continue
+        new = f"#include <drm/{m['name']}>"
+        # The quoted block this line is in, and the blank line before it.
+        start = i
+        while start > 0 and lines[start - 1].startswith('#include "'):
+            start -= 1
+        blank = start - 1
+        if blank >= 1 and lines[blank] == "" and _ANGLE_DRM_INCLUDE.match(lines[blank - 1]):
+            del lines[i]
+            drm_end = blank  # one past the drm block
+            drm_start = drm_end - 1
+            while drm_start > 0 and _ANGLE_DRM_INCLUDE.match(lines[drm_start - 1]):
+                drm_start -= 1
+            pos = drm_start
+            while pos < drm_end and lines[pos] < new:
+                pos += 1
+            lines.insert(pos, new)
+            blank += 1
+            # The quoted block is empty when the blank line is followed by no quoted include.
+            after = lines[blank + 1] if blank + 1 < len(lines) else ""
+            if not after.startswith('#include "'):
+                del lines[blank]
+            i = blank
+        else:
+            lines[i] = new
+            i += 1
+    return "\n".join(lines)
+
+
+class UnsupportedConditional(SeriesError):
+    """A conditional on the macro that the resolver does not simplify (#elif, an expression)."""
+
+
+_DIRECTIVE = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)$")
+
+
+def _macro_test(keyword: str, rest: str, macro: str) -> bool | None:
+    """For ``#if``/``#ifdef``/``#ifndef``: True when it tests that ``macro`` is defined,
+    False when it tests that it is not, None when it does not name ``macro``."""
+    expr = re.sub(r"/\*.*?\*/|//.*$", "", rest).strip()
+    if not re.search(rf"\b{macro}\b", expr):
+        return None
+    if keyword in ("ifdef", "ifndef"):
+        if expr != macro:
+            raise UnsupportedConditional(f"#{keyword} {rest.strip()}")
+        return keyword == "ifdef"
+    m = re.fullmatch(rf"(!?)\s*(?:defined\s*\(\s*{macro}\s*\)|defined\s+{macro}|{macro})", expr)
+    if m is None:
+        raise UnsupportedConditional(f"#if {rest.strip()}")
+    return m[1] != "!"
+
+
+@dataclass
+class _Frame:
+    ours: bool  # a conditional on the macro: its directives go, one branch stays
+    keep: bool = True  # for ours: the current branch is kept
+
+
+def resolve_macro(text: str, macro: str, defined: bool) -> str:
+    """``text`` with every conditional on ``macro`` resolved as ``unifdef -D``/``-U`` does.
+
+    Handles ``#ifdef``, ``#ifndef``, ``#if [!]defined(M)`` and ``#if M`` with ``#else``,
+    nested in or around other conditionals (which stay as they are); ``#elif`` in a chain on
+    the macro, or the macro inside a larger expression, raise UnsupportedConditional.
+    """
+    out: list[str] = []
+    stack: list[_Frame] = []
+
+    def visible() -> bool:
+        return all(f.keep for f in stack if f.ours)
+
+    for line in text.split("\n"):
+        m = _DIRECTIVE.match(line)
+        if m is None:
+            if visible():
+                out.append(line)
+            continue
+        keyword, rest = m[1], m[2]
+        if keyword in ("if", "ifdef", "ifndef"):
+            test = _macro_test(keyword, rest, macro)
+            if test is None:
+                if visible():
+                    out.append(line)
+                stack.append(_Frame(ours=False))
+            else:
+                stack.append(_Frame(ours=True, keep=(test == defined)))
+            continue
+        if not stack:
+            raise UnsupportedConditional(f"#{keyword} without #if")
+        top = stack[-1]
+        if keyword == "elif":
+            if top.ours or re.search(rf"\b{macro}\b", rest):
+                raise UnsupportedConditional(f"#elif {rest.strip()} in a chain on {macro}")
+            if visible():
+                out.append(line)
+        elif keyword == "else":
+            if top.ours:
+                top.keep = not top.keep
+            elif visible():
+                out.append(line)
+        else:  # endif
+            stack.pop()
+            if not top.ours and visible():
+                out.append(line)
+    if stack:
+        raise UnsupportedConditional("unterminated #if")
+    return "\n".join(out)
+
+
+_COMMENT_BODY = re.compile(r"^\s*\* ?(?P<text>.*)$")
+
+
+def drop_comment_sentences(text: str, word: str) -> str:
+    """``text`` without the comment sentences that name ``word``.
+
+    A sentence is whole comment lines: from a line that follows the comment's opening, an
+    empty comment line or a line ending in '.' or ':', to the next line ending in '.'. A
+    mention that does not fill whole lines raises SeriesError.
+    """
+    lines = text.split("\n")
+    out_of: set[int] = set()
+    for k, line in enumerate(lines):
+        if word not in line or _DIRECTIVE.match(line):
+            continue
+        if _COMMENT_BODY.match(line) is None:
+            continue  # code: the caller's final check reports it
+        start = k
+        while start > 0:
+            prev = lines[start - 1].rstrip()
+            body = _COMMENT_BODY.match(prev)
+            if prev.endswith("/*") or body is None or body["text"] == "" or prev.endswith((".", ":")):
+                break
+            start -= 1
+        end = k
+        while not lines[end].rstrip().endswith(".") and end + 1 < len(lines):
+            nxt = _COMMENT_BODY.match(lines[end + 1])
+            if nxt is None or lines[end + 1].strip().startswith("*/"):
+                break
+            end += 1
+        first = _COMMENT_BODY.match(lines[start])
+        if (
+            not lines[end].rstrip().endswith(".")
+            or first is None
+            or not first["text"][:1].isalnum()
+            or ". " in " ".join(lines[start : end + 1])
+        ):
+            raise SeriesError(f"cannot drop the comment's mention of {word} cleanly: {line.strip()!r}")
+        out_of.update(range(start, end + 1))
+    return "\n".join(line for i, line in enumerate(lines) if i not in out_of)
+
+
+def driver_file(text: str, uapi_names: Iterable[str], sched_args: bool) -> str:
+    """A driver source as it goes in tree."""
+    text = rewrite_uapi_includes(text, uapi_names)
+    if SCHED_MACRO in text:
+        text = resolve_macro(text, SCHED_MACRO, sched_args)
+        text = drop_comment_sentences(text, SCHED_MACRO)
+        if SCHED_MACRO in text:
+            raise SeriesError(f"{SCHED_MACRO} still named after resolving its conditionals")
+    return text
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Make lines with their backslash continuations joined (newlines kept)."""
+    out: list[str] = []
+    cur = ""
+    for line in text.split("\n"):
+        cur = f"{cur}\n{line}" if cur else line
+        if not line.endswith("\\"):
+            out.append(cur)
+            cur = ""
+    if cur:
+        out.append(cur)
+    return out
+
+
+def in_tree_makefile(kbuild: str, sources: Iterable[str]) -> str:
+    """drivers/accel/vnpu/Makefile: Kbuild's ``vnpu-*`` object lists under the module's obj line."""
+    spdx = kbuild.split("\n", 1)[0]
+    if "SPDX-License-Identifier" not in spdx:
+        raise SeriesError("Kbuild does not start with an SPDX line")
+    lists = [ln for ln in _logical_lines(kbuild) if re.match(rf"^{NAME}-\S+\s*[:+]?=", ln)]
+    if not lists:
+        raise SeriesError(f"Kbuild has no {NAME}-y object list")
+    objects = set(re.findall(r"(\w+)\.o\b", " ".join(lists)))
+    missing = sorted(s for s in sources if s.endswith(".c") and s[:-2] not in objects)
+    if missing:
+        raise SeriesError(f"Kbuild's object lists leave out {', '.join(missing)}")
+    return "\n".join([spdx, "", f"obj-$(CONFIG_{SYMBOL}) := {NAME}.o", "", *lists, ""])
+
+
+def has_kernel_doc(text: str) -> bool:
+    """Whether a source has a kernel-doc comment (``/**`` then a line naming what it documents)."""
+    return re.search(r"^/\*\*\s*\n \* (DOC:|\w)", text, re.M) is not None
+
+
+# --- the base tree's files -------------------------------------------------
+
+
+def tree_version(base: Path) -> str | None:
+    """VERSION.PATCHLEVEL.SUBLEVEL from the tree's top Makefile."""
+    try:
+        text = (base / "Makefile").read_text()
+    except OSError:
+        return None
+    parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.M) for k in ("VERSION", "PATCHLEVEL", "SUBLEVEL")]
+    return ".".join(m[1] for m in parts) if all(parts) else None
+
+
+def sched_init_takes_args(gpu_scheduler_h: str) -> bool:
+    """Whether this tree's drm_sched_init() takes a struct drm_sched_init_args."""
+    return SCHED_ARGS_STRUCT.search(gpu_scheduler_h) is not None
+
+
+def _insert_sorted(lines: list[str], new: str, matches: Callable[[str], bool]) -> list[str]:
+    """``lines`` with ``new`` placed among the consecutive run of lines ``matches`` accepts,
+    before the first that sorts after it."""
+    idx = [i for i, ln in enumerate(lines) if matches(ln)]
+    if not idx:
+        raise SeriesError(f"nowhere to add {new.strip()!r}")
+    if new in lines:
+        raise SeriesError(f"{new.strip()!r} is already there")
+    pos = next((i for i in idx if lines[i] > new), idx[-1] + 1)
+    return [*lines[:pos], new, *lines[pos:]]
+
+
+def hook_kconfig(text: str) -> str:
+    """drivers/accel/Kconfig with the driver's Kconfig sourced among the others."""
+    lines = text.split("\n")
+    new = f'source "{IN_TREE_DIR}/Kconfig"'
+    return "\n".join(_insert_sorted(lines, new, lambda ln: ln.startswith('source "drivers/accel/')))
+
+
+def _expand_width(text: str) -> int:
+    return len(text.expandtabs(8))
+
+
+def hook_makefile(text: str) -> str:
+    """drivers/accel/Makefile with ``obj-$(CONFIG_DRM_ACCEL_VNPU) += vnpu/``, aligned as the others."""
+    lines = text.split("\n")
+    pattern = re.compile(r"^(obj-\$\(CONFIG_\w+\))(\s*)\+=\s*\S+/$")
+    others = [m for ln in lines if (m := pattern.match(ln))]
+    if not others:
+        raise SeriesError("drivers/accel/Makefile has no obj-$(CONFIG_...) += DIR/ line")
+    column = max(_expand_width(m[1] + m[2]) for m in others)
+    head = f"obj-$(CONFIG_{SYMBOL})"
+    pad = ""
+    while _expand_width(head + pad) < column:
+        pad += "\t"
+    if not pad:
+        pad = " "
+    new = f"{head}{pad}+= {NAME}/"
+    return "\n".join(_insert_sorted(lines, new, lambda ln: pattern.match(ln) is not None))
+
+
+def hook_doc_index(text: str) -> str:
+    """Documentation/accel/index.rst with vnpu/index in its toctree, after the other drivers."""
+    lines = text.split("\n")
+    try:
+        start = next(i for i, ln in enumerate(lines) if ln.strip() == ".. toctree::")
+    except StopIteration:
+        raise SeriesError("Documentation/accel/index.rst has no toctree") from None
+    entries: list[int] = []
+    indent = "   "
+    for i in range(start + 1, len(lines)):
+        ln = lines[i]
+        if ln.strip() == "" or ln.strip().startswith(":"):
+            continue
+        if not ln.startswith(" "):
+            break
+        indent = ln[: len(ln) - len(ln.lstrip())]
+        entries.append(i)
+    if not entries:
+        raise SeriesError("Documentation/accel/index.rst's toctree is empty")
+    new = f"{indent}{NAME}/index"
+    drivers = [i for i in entries if lines[i].strip().endswith("/index")]
+    pos = next((i for i in drivers if lines[i] > new), (drivers or entries)[-1] + 1)
+    return "\n".join([*lines[:pos], new, *lines[pos:]])
+
+
+def maintainers_entry(maintainer: str, tree_url: str | None, files: Iterable[str]) -> list[str]:
+    entry = [MAINTAINERS_SECTION, f"M:\t{maintainer}", f"L:\t{MAILING_LIST}", "S:\tMaintained"]
+    if tree_url:
+        entry.append(f"T:\tgit {tree_url}")
+    entry += [f"F:\t{f}" for f in sorted(files)]
+    return entry
+
+
+def _section_key(title: str) -> str:
+    """scripts/parse-maintainers.pl's order: upper case, THE REST last."""
+    return title.upper().replace("THE REST", "ZZZZZZ")
+
+
+def _longest_sorted_run(keys: list[str]) -> list[int]:
+    """Indices of a longest strictly increasing subsequence of ``keys`` (patience sorting)."""
+    tails: list[int] = []  # tails[k]: index of the smallest last key of a run of length k + 1
+    prev: list[int] = [-1] * len(keys)
+    for i, k in enumerate(keys):
+        lo, hi = 0, len(tails)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if keys[tails[mid]] < k:
+                lo = mid + 1
+            else:
+                hi = mid
+        prev[i] = tails[lo - 1] if lo else -1
+        if lo == len(tails):
+            tails.append(i)
+        else:
+            tails[lo] = i
+    run: list[int] = []
+    i = tails[-1] if tails else -1
+    while i >= 0:
+        run.append(i)
+        i = prev[i]
+    return run[::-1]
+
+
+def hook_maintainers(text: str, entry: list[str]) -> str:
+    """MAINTAINERS with ``entry`` (title line first) before the first section that sorts after it."""
+    lines = text.split("\n")
+    # Sections start after the line of dashes under "Maintainers List".
+    try:
+        first = next(i for i, ln in enumerate(lines) if ln.startswith("Maintainers List")) + 2
+    except StopIteration:
+        first = 0
+    titles = [
+        i
+        for i in range(max(first, 1), len(lines) - 1)
+        if lines[i]
+        and not lines[i][0].isspace()
+        and lines[i - 1] == ""
+        and re.match(r"^[A-Z]:\t", lines[i + 1])
+    ]
+    if not titles:
+        raise SeriesError("MAINTAINERS has no sections")
+    if any(lines[i] == entry[0] for i in titles):
+        raise SeriesError(f"MAINTAINERS already has {entry[0]}")
+    # MAINTAINERS is sorted with a few exceptions: place the entry among the sections that
+    # form the longest sorted run, so a section out of place does not pull it along.
+    key = _section_key(entry[0])
+    backbone = _longest_sorted_run([_section_key(lines[i]) for i in titles])
+    after = [titles[n] for n in backbone if _section_key(lines[titles[n]]) > key]
+    if not after:
+        raise SeriesError("no MAINTAINERS section sorts after the new entry")
+    pos = after[0]
+    return "\n".join([*lines[:pos], *entry, "", *lines[pos:]])
+
+
+# --- the documentation -------------------------------------------------------
+
+
+def _rst_title(text: str) -> list[str]:
+    bar = "=" * (len(text) + 2)
+    return [bar, f" {text}", bar]
+
+
+def _rst_section(text: str, char: str = "=") -> list[str]:
+    return [text, char * len(text)]
+
+
+def module_parameters(texts: Iterable[str]) -> list[tuple[str, str]]:
+    """(name, description) of every module parameter, from module_param*() and MODULE_PARM_DESC()."""
+    params: list[tuple[str, str]] = []
+    for text in texts:
+        names = re.findall(r"^module_param(?:_named)?\(\s*(\w+)", text, re.M)
+        for name in names:
+            m = re.search(rf"MODULE_PARM_DESC\(\s*{name}\s*,((?:\s*\"(?:[^\"\\]|\\.)*\")+)\s*\)", text)
+            desc = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', m[1])) if m else ""
+            params.append((name, desc))
+    return params
+
+
+def firmware_name(texts: Iterable[str]) -> str | None:
+    for text in texts:
+        m = re.search(r'^#define VNPU_FW_NAME\s+"([^"]+)"', text, re.M)
+        if m:
+            return m[1]
+    return None
+
+
+def doc_pages(uapi_files: list[str], driver_files: dict[str, str]) -> dict[str, str]:
+    """Documentation/accel/vnpu/*.rst: path -> text."""
+    spdx = ".. SPDX-License-Identifier: GPL-2.0-only"
+    sources = list(driver_files.values())
+    params = module_parameters(sources)
+    fw = firmware_name(sources)
+    index = [
+        spdx,
+        "",
+        *_rst_title("accel/vnpu NPU driver"),
+        "",
+        "The accel/vnpu driver supports vnpu, a neural processing unit (NPU) that",
+        "the vnpu device model emulates behind QEMU's ivshmem-doorbell PCI device",
+        "(1af4:1110). The driver exposes it as ``/dev/accel/accelN``.",
+        "",
+        "Each open file gets its own device address space: buffer objects are GEM",
+        "shmem objects, pinned and mapped into per-file device page tables by",
+        "DRM_IOCTL_VNPU_BO_CREATE, so a job reaches only the memory of its own file.",
+        "DRM_IOCTL_VNPU_SUBMIT copies each job's command stream into a buffer the",
+        "user cannot map, validates the copy against the ISA and the job's buffer",
+        "list, and queues it on a DRM scheduler (one per NPU core) with syncobj",
+        "fences in and out. A job that runs past the timeout fails with",
+        "-ETIMEDOUT and its core is reset; the other jobs on that core are queued",
+        "again, unharmed. A job that faults or times out leaves a devcoredump.",
+        "",
+    ]
+    if fw:
+        index += [
+            f"The device boots a signed firmware image, ``{fw}``, loaded with",
+            "request_firmware() at probe.",
+            "",
+        ]
+    index += [
+        "Per-file usage statistics (``drm-engine-npu``, memory, ``vnpu-jobs``) are in",
+        "fdinfo (Documentation/gpu/drm-usage-stats.rst); device state and counters",
+        "are in debugfs.",
+        "",
+    ]
+    if params:
+        index += [*_rst_section("Module parameters"), ""]
+        for name, desc in params:
+            desc = desc if not desc or desc.endswith(".") else desc + "."
+            index += [
+                f"``{name}``",
+                *textwrap.wrap(desc, 76, initial_indent="  ", subsequent_indent="  "),
+                "",
+            ]
+    index += [".. toctree::", "", "   uapi", "   internals", ""]
+    uapi = [spdx, "", *_rst_title("Userspace API"), ""]
+    for path in uapi_files:
+        uapi += [f".. kernel-doc:: {path}", ""]
+    internals = [spdx, "", *_rst_title("Driver internals"), ""]
+    for path, text in sorted(driver_files.items()):
+        if has_kernel_doc(text):
+            internals += [*_rst_section(Path(path).name, "-"), "", f".. kernel-doc:: {path}", ""]
+    return {
+        f"{DOC_DIR}/index.rst": "\n".join(index),
+        f"{DOC_DIR}/uapi.rst": "\n".join(uapi),
+        f"{DOC_DIR}/internals.rst": "\n".join(internals),
+    }
+
+
+def kernel_doc_sources(pages: dict[str, str]) -> list[str]:
+    """The tree paths the pages pull kernel-doc from."""
+    return [m for text in pages.values() for m in re.findall(r"^\.\. kernel-doc:: (\S+)", text, re.M)]
+
+
+# --- the series ----------------------------------------------------------------
+
+
+@dataclass
+class Patch:
+    subject: str
+    body: str
+    files: dict[str, str] = field(default_factory=dict)  # tree path -> new text
+
+
+def _ioctls(header: str) -> list[str]:
+    return re.findall(r"^#define (DRM_IOCTL_VNPU_\w+)", header, re.M)
+
+
+def _wrap(text: str, width: int = 72) -> str:
+    """Paragraphs (blank-line separated) wrapped at ``width``; lines starting with '-' stay items."""
+    out = []
+    for para in text.strip().split("\n\n"):
+        if para.lstrip().startswith("- "):
+            items = re.split(r"\n(?=- )", para)
+            out.append(
+                "\n".join(
+                    textwrap.fill(it, width, subsequent_indent="  ") for it in (i.strip() for i in items)
+                )
+            )
+        else:
+            out.append(textwrap.fill(" ".join(para.split()), width))
+    return "\n\n".join(out)
+
+
+@dataclass(frozen=True)
+class Options:
+    signoff: str
+    maintainer: str
+    tree_url: str | None = None
+    sched_args: bool | None = None  # None: from the base tree
+
+
+def plan(base: Path, opts: Options) -> tuple[list[Patch], bool]:
+    """The patches for base tree ``base`` and whether drm_sched_init takes its args struct."""
+    if opts.sched_args is None:
+        header = base / SCHED_HEADER
+        if not header.is_file():
+            raise SeriesError(f"{header} missing: cannot tell drm_sched_init()'s form (pass --sched-init)")
+        sched_args = sched_init_takes_args(header.read_text())
+    else:
+        sched_args = opts.sched_args
+
+    sources = driver_sources()
+    texts = {p.name: p.read_text() for p in sources}
+    uapi_all = {p.name: p for p in project_uapi_headers()}
+    wanted = included_uapi_headers(texts.values(), uapi_all)
+    if "vnpu_accel.h" not in wanted:
+        raise SeriesError('the driver does not #include "vnpu_accel.h"')
+    uapi = {f"{UAPI_TREE_DIR}/{n}": uapi_all[n].read_text() for n in sorted(wanted)}
+    driver = {f"{IN_TREE_DIR}/{n}": driver_file(t, wanted, sched_args) for n, t in texts.items()}
+    kconfig = (DRIVER_DIR / "Kconfig").read_text()
+    driver[f"{IN_TREE_DIR}/Kconfig"] = kconfig
+    driver[f"{IN_TREE_DIR}/Makefile"] = in_tree_makefile((DRIVER_DIR / "Kbuild").read_text(), texts)
+
+    headers = ", ".join(f"<drm/{Path(p).name}>" for p in uapi)
+    ioctls = _ioctls(uapi[f"{UAPI_TREE_DIR}/vnpu_accel.h"])
+    p1 = Patch(
+        "accel/vnpu: Add the uapi headers",
+        _wrap(
+            f"""
+vnpu is an NPU that the vnpu device model emulates behind QEMU's
+ivshmem-doorbell PCI device (1af4:1110). Add its userspace interface:
+{headers}.
+
+vnpu_accel.h is the ioctl ABI of the accel driver: {", ".join(ioctls)}.
+Every file has its own device address space; buffer objects are mapped
+into it at creation, and a job names memory by device address only.
+Structs are padded to 64 bits, pointers are __u64, reserved fields and
+undefined flags must be zero, and timeouts are absolute.
+"""
+            + (
+                """
+vnpu_isa.h describes the command-stream format the NPU executes: the
+instruction header, opcodes, operand structs, data types and flags. The
+driver validates every job's stream against it before queueing.
+"""
+                if f"{UAPI_TREE_DIR}/vnpu_isa.h" in uapi
+                else ""
+            )
+        ),
+        uapi,
+    )
+    form = "struct drm_sched_init_args" if sched_args else "positional arguments"
+    p2 = Patch(
+        "accel/vnpu: Add a driver for the vnpu NPU",
+        _wrap(
+            f"""
+Add the DRM accel driver for vnpu, an NPU emulated behind QEMU's
+ivshmem-doorbell PCI device. The device's registers and rings live in
+BAR2, the doorbell in BAR0, and completions arrive as MSI-X interrupts.
+
+- Buffer objects are GEM shmem objects, pinned and mapped into per-file
+device page tables, so a job can touch only its own file's memory.
+- SUBMIT copies each command stream into a kernel buffer the user cannot
+map, validates the copy and queues the job on a DRM scheduler, one per
+NPU core; syncobjs carry the fences in and out.
+- A job that times out fails with -ETIMEDOUT and only its core is reset;
+the other jobs on that core are written to the queue again.
+- The signed firmware image is loaded with request_firmware() at probe.
+- Faulting and timed-out jobs leave a devcoredump; fdinfo carries DRM usage
+stats; debugfs shows device state and counters.
+
+drm_sched_init() is called with {form}, as this tree's scheduler takes.
+"""
+        ),
+        driver,
+    )
+    p3 = Patch(
+        "accel/vnpu: Hook the driver into the build",
+        _wrap(
+            f"""
+Source drivers/accel/vnpu/Kconfig from drivers/accel/Kconfig and build
+drivers/accel/vnpu/ when CONFIG_{SYMBOL} is set.
+"""
+        ),
+        {
+            "drivers/accel/Kconfig": hook_kconfig((base / "drivers/accel/Kconfig").read_text()),
+            "drivers/accel/Makefile": hook_makefile((base / "drivers/accel/Makefile").read_text()),
+        },
+    )
+    driver_docs = {p: t for p, t in driver.items() if p.endswith((".c", ".h"))}
+    pages = doc_pages(list(uapi), driver_docs)
+    p4 = Patch(
+        "accel/vnpu: Add documentation",
+        _wrap(
+            """
+Describe the vnpu driver and its module parameters, and pull the uapi
+headers' and the driver's kernel-doc into Documentation/accel/vnpu/.
+List it in the accel documentation's toctree.
+"""
+        ),
+        {
+            **pages,
+            "Documentation/accel/index.rst": hook_doc_index(
+                (base / "Documentation/accel/index.rst").read_text()
+            ),
+        },
+    )
+    entry = maintainers_entry(opts.maintainer, opts.tree_url, [f"{DOC_DIR}/", f"{IN_TREE_DIR}/", *uapi])
+    p5 = Patch(
+        "MAINTAINERS: Add the vnpu accel driver",
+        _wrap("Add the entry for the vnpu accel driver, its uapi headers and its documentation."),
+        {"MAINTAINERS": hook_maintainers((base / "MAINTAINERS").read_text(), entry)},
+    )
+    return [p1, p2, p3, p4, p5], sched_args
+
+
+def _git(repo: Path, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
+    r = subprocess.run(
+        ["git", "-C", str(repo), *args], input=stdin, capture_output=True, text=True, env=env, check=False
+    )
+    if r.returncode != 0:
+        raise SeriesError(f"git {' '.join(args)}: {r.stderr.strip() or r.stdout.strip()}")
+    return r.stdout
+
+
+def parse_identity(text: str) -> tuple[str, str]:
+    m = re.fullmatch(r"\s*([^<>]+?)\s*<([^<>@\s]+@[^<>\s]+)>\s*", text)
+    if m is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 'Name <email>'")
+    return m[1], m[2]
+
+
+def default_identity() -> str:
+    """git's user.name and user.email (as the project checkout sees them), else the role address."""
+
+    def get(key: str) -> str:
+        r = subprocess.run(["git", "-C", str(ROOT), "config", key], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    name, email = get("user.name"), get("user.email")
+    return f"{name} <{email}>" if name and email else ROLE_IDENTITY
+
+
+def _project_date() -> str:
+    r = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%cI"], capture_output=True, text=True)
+    return (
+        r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    )
+
+
+def cover_letter(patches: list[Patch], sched_args: bool, base_desc: str) -> str:
+    form = "struct drm_sched_init_args" if sched_args else "positional arguments"
+    return (
+        "accel/vnpu: Add a driver for the vnpu NPU\n\n"
+        + _wrap(
+            f"""
+This series adds vnpu, a DRM accel driver for an NPU that an open device
+model emulates behind QEMU's ivshmem-doorbell PCI device. Userspace
+reaches it through /dev/accel/accelN: buffer objects in per-file device
+address spaces, validated command-stream jobs on a DRM scheduler per
+core, syncobj fences, reset on timeout, devcoredump and fdinfo usage
+stats.
+
+Made against {base_desc}; drm_sched_init() is called with {form}.
+"""
+        )
+        + "\n"
+    )
+
+
+def write_series(
+    out: Path, base: Path, opts: Options, say: Say = _say, subject_prefix: str = "PATCH", base_desc: str = ""
+) -> list[Path]:
+    """Write the series into ``out`` (its old *.patch files go); the patch paths, cover letter first."""
+    patches, sched_args = plan(base, opts)
+    if not base_desc:
+        version = tree_version(base)
+        base_desc = f"Linux {version}" if version else "the base tree"
+    say(f"drm_sched_init() form: {'struct drm_sched_init_args' if sched_args else 'positional'}")
+    name, email = parse_identity(opts.signoff)
+    date = _project_date()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_DATE": date,
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    with tempfile.TemporaryDirectory(prefix="vnpu-upstream-") as tmp:
+        repo = Path(tmp)
+        _git(repo, "init", "-q", "-b", "vnpu", env=env)
+        _git(repo, "config", "core.autocrlf", "false", env=env)
+        for rel in BASE_FILES:
+            src = base / rel
+            if src.is_file():
+                dst = repo / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+        _git(repo, "add", "-A", env=env)
+        _git(repo, "commit", "-q", "--allow-empty", "-m", "base", env=env)
+        base_commit = _git(repo, "rev-parse", "HEAD", env=env).strip()
+        for patch in patches:
+            for rel, text in patch.files.items():
+                dst = repo / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.write_text(text if text.endswith("\n") else text + "\n")
+            _git(repo, "add", "--", *patch.files, env=env)
+            msg = f"{patch.subject}\n\n{patch.body}\n\nSigned-off-by: {name} <{email}>\n"
+            _git(repo, "commit", "-q", "-F", "-", env=env, stdin=msg)
+            say(f"patch: {patch.subject} ({len(patch.files)} files)")
+        _git(repo, "config", "branch.vnpu.description", cover_letter(patches, sched_args, base_desc), env=env)
+        out.mkdir(parents=True, exist_ok=True)
+        for old in out.glob("*.patch"):
+            old.unlink()
+        listing = _git(
+            repo,
+            "format-patch",
+            "--cover-letter",
+            "--cover-from-description=subject",
+            f"--subject-prefix={subject_prefix}",
+            "--no-signature",
+            "-o",
+            str(out.resolve()),
+            f"{base_commit}..vnpu",
+            env=env,
+        )
+    paths = [Path(p) for p in listing.split()]
+    say(f"{len(paths)} files in {out}")
+    return paths
+
+
+# --- the default base: the files the series touches, from linux-source-6.12 ---------
+
+
+def _safe(version: str) -> str:
+    return re.sub(r"[^\w.+-]", "_", version)
+
+
+def default_base(say: Say = _say) -> tuple[Path, str]:
+    """A directory with BASE_FILES from Debian's linux-source-6.12, unpacked once into the cache."""
+    if not SOURCE_TARBALL.is_file():
+        raise SeriesError(f"no base tree: pass --base-tree, or install {debug_kernel.SOURCE_PACKAGE}")
+    version = debug_kernel.source_version() or "unknown"
+    root = cache_root() / "upstream" / f"base-{_safe(version)}"
+    desc = f"Debian's {debug_kernel.SOURCE_PACKAGE} {version}"
+
+    def complete() -> bool:
+        return all((root / f).is_file() for f in BASE_FILES)
+
+    if complete():
+        return root, desc
+    say(f"unpacking the files the series touches from {SOURCE_TARBALL}")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(root.parent / f"{root.name}.lock"):
+        if complete():
+            return root, desc
+        shutil.rmtree(root, ignore_errors=True)
+        partial = root.with_name(root.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        members = [f"{SOURCE_TOP}/{f}" for f in BASE_FILES]
+        subprocess.run(
+            ["tar", "-xJf", str(SOURCE_TARBALL), "-C", str(partial), "--strip-components=1", *members],
+            check=True,
+        )
+        partial.rename(root)
+    return root, desc
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+# --- the checks --------------------------------------------------------------------
+
+# checkpatch's one warning a series may keep: a patch that adds files without touching
+# MAINTAINERS (the entry comes in the last patch).
+ALLOWED_CHECKPATCH = ("FILE_PATH_CHANGES",)
+_CHECKPATCH_FINDING = re.compile(r"\b(ERROR|WARNING|CHECK):(\w+):")
+
+
+def checkpatch_findings(output: str) -> list[str]:
+    """checkpatch --show-types findings other than the allowed ones."""
+    return [m[0] for m in _CHECKPATCH_FINDING.finditer(output) if m[2] not in ALLOWED_CHECKPATCH]
+
+
+def run_checkpatch(checkpatch: Path, patches: list[Path], cwd: Path | None = None) -> tuple[str, list[str]]:
+    """checkpatch --strict on the patches (``--no-tree`` unless ``cwd`` is a kernel tree)."""
+    args = ["perl", str(checkpatch), "--strict", "--show-types", "--no-summary", "--terse"]
+    if cwd is None:
+        args.append("--no-tree")
+    r = subprocess.run([*args, *map(str, patches)], capture_output=True, text=True, cwd=cwd, check=False)
+    out = r.stdout + r.stderr
+    return out, checkpatch_findings(out)
+
+
+def run_kernel_doc(kernel_doc: Path, files: list[Path]) -> str:
+    """``kernel-doc -none -Wall`` over ``files``: its warnings (empty when clean)."""
+    r = subprocess.run(
+        ["perl", str(kernel_doc), "-none", "-Wall", *map(str, files)], capture_output=True, text=True
+    )
+    return (r.stdout + r.stderr).strip() + ("" if r.returncode == 0 else f"\n(exit {r.returncode})")
+
+
+# --- the heavy check: the series in a full linux-source-6.12 tree -------------------
+
+BUILD_WARNING = re.compile(r"(?i)\b(warning|error)\b:")
+JOBS = 2
+
+
+def newest_debian_config() -> Path | None:
+    """/boot/config-R for the newest installed generic 6.12 Debian kernel R."""
+    configs = {p.name.removeprefix("config-"): p for p in Path("/boot").glob("config-6.12.*")}
+    release = preflight.newest_release(configs)
+    return configs[release] if release else None
+
+
+def _run(cmd: list[str], log: Path, cwd: Path | None = None) -> tuple[int, str]:
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, errors="replace", check=False)
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}")
+    return r.returncode, r.stdout + r.stderr
+
+
+def _nice(cmd: list[str]) -> list[str]:
+    return ["nice", "-n", "10", *cmd]
+
+
+class CheckFailed(RuntimeError):
+    pass
+
+
+def ensure_tree(root: Path, say: Say) -> Path:
+    """The full source, unpacked and committed (tag ``base``) once."""
+    tree = root / "tree"
+    if (root / "tree.json").is_file():
+        return tree
+    log = root / "unpack.log"
+    say(f"unpacking {SOURCE_TARBALL} into {tree} (once)")
+    shutil.rmtree(tree, ignore_errors=True)
+    partial = root / "tree.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    t0 = time.monotonic()
+    rc, _ = _run(_nice(["tar", "-xJf", str(SOURCE_TARBALL), "-C", str(partial), "--strip-components=1"]), log)
+    if rc:
+        raise CheckFailed(f"unpacking failed; see {log}")
+    say(f"unpacked in {time.monotonic() - t0:.0f}s; committing it to git (once)")
+    t0 = time.monotonic()
+    git = [
+        "git",
+        "-C",
+        str(partial),
+        "-c",
+        "core.looseCompression=1",
+        "-c",
+        "user.name=base",
+        "-c",
+        "user.email=base@localhost",
+    ]
+    for args in (
+        ["init", "-q"],
+        ["add", "-A", "-f"],
+        ["commit", "-q", "-m", "linux-source-6.12"],
+        ["tag", "base"],
+    ):
+        rc, _ = _run(_nice([*git, *args]), log)
+        if rc:
+            raise CheckFailed(f"git {args[0]} failed; see {log}")
+    say(f"committed in {time.monotonic() - t0:.0f}s")
+    partial.rename(tree)
+    (root / "tree.json").write_text(json.dumps({"source_version": debug_kernel.source_version()}) + "\n")
+    return tree
+
+
+def check_build(out: Path, opts: Options, say: Say = _say) -> int:
+    """The heavy check; 0 when the series applies, is checkpatch/kernel-doc clean and builds warning-free."""
+    missing = [(w, p) for w, p in debug_kernel.missing_requirements()] + [
+        (w, w) for w in ("sparse", "git") if shutil.which(w) is None
+    ]
+    if missing:
+        pkgs = " ".join(sorted({p for _, p in missing}))
+        say(f"missing: {', '.join(w for w, _ in missing)}; fix: apt-get install {pkgs}")
+        return 3
+    config = newest_debian_config()
+    if config is None:
+        say("no /boot/config-6.12.*-amd64: install a Debian 6.12 generic kernel")
+        return 3
+    version = debug_kernel.source_version() or "unknown"
+    root = cache_root() / "upstream" / f"{debug_kernel.SOURCE_PACKAGE}-{_safe(version)}"
+    root.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with _locked(root / ".lock"):
+        log = root / "check.log"
+        log.write_text("")
+        try:
+            tree = ensure_tree(root, say)
+            return _check_in_tree(tree, out, opts, config, log, say, start)
+        except (CheckFailed, SeriesError) as e:
+            say(f"FAILED: {e}")
+            return 1
+
+
+def _check_in_tree(
+    tree: Path, out: Path, opts: Options, config: Path, log: Path, say: Say, start: float
+) -> int:
+    version = debug_kernel.source_version() or "unknown"
+    git = ["git", "-C", str(tree), "-c", "user.name=check", "-c", "user.email=check@localhost"]
+    # Back to the pristine source, keeping the build products outside the driver's directories.
+    for args in (
+        ["am", "--abort"],
+        ["checkout", "-q", "-f", "--detach", "base"],
+        ["clean", "-fdxq", "--", IN_TREE_DIR, DOC_DIR],
+    ):
+        rc, text = _run([*git, *args], log)
+        if rc and args[0] != "am":
+            raise CheckFailed(f"git {' '.join(args)}: {text.strip()}")
+    paths = write_series(out, tree, opts, say, base_desc=f"Debian's {debug_kernel.SOURCE_PACKAGE} {version}")
+    patches = [p for p in paths if not p.name.startswith("0000-")]
+    rc, text = _run([*git, "am", "-q", *map(str, patches)], log)
+    if rc:
+        raise CheckFailed(f"git am failed:\n{text.strip()}")
+    say(f"git am: {len(patches)} patches applied")
+
+    failures: list[str] = []
+    cp_out, findings = run_checkpatch(tree / "scripts" / "checkpatch.pl", paths[1:], cwd=tree)
+    with open(log, "a") as f:
+        f.write(f"$ checkpatch.pl --strict (in tree)\n{cp_out}")
+    say(f"checkpatch --strict: {len(findings)} findings beyond {', '.join(ALLOWED_CHECKPATCH)}")
+    failures += [f"checkpatch: {x}" for x in findings]
+    pages = {p.relative_to(tree).as_posix(): p.read_text() for p in (tree / DOC_DIR).glob("*.rst")}
+    doc_files = [tree / p for p in kernel_doc_sources(pages)]
+    kd = run_kernel_doc(tree / "scripts" / "kernel-doc", doc_files)
+    say(f"kernel-doc -none -Wall on {len(doc_files)} files: {'clean' if not kd else 'warnings'}")
+    if kd:
+        failures.append(f"kernel-doc:\n{kd}")
+
+    # Configure: Debian's config plus the driver as a module. olddefconfig only when the inputs changed.
+    desired = config.read_text() + f"CONFIG_{SYMBOL}=m\n"
+    stamp = tree / ".vnpu-config-input"
+    kconfig_now = (tree / IN_TREE_DIR / "Kconfig").read_text()
+    fingerprint = desired + "\0" + kconfig_now
+    make = _nice(["make", "-C", str(tree), f"-j{JOBS}"])
+    if (
+        not stamp.is_file()
+        or stamp.read_text() != fingerprint
+        or not (tree / "include/generated/autoconf.h").is_file()
+    ):
+        say(f"configuring: {config} + CONFIG_{SYMBOL}=m; make olddefconfig")
+        (tree / ".config").write_text(desired)
+        rc, text = _run([*make, "olddefconfig"], log)
+        if rc:
+            raise CheckFailed(f"make olddefconfig failed; see {log}")
+        stamp.write_text(fingerprint)
+    got = debug_kernel.parse_config((tree / ".config").read_text()).get(f"CONFIG_{SYMBOL}")
+    if got != "m":
+        raise CheckFailed(f"CONFIG_{SYMBOL} is {got or 'unset'} after olddefconfig (its dependencies?)")
+    say("make modules_prepare")
+    t0 = time.monotonic()
+    rc, text = _run([*make, "modules_prepare"], log)
+    if rc:
+        raise CheckFailed(f"make modules_prepare failed; see {log}")
+    say(f"modules_prepare: {time.monotonic() - t0:.0f}s")
+    # The exported symbols of the kernel the config comes from: modpost checks the module against them.
+    symvers = Path("/usr/src") / f"linux-headers-{config.name.removeprefix('config-')}" / "Module.symvers"
+    if symvers.is_file():
+        shutil.copyfile(symvers, tree / "Module.symvers")
+    say(f"make W=1 C=1 M={IN_TREE_DIR} (sparse)")
+    t0 = time.monotonic()
+    rc, text = _run([*make, "W=1", "C=1", f"M={IN_TREE_DIR}", "modules"], log)
+    warnings = [ln for ln in text.splitlines() if BUILD_WARNING.search(ln)]
+    say(f"build: exit {rc}, {len(warnings)} warnings, {time.monotonic() - t0:.0f}s")
+    if rc:
+        failures.append(f"the build failed (exit {rc}); see {log}")
+    failures += [f"build: {w}" for w in warnings]
+    if not (tree / IN_TREE_DIR / f"{NAME}.ko").is_file() and not rc:
+        failures.append(f"no {NAME}.ko was built")
+    for line in failures:
+        print(line, file=sys.stderr)
+    verdict = "FAILED" if failures else "passed"
+    say(f"{verdict} in {time.monotonic() - start:.0f}s; log {log}")
+    return 1 if failures else 0
+
+
+# --- the command ---------------------------------------------------------------
+
+
+def _sched_init(text: str) -> bool:
+    if text not in ("args", "positional"):
+        raise argparse.ArgumentTypeError("args or positional")
+    return text == "args"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.upstream", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, help="directory for the .patch files (default: upstream-series)")
+    p.add_argument(
+        "--base-tree", type=Path, help="the kernel tree the series is for (default: linux-source-6.12)"
+    )
+    p.add_argument(
+        "--signoff", help="'Name <email>' (default: git's user.name/user.email, else a role address)"
+    )
+    p.add_argument("--maintainer", help="MAINTAINERS M: line, 'Name <email>' (default: the signoff)")
+    p.add_argument("--tree-url", help="MAINTAINERS T: git URL (default: no T: line)")
+    p.add_argument(
+        "--sched-init",
+        type=_sched_init,
+        help="drm_sched_init() form: args or positional (default: from the base tree)",
+    )
+    p.add_argument("--subject-prefix", default="PATCH")
+    p.add_argument(
+        "--check-build", action="store_true", help="the heavy check in a full linux-source-6.12 tree"
+    )
+    args = p.parse_args(argv)
+    signoff = args.signoff or default_identity()
+    maintainer = args.maintainer or signoff
+    for ident in (signoff, maintainer):
+        try:
+            parse_identity(ident)
+        except argparse.ArgumentTypeError as e:
+            p.error(str(e))
+    opts = Options(signoff=signoff, maintainer=maintainer, tree_url=args.tree_url, sched_args=args.sched_init)
+    out = args.out or Path("upstream-series")
+    if args.check_build:
+        if args.base_tree:
+            p.error("--check-build makes its own tree from linux-source-6.12; drop --base-tree")
+        return check_build(out, opts)
+    try:
+        if args.base_tree:
+            if not args.base_tree.is_dir():
+                p.error(f"{args.base_tree}: not a directory")
+            base, desc = args.base_tree, ""
+        else:
+            base, desc = default_base()
+        write_series(out, base, opts, subject_prefix=args.subject_prefix, base_desc=desc)
+    except SeriesError as e:
+        _say(f"error: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
