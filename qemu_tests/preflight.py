@@ -47,6 +47,8 @@ BASE_PACKAGES = (
     "busybox-static",  # virtme-ng's initramfs for Debian's modular kernel
     "file",  # virtme-ng runs `file -L busybox` to check that it is static
     f"linux-source-{KERNEL_SERIES[0]}.{KERNEL_SERIES[1]}",  # checkpatch.pl (tests/kernel_style)
+    "sparse",  # the upstream series' in-tree build, make C=1 (python -m tools.upstream --check-build)
+    "unifdef",  # tests/tools/test_upstream.py checks the series' #ifdef resolution against it
 )
 PYTHON_DEV_PACKAGE = "python3-dev"  # Python.h, for cffi's embedding mode (libteflon.so)
 
