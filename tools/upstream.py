@@ -216,15 +216,19 @@ class _Frame:
     keep: bool = True  # for ours: the current branch is kept
 
 
-def resolve_macro(text: str, macro: str, defined: bool) -> str:
+def resolve_macro(text: str, macro: str, defined: bool, spacing: bool = False) -> str:
     """``text`` with every conditional on ``macro`` resolved as ``unifdef -D``/``-U`` does.
 
     Handles ``#ifdef``, ``#ifndef``, ``#if [!]defined(M)`` and ``#if M`` with ``#else``,
     nested in or around other conditionals (which stay as they are); ``#elif`` in a chain on
     the macro, or the macro inside a larger expression, raise UnsupportedConditional.
+
+    ``spacing``: where a dropped directive stood between a declaration and a statement, a
+    blank line takes its place (kernel style: a blank line after the declarations).
     """
     out: list[str] = []
     stack: list[_Frame] = []
+    dropped: list[int] = []  # len(out) when a directive on the macro was dropped
 
     def visible() -> bool:
         return all(f.keep for f in stack if f.ours)
@@ -244,6 +248,7 @@ def resolve_macro(text: str, macro: str, defined: bool) -> str:
                 stack.append(_Frame(ours=False))
             else:
                 stack.append(_Frame(ours=True, keep=(test == defined)))
+                dropped.append(len(out))
             continue
         if not stack:
             raise UnsupportedConditional(f"#{keyword} without #if")
@@ -256,15 +261,38 @@ def resolve_macro(text: str, macro: str, defined: bool) -> str:
         elif keyword == "else":
             if top.ours:
                 top.keep = not top.keep
+                dropped.append(len(out))
             elif visible():
                 out.append(line)
         else:  # endif
             stack.pop()
-            if not top.ours and visible():
+            if top.ours:
+                dropped.append(len(out))
+            elif visible():
                 out.append(line)
     if stack:
         raise UnsupportedConditional("unterminated #if")
+    if spacing:
+        for pos in sorted(set(dropped), reverse=True):
+            if 0 < pos < len(out) and _is_declaration(out[pos - 1]) and _is_statement(out[pos]):
+                out.insert(pos, "")
     return "\n".join(out)
+
+
+# A local declaration, as checkpatch tells them: type words, a name, maybe an initializer.
+_DECLARATION = re.compile(
+    r"^\t+(?:(?:const|static|volatile|unsigned|signed|struct|enum|union)\s+)*\w+"
+    r"(?:\s+|\s*\*+\s*)(?:const\s+)?\w+(?:\[[^\]]*\])?\s*(?:=.*|;)$"
+)
+
+
+def _is_declaration(line: str) -> bool:
+    return _DECLARATION.match(line) is not None and not line.lstrip().startswith("return ")
+
+
+def _is_statement(line: str) -> bool:
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith(("}", "#", "/*", "*")) and not _is_declaration(line)
 
 
 _COMMENT_BODY = re.compile(r"^\s*\* ?(?P<text>.*)$")
@@ -313,7 +341,7 @@ def driver_file(text: str, uapi_names: Iterable[str], sched_args: bool) -> str:
     """A driver source as it goes in tree."""
     text = rewrite_uapi_includes(text, uapi_names)
     if SCHED_MACRO in text:
-        text = resolve_macro(text, SCHED_MACRO, sched_args)
+        text = resolve_macro(text, SCHED_MACRO, sched_args, spacing=True)
         text = drop_comment_sentences(text, SCHED_MACRO)
         if SCHED_MACRO in text:
             raise SeriesError(f"{SCHED_MACRO} still named after resolving its conditionals")
@@ -1047,7 +1075,8 @@ def check_build(out: Path, opts: Options, say: Say = _say) -> int:
     root.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with _locked(root / ".lock"):
-        log = root / "check.log"
+        out.mkdir(parents=True, exist_ok=True)
+        log = out / "check-build.log"
         log.write_text("")
         try:
             tree = ensure_tree(root, say)
@@ -1147,7 +1176,7 @@ def _sched_init(text: str) -> bool:
     return text == "args"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools.upstream", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, help="directory for the .patch files (default: upstream-series)")
     p.add_argument(
@@ -1167,6 +1196,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--check-build", action="store_true", help="the heavy check in a full linux-source-6.12 tree"
     )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     signoff = args.signoff or default_identity()
     maintainer = args.maintainer or signoff

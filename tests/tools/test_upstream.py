@@ -15,8 +15,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
+from qemu_tests import preflight
 from tests.kernel_style.test_checkpatch import _checkpatch
+from tests.qemu_tests.test_workflow import _module_argv
 from tools import upstream
 
 KCONFIG = """\
@@ -333,6 +336,14 @@ def test_resolve_macro(defined: bool) -> None:
         assert "a();" not in got and "y();" not in got and "e();" not in got
 
 
+def test_resolve_macro_keeps_the_blank_line_after_declarations() -> None:
+    text = "{\n\tint a = 1;\n#ifdef M\n\tint b = a;\n\n\tf(b);\n#else\n\tg(a);\n#endif\n}\n"
+    assert upstream.resolve_macro(text, "M", False) == "{\n\tint a = 1;\n\tg(a);\n}\n"  # as unifdef
+    assert upstream.resolve_macro(text, "M", False, spacing=True) == "{\n\tint a = 1;\n\n\tg(a);\n}\n"
+    kept = "{\n\tint a = 1;\n\tint b = a;\n\n\tf(b);\n}\n"
+    assert upstream.resolve_macro(text, "M", True, spacing=True) == kept
+
+
 @pytest.mark.skipif(shutil.which("unifdef") is None, reason="unifdef (Debian's unifdef) not installed")
 @pytest.mark.parametrize("defined", [True, False])
 def test_resolve_macro_agrees_with_unifdef(defined: bool, tmp_path: Path) -> None:
@@ -408,3 +419,25 @@ def test_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "Linux 6.12.117" in next(out.glob("0000-*")).read_text()
     with pytest.raises(SystemExit):
         upstream.main(["--out", str(out), "--base-tree", str(base), "--signoff", "no address"])
+
+
+def test_the_workflow_runs_the_heavy_check(capsys: pytest.CaptureFixture[str]) -> None:
+    """.github/workflows/upstream-series.yml: its commands parse with the real parsers."""
+    workflow = upstream.ROOT / ".github" / "workflows" / "upstream-series.yml"
+    data = yaml.safe_load(workflow.read_text())
+    assert data.get("on", data.get(True)) is not None, "the workflow has no triggers"
+    (job,) = data["jobs"].values()
+    runs = [step["run"] for step in job["steps"] if "run" in step]
+    (argv,) = _module_argv(runs, "tools.upstream")
+    args = upstream.build_parser().parse_args(argv)
+    assert args.check_build and args.base_tree is None
+    assert args.out is not None and not args.out.is_absolute()
+    (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload.get("if") == "always()" and upload["with"]["path"].rstrip("/") == str(args.out)
+    (pre,) = _module_argv(runs, "qemu_tests.preflight")
+    assert preflight.main(pre) == 0
+    packages = set(capsys.readouterr().out.split())
+    needed = {"sparse", "gcc", "make", "flex", "bison", "bc", "libelf-dev", "libssl-dev", "linux-source-6.12"}
+    assert needed <= packages
+    assert any(p.startswith("linux-headers-6.12.") for p in packages)  # Module.symvers
+    assert any(p.startswith("linux-image-6.12.") for p in packages)  # /boot/config-*
