@@ -158,8 +158,12 @@ def build_module(clock: Clock, kernel: preflight.Kernel) -> Path:
         # copy2 keeps the mtime, so make rebuilds exactly what changed since the last copy.
         shutil.copy2(src, build / src.name)
     module = build / "vnpu.ko"
+    # VNPU_DEBUG=1: the test knobs (CONFIG_DRM_ACCEL_VNPU_DEBUG) the suites turn, e.g. validate_streams.
     r = subprocess.run(
-        ["make", "-C", str(build), f"KDIR={kernel.build}"], capture_output=True, text=True, check=False
+        ["make", "-C", str(build), f"KDIR={kernel.build}", "VNPU_DEBUG=1"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if r.returncode != 0 or not module.exists():
         sys.stdout.write(r.stdout[-4000:])

@@ -5,14 +5,16 @@
  * Device coredumps of failed jobs, through the kernel's devcoredump
  * framework (as etnaviv, panfrost and msm do).
  *
- * When a job fails with -EFAULT (MMU fault) or -ETIMEDOUT (hang),
- * vnpu_coredump_snapshot() reads the device's registers and queue
- * positions and the job's identity and BO list. It runs where the failure
- * is seen: the completion interrupt, or recovery after the reset, both
- * under job_lock, so it allocates atomically and copies little. When the
- * scheduler frees the job, vnpu_coredump_emit() adds the command stream
- * (the kernel's copy, which the device ran) and hands the dump to
- * dev_coredumpv(). It allocates as panfrost's dump does from its scheduler
+ * When a job fails with -EFAULT (MMU fault) or -ETIMEDOUT (hang), the path
+ * that ends it (the completion interrupt, or recovery after the reset)
+ * records only the status, the faulting VA and the instruction count, in
+ * the job. The dump itself is taken when the scheduler frees the job, in
+ * process context: vnpu_coredump_capture() reads the device's registers
+ * and queue positions, the job's identity, its BO list and its command
+ * stream (the kernel's copy, which the device ran), and hands the dump to
+ * dev_coredumpv(). The registers are therefore those of just after the
+ * failure (the queue positions may have moved on by the jobs that ran
+ * meanwhile). It allocates as panfrost's dump does from its scheduler
  * callback: without retrying hard or warning, since the scheduler's queue
  * must make progress under memory pressure; no memory means no dump.
  *
@@ -46,7 +48,7 @@ static const u32 vnpu_coredump_reg_offsets[] = {
 #define VNPU_COREDUMP_REGS	ARRAY_SIZE(vnpu_coredump_reg_offsets)
 
 /**
- * struct vnpu_coredump - a failed job's state, until the job is freed
+ * struct vnpu_coredump - the fixed-size parts of a failed job's dump
  * @timestamp_ns: CLOCK_REALTIME of the snapshot
  * @job: the job's section
  * @regs: the register section
@@ -59,54 +61,22 @@ struct vnpu_coredump {
 	struct drm_vnpu_coredump_bo bos[VNPU_MAX_JOB_BOS];
 };
 
-/*
- * The instructions the device had started: a fault's completion entry,
- * which drain_cq has just consumed, says so; a hung job's count is what the
- * reset that stopped it recorded.
- */
-static u64 vnpu_coredump_cycles(struct vnpu_device *vdev, struct vnpu_job *job, int status)
+/* Fill @cd from the job and the device's registers now. */
+static void vnpu_coredump_snapshot(struct vnpu_device *vdev, struct vnpu_job *job,
+				   struct vnpu_coredump *cd)
 {
-	u32 cqe = VNPU_CQ_BASE + ((vdev->cq_head - 1) % VNPU_CQ_ENTRIES) * VNPU_CQ_ENTRY_SIZE;
-
-	if (status == -ETIMEDOUT)
-		return vnpu_rd32(vdev, VNPU_REG_ABORT_CYCLES);
-	if (vnpu_rd64(vdev, cqe + VNPU_CQE_SEQNO) == job->seqno)
-		return vnpu_rd64(vdev, cqe + VNPU_CQE_CYCLES);
-	return 0;
-}
-
-/**
- * vnpu_coredump_snapshot() - record a failed job's state for a coredump
- * @vdev: the device
- * @job: the job, still holding its command buffer and BOs
- * @status: the job's status, -EFAULT or -ETIMEDOUT
- * @fault_va: the faulting VA for -EFAULT
- *
- * Called with job_lock held (atomic). The dump is written when the job is
- * freed (vnpu_coredump_emit()).
- *
- * Return: the snapshot, or NULL if there is no memory for it.
- */
-struct vnpu_coredump *vnpu_coredump_snapshot(struct vnpu_device *vdev, struct vnpu_job *job,
-					     int status, u64 fault_va)
-{
-	struct vnpu_coredump *cd;
 	u32 i;
 
-	lockdep_assert_held(&vdev->job_lock);
-	cd = kzalloc(sizeof(*cd), GFP_ATOMIC | __GFP_NOWARN);
-	if (!cd)
-		return NULL;
 	cd->timestamp_ns = ktime_get_real_ns();
 	for (i = 0; i < VNPU_COREDUMP_REGS; i++) {
 		cd->regs[i].offset = vnpu_coredump_reg_offsets[i];
 		cd->regs[i].value = vnpu_rd32(vdev, vnpu_coredump_reg_offsets[i]);
 	}
 	cd->job.seqno = job->seqno;
-	cd->job.fault_va = status == -EFAULT ? fault_va : 0;
+	cd->job.fault_va = job->dump_status == -EFAULT ? job->dump_fault_va : 0;
 	cd->job.cmd_va = vnpu_cmdbuf_va(job->cmdbuf);
-	cd->job.cycles = vnpu_coredump_cycles(vdev, job, status);
-	cd->job.status = status;
+	cd->job.cycles = job->dump_cycles;
+	cd->job.status = job->dump_status;
 	cd->job.context = job->ctx->id;
 	cd->job.pid = job->ctx->pid;
 	cd->job.cmd_size = job->cmd_size;
@@ -119,7 +89,6 @@ struct vnpu_coredump *vnpu_coredump_snapshot(struct vnpu_device *vdev, struct vn
 		cd->bos[i].job_flags = job->bos[i].flags;
 		cd->bos[i].bo_flags = bo->flags;
 	}
-	return cd;
 }
 
 static void *vnpu_coredump_section(void *p, u32 type, const void *data, u32 size)
@@ -138,28 +107,28 @@ static size_t vnpu_coredump_section_size(size_t size)
 }
 
 /**
- * vnpu_coredump_emit() - write the dump of a job being freed
- * @job: the job, with its snapshot in @job->coredump and its command
- *	buffer; process context
- *
- * Frees the snapshot.
+ * vnpu_coredump_capture() - dump a failed job being freed
+ * @job: the job, failed with @job->dump_status, still holding its command
+ *	buffer and BOs; process context
  */
-void vnpu_coredump_emit(struct vnpu_job *job)
+void vnpu_coredump_capture(struct vnpu_job *job)
 {
-	struct vnpu_coredump *cd = job->coredump;
 	struct vnpu_device *vdev = job->vdev;
 	struct drm_vnpu_coredump_header *h;
-	size_t regs = sizeof(cd->regs), bos = cd->job.bo_count * sizeof(cd->bos[0]);
-	size_t size;
+	struct vnpu_coredump *cd;
+	size_t regs, bos, size;
 	void *p;
 	int idx;
 
-	job->coredump = NULL;
 	/* After an unplug the device the dump would hang under is going away. */
-	if (!drm_dev_enter(&vdev->drm, &idx)) {
-		kfree(cd);
+	if (!drm_dev_enter(&vdev->drm, &idx))
 		return;
-	}
+	cd = kzalloc(sizeof(*cd), GFP_KERNEL | __GFP_NOWARN | __GFP_NORETRY);
+	if (!cd)
+		goto out;
+	vnpu_coredump_snapshot(vdev, job, cd);
+	regs = sizeof(cd->regs);
+	bos = cd->job.bo_count * sizeof(cd->bos[0]);
 	size = sizeof(*h) + vnpu_coredump_section_size(sizeof(cd->job)) +
 	       vnpu_coredump_section_size(regs) + vnpu_coredump_section_size(cd->job.cmd_size) +
 	       vnpu_coredump_section_size(bos);
@@ -181,6 +150,6 @@ void vnpu_coredump_emit(struct vnpu_job *job)
 	drm_info(&vdev->drm, "job %llu of context %u: device coredump captured (%zu bytes)\n",
 		 cd->job.seqno, cd->job.context, size);
 out:
-	drm_dev_exit(idx);
 	kfree(cd);
+	drm_dev_exit(idx);
 }

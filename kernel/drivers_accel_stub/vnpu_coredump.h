@@ -9,12 +9,8 @@
 
 #include <linux/types.h>
 
-struct vnpu_coredump;
-struct vnpu_device;
 struct vnpu_job;
 
-struct vnpu_coredump *vnpu_coredump_snapshot(struct vnpu_device *vdev, struct vnpu_job *job,
-					     int status, u64 fault_va);
-void vnpu_coredump_emit(struct vnpu_job *job);
+void vnpu_coredump_capture(struct vnpu_job *job);
 
 #endif /* __VNPU_COREDUMP_H__ */

@@ -326,8 +326,9 @@ static int vnpu_irq_init(struct vnpu_device *vdev)
 	}
 	vdev->irq_completion = pci_irq_vector(pdev, VNPU_IRQ_COMPLETION);
 	vdev->irq_control = pci_irq_vector(pdev, VNPU_IRQ_CONTROL);
-	ret = devm_request_irq(&pdev->dev, vdev->irq_completion, vnpu_job_irq, 0,
-			       "vnpu-completion", vdev);
+	/* The thread drains the queue only when completions must copy back bounce buffers. */
+	ret = devm_request_threaded_irq(&pdev->dev, vdev->irq_completion, vnpu_job_irq,
+					vnpu_job_irq_thread, 0, "vnpu-completion", vdev);
 	if (ret)
 		return ret;
 	return devm_request_irq(&pdev->dev, vdev->irq_control, vnpu_io_control_irq, 0,
@@ -426,17 +427,36 @@ static void vnpu_release_dma(struct vnpu_device *vdev)
 	mutex_unlock(&vdev->contexts_lock);
 }
 
+/*
+ * Stop the device touching memory: no more ioctls or scheduler work reach
+ * it, its cores are reset (cancelling any job), and bus mastering is off,
+ * so it neither reads the firmware copy nor writes a BO any more.
+ */
+static void vnpu_quiesce(struct vnpu_device *vdev)
+{
+	if (!drm_dev_is_unplugged(&vdev->drm))
+		drm_dev_unplug(&vdev->drm);
+	vnpu_job_stop_device(vdev);
+	pci_clear_master(vdev->pdev);
+}
+
 static void vnpu_remove(struct pci_dev *pdev)
 {
 	struct vnpu_device *vdev = pci_get_drvdata(pdev);
 
-	drm_dev_unplug(&vdev->drm);
+	vnpu_quiesce(vdev);
 	vnpu_job_fini(vdev);
 	vnpu_fw_fini(vdev);
 	vnpu_release_dma(vdev);
 	/* Interrupts are still requested (devres); keep them quiet. */
 	disable_irq(vdev->irq_completion);
 	disable_irq(vdev->irq_control);
+}
+
+/* Reboot, kexec: the device must not write into memory the next kernel owns. */
+static void vnpu_shutdown(struct pci_dev *pdev)
+{
+	vnpu_quiesce(pci_get_drvdata(pdev));
 }
 
 static const struct pci_device_id vnpu_pci_ids[] = {
@@ -450,6 +470,7 @@ static struct pci_driver vnpu_pci_driver = {
 	.id_table = vnpu_pci_ids,
 	.probe = vnpu_probe,
 	.remove = vnpu_remove,
+	.shutdown = vnpu_shutdown,
 };
 module_pci_driver(vnpu_pci_driver);
 

@@ -85,12 +85,21 @@ struct vnpu_device;
  * @sched: the scheduler of the jobs this core runs
  * @active: jobs written to the submission queue for this core, oldest
  *	first; the first one is running (under &vnpu_device.job_lock)
+ * @watchdog: the job timeout: fires when the running job has run for
+ *	vnpu_job_timeout_ms
+ * @fence_context: dma-fence context of the core's hardware fences (the
+ *	core completes its jobs in order, so each core is one timeline)
+ * @fence_seqno: last hardware fence seqno on the core (under
+ *	&vnpu_device.hw_lock)
  */
 struct vnpu_core {
 	struct vnpu_device *vdev;
 	u32 index;
 	struct drm_gpu_scheduler sched;
 	struct list_head active;
+	struct delayed_work watchdog;
+	u64 fence_context;
+	u64 fence_seqno;
 };
 
 /**
@@ -118,7 +127,8 @@ struct vnpu_core {
  *	(its entity); the last one tears them down, so an unbind with files
  *	open leaves their entities live schedulers until they close
  * @sched_wq: per-CPU workqueue of the schedulers' run_job and free_job work
- * @reset_lock: serialises recovery (timeout handler, teardown)
+ * @reset_lock: serialises recovery (watchdogs, closed files, teardown) and
+ *	firmware reload
  * @hw_lock: serialises submission-queue writes against reset
  * @job_lock: protects the cores' active lists, the completion queue and the
  *	running jobs' clocks (&vnpu_job.start_ns); taken in IRQ
@@ -126,7 +136,6 @@ struct vnpu_core {
  * @sq_tail: driver copy of SQ_TAIL
  * @cq_head: driver copy of CQ_HEAD
  * @next_seqno: sequence number of the next job written to the queue
- * @fence_context: dma-fence context of hardware fences
  * @idle_wq: woken whenever a job is freed (for teardown)
  * @cancel_work: resets a core when a closed file's job is running on it
  * @ctx_ids: allocator of per-file context ids
@@ -168,7 +177,6 @@ struct vnpu_device {
 	u32 sq_tail;
 	u32 cq_head;
 	u64 next_seqno;
-	u64 fence_context;
 	wait_queue_head_t idle_wq;
 	struct work_struct cancel_work;
 

@@ -14,9 +14,10 @@
  * driver names in one line. The driver checks only the size, to bound the
  * copy. The copy stays allocated while the firmware runs.
  *
- * Reload (debugfs fw_reload): the scheduler is paused, the jobs on the
- * device finish (or are cancelled after the job timeout), the image is
- * requested again and booted, and the scheduler resumes; jobs still queued
+ * Reload (debugfs fw_reload): the image is requested again and copied;
+ * then the schedulers are paused, the jobs on the device finish (or are
+ * cancelled after the job timeout), the image is booted, and the
+ * schedulers resume; jobs still queued
  * run on the new firmware, or fail with -EIO if the device rejected it.
  */
 #include <linux/debugfs.h>
@@ -36,10 +37,96 @@
 
 MODULE_FIRMWARE(VNPU_FW_NAME);
 
-static void vnpu_fw_free(struct vnpu_device *vdev, void *cpu, dma_addr_t dma, size_t size)
+/**
+ * struct vnpu_fw_image - a firmware image in DMA-coherent memory
+ * @cpu: kernel address, NULL for none
+ * @dma: bus address
+ * @size: bytes
+ */
+struct vnpu_fw_image {
+	void *cpu;
+	dma_addr_t dma;
+	size_t size;
+};
+
+static void vnpu_fw_image_free(struct vnpu_device *vdev, struct vnpu_fw_image *img)
 {
-	if (cpu)
-		dma_free_coherent(&vdev->pdev->dev, size, cpu, dma);
+	if (img->cpu)
+		dma_free_coherent(&vdev->pdev->dev, img->size, img->cpu, img->dma);
+	img->cpu = NULL;
+}
+
+/*
+ * Read the image and copy it into DMA-coherent memory. This allocates and
+ * may sleep for a long time, so a reload does it before pausing the jobs:
+ * nothing the job timeout's recovery waits for may allocate memory.
+ */
+static int vnpu_fw_load(struct vnpu_device *vdev, struct vnpu_fw_image *img)
+{
+	struct device *dev = &vdev->pdev->dev;
+	const struct firmware *fw;
+	int ret;
+
+	ret = request_firmware(&fw, VNPU_FW_NAME, dev);
+	if (ret) {
+		drm_err(&vdev->drm, "cannot load %s: %d\n", VNPU_FW_NAME, ret);
+		return ret;
+	}
+	if (!fw->size || fw->size > VNPU_FW_MAX_SIZE) {
+		drm_err(&vdev->drm, "firmware %s rejected: %zu bytes, not 1..%u\n", VNPU_FW_NAME,
+			fw->size, VNPU_FW_MAX_SIZE);
+		ret = -EINVAL;
+		goto out_release;
+	}
+	img->size = fw->size;
+	img->cpu = dma_alloc_coherent(dev, fw->size, &img->dma, GFP_KERNEL);
+	if (!img->cpu) {
+		ret = -ENOMEM;
+		goto out_release;
+	}
+	memcpy(img->cpu, fw->data, fw->size);
+out_release:
+	release_firmware(fw);
+	return ret;
+}
+
+/*
+ * Boot the device from @img. The boot ROM drops the running firmware
+ * whatever it decides: its copy is handed back in @retired for the caller
+ * to free. On success the device runs @img, which the driver keeps; on
+ * failure the caller frees @img too. Allocates nothing.
+ */
+static int vnpu_fw_start(struct vnpu_device *vdev, const struct vnpu_fw_image *img,
+			 struct vnpu_fw_image *retired)
+{
+	u32 status, reason;
+	int ret;
+
+	ret = vnpu_io_command(vdev, VNPU_CMD_BOOT, img->dma, img->size, VNPU_BOOT_TIMEOUT_MS);
+	status = vnpu_rd32(vdev, VNPU_REG_STATUS);
+	retired->cpu = vdev->fw_cpu;
+	retired->dma = vdev->fw_dma;
+	retired->size = vdev->fw_size;
+	vdev->fw_cpu = NULL;
+	WRITE_ONCE(vdev->fw_version, 0);
+	WRITE_ONCE(vdev->fw_build_id, 0);
+	if (ret == -ETIMEDOUT)
+		return ret;
+	if (ret || !(status & VNPU_STATUS_READY)) {
+		reason = vnpu_rd32(vdev, VNPU_REG_FW_REJECT);
+		drm_err(&vdev->drm, "firmware %s rejected by the device: %s (reason %u, status %d)\n",
+			VNPU_FW_NAME, vnpu_fw_reject_name(reason), reason, ret);
+		return ret ?: -EIO;
+	}
+	vdev->fw_cpu = img->cpu;
+	vdev->fw_dma = img->dma;
+	vdev->fw_size = img->size;
+	WRITE_ONCE(vdev->fw_version, vnpu_rd32(vdev, VNPU_REG_FW_VERSION));
+	WRITE_ONCE(vdev->fw_build_id, vnpu_rd64(vdev, VNPU_REG_FW_BUILD_ID));
+	drm_info(&vdev->drm, "firmware %u.%u.%u booted, build id %016llx\n",
+		 vdev->fw_version >> 16, (vdev->fw_version >> 8) & 0xff, vdev->fw_version & 0xff,
+		 vdev->fw_build_id);
+	return 0;
 }
 
 /**
@@ -54,59 +141,16 @@ static void vnpu_fw_free(struct vnpu_device *vdev, void *cpu, dma_addr_t dma, si
  */
 int vnpu_fw_boot(struct vnpu_device *vdev)
 {
-	struct device *dev = &vdev->pdev->dev;
-	const struct firmware *fw;
-	dma_addr_t dma;
-	u32 status, reason;
-	void *cpu;
+	struct vnpu_fw_image img = {}, retired = {};
 	int ret;
 
-	ret = request_firmware(&fw, VNPU_FW_NAME, dev);
-	if (ret) {
-		drm_err(&vdev->drm, "cannot load %s: %d\n", VNPU_FW_NAME, ret);
+	ret = vnpu_fw_load(vdev, &img);
+	if (ret)
 		return ret;
-	}
-	if (!fw->size || fw->size > VNPU_FW_MAX_SIZE) {
-		drm_err(&vdev->drm, "firmware %s rejected: %zu bytes, not 1..%u\n", VNPU_FW_NAME,
-			fw->size, VNPU_FW_MAX_SIZE);
-		ret = -EINVAL;
-		goto out_release;
-	}
-	cpu = dma_alloc_coherent(dev, fw->size, &dma, GFP_KERNEL);
-	if (!cpu) {
-		ret = -ENOMEM;
-		goto out_release;
-	}
-	memcpy(cpu, fw->data, fw->size);
-
-	ret = vnpu_io_command(vdev, VNPU_CMD_BOOT, dma, fw->size, VNPU_BOOT_TIMEOUT_MS);
-	status = vnpu_rd32(vdev, VNPU_REG_STATUS);
-	/* The boot ROM has dropped the old firmware whatever it decided. */
-	vnpu_fw_fini(vdev);
-	WRITE_ONCE(vdev->fw_version, 0);
-	WRITE_ONCE(vdev->fw_build_id, 0);
-	if (ret == -ETIMEDOUT) {
-		vnpu_fw_free(vdev, cpu, dma, fw->size);
-		goto out_release;
-	}
-	if (ret || !(status & VNPU_STATUS_READY)) {
-		reason = vnpu_rd32(vdev, VNPU_REG_FW_REJECT);
-		drm_err(&vdev->drm, "firmware %s rejected by the device: %s (reason %u, status %d)\n",
-			VNPU_FW_NAME, vnpu_fw_reject_name(reason), reason, ret);
-		vnpu_fw_free(vdev, cpu, dma, fw->size);
-		ret = ret ?: -EIO;
-		goto out_release;
-	}
-	vdev->fw_cpu = cpu;
-	vdev->fw_dma = dma;
-	vdev->fw_size = fw->size;
-	WRITE_ONCE(vdev->fw_version, vnpu_rd32(vdev, VNPU_REG_FW_VERSION));
-	WRITE_ONCE(vdev->fw_build_id, vnpu_rd64(vdev, VNPU_REG_FW_BUILD_ID));
-	drm_info(&vdev->drm, "firmware %u.%u.%u booted, build id %016llx\n",
-		 vdev->fw_version >> 16, (vdev->fw_version >> 8) & 0xff, vdev->fw_version & 0xff,
-		 vdev->fw_build_id);
-out_release:
-	release_firmware(fw);
+	ret = vnpu_fw_start(vdev, &img, &retired);
+	vnpu_fw_image_free(vdev, &retired);
+	if (ret)
+		vnpu_fw_image_free(vdev, &img);
 	return ret;
 }
 
@@ -114,21 +158,29 @@ out_release:
  * vnpu_fw_reload() - boot the firmware file again, the device running
  * @vdev: the device, registered
  *
- * Jobs on the device finish first (those still running after the job
- * timeout fail with -ECANCELED); queued jobs wait and then run on the new
- * firmware.
+ * The image is read first; then jobs on the device finish (those still
+ * running after the job timeout fail with -ECANCELED), the device boots
+ * it, and queued jobs run on the new firmware.
  *
- * Return: 0, or the negative errno of vnpu_fw_boot(): then no firmware
- * runs and jobs fail with -EIO until a reload succeeds.
+ * Return: 0; the negative errno of reading the image, when the running
+ * firmware stays; or that of booting it: then no firmware runs and jobs
+ * fail with -EIO until a reload succeeds.
  */
 int vnpu_fw_reload(struct vnpu_device *vdev)
 {
+	struct vnpu_fw_image img = {}, retired = {};
 	int ret;
 
-	vnpu_job_pause(vdev);
-	ret = vnpu_fw_boot(vdev);
-	vnpu_job_resume(vdev);
 	atomic_inc(&vdev->fw_reloads);
+	ret = vnpu_fw_load(vdev, &img);
+	if (ret)
+		return ret;
+	vnpu_job_pause(vdev);
+	ret = vnpu_fw_start(vdev, &img, &retired);
+	vnpu_job_resume(vdev);
+	vnpu_fw_image_free(vdev, &retired);
+	if (ret)
+		vnpu_fw_image_free(vdev, &img);
 	return ret;
 }
 
@@ -138,7 +190,9 @@ int vnpu_fw_reload(struct vnpu_device *vdev)
  */
 void vnpu_fw_fini(struct vnpu_device *vdev)
 {
-	vnpu_fw_free(vdev, vdev->fw_cpu, vdev->fw_dma, vdev->fw_size);
+	struct vnpu_fw_image img = { vdev->fw_cpu, vdev->fw_dma, vdev->fw_size };
+
+	vnpu_fw_image_free(vdev, &img);
 	vdev->fw_cpu = NULL;
 }
 

@@ -9,10 +9,12 @@
  * never waits for a page to be faulted in. The BO belongs to that file only:
  * a handle that reaches another file (through PRIME) names no BO there.
  */
+#include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
 #include <linux/slab.h>
 
 #include <drm/drm_gem.h>
+#include <drm/drm_print.h>
 #include <drm/drm_utils.h>
 
 #include "vnpu_gem.h"
@@ -96,6 +98,45 @@ struct drm_gem_object *vnpu_gem_create_object(struct drm_device *drm, size_t siz
 	return &bo->base.base;
 }
 
+/*
+ * Whether the CPU's pages and what the device reaches differ: bounce
+ * buffers (swiotlb=force, encrypted guests) or a non-coherent device.
+ */
+static bool vnpu_sgt_needs_sync(struct device *dev, struct sg_table *sgt)
+{
+	struct scatterlist *sg;
+	int i;
+
+	for_each_sgtable_dma_sg(sgt, sg, i)
+		if (dma_need_sync(dev, sg_dma_address(sg)))
+			return true;
+	return false;
+}
+
+/**
+ * vnpu_bo_sync_for_device() - make the CPU's writes visible to the device
+ * @bo: the BO, before a job that uses it starts
+ *
+ * The DMA model: BOs are cached, streaming DMA mappings, made at BO_CREATE
+ * and synced at job boundaries (docs/kernel.md, "DMA"). A no-op where the
+ * mapping neither bounces nor needs cache maintenance.
+ */
+void vnpu_bo_sync_for_device(struct vnpu_bo *bo)
+{
+	if (bo->needs_sync && bo->dma_mapped)
+		dma_sync_sgtable_for_device(bo->base.base.dev->dev, bo->sgt, DMA_BIDIRECTIONAL);
+}
+
+/**
+ * vnpu_bo_sync_for_cpu() - make the device's writes visible to the CPU
+ * @bo: the BO, after a job that wrote it ended, before its fence signals
+ */
+void vnpu_bo_sync_for_cpu(struct vnpu_bo *bo)
+{
+	if (bo->needs_sync && bo->dma_mapped)
+		dma_sync_sgtable_for_cpu(bo->base.base.dev->dev, bo->sgt, DMA_BIDIRECTIONAL);
+}
+
 /**
  * vnpu_gem_release_dma() - unmap a context's BOs for DMA
  * @ctx: the context, with its VM lock held
@@ -172,11 +213,20 @@ int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *fi
 	size_t size;
 	int ret;
 
-	if (!args->size || args->flags & ~DRM_VNPU_BO_FLAGS_MASK ||
-	    args->handle || args->mmap_offset || args->va)
+	if (!args->size || args->flags & ~DRM_VNPU_BO_FLAGS_MASK) {
+		drm_dbg_driver(drm, "bo_create size %llu flags %#x: size 0 or unknown flags\n",
+			       args->size, args->flags);
 		return -EINVAL;
-	if (args->size > VNPU_MAX_BO_SIZE)
+	}
+	if (args->handle || args->mmap_offset || args->va) {
+		drm_dbg_driver(drm, "bo_create: output fields handle, mmap_offset, va must be 0\n");
+		return -EINVAL;
+	}
+	if (args->size > VNPU_MAX_BO_SIZE) {
+		drm_dbg_driver(drm, "bo_create size %llu above %llu\n", args->size,
+			       VNPU_MAX_BO_SIZE);
 		return -E2BIG;
+	}
 	size = PAGE_ALIGN(args->size);
 
 	shmem = drm_gem_shmem_create(drm, size);
@@ -213,6 +263,7 @@ int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *fi
 	ret = ctx->vm.released ? -ENODEV : dma_map_sgtable(drm->dev, sgt, DMA_BIDIRECTIONAL, 0);
 	if (!ret) {
 		bo->dma_mapped = true;
+		bo->needs_sync = vnpu_sgt_needs_sync(drm->dev, sgt);
 		ret = drm_mm_insert_node_generic(&ctx->vm.mm, &bo->node, size + PAGE_SIZE,
 						 PAGE_SIZE, 0, DRM_MM_INSERT_BEST);
 	}

@@ -25,6 +25,9 @@
  * @pinned: the pages are pinned (for the BO's whole life)
  * @dma_mapped: @sgt is DMA-mapped (until the BO or the device goes)
  * @mapped: the pages are in @ctx's page tables
+ * @needs_sync: the DMA mapping bounces (swiotlb) or the device is not
+ *	coherent: jobs sync it (vnpu_bo_sync_for_device(), _for_cpu())
+ * @device_writers: jobs on the device that write the BO
  * @status_lock: protects @job_status and @fault_va
  * @job_status: outcome of the last job that wrote the BO
  * @fault_va: faulting VA of that job, if it faulted
@@ -39,6 +42,8 @@ struct vnpu_bo {
 	bool pinned;
 	bool dma_mapped;
 	bool mapped;
+	bool needs_sync;
+	atomic_t device_writers;
 	spinlock_t status_lock; /* protects @job_status and @fault_va */
 	s32 job_status;
 	u64 fault_va;
@@ -60,6 +65,8 @@ static inline size_t vnpu_bo_size(struct vnpu_bo *bo)
 }
 
 struct drm_gem_object *vnpu_gem_create_object(struct drm_device *drm, size_t size);
+void vnpu_bo_sync_for_device(struct vnpu_bo *bo);
+void vnpu_bo_sync_for_cpu(struct vnpu_bo *bo);
 void vnpu_gem_release_dma(struct vnpu_ctx *ctx);
 struct vnpu_bo *vnpu_bo_lookup(struct drm_file *file, u32 handle);
 void vnpu_bo_set_status(struct vnpu_bo *bo, int status, u64 fault_va);

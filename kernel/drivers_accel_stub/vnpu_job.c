@@ -71,10 +71,22 @@
 #include "vnpu_io.h"
 #include "vnpu_job.h"
 
+/*
+ * The SUBMIT-time stream check can be turned off only in a debug build
+ * (CONFIG_DRM_ACCEL_VNPU_DEBUG), to prove that the device page tables hold
+ * by themselves; a production build always checks.
+ */
 static bool vnpu_validate_streams = true;
+#if IS_ENABLED(CONFIG_DRM_ACCEL_VNPU_DEBUG)
 module_param_named(validate_streams, vnpu_validate_streams, bool, 0644);
 MODULE_PARM_DESC(validate_streams,
-		 "Validate command streams before queueing (default on; off leaves isolation to the device MMU, for testing it)");
+		 "Validate command streams before queueing (debug builds only; off leaves isolation to the device MMU)");
+#endif
+
+static bool vnpu_job_check_streams(void)
+{
+	return !IS_ENABLED(CONFIG_DRM_ACCEL_VNPU_DEBUG) || READ_ONCE(vnpu_validate_streams);
+}
 
 static inline struct vnpu_job *to_vnpu_job(struct drm_sched_job *sched_job)
 {
@@ -104,8 +116,8 @@ static void vnpu_job_free(struct vnpu_job *job)
 
 	if (job->initialised)
 		drm_sched_job_cleanup(&job->base);
-	if (job->coredump)
-		vnpu_coredump_emit(job);
+	if (job->dump_status)
+		vnpu_coredump_capture(job);
 	for (i = 0; i < job->bo_count; i++)
 		if (job->bos[i].bo)
 			drm_gem_object_put(&job->bos[i].bo->base.base);
@@ -147,18 +159,29 @@ static void vnpu_job_write_sqe(struct vnpu_device *vdev, struct vnpu_job *job)
 }
 
 /*
- * Busy time for fdinfo: a core runs one job at a time, in queue order, so a
- * job runs from when it reaches the head of its core's active list until
- * its completion. Called with job_lock held whenever the head may have
- * changed.
+ * A core runs one job at a time, in queue order, so a job runs from when it
+ * reaches the head of its core's active list until its completion. That is
+ * when its clock starts, for fdinfo and for the job timeout: the core's
+ * watchdog is armed for the head alone, so jobs submitted behind a hung
+ * one never extend its time (drm_sched's own timeout, re-armed at every
+ * push, would; it is off). Called with job_lock held whenever the head may
+ * have changed, from the completion interrupt too.
  */
 static void vnpu_job_head_started(struct vnpu_core *core)
 {
 	struct vnpu_job *head = list_first_entry_or_null(&core->active, struct vnpu_job, node);
+	struct vnpu_device *vdev = core->vdev;
 
-	lockdep_assert_held(&core->vdev->job_lock);
-	if (head && !head->start_ns)
+	lockdep_assert_held(&vdev->job_lock);
+	if (!head) {
+		cancel_delayed_work(&core->watchdog);
+		return;
+	}
+	if (!head->start_ns) {
 		head->start_ns = ktime_get_ns();
+		mod_delayed_work(vdev->sched_wq, &core->watchdog,
+				 msecs_to_jiffies(vnpu_job_timeout_ms));
+	}
 }
 
 /* Charge the job's file with its time on the device so far. Called with job_lock held. */
@@ -218,21 +241,50 @@ unsigned int vnpu_job_count_active(struct vnpu_device *vdev)
 }
 
 /*
- * End a job the device no longer owns: record its status on the BOs it
- * writes, then signal its hardware fence. Called with job_lock held.
+ * Hand a job's BOs to the device: with bounce buffering (swiotlb) or a
+ * non-coherent device the CPU's writes are copied to where the device
+ * reads. A BO that an earlier job on the device still writes is not copied:
+ * the device's side is the newer one (a file's jobs run in order on one
+ * core). The sync is a no-op on a coherent device without bouncing.
  */
-static void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, int status,
-			      u64 fault_va)
+static void vnpu_job_sync_for_device(struct vnpu_job *job)
 {
 	u32 i;
 
-	lockdep_assert_held(&vdev->job_lock);
-	list_del_init(&job->node);
-	if (status == -EFAULT || status == -ETIMEDOUT)
-		job->coredump = vnpu_coredump_snapshot(vdev, job, status, fault_va);
-	vnpu_job_stop_clock(job);
+	for (i = 0; i < job->bo_count; i++) {
+		struct vnpu_bo *bo = job->bos[i].bo;
+
+		if (!atomic_read(&bo->device_writers))
+			vnpu_bo_sync_for_device(bo);
+	}
+	for (i = 0; i < job->bo_count; i++)
+		if (job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE)
+			atomic_inc(&job->bos[i].bo->device_writers);
+}
+
+/* Bring back what the job wrote, before its fence tells anyone to look. */
+static void vnpu_job_sync_for_cpu(struct vnpu_job *job)
+{
+	u32 i;
+
+	for (i = 0; i < job->bo_count; i++) {
+		if (!(job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE))
+			continue;
+		vnpu_bo_sync_for_cpu(job->bos[i].bo);
+		atomic_dec(&job->bos[i].bo->device_writers);
+	}
+}
+
+/*
+ * The outcome of a job, on the BOs it writes (BO_WAIT reads it there), the
+ * file's counters and the device's. Called with job_lock held.
+ */
+static void vnpu_job_account(struct vnpu_device *vdev, struct vnpu_job *job, int status,
+			     u64 fault_va)
+{
+	u32 i;
+
 	atomic64_inc(&job->ctx->jobs_ended);
-	vnpu_job_head_started(job->core);
 	for (i = 0; i < job->bo_count; i++)
 		if (job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE)
 			vnpu_bo_set_status(job->bos[i].bo, status, fault_va);
@@ -242,10 +294,34 @@ static void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, in
 			atomic64_inc(&vdev->stats.jobs_timedout);
 		else if (status == -ECANCELED)
 			atomic64_inc(&vdev->stats.jobs_cancelled);
-		dma_fence_set_error(job->done, status);
 	} else {
 		atomic64_inc(&vdev->stats.jobs_done);
 	}
+}
+
+/*
+ * End a job the device no longer owns: copy back what it wrote, record its
+ * status, then signal its hardware fence. A core's jobs end in the order
+ * they were written to the queue, so its fences signal in seqno order.
+ * A fault or a hang is remembered for the coredump, which is taken when
+ * the job is freed, in process context. Called with job_lock held.
+ */
+static void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, int status,
+			      u64 fault_va, u64 cycles)
+{
+	lockdep_assert_held(&vdev->job_lock);
+	list_del_init(&job->node);
+	vnpu_job_sync_for_cpu(job);
+	if (status == -EFAULT || status == -ETIMEDOUT) {
+		job->dump_status = status;
+		job->dump_fault_va = fault_va;
+		job->dump_cycles = cycles;
+	}
+	vnpu_job_stop_clock(job);
+	vnpu_job_head_started(job->core);
+	vnpu_job_account(vdev, job, status, fault_va);
+	if (status)
+		dma_fence_set_error(job->done, status);
 	dma_fence_signal(job->done);
 }
 
@@ -301,7 +377,8 @@ static void vnpu_job_drain_cq(struct vnpu_device *vdev)
 			}
 		}
 		if (found)
-			vnpu_job_complete(vdev, found, status, fault_va);
+			vnpu_job_complete(vdev, found, status, fault_va,
+					  status ? vnpu_rd64(vdev, cqe + VNPU_CQE_CYCLES) : 0);
 		else
 			drm_dbg_driver(&vdev->drm, "completion of unknown job %llu on core %u\n",
 				       seqno, core);
@@ -309,21 +386,37 @@ static void vnpu_job_drain_cq(struct vnpu_device *vdev)
 	vnpu_wr32(vdev, VNPU_CQ_HEAD, vdev->cq_head);
 	/* A closed file's job has started: stop it (vnpu_job_cancel_closed()). */
 	if (vnpu_job_heads_closed(vdev))
-		queue_work(system_wq, &vdev->cancel_work);
+		queue_work(vdev->sched_wq, &vdev->cancel_work);
+}
+
+/*
+ * With bounce buffering, completing a job copies what it wrote back to the
+ * CPU's pages: that is done by the interrupt thread, not in hard IRQ
+ * context. Without it (a coherent device, the usual case) the hard handler
+ * completes the jobs itself: a completion costs a few register reads and
+ * no thread wake-up.
+ */
+static bool vnpu_job_irq_needs_thread(struct vnpu_device *vdev)
+{
+	return dma_dev_need_sync(vdev->drm.dev);
 }
 
 /**
- * vnpu_job_irq() - the completion vector's interrupt handler
+ * vnpu_job_irq() - the completion vector's hard interrupt handler
  * @irq: the Linux IRQ number
  * @arg: the device
  *
- * Return: IRQ_HANDLED.
+ * Return: IRQ_HANDLED once the completion queue is drained,
+ * IRQ_WAKE_THREAD when vnpu_job_irq_thread() must drain it, IRQ_NONE
+ * after an unplug.
  */
 irqreturn_t vnpu_job_irq(int irq, void *arg)
 {
 	struct vnpu_device *vdev = arg;
 	int idx;
 
+	if (vnpu_job_irq_needs_thread(vdev))
+		return IRQ_WAKE_THREAD;
 	/* Unplugged: remove() drains the queue itself before the BARs go. */
 	if (!drm_dev_enter(&vdev->drm, &idx))
 		return IRQ_NONE;
@@ -334,43 +427,81 @@ irqreturn_t vnpu_job_irq(int irq, void *arg)
 	return IRQ_HANDLED;
 }
 
+/**
+ * vnpu_job_irq_thread() - the completion vector's threaded handler
+ * @irq: the Linux IRQ number
+ * @arg: the device
+ *
+ * Return: IRQ_HANDLED, or IRQ_NONE after an unplug.
+ */
+irqreturn_t vnpu_job_irq_thread(int irq, void *arg)
+{
+	struct vnpu_device *vdev = arg;
+	int idx;
+
+	if (!drm_dev_enter(&vdev->drm, &idx))
+		return IRQ_NONE;
+	spin_lock_irq(&vdev->job_lock);
+	vnpu_job_drain_cq(vdev);
+	spin_unlock_irq(&vdev->job_lock);
+	drm_dev_exit(idx);
+	return IRQ_HANDLED;
+}
+
+/*
+ * Jobs of closed files and jobs that find the device gone end here,
+ * without a hardware fence: the scheduler signals their finished fence
+ * with the error. (A hardware fence made now would signal before the
+ * earlier, still running fences of its core's timeline.)
+ */
+static struct dma_fence *vnpu_job_cancel_unrun(struct vnpu_job *job)
+{
+	struct vnpu_device *vdev = job->vdev;
+
+	spin_lock_irq(&vdev->job_lock);
+	vnpu_job_account(vdev, job, -ECANCELED, 0);
+	spin_unlock_irq(&vdev->job_lock);
+	return ERR_PTR(-ECANCELED);
+}
+
 static struct dma_fence *vnpu_job_run(struct drm_sched_job *sched_job)
 {
 	struct vnpu_job *job = to_vnpu_job(sched_job);
 	struct vnpu_device *vdev = job->vdev;
-	bool present;
+	struct dma_fence *fence;
+	bool cookie;
 	int idx;
 
-	/* Called again by drm_sched_resubmit_jobs() after a reset: see vnpu_job_recover(). */
-	if (job->done)
-		return dma_fence_get(job->done);
 	if (unlikely(sched_job->s_fence->finished.error))
 		return NULL;
+	if (!drm_dev_enter(&vdev->drm, &idx))
+		return vnpu_job_cancel_unrun(job);
+	if (READ_ONCE(job->ctx->closed)) {
+		drm_dev_exit(idx);
+		return vnpu_job_cancel_unrun(job);
+	}
+
+	cookie = dma_fence_begin_signalling();
 	/* The scheduler the entity picked is the core that runs the job. */
 	job->core = container_of(sched_job->sched, struct vnpu_core, sched);
-
-	present = drm_dev_enter(&vdev->drm, &idx);
 	mutex_lock(&vdev->hw_lock);
 	job->seqno = ++vdev->next_seqno;
+	/* Each core completes its own jobs in order: one fence timeline per core. */
 	dma_fence_init(job->fence_mem, &vnpu_fence_ops, &vdev->fence_lock,
-		       vdev->fence_context, job->seqno);
+		       job->core->fence_context, ++job->core->fence_seqno);
 	job->done = job->fence_mem;
 	job->fence_mem = NULL;
+	fence = dma_fence_get(job->done);
+	vnpu_job_sync_for_device(job);
 	spin_lock_irq(&vdev->job_lock);
-	if (!present || READ_ONCE(job->ctx->closed)) {
-		/* Its file is gone and nobody can see its results, or the device is. */
-		vnpu_job_complete(vdev, job, -ECANCELED, 0);
-		spin_unlock_irq(&vdev->job_lock);
-	} else {
-		list_add_tail(&job->node, &job->core->active);
-		vnpu_job_head_started(job->core);
-		spin_unlock_irq(&vdev->job_lock);
-		vnpu_job_write_sqe(vdev, job);
-	}
+	list_add_tail(&job->node, &job->core->active);
+	vnpu_job_head_started(job->core);
+	spin_unlock_irq(&vdev->job_lock);
+	vnpu_job_write_sqe(vdev, job);
 	mutex_unlock(&vdev->hw_lock);
-	if (present)
-		drm_dev_exit(idx);
-	return dma_fence_get(job->done);
+	dma_fence_end_signalling(cookie);
+	drm_dev_exit(idx);
+	return fence;
 }
 
 static u32 vnpu_all_cores(struct vnpu_device *vdev)
@@ -379,18 +510,25 @@ static u32 vnpu_all_cores(struct vnpu_device *vdev)
 }
 
 /*
- * Reset the cores of @mask and settle every job they owned. @guilty (may be
- * NULL) fails with @guilty_status; jobs of closed files fail with
- * -ECANCELED; the others are queued again when @requeue, else they fail
- * with -ECANCELED. The other cores' jobs go on: their completions may
- * arrive meanwhile and are drained as usual. Called with the schedulers of
- * @mask stopped.
+ * Reset the cores of @mask and settle every job they owned, oldest first.
+ * The job with seqno @guilty (0: none) fails with @guilty_status; jobs of
+ * closed files fail with -ECANCELED; the others are written to the queue
+ * again when @requeue, else they fail with -ECANCELED. Once one job is
+ * queued again, every later job of its core is too, whatever its file
+ * (a closed file's is stopped when it reaches the head): a core's fences
+ * signal in order. A core runs one job at a time in queue order, so only
+ * the head had started: running the others again runs them once. The other
+ * cores go on; their completions may arrive meanwhile and are drained as
+ * usual. The schedulers are not stopped: run_job() takes hw_lock, so it
+ * writes its entry before or after all of this.
  */
-static void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, struct vnpu_job *guilty,
+static void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, u64 guilty,
 			      int guilty_status, bool requeue)
 {
 	struct vnpu_job *job, *tmp;
 	struct vnpu_core *core;
+	u64 abort_cycles;
+	bool requeued;
 	LIST_HEAD(owned);
 	u32 i;
 	int ret;
@@ -402,6 +540,8 @@ static void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, struct vnpu_jo
 		drm_err(&vdev->drm, "reset of cores %#x failed: %d\n", mask, ret);
 		requeue = false;
 	}
+	/* The instructions the hung job had started, as the reset recorded them. */
+	abort_cycles = vnpu_rd32(vdev, VNPU_REG_ABORT_CYCLES);
 
 	spin_lock_irq(&vdev->job_lock);
 	/* Completions written before the reset still count. */
@@ -413,21 +553,25 @@ static void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, struct vnpu_jo
 		if (!(mask & BIT(i)))
 			continue;
 		core = &vdev->cores[i];
+		requeued = false;
 		list_splice_init(&core->active, &owned);
 		list_for_each_entry_safe(job, tmp, &owned, node) {
-			if (job == guilty)
-				vnpu_job_complete(vdev, job, guilty_status, 0);
-			else if (!requeue || READ_ONCE(job->ctx->closed))
-				vnpu_job_complete(vdev, job, -ECANCELED, 0);
+			if (!requeued && guilty && job->seqno == guilty)
+				vnpu_job_complete(vdev, job, guilty_status, 0, abort_cycles);
+			else if (!requeue || (!requeued && READ_ONCE(job->ctx->closed)))
+				vnpu_job_complete(vdev, job, -ECANCELED, 0, 0);
 			else
-				vnpu_job_stop_clock(job); /* it runs again from the start */
+				requeued = true;
 		}
 		/*
-		 * What is left goes back on the core, oldest first. Still under
-		 * job_lock: the first job may complete before the loop ends, and
-		 * the completion interrupt must not unlink it while the loop
-		 * walks the list.
+		 * What is left goes back on the core, oldest first, each with
+		 * its clock stopped: it runs again from the start. Still under
+		 * job_lock: the first job may complete before the loop ends,
+		 * and the completion interrupt must not unlink it while the
+		 * loop walks the list.
 		 */
+		list_for_each_entry(job, &owned, node)
+			vnpu_job_stop_clock(job);
 		list_splice_tail_init(&owned, &core->active);
 		vnpu_job_head_started(core);
 		list_for_each_entry(job, &core->active, node)
@@ -437,100 +581,95 @@ static void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, struct vnpu_jo
 	mutex_unlock(&vdev->hw_lock);
 }
 
-/* Stop the schedulers of the cores in @mask; @bad (may be NULL) is the hung job. */
-static void vnpu_job_stop_scheds(struct vnpu_device *vdev, u32 mask, struct vnpu_job *bad)
-{
-	struct vnpu_core *core;
-	u32 i;
-
-	for (i = 0; i < vdev->num_cores; i++) {
-		core = &vdev->cores[i];
-		if (mask & BIT(i))
-			drm_sched_stop(&core->sched, bad && bad->core == core ? &bad->base : NULL);
-	}
-}
-
-/* Hand the jobs back to the schedulers of the cores in @mask and restart them. */
-static void vnpu_job_start_scheds(struct vnpu_device *vdev, u32 mask)
-{
-	u32 i;
-
-	for (i = 0; i < vdev->num_cores; i++) {
-		if (!(mask & BIT(i)))
-			continue;
-		drm_sched_resubmit_jobs(&vdev->cores[i].sched);
-		drm_sched_start(&vdev->cores[i].sched);
-	}
-}
-
 /*
- * The scheduler side of recovery, around vnpu_job_reset_hw(): the stopped
- * scheduler detaches from the hardware fences; resubmission hands it the
- * same fences again (vnpu_job_run() returns job->done), so a job that was
- * queued again keeps its fence and the guilty one reports its error.
+ * A core's head job has run for the job timeout: reset the core, fail the
+ * job with -ETIMEDOUT and queue the core's other jobs again. @seqno names
+ * the job the watchdog saw; if it completed meanwhile, nothing happens.
  */
-static void vnpu_job_recover(struct vnpu_device *vdev, struct vnpu_job *bad)
+static void vnpu_job_recover_hang(struct vnpu_core *core, u64 seqno)
 {
-	/* A hang resets its own core; the teardown (no @bad) every core. */
-	u32 mask = bad ? BIT(bad->core->index) : vnpu_all_cores(vdev);
+	struct vnpu_device *vdev = core->vdev;
+	struct vnpu_job *head;
 	bool hung;
 
 	mutex_lock(&vdev->reset_lock);
-	vnpu_job_stop_scheds(vdev, mask, bad);
-
 	spin_lock_irq(&vdev->job_lock);
 	vnpu_job_drain_cq(vdev);
-	/* The job may have completed while the timeout fired. */
-	hung = bad && bad->done && !dma_fence_is_signaled(bad->done);
-	spin_unlock_irq(&vdev->job_lock);
-
-	if (hung) {
+	head = list_first_entry_or_null(&core->active, struct vnpu_job, node);
+	hung = head && head->seqno == seqno;
+	if (hung)
 		drm_warn(&vdev->drm,
 			 "job %llu of context %u timed out after %u ms on core %u, resetting it\n",
-			 bad->seqno, bad->ctx->id, vnpu_job_timeout_ms, bad->core->index);
-		vnpu_job_reset_hw(vdev, mask, bad, -ETIMEDOUT, true);
-	} else if (!bad) {
-		vnpu_job_reset_hw(vdev, mask, NULL, 0, false);
-	}
-
-	vnpu_job_start_scheds(vdev, mask);
+			 seqno, head->ctx->id, vnpu_job_timeout_ms, core->index);
+	spin_unlock_irq(&vdev->job_lock);
+	if (hung)
+		vnpu_job_reset_hw(vdev, BIT(core->index), seqno, -ETIMEDOUT, true);
 	mutex_unlock(&vdev->reset_lock);
 }
 
 /*
- * Stop the closed files' jobs that cores are running: a reset of those
- * cores cancels them (and every other job of a closed file on them) and
- * queues the other files' jobs again. Nothing happens on a core whose
- * running job belongs to an open file: a closed file's job queued behind it
- * is stopped when it reaches the head (vnpu_job_drain_cq() calls again).
+ * The job timeout, per core: fires vnpu_job_timeout_ms after the core's
+ * head job started (vnpu_job_head_started()). A head that started later
+ * than that re-arms it for the rest of its time.
  */
-static void vnpu_job_cancel_closed(struct vnpu_device *vdev)
+static void vnpu_job_watchdog(struct work_struct *work)
 {
-	u32 mask, reset;
+	struct vnpu_core *core = container_of(to_delayed_work(work), struct vnpu_core, watchdog);
+	struct vnpu_device *vdev = core->vdev;
+	u64 timeout_ns = (u64)vnpu_job_timeout_ms * NSEC_PER_MSEC;
+	struct vnpu_job *head;
+	u64 seqno = 0, ran;
+	bool cookie;
 	int idx;
 
 	/* Unplugged: remove() has reset the device and settled its jobs. */
 	if (!drm_dev_enter(&vdev->drm, &idx))
 		return;
-	mutex_lock(&vdev->reset_lock);
+	cookie = dma_fence_begin_signalling();
 	spin_lock_irq(&vdev->job_lock);
-	mask = vnpu_job_heads_closed(vdev);
-	spin_unlock_irq(&vdev->job_lock);
-	if (!mask) {
-		mutex_unlock(&vdev->reset_lock);
-		drm_dev_exit(idx);
-		return;
+	head = list_first_entry_or_null(&core->active, struct vnpu_job, node);
+	if (head && head->start_ns) {
+		ran = ktime_get_ns() - head->start_ns;
+		if (ran >= timeout_ns)
+			seqno = head->seqno;
+		else
+			mod_delayed_work(vdev->sched_wq, &core->watchdog,
+					 nsecs_to_jiffies(timeout_ns - ran) + 1);
 	}
-	vnpu_job_stop_scheds(vdev, mask, NULL);
+	spin_unlock_irq(&vdev->job_lock);
+	if (seqno)
+		vnpu_job_recover_hang(core, seqno);
+	dma_fence_end_signalling(cookie);
+	drm_dev_exit(idx);
+}
+
+/*
+ * Stop the closed files' jobs that cores are running: a reset of those
+ * cores cancels them and queues the other files' jobs again. Nothing
+ * happens on a core whose running job belongs to an open file: a closed
+ * file's job queued behind it is stopped when it reaches the head
+ * (vnpu_job_drain_cq() queues this again).
+ */
+static void vnpu_job_cancel_closed(struct vnpu_device *vdev)
+{
+	bool cookie;
+	u32 mask;
+	int idx;
+
+	/* Unplugged: remove() has reset the device and settled its jobs. */
+	if (!drm_dev_enter(&vdev->drm, &idx))
+		return;
+	cookie = dma_fence_begin_signalling();
+	mutex_lock(&vdev->reset_lock);
 	spin_lock_irq(&vdev->job_lock);
 	/* The jobs may have completed meanwhile; then there is nothing to stop. */
 	vnpu_job_drain_cq(vdev);
-	reset = vnpu_job_heads_closed(vdev) & mask;
+	mask = vnpu_job_heads_closed(vdev);
 	spin_unlock_irq(&vdev->job_lock);
-	if (reset)
-		vnpu_job_reset_hw(vdev, reset, NULL, 0, true);
-	vnpu_job_start_scheds(vdev, mask);
+	if (mask)
+		vnpu_job_reset_hw(vdev, mask, 0, 0, true);
 	mutex_unlock(&vdev->reset_lock);
+	dma_fence_end_signalling(cookie);
 	drm_dev_exit(idx);
 }
 
@@ -555,25 +694,43 @@ static bool vnpu_job_device_idle(struct vnpu_device *vdev)
 	return !vnpu_job_count_active(vdev);
 }
 
+static void vnpu_job_wqueues_stop(struct vnpu_device *vdev)
+{
+	u32 i;
+
+	for (i = 0; i < vdev->num_cores; i++)
+		drm_sched_wqueue_stop(&vdev->cores[i].sched);
+}
+
+static void vnpu_job_wqueues_start(struct vnpu_device *vdev)
+{
+	u32 i;
+
+	for (i = 0; i < vdev->num_cores; i++)
+		drm_sched_wqueue_start(&vdev->cores[i].sched);
+}
+
 /**
  * vnpu_job_pause() - stop feeding the device and wait until it is idle
  * @vdev: the device
  *
- * For a firmware reload. Jobs on the device complete as usual; those still
- * there after the job timeout fail with -ECANCELED (a reset). Jobs not yet
- * on the device wait for vnpu_job_resume(), which must follow.
+ * For a firmware reload: the caller must not allocate memory or wait for
+ * fences until vnpu_job_resume(), since recovery waits for this. Jobs on the
+ * device complete as usual; those still there after the job timeout fail
+ * with -ECANCELED (a reset). Jobs not yet on the device wait for
+ * vnpu_job_resume(), which must follow.
  */
 void vnpu_job_pause(struct vnpu_device *vdev)
 {
 	bool idle;
 
 	mutex_lock(&vdev->reset_lock);
-	vnpu_job_stop_scheds(vdev, vnpu_all_cores(vdev), NULL);
+	vnpu_job_wqueues_stop(vdev);
 	if (read_poll_timeout(vnpu_job_device_idle, idle, idle, 1000,
 			      vnpu_job_timeout_ms * 1000ULL, false, vdev)) {
 		drm_warn(&vdev->drm, "jobs still running after %u ms: cancelled\n",
 			 vnpu_job_timeout_ms);
-		vnpu_job_reset_hw(vdev, vnpu_all_cores(vdev), NULL, 0, false);
+		vnpu_job_reset_hw(vdev, vnpu_all_cores(vdev), 0, 0, false);
 	}
 }
 
@@ -583,20 +740,18 @@ void vnpu_job_pause(struct vnpu_device *vdev)
  */
 void vnpu_job_resume(struct vnpu_device *vdev)
 {
-	vnpu_job_start_scheds(vdev, vnpu_all_cores(vdev));
+	vnpu_job_wqueues_start(vdev);
 	mutex_unlock(&vdev->reset_lock);
 }
 
+/*
+ * drm_sched's own timeout is off (MAX_SCHEDULE_TIMEOUT): it restarts
+ * whenever a job is pushed, so a file submitting more often than the
+ * timeout could keep a hung job running for ever. The core watchdogs time
+ * jobs instead (vnpu_job_watchdog()); this is never called.
+ */
 static enum drm_gpu_sched_stat vnpu_job_timedout(struct drm_sched_job *sched_job)
 {
-	struct vnpu_job *job = to_vnpu_job(sched_job);
-	int idx;
-
-	/* Unplugged: remove() has reset the device and settled its jobs. */
-	if (!drm_dev_enter(&job->vdev->drm, &idx))
-		return DRM_GPU_SCHED_STAT_ENODEV;
-	vnpu_job_recover(job->vdev, job);
-	drm_dev_exit(idx);
 	return DRM_GPU_SCHED_STAT_NOMINAL;
 }
 
@@ -633,7 +788,7 @@ static int vnpu_sched_init(struct vnpu_core *core)
 		.submit_wq = vdev->sched_wq,
 		.num_rqs = DRM_SCHED_PRIORITY_COUNT,
 		.credit_limit = credits,
-		.timeout = msecs_to_jiffies(vnpu_job_timeout_ms),
+		.timeout = MAX_SCHEDULE_TIMEOUT,
 		.name = vnpu_core_names[core->index],
 		.dev = vdev->drm.dev,
 	};
@@ -642,7 +797,7 @@ static int vnpu_sched_init(struct vnpu_core *core)
 #else
 	return drm_sched_init(&core->sched, &vnpu_sched_ops, vdev->sched_wq,
 			      DRM_SCHED_PRIORITY_COUNT, credits, 0,
-			      msecs_to_jiffies(vnpu_job_timeout_ms), NULL, NULL,
+			      MAX_SCHEDULE_TIMEOUT, NULL, NULL,
 			      vnpu_core_names[core->index], vdev->drm.dev);
 #endif
 }
@@ -661,6 +816,7 @@ static void vnpu_sched_fini(struct vnpu_device *vdev, u32 count)
  */
 int vnpu_job_init(struct vnpu_device *vdev)
 {
+	u64 fence_context;
 	u32 i;
 	int ret;
 
@@ -679,15 +835,17 @@ int vnpu_job_init(struct vnpu_device *vdev)
 		return ret;
 	spin_lock_init(&vdev->job_lock);
 	spin_lock_init(&vdev->fence_lock);
+	fence_context = dma_fence_context_alloc(vdev->num_cores);
 	for (i = 0; i < vdev->num_cores; i++) {
 		vdev->cores[i].vdev = vdev;
 		vdev->cores[i].index = i;
+		vdev->cores[i].fence_context = fence_context + i;
 		INIT_LIST_HEAD(&vdev->cores[i].active);
+		INIT_DELAYED_WORK(&vdev->cores[i].watchdog, vnpu_job_watchdog);
 		vdev->scheds[i] = &vdev->cores[i].sched;
 	}
 	init_waitqueue_head(&vdev->idle_wq);
 	INIT_WORK(&vdev->cancel_work, vnpu_job_cancel_work);
-	vdev->fence_context = dma_fence_context_alloc(1);
 
 	/*
 	 * The device may have served an earlier instance of the driver:
@@ -701,8 +859,9 @@ int vnpu_job_init(struct vnpu_device *vdev)
 	/*
 	 * Per-CPU, not the scheduler's default ordered (unbound) queue: see
 	 * the latency note at the top. The scheduler serialises its run_job
-	 * and free_job work itself. Jobs complete through this queue, so it
-	 * must make progress under memory pressure.
+	 * and free_job work itself. Jobs complete through this queue (the
+	 * watchdogs and the cancellation of closed files' jobs run on it
+	 * too), so it must make progress under memory pressure.
 	 */
 	vdev->sched_wq = alloc_workqueue("vnpu-sched", WQ_MEM_RECLAIM | WQ_HIGHPRI, 0);
 	if (!vdev->sched_wq)
@@ -757,24 +916,41 @@ void vnpu_job_sched_put(struct vnpu_device *vdev)
 }
 
 /**
- * vnpu_job_fini() - stop the device's jobs before the device goes
+ * vnpu_job_stop_device() - cancel every job on the device
  * @vdev: the device, unplugged (drm_dev_unplug()) or never registered
  *
- * The jobs on the device are cancelled (-ECANCELED) with a reset rather
- * than awaited: a hung job would otherwise hold rmmod for a timeout per
- * job, and the device must not write into their BOs once they are freed.
- * This is the one path that still touches the hardware after the unplug:
- * the BARs stay mapped until remove() returns, and every other path is
- * fenced by drm_dev_enter(). Jobs that files still open (an unbind) have
- * queued are cancelled in vnpu_job_run() without the device; the
- * scheduler itself goes with its last user (vnpu_job_sched_put()).
+ * The jobs on the device are cancelled (-ECANCELED) with a reset of every
+ * core rather than awaited: a hung job would otherwise hold rmmod for a
+ * timeout per job, and the device must not write into their BOs once they
+ * are freed. This is the one path that still touches the hardware after
+ * the unplug: the BARs stay mapped until remove() returns, and every other
+ * path is fenced by drm_dev_enter(). Jobs that files still open (an
+ * unbind) have queued are cancelled in vnpu_job_run() without the device.
+ */
+void vnpu_job_stop_device(struct vnpu_device *vdev)
+{
+	u32 i;
+
+	/* Unplugged, the watchdogs and the completion interrupt queue nothing more. */
+	for (i = 0; i < vdev->num_cores; i++)
+		cancel_delayed_work_sync(&vdev->cores[i].watchdog);
+	cancel_work_sync(&vdev->cancel_work);
+	if (!vnpu_job_count_active(vdev))
+		return;
+	mutex_lock(&vdev->reset_lock);
+	vnpu_job_reset_hw(vdev, vnpu_all_cores(vdev), 0, 0, false);
+	mutex_unlock(&vdev->reset_lock);
+}
+
+/**
+ * vnpu_job_fini() - let the schedulers go
+ * @vdev: the device, stopped (vnpu_job_stop_device())
+ *
+ * The schedulers go with their last user (vnpu_job_sched_put()): a file
+ * still open keeps its entity's until it closes.
  */
 void vnpu_job_fini(struct vnpu_device *vdev)
 {
-	if (atomic_read(&vdev->stats.jobs))
-		vnpu_job_recover(vdev, NULL);
-	/* Unplugged, the completion interrupt no longer queues it. */
-	cancel_work_sync(&vdev->cancel_work);
 	vnpu_job_sched_put(vdev);
 }
 
@@ -782,12 +958,16 @@ void vnpu_job_fini(struct vnpu_device *vdev)
 static int vnpu_job_get_bos(struct vnpu_job *job, struct drm_file *file,
 			    const struct drm_vnpu_job *args)
 {
+	struct drm_device *drm = &job->vdev->drm;
 	struct drm_vnpu_job_bo *ubos;
 	u32 i, j;
 	int ret = 0;
 
-	if (!args->bo_count || args->bo_count > VNPU_MAX_JOB_BOS)
+	if (!args->bo_count || args->bo_count > VNPU_MAX_JOB_BOS) {
+		drm_dbg_driver(drm, "job bo_count %u not 1..%u\n", args->bo_count,
+			       VNPU_MAX_JOB_BOS);
 		return -EINVAL;
+	}
 	ubos = kvmalloc_array(args->bo_count, sizeof(*ubos), GFP_KERNEL);
 	job->bos = kvcalloc(args->bo_count, sizeof(*job->bos), GFP_KERNEL);
 	if (!ubos || !job->bos) {
@@ -802,11 +982,14 @@ static int vnpu_job_get_bos(struct vnpu_job *job, struct drm_file *file,
 	/* Every -EINVAL before any -ENOENT: shape errors first. */
 	for (i = 0; i < args->bo_count; i++) {
 		if (!ubos[i].flags || ubos[i].flags & ~DRM_VNPU_JOB_BO_FLAGS_MASK) {
+			drm_dbg_driver(drm, "job bo %u: flags %#x\n", i, ubos[i].flags);
 			ret = -EINVAL;
 			goto out;
 		}
 		for (j = 0; j < i; j++) {
 			if (ubos[j].handle == ubos[i].handle) {
+				drm_dbg_driver(drm, "job bo %u: handle %u listed twice\n", i,
+					       ubos[i].handle);
 				ret = -EINVAL;
 				goto out;
 			}
@@ -817,6 +1000,8 @@ static int vnpu_job_get_bos(struct vnpu_job *job, struct drm_file *file,
 		job->bos[i].flags = ubos[i].flags;
 		job->bos[i].bo = vnpu_bo_lookup(file, ubos[i].handle);
 		if (!job->bos[i].bo) {
+			drm_dbg_driver(drm, "job bo %u: no BO of this file has handle %u\n", i,
+				       ubos[i].handle);
 			ret = -ENOENT;
 			goto out;
 		}
@@ -824,6 +1009,7 @@ static int vnpu_job_get_bos(struct vnpu_job *job, struct drm_file *file,
 	for (i = 0; i < args->bo_count; i++) {
 		if (job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE &&
 		    job->bos[i].bo->flags & DRM_VNPU_BO_DEVICE_READ_ONLY) {
+			drm_dbg_driver(drm, "job bo %u: WRITE on a device-read-only BO\n", i);
 			ret = -EACCES;
 			goto out;
 		}
@@ -842,16 +1028,25 @@ out:
 static int vnpu_job_get_cmd(struct vnpu_job *job, struct drm_file *file,
 			    const struct drm_vnpu_job *args)
 {
+	struct drm_device *drm = &job->vdev->drm;
 	struct vnpu_bo *cmd_bo;
 	int ret = 0;
 
 	if (!args->cmd_size || args->cmd_size > VNPU_MAX_JOB_SIZE ||
-	    !IS_ALIGNED(args->cmd_offset, 8) || !IS_ALIGNED(args->cmd_size, 8))
+	    !IS_ALIGNED(args->cmd_offset, 8) || !IS_ALIGNED(args->cmd_size, 8)) {
+		drm_dbg_driver(drm, "job cmd_offset %u cmd_size %u: not 1..%lu, 8-aligned\n",
+			       args->cmd_offset, args->cmd_size, VNPU_MAX_JOB_SIZE);
 		return -EINVAL;
+	}
 	cmd_bo = vnpu_bo_lookup(file, args->cmd_bo_handle);
-	if (!cmd_bo)
+	if (!cmd_bo) {
+		drm_dbg_driver(drm, "job cmd_bo_handle %u: no BO of this file\n",
+			       args->cmd_bo_handle);
 		return -ENOENT;
+	}
 	if ((u64)args->cmd_offset + args->cmd_size > vnpu_bo_size(cmd_bo)) {
+		drm_dbg_driver(drm, "job command range ends past its BO's %zu bytes\n",
+			       vnpu_bo_size(cmd_bo));
 		ret = -EINVAL;
 		goto out;
 	}
@@ -864,7 +1059,7 @@ static int vnpu_job_get_cmd(struct vnpu_job *job, struct drm_file *file,
 	job->cmd_size = args->cmd_size;
 	/* Its pages are pinned for its lifetime (vnpu_ioctl_bo_create()). */
 	vnpu_cmdbuf_fill(job->cmdbuf, cmd_bo->base.pages, args->cmd_offset, args->cmd_size);
-	if (READ_ONCE(vnpu_validate_streams))
+	if (vnpu_job_check_streams())
 		ret = vnpu_validate_stream(job->vdev, job->cmdbuf->vaddr, job->cmd_size,
 					   job->bos, job->bo_count);
 	if (!ret)
@@ -878,12 +1073,16 @@ out:
 static int vnpu_job_get_syncobjs(struct vnpu_job *job, struct drm_file *file,
 				 const struct drm_vnpu_job *args)
 {
+	struct drm_device *drm = &job->vdev->drm;
 	u32 *handles;
 	u32 i;
 	int ret = 0;
 
-	if (args->in_syncobj_count > VNPU_MAX_IN_SYNCOBJS)
+	if (args->in_syncobj_count > VNPU_MAX_IN_SYNCOBJS) {
+		drm_dbg_driver(drm, "job in_syncobj_count %u above %u\n", args->in_syncobj_count,
+			       VNPU_MAX_IN_SYNCOBJS);
 		return -EINVAL;
+	}
 	if (args->in_syncobj_count) {
 		handles = kvmalloc_array(args->in_syncobj_count, sizeof(*handles), GFP_KERNEL);
 		if (!handles)
@@ -899,8 +1098,11 @@ static int vnpu_job_get_syncobjs(struct vnpu_job *job, struct drm_file *file,
 	}
 	if (args->out_syncobj) {
 		job->out_syncobj = drm_syncobj_find(file, args->out_syncobj);
-		if (!job->out_syncobj)
+		if (!job->out_syncobj) {
+			drm_dbg_driver(drm, "job out_syncobj %u: no such syncobj\n",
+				       args->out_syncobj);
 			return -ENOENT;
+		}
 	}
 	return 0;
 }
@@ -913,8 +1115,11 @@ static int vnpu_job_create(struct vnpu_device *vdev, struct drm_file *file,
 	struct vnpu_job *job;
 	int ret;
 
-	if (args->flags || args->pad)
+	if (args->flags || args->pad) {
+		drm_dbg_driver(&vdev->drm, "job flags %#x pad %#x: must be 0\n", args->flags,
+			       args->pad);
 		return -EINVAL;
+	}
 
 	job = kzalloc(sizeof(*job), GFP_KERNEL);
 	if (!job)
@@ -953,7 +1158,8 @@ err:
 }
 
 /* Copy job @i of the array, of @size bytes each, into @job. */
-static int vnpu_job_copy(const struct drm_vnpu_submit *args, u32 i, struct drm_vnpu_job *job)
+static int vnpu_job_copy(struct vnpu_device *vdev, const struct drm_vnpu_submit *args, u32 i,
+			 struct drm_vnpu_job *job)
 {
 	u8 __user *src = u64_to_user_ptr(args->jobs + (u64)i * args->job_struct_size);
 	int ret;
@@ -965,8 +1171,11 @@ static int vnpu_job_copy(const struct drm_vnpu_submit *args, u32 i, struct drm_v
 		ret = check_zeroed_user(src + sizeof(*job), args->job_struct_size - sizeof(*job));
 		if (ret < 0)
 			return ret;
-		if (!ret)
+		if (!ret) {
+			drm_dbg_driver(&vdev->drm, "job %u: bytes past drm_vnpu_job not zero\n",
+				       i);
 			return -EINVAL;
+		}
 	}
 	return 0;
 }
@@ -1070,14 +1279,17 @@ int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file)
 	    args->job_count > DRM_VNPU_MAX_JOBS_PER_SUBMIT ||
 	    args->job_struct_size < sizeof(struct drm_vnpu_job) ||
 	    args->job_struct_size > DRM_VNPU_MAX_JOB_STRUCT_SIZE ||
-	    !IS_ALIGNED(args->job_struct_size, 8))
+	    !IS_ALIGNED(args->job_struct_size, 8)) {
+		drm_dbg_driver(drm, "submit flags %#x pad %#x job_count %u job_struct_size %u\n",
+			       args->flags, args->pad, args->job_count, args->job_struct_size);
 		return -EINVAL;
+	}
 
 	jobs = kcalloc(args->job_count, sizeof(*jobs), GFP_KERNEL);
 	if (!jobs)
 		return -ENOMEM;
 	for (n_jobs = 0; n_jobs < args->job_count; n_jobs++) {
-		ret = vnpu_job_copy(args, n_jobs, &ujob);
+		ret = vnpu_job_copy(vdev, args, n_jobs, &ujob);
 		if (ret)
 			goto out_free;
 		ret = vnpu_job_create(vdev, file, &ujob, &jobs[n_jobs]);

@@ -45,8 +45,11 @@ struct vnpu_job_bo {
  * @bos: the BOs listed in the submission
  * @out_syncobj: syncobj to receive the finished fence, or NULL
  * @initialised: drm_sched_job_init() succeeded
- * @coredump: its state when it failed with -EFAULT or -ETIMEDOUT, dumped
- *	when it is freed (vnpu_coredump.c), else NULL
+ * @dump_status: -EFAULT or -ETIMEDOUT when the job failed so: a coredump
+ *	is taken when it is freed (vnpu_coredump.c); else 0
+ * @dump_fault_va: the faulting VA of an -EFAULT
+ * @dump_cycles: the instructions the device had started, from the fault's
+ *	completion entry or the reset that stopped the hung job
  */
 struct vnpu_job {
 	struct drm_sched_job base;
@@ -64,14 +67,18 @@ struct vnpu_job {
 	struct vnpu_job_bo *bos;
 	struct drm_syncobj *out_syncobj;
 	bool initialised;
-	struct vnpu_coredump *coredump;
+	int dump_status;
+	u64 dump_fault_va;
+	u64 dump_cycles;
 };
 
 int vnpu_job_init(struct vnpu_device *vdev);
+void vnpu_job_stop_device(struct vnpu_device *vdev);
 void vnpu_job_fini(struct vnpu_device *vdev);
 void vnpu_job_sched_get(struct vnpu_device *vdev);
 void vnpu_job_sched_put(struct vnpu_device *vdev);
 irqreturn_t vnpu_job_irq(int irq, void *arg);
+irqreturn_t vnpu_job_irq_thread(int irq, void *arg);
 void vnpu_job_file_closed(struct vnpu_device *vdev);
 void vnpu_job_pause(struct vnpu_device *vdev);
 void vnpu_job_resume(struct vnpu_device *vdev);

@@ -2,7 +2,9 @@
 
 The symbols it depends on and selects must exist in the Debian 6.12 kernel the QEMU
 harness boots (its /boot/config-*), and what it selects must provide the modules
-vnpu.ko links against (gpu-sched, drm_shmem_helper).
+vnpu.ko links against (gpu-sched, drm_shmem_helper) and the facilities it calls
+(request_firmware: FW_LOADER; dev_coredumpv: WANT_DEV_COREDUMP, as ivpu selects them).
+The driver's own test-knob option (DRM_ACCEL_VNPU_DEBUG) depends on the driver's symbol.
 """
 
 from __future__ import annotations
@@ -18,15 +20,31 @@ KCONFIG = ROOT / "kernel" / "drivers_accel_stub" / "Kconfig"
 KBUILD = ROOT / "kernel" / "drivers_accel_stub" / "Kbuild"
 # The modules vnpu.ko depends on (modinfo's depends:) and the Kconfig symbols that build them.
 MODULE_SYMBOLS = {"gpu-sched": "DRM_SCHED", "drm_shmem_helper": "DRM_GEM_SHMEM_HELPER"}
+# Facilities the driver calls, which a config may otherwise leave out.
+CALLED_SYMBOLS = {"FW_LOADER", "WANT_DEV_COREDUMP"}
+DRIVER_SYMBOL = "DRM_ACCEL_VNPU"
+DEBUG_SYMBOL = "DRM_ACCEL_VNPU_DEBUG"
+
+
+def _blocks(text: str) -> dict[str, str]:
+    """Each ``config`` entry's text, by symbol."""
+    parts = re.split(r"^config\s+(\w+)\s*$", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
 def _entries(text: str) -> dict[str, list[str]]:
-    """The config symbol, its ``depends on`` symbols and its ``select`` symbols."""
-    (symbol,) = re.findall(r"^config\s+(\w+)\s*$", text, re.M)
-    depends_lines = re.findall(r"^\s*depends on\s+(.+)$", text, re.M)
+    """The driver's config symbol, its ``depends on`` symbols and its ``select`` symbols."""
+    block = _blocks(text)[DRIVER_SYMBOL]
+    depends_lines = re.findall(r"^\s*depends on\s+(.+)$", block, re.M)
     depends = [s for line in depends_lines for s in re.findall(r"\w+", line)]
-    selects = re.findall(r"^\s*select\s+(\w+)", text, re.M)
-    return {"config": [symbol], "depends": depends, "select": selects}
+    selects = re.findall(r"^\s*select\s+(\w+)", block, re.M)
+    return {"config": [DRIVER_SYMBOL], "depends": depends, "select": selects}
+
+
+def test_kconfig_declares_the_driver_and_its_debug_option_only() -> None:
+    blocks = _blocks(KCONFIG.read_text())
+    assert set(blocks) == {DRIVER_SYMBOL, DEBUG_SYMBOL}
+    assert re.search(rf"^\s*depends on {DRIVER_SYMBOL}\s*$", blocks[DEBUG_SYMBOL], re.M)
 
 
 def test_kbuild_builds_the_module_for_the_symbol() -> None:
@@ -35,7 +53,7 @@ def test_kbuild_builds_the_module_for_the_symbol() -> None:
 
 
 def test_selects_provide_the_modules_vnpu_needs() -> None:
-    assert set(_entries(KCONFIG.read_text())["select"]) >= set(MODULE_SYMBOLS.values())
+    assert set(_entries(KCONFIG.read_text())["select"]) >= set(MODULE_SYMBOLS.values()) | CALLED_SYMBOLS
 
 
 def test_symbols_exist_in_the_debian_kernel_config() -> None:
