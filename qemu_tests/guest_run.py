@@ -19,6 +19,7 @@ from pathlib import Path
 PCI_VENDOR = "0x1af4"
 PCI_DEVICE = "0x1110"
 DEPENDENCIES = ("drm", "drm_shmem_helper", "gpu-sched")
+CMDLINE = "cmdline.txt"  # the guest's /proc/cmdline, saved in the results directory
 
 
 def say(msg: str) -> None:
@@ -116,6 +117,14 @@ def kmemleak_scan(out: Path) -> None:
     say(f"kmemleak: {report.count('unreferenced object')} unreferenced objects")
 
 
+def save_cmdline(out: Path) -> None:
+    """The kernel's command line as the guest booted with it (the harness checks --append's words)."""
+    try:
+        (out / CMDLINE).write_text(Path("/proc/cmdline").read_text())
+    except OSError as e:
+        say(f"cannot save /proc/cmdline: {e}")
+
+
 def save_dmesg(out: Path) -> None:
     r = subprocess.run(["dmesg"], capture_output=True, text=True, check=False)
     (out / "dmesg.txt").write_text(r.stdout)
@@ -190,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     module = args.module or args.repo / "kernel" / "drivers_accel_stub" / "vnpu.ko"
     os.environ["VNPU_MODULE"] = str(module)
+    save_cmdline(args.out)
     mount_debugfs()
     os.chdir(args.repo)
     try:

@@ -8,6 +8,7 @@ describes the flow.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -17,17 +18,21 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from device_model.qemu_server import READY_MARK, parse_size
-from qemu_tests import debug_kernel, foreign_ivshmem, ktap, matrix, preflight
+from qemu_tests import debug_kernel, foreign_ivshmem, guest_run, kernel_args, ktap, matrix, preflight
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
 GUEST_OUT = "/tmp/vnpu-out"  # where the --rwdir appears inside the guest
 GUEST_RAM = "1G"
+# In the results directory: the guest's /proc/cmdline, and the harness's record of the boot.
+CMDLINE = guest_run.CMDLINE
+BOOT_INFO = "boot.json"
 # --timeout's default: the suite takes about 6 minutes on a quiet 2-core machine, and TCG slows
 # down several times when the host is busy; the debug kernel (KASAN, lockdep) is slower still.
 TIMEOUT = 1800.0
@@ -344,8 +349,12 @@ def vng_command(
     cpus: int,
     kernel_image: Path,
     foreign_sock: Path | None = None,
+    extra_kernel_args: Sequence[str] = (),
 ) -> list[str]:
+    """The vng command line; ``extra_kernel_args`` go on the guest kernel's command line (vng --append)."""
     cached = cached_trees()
+    # One "--opt=value" word, as for --qemu-opts; vng splits it shell-style into one --kopt per word.
+    append = [f"--append={kernel_args.join(extra_kernel_args)}"] if extra_kernel_args else []
     return [
         str(venv_bin() / "vng"),
         "--run",
@@ -359,6 +368,7 @@ def vng_command(
         f"{GUEST_OUT}={outdir}",
         # One "--opt=value" word: vng's argparse rejects a separate value starting with "-".
         f"--qemu-opts={qemu_opts(sock, ram, cached, foreign_sock)}",
+        *append,
         "--exec",
         guest_script(guest_cmd, cached),
     ]
@@ -459,7 +469,10 @@ def results_dir(out: Path | None) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         for stale in [
             *out.glob("junit*.xml"),
-            *(out / n for n in ("dmesg.txt", "kmemleak.txt", "console.log", "results.ktap")),
+            *(
+                out / n
+                for n in ("dmesg.txt", "kmemleak.txt", "console.log", "results.ktap", CMDLINE, BOOT_INFO)
+            ),
         ]:
             stale.unlink(missing_ok=True)
         return out
@@ -480,11 +493,18 @@ def _spec(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _specs(text: str) -> list[str]:
-    specs = [_spec(t.strip()) for t in text.split(",") if t.strip()]
-    if not specs:
-        raise argparse.ArgumentTypeError("name at least one kernel")
-    return specs
+def _entries(text: str) -> list[matrix.Entry]:
+    try:
+        return matrix.parse_entries(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _kernel_args(text: str) -> list[str]:
+    try:
+        return list(kernel_args.parse(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -525,9 +545,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     which.add_argument(
         "--matrix",
-        metavar="SPEC,SPEC,...",
-        type=_specs,
-        help="run once per kernel (results in one subdirectory each), print a table, write summary.json",
+        metavar="SPEC[ARGS],...",
+        type=_entries,
+        help="run once per entry (results in one subdirectory each), print a table, write summary.json; "
+        "an entry is a kernel SPEC, optionally with extra kernel arguments in brackets: "
+        "'6.12.117+deb12-amd64,6.12.117+deb12-amd64[swiotlb=65536,force]'",
+    )
+    p.add_argument(
+        "--append",
+        dest="kernel_args",
+        metavar="ARGS",
+        type=_kernel_args,
+        action="extend",
+        default=[],
+        help="extra arguments for the guest kernel's command line (vng --append), e.g. "
+        "'swiotlb=65536,force'; may be repeated; with --matrix, every entry gets them",
     )
     p.add_argument("--kdir", type=Path, metavar="DIR", help="the build tree of the bzImage --kernel names")
     p.add_argument("--no-install", action="store_true", help="skip the install phase")
@@ -571,9 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.matrix is not None:
         return run_matrix(args)
     if args.check:
-        return preflight.report(
-            preflight.check_host(guest_ram=parse_size(GUEST_RAM), kernel=args.kernel, kdir=args.kdir)
-        )
+        reqs = preflight.check_host(guest_ram=parse_size(GUEST_RAM), kernel=args.kernel, kdir=args.kdir)
+        return preflight.report([*reqs, *kernel_args_line(args.kernel_args)])
     outdir = results_dir(args.out)
     clock = Clock()
     clock.say("results", str(outdir))
@@ -587,6 +618,48 @@ class Outcome:
     rc: int
     build: str
     release: str
+
+
+def kernel_args_line(words: Sequence[str]) -> list[preflight.Requirement]:
+    """The --check line for extra kernel arguments, when there are any."""
+    if not words:
+        return []
+    return [preflight.Requirement("kernel arguments", True, f"{kernel_args.join(words)} (vng --append)")]
+
+
+def record_boot(outdir: Path, spec: str | None, kernel: preflight.Kernel, words: Sequence[str]) -> list[str]:
+    """Write boot.json (the kernel, the extra arguments, the guest's /proc/cmdline); return the
+    extra arguments missing from that command line (none when the guest did not save it)."""
+    saved = outdir / CMDLINE
+    cmdline = saved.read_text().strip() if saved.exists() else None
+    info = {
+        "kernel": spec or kernel.release,
+        "release": kernel.release,
+        "image": str(kernel.image),
+        "kernel_args": list(words),
+        "cmdline": cmdline,
+    }
+    (outdir / BOOT_INFO).write_text(json.dumps(info, indent=2) + "\n")
+    return kernel_args.missing(words, cmdline) if cmdline is not None else []
+
+
+def add_junit_properties(outdir: Path, properties: dict[str, str]) -> None:
+    """Add ``properties`` to every test suite of the run's JUnit files (the Jenkins schema's
+    ``<properties>``), so a JUnit file says which kernel and command line it ran on."""
+    for path in sorted(outdir.glob("junit*.xml")):
+        try:
+            tree = ET.parse(path)
+        except ET.ParseError:
+            continue  # report() says so
+        root = tree.getroot()
+        for suite in [root] if root.tag == "testsuite" else root.iter("testsuite"):
+            props = suite.find("properties")
+            if props is None:
+                props = ET.Element("properties")
+                suite.insert(0, props)
+            for name, value in properties.items():
+                ET.SubElement(props, "property", name=name, value=value)
+        tree.write(path, encoding="utf-8", xml_declaration=True)
 
 
 def guest_timeout(args: argparse.Namespace, spec: str | None) -> float:
@@ -646,6 +719,7 @@ def run_kernel(
         print(f"qemu_tests: {e}", file=sys.stderr)
         return Outcome(2, build, release)
 
+    words = args.kernel_args  # extra kernel command-line arguments
     workdir = Path(tempfile.mkdtemp(prefix="vnpu-qemu-"))
     server = DeviceModelProcess(
         workdir,
@@ -665,8 +739,11 @@ def run_kernel(
         except RuntimeError as e:
             raise HarnessError(str(e)) from e
         guest = guest_command(args, module)
-        cmd = vng_command(guest, server.socket, server.ram, outdir, args.cpus, kernel.image, foreign.socket)
-        clock.say("boot", "starting the guest (vng, TCG)")
+        cmd = vng_command(
+            guest, server.socket, server.ram, outdir, args.cpus, kernel.image, foreign.socket, words
+        )
+        extra = f"; kernel arguments: {kernel_args.join(words)}" if words else ""
+        clock.say("boot", f"starting the guest (vng, TCG){extra}")
         on_line = None
         if args.allow_kill_request:
 
@@ -684,36 +761,63 @@ def run_kernel(
         foreign.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     clock.say("guest", f"exit code {rc}; device model exit code {server_rc}")
+    lost = record_boot(outdir, spec, kernel, words)
+    if words and not lost and (outdir / CMDLINE).exists():
+        clock.say("guest", f"/proc/cmdline has {kernel_args.join(words)}")
+    if lost:
+        # The run would say it had arguments it did not have (a command line over the kernel's limit).
+        print(f"qemu_tests: the guest's /proc/cmdline lacks {kernel_args.join(lost)}", file=sys.stderr)
+        rc = rc or 2
 
     if args.exec_cmd is not None:
         return Outcome(rc, build, release)
+    cmdline = outdir / CMDLINE
+    add_junit_properties(
+        outdir,
+        {
+            "kernel.release": kernel.release,
+            "kernel.args": kernel_args.join(words),
+            "kernel.cmdline": cmdline.read_text().strip() if cmdline.exists() else "",
+        },
+    )
     return Outcome(report(outdir, rc, clock), build, release)
 
 
 def run_matrix(args: argparse.Namespace) -> int:
-    """One run per kernel of ``args.matrix``, each in its own subdirectory; then the table, summary.json."""
+    """One run per entry of ``args.matrix``, each in its own subdirectory; then the table, summary.json.
+
+    --append's arguments go to every entry, before the entry's own.
+    """
+    entries = [matrix.Entry(e.spec, (*args.kernel_args, *e.kernel_args)) for e in args.matrix]
     if args.check:
         rcs = []
-        for spec in args.matrix:
-            print(f"== {spec}")
-            rcs.append(preflight.report(preflight.check_host(guest_ram=parse_size(GUEST_RAM), kernel=spec)))
+        for entry in entries:
+            print(f"== {entry.name}")
+            reqs = preflight.check_host(guest_ram=parse_size(GUEST_RAM), kernel=entry.spec)
+            rcs.append(preflight.report([*reqs, *kernel_args_line(entry.kernel_args)]))
         return max(rcs)
     top = results_dir(args.out)
-    print(f"qemu_tests: matrix of {len(args.matrix)} kernels; results in {top}", flush=True)
+    print(f"qemu_tests: matrix of {len(entries)} kernels; results in {top}", flush=True)
     results: list[matrix.KernelResult] = []
     names: list[str] = []
-    for spec in args.matrix:
+    for entry in entries:
+        spec = entry.spec
         try:
             kernel = preflight.select_kernel(override=spec)
         except ValueError:
             kernel = None
-        names.append(matrix.subdir_name(kernel.release if kernel else spec, names))
+        names.append(matrix.subdir_name(entry.subdir_base(kernel.release if kernel else spec), names))
         sub = results_dir(top / names[-1])
         clock = Clock()
-        clock.say("matrix", f"kernel {spec}: {sub}")
-        outcome = run_kernel(args, spec, None, sub, clock)
+        clock.say("matrix", f"kernel {entry.name}: {sub}")
+        run_args = argparse.Namespace(**{**vars(args), "kernel_args": list(entry.kernel_args)})
+        outcome = run_kernel(run_args, spec, None, sub, clock)
         seconds = time.monotonic() - clock.start
-        results.append(matrix.collect(spec, outcome.release, outcome.build, outcome.rc, sub, seconds))
+        results.append(
+            matrix.collect(
+                entry.name, outcome.release, outcome.build, outcome.rc, sub, seconds, entry.kernel_args
+            )
+        )
     matrix.write_summary(top / "summary.json", results)
     sys.stdout.write("\n" + matrix.table(results))
     print(f"qemu_tests: summary {top / 'summary.json'}", flush=True)

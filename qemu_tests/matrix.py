@@ -1,11 +1,13 @@
 """The kernel matrix: one harness run per kernel, summed up as one table and a JSON summary.
 
     python -m qemu_tests --matrix 6.12.107+deb12-amd64,6.12.117+deb12-rt-amd64,/src/linux
+    python -m qemu_tests --matrix '6.12.117+deb12-amd64,6.12.117+deb12-amd64[swiotlb=65536,force]'
 
-The harness (harness.run_matrix) runs each kernel into its own results
-subdirectory; this module turns those directories into ``KernelResult`` rows
-(JUnit counts, splats in the guest's dmesg), the table and the summary.
-docs/qemu_tests.md shows a run.
+An entry is a kernel spec, optionally followed by extra kernel command-line
+arguments in brackets (``parse_entries``). The harness (harness.run_matrix)
+runs each entry into its own results subdirectory; this module turns those
+directories into ``KernelResult`` rows (JUnit counts, splats in the guest's
+dmesg), the table and the summary. docs/qemu_tests.md shows a run.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from qemu_tests import ktap
+from qemu_tests import kernel_args, ktap, preflight
 
 # What a kernel run's build column says; only "ok" reached the boot.
 BUILD_OK = "ok"
@@ -115,10 +117,73 @@ def quote_splats(dmesg: str, kmemleak: str = "") -> str:
 
 
 @dataclass(frozen=True)
+class Entry:
+    """One matrix entry: a kernel spec and the extra arguments for its command line."""
+
+    spec: str
+    kernel_args: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The entry as ``--matrix`` takes it: ``SPEC`` or ``SPEC[ARGS]``."""
+        return f"{self.spec}[{kernel_args.join(self.kernel_args)}]" if self.kernel_args else self.spec
+
+    def subdir_base(self, release: str) -> str:
+        """The base of its results subdirectory's name: the release, then the arguments."""
+        return "_".join([release, *self.kernel_args])
+
+
+def _split_entries(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets (kernel arguments have commas of their own)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"{text!r}: a ']' without its '['")
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"{text!r}: a '[' without its ']'")
+    return [*parts, text[start:]]
+
+
+def parse_entry(text: str) -> Entry:
+    """``SPEC`` or ``SPEC[ARGS]``: a kernel spec, and extra kernel arguments in brackets."""
+    spec, bracket, rest = text.partition("[")
+    spec = spec.strip()
+    words: tuple[str, ...] = ()
+    if bracket:
+        inner, _, after = rest.rpartition("]")
+        if after.strip() or "[" in inner:
+            raise ValueError(f"{text!r}: write a matrix entry as SPEC or SPEC[KERNEL ARGS]")
+        words = kernel_args.parse(inner)
+        if not words:
+            raise ValueError(f"{text!r}: no kernel arguments in the brackets")
+    try:
+        preflight.kernel_spec(spec)
+    except ValueError as e:
+        hint = "; kernel arguments go in brackets: SPEC[ARGS]" if ":" in spec or "=" in spec else ""
+        raise ValueError(f"{e}{hint}") from None
+    return Entry(spec, words)
+
+
+def parse_entries(text: str) -> list[Entry]:
+    """``--matrix``'s value: entries separated by commas (outside brackets), at least one."""
+    entries = [parse_entry(t) for t in _split_entries(text) if t.strip()]
+    if not entries:
+        raise ValueError("name at least one kernel")
+    return entries
+
+
+@dataclass(frozen=True)
 class KernelResult:
     """One kernel's row: what the harness reached and what the guest reported."""
 
-    kernel: str  # the spec as given (release or path)
+    kernel: str  # the entry as given (a release or path, and its kernel arguments in brackets)
     release: str
     build: str  # BUILD_*
     passed: int = 0
@@ -128,6 +193,7 @@ class KernelResult:
     seconds: float = 0.0
     rc: int = 0  # the single-kernel run's exit code
     results: str = ""  # its results directory
+    kernel_args: tuple[str, ...] = ()  # the extra kernel command-line arguments it booted with
 
     @property
     def ok(self) -> bool:
@@ -137,7 +203,15 @@ class KernelResult:
         )
 
 
-def collect(kernel: str, release: str, build: str, rc: int, outdir: Path, seconds: float) -> KernelResult:
+def collect(
+    kernel: str,
+    release: str,
+    build: str,
+    rc: int,
+    outdir: Path,
+    seconds: float,
+    kernel_args: tuple[str, ...] = (),
+) -> KernelResult:
     """A row from a kernel's results directory (its JUnit files and dmesg.txt)."""
     cases = [
         c for f in sorted(outdir.glob("junit*.xml")) for s in ktap.parse_junit(f.read_text()) for c in s.cases
@@ -154,6 +228,7 @@ def collect(kernel: str, release: str, build: str, rc: int, outdir: Path, second
         seconds=seconds,
         rc=rc,
         results=str(outdir),
+        kernel_args=tuple(kernel_args),
     )
 
 
@@ -219,7 +294,7 @@ def exit_code(results: Sequence[KernelResult], missing_code: int) -> int:
 
 def subdir_name(release: str, taken: Iterable[str]) -> str:
     """A results subdirectory name for a kernel: its release, made unique among ``taken``."""
-    base = re.sub(r"[^\w.+-]", "_", release) or "kernel"
+    base = re.sub(r"[^\w.+,=-]", "_", release) or "kernel"
     taken = set(taken)
     name, n = base, 2
     while name in taken:

@@ -191,7 +191,7 @@ def test_missing_build_tools_are_named_with_their_package(monkeypatch: pytest.Mo
 def test_debug_is_a_kernel_spec_for_kernel_and_matrix() -> None:
     p = harness.build_parser()
     assert p.parse_args(["--kernel", "debug"]).kernel == "debug"
-    assert p.parse_args(["--matrix", "6.12.117+deb12-amd64,debug"]).matrix == [
+    assert [e.spec for e in p.parse_args(["--matrix", "6.12.117+deb12-amd64,debug"]).matrix] == [
         "6.12.117+deb12-amd64",
         "debug",
     ]

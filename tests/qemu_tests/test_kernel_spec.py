@@ -100,7 +100,7 @@ def test_the_harness_parser_takes_specs() -> None:
     assert p.parse_args(["--kernel", RT]).kernel == RT
     args = p.parse_args(["--kernel", "/tmp/bzImage", "--kdir", "/src/linux"])
     assert (args.kernel, args.kdir) == ("/tmp/bzImage", Path("/src/linux"))
-    assert p.parse_args(["--matrix", f"6.12.107+deb12-amd64, {RT},./linux"]).matrix == [
+    assert [e.spec for e in p.parse_args(["--matrix", f"6.12.107+deb12-amd64, {RT},./linux"]).matrix] == [
         "6.12.107+deb12-amd64",
         RT,
         "./linux",

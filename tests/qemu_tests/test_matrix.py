@@ -197,3 +197,101 @@ def test_check_over_a_matrix_checks_every_kernel(
     assert harness.main(["--check", "--matrix", "6.12.107+deb12-amd64,6.12.111+deb12-amd64"]) == 3
     assert checked == ["6.12.107+deb12-amd64", "6.12.111+deb12-amd64"]
     assert "== 6.12.111+deb12-amd64" in capsys.readouterr().out
+
+
+SWIOTLB = "swiotlb=65536,force"
+K117 = "6.12.117+deb12-amd64"
+
+
+@pytest.mark.parametrize(
+    ("text", "entries"),
+    [
+        (K117, [(K117, ())]),
+        (f"{K117},{K117}[{SWIOTLB}]", [(K117, ()), (K117, (SWIOTLB,))]),
+        (f" {K117}[{SWIOTLB} nokaslr] , ./linux,", [(K117, (SWIOTLB, "nokaslr")), ("./linux", ())]),
+        (f"debug['dyndbg=module vnpu +p'],{K117}", [("debug", ("dyndbg=module vnpu +p",)), (K117, ())]),
+    ],
+)
+def test_matrix_entries_are_kernels_with_arguments_in_brackets(
+    text: str, entries: list[tuple[str, tuple[str, ...]]]
+) -> None:
+    parsed = matrix.parse_entries(text)
+    assert [(e.spec, e.kernel_args) for e in parsed] == entries
+    # An entry's name is the entry as written: names read back as the same entries.
+    assert matrix.parse_entries(",".join(e.name for e in parsed)) == parsed
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (f"{K117}:{SWIOTLB}", "kernel arguments go in brackets: SPEC[ARGS]"),
+        (f"{K117},{K117}[{SWIOTLB}", "a '[' without its ']'"),
+        (f"{K117}]", "a ']' without its '['"),
+        (f"{K117}[]", "no kernel arguments in the brackets"),
+        (f"{K117}[{SWIOTLB}]x", "SPEC or SPEC[KERNEL ARGS]"),
+        (f"{K117}[a[b]]", "SPEC or SPEC[KERNEL ARGS]"),
+        (f"{K117}[init=/bin/sh]", "virtme-ng sets init itself"),
+        (f"[{SWIOTLB}]", "is neither a release"),
+        (" , ", "name at least one kernel"),
+    ],
+)
+def test_bad_matrix_entries_say_what_is_wrong(text: str, says: str) -> None:
+    with pytest.raises(ValueError) as e:
+        matrix.parse_entries(text)
+    assert says in str(e.value)
+
+
+def test_an_entry_with_arguments_gets_its_own_directory_name() -> None:
+    entry = matrix.Entry(K117, (SWIOTLB,))
+    assert entry.name == f"{K117}[{SWIOTLB}]"
+    name = matrix.subdir_name(entry.subdir_base(K117), [K117])
+    assert name == f"{K117}_{SWIOTLB}"
+    assert matrix.subdir_name(matrix.Entry(K117, ("a=b c",)).subdir_base(K117), []) == f"{K117}_a=b_c"
+
+
+def test_run_matrix_runs_each_entry_with_its_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same kernel twice, plain and under swiotlb=force: two directories, two rows, each with its args;
+    --append goes to every entry, before the entry's own."""
+    ran: list[tuple[str | None, list[str], Path]] = []
+
+    def fake_run_kernel(
+        args: argparse.Namespace, spec: str | None, kdir: Path | None, outdir: Path, clock: harness.Clock
+    ) -> harness.Outcome:
+        ran.append((spec, args.kernel_args, outdir))
+        _results_dir(
+            outdir, dmesg="[ 0.1] Linux version\n", junit='<testsuite><testcase name="t"/></testsuite>'
+        )
+        return harness.Outcome(0, matrix.BUILD_OK, spec or "")
+
+    monkeypatch.setattr(harness, "run_kernel", fake_run_kernel)
+    monkeypatch.setattr(
+        preflight, "select_kernel", lambda override, **_: preflight.Kernel(override, Path(), Path())
+    )
+    argv = ["--matrix", f"{K117},{K117}[{SWIOTLB}]", "--append", "nokaslr", "--out", str(tmp_path)]
+    assert harness.main([*argv, "--no-install"]) == 0
+    assert ran == [
+        (K117, ["nokaslr"], tmp_path / f"{K117}_nokaslr"),
+        (K117, ["nokaslr", SWIOTLB], tmp_path / f"{K117}_nokaslr_{SWIOTLB}"),
+    ]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [(k["kernel"], k["kernel_args"], k["ok"]) for k in summary["kernels"]] == [
+        (f"{K117}[nokaslr]", ["nokaslr"], True),
+        (f"{K117}[nokaslr {SWIOTLB}]", ["nokaslr", SWIOTLB], True),
+    ]
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {K117}")]
+    assert [row.split("|")[1].strip() for row in rows] == [f"{K117}[nokaslr]", f"{K117}[nokaslr {SWIOTLB}]"]
+
+
+def test_check_over_a_matrix_names_each_entrys_arguments(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(preflight, "check_host", lambda **_: [])
+    assert harness.main(["--check", "--matrix", f"{K117},{K117}[{SWIOTLB}]"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"== {K117}",
+        f"== {K117}[{SWIOTLB}]",
+        f"preflight: ok       kernel arguments: {SWIOTLB} (vng --append)",
+    ]

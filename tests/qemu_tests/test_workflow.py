@@ -1,12 +1,14 @@
 """The GitHub Actions kernel matrix (.github/workflows/kernel-matrix.yml), checked without GitHub.
 
-Every job's commands, with its kernel filled in, must be ones the real
+Every job's commands, with its matrix values filled in, must be ones the real
 argument parsers (the harness's and the preflight's) accept, and every kernel
-a Debian kernel spec the preflight knows how to install.
+a Debian kernel spec the preflight knows how to install. The matrix is
+expanded as GitHub does (the axes' product, then ``include``).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 
@@ -26,15 +28,34 @@ def _jobs() -> list[tuple[str, dict]]:
     return list(data["jobs"].items())
 
 
-def _runs(job: dict, kernel: str) -> list[str]:
-    """The job's shell steps with ${{ matrix.kernel }} filled in."""
-    runs = []
-    for step in job["steps"]:
-        if "run" in step:
-            text = step["run"].replace("${{ matrix.kernel }}", kernel)
-            assert "${{" not in text, f"unexpanded expression in {text!r}"
-            runs.append(text)
-    return runs
+def expand_matrix(matrix: dict) -> list[dict[str, str]]:
+    """The jobs of a strategy matrix, as GitHub makes them: the product of the axes, then each
+    ``include`` object is added to every combination whose axis values it does not change (its
+    other keys added to it), or, when it fits none, becomes a combination of its own."""
+    axes = {k: v for k, v in matrix.items() if k not in ("include", "exclude")}
+    base = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+    assert not matrix.get("exclude"), "exclude is not modelled here"
+    combos = [dict(c) for c in base]
+    extra: list[dict[str, str]] = []
+    for obj in matrix.get("include", []):
+        fits = [i for i, c in enumerate(base) if all(c[k] == v for k, v in obj.items() if k in c)]
+        for i in fits:
+            combos[i].update(obj)
+        if not fits:
+            extra.append(dict(obj))
+    return combos + extra
+
+
+def _expand(text: str, combo: dict[str, str]) -> str:
+    """``text`` with ${{ matrix.KEY }} filled in from ``combo`` (an undefined key is empty)."""
+    text = re.sub(r"\$\{\{\s*matrix\.([\w-]+)\s*\}\}", lambda m: str(combo.get(m[1], "")), text)
+    assert "${{" not in text, f"unexpanded expression in {text!r}"
+    return text
+
+
+def _runs(job: dict, combo: dict[str, str]) -> list[str]:
+    """The job's shell steps with its matrix values filled in."""
+    return [_expand(step["run"], combo) for step in job["steps"] if "run" in step]
 
 
 def _module_argv(runs: list[str], module: str) -> list[list[str]]:
@@ -50,23 +71,58 @@ def _module_argv(runs: list[str], module: str) -> list[list[str]]:
     return found
 
 
-def _matrix_jobs() -> list[tuple[str, dict, str]]:
-    return [(name, job, k) for name, job in _jobs() for k in job["strategy"]["matrix"]["kernel"]]
+def _matrix_jobs() -> list[tuple[str, dict, dict[str, str]]]:
+    return [(name, job, c) for name, job in _jobs() for c in expand_matrix(job["strategy"]["matrix"])]
+
+
+def _id(value: object) -> str:
+    if isinstance(value, dict):
+        return "-".join(str(value[k]) for k in ("kernel", "variant") if k in value)
+    return str(value)
 
 
 def test_the_workflow_has_one_job_per_kernel_and_covers_rt() -> None:
-    kernels = [k for _, _, k in _matrix_jobs()]
-    assert len(kernels) >= 2 and len(set(kernels)) == len(kernels)
-    assert any("-rt-" in k for k in kernels)
+    combos = [c for _, _, c in _matrix_jobs()]
+    plain = [c["kernel"] for c in combos if c.get("variant") == "default"]
+    assert len(plain) >= 2 and len(set(plain)) == len(plain)
+    assert any("-rt-" in k for k in plain)
+    # Job and artifact names tell every job apart (upload-artifact refuses a name twice in a run).
+    names = [_expand(job["name"], c) for _, job, c in _matrix_jobs()]
+    assert len(set(names)) == len(names)
+    artifacts = [
+        _expand(s["with"]["name"], c)
+        for _, job, c in _matrix_jobs()
+        for s in job["steps"]
+        if s.get("uses", "").startswith("actions/upload-artifact@")
+    ]
+    assert len(set(artifacts)) == len(artifacts) == len(combos)
 
 
-@pytest.mark.parametrize(
-    ("name", "job", "kernel"), _matrix_jobs(), ids=lambda v: v if isinstance(v, str) else ""
-)
-def test_every_job_runs_the_harness_on_its_kernel(name: str, job: dict, kernel: str) -> None:
+def test_a_swiotlb_force_job_runs_the_driver_facing_suites() -> None:
+    """Every streaming DMA mapping bounced: a job of its own beside the plain run of the same kernel."""
+    jobs = []
+    for _, job, combo in _matrix_jobs():
+        (argv,) = _module_argv(_runs(job, combo), "qemu_tests")
+        args = harness.build_parser().parse_args(argv)
+        jobs.append((combo, args))
+    (forced,) = [(c, a) for c, a in jobs if any(w.startswith("swiotlb=") for w in a.kernel_args)]
+    combo, args = forced
+    assert "force" in args.kernel_args[0].split("=", 1)[1].split(",")
+    assert args.suites == ["tests/kernel", "tests/conformance"]
+    # The same kernel also runs plain, with the whole default suite.
+    assert any(
+        a.kernel == args.kernel and not a.kernel_args and a.suites == list(harness.DEFAULT_SUITES)
+        for c, a in jobs
+        if c is not combo
+    )
+
+
+@pytest.mark.parametrize(("name", "job", "combo"), _matrix_jobs(), ids=_id)
+def test_every_job_runs_the_harness_on_its_kernel(name: str, job: dict, combo: dict[str, str]) -> None:
+    kernel = combo["kernel"]
     assert DEBIAN_KERNEL.match(kernel), f"{kernel}: not a generic or PREEMPT_RT Debian 6.12 kernel"
     assert preflight.kernel_from_spec(kernel).debian
-    runs = _runs(job, kernel)
+    runs = _runs(job, combo)
     (argv,) = _module_argv(runs, "qemu_tests")
     args = harness.build_parser().parse_args(argv)  # the harness's own parser: exits on a bad command
     assert args.kernel == kernel and args.matrix is None and not args.check and args.exec_cmd is None
@@ -75,18 +131,17 @@ def test_every_job_runs_the_harness_on_its_kernel(name: str, job: dict, kernel: 
     (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert upload.get("if") == "always()"  # failed runs are the ones to read
     paths = upload["with"]["path"].split()
-    for name_ in ("results.ktap", "junit*.xml", "dmesg.txt"):
+    for name_ in ("results.ktap", "junit*.xml", "dmesg.txt", harness.BOOT_INFO):
         assert str(args.out / name_) in paths
-    assert kernel in job["name"] or "matrix.kernel" in job["name"]
+    assert kernel in _expand(job["name"], combo)
 
 
-@pytest.mark.parametrize(
-    ("name", "job", "kernel"), _matrix_jobs(), ids=lambda v: v if isinstance(v, str) else ""
-)
+@pytest.mark.parametrize(("name", "job", "combo"), _matrix_jobs(), ids=_id)
 def test_every_job_installs_its_kernel_from_the_preflight_list(
-    name: str, job: dict, kernel: str, capsys: pytest.CaptureFixture[str]
+    name: str, job: dict, combo: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (argv,) = _module_argv(_runs(job, kernel), "qemu_tests.preflight")
+    kernel = combo["kernel"]
+    (argv,) = _module_argv(_runs(job, combo), "qemu_tests.preflight")
     assert preflight.main(argv) == 0  # the preflight's own parser, and the list it prints
     packages = capsys.readouterr().out.split()
     assert set(preflight.kernel_packages(kernel)) <= set(packages)
@@ -97,3 +152,17 @@ def test_ci_keeps_one_default_kernel() -> None:
     """run.sh test runs the harness once, on the default kernel; the matrix is the workflow's."""
     run_sh = (harness.REPO / "run.sh").read_text()
     assert "python -m qemu_tests\n" in run_sh and "--matrix" not in run_sh
+
+
+def test_the_matrix_expands_as_github_does() -> None:
+    """include adds keys to the combinations it fits, and is a job of its own where it fits none."""
+    matrix = {
+        "kernel": ["a", "b"],
+        "variant": ["default"],
+        "include": [{"kernel": "b", "note": "x"}, {"kernel": "b", "variant": "forced", "args": "--y"}],
+    }
+    assert expand_matrix(matrix) == [
+        {"kernel": "a", "variant": "default"},
+        {"kernel": "b", "variant": "default", "note": "x"},
+        {"kernel": "b", "variant": "forced", "args": "--y"},
+    ]
