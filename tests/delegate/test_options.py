@@ -12,7 +12,20 @@ from delegate_teflon.runtime_abi import layout_for
 
 
 def test_defaults() -> None:
-    assert parse_options([], KNOWN_OPS) == DelegateOptions()
+    """No options and an empty environment: every value is the documented default, spelled out here
+    (not read back from the dataclass) and independent of the caller's environment."""
+    opts = parse_options([], KNOWN_OPS, environ={})
+    assert opts.device is None and opts.cache_dir is None
+    assert opts.log_level == "info" and not opts.verbose and not opts.quiet
+    assert opts.allow_ops is None and opts.deny_ops == frozenset()
+    assert opts == DelegateOptions()
+
+
+def test_defaults_ignore_the_callers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An explicit environment wins over os.environ (TEFLON_DEBUG set by the caller does not leak in)."""
+    monkeypatch.setenv("TEFLON_DEBUG", "verbose")
+    monkeypatch.setenv("VNPU_DELEGATE_LOG_LEVEL", "quiet")
+    assert parse_options([], KNOWN_OPS, environ={}).log_level == "info"
 
 
 def test_all_options(tmp_path: Path) -> None:
