@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -191,7 +192,9 @@ def test_docs_litert_host_recipe_runs(lib_path: str, tmp_path: Path) -> None:
     doc = (repo / "docs" / "delegate.md").read_text()
     (script,) = re.findall(r"```sh\n(.*?)```", doc, re.S)
     assert "/usr/local/lib/libteflon.so" in script and "tests/delegate/c/litert_host.c" in script
+    assert ".venv/bin/python" in script
     script = script.replace("/usr/local/lib/libteflon.so", lib_path).replace("/tmp/", f"{tmp_path}/")
+    script = script.replace(".venv/bin/python", shlex.quote(sys.executable))  # whatever Python runs the tests
     env = {**_clean_env(), "VNPU_SHIM_JOB_TIMEOUT_MS": "120000"}
     result = subprocess.run(
         ["bash", "-e", "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=repo
