@@ -98,6 +98,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             "without one: accel list --device shim)",
             file=sys.stderr,
         )
+        if args.json:  # a list of nothing, for scripts; the hint stays on stderr
+            print("[]")
+            return EXIT_OK
         return EXIT_ERROR
     for node, slot, sys_path in targets:
         with Device.open(node) as dev:

@@ -88,6 +88,16 @@ def test_list_shim_is_a_table_and_json(capsys: pytest.CaptureFixture[str]) -> No
     assert record["kind"] == "shim" and record["pci_slot"] is None
 
 
+def test_list_without_devices(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """No device: the table form fails with a hint; the JSON form is an empty list (exit 0), the hint
+    on stderr only."""
+    monkeypatch.setattr(cli, "list_devices", lambda: [])
+    code, out, err = run(capsys, "list")
+    assert code == 1 and out == "" and "no vnpu devices" in err
+    code, out, err = run(capsys, "list", "--json")
+    assert code == 0 and json.loads(out) == [] and "no vnpu devices" in err
+
+
 def test_submit_assembles_with_bo_names_and_writes_outputs(
     files: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
