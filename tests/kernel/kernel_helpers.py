@@ -62,6 +62,20 @@ def hang_stream(sem_va: int, out_va: int) -> bytes:
     )
 
 
+def dma_bounces() -> bool:
+    """Whether the guest forces bounce buffering (``swiotlb=...,force``): then a job sees the CPU's writes
+    made before it started, not those made while it runs (docs/kernel.md, "DMA")."""
+    try:
+        words = Path("/proc/cmdline").read_text().split()
+    except OSError:
+        return False
+    return any(w.startswith("swiotlb=") and "force" in w.split("=", 1)[1].split(",") for w in words)
+
+
+# For tests that release a running job's WAIT by writing its semaphore from the CPU.
+CPU_SIGNALS_RUNNING_JOB = "a running job does not see the CPU's writes through bounce buffers (docs/kernel.md)"
+
+
 def debugfs_counters() -> dict[str, int]:
     """The ``name: value`` lines of vnpu's debugfs ``counters`` file (/sys/kernel/debug/accel/*/counters)."""
     out: dict[str, int] = {}

@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 import pytest
-from kernel_helpers import fill_stream, hang_stream
+from kernel_helpers import CPU_SIGNALS_RUNNING_JOB, dma_bounces, fill_stream, hang_stream
 
 from libaccel import fdinfo
 
@@ -25,6 +25,7 @@ def client_id(dev) -> int:
     return fdinfo.read(dev.backend.fileno()).client_id
 
 
+@pytest.mark.skipif(dma_bounces(), reason=CPU_SIGNALS_RUNNING_JOB)
 def test_top_sees_a_busy_client(dev, capsys: pytest.CaptureFixture[str]) -> None:
     from libaccel import Job, JobBo
 
