@@ -72,7 +72,12 @@ def _module_argv(runs: list[str], module: str) -> list[list[str]]:
 
 
 def _matrix_jobs() -> list[tuple[str, dict, dict[str, str]]]:
-    return [(name, job, c) for name, job in _jobs() for c in expand_matrix(job["strategy"]["matrix"])]
+    return [
+        (name, job, c)
+        for name, job in _jobs()
+        if "strategy" in job
+        for c in expand_matrix(job["strategy"]["matrix"])
+    ]
 
 
 def _id(value: object) -> str:
@@ -146,6 +151,30 @@ def test_every_job_installs_its_kernel_from_the_preflight_list(
     packages = capsys.readouterr().out.split()
     assert set(preflight.kernel_packages(kernel)) <= set(packages)
     assert set(preflight.BASE_PACKAGES) <= set(packages)
+
+
+def test_a_debug_kernel_job_runs_fail_nth(capsys: pytest.CaptureFixture[str]) -> None:
+    """The one job off the matrix: the debug kernel, its build cached, the fail-nth suite on it."""
+    (job,) = [job for _, job in _jobs() if "strategy" not in job]
+    runs = _runs(job, {})
+    (argv,) = _module_argv(runs, "qemu_tests")
+    args = harness.build_parser().parse_args(argv)
+    assert args.kernel == "debug" and args.suites == ["tests/fuzz/test_fail_nth.py"]
+    assert args.out is not None and not args.out.is_absolute()
+    # Its packages are the preflight's list for the debug kernel (the build's tools and the source).
+    (pre,) = _module_argv(runs, "qemu_tests.preflight")
+    assert preflight.main(pre) == 0
+    packages = capsys.readouterr().out.split()
+    assert {"linux-source-6.12", "flex", "bison", *preflight.BASE_PACKAGES} <= set(packages)
+    # The built kernel is cached where the harness looks for it, keyed on the fragment.
+    (cache,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/cache@")]
+    assert cache["with"]["path"] == f"{job['env']['VNPU_CACHE_DIR']}/kernels"
+    assert "qemu_tests/debug_kernel.config" in cache["with"]["key"]
+    (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload.get("if") == "always()"
+    paths = upload["with"]["path"].split()
+    for name_ in ("results.ktap", "junit*.xml", "dmesg.txt", "kmemleak.txt", "fail_nth.json"):
+        assert str(args.out / name_) in paths
 
 
 def test_ci_keeps_one_default_kernel() -> None:
