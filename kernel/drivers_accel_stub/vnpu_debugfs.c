@@ -55,7 +55,7 @@ static int vnpu_debugfs_state(struct seq_file *m, void *data)
 	seq_printf(m, "device_peer: %u\n", vdev->peer);
 	seq_printf(m, "va_bits: %u\n", vdev->va_bits);
 	seq_printf(m, "caps: %#llx\n", vdev->caps);
-	seq_printf(m, "timeout_ms: %u\n", vnpu_job_timeout_ms);
+	seq_printf(m, "timeout_ms: %u\n", READ_ONCE(vdev->job_timeout_ms));
 	seq_printf(m, "device_reset_count: %u\n", vnpu_rd32(vdev, VNPU_REG_RESET_COUNT));
 	seq_printf(m, "device_jobs_done: %u\n", vnpu_rd32(vdev, VNPU_REG_JOBS_DONE));
 	seq_printf(m, "device_irq_count: %u\n", vnpu_rd32(vdev, VNPU_REG_IRQ_COUNT));
@@ -188,6 +188,27 @@ out:
 	return ret;
 }
 
+static int vnpu_job_timeout_get(void *data, u64 *val)
+{
+	struct vnpu_device *vdev = data;
+
+	*val = READ_ONCE(vdev->job_timeout_ms);
+	return 0;
+}
+
+static int vnpu_job_timeout_set(void *data, u64 val)
+{
+	struct vnpu_device *vdev = data;
+
+	if (val < VNPU_JOB_TIMEOUT_MIN_MS || val > VNPU_JOB_TIMEOUT_MAX_MS)
+		return -EINVAL;
+	WRITE_ONCE(vdev->job_timeout_ms, val);
+	return 0;
+}
+
+DEFINE_DEBUGFS_ATTRIBUTE(vnpu_job_timeout_fops, vnpu_job_timeout_get, vnpu_job_timeout_set,
+			 "%llu\n");
+
 static const struct drm_debugfs_info vnpu_debugfs_list[] = {
 	{ "state", vnpu_debugfs_state, 0 },
 	{ "counters", vnpu_debugfs_counters, 0 },
@@ -202,5 +223,8 @@ static const struct drm_debugfs_info vnpu_debugfs_list[] = {
 void vnpu_debugfs_init(struct vnpu_device *vdev)
 {
 	drm_debugfs_add_files(&vdev->drm, vnpu_debugfs_list, ARRAY_SIZE(vnpu_debugfs_list));
+	/* The timeout of jobs that start from now on; GET_PARAM reports it. */
+	debugfs_create_file_unsafe("job_timeout_ms", 0600, vdev->drm.debugfs_root, vdev,
+				   &vnpu_job_timeout_fops);
 	vnpu_fw_debugfs_init(vdev);
 }

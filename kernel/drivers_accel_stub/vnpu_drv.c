@@ -33,7 +33,7 @@
 
 unsigned int vnpu_job_timeout_ms = 5000;
 module_param_named(timeout_ms, vnpu_job_timeout_ms, uint, 0444);
-MODULE_PARM_DESC(timeout_ms, "Time in ms after which a running job is failed and the device reset (default 5000)");
+MODULE_PARM_DESC(timeout_ms, "Time in ms after which a running job is failed and its core reset (default 5000; 100..600000)");
 
 static unsigned int vnpu_probe_timeout_ms = 5000;
 module_param_named(probe_timeout_ms, vnpu_probe_timeout_ms, uint, 0444);
@@ -201,7 +201,7 @@ static int vnpu_ioctl_get_param(struct drm_device *drm, void *data, struct drm_f
 		args->value = vdev->caps;
 		break;
 	case DRM_VNPU_PARAM_JOB_TIMEOUT_MS:
-		args->value = vnpu_job_timeout_ms;
+		args->value = READ_ONCE(vdev->job_timeout_ms);
 		break;
 	case DRM_VNPU_PARAM_MAX_IN_SYNCOBJS:
 		args->value = VNPU_MAX_IN_SYNCOBJS;

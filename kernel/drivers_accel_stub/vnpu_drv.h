@@ -37,6 +37,9 @@
 /* Capabilities the driver implements whatever the device reports. */
 #define VNPU_DRIVER_CAPS	(DRM_VNPU_CAP_READ_ONLY_BO | DRM_VNPU_CAP_RESET_RECOVERY)
 
+/* The job timeout's bounds (module parameter timeout_ms, debugfs job_timeout_ms). */
+#define VNPU_JOB_TIMEOUT_MIN_MS	100U
+#define VNPU_JOB_TIMEOUT_MAX_MS	600000U
 extern unsigned int vnpu_job_timeout_ms;
 
 /**
@@ -86,7 +89,7 @@ struct vnpu_device;
  * @active: jobs written to the submission queue for this core, oldest
  *	first; the first one is running (under &vnpu_device.job_lock)
  * @watchdog: the job timeout: fires when the running job has run for
- *	vnpu_job_timeout_ms
+ *	&vnpu_device.job_timeout_ms
  * @fence_context: dma-fence context of the core's hardware fences (the
  *	core completes its jobs in order, so each core is one timeline)
  * @fence_seqno: last hardware fence seqno on the core (under
@@ -120,6 +123,8 @@ struct vnpu_core {
  * @fw_version: firmware version reported after boot, 0 when none runs
  * @fw_build_id: build id reported after boot (REG_FW_BUILD_ID), 0 when none runs
  * @fw_reloads: firmware reloads requested through debugfs
+ * @job_timeout_ms: the job timeout: the timeout_ms parameter at probe;
+ *	debugfs job_timeout_ms changes it for jobs that start afterwards
  * @num_cores: the NPU's cores, from REG_NUM_CORES
  * @cores: the cores, each with the scheduler that feeds it
  * @scheds: the cores' schedulers, the list every file's entity may run on
@@ -164,6 +169,7 @@ struct vnpu_device {
 	u32 fw_version;
 	u64 fw_build_id;
 	atomic_t fw_reloads;
+	u32 job_timeout_ms;
 
 	u32 num_cores;
 	struct vnpu_core cores[VNPU_MAX_CORES];

@@ -25,14 +25,15 @@
  * fence with the job's status; the scheduler then signals the finished fence
  * that userspace sees through the out-syncobj and the BOs' reservations.
  *
- * Timeout policy: when the oldest job on a core runs longer than
- * vnpu_job_timeout_ms, that core is reset (CMD_RESET with its bit: it
- * aborts the core's running job and drops its queued ones), the guilty job
- * fails with -ETIMEDOUT, and every other job that was on that core is
- * written to the queue again, in its original order, with its original
- * fence: jobs of other files are delayed, not failed. A core runs one job
- * at a time in queue order, so a queued job had not started and running it
- * again is running it once; the other cores are not touched.
+ * Timeout policy: when the job a core runs has run longer than the job
+ * timeout (timed by the core's watchdog from when the job started, so
+ * nothing submitted later extends it), that core is reset (CMD_RESET with
+ * its bit: it aborts the core's running job and drops its queued ones),
+ * the guilty job fails with -ETIMEDOUT, and every other job that was on
+ * that core is written to the queue again, in its original order, with its
+ * original fence: jobs of other files are delayed, not failed. A core runs
+ * one job at a time in queue order, so a queued job had not started and
+ * running it again is running it once; the other cores are not touched.
  *
  * Closing a file cancels its jobs (-ECANCELED): those the scheduler has not
  * handed over yet end in run_job() without reaching the device; one that is
@@ -180,7 +181,7 @@ static void vnpu_job_head_started(struct vnpu_core *core)
 	if (!head->start_ns) {
 		head->start_ns = ktime_get_ns();
 		mod_delayed_work(vdev->sched_wq, &core->watchdog,
-				 msecs_to_jiffies(vnpu_job_timeout_ms));
+				 msecs_to_jiffies(READ_ONCE(vdev->job_timeout_ms)));
 	}
 }
 
@@ -600,7 +601,7 @@ static void vnpu_job_recover_hang(struct vnpu_core *core, u64 seqno)
 	if (hung)
 		drm_warn(&vdev->drm,
 			 "job %llu of context %u timed out after %u ms on core %u, resetting it\n",
-			 seqno, head->ctx->id, vnpu_job_timeout_ms, core->index);
+			 seqno, head->ctx->id, READ_ONCE(vdev->job_timeout_ms), core->index);
 	spin_unlock_irq(&vdev->job_lock);
 	if (hung)
 		vnpu_job_reset_hw(vdev, BIT(core->index), seqno, -ETIMEDOUT, true);
@@ -608,7 +609,7 @@ static void vnpu_job_recover_hang(struct vnpu_core *core, u64 seqno)
 }
 
 /*
- * The job timeout, per core: fires vnpu_job_timeout_ms after the core's
+ * The job timeout, per core: fires the job timeout after the core's
  * head job started (vnpu_job_head_started()). A head that started later
  * than that re-arms it for the rest of its time.
  */
@@ -616,7 +617,7 @@ static void vnpu_job_watchdog(struct work_struct *work)
 {
 	struct vnpu_core *core = container_of(to_delayed_work(work), struct vnpu_core, watchdog);
 	struct vnpu_device *vdev = core->vdev;
-	u64 timeout_ns = (u64)vnpu_job_timeout_ms * NSEC_PER_MSEC;
+	u64 timeout_ns = (u64)READ_ONCE(vdev->job_timeout_ms) * NSEC_PER_MSEC;
 	struct vnpu_job *head;
 	u64 seqno = 0, ran;
 	bool cookie;
@@ -722,14 +723,14 @@ static void vnpu_job_wqueues_start(struct vnpu_device *vdev)
  */
 void vnpu_job_pause(struct vnpu_device *vdev)
 {
+	u32 timeout_ms = READ_ONCE(vdev->job_timeout_ms);
 	bool idle;
 
 	mutex_lock(&vdev->reset_lock);
 	vnpu_job_wqueues_stop(vdev);
-	if (read_poll_timeout(vnpu_job_device_idle, idle, idle, 1000,
-			      vnpu_job_timeout_ms * 1000ULL, false, vdev)) {
-		drm_warn(&vdev->drm, "jobs still running after %u ms: cancelled\n",
-			 vnpu_job_timeout_ms);
+	if (read_poll_timeout(vnpu_job_device_idle, idle, idle, 1000, timeout_ms * 1000ULL, false,
+			      vdev)) {
+		drm_warn(&vdev->drm, "jobs still running after %u ms: cancelled\n", timeout_ms);
 		vnpu_job_reset_hw(vdev, vnpu_all_cores(vdev), 0, 0, false);
 	}
 }
@@ -782,6 +783,7 @@ static int vnpu_sched_init(struct vnpu_core *core)
 {
 	struct vnpu_device *vdev = core->vdev;
 	u32 credits = min(VNPU_SQ_ENTRIES, VNPU_CQ_ENTRIES) / vdev->num_cores;
+
 #ifdef VNPU_SCHED_INIT_ARGS
 	const struct drm_sched_init_args args = {
 		.ops = &vnpu_sched_ops,
@@ -820,6 +822,8 @@ int vnpu_job_init(struct vnpu_device *vdev)
 	u32 i;
 	int ret;
 
+	vdev->job_timeout_ms = clamp(vnpu_job_timeout_ms, VNPU_JOB_TIMEOUT_MIN_MS,
+				     VNPU_JOB_TIMEOUT_MAX_MS);
 	vdev->num_cores = vnpu_rd32(vdev, VNPU_REG_NUM_CORES);
 	if (!vdev->num_cores || vdev->num_cores > VNPU_MAX_CORES) {
 		drm_err(&vdev->drm, "the device reports %u cores, not 1..%u\n",

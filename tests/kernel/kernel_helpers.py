@@ -73,7 +73,14 @@ def dma_bounces() -> bool:
 
 
 # For tests that release a running job's WAIT by writing its semaphore from the CPU.
-CPU_SIGNALS_RUNNING_JOB = "a running job does not see the CPU's writes through bounce buffers (docs/kernel.md)"
+CPU_SIGNALS_RUNNING_JOB = "a running job does not see CPU writes through bounce buffers (docs/kernel.md)"
+    "a running job does not see the CPU's writes through bounce buffers (docs/kernel.md)"
+)
+
+
+def job_timeout_files() -> list[Path]:
+    """vnpu's debugfs ``job_timeout_ms`` file of each device (the timeout of jobs that start afterwards)."""
+    return [Path(f) for f in sorted(glob.glob(str(DEBUGFS / "accel" / "*" / "job_timeout_ms")))]
 
 
 def debugfs_counters() -> dict[str, int]:

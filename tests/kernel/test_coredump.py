@@ -93,7 +93,9 @@ def test_mmu_fault_leaves_a_dump(dev, tmp_path: Path, capsys: pytest.CaptureFixt
     assert not path.exists() or not vnpu_dumps()
 
 
-def test_hang_leaves_a_dump_marking_the_wait(dev, capsys: pytest.CaptureFixture[str]) -> None:
+def test_hang_leaves_a_dump_marking_the_wait(
+    short_job_timeout, dev, capsys: pytest.CaptureFixture[str]
+) -> None:
     from libaccel import Job, JobBo
 
     discard_dumps()

@@ -6,10 +6,11 @@ import errno
 import time
 
 import numpy as np
-from kernel_helpers import fill_stream, hang_stream
+import pytest
+from kernel_helpers import fill_stream, hang_stream, job_timeout_files
 
 
-def test_hang_times_out_and_device_recovers(dev) -> None:
+def test_hang_times_out_and_device_recovers(short_job_timeout, dev) -> None:
     from libaccel import Job, JobBo
 
     timeout_s = dev.params.job_timeout_ms / 1000
@@ -59,7 +60,7 @@ def _ended(bo, slice_s: float) -> bool:
     return True
 
 
-def test_submissions_every_half_timeout_do_not_stretch_a_hang(dev) -> None:
+def test_submissions_every_half_timeout_do_not_stretch_a_hang(short_job_timeout, dev) -> None:
     """The timeout counts from when the hung job started, whatever is submitted after it: its own file
     and another file submit a job every T/2, and still the hang fails within T (plus a margin), and the
     other file's first job, submitted right behind the hang, ends within the same bound."""
@@ -107,3 +108,14 @@ def test_submissions_every_half_timeout_do_not_stretch_a_hang(dev) -> None:
         for out, value in followers:
             assert out.wait(timeout=timeout_s + 30).status == 0
             assert (out.array(np.int8, 4096) == value).all()
+
+
+def test_job_timeout_is_reported_and_bounded(short_job_timeout, dev) -> None:
+    """GET_PARAM reports the timeout debugfs set; values outside 100..600000 ms are refused."""
+    assert dev.params.job_timeout_ms == short_job_timeout
+    for f in job_timeout_files():
+        for bad in ("99", "600001", "0"):
+            with pytest.raises(OSError) as exc:
+                f.write_text(bad)
+            assert exc.value.errno == errno.EINVAL
+        assert f.read_text().strip() == str(short_job_timeout)
