@@ -18,7 +18,7 @@ from libaccel.compiler.graph import Graph, OpNode
 
 # Where each entry point lives when the package does not re-export it.
 _HOMES = {
-    "check_support": "libaccel.compiler.ops",
+    "check_support": "libaccel.compiler.registry",
     "compile_cached": "libaccel.compiler.cache",
     "CompileCache": "libaccel.compiler.cache",
     "model_key": "libaccel.compiler.cache",

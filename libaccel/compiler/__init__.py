@@ -24,7 +24,8 @@ from libaccel.compiler.lower import (
     IoBinding,
     compile_partition,
 )
-from libaccel.compiler.ops import Support, check_support
+from libaccel.compiler.plan_common import Support
+from libaccel.compiler.registry import check_support
 from libaccel.compiler.runner import PartitionRunner
 from libaccel.compiler.tflite_check import ModelError, check_tflite
 

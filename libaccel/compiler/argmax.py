@@ -10,25 +10,25 @@ from __future__ import annotations
 
 from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode
-from libaccel.compiler.ops import (
-    PLANNERS,
+from libaccel.compiler.plan_common import (
     OpPlan,
+    Planner,
     Unsupported,
-    _activation,
-    _elem_strides,
-    _int_const,
-    _t,
+    activation,
     axis_index,
+    elem_strides,
+    int_const,
+    tensor,
     to4d,
 )
 
 
 def plan_arg_max(graph: Graph, node: OpNode) -> OpPlan:
-    x = _activation(graph, node.inputs[0], "input")
-    y = _t(graph, node.outputs[0], "output")
+    x = activation(graph, node.inputs[0], "input")
+    y = tensor(graph, node.outputs[0], "output")
     if y.dtype not in ("int32", "int64"):
         raise Unsupported(f"output is {y.dtype}, expected int32 or int64")
-    axes = _int_const(graph, node.inputs[1], "axis")
+    axes = int_const(graph, node.inputs[1], "axis")
     rank = len(x.shape)
     if axes.size != 1:
         raise Unsupported(f"axis {axes.tolist()}: one axis expected")
@@ -37,7 +37,7 @@ def plan_arg_max(graph: Graph, node: OpNode) -> OpPlan:
     if y.shape != rest:
         raise Unsupported(f"output {list(y.shape)} is not the input's shape without axis {axis}")
     shift = 4 - rank
-    elem = _elem_strides(to4d(x.shape))
+    elem = elem_strides(to4d(x.shape))
     others = [i for i in range(4) if i != shift + axis]
     x4 = to4d(x.shape)
     view = (x4[others[0]], x4[others[1]], x4[others[2]], x4[shift + axis])
@@ -59,4 +59,4 @@ def plan_arg_max(graph: Graph, node: OpNode) -> OpPlan:
     return OpPlan(emit)
 
 
-PLANNERS["ARG_MAX"] = plan_arg_max
+PLANNERS: dict[str, Planner] = {"ARG_MAX": plan_arg_max}

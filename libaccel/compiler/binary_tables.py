@@ -19,16 +19,16 @@ from __future__ import annotations
 import numpy as np
 
 from libaccel.compiler import quant as q
+from libaccel.compiler.elementwise import elementwise_operand
 from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
-from libaccel.compiler.ops import (
-    PLANNERS,
+from libaccel.compiler.plan_common import (
     OpPlan,
+    Planner,
     Unsupported,
-    _activation,
-    _broadcast,
-    _elementwise_operand,
-    _mult,
+    activation,
+    broadcast,
+    multiplier,
     to4d,
 )
 
@@ -51,8 +51,8 @@ def prelu_table(x: TensorInfo, alpha: TensorInfo, y: TensorInfo, what: str = "PR
     constant alpha does not hold are left 0 (never read)."""
     assert x.quant and alpha.quant and y.quant
     f32 = np.float32
-    m1, s1 = _mult(float(f32(x.quant.scale) / f32(y.quant.scale)), what)
-    m2, s2 = _mult(float(f32(f32(x.quant.scale) * f32(alpha.quant.scale)) / f32(y.quant.scale)), what)
+    m1, s1 = multiplier(float(f32(x.quant.scale) / f32(y.quant.scale)), what)
+    m2, s2 = multiplier(float(f32(f32(x.quant.scale) * f32(alpha.quant.scale)) / f32(y.quant.scale)), what)
     lo, hi = q.QRANGE[y.dtype]
     xs = byte_values(x.dtype)
     alphas = byte_values(alpha.dtype)
@@ -76,20 +76,20 @@ def plan_binary_table(graph: Graph, node: OpNode) -> OpPlan:
     if len(node.inputs) != 2:
         raise Unsupported(f"{node.op} with {len(node.inputs)} inputs")
     if node.op == "PRELU":
-        x = _activation(graph, node.inputs[0], "input")
-        y = _activation(graph, node.outputs[0], "output", x.dtype)
-        b = _elementwise_operand(graph, node.inputs[1], "alpha", x.dtype)
+        x = activation(graph, node.inputs[0], "input")
+        y = activation(graph, node.outputs[0], "output", x.dtype)
+        b = elementwise_operand(graph, node.inputs[1], "alpha", x.dtype)
         a = x
         if x.shape != y.shape:
             raise Unsupported(f"input {list(x.shape)} and output {list(y.shape)} differ")
         table = prelu_table(x, b, y)
     else:
-        y = _activation(graph, node.outputs[0], "output")
-        a = _elementwise_operand(graph, node.inputs[0], "input1", y.dtype)
-        b = _elementwise_operand(graph, node.inputs[1], "input2", y.dtype)
+        y = activation(graph, node.outputs[0], "output")
+        a = elementwise_operand(graph, node.inputs[0], "input1", y.dtype)
+        b = elementwise_operand(graph, node.inputs[1], "input2", y.dtype)
         table = max_min_table(node.op, y.dtype)
     out4 = to4d(y.shape)
-    a4, b4 = _broadcast(a.shape, out4), _broadcast(b.shape, out4)
+    a4, b4 = broadcast(a.shape, out4), broadcast(b.shape, out4)
     if a4 is None or b4 is None:
         raise Unsupported(f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast to {list(y.shape)}")
     data = table.astype(_NP[y.dtype]).reshape(1, 1, 256, 256)
@@ -106,4 +106,8 @@ def plan_binary_table(graph: Graph, node: OpNode) -> OpPlan:
     return OpPlan(emit)
 
 
-PLANNERS.update({"MAXIMUM": plan_binary_table, "MINIMUM": plan_binary_table, "PRELU": plan_binary_table})
+PLANNERS: dict[str, Planner] = {
+    "MAXIMUM": plan_binary_table,
+    "MINIMUM": plan_binary_table,
+    "PRELU": plan_binary_table,
+}

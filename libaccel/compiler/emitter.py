@@ -1,4 +1,4 @@
-"""The command-stream writer: the one object every op's plan (:class:`~libaccel.compiler.ops.OpPlan`)
+"""The command-stream writer: the one object every op's plan (:class:`~libaccel.compiler.plan_common.OpPlan`)
 emits through.
 
 It sits below the op planners and the compiler entry point
@@ -63,7 +63,8 @@ class Emitter:
 
     # --- data ---------------------------------------------------------------------------------
     def scratch(self, k: int) -> int:
-        """The tensor index of the emitting plan's ``k``-th scratch tensor (:class:`ops.Scratch`)."""
+        """The tensor index of the emitting plan's ``k``-th scratch tensor
+        (:class:`~libaccel.compiler.plan_common.Scratch`)."""
         return self.current_scratch[k]
 
     def info(self, index: int) -> TensorInfo:

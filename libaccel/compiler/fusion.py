@@ -18,20 +18,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from libaccel.compiler import movement
-from libaccel.compiler import ops as O
+from libaccel.compiler import movement, registry
 from libaccel.compiler.graph import Graph, OpNode
+from libaccel.compiler.plan_common import OpPlan, Unsupported, out_size, pad_before
 
 CONVS = ("CONV_2D", "DEPTHWISE_CONV_2D")
 
 
-def _dilated_plan(graph: Graph, s2b: OpNode, conv: OpNode, b2s: OpNode) -> O.OpPlan | None:
+def _dilated_plan(graph: Graph, s2b: OpNode, conv: OpNode, b2s: OpNode) -> OpPlan | None:
     """The one dilated convolution equal to ``s2b -> conv -> b2s``, or None where none is."""
     x, y = graph.tensors[s2b.inputs[0]], graph.tensors[b2s.outputs[0]]
     try:
         into = movement.batch_layout(graph, s2b, x, graph.tensors[s2b.outputs[0]], "paddings")
         back = movement.batch_layout(graph, b2s, y, graph.tensors[b2s.inputs[0]], "crops")
-    except O.Unsupported:
+    except Unsupported:
         return None
     w = graph.tensors[conv.inputs[1]]
     if len(x.shape) != 4 or into.block != back.block or into.space[0] != back.space[0] or len(w.shape) != 4:
@@ -44,7 +44,7 @@ def _dilated_plan(graph: Graph, s2b: OpNode, conv: OpNode, b2s: OpNode) -> O.OpP
     hs, ws = into.batch[1], into.batch[2]
     ohs, ows = back.batch[1], back.batch[2]
     if conv.option("padding") == "SAME":
-        inner = (O.pad_before(hs, kh, 1, 1, ohs), O.pad_before(ws, kw, 1, 1, ows))
+        inner = (pad_before(hs, kh, 1, 1, ohs), pad_before(ws, kw, 1, 1, ows))
     elif conv.option("padding") == "VALID":
         inner = (0, 0)
     else:
@@ -56,10 +56,10 @@ def _dilated_plan(graph: Graph, s2b: OpNode, conv: OpNode, b2s: OpNode) -> O.OpP
     # The ISA's padding is TFLite's SAME/VALID formula: use whichever gives this output and padding.
     for padding in ("VALID", "SAME"):
         try:
-            size = (O.out_size(padding, h, kh, 1, bh), O.out_size(padding, wd, kw, 1, bw))
-        except O.Unsupported:
+            size = (out_size(padding, h, kh, 1, bh), out_size(padding, wd, kw, 1, bw))
+        except Unsupported:
             return None
-        pads = (O.pad_before(h, kh, 1, bh, oh), O.pad_before(wd, kw, 1, bw, ow))
+        pads = (pad_before(h, kh, 1, bh, oh), pad_before(wd, kw, 1, bw, ow))
         if size == (oh, ow) and pads == (pad_top, pad_left):
             break
     else:
@@ -67,13 +67,13 @@ def _dilated_plan(graph: Graph, s2b: OpNode, conv: OpNode, b2s: OpNode) -> O.OpP
     options = {**conv.options, "padding": padding, "dilation_h_factor": bh, "dilation_w_factor": bw}
     fused = OpNode(b2s.index, conv.op, (x.index, *conv.inputs[1:]), (y.index,), options)
     try:
-        plan = O.PLANNERS[conv.op](graph, fused)
-    except O.Unsupported:
+        plan = registry.PLANNERS[conv.op](graph, fused)
+    except Unsupported:
         return None
-    return O.OpPlan(emit=plan.emit, reads=(x.index,))
+    return OpPlan(emit=plan.emit, reads=(x.index,))
 
 
-def fuse(graph: Graph, nodes: Sequence[OpNode], plans: Sequence[O.OpPlan], keep: set[int]) -> list[O.OpPlan]:
+def fuse(graph: Graph, nodes: Sequence[OpNode], plans: Sequence[OpPlan], keep: set[int]) -> list[OpPlan]:
     """``plans`` (one per node of the partition, in order) with each dilated-convolution pattern whose
     three nodes are all in ``nodes`` fused, unless a tensor inside it is in ``keep`` (a partition
     output) or read by any other node of the graph."""
@@ -104,7 +104,7 @@ def fuse(graph: Graph, nodes: Sequence[OpNode], plans: Sequence[O.OpPlan], keep:
             continue
         plan = _dilated_plan(graph, s2b, conv, b2s)
         if plan is not None:
-            out[position[s2b.index]] = O.OpPlan(fused=True)
-            out[position[conv.index]] = O.OpPlan(fused=True)
+            out[position[s2b.index]] = OpPlan(fused=True)
+            out[position[conv.index]] = OpPlan(fused=True)
             out[i] = plan
     return out

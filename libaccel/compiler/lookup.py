@@ -15,11 +15,11 @@ import numpy as np
 
 from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode
-from libaccel.compiler.ops import PLANNERS, OpPlan, Unsupported, _activation, _broadcast, _const, to4d
+from libaccel.compiler.plan_common import OpPlan, Planner, Unsupported, activation, broadcast, const, to4d
 
 
 def _table(graph: Graph, node: OpNode, index: int, size: int, dtype: str) -> np.ndarray:
-    t = _const(graph, index, "table")
+    t = const(graph, index, "table")
     if t.dtype != dtype or t.size != size:
         raise Unsupported(f"table is {t.dtype} x {t.size}, expected {dtype} x {size}")
     assert t.data is not None
@@ -29,8 +29,8 @@ def _table(graph: Graph, node: OpNode, index: int, size: int, dtype: str) -> np.
 def plan_lookup(graph: Graph, node: OpNode) -> OpPlan:
     if len(node.inputs) != 2:
         raise Unsupported(f"LOOKUP with {len(node.inputs)} inputs (input, table)")
-    x = _activation(graph, node.inputs[0], "input")
-    y = _activation(graph, node.outputs[0], "output")
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output")
     if x.shape != y.shape:
         raise Unsupported(f"input {list(x.shape)} and output {list(y.shape)} differ")
     table = _table(graph, node, node.inputs[1], 256, y.dtype)
@@ -50,12 +50,12 @@ def plan_lookup(graph: Graph, node: OpNode) -> OpPlan:
 def plan_lookup2(graph: Graph, node: OpNode) -> OpPlan:
     if len(node.inputs) != 3:
         raise Unsupported(f"LOOKUP2 with {len(node.inputs)} inputs (input1, input2, table)")
-    y = _activation(graph, node.outputs[0], "output")
-    a = _activation(graph, node.inputs[0], "input1")
-    b = _activation(graph, node.inputs[1], "input2")
+    y = activation(graph, node.outputs[0], "output")
+    a = activation(graph, node.inputs[0], "input1")
+    b = activation(graph, node.inputs[1], "input2")
     table = _table(graph, node, node.inputs[2], 65536, y.dtype)
     out4 = to4d(y.shape)
-    a4, b4 = _broadcast(a.shape, out4), _broadcast(b.shape, out4)
+    a4, b4 = broadcast(a.shape, out4), broadcast(b.shape, out4)
     if a4 is None or b4 is None:
         raise Unsupported(f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast to {list(y.shape)}")
 
@@ -71,4 +71,4 @@ def plan_lookup2(graph: Graph, node: OpNode) -> OpPlan:
     return OpPlan(emit)
 
 
-PLANNERS.update({"LOOKUP": plan_lookup, "LOOKUP2": plan_lookup2})
+PLANNERS: dict[str, Planner] = {"LOOKUP": plan_lookup, "LOOKUP2": plan_lookup2}

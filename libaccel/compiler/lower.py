@@ -9,7 +9,7 @@ Memory model of a compiled partition (three buffer objects per job):
 * **arena** (read/write): every non-constant tensor (partition inputs,
   intermediates, outputs), placed by lifetime: two tensors share bytes when
   no node needs both (greedy first-fit by size, the usual offline planner);
-  a plan's scratch tensors (:class:`~libaccel.compiler.ops.Scratch`) are
+  a plan's scratch tensors (:class:`~libaccel.compiler.plan_common.Scratch`) are
   placed the same way, alive during their node only;
   RESHAPE aliases its input's bytes and costs no instruction;
 * **command stream**: TENSOR descriptors and operations. Device addresses in
@@ -28,10 +28,10 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from libaccel.compiler import fusion
-from libaccel.compiler import ops as O
+from libaccel.compiler import fusion, registry
 from libaccel.compiler.emitter import ALIGN, Emitter, align_up
 from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo
+from libaccel.compiler.plan_common import OpPlan, Unsupported
 from uapi import isa
 
 COMPILER_VERSION = "1.7.0"  # bump whenever the generated code (or which nodes are supported) can change
@@ -228,7 +228,7 @@ def plan_arena(sizes: dict[int, int], lifetimes: dict[int, tuple[int, int]]) -> 
 
 
 def scratch_tensors(
-    graph: Graph, nodes: Sequence[OpNode], plans: Sequence[O.OpPlan]
+    graph: Graph, nodes: Sequence[OpNode], plans: Sequence[OpPlan]
 ) -> tuple[dict[int, TensorInfo], list[tuple[int, ...]]]:
     """The plans' scratch tensors as TensorInfos indexed past the graph's tensors, and each plan's indices."""
     first = max(graph.tensors, default=-1) + 1
@@ -294,8 +294,8 @@ def compile_partition(
     plans = []
     for n in nodes:
         try:
-            plans.append(O.plan_node(graph, n))
-        except O.Unsupported as e:
+            plans.append(registry.plan_node(graph, n))
+        except Unsupported as e:
             raise CompileError(f"node {n.index} ({n.op}): {e}") from None
     p_inputs, p_outputs = partition_io(graph, wanted)
     if outputs is not None:

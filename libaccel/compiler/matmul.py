@@ -17,19 +17,19 @@ import math
 from libaccel.compiler import quant as q
 from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode
-from libaccel.compiler.ops import PLANNERS, OpPlan, Unsupported, _activation, _mult
+from libaccel.compiler.plan_common import OpPlan, Planner, Unsupported, activation, multiplier
 
 MAX_MATMUL_BATCHES = 256  # one instruction per batch
 
 
 def plan_batch_matmul(graph: Graph, node: OpNode) -> OpPlan:
-    a = _activation(graph, node.inputs[0], "lhs")
+    a = activation(graph, node.inputs[0], "lhs")
     b = graph.tensors.get(node.inputs[1])
     if b is None or b.data is None:
-        b = _activation(graph, node.inputs[1], "rhs", a.dtype)
+        b = activation(graph, node.inputs[1], "rhs", a.dtype)
     elif b.dtype != a.dtype or b.quant is None or not b.quant.per_tensor or len(b.shape) > 4:
         raise Unsupported("constant rhs is not a per-tensor quantized tensor of the lhs type, rank <= 4")
-    y = _activation(graph, node.outputs[0], "output", a.dtype)
+    y = activation(graph, node.outputs[0], "output", a.dtype)
     if a.dtype != "int8":
         raise Unsupported(f"{a.dtype} BATCH_MATMUL (TFLite runs int8 only)")
     if len(a.shape) < 2 or len(b.shape) < 2:
@@ -55,7 +55,9 @@ def plan_batch_matmul(graph: Graph, node: OpNode) -> OpPlan:
         raise Unsupported(f"{count} batches (more than {MAX_MATMUL_BATCHES} instructions)")
     assert a.quant and b.quant and y.quant
     # GetQuantizedConvolutionMultipler: double(s_lhs) * double(s_rhs) / double(s_out).
-    mult, shift = _mult(float(a.quant.scale) * float(b.quant.scale) / float(y.quant.scale), "BATCH_MATMUL")
+    mult, shift = multiplier(
+        float(a.quant.scale) * float(b.quant.scale) / float(y.quant.scale), "BATCH_MATMUL"
+    )
     lo, hi = q.QRANGE[y.dtype]
     rounding = node.option("rounding") or "double"  # reference.annotate_reference sets it
 
@@ -99,4 +101,4 @@ def _at(batch: int, rows: int, cols: int) -> tuple[int, int, int, int]:
     return (0, 0, 0, batch * rows * cols)
 
 
-PLANNERS["BATCH_MATMUL"] = plan_batch_matmul
+PLANNERS: dict[str, Planner] = {"BATCH_MATMUL": plan_batch_matmul}

@@ -1,5 +1,6 @@
-"""Data-movement ops as COPY/FILL of strided views: SPLIT, SPLIT_V, SLICE, DEPTH_TO_SPACE,
-SPACE_TO_DEPTH, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND.
+"""Data-movement ops as COPY/FILL of strided views: RESHAPE, SQUEEZE, EXPAND_DIMS (no instruction:
+the output aliases the input's bytes), CONCATENATION, PAD, PADV2, TRANSPOSE, STRIDED_SLICE, SPLIT,
+SPLIT_V, SLICE, DEPTH_TO_SPACE, SPACE_TO_DEPTH, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND.
 
 TFLite's reference kernels for these copy the stored bytes (no requantization), so each lowers to
 COPYs between views of the input and output (see :meth:`Emitter.tensor`'s ``origin``/``strides``);
@@ -12,17 +13,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libaccel.compiler import tables
 from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
-from libaccel.compiler.ops import (
-    PLANNERS,
+from libaccel.compiler.plan_common import (
     OpPlan,
+    Planner,
     Unsupported,
-    _activation,
-    _elem_strides,
-    _int_const,
-    _t,
+    activation,
     axis_index,
+    const,
+    elem_strides,
+    fused_activation,
+    int_const,
+    tensor,
     to4d,
 )
 
@@ -36,7 +40,7 @@ def _four(v: list[int] | tuple[int, ...]) -> Shape4:
 
 
 def _dense(shape: tuple[int, ...]) -> Shape4:
-    return _four(_elem_strides(to4d(shape)))
+    return _four(elem_strides(to4d(shape)))
 
 
 def _emit_copies(x: TensorInfo, y: TensorInfo, copies: list[Copy], fill: int | None = None) -> OpPlan:
@@ -64,7 +68,7 @@ def _same_quant(x: TensorInfo, y: TensorInfo) -> None:
 def _plan_split_along(graph: Graph, node: OpNode, x: TensorInfo, axis: int) -> OpPlan:
     """Each output is the next block of ``x`` along ``axis`` (one COPY per output)."""
     rank = len(x.shape)
-    ys = [_activation(graph, o, f"output{k}", x.dtype) for k, o in enumerate(node.outputs)]
+    ys = [activation(graph, o, f"output{k}", x.dtype) for k, o in enumerate(node.outputs)]
     shift = 4 - rank
     plans = []
     start = 0
@@ -90,8 +94,8 @@ def _plan_split_along(graph: Graph, node: OpNode, x: TensorInfo, axis: int) -> O
 
 def plan_split(graph: Graph, node: OpNode) -> OpPlan:
     """SPLIT(axis, input): ``num_splits`` equal blocks (the outputs' shapes say how big)."""
-    x = _activation(graph, node.inputs[1], "input")
-    axis = _int_const(graph, node.inputs[0], "axis")
+    x = activation(graph, node.inputs[1], "input")
+    axis = int_const(graph, node.inputs[0], "axis")
     if axis.size != 1:
         raise Unsupported(f"axis has {axis.size} values")
     return _plan_split_along(graph, node, x, axis_index(int(axis[0]), len(x.shape)))
@@ -99,17 +103,17 @@ def plan_split(graph: Graph, node: OpNode) -> OpPlan:
 
 def plan_split_v(graph: Graph, node: OpNode) -> OpPlan:
     """SPLIT_V(input, size_splits, axis): blocks of the given sizes (one may be -1: the rest)."""
-    x = _activation(graph, node.inputs[0], "input")
-    axis = _int_const(graph, node.inputs[2], "axis")
+    x = activation(graph, node.inputs[0], "input")
+    axis = int_const(graph, node.inputs[2], "axis")
     if axis.size != 1:
         raise Unsupported(f"axis has {axis.size} values")
     a = axis_index(int(axis[0]), len(x.shape))
-    sizes = [int(s) for s in _int_const(graph, node.inputs[1], "size_splits")]
+    sizes = [int(s) for s in int_const(graph, node.inputs[1], "size_splits")]
     if len(sizes) != len(node.outputs):
         raise Unsupported(f"{len(sizes)} size_splits for {len(node.outputs)} outputs")
     if sizes.count(-1) == 1:
         sizes[sizes.index(-1)] = x.shape[a] - (sum(sizes) + 1)
-    got = [_t(graph, o, "output").shape for o in node.outputs]
+    got = [tensor(graph, o, "output").shape for o in node.outputs]
     if any(len(s) != len(x.shape) or s[a] != n for s, n in zip(got, sizes, strict=True)):
         raise Unsupported(f"size_splits {sizes} do not match the outputs {[list(s) for s in got]}")
     return _plan_split_along(graph, node, x, a)
@@ -117,10 +121,10 @@ def plan_split_v(graph: Graph, node: OpNode) -> OpPlan:
 
 def plan_slice(graph: Graph, node: OpNode) -> OpPlan:
     """SLICE(input, begin, size): one COPY of the block (size -1: to the end)."""
-    x = _activation(graph, node.inputs[0], "input")
-    y = _activation(graph, node.outputs[0], "output", x.dtype)
-    begin = [int(b) for b in _int_const(graph, node.inputs[1], "begin")]
-    size = [int(s) for s in _int_const(graph, node.inputs[2], "size")]
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output", x.dtype)
+    begin = [int(b) for b in int_const(graph, node.inputs[1], "begin")]
+    size = [int(s) for s in int_const(graph, node.inputs[2], "size")]
     rank = len(x.shape)
     if len(begin) != rank or len(size) != rank:
         raise Unsupported(f"begin/size of lengths {len(begin)}/{len(size)} for rank {rank}")
@@ -169,15 +173,15 @@ def _swap(copies: list[Copy]) -> list[Copy]:
 
 
 def plan_depth_to_space(graph: Graph, node: OpNode) -> OpPlan:
-    x = _activation(graph, node.inputs[0], "input")
-    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output", x.dtype)
     _same_quant(x, y)
     return _emit_copies(x, y, _block_copies(x, y, _block_size(node, x, y)))
 
 
 def plan_space_to_depth(graph: Graph, node: OpNode) -> OpPlan:
-    x = _activation(graph, node.inputs[0], "input")
-    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output", x.dtype)
     _same_quant(x, y)
     return _emit_copies(x, y, _swap(_block_copies(y, x, _block_size(node, y, x))))
 
@@ -188,8 +192,8 @@ def _spatial(graph: Graph, x: TensorInfo, block_index: int, pads_index: int, wha
     rank = len(x.shape)
     if rank not in (3, 4):
         raise Unsupported(f"rank {rank}: only 3-D and 4-D (one or two spatial dimensions)")
-    block = [int(b) for b in _int_const(graph, block_index, "block_shape")]
-    pads = np.asarray(_int_const(graph, pads_index, what)).reshape(-1, 2).tolist()
+    block = [int(b) for b in int_const(graph, block_index, "block_shape")]
+    pads = np.asarray(int_const(graph, pads_index, what)).reshape(-1, 2).tolist()
     if len(block) != rank - 2 or len(pads) != rank - 2:
         raise Unsupported(f"block_shape {block} and {what} {pads} for rank {rank}")
     if min(block) < 1 or min(min(p) for p in pads) < 0:
@@ -221,8 +225,8 @@ def _batch_copies(n: int, space: Shape4, batch: Shape4, block: tuple, pads: tupl
     _, h, w, c = space
     _, oh, ow, _ = batch
     (bh, bw), ((top, _), (left, _)) = block, pads
-    src_dense = _four(_elem_strides(space))
-    dst_dense = _four(_elem_strides(batch))
+    src_dense = _four(elem_strides(space))
+    dst_dense = _four(elem_strides(batch))
     copies = []
     for i in range(bh):
         y0, ny = _valid_range(h, i, bh, top, oh)
@@ -272,8 +276,8 @@ def batch_layout(graph: Graph, node: OpNode, space: TensorInfo, batch: TensorInf
 
 
 def plan_space_to_batch_nd(graph: Graph, node: OpNode) -> OpPlan:
-    x = _activation(graph, node.inputs[0], "input")
-    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output", x.dtype)
     lay = batch_layout(graph, node, x, y, "paddings")
     copies = _batch_copies(lay.space[0], lay.space, lay.batch, lay.block, lay.pads)
     assert y.quant is not None
@@ -282,8 +286,8 @@ def plan_space_to_batch_nd(graph: Graph, node: OpNode) -> OpPlan:
 
 
 def plan_batch_to_space_nd(graph: Graph, node: OpNode) -> OpPlan:
-    x = _activation(graph, node.inputs[0], "input")
-    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output", x.dtype)
     lay = batch_layout(graph, node, y, x, "crops")
     # BatchToSpaceND is SpaceToBatchND's inverse with crops in place of paddings; every output
     # position is written, so no FILL.
@@ -309,14 +313,198 @@ def _lift(origin: Shape4) -> Shape4:
     return 0, n, h, c
 
 
-PLANNERS.update(
-    {
-        "SPLIT": plan_split,
-        "SPLIT_V": plan_split_v,
-        "SLICE": plan_slice,
-        "DEPTH_TO_SPACE": plan_depth_to_space,
-        "SPACE_TO_DEPTH": plan_space_to_depth,
-        "SPACE_TO_BATCH_ND": plan_space_to_batch_nd,
-        "BATCH_TO_SPACE_ND": plan_batch_to_space_nd,
+def _plan_reshape(graph: Graph, node: OpNode) -> OpPlan:
+    if node.op == "RESHAPE" and len(node.inputs) > 1 and node.inputs[1] >= 0:
+        if tensor(graph, node.inputs[1], "shape").data is None:
+            # TFLite then sizes the output at run time; shape_folding.fold_shapes makes it a constant
+            # where the input shapes are static.
+            raise Unsupported("RESHAPE's shape is computed at run time (not foldable at compile time)")
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output", x.dtype)
+    if x.quant != y.quant or x.size != y.size:
+        raise Unsupported("RESHAPE changing quantization or element count")
+    return OpPlan(alias_of=x.index)
+
+
+def _plan_concat(graph: Graph, node: OpNode) -> OpPlan:
+    y = activation(graph, node.outputs[0], "output")
+    xs = [activation(graph, i, f"input{k}", y.dtype) for k, i in enumerate(node.inputs)]
+    if fused_activation(node) != "NONE":
+        raise Unsupported("CONCATENATION with a fused activation")
+    if y.dtype == "int8" and any(x.quant != y.quant for x in xs):
+        raise Unsupported("int8 inputs quantized differently from the output (TFLite rejects the model)")
+    # uint8 inputs quantized unlike the output go through ConcatenationWithScaling's table.
+    assert y.quant is not None
+    tabs = {
+        x.index: tables.concat_rescale_table(
+            x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point
+        )
+        for x in xs
+        if x.quant is not None and x.quant != y.quant
     }
-)
+    rank = len(y.shape)
+    if any(len(x.shape) != rank for x in xs):
+        raise Unsupported(f"inputs of ranks {[len(x.shape) for x in xs]}, the output's is {rank}")
+    axis = axis_index(int(node.option("axis")), rank)
+    if sum(x.shape[axis] for x in xs) != y.shape[axis]:
+        raise Unsupported("input sizes along the axis do not add up")
+    shift = 4 - rank
+
+    def emit(em: Emitter) -> None:
+        start = 0
+        for x in xs:
+            x4 = to4d(x.shape)
+            src = em.tensor(x.index, shape=x4)
+            dst = em.tensor(y.index, shape=x4, origin=_origin(shift + axis, start))
+            if x.index in tabs:
+                em.op(
+                    "LUT", input=src, table=em.const(tabs[x.index].reshape(1, 1, 1, 256), "uint8"), output=dst
+                )
+            else:
+                em.op("COPY", src=src, dst=dst)
+            start += x.shape[axis]
+
+    return OpPlan(emit)
+
+
+def _origin(axis4: int, start: int) -> tuple[int, int, int, int]:
+    o = [0, 0, 0, 0]
+    o[axis4] = start
+    return o[0], o[1], o[2], o[3]
+
+
+def _pad_value(graph: Graph, node: OpNode, y: TensorInfo) -> int:
+    """TFLite's quantized pad value: PADV2's constant_values as stored, else the output's zero point."""
+    assert y.quant is not None
+    if len(node.inputs) < 3 or node.inputs[2] < 0:
+        return y.quant.zero_point
+    v = const(graph, node.inputs[2], "constant_values")
+    if v.dtype != y.dtype or v.size != 1 or v.quant != y.quant:
+        raise Unsupported("constant_values is not a scalar quantized like the output (TFLite requires it)")
+    assert v.data is not None
+    return int(np.asarray(v.data).reshape(-1)[0])
+
+
+def _plan_pad(graph: Graph, node: OpNode) -> OpPlan:
+    """PAD and PADV2: FILL with the pad value, then one COPY of the input into the interior."""
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output", x.dtype)
+    value = _pad_value(graph, node, y)
+    p = const(graph, node.inputs[1], "paddings")
+    assert p.data is not None
+    pads = np.asarray(p.data).reshape(-1, 2)
+    if pads.shape[0] != len(x.shape) or (pads < 0).any():
+        raise Unsupported(f"paddings {pads.tolist()} for rank {len(x.shape)}")
+    if x.quant != y.quant:
+        raise Unsupported("input and output quantization differ")
+    if tuple(int(d + lo + hi) for d, (lo, hi) in zip(x.shape, pads, strict=True)) != y.shape:
+        raise Unsupported("output shape does not match the paddings")
+    assert y.quant is not None
+    shift = 4 - len(x.shape)
+    origin = [0, 0, 0, 0]
+    for i, (lo, _) in enumerate(pads):
+        origin[shift + i] = int(lo)
+
+    def emit(em: Emitter) -> None:
+        assert y.quant is not None
+        em.op("FILL", dst=em.tensor(y.index, shape=to4d(y.shape)), value=value)
+        x4 = to4d(x.shape)
+        em.op(
+            "COPY",
+            src=em.tensor(x.index, shape=x4),
+            dst=em.tensor(y.index, shape=x4, origin=(origin[0], origin[1], origin[2], origin[3])),
+        )
+
+    return OpPlan(emit)
+
+
+def _plan_transpose(graph: Graph, node: OpNode) -> OpPlan:
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output", x.dtype)
+    perm = [int(p) for p in int_const(graph, node.inputs[1], "permutation")]
+    rank = len(x.shape)
+    perm = [p + rank if p < 0 else p for p in perm]
+    if sorted(perm) != list(range(rank)):
+        raise Unsupported(f"permutation {perm} of rank {rank}")
+    if tuple(x.shape[p] for p in perm) != y.shape:
+        raise Unsupported(f"output shape {list(y.shape)} is not the permuted input")
+    shift = 4 - rank
+    elem = elem_strides(to4d(x.shape))
+    src = [elem[i] for i in range(shift)] + [elem[shift + p] for p in perm]
+    y4 = to4d(y.shape)
+
+    def emit(em: Emitter) -> None:
+        em.op(
+            "COPY",
+            src=em.tensor(x.index, shape=y4, origin=(0, 0, 0, 0), strides=(src[0], src[1], src[2], src[3])),
+            dst=em.tensor(y.index, shape=y4),
+        )
+
+    return OpPlan(emit)
+
+
+def _plan_strided_slice(graph: Graph, node: OpNode) -> OpPlan:
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output", x.dtype)
+    for mask in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask"):
+        if node.option(mask):
+            raise Unsupported(f"{mask} {node.option(mask)}")
+    if node.option("offset"):
+        raise Unsupported("offset=True")
+    rank = len(x.shape)
+    begin = int_const(graph, node.inputs[1], "begin")
+    end = int_const(graph, node.inputs[2], "end")
+    step = int_const(graph, node.inputs[3], "strides")
+    if not len(begin) == len(end) == len(step) == rank:
+        raise Unsupported(f"begin/end/strides of lengths {len(begin)}/{len(end)}/{len(step)} for rank {rank}")
+    if (step < 1).any():
+        raise Unsupported(f"strides {step.tolist()}: only positive strides")
+    starts, counts = [], []
+    for i, d in enumerate(x.shape):
+        # TFLite's StartForAxis/StopForAxis for positive strides: wrap negatives, clamp to [0, d].
+        b = 0 if node.option("begin_mask") & (1 << i) else int(begin[i])
+        e = d if node.option("end_mask") & (1 << i) else int(end[i])
+        b = min(max(b + d if b < 0 else b, 0), d)
+        e = min(max(e + d if e < 0 else e, 0), d)
+        starts.append(b)
+        counts.append(max(0, -(-(e - b) // int(step[i]))))
+    if tuple(counts) != y.shape:
+        raise Unsupported(f"output shape {list(y.shape)} is not the slice's {counts}")
+    shift = 4 - rank
+    elem = elem_strides(to4d(x.shape))
+    strides = [elem[i] * (int(step[i - shift]) if i >= shift else 1) for i in range(4)]
+    origin = [0] * shift + starts
+    y4 = to4d(y.shape)
+
+    def emit(em: Emitter) -> None:
+        em.op(
+            "COPY",
+            src=em.tensor(
+                x.index,
+                shape=y4,
+                origin=(origin[0], origin[1], origin[2], origin[3]),
+                strides=(strides[0], strides[1], strides[2], strides[3]),
+            ),
+            dst=em.tensor(y.index, shape=y4),
+        )
+
+    return OpPlan(emit)
+
+
+PLANNERS: dict[str, Planner] = {
+    "SPLIT": plan_split,
+    "SPLIT_V": plan_split_v,
+    "SLICE": plan_slice,
+    "DEPTH_TO_SPACE": plan_depth_to_space,
+    "SPACE_TO_DEPTH": plan_space_to_depth,
+    "SPACE_TO_BATCH_ND": plan_space_to_batch_nd,
+    "BATCH_TO_SPACE_ND": plan_batch_to_space_nd,
+    "RESHAPE": _plan_reshape,
+    "SQUEEZE": _plan_reshape,  # like RESHAPE: the same bytes under another shape
+    "EXPAND_DIMS": _plan_reshape,
+    "CONCATENATION": _plan_concat,
+    "PAD": _plan_pad,
+    "PADV2": _plan_pad,
+    "TRANSPOSE": _plan_transpose,
+    "STRIDED_SLICE": _plan_strided_slice,
+}

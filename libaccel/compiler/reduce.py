@@ -21,13 +21,13 @@ from libaccel.compiler import quant as q
 from libaccel.compiler import tables
 from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode
-from libaccel.compiler.ops import PLANNERS, OpPlan, Unsupported, _activation, _int_const, _mult
+from libaccel.compiler.plan_common import OpPlan, Planner, Unsupported, activation, int_const, multiplier
 
 
 def plan_mean_or_sum(graph: Graph, node: OpNode) -> OpPlan:
-    x = _activation(graph, node.inputs[0], "input")
-    y = _activation(graph, node.outputs[0], "output", x.dtype)
-    axes = sorted({int(a) + 4 if int(a) < 0 else int(a) for a in _int_const(graph, node.inputs[1], "axis")})
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output", x.dtype)
+    axes = sorted({int(a) + 4 if int(a) < 0 else int(a) for a in int_const(graph, node.inputs[1], "axis")})
     if len(x.shape) != 4 or axes != [1, 2]:
         raise Unsupported(f"{node.op} over axes {axes} of rank {len(x.shape)}: only 4-D over H,W is lowered")
     n, h, w, c = x.shape
@@ -53,7 +53,7 @@ def plan_mean_or_sum(graph: Graph, node: OpNode) -> OpPlan:
         m, shift = int(np.array([scale], f32).view(np.int32)[0]), 0
     else:
         # PrepareMeanOrSum: QuantizeMultiplier(double(s_in) / double(s_out)); MEAN folds in 1/count.
-        m, shift = _mult(float(x.quant.scale) / float(y.quant.scale), node.op)
+        m, shift = multiplier(float(x.quant.scale) / float(y.quant.scale), node.op)
         if node.op == "MEAN":
             m, shift = tables.mean_multiplier(m, shift, h * w)
         if not q.shift_ok(shift):
@@ -83,4 +83,4 @@ def plan_mean_or_sum(graph: Graph, node: OpNode) -> OpPlan:
     return OpPlan(emit)
 
 
-PLANNERS.update({"MEAN": plan_mean_or_sum, "SUM": plan_mean_or_sum})
+PLANNERS: dict[str, Planner] = {"MEAN": plan_mean_or_sum, "SUM": plan_mean_or_sum}

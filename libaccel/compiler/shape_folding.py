@@ -10,7 +10,7 @@ input shape is static, the values are known before anything runs: :func:`fold_sh
 SHAPE, STRIDED_SLICE, PACK, GATHER, REDUCE_PROD, CONCATENATION and int32 arithmetic (ADD, SUB, MUL,
 FLOOR_DIV, MAXIMUM, MINIMUM) on integer tensors and returns a graph in which their outputs are
 constants. A RESHAPE then lowers as the usual alias, and the folded nodes compute nothing on the
-device (:func:`libaccel.compiler.ops.plan_node` gives them an empty plan), so the whole pattern stays
+device (:func:`libaccel.compiler.registry.plan_node` gives them an empty plan), so the whole pattern stays
 inside one NPU partition.
 
 What cannot be folded (a shape fed by activations, an op outside the list) leaves the RESHAPE's

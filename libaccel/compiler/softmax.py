@@ -14,15 +14,15 @@ import math
 from libaccel.compiler import quant as q
 from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode
-from libaccel.compiler.ops import PLANNERS, OpPlan, Unsupported, _activation
+from libaccel.compiler.plan_common import OpPlan, Planner, Unsupported, activation
 
 # A longer row can make the final rounding shift exceed 31, where TFLite's arithmetic is undefined.
 MAX_SOFTMAX_DEPTH = 511
 
 
 def plan_softmax(graph: Graph, node: OpNode) -> OpPlan:
-    x = _activation(graph, node.inputs[0], "input")
-    y = _activation(graph, node.outputs[0], "output", x.dtype)
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output", x.dtype)
     assert x.quant and y.quant
     if x.shape != y.shape or not x.shape:
         raise Unsupported(f"input {list(x.shape)} and output {list(y.shape)} differ")
@@ -63,4 +63,4 @@ def plan_softmax(graph: Graph, node: OpNode) -> OpPlan:
     return OpPlan(emit)
 
 
-PLANNERS["SOFTMAX"] = plan_softmax
+PLANNERS: dict[str, Planner] = {"SOFTMAX": plan_softmax}

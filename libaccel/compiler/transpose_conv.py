@@ -16,7 +16,7 @@ which picks exactly the pairs with ``oy = iy*stride - pad + ky``. A zero-point c
 hence the outputs, are TFLite's bit for bit. The filter already has the convolution's
 ``[Cout, KH, KW, Cin]`` layout (TFLite stores TRANSPOSE_CONV filters output-channel first).
 
-Lowered: FILL of the canvas (a scratch tensor, :class:`ops.Scratch`) with the input's zero point,
+Lowered: FILL of the canvas (a scratch tensor, :class:`.plan_common.Scratch`) with the input's zero point,
 one strided COPY of the input into it, one CONV2D. With stride 1 the input itself is the canvas.
 """
 
@@ -24,18 +24,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from libaccel.compiler.convolution import conv_quant
 from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
-from libaccel.compiler.ops import (
-    PLANNERS,
+from libaccel.compiler.plan_common import (
     OpPlan,
+    Planner,
     Scratch,
     Unsupported,
-    _activation,
-    _clamp,
-    _const,
-    _conv_quant,
-    _int_const,
+    activation,
+    clamp,
+    const,
+    int_const,
     pad_before,
 )
 
@@ -64,7 +64,7 @@ def canvas_size(size: int, stride: int) -> int:
 def _transpose_bias(graph: Graph, node: OpNode, cout: int) -> TensorInfo | None:
     if len(node.inputs) <= BIAS_INPUT or node.inputs[BIAS_INPUT] < 0:
         return None
-    b = _const(graph, node.inputs[BIAS_INPUT], "bias")
+    b = const(graph, node.inputs[BIAS_INPUT], "bias")
     if b.dtype != "int32" or b.size != cout:
         raise Unsupported(f"bias is {b.dtype} of {b.size} values; expected int32 x {cout}")
     return b
@@ -73,9 +73,9 @@ def _transpose_bias(graph: Graph, node: OpNode, cout: int) -> TensorInfo | None:
 def plan_transpose_conv(graph: Graph, node: OpNode) -> OpPlan:
     if len(node.inputs) not in (3, 4):
         raise Unsupported(f"TRANSPOSE_CONV with {len(node.inputs)} inputs")
-    x = _activation(graph, node.inputs[DATA_INPUT], "input")
-    y = _activation(graph, node.outputs[0], "output", x.dtype)
-    w = _const(graph, node.inputs[FILTER_INPUT], "filter")
+    x = activation(graph, node.inputs[DATA_INPUT], "input")
+    y = activation(graph, node.outputs[0], "output", x.dtype)
+    w = const(graph, node.inputs[FILTER_INPUT], "filter")
     if w.dtype != x.dtype:
         raise Unsupported(f"filter is {w.dtype}, input {x.dtype}")
     if len(x.shape) != 4 or len(y.shape) != 4 or len(w.shape) != 4:
@@ -83,7 +83,7 @@ def plan_transpose_conv(graph: Graph, node: OpNode) -> OpPlan:
     # The output shape operand must be known now (a constant, or folded by shape_folding).
     if graph.tensors[node.inputs[SHAPE_INPUT]].data is None:
         raise Unsupported("output_shape is computed at run time (not foldable at compile time)")
-    shape = tuple(int(v) for v in _int_const(graph, node.inputs[SHAPE_INPUT], "output_shape"))
+    shape = tuple(int(v) for v in int_const(graph, node.inputs[SHAPE_INPUT], "output_shape"))
     if shape != y.shape:
         raise Unsupported(f"output_shape {list(shape)} is not the output's {list(y.shape)}")
     n, h, wd, cin = x.shape
@@ -97,12 +97,12 @@ def plan_transpose_conv(graph: Graph, node: OpNode) -> OpPlan:
     padding = node.option("padding")
     pad_top = kh - 1 - transpose_padding(padding, oh, kh, sh)
     pad_left = kw - 1 - transpose_padding(padding, ow, kw, sw)
-    fields, table = _conv_quant(x, w, y, cout, 0, node.op)
+    fields, table = conv_quant(x, w, y, cout, 0, node.op)
     bias = _transpose_bias(graph, node, cout)
-    act_min, act_max = _clamp(node, y)
+    act_min, act_max = clamp(node, y)
     assert w.data is not None and x.quant is not None and w.quant is not None
     flipped = np.ascontiguousarray(np.asarray(w.data)[:, ::-1, ::-1, :])
-    w_zp = w.quant.zero_points[0]  # uint8 filters are per tensor (checked by _conv_quant)
+    w_zp = w.quant.zero_points[0]  # uint8 filters are per tensor (checked by conv_quant)
     canvas = (n, canvas_size(h, sh), canvas_size(wd, sw), cin)
     inserted = (sh, sw) != (1, 1)
 
@@ -141,4 +141,4 @@ def plan_transpose_conv(graph: Graph, node: OpNode) -> OpPlan:
     return OpPlan(emit, scratch=scratch)
 
 
-PLANNERS.update({"TRANSPOSE_CONV": plan_transpose_conv})
+PLANNERS: dict[str, Planner] = {"TRANSPOSE_CONV": plan_transpose_conv}

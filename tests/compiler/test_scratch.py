@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 
 from libaccel import Device
-from libaccel.compiler import PartitionRunner, compile_partition
-from libaccel.compiler import ops as O
+from libaccel.compiler import PartitionRunner, compile_partition, registry
 from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo
+from libaccel.compiler.plan_common import OpPlan, Scratch
 from uapi import isa
 
 SHAPE = (1, 4, 5, 3)
 
 
-def _via_scratch(graph: Graph, node: OpNode) -> O.OpPlan:
+def _via_scratch(graph: Graph, node: OpNode) -> OpPlan:
     """A test op: FILL a scratch tensor, then COPY input -> scratch -> output."""
     x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
 
@@ -25,12 +25,12 @@ def _via_scratch(graph: Graph, node: OpNode) -> O.OpPlan:
         em.op("COPY", src=em.tensor(x.index), dst=s)
         em.op("COPY", src=em.tensor(em.scratch(0)), dst=em.tensor(y.index))
 
-    return O.OpPlan(emit, scratch=(O.Scratch(SHAPE, "int8", 3),))
+    return OpPlan(emit, scratch=(Scratch(SHAPE, "int8", 3),))
 
 
 @pytest.fixture
 def scratch_graph(monkeypatch: pytest.MonkeyPatch) -> Graph:
-    monkeypatch.setitem(O.PLANNERS, "TEST_VIA_SCRATCH", _via_scratch)
+    monkeypatch.setitem(registry.PLANNERS, "TEST_VIA_SCRATCH", _via_scratch)
     q = QuantParams((0.1,), (3,))
     tensors = {i: TensorInfo(i, f"t{i}", "int8", SHAPE, q) for i in range(3)}
     nodes = [OpNode(0, "TEST_VIA_SCRATCH", (0,), (1,)), OpNode(1, "TEST_VIA_SCRATCH", (1,), (2,))]

@@ -1,0 +1,116 @@
+"""Activations and requantizations of one 8-bit input as 256-entry lookup tables: one LUT instruction
+with the table of TFLite's reference kernel (RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, HARD_SWISH,
+LEAKY_RELU, QUANTIZE; DEQUANTIZE is checked here and stays on the CPU).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from libaccel.compiler import quant as q
+from libaccel.compiler import tables
+from libaccel.compiler.emitter import Emitter
+from libaccel.compiler.graph import Graph, OpNode, TensorInfo
+from libaccel.compiler.plan_common import (
+    BYTE_TYPES,
+    OpPlan,
+    Planner,
+    Unsupported,
+    activation,
+    multiplier,
+    tensor,
+    to4d,
+)
+
+
+def _relu_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
+    """TFLite's quantized ReluX (activations.cc): requantize then clamp, as a 256-entry table."""
+    assert x.quant and y.quant
+    # ReluPrepare: input_scale / output_scale in float, then QuantizeMultiplier.
+    real = float(np.float32(x.quant.scale) / np.float32(y.quant.scale))
+    m, shift = multiplier(real, node.op)
+    lo, hi = q.QRANGE[y.dtype]
+    zo = y.quant.zero_point
+
+    def bound(f: float) -> int:
+        return zo + q.tflite_round(float(np.float32(f) / np.float32(y.quant.scale)))
+
+    bounds = {"RELU": (0.0, None), "RELU6": (0.0, 6.0), "RELU_N1_TO_1": (-1.0, 1.0)}[node.op]
+    act_min = max(lo, bound(bounds[0]))
+    act_max = hi if bounds[1] is None else min(hi, bound(bounds[1]))
+    base = -128 if x.dtype == "int8" else 0
+    zi = x.quant.zero_point
+    vals = q.multiply_by_quantized_multiplier(np.arange(base, base + 256, dtype=np.int64) - zi, m, shift) + zo
+    return np.clip(vals, act_min, act_max)
+
+
+def _lut_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
+    """The 256-entry table of TFLite's reference kernel for ``node`` (see :mod:`.tables`)."""
+    assert x.quant and y.quant
+    args = (x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point)
+    if node.op in ("RELU", "RELU6", "RELU_N1_TO_1"):
+        return _relu_table(node, x, y)
+    if node.op == "LOGISTIC":
+        return tables.logistic_table(*args, x.dtype)
+    if node.op == "TANH":
+        return tables.tanh_table(*args, x.dtype)
+    if node.op == "HARD_SWISH":
+        try:
+            return tables.hard_swish_table(*args, x.dtype)
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
+    if node.op == "LEAKY_RELU":
+        alpha = node.options.get("alpha")
+        if alpha is None:  # no schema default would be right: the slope must come from the model
+            raise Unsupported("LEAKY_RELU without its alpha option")
+        return tables.leaky_relu_table(*args, float(alpha), x.dtype)
+    if node.op == "QUANTIZE":
+        real = float(x.quant.scale) / float(y.quant.scale)
+        multiplier(real, "QUANTIZE")  # the same shift limits as every requantization
+        return tables.requantize_table(*args, x.dtype, y.dtype)
+    raise Unsupported(f"{node.op} has no lookup table")
+
+
+def _plan_lut(graph: Graph, node: OpNode) -> OpPlan:
+    """Any elementwise op of one 8-bit input: one LUT instruction with TFLite's table."""
+    if node.op in ("QUANTIZE", "DEQUANTIZE"):
+        # The NPU computes no float: float <-> int8 conversions at a model's edges stay on the CPU.
+        x0, y0 = tensor(graph, node.inputs[0], "input"), tensor(graph, node.outputs[0], "output")
+        if x0.dtype not in BYTE_TYPES or y0.dtype not in BYTE_TYPES:
+            raise Unsupported(
+                f"{node.op} {x0.dtype} -> {y0.dtype} converts to or from float; the NPU has no float "
+                "arithmetic (only 8-bit -> 8-bit requantization runs on the NPU)"
+            )
+    x = activation(graph, node.inputs[0], "input")
+    y = activation(graph, node.outputs[0], "output", None if node.op == "QUANTIZE" else x.dtype)
+    if x.shape != y.shape:
+        raise Unsupported(f"input {list(x.shape)} and output {list(y.shape)} differ")
+    table = _lut_table(node, x, y)
+    np_t = np.int8 if y.dtype == "int8" else np.uint8
+    shape4 = to4d(x.shape)
+
+    def emit(em: Emitter) -> None:
+        em.op(
+            "LUT",
+            input=em.tensor(x.index, shape=shape4),
+            table=em.const(table.astype(np_t).reshape(1, 1, 1, 256), y.dtype),
+            output=em.tensor(y.index, shape=shape4),
+        )
+
+    return OpPlan(emit)
+
+
+PLANNERS: dict[str, Planner] = {
+    op: _plan_lut
+    for op in (
+        "RELU",
+        "RELU6",
+        "RELU_N1_TO_1",
+        "LOGISTIC",
+        "TANH",
+        "HARD_SWISH",
+        "LEAKY_RELU",
+        "QUANTIZE",
+        "DEQUANTIZE",
+    )
+}

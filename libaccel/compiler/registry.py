@@ -1,0 +1,86 @@
+"""Which planner lowers which TFLite op, and the compiler's one support check.
+
+Every op family's module (:mod:`.convolution`, :mod:`.elementwise`, :mod:`.pooling`,
+:mod:`.activations`, :mod:`.movement`, :mod:`.resize`, ...) holds its planners and a ``PLANNERS``
+table of its own; this module merges them into :data:`PLANNERS`. :func:`check_support` and the
+compiler (:mod:`.lower`) call the same :func:`plan_node`, so what the partitioner accepts is exactly
+what the compiler can lower.
+"""
+
+from __future__ import annotations
+
+from libaccel.compiler import (
+    activations,
+    argmax,
+    binary_tables,
+    convolution,
+    elementwise,
+    lookup,
+    matmul,
+    movement,
+    pooling,
+    reduce,
+    resize,
+    shape_folding,
+    softmax,
+    transpose_conv,
+)
+from libaccel.compiler.graph import Graph, OpNode
+from libaccel.compiler.plan_common import OpPlan, Planner, Support, Unsupported
+
+FAMILIES = (
+    convolution,
+    transpose_conv,
+    matmul,
+    elementwise,
+    binary_tables,
+    lookup,
+    pooling,
+    reduce,
+    activations,
+    softmax,
+    argmax,
+    movement,
+    resize,
+)
+
+
+def _merge() -> dict[str, Planner]:
+    planners: dict[str, Planner] = {}
+    for family in FAMILIES:
+        twice = set(planners) & set(family.PLANNERS)
+        if twice:
+            raise RuntimeError(f"{family.__name__} plans {sorted(twice)}, which another family plans too")
+        planners.update(family.PLANNERS)
+    return planners
+
+
+#: TFLite op name -> its planner.
+PLANNERS: dict[str, Planner] = _merge()
+
+# Ops whose planners write several outputs (each checks every one); every other op has one output.
+MULTI_OUTPUT = frozenset({"SPLIT", "SPLIT_V"})
+
+
+def plan_node(graph: Graph, node: OpNode) -> OpPlan:
+    """The lowering of ``node``; raises :class:`Unsupported` with the reason it cannot be exact."""
+    if shape_folding.is_folded(graph, node):
+        return OpPlan(fused=True)  # a shape computation folded into constants: nothing runs
+    planner = PLANNERS.get(node.op)
+    if planner is None:
+        raise Unsupported(f"{node.op} is not an NPU operator")
+    if not node.outputs or (len(node.outputs) != 1 and node.op not in MULTI_OUTPUT):
+        raise Unsupported(f"{node.op} with {len(node.outputs)} outputs")
+    try:
+        return planner(graph, node)
+    except (IndexError, KeyError, TypeError) as e:  # malformed node: wrong input count, option types
+        raise Unsupported(f"malformed {node.op}: {e}") from None
+
+
+def check_support(graph: Graph, node: OpNode) -> Support:
+    """Whether ``node`` runs on the NPU bit-exactly, and if not, why (for the placement report)."""
+    try:
+        plan_node(graph, node)
+    except Unsupported as e:
+        return Support(False, str(e))
+    return Support(True, "")
