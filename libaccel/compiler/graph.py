@@ -65,19 +65,7 @@ from typing import Any
 
 import numpy as np
 
-DTYPES = {
-    "float32": np.float32,
-    "float16": np.float16,
-    "int32": np.int32,
-    "uint8": np.uint8,
-    "int64": np.int64,
-    "bool": np.bool_,
-    "int16": np.int16,
-    "int8": np.int8,
-    "float64": np.float64,
-    "uint32": np.uint32,
-    "uint16": np.uint16,
-}
+from libaccel.compiler.tflite_check import DTYPES, check_tflite
 
 # Schema defaults of the options the compiler reads, for a delegate that leaves them out.
 OPTION_DEFAULTS: dict[str, Any] = {
@@ -299,8 +287,6 @@ def graph_from_tflite(model: bytes, subgraph: int = 0) -> Graph:
     is not a well-formed TFLite model, and ValueError for a subgraph it does not have.
     """
     import tflite
-
-    from libaccel.compiler.tflite_check import check_tflite
 
     data = bytes(model)
     check_tflite(data)

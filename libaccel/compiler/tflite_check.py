@@ -28,6 +28,21 @@ class ModelError(ValueError):
     """A model file that is not a well-formed TFLite flatbuffer; the message names the problem."""
 
 
+#: TFLite tensor type name (lower case) -> numpy dtype, for the types whose bytes the project reads.
+DTYPES = {
+    "float32": np.float32,
+    "float16": np.float16,
+    "int32": np.int32,
+    "uint8": np.uint8,
+    "int64": np.int64,
+    "bool": np.bool_,
+    "int16": np.int16,
+    "int8": np.int8,
+    "float64": np.float64,
+    "uint32": np.uint32,
+    "uint16": np.uint16,
+}
+
 # The FlatBuffers C++ Verifier's defaults (flatbuffers/verifier.h): a deeper or bigger object
 # graph is refused rather than walked, which also bounds the time a hostile model can cost.
 MAX_DEPTH = 64
@@ -237,8 +252,6 @@ def check_tflite(model: bytes | bytearray | memoryview) -> None:
     v = _Verifier(data)
     quantized_types = (tflite.TensorType.INT8, tflite.TensorType.UINT8)
     v.table(v.deref(0, "the root table"), "Model", 0)
-
-    from libaccel.compiler.graph import DTYPES
 
     m = tflite.Model.GetRootAs(data, 0)
     n_buffers, n_codes = m.BuffersLength(), m.OperatorCodesLength()
