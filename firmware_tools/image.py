@@ -6,20 +6,25 @@ boot ROM; this module names the files ``vnpu-fw`` builds by default.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from uapi.firmware_format import DEFAULT_FW_VERSION, FirmwareImage, format_fw_version, load_private_key
+from uapi.firmware_format import (
+    DEFAULT_FW_VERSION,
+    DEFAULT_IMAGE_PATH,
+    FIRMWARE_DIR,
+    FirmwareImage,
+    format_fw_version,
+    load_private_key,
+)
 
-_REPO = Path(__file__).resolve().parent.parent
-# The image the kernel requests as "vnpu/vnpu_fw.bin" (load it with firmware_class.path=<repo>/firmware),
-# built from the manifest beside it and signed with the development key.
-DEFAULT_IMAGE_PATH = _REPO / "firmware" / "vnpu" / "vnpu_fw.bin"
-DEFAULT_MANIFEST_PATH = _REPO / "firmware" / "vnpu" / "vnpu_fw.toml"
+# DEFAULT_IMAGE_PATH: the image the kernel requests as "vnpu/vnpu_fw.bin" (load it with
+# firmware_class.path=<repo>/firmware, or install it with vnpu-fw install), built from the manifest
+# beside it and signed with the development key.
+DEFAULT_MANIFEST_PATH = DEFAULT_IMAGE_PATH.with_name("vnpu_fw.toml")
 # The development key pair: published, so it proves nothing; the device trusts its public half
-# (uapi.firmware_format.DEV_PUBLIC_KEY_PATH) unless told otherwise.
-DEV_PRIVATE_KEY_PATH = _REPO / "firmware" / "keys" / "dev-ed25519.key"
+# (uapi.firmware_format.DEV_PUBLIC_KEY_PATH) unless told otherwise. The private half is in the
+# repository only: the wheel leaves it out, so rebuilding the committed image needs a checkout.
+DEV_PRIVATE_KEY_PATH = FIRMWARE_DIR / "keys" / "dev-ed25519.key"
 
 
 def default_image() -> FirmwareImage:

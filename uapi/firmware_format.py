@@ -55,9 +55,16 @@ MAX_BUILD_TAG = 256
 MIN_IMAGE_SIZE = hw.FW_HEADER_SIZE + hw.FW_SIGNATURE_SIZE
 
 DEFAULT_FW_VERSION = (1 << 16) | (0 << 8) | 0
+# The firmware tree, laid out as /lib/firmware is: this package's ``firmware`` directory (in a
+# checkout a link to the repository's firmware/; the wheel carries the files). The kernel requests
+# FIRMWARE_NAME from it (vnpu-fw install copies the image to /lib/firmware/FIRMWARE_NAME).
+FIRMWARE_DIR = (Path(__file__).parent / "firmware").resolve()
+FIRMWARE_NAME = "vnpu/vnpu_fw.bin"
+# The default image: every opcode enabled, signed with the development key.
+DEFAULT_IMAGE_PATH = FIRMWARE_DIR / FIRMWARE_NAME
 # The device trusts the development key's public half unless told otherwise (vnpu-device-model
 # --fw-pubkey); the key pair is published, so it proves nothing.
-DEV_PUBLIC_KEY_PATH = Path(__file__).resolve().parent.parent / "firmware" / "keys" / "dev-ed25519.pub"
+DEV_PUBLIC_KEY_PATH = FIRMWARE_DIR / "keys" / "dev-ed25519.pub"
 
 _HEADER = struct.Struct("<6I")  # magic .. payload size; reserved, digest follow
 _TLV = struct.Struct("<HH")

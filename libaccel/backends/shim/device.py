@@ -30,10 +30,11 @@ from device_model.page_tables import PageAllocator
 from uapi import bindings as b
 from uapi import hw_layout as hw
 from uapi.bindings import ffi
+from uapi.firmware_format import DEFAULT_IMAGE_PATH
 
 if TYPE_CHECKING:
     from libaccel.backends.shim.file import ShimBackend
-FIRMWARE_PATH = Path(__file__).resolve().parents[3] / "firmware" / "vnpu" / "vnpu_fw.bin"
+FIRMWARE_PATH = DEFAULT_IMAGE_PATH  # the image the device boots; $VNPU_SHIM_FIRMWARE for another
 ENV_FIRMWARE = "VNPU_SHIM_FIRMWARE"
 ENV_JOB_TIMEOUT_MS = "VNPU_SHIM_JOB_TIMEOUT_MS"
 ENV_CORES = "VNPU_SHIM_CORES"
