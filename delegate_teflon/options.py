@@ -21,6 +21,8 @@ OPTION_HELP = {
     f"else verbose when ${TEFLON_DEBUG_ENV} has 'verbose', else info",
     "allow_ops": "comma list of TFLite op names; only these may run on the NPU",
     "deny_ops": "comma list of TFLite op names that stay on the CPU",
+    "placement_file": "file the placement is written to as JSON at every Prepare (node, op, npu, reason), "
+    "for tools that run a model and report where its nodes ran; its directory must exist",
 }
 
 
@@ -35,6 +37,7 @@ class DelegateOptions:
     log_level: str = "info"
     allow_ops: frozenset[str] | None = None
     deny_ops: frozenset[str] = field(default_factory=frozenset)
+    placement_file: Path | None = None
 
     @property
     def verbose(self) -> bool:
@@ -100,6 +103,13 @@ def parse_options(
             path = Path(value).expanduser()
             if path.exists() and not path.is_dir():
                 raise OptionError(f"vnpu delegate: option 'cache_dir' = {value!r} is not a directory")
+            values[key] = path
+        elif key == "placement_file":
+            if not value:
+                raise OptionError("vnpu delegate: option 'placement_file' is empty")
+            path = Path(value).expanduser()
+            if not path.parent.is_dir():
+                raise OptionError(f"vnpu delegate: option 'placement_file' = {value!r}: no such directory")
             values[key] = path
         elif key == "log_level":
             if value not in LOG_LEVELS:

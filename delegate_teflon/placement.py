@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from delegate_teflon.options import DelegateOptions
 from libaccel.compiler.graph import Graph, OpNode
@@ -31,6 +33,14 @@ def place(
             ok, reason = check(graph, node)
             out.append(Placement(node.index, node.op, ok, "" if ok else reason))
     return out
+
+
+def write_placement(path: Path, placements: list[Placement], runtime: str) -> None:
+    """The placement as JSON (the ``placement_file`` option): ``{"runtime": ..., "nodes": [{"node",
+    "op", "npu", "reason"}, ...]}`` in execution order; written whole, then renamed into place."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"runtime": runtime, "nodes": [asdict(p) for p in placements]}, indent=1))
+    tmp.replace(path)
 
 
 def format_report(placements: list[Placement], runtime: str, partitions: int | None = None) -> str:

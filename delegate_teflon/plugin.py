@@ -33,7 +33,7 @@ import numpy as np
 from delegate_teflon import compiler_bridge
 from delegate_teflon.context_reader import K_TFLITE_DYNAMIC, KNOWN_OPS, dynamic_tensors, read_context
 from delegate_teflon.options import DelegateOptions, OptionError, parse_options
-from delegate_teflon.placement import Placement, format_report, place
+from delegate_teflon.placement import Placement, format_report, place, write_placement
 from delegate_teflon.runtime_abi import RuntimeLayout, identify
 from libaccel.compiler.graph import Graph, OpNode
 from libaccel.compiler.reference import annotate_reference
@@ -268,6 +268,11 @@ def _plan_delegation(state: DelegateState, context: Any) -> tuple[PreparedGraph,
         npu = [n for n in npu if n not in nodes]
     _last_prepare = PrepareRecord(graph if keep_last_graph else None, layout, placements)
     state.log("verbose", format_report(placements, layout.distribution))
+    if state.options.placement_file is not None:
+        try:
+            write_placement(state.options.placement_file, placements, layout.distribution)
+        except OSError as e:
+            state.log("info", f"vnpu delegate: cannot write the placement file: {e}")
     if not npu:
         state.log(
             "info",

@@ -241,37 +241,45 @@ def _tflite_interpreter(model: bytes, delegates: list[Any]) -> Any:
 
 
 def _run_tflite(path: Path, inputs: Mapping[str, np.ndarray], device: str) -> ModelResult:
+    """The model in LiteRT with libteflon.so, as an application runs it; the placement comes back
+    through the delegate's ``placement_file`` option (docs/delegate.md)."""
+    import json
+    import tempfile
+
     from ai_edge_litert import interpreter as lite
 
-    import delegate_teflon
-    from delegate_teflon import plugin
+    from delegate_teflon import library_path
 
     model = path.read_bytes()
-    t0 = time.perf_counter()
-    delegate = lite.load_delegate(delegate_teflon.library_path(), {"device": device, "log_level": "quiet"})
-    interp = _tflite_interpreter(model, [delegate])
-    compile_ms = 1000 * (time.perf_counter() - t0)
-    record = plugin.last_prepare()  # the delegate's own decision, made in this process
+    with tempfile.TemporaryDirectory(prefix="vnpu-run-") as tmp:
+        report = Path(tmp) / "placement.json"
+        options = {"device": device, "log_level": "quiet", "placement_file": str(report)}
+        t0 = time.perf_counter()
+        delegate = lite.load_delegate(library_path(), options)
+        interp = _tflite_interpreter(model, [delegate])
+        compile_ms = 1000 * (time.perf_counter() - t0)
+        nodes = json.loads(report.read_text())["nodes"] if report.exists() else []
     for d in interp.get_input_details():
         interp.set_tensor(d["index"], inputs[d["name"]])
     t0 = time.perf_counter()
     interp.invoke()
     invoke_ms = 1000 * (time.perf_counter() - t0)
     outputs = {d["name"]: interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()}
-    placement, partitions = _tflite_placement(record.placements if record is not None else [])
+    placement, partitions = _tflite_placement(nodes)
     return ModelResult(outputs, placement, partitions, compile_ms, 0.0, invoke_ms, "tflite",
                        ["compile covers the delegate's prepare (compile and load)"])  # fmt: skip
 
 
-def _tflite_placement(placements: list[Any]) -> tuple[list[Placement], int]:
-    """The delegate's placements, NPU nodes numbered by partition: TFLite groups maximal runs of
-    delegated nodes in execution order into one kernel each."""
+def _tflite_placement(nodes: list[dict[str, Any]]) -> tuple[list[Placement], int]:
+    """The delegate's placement records, NPU nodes numbered by partition: TFLite groups maximal runs
+    of delegated nodes in execution order into one kernel each."""
     out, partitions, previous = [], 0, False
-    for p in placements:
-        if p.npu and not previous:
+    for n in nodes:
+        npu = bool(n["npu"])
+        if npu and not previous:
             partitions += 1
-        previous = p.npu
-        out.append(Placement(p.node, p.op, "", p.npu, partitions - 1 if p.npu else None, p.reason))
+        previous = npu
+        out.append(Placement(n["node"], n["op"], "", npu, partitions - 1 if npu else None, n["reason"]))
     return out, partitions
 
 

@@ -3,7 +3,9 @@ and a model with nothing the NPU takes runs wholly on the CPU, equal to the refe
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +33,7 @@ def test_loads_on_the_shim(interp_mod: Any, lib_path: str) -> None:
         ({"device": "shim", "deny_ops": "CONV_2D,NOPE"}, "NOPE"),
         ({"device": "relative/path"}, "'device' = 'relative/path'"),
         ({"device": "/dev/accel/does-not-exist"}, "cannot open device"),
+        ({"device": "shim", "placement_file": "/no/such/dir/p.json"}, "'placement_file'"),
     ],
 )
 def test_bad_options_raise(interp_mod: Any, lib_path: str, options: dict[str, str], message: str) -> None:
@@ -64,6 +67,24 @@ def test_verbose_placement_report(
     err = capfd.readouterr().err
     assert "placement" in err and "0 of 1 nodes on the NPU" in err
     assert "SOFTMAX" in err and "CPU  (not in the allow_ops option)" in err
+
+
+def test_placement_file(runtime: str, interp_mod: Any, lib_path: str, tmp_path: Path) -> None:
+    """The placement_file option: the placement as JSON, every node with its reason."""
+    model = gen.conv2d_model((1, 6, 6, 3), 4, 3, 1, "SAME", True, "NONE", 11)
+    path = tmp_path / "placement.json"
+    options = {"device": "shim", "log_level": "quiet", "placement_file": str(path)}
+    gen.run_reference(
+        model, gen.random_inputs(model, 0), runtime, [interp_mod.load_delegate(lib_path, options)]
+    )
+    doc = json.loads(path.read_text())
+    assert doc["nodes"] == [{"node": 0, "op": "CONV_2D", "npu": True, "reason": ""}] and doc["runtime"]
+    options["deny_ops"] = "CONV_2D"
+    gen.run_reference(
+        model, gen.random_inputs(model, 0), runtime, [interp_mod.load_delegate(lib_path, options)]
+    )
+    (node,) = json.loads(path.read_text())["nodes"]
+    assert not node["npu"] and node["reason"] == "denied by the deny_ops option"
 
 
 def test_quiet_prints_nothing(

@@ -17,7 +17,7 @@ def test_defaults() -> None:
     opts = parse_options([], KNOWN_OPS, environ={})
     assert opts.device is None and opts.cache_dir is None
     assert opts.log_level == "info" and not opts.verbose and not opts.quiet
-    assert opts.allow_ops is None and opts.deny_ops == frozenset()
+    assert opts.allow_ops is None and opts.deny_ops == frozenset() and opts.placement_file is None
     assert opts == DelegateOptions()
 
 
@@ -36,11 +36,13 @@ def test_all_options(tmp_path: Path) -> None:
             ("log_level", "verbose"),
             ("allow_ops", "conv_2d, ADD"),
             ("deny_ops", "MUL"),
+            ("placement_file", str(tmp_path / "p.json")),
         ],
         KNOWN_OPS,
     )
     assert opts.device == "shim" and opts.cache_dir == tmp_path and opts.verbose
     assert opts.allow_ops == {"CONV_2D", "ADD"} and opts.deny_ops == {"MUL"}
+    assert opts.placement_file == tmp_path / "p.json"
 
 
 @pytest.mark.parametrize(
@@ -54,6 +56,8 @@ def test_all_options(tmp_path: Path) -> None:
         ([("deny_ops", " , ")], "'deny_ops' is empty"),
         ([("allow_ops", "ADD"), ("deny_ops", "ADD")], "both allow_ops and deny_ops"),
         ([("device", "shim"), ("device", "shim")], "given twice"),
+        ([("placement_file", "")], "'placement_file' is empty"),
+        ([("placement_file", "/no/such/dir/p.json")], "no such directory"),
     ],
 )
 def test_bad_options(pairs: list[tuple[str, str]], message: str) -> None:
