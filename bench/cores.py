@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.clients import collect_results, wait_until_ready, wall_seconds
+from bench.clients import EmptyJob, collect_results, percentile, wait_until_ready, wall_seconds
 
 EMPTY, MODEL = "empty job", "model invoke"
 THREADS, PROCESSES = "threads", "processes"  # how the device model runs its cores
@@ -275,8 +275,6 @@ def _client(
         dev = open_device()
         try:
             if workload == EMPTY:
-                from bench.jobs import EmptyJob
-
                 ej = EmptyJob(dev)
                 ej.submit()
                 ej.wait()
@@ -340,8 +338,6 @@ def _round_trip_beside(
     work: ModelWork,
     samples: int,
 ) -> RoundTripBeside:
-    from bench.jobs import EmptyJob, percentile
-
     ready, stop, results = make_sync()
     worker = spawn(_background, open_device, work, ready, stop, results)
     times: list[float] = []

@@ -32,11 +32,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from bench import cores as core_bench
-from bench.clients import collect_results, wait_until_ready, wall_seconds
-from uapi.isa import encode
+from bench.clients import EmptyJob, collect_results, percentile, wait_until_ready, wall_seconds
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -60,45 +58,6 @@ class ThroughputResult:
     jobs: int
     seconds: float
     jobs_per_s: float
-
-
-def percentile(samples: list[float], q: float) -> float:
-    """The q-th percentile (0..100) by linear interpolation between closest ranks."""
-    if not samples:
-        raise ValueError("percentile of no samples")
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile {q} is outside 0..100")
-    s = sorted(samples)
-    pos = (len(s) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-class EmptyJob:
-    """One file's empty job: END in a read-only BO, a scratch BO to list, an out syncobj."""
-
-    def __init__(self, device: str | Any) -> None:
-        """``device``: a name for Device.open (the job owns the file), or an open Device."""
-        from libaccel import Device, Job, JobBo
-
-        self._owned = isinstance(device, str)
-        self.dev = Device.open(device) if isinstance(device, str) else device
-        stream = encode("END")
-        self.cmd = self.dev.create_bo_with(stream, read_only=True)
-        self.scratch = self.dev.create_bo(4096)
-        self.syncobj = self.dev.create_syncobj()
-        self.job = Job(self.cmd, len(stream), [JobBo(self.scratch)], out_syncobj=self.syncobj)
-
-    def submit(self) -> None:
-        self.dev.submit(self.job)
-
-    def wait(self) -> None:
-        self.dev.wait_syncobjs([self.syncobj], timeout=60)
-
-    def close(self) -> None:
-        if self._owned:
-            self.dev.close()
 
 
 def round_trip(device_name: str, iterations: int, warmup: int = 10) -> LatencyResult:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.jobs import main, percentile
+from bench.clients import percentile
+from bench.jobs import main
 
 
 def test_percentile_interpolates() -> None:
