@@ -3,9 +3,13 @@
     vnpu-fw build [MANIFEST] [-o PATH] [--key KEY] [--version X.Y.Z] [--disable-op NAME]... [--build-tag T]
     vnpu-fw build --check [PATH]    exit 1 unless PATH (default: the committed image) is current
     vnpu-fw sign IMAGE --key KEY [-o OUT]
-    vnpu-fw verify IMAGE [--pubkey PEM]
-    vnpu-fw inspect IMAGE [--pubkey PEM] [--json]
+    vnpu-fw verify [IMAGE] [--pubkey PEM]
+    vnpu-fw inspect [IMAGE] [--pubkey PEM] [--json]
+    vnpu-fw install [IMAGE] [--pubkey PEM] [--dest DIR]   verify, then copy to DIR/vnpu/vnpu_fw.bin
     vnpu-fw keygen NAME             write a new Ed25519 pair: NAME.key (private) and NAME.pub
+
+IMAGE defaults to the image the package carries (the committed firmware/vnpu/vnpu_fw.bin);
+``install`` puts it where the kernel's request_firmware() finds it (DIR: /lib/firmware).
 
 Exit codes: 0 success; 1 the image is rejected (the reason is the boot ROM's); 2 a bad
 command line, or a file (image, manifest, key) that cannot be read or used. Errors are
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +29,7 @@ from typing import Any
 from uapi import hw_layout as hw
 from uapi.firmware_format import (
     DEV_PUBLIC_KEY_PATH,
+    FIRMWARE_NAME,
     FirmwareError,
     FirmwareImage,
     ParsedImage,
@@ -231,6 +237,27 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_install(args: argparse.Namespace) -> int:
+    data = _read(args.path)
+    parsed = parse_image(data, _public_key(args.pubkey))  # install only what the boot ROM accepts
+    target = Path(args.dest) / FIRMWARE_NAME
+    staged = target.with_name(f".{target.name}.{os.getpid()}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged.write_bytes(data)
+        staged.chmod(0o644)
+        os.replace(staged, target)  # a concurrent request_firmware() never reads half a file
+    except OSError as e:
+        staged.unlink(missing_ok=True)
+        raise UsageError(f"{target}: cannot write: {e.strerror}") from None
+    img = parsed.image
+    print(
+        f"installed {target} (firmware {img.fw_version_str}, build id {format_build_id(parsed.build_id)}); "
+        f"vnpu.ko requests it as {FIRMWARE_NAME}"
+    )
+    return EXIT_OK
+
+
 class _Parser(OneLineArgumentParser):
     usage_error = UsageError
 
@@ -259,15 +286,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--key", required=True, help="Ed25519 private key (PEM)")
     s.add_argument("-o", "--output", help="output path (default: sign IMAGE in place)")
     s.set_defaults(func=cmd_sign)
+    default_image_help = f"firmware image (default: the package's, {DEFAULT_IMAGE_PATH})"
     i = sub.add_parser("inspect", help="print an image's header, sections and signature state")
-    i.add_argument("path", metavar="IMAGE")
+    i.add_argument(
+        "path", metavar="IMAGE", nargs="?", default=str(DEFAULT_IMAGE_PATH), help=default_image_help
+    )
     i.add_argument("--pubkey", help="public key to check the signature with (default: the development key)")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.set_defaults(func=cmd_inspect)
     v = sub.add_parser("verify", help="check an image as the boot ROM does; exit 1 if it is rejected")
-    v.add_argument("path", metavar="IMAGE")
+    v.add_argument(
+        "path", metavar="IMAGE", nargs="?", default=str(DEFAULT_IMAGE_PATH), help=default_image_help
+    )
     v.add_argument("--pubkey", help="public key to check the signature with (default: the development key)")
     v.set_defaults(func=cmd_verify)
+    n = sub.add_parser(
+        "install", help=f"verify an image, then install it as DIR/{FIRMWARE_NAME} (exit 1 if it is rejected)"
+    )
+    n.add_argument(
+        "path", metavar="IMAGE", nargs="?", default=str(DEFAULT_IMAGE_PATH), help=default_image_help
+    )
+    n.add_argument("--pubkey", help="public key to check the signature with (default: the development key)")
+    n.add_argument(
+        "--dest", default="/lib/firmware", metavar="DIR", help="firmware directory (default: %(default)s)"
+    )
+    n.set_defaults(func=cmd_install)
     k = sub.add_parser("keygen", help="write a new Ed25519 key pair, NAME.key and NAME.pub")
     k.add_argument("name", metavar="NAME")
     k.set_defaults(func=cmd_keygen)

@@ -339,6 +339,25 @@ def test_cli_build_from_manifest(tmp_path: Path) -> None:
     assert out.read_bytes() == DEFAULT_IMAGE_PATH.read_bytes()
 
 
+def test_cli_install_puts_the_image_where_request_firmware_looks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vnpu-fw install: the package's image by default, verified first, under DIR/vnpu/vnpu_fw.bin."""
+    assert fw_cli.main(["verify"]) == 0 and fw_cli.main(["inspect", "--json"]) == 0
+    capsys.readouterr()
+    assert fw_cli.main(["install", "--dest", str(tmp_path)]) == 0
+    installed = tmp_path / "vnpu" / "vnpu_fw.bin"
+    assert installed.read_bytes() == DEFAULT_IMAGE_PATH.read_bytes()
+    assert installed.stat().st_mode & 0o777 == 0o644
+    assert "vnpu/vnpu_fw.bin" in capsys.readouterr().out
+    # An image the boot ROM would reject is not installed.
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"VNFW" + bytes(200))
+    assert fw_cli.main(["install", str(bad), "--dest", str(tmp_path / "other")]) == 1
+    assert not (tmp_path / "other").exists()
+    assert capsys.readouterr().err.startswith("vnpu-fw: ")
+
+
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"VNFW" + bytes(200))
