@@ -1,0 +1,289 @@
+"""The wheel works outside the checkout: build the sdist and the wheel, install the wheel into a new
+venv, and run the userspace stack's commands from a temporary directory.
+
+Offline and fast on a machine where ``./run.sh`` made ``.venv``:
+
+- ``python -m build --no-isolation`` builds the sdist, then the wheel from the sdist, with this
+  venv's setuptools (the dev extras carry ``build``, ``setuptools`` and ``twine``);
+- the new venv gets the wheel alone (``pip install --no-deps --no-index``) and finds the wheel's
+  dependencies through one ``.pth`` line naming this venv's site-packages. A directory added that way
+  is a plain ``sys.path`` entry: its own ``.pth`` files (the editable install's finder among them) do
+  not run, so the project's packages can come only from the wheel, which the test checks, with the
+  wheel's ``Requires-Dist`` against the versions that directory provides;
+- the commands run with ``$VNPU_CACHE_DIR`` in a temporary directory, so libteflon.so and accel
+  trace's interposer are compiled from the wheel's files; only the MAC array's build (about 30 s of
+  gcc) is copied in from this venv's cache, under the key the wheel's own ``mac_array.c`` hashes to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = (
+    "uapi",
+    "libaccel",
+    "device_model",
+    "firmware_tools",
+    "delegate_teflon",
+    "vnpu_common",
+    "modelgen",
+)
+# Files beside the modules that the stack reads at run time.
+DATA = (
+    "uapi/abi_generated.json",
+    "uapi/vnpu_isa.toml",
+    "uapi/drm/vnpu_accel.h",
+    "uapi/drm/vnpu_isa.h",
+    "uapi/drm/drm.h",
+    "uapi/firmware/vnpu/vnpu_fw.bin",
+    "uapi/firmware/vnpu/vnpu_fw.toml",
+    "uapi/firmware/keys/dev-ed25519.pub",
+    "libaccel/trace_preload.c",
+    "device_model/mac_array/mac_array.c",
+)
+TFLITE_MODEL = ROOT / "tests" / "corpus" / "models" / "ds_cnn_kws.tflite"
+ONNX_MODEL = ROOT / "tests" / "onnx" / "models" / "mobilenet_like_qdq.onnx"
+TIMEOUT = 600.0  # one command, on a loaded 2-core machine
+
+
+def _run(
+    argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(argv, cwd=cwd, env=env, input=input, capture_output=True, text=True, timeout=TIMEOUT)
+    if r.returncode != 0:
+        pytest.fail(f"{shlex.join(argv)} exited {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+@dataclass(frozen=True)
+class Dists:
+    wheel: Path
+    sdist: Path
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
+    try:
+        import build  # noqa: F401
+    except ImportError:
+        pytest.fail("the venv lacks the build frontend: ./run.sh reinstalls it (pyproject.toml's dev extras)")
+    out = tmp_path_factory.mktemp("dist")
+    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)])
+    (wheel,) = out.glob("vnpu-*.whl")
+    (sdist,) = out.glob("vnpu-*.tar.gz")
+    return Dists(wheel, sdist)
+
+
+@dataclass(frozen=True)
+class Venv:
+    root: Path
+    site: Path
+    cwd: Path
+    env: dict[str, str]
+
+    def bin(self, name: str) -> str:
+        return str(self.root / "bin" / name)
+
+    def run(self, *argv: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return _run([*argv], cwd=self.cwd, env=self.env, input=input)
+
+    def python(self, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.run(self.bin("python"), "-c", code, *args)
+
+
+@pytest.fixture(scope="module")
+def venv(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    base = tmp_path_factory.mktemp("wheel-venv")
+    root = base / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(root)])
+    python = root / "bin" / "python"
+    site = Path(
+        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip()
+    )
+    (site / "_vnpu_test_dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    _run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index"]
+        + ["--no-cache-dir", str(dists.wheel)]
+    )
+    cache = base / "cache"
+    from device_model.mac_array.build import default_build_dir, ensure_built
+
+    ensure_built()  # this venv's build, in its own cache (the other tests use it too)
+    mac_array = default_build_dir()
+    shutil.copytree(mac_array, cache / mac_array.name, ignore=shutil.ignore_patterns(".*"))
+    cwd = base / "work"
+    cwd.mkdir()
+    for model in (TFLITE_MODEL, ONNX_MODEL):
+        shutil.copy(model, cwd / model.name)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("VNPU_", "PYTHON")) and k not in ("VIRTUAL_ENV", "LD_PRELOAD")
+    }
+    env.update(PATH=f"{root / 'bin'}:/usr/local/bin:/usr/bin:/bin", VNPU_CACHE_DIR=str(cache))
+    return Venv(root, site, cwd, env)
+
+
+def test_the_archives_carry_the_run_time_files_and_leave_out_keys_and_tests(dists: Dists) -> None:
+    names = set(zipfile.ZipFile(dists.wheel).namelist())
+    for pkg in PACKAGES:
+        assert f"{pkg}/__init__.py" in names, pkg
+    for path in DATA:
+        assert path in names, path
+    with tarfile.open(dists.sdist) as tar:
+        sdist = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    assert set(DATA) <= sdist and "LICENSE" in sdist
+    for archive, files in (("wheel", names), ("sdist", sdist)):
+        assert not [n for n in files if n.endswith(".key")], f"a private key in the {archive}"
+        assert not [n for n in files if n.startswith(("tests/", "kernel/"))], (
+            f"tests or kernel/ in the {archive}"
+        )
+    _run([sys.executable, "-m", "twine", "check", "--strict", str(dists.wheel), str(dists.sdist)])
+
+
+CHECK_INSTALL = """
+import importlib, importlib.metadata as md, json, sys
+from packaging.requirements import Requirement
+site, packages = sys.argv[1], sys.argv[2].split(",")
+outside = [p for p in packages if not importlib.import_module(p).__file__.startswith(site)]
+unmet = []
+for text in md.requires("vnpu"):
+    req = Requirement(text)
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue
+    try:
+        version = md.version(req.name)
+    except md.PackageNotFoundError:
+        version = None
+    if version is None or version not in req.specifier:
+        unmet.append(f"{req} (have {version})")
+from device_model.mac_array.build import source_hash
+from uapi import bindings
+print(json.dumps({"outside": outside, "unmet": unmet, "mac_array": source_hash(),
+                  "ioctls": len(bindings.IOCTLS), "dist": str(md.distribution("vnpu").locate_file(""))}))
+"""
+
+
+def test_the_packages_come_from_the_wheel_and_its_requirements_are_met(venv: Venv) -> None:
+    from device_model.mac_array.build import source_hash
+
+    r = json.loads(venv.python(CHECK_INSTALL, str(venv.site), ",".join(PACKAGES)).stdout)
+    assert r["outside"] == [], "imported from outside the wheel"
+    assert r["unmet"] == [], "the wheel's requirements"
+    assert r["mac_array"] == source_hash()  # the wheel's mac_array.c is this checkout's
+    assert r["ioctls"] > 0 and Path(r["dist"]) == venv.site
+
+
+DELEGATE = """
+import sys
+import numpy as np
+import delegate_teflon
+from tflite_runtime.interpreter import Interpreter, OpResolverType, load_delegate
+
+model = sys.argv[1]
+delegate = load_delegate(delegate_teflon.library_path(), {"device": "shim"})
+npu = Interpreter(model_path=model, experimental_delegates=[delegate],
+                  experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+ref = Interpreter(model_path=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+outputs = []
+for interp in (npu, ref):
+    interp.allocate_tensors()
+    (inp,) = interp.get_input_details()
+    info = np.iinfo(inp["dtype"])
+    x = np.random.default_rng(1).integers(info.min, info.max + 1, size=inp["shape"]).astype(inp["dtype"])
+    interp.set_tensor(inp["index"], x)
+    interp.invoke()
+    outputs.append([interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()])
+diff = sum(int(np.count_nonzero(a.view(np.uint8) != b.view(np.uint8))) for a, b in zip(*outputs))
+print("library", delegate_teflon.library_path())
+print("differing bytes", diff)
+"""
+
+
+def test_the_delegate_runs_a_corpus_model_exactly(venv: Venv) -> None:
+    out = venv.python(DELEGATE, TFLITE_MODEL.name).stdout
+    assert "differing bytes 0" in out
+    assert f"library {venv.env['VNPU_CACHE_DIR']}/" in out  # built from the wheel's sources
+    r = venv.run(venv.bin("python"), "-m", "delegate_teflon.run", TFLITE_MODEL.name, "--device", "shim")
+    assert "0 differing bytes" in r.stdout
+
+
+def test_accel_info_and_run(venv: Venv) -> None:
+    info = json.loads(venv.run(venv.bin("accel"), "info", "--device", "shim", "--json").stdout)
+    assert info["device"] == "shim" and info["driver"] == "vnpu"
+    r = venv.run(venv.bin("accel"), "run", ONNX_MODEL.name, "--device", "shim", "--compare")
+    assert "0 differing bytes" in r.stdout
+    code = "import libaccel; r = libaccel.run_model({!r}, device='shim'); print(sorted(r.outputs))"
+    assert venv.python(code.format(ONNX_MODEL.name)).stdout.strip().startswith("['")
+
+
+C_PROGRAM = r"""
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <drm/vnpu_accel.h>
+
+int main(void)
+{
+    int fd = open("/dev/null", O_RDWR);
+    struct drm_vnpu_get_param p = { .param = DRM_VNPU_PARAM_MAX_JOB_BOS };
+
+    return ioctl(fd, DRM_IOCTL_VNPU_GET_PARAM, &p) == -1 && errno == ENOTTY ? 7 : 1;
+}
+"""
+
+
+def test_accel_trace_builds_its_interposer_from_the_wheel(venv: Venv) -> None:
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is required (apt-get install gcc)")
+    cflags = venv.run(venv.bin("python"), "-m", "uapi", "cflags").stdout.strip()
+    assert cflags == f"-I{venv.site / 'uapi'}"
+    (venv.cwd / "prog.c").write_text(C_PROGRAM)
+    venv.run("gcc", "-Wall", "-Werror", cflags, "prog.c", "-o", "prog")
+    r = subprocess.run(
+        [venv.bin("accel"), "trace", "--json", "-o", "trace.jsonl", "--", "./prog"],
+        cwd=venv.cwd,
+        env=venv.env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert r.returncode == 7, r.stderr  # the traced program's exit status
+    events = [json.loads(line) for line in (venv.cwd / "trace.jsonl").read_text().splitlines()]
+    assert [(e["ioctl"], e["errno"]) for e in events] == [("DRM_IOCTL_VNPU_GET_PARAM", "ENOTTY")]
+    assert list(Path(venv.env["VNPU_CACHE_DIR"]).glob("trace-*/libvnpu_trace.so"))
+
+
+ASM = """\
+TENSOR slot=0 dtype=INT8 va=0x100000 n=1 h=1 w=1 c=64 stride_c=1
+TENSOR slot=1 dtype=INT8 va=0x200040 n=1 h=1 w=1 c=64 stride_c=1
+COPY src=0 dst=1
+END
+"""
+
+
+def test_firmware_and_stream_tools(venv: Venv) -> None:
+    image = venv.site / "uapi" / "firmware" / "vnpu" / "vnpu_fw.bin"
+    assert "signature valid" in venv.run(venv.bin("vnpu-fw"), "verify").stdout
+    assert "signature valid" in venv.run(venv.bin("vnpu-fw"), "verify", str(image)).stdout
+    rec = json.loads(venv.run(venv.bin("vnpu-fw"), "inspect", "--json").stdout)
+    assert rec["signature"].startswith("Ed25519, valid")
+    venv.run(venv.bin("vnpu-fw"), "install", "--dest", "lib-firmware")
+    assert (venv.cwd / "lib-firmware" / "vnpu" / "vnpu_fw.bin").read_bytes() == image.read_bytes()
+    venv.run(venv.bin("vnpu-asm"), "asm", "-", "-o", "a.bin", input=ASM)
+    text = venv.run(venv.bin("vnpu-asm"), "disasm", "a.bin", "--no-annotate").stdout
+    venv.run(venv.bin("vnpu-asm"), "asm", "-", "-o", "b.bin", input=text)
+    assert (venv.cwd / "a.bin").read_bytes() == (venv.cwd / "b.bin").read_bytes()
