@@ -41,7 +41,8 @@ it to git, then each time resets that tree, makes the series against it, ``git a
 checkpatch (``--strict``, from the tree) on every patch and ``kernel-doc -none -Wall`` on
 every file the documentation pulls in, configures the tree with Debian's
 ``/boot/config-<newest 6.12 generic>`` plus ``CONFIG_DRM_ACCEL_VNPU=m`` (``make olddefconfig
-modules_prepare``), and builds the driver with ``make W=1 C=1 M=drivers/accel/vnpu`` (sparse).
+modules_prepare``), and builds the driver with ``make W=1 C=1 M=drivers/accel/vnpu`` (sparse), then
+runs the tree's coccinelle scripts over it (``make coccicheck MODE=report``).
 Any warning fails it. tests/tools/test_upstream.py is the fast check; docs/kernel.md, "Upstream
 patch series", shows both.
 """
@@ -1059,9 +1060,8 @@ def ensure_tree(root: Path, say: Say) -> Path:
 
 def check_build(out: Path, opts: Options, say: Say = _say) -> int:
     """The heavy check; 0 when the series applies, is checkpatch/kernel-doc clean and builds warning-free."""
-    missing = [(w, p) for w, p in debug_kernel.missing_requirements()] + [
-        (w, w) for w in ("sparse", "git") if shutil.which(w) is None
-    ]
+    tools = (("sparse", "sparse"), ("git", "git"), ("spatch", "coccinelle"))
+    missing = [*debug_kernel.missing_requirements(), *((w, p) for w, p in tools if shutil.which(w) is None)]
     if missing:
         pkgs = " ".join(sorted({p for _, p in missing}))
         say(f"missing: {', '.join(w for w, _ in missing)}; fix: apt-get install {pkgs}")
@@ -1160,11 +1160,27 @@ def _check_in_tree(
     failures += [f"build: {w}" for w in warnings]
     if not (tree / IN_TREE_DIR / f"{NAME}.ko").is_file() and not rc:
         failures.append(f"no {NAME}.ko was built")
+    failures += [f"coccinelle: {r}" for r in _coccicheck(make, log, say)]
     for line in failures:
         print(line, file=sys.stderr)
     verdict = "FAILED" if failures else "passed"
     say(f"{verdict} in {time.monotonic() - start:.0f}s; log {log}")
     return 1 if failures else 0
+
+
+def coccinelle_reports(output: str) -> list[str]:
+    """The report lines ``make coccicheck MODE=report`` printed about the driver's files."""
+    return [ln for ln in output.splitlines() if ln.startswith(f"{IN_TREE_DIR}/")]
+
+
+def _coccicheck(make: list[str], log: Path, say: Say) -> list[str]:
+    """Every script of the tree's scripts/coccinelle over the driver, in report mode."""
+    say(f"make coccicheck MODE=report M={IN_TREE_DIR}")
+    t0 = time.monotonic()
+    rc, text = _run([*make, "coccicheck", "MODE=report", f"J={JOBS}", f"M={IN_TREE_DIR}"], log)
+    reports = coccinelle_reports(text)
+    say(f"coccicheck: exit {rc}, {len(reports)} reports, {time.monotonic() - t0:.0f}s")
+    return reports if not rc else [*reports, f"make coccicheck failed (exit {rc}); see {log}"]
 
 
 # --- the command ---------------------------------------------------------------
