@@ -10,7 +10,12 @@ import numpy as np
 
 from libaccel.errors import DeviceClosed, JobFault
 from libaccel.job import deadline_after
-from uapi.bindings import DRM_VNPU_BO_DEVICE_READ_ONLY, ffi
+from uapi.bindings import (
+    DRM_VNPU_BO_DEVICE_READ_ONLY,
+    DRM_VNPU_BO_SYNC_FOR_CPU,
+    DRM_VNPU_BO_SYNC_FOR_DEVICE,
+    ffi,
+)
 
 if TYPE_CHECKING:
     from libaccel.device import Device
@@ -101,6 +106,20 @@ class BufferObject:
         arg.timeout_ns = deadline_ns
         self.device.ioctl("DRM_IOCTL_VNPU_BO_WAIT", arg)
         return JobStatus(arg.job_status, arg.fault_va)
+
+    def sync(self, for_cpu: bool = False, for_device: bool = False) -> None:
+        """BO_SYNC: make the CPU's and the device's view agree while a job that uses the BO runs.
+
+        Jobs are synced at their start and end by the kernel; this is for memory shared with a running
+        job: ``sync(for_cpu=True)`` before reading what it wrote, ``sync(for_device=True)`` after
+        writing what it waits for. A no-op where the device and the CPU share memory coherently.
+        """
+        arg = ffi.new("struct drm_vnpu_bo_sync *")
+        arg.handle = self.handle
+        arg.flags = (DRM_VNPU_BO_SYNC_FOR_CPU if for_cpu else 0) | (
+            DRM_VNPU_BO_SYNC_FOR_DEVICE if for_device else 0
+        )
+        self.device.ioctl("DRM_IOCTL_VNPU_BO_SYNC", arg)
 
     def close(self) -> None:
         """Release the handle (GEM_CLOSE). The CPU mapping stays valid until dropped, as with munmap."""

@@ -23,6 +23,8 @@ _HINTS: dict[tuple[str, int], str] = {
     ("DRM_IOCTL_VNPU_BO_INFO", _errno.ENOENT): "no BO with that handle in this file",
     ("DRM_IOCTL_VNPU_BO_WAIT", _errno.ENOENT): "no BO with that handle in this file",
     ("DRM_IOCTL_VNPU_BO_WAIT", _errno.ETIME): "the deadline passed before the BO's jobs finished",
+    ("DRM_IOCTL_VNPU_BO_SYNC", _errno.ENOENT): "no BO with that handle in this file",
+    ("DRM_IOCTL_VNPU_BO_SYNC", _errno.EINVAL): "flags must be DRM_VNPU_BO_SYNC_FOR_CPU and/or _FOR_DEVICE",
     ("DRM_IOCTL_VNPU_SUBMIT", _errno.EINVAL): (
         "bad job_count/job_struct_size/bo_count, non-zero flags or pad, misaligned or out-of-BO command "
         "range, or a BO listed twice; see docs/uapi.md"

@@ -238,6 +238,7 @@ static const struct drm_ioctl_desc vnpu_ioctls[] = {
 	DRM_IOCTL_DEF_DRV(VNPU_BO_INFO, vnpu_ioctl_bo_info, 0),
 	DRM_IOCTL_DEF_DRV(VNPU_BO_WAIT, vnpu_ioctl_bo_wait, 0),
 	DRM_IOCTL_DEF_DRV(VNPU_SUBMIT, vnpu_ioctl_submit, 0),
+	DRM_IOCTL_DEF_DRV(VNPU_BO_SYNC, vnpu_ioctl_bo_sync, 0),
 };
 
 /* DEFINE_DRM_ACCEL_FOPS() plus fdinfo, which 6.12's accel fops leave out. */

@@ -13,6 +13,7 @@
 #include <linux/dma-resv.h>
 #include <linux/slab.h>
 
+#include <drm/drm_drv.h>
 #include <drm/drm_gem.h>
 #include <drm/drm_print.h>
 #include <drm/drm_utils.h>
@@ -358,4 +359,44 @@ int vnpu_ioctl_bo_wait(struct drm_device *drm, void *data, struct drm_file *file
 	}
 	drm_gem_object_put(&bo->base.base);
 	return ret;
+}
+
+/**
+ * vnpu_ioctl_bo_sync() - DRM_IOCTL_VNPU_BO_SYNC
+ * @drm: the DRM device
+ * @data: struct drm_vnpu_bo_sync
+ * @file: the calling file
+ *
+ * For memory shared with a running job (the job boundaries are synced by
+ * the driver itself): a no-op unless the BO's mapping bounces or the device
+ * is not coherent.
+ *
+ * Return: 0 or a negative errno as documented in vnpu_accel.h.
+ */
+int vnpu_ioctl_bo_sync(struct drm_device *drm, void *data, struct drm_file *file)
+{
+	struct drm_vnpu_bo_sync *args = data;
+	struct vnpu_bo *bo;
+	int idx;
+
+	if (!args->flags || args->flags & ~DRM_VNPU_BO_SYNC_FLAGS_MASK) {
+		drm_dbg_driver(drm, "bo_sync flags %#x: not 1..%#x\n", args->flags,
+			       DRM_VNPU_BO_SYNC_FLAGS_MASK);
+		return -EINVAL;
+	}
+	bo = vnpu_bo_lookup(file, args->handle);
+	if (!bo)
+		return -ENOENT;
+	/* The DMA mapping goes with the device (vnpu_release_dma()). */
+	if (!drm_dev_enter(drm, &idx)) {
+		drm_gem_object_put(&bo->base.base);
+		return -ENODEV;
+	}
+	if (args->flags & DRM_VNPU_BO_SYNC_FOR_CPU)
+		vnpu_bo_sync_for_cpu(bo);
+	if (args->flags & DRM_VNPU_BO_SYNC_FOR_DEVICE)
+		vnpu_bo_sync_for_device(bo);
+	drm_dev_exit(idx);
+	drm_gem_object_put(&bo->base.base);
+	return 0;
 }

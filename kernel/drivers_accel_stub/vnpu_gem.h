@@ -74,5 +74,6 @@ void vnpu_bo_set_status(struct vnpu_bo *bo, int status, u64 fault_va);
 int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *file);
 int vnpu_ioctl_bo_info(struct drm_device *drm, void *data, struct drm_file *file);
 int vnpu_ioctl_bo_wait(struct drm_device *drm, void *data, struct drm_file *file);
+int vnpu_ioctl_bo_sync(struct drm_device *drm, void *data, struct drm_file *file);
 
 #endif /* __VNPU_GEM_H__ */

@@ -157,6 +157,7 @@ def test_a_hang_resets_only_its_core(device: Device, opener) -> None:
     good = Stall(device)
     good.running()  # both run at once: they are on different cores
     good.marker.array(np.int8, 1)[0] = 0  # a second run of the good job would set it again
+    good.marker.sync(for_device=True)
     assert hung.marker.wait(timeout=hung.timeout_s * 5 + 10).status == -errno.ETIMEDOUT
     good.release()
     assert good.marker.wait(timeout=30).status == 0

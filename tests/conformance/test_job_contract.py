@@ -67,12 +67,18 @@ class Stall:
     def running(self) -> None:
         """Return once the device runs the stall (it has set the marker)."""
         deadline = time.monotonic() + self.timeout_s
-        while self.marker.array(np.int8, 1)[0] != 1:
+        while True:
+            # The running job writes the marker: BO_SYNC brings it to the CPU's pages (a no-op where
+            # the device and the CPU share memory coherently).
+            self.marker.sync(for_cpu=True)
+            if self.marker.array(np.int8, 1)[0] == 1:
+                return
             assert time.monotonic() < deadline, "the stall never started"
             time.sleep(0.002)
 
     def release(self) -> None:
         self.sem.array(np.int32, 1)[0] = 1
+        self.sem.sync(for_device=True)  # the running job reads it
 
     def close_bos(self) -> None:
         """GEM_CLOSE the stall's BOs and drop their CPU mappings (each mapping holds the file open)."""

@@ -236,6 +236,32 @@ def test_bo_wait_errors(device: Device) -> None:
     assert excinfo.value.errno == errno.ENOENT
 
 
+def test_bo_sync_directions_and_errors(device: Device) -> None:
+    """BO_SYNC takes FOR_CPU and/or FOR_DEVICE on a BO of this file, nothing else; the data stays."""
+    bo = device.create_bo(PAGE)
+    bo.array(np.int8, 4)[:] = [1, 2, 3, 4]
+    for flags in (
+        b.DRM_VNPU_BO_SYNC_FOR_CPU,
+        b.DRM_VNPU_BO_SYNC_FOR_DEVICE,
+        b.DRM_VNPU_BO_SYNC_FLAGS_MASK,
+    ):
+        a = ffi.new("struct drm_vnpu_bo_sync *")
+        a.handle, a.flags = bo.handle, flags
+        device.ioctl("DRM_IOCTL_VNPU_BO_SYNC", a)
+    assert list(bo.array(np.int8, 4)) == [1, 2, 3, 4]
+    for flags in (0, b.DRM_VNPU_BO_SYNC_FLAGS_MASK + 1, 1 << 31):
+        a = ffi.new("struct drm_vnpu_bo_sync *")
+        a.handle, a.flags = bo.handle, flags
+        with pytest.raises(InvalidArgument) as excinfo:
+            device.ioctl("DRM_IOCTL_VNPU_BO_SYNC", a)
+        assert excinfo.value.errno == errno.EINVAL
+    a = ffi.new("struct drm_vnpu_bo_sync *")
+    a.handle, a.flags = 0xBAD, b.DRM_VNPU_BO_SYNC_FOR_CPU
+    with pytest.raises(NoSuchObject) as excinfo:
+        device.ioctl("DRM_IOCTL_VNPU_BO_SYNC", a)
+    assert excinfo.value.errno == errno.ENOENT
+
+
 def test_bo_wait_expired_timeout_then_completes(device: Device) -> None:
     sem, dst = device.create_bo(PAGE), device.create_bo(PAGE)
     stream = wait_stream(sem.va, 5, dst.va)
@@ -248,6 +274,7 @@ def test_bo_wait_expired_timeout_then_completes(device: Device) -> None:
         dst.wait(timeout=0.05)
     assert excinfo.value.errno == errno.ETIME
     sem.array(np.int32, 1)[0] = 5  # release the device's WAIT from the CPU
+    sem.sync(for_device=True)
     assert dst.wait(timeout=10).status == 0
     assert (dst.array(np.int8, 16) == 7).all()
 
@@ -552,6 +579,7 @@ def test_syncobj_wait_expired_timeout_on_pending_job(device: Device) -> None:
         device.wait_syncobjs([out], deadline_ns=0)
     assert excinfo.value.errno == errno.ETIME
     sem.array(np.int32, 1)[0] = 3
+    sem.sync(for_device=True)
     device.wait_syncobjs([out], timeout=10)
 
 

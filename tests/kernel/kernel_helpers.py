@@ -62,22 +62,6 @@ def hang_stream(sem_va: int, out_va: int) -> bytes:
     )
 
 
-def dma_bounces() -> bool:
-    """Whether the guest forces bounce buffering (``swiotlb=...,force``): then a job sees the CPU's writes
-    made before it started, not those made while it runs (docs/kernel.md, "DMA")."""
-    try:
-        words = Path("/proc/cmdline").read_text().split()
-    except OSError:
-        return False
-    return any(w.startswith("swiotlb=") and "force" in w.split("=", 1)[1].split(",") for w in words)
-
-
-# For tests that release a running job's WAIT by writing its semaphore from the CPU.
-CPU_SIGNALS_RUNNING_JOB = "a running job does not see CPU writes through bounce buffers (docs/kernel.md)"
-    "a running job does not see the CPU's writes through bounce buffers (docs/kernel.md)"
-)
-
-
 def job_timeout_files() -> list[Path]:
     """vnpu's debugfs ``job_timeout_ms`` file of each device (the timeout of jobs that start afterwards)."""
     return [Path(f) for f in sorted(glob.glob(str(DEBUGFS / "accel" / "*" / "job_timeout_ms")))]

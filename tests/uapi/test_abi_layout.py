@@ -87,8 +87,9 @@ def test_covers_every_vnpu_struct_and_ioctl() -> None:
         "drm_vnpu_job_bo",
         "drm_vnpu_job",
         "drm_vnpu_submit",
+        "drm_vnpu_bo_sync",
     }
-    for n in ("GET_PARAM", "BO_CREATE", "BO_INFO", "BO_WAIT", "SUBMIT"):
+    for n in ("GET_PARAM", "BO_CREATE", "BO_INFO", "BO_WAIT", "SUBMIT", "BO_SYNC"):
         assert f"DRM_IOCTL_VNPU_{n}" in bindings.IOCTLS
     for n in bindings.DRM_CORE_IOCTLS:
         assert n in bindings.IOCTLS

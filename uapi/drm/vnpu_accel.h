@@ -39,6 +39,7 @@ extern "C" {
 #define DRM_VNPU_BO_INFO	0x02
 #define DRM_VNPU_BO_WAIT	0x03
 #define DRM_VNPU_SUBMIT		0x04
+#define DRM_VNPU_BO_SYNC	0x05
 
 /**
  * enum drm_vnpu_param - parameters readable with DRM_IOCTL_VNPU_GET_PARAM
@@ -216,6 +217,38 @@ struct drm_vnpu_bo_wait {
 	__u32 pad2;
 	/** @fault_va: out, faulting device VA if @job_status is -EFAULT, else 0. */
 	__u64 fault_va;
+};
+
+/* Directions of DRM_IOCTL_VNPU_BO_SYNC. */
+#define DRM_VNPU_BO_SYNC_FOR_CPU	(1U << 0)
+#define DRM_VNPU_BO_SYNC_FOR_DEVICE	(1U << 1)
+#define DRM_VNPU_BO_SYNC_FLAGS_MASK	(DRM_VNPU_BO_SYNC_FOR_CPU | DRM_VNPU_BO_SYNC_FOR_DEVICE)
+
+/**
+ * struct drm_vnpu_bo_sync - argument of DRM_IOCTL_VNPU_BO_SYNC
+ *
+ * Makes the CPU's and the device's view of a BO agree while a job that uses
+ * it runs. The kernel syncs every BO of a job when the job starts (for the
+ * device) and when it ends (for the CPU, before its fence signals), so a
+ * program that touches a BO only between jobs never needs this. It is for
+ * memory shared with a running job, such as a semaphore the job WAITs on:
+ * write it, then sync it FOR_DEVICE; or a value the job writes: sync it
+ * FOR_CPU, then read it. Where the device and the CPU share memory
+ * coherently (no bounce buffering, a coherent device) it does nothing, and
+ * costs one ioctl.
+ *
+ * Errors: -ENOENT if @handle names no BO of this file; -EINVAL if @flags is
+ * 0 or has bits outside DRM_VNPU_BO_SYNC_FLAGS_MASK; -ENODEV after the
+ * device went away; -EFAULT if the argument cannot be copied.
+ */
+struct drm_vnpu_bo_sync {
+	/** @handle: in, the GEM handle. */
+	__u32 handle;
+	/**
+	 * @flags: in, DRM_VNPU_BO_SYNC_FOR_CPU and/or _FOR_DEVICE (with both,
+	 * the CPU's view first).
+	 */
+	__u32 flags;
 };
 
 /*
@@ -461,6 +494,8 @@ struct drm_vnpu_coredump_bo {
 	DRM_IOWR(DRM_COMMAND_BASE + DRM_VNPU_BO_WAIT, struct drm_vnpu_bo_wait)
 #define DRM_IOCTL_VNPU_SUBMIT \
 	DRM_IOW(DRM_COMMAND_BASE + DRM_VNPU_SUBMIT, struct drm_vnpu_submit)
+#define DRM_IOCTL_VNPU_BO_SYNC \
+	DRM_IOW(DRM_COMMAND_BASE + DRM_VNPU_BO_SYNC, struct drm_vnpu_bo_sync)
 
 #if defined(__cplusplus)
 }

@@ -128,6 +128,7 @@ class ShimBackend(Backend):
             b.IOCTLS["DRM_IOCTL_VNPU_BO_INFO"]: self._bo_info,
             b.IOCTLS["DRM_IOCTL_VNPU_BO_WAIT"]: self._bo_wait,
             b.IOCTLS["DRM_IOCTL_VNPU_SUBMIT"]: self._submit,
+            b.IOCTLS["DRM_IOCTL_VNPU_BO_SYNC"]: self._bo_sync,
         }
 
     # --- Backend interface ---------------------------------------------------------
@@ -330,6 +331,13 @@ class ShimBackend(Backend):
                 self.dev.cond.wait(left / 1e9)
             a.job_status = bo.last_status
             a.fault_va = bo.last_fault_va
+
+    def _bo_sync(self, a: Any) -> None:
+        if not a.flags or a.flags & ~b.DRM_VNPU_BO_SYNC_FLAGS_MASK:
+            raise Errno(errno.EINVAL, f"flags {a.flags:#x} are not 1..{b.DRM_VNPU_BO_SYNC_FLAGS_MASK:#x}")
+        with self.dev.lock:
+            self._lookup_bo(a.handle)
+        # The shim's device works on the very memory the CPU maps: nothing to copy either way.
 
     def _submit(self, a: Any) -> None:
         if a.flags or a.pad:
