@@ -564,6 +564,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kdir", type=Path, metavar="DIR", help="the build tree of the bzImage --kernel names")
     p.add_argument("--no-install", action="store_true", help="skip the install phase")
     p.add_argument("--no-build", action="store_true", help="use the already built vnpu.ko")
+    p.add_argument(
+        "--module",
+        type=Path,
+        metavar="KO",
+        help="load this vnpu.ko (.ko or .ko.xz, e.g. a DKMS build: python -m tools.dkms test) instead of "
+        "building one; it must be built for the guest's kernel and lie under a directory the guest sees",
+    )
     p.add_argument("--no-module", action="store_true", help="boot with the device but do not load vnpu.ko")
     p.add_argument("--cpus", type=int, default=2, help="guest vCPUs (default 2)")
     p.add_argument(
@@ -600,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.kdir is not None and args.kernel is None:
         parser.error("--kdir goes with --kernel (a bzImage path)")
+    if args.module is not None and (args.no_module or args.matrix is not None):
+        parser.error("--module is one kernel's vnpu.ko: not with --no-module or --matrix")
     if args.matrix is not None:
         return run_matrix(args)
     if args.check:
@@ -706,7 +715,12 @@ def run_kernel(
         assert kernel is not None  # the preflight found it
         release = kernel.release
         clock.say("preflight", f"ok; kernel {kernel.release}")
-        if not args.no_module and not args.no_build:
+        if args.module is not None:
+            module = args.module.resolve()
+            if not module.is_file():
+                raise HarnessError(f"--module {args.module}: no such file")
+            clock.say("build", f"not built: --module {module}")
+        elif not args.no_module and not args.no_build:
             build = matrix.BUILD_FAILED
             module = build_module(clock, kernel)
             build = matrix.BUILD_OK
