@@ -14,9 +14,11 @@ colour the next), on the machine as it is:
 4. in the QEMU guest on vnpu.ko, one boot per NPU core count (2, then 1): ``bench --kernel``: the
    round trip against the doorbell floor timed in the same run, and the cores table.
 
-Each part's JSON goes to ``--out``; ``summary.json`` and the printed summary hold the figures
-the issue asks for, with the host's load average around every part (a figure measured beside
-other work is not comparable). ``--markdown`` replaces the block between this module's markers.
+Each part's JSON goes to ``--out``; ``summary.json`` and the printed summary hold the published
+figures, each target of docs/performance.md's table (bench.targets) that they check with met or
+missed, and the host's load average around every part (a figure measured beside other work is not
+comparable). ``--markdown`` replaces the block between this module's markers; ``--from-summary``
+renders a stored run's ``summary.json`` again, measuring nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.doc_block import replace_block
+from bench.targets import target
 from qemu_tests.harness import GUEST_OUT  # the guest's view of the results directory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,7 +146,7 @@ def part_json(out: Path, name: str) -> dict[str, Any]:
 
 
 def summarize(out: Path, parts: dict[str, dict[str, Any]], info: dict[str, Any]) -> dict[str, Any]:
-    """The issue's figures out of the parts' JSON."""
+    """The published figures out of the parts' JSON."""
     summary: dict[str, Any] = {"machine": info, "parts": parts, "models": [], "round_trip": [], "cores": []}
     mb = part_json(out, "model_bench")
     for m in mb["models"]:
@@ -185,6 +188,30 @@ def summarize(out: Path, parts: dict[str, dict[str, Any]], info: dict[str, Any])
                 # In the guest the cores' mode is the device model's: threads, as plan() boots it.
                 summary["cores"].append(r | {"where": name, "mode": r.get("mode") or "threads"})
     return summary
+
+
+# The targets this summary checks, and the models the model-speed targets are about.
+MODEL_TARGETS = ("model_vs_xnnpack", "model_vs_xnnpack_stretch")
+ROUND_TRIP_TARGETS = ("guest_round_trip_p50", "guest_round_trip_over_floor")
+
+
+def target_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, bool | None]]:
+    """(key, target, where, figure, met) for each target the summary's figures check."""
+    rows: list[tuple[str, str, str, str, bool | None]] = []
+    for key in MODEL_TARGETS:
+        t = target(key)
+        for m in summary["models"]:
+            if m["source"] == "model_bench" and m["ratio"] is not None:
+                rows.append((key, t.text, m["name"], f"{m['ratio']:.2f}x", t.met(m["ratio"])))
+    for r in summary["round_trip"]:
+        if not r["where"].startswith("guest_"):
+            continue
+        t = target("guest_round_trip_p50")
+        rows.append((t.key, t.text, r["where"], f"{r['p50_us']:.0f} us", t.met(r["p50_us"])))
+        if "over_floor" in r:
+            t = target("guest_round_trip_over_floor")
+            rows.append((t.key, t.text, r["where"], f"{r['over_floor']:.2f}x", t.met(r["over_floor"])))
+    return rows
 
 
 def _ms(x: float | None) -> str:
@@ -251,6 +278,18 @@ def render(summary: dict[str, Any]) -> str:
             f"| {r['where']} | {r['p50_us']:.0f} | {r['p90_us']:.0f} | {r['p99_us']:.0f} | {r['min_us']:.0f} "
             f"| {r['submit_p50_us']:.0f} | {floor} | {over} |"
         )
+    checked = target_rows(summary)
+    if checked:
+        lines += [
+            "",
+            "**Against the targets** (the targets table below):",
+            "",
+            "| target | where | figure | met |",
+            "|---|---|---|---|",
+        ]
+        for key, text, where, figure, met in checked:
+            mark = "-" if met is None else "met" if met else "**missed**"
+            lines.append(f"| `{key}` {text} | {where} | {figure} | {mark} |")
     lines += [
         "",
         "**Throughput by cores** (per second, median of the runs; every model output compared with a",
@@ -282,7 +321,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a few invokes and jobs per part (checks the run)")
     p.add_argument("--guest-cores", type=int, nargs="*", default=[2, 1], help="NPU cores per guest boot")
     p.add_argument("--skip", nargs="*", default=[], help="parts to leave out (model corpus shim guest)")
+    p.add_argument(
+        "--from-summary", type=Path, metavar="JSON", help="render this stored summary.json; measure nothing"
+    )
     args = p.parse_args(argv)
+    if args.from_summary is not None:
+        return publish(json.loads(args.from_summary.read_text()), args.markdown)
     sizes = QUICK if args.quick else FULL
     args.out.mkdir(parents=True, exist_ok=True)
     info = machine()
@@ -301,13 +345,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary["host"] = platform.node()
     summary["commit"] = commit
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+    return publish(summary, args.markdown)
+
+
+def publish(summary: dict[str, Any], markdown: Path | None) -> int:
+    """Print the summary, and write it into ``markdown``'s block when given."""
     text = render(summary)
     print(text)
-    if args.markdown:
+    if markdown:
         try:
-            args.markdown.write_text(replace_block(args.markdown.read_text(), MARK_BEGIN, MARK_END, text))
+            markdown.write_text(replace_block(markdown.read_text(), MARK_BEGIN, MARK_END, text))
         except ValueError as e:
-            raise SystemExit(f"bench.performance: {args.markdown}: {e}") from None
+            raise SystemExit(f"bench.performance: {markdown}: {e}") from None
     return 0
 
 

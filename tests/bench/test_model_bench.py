@@ -33,6 +33,8 @@ def test_small_model_end_to_end(tmp_path) -> None:
     assert r.cpu_ms == pytest.approx(min(r.cpu_runtime_ms.values()), abs=1e-3)
     table = mb.format_table([r])
     assert "device-model compute" in table and "bit_exact" in table
+    assert list(r.targets()) == list(mb.TARGET_KEYS) and r.targets()["bit_exact"] is True
+    assert r.targets()["delegate_peak_rss"] is None  # not measured (rss=False)
     json.dumps(r.targets())
     profile = mb.format_profile([r])
     assert "MAC array:" in profile and "CONV2D" in profile

@@ -56,7 +56,7 @@ def test_network_through_delegate(
 
 @pytest.mark.slow
 def test_mobilenet_v1_224_through_delegate(lib_path: str, test_device: str) -> None:
-    """The issue's MobileNetV1 224x224 (alpha 1.0, 1000 classes), one runtime (several seconds)."""
+    """MobileNetV1 224x224 (alpha 1.0, 1000 classes), the benchmarks' model, one runtime (several seconds)."""
     import tflite_runtime.interpreter as interp_mod
 
     _check_network(
