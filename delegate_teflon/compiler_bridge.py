@@ -1,51 +1,33 @@
-"""Every call the delegate makes into libaccel.compiler, in one place.
+"""The delegate's contract with the compiler: every call the delegate makes into libaccel.compiler,
+typed, in one place (what Mesa's pipe_context ``ml_*`` callbacks are between Teflon and a driver).
 
-The compiler's entry points (``check_support``, ``compile_partition``, ``PartitionRunner``) are looked
-up when first used, from the package or the module that defines them, so the delegate still loads,
-and runs a model wholly on the CPU with a clear reason, where the compiler lacks a piece.
+- :func:`check`: whether a node runs on the NPU bit-exactly, and if not, why (the placement);
+- :func:`model_key`: the compile-cache key of a whole model for a device;
+- :class:`SupportChecks`: the support checks of one model, memoized in the compile cache;
+- :func:`compile_partition`: one partition compiled for a device, through the compile cache;
+- :func:`make_runner` and :func:`run`: a compiled partition loaded on the device, and one invoke.
+
+The delegate calls nothing else of the compiler; a partition whose compile or upload fails stays on
+the CPU, named in one line (the plugin catches the error).
 """
 
 from __future__ import annotations
 
-import importlib
 import time
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 
+from libaccel.compiler import CompileCache, PartitionRunner, check_support, compile_cached
+from libaccel.compiler import cache as compile_cache
 from libaccel.compiler.graph import Graph, OpNode
-
-# Where each entry point lives when the package does not re-export it.
-_HOMES = {
-    "check_support": "libaccel.compiler.registry",
-    "compile_cached": "libaccel.compiler.cache",
-    "CompileCache": "libaccel.compiler.cache",
-    "model_key": "libaccel.compiler.cache",
-    "partition_key": "libaccel.compiler.cache",
-    "PartitionRunner": "libaccel.compiler.runner",
-}
-
-
-class CompilerUnavailable(RuntimeError):
-    """libaccel.compiler lacks an entry point the delegate needs."""
-
-
-def _compiler_attr(name: str) -> Any:
-    for module_name in ("libaccel.compiler", _HOMES[name]):
-        try:
-            return getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError):
-            continue
-    raise CompilerUnavailable(f"libaccel.compiler has no {name}")
+from libaccel.compiler.lower import CompiledPartition
+from libaccel.device import Device
 
 
 def check(graph: Graph, node: OpNode) -> tuple[bool, str]:
     """(runs on the NPU, why not) for one node, from the compiler's own support check."""
-    try:
-        check_support = _compiler_attr("check_support")
-    except CompilerUnavailable as e:
-        return False, str(e)
     result = check_support(graph, node)
     return bool(result.ok), str(result.reason or "")
 
@@ -59,9 +41,9 @@ class SupportChecks:
     key (:func:`model_key`) and read back on the next load.
     """
 
-    def __init__(self, key: str, cache_dir: Any) -> None:
+    def __init__(self, key: str, cache_dir: Path | None) -> None:
         self.key = key
-        self.cache = _compiler_attr("CompileCache")(cache_dir)
+        self.cache = CompileCache(cache_dir)
         self.results: dict[int, tuple[bool, str]] = self.cache.get_support(key)
         self.cached = len(self.results)
         self._dirty = False
@@ -83,22 +65,22 @@ class SupportChecks:
             self._dirty = False
 
 
-def model_key(graph: Graph, device: Any) -> str:
+def model_key(graph: Graph, device: Device) -> str:
     """The compile-cache key of a whole model for ``device`` (one hash over its constant bytes)."""
-    return str(_compiler_attr("model_key")(graph, device.params.isa_version))
+    return compile_cache.model_key(graph, device.params.isa_version)
 
 
 def compile_partition(
-    graph: Graph, device: Any, cache_dir: Any, model: str | None = None
-) -> tuple[Any, bool]:
+    graph: Graph, device: Device, cache_dir: Path | None, model: str | None = None
+) -> tuple[CompiledPartition, bool]:
     """Compile all of ``graph`` (one partition, its outputs as given) for ``device``, through the
     compiler's on-disk cache in ``cache_dir`` (None: the compiler's default). With ``model`` (the
     whole model's :func:`model_key`) the partition's key derives from it, without hashing the
     partition's constants again. Returns (compiled, hit)."""
-    cache = _compiler_attr("CompileCache")(cache_dir)
+    cache = CompileCache(cache_dir)
     node_indices = [n.index for n in graph.nodes]
-    key = None if model is None else _compiler_attr("partition_key")(model, node_indices, graph.outputs)
-    return _compiler_attr("compile_cached")(
+    key = None if model is None else compile_cache.partition_key(model, node_indices, graph.outputs)
+    return compile_cached(
         graph,
         node_indices,
         device.params.isa_version,
@@ -109,8 +91,9 @@ def compile_partition(
     )
 
 
-def make_runner(compiled: Any, device: Any) -> Any:
-    return _compiler_attr("PartitionRunner")(device, compiled)
+def make_runner(compiled: CompiledPartition, device: Device) -> PartitionRunner:
+    """The partition loaded on ``device``: its weights uploaded, its arena and stream BOs made."""
+    return PartitionRunner(device, compiled)
 
 
 @dataclass(frozen=True)
@@ -122,7 +105,9 @@ class InvokeTimes:
     copy_out_ms: float
 
 
-def run(runner: Any, inputs: dict[int, np.ndarray], outputs: dict[int, np.ndarray]) -> InvokeTimes:
+def run(
+    runner: PartitionRunner, inputs: dict[int, np.ndarray], outputs: dict[int, np.ndarray]
+) -> InvokeTimes:
     """One submit: copy ``inputs`` (the runtime's buffers) into the arena, run, copy ``outputs`` out.
 
     Exactly one copy each way: TFLite's buffer -> the input BO view, the output BO view -> TFLite's.
