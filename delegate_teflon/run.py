@@ -23,25 +23,14 @@ import numpy as np
 
 import delegate_teflon
 from libaccel.compiler.tflite_check import ModelError, check_tflite
+from libaccel.inputs import random_arrays
 
 RUNTIMES = ("tflite_runtime", "ai_edge_litert")
 
 
 def random_inputs(details: list[dict[str, Any]], seed: int) -> list[np.ndarray]:
-    """Uniform over each input's whole integer range (float inputs: standard normal)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for d in details:
-        dtype = np.dtype(d["dtype"])
-        shape = tuple(int(s) for s in d["shape"])
-        if dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            out.append(rng.integers(info.min, int(info.max) + 1, size=shape).astype(dtype))
-        elif dtype.kind == "b":
-            out.append(rng.integers(0, 2, size=shape).astype(dtype))
-        else:
-            out.append(rng.standard_normal(shape).astype(dtype))
-    return out
+    """Random inputs for an interpreter's input details (:mod:`libaccel.inputs`)."""
+    return random_arrays(((d["dtype"], d["shape"]) for d in details), seed)
 
 
 def make_interpreter(mod: Any, model: bytes, delegates: Sequence[Any], threads: int | None) -> Any:

@@ -24,6 +24,7 @@ import numpy as np
 
 from libaccel.compiler import onnx_frontend as fe
 from libaccel.compiler.onnx_frontend import OnnxModelError
+from libaccel.inputs import random_arrays
 
 __all__ = ["ModelResult", "OnnxModelError", "Placement", "load_onnx", "reference_outputs", "run_model"]
 
@@ -216,16 +217,9 @@ def input_specs(
 
 
 def random_inputs(specs: list[tuple[str, np.dtype, tuple[int, ...]]], seed: int = 0) -> dict[str, np.ndarray]:
-    """Uniform over integer inputs' whole range; float inputs standard normal."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, dtype, shape in specs:
-        if dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            out[name] = rng.integers(info.min, int(info.max) + 1, size=shape).astype(dtype)
-        else:
-            out[name] = rng.standard_normal(shape).astype(dtype)
-    return out
+    """Random inputs by name for :func:`input_specs`' (name, dtype, shape) (:mod:`libaccel.inputs`)."""
+    arrays = random_arrays(((dtype, shape) for _, dtype, shape in specs), seed)
+    return {name: a for (name, _, _), a in zip(specs, arrays, strict=True)}
 
 
 def _tflite_interpreter(model: bytes, delegates: list[Any]) -> Any:

@@ -38,19 +38,10 @@ def reference_interpreter(
 def random_inputs(model: bytes, seed: int = 0) -> list[np.ndarray]:
     """Uniformly random inputs over each input's full integer range (as Mesa's Teflon tests do)."""
     from libaccel.compiler.graph import graph_from_tflite
+    from libaccel.inputs import random_arrays
 
     g = graph_from_tflite(model)
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in g.inputs:
-        t = g.tensors[i]
-        dt = np.dtype(NP_TYPES[t.dtype])
-        if dt.kind in "iu":
-            info = np.iinfo(dt)
-            out.append(rng.integers(info.min, int(info.max) + 1, size=t.shape).astype(dt))
-        else:
-            out.append(rng.standard_normal(t.shape).astype(dt))
-    return out
+    return random_arrays(((NP_TYPES[g.tensors[i].dtype], g.tensors[i].shape) for i in g.inputs), seed)
 
 
 def run_reference(
