@@ -1,7 +1,9 @@
-"""vnpu.ko's debug knobs as the tests turn them (module parameters under /sys/module/vnpu)."""
+"""vnpu.ko's debug knobs as the tests turn them (module parameters under /sys/module/vnpu, debugfs),
+and the shim's counterparts where a test runs on either backend."""
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -9,6 +11,44 @@ from pathlib import Path
 import pytest
 
 VALIDATE_STREAMS = Path("/sys/module/vnpu/parameters/validate_streams")
+# vnpu.ko's job timeout per device, for jobs that start afterwards (100..600000 ms).
+JOB_TIMEOUT_GLOB = "/sys/kernel/debug/accel/*/job_timeout_ms"
+# What the hang tests wait for: long enough for any innocent job of theirs under TCG, short beside the
+# defaults (vnpu.ko 5 s, the shim 2 s), so a hang costs about a second.
+SHORT_JOB_TIMEOUT_MS = 1000
+
+
+def job_timeout_files() -> list[Path]:
+    """vnpu's debugfs ``job_timeout_ms`` file of each device."""
+    return [Path(f) for f in sorted(glob.glob(JOB_TIMEOUT_GLOB))]
+
+
+@contextmanager
+def job_timeout(backend: str, ms: int = SHORT_JOB_TIMEOUT_MS) -> Iterator[int]:
+    """Jobs that start while the body runs time out after ``ms``, on either backend, then the old
+    timeout is back: vnpu.ko's debugfs job_timeout_ms of every device ("kernel"; the test skips on a
+    vnpu.ko without it), or the job timeout of the shim's shared device ("shim")."""
+    if backend == "kernel":
+        files = job_timeout_files()
+        if not files:
+            pytest.skip("vnpu.ko has no debugfs job_timeout_ms (mount debugfs; the guest suite does)")
+        old = [f.read_text().strip() for f in files]
+        for f in files:
+            f.write_text(str(ms))
+        try:
+            yield ms
+        finally:
+            for f, value in zip(files, old, strict=True):
+                f.write_text(value)
+    else:
+        from libaccel.backends.shim import shared_device
+
+        device = shared_device()
+        previous, device.job_timeout_ms = device.job_timeout_ms, ms
+        try:
+            yield ms
+        finally:
+            device.job_timeout_ms = previous
 
 
 @contextmanager

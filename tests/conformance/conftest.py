@@ -78,6 +78,14 @@ def opener(backend: str) -> Iterator:
 
 
 @pytest.fixture
+def short_job_timeout(backend: str) -> Iterator[int]:
+    """Jobs the test starts time out after driver_knobs.SHORT_JOB_TIMEOUT_MS on either backend (vnpu.ko's
+    debugfs job_timeout_ms, the shim device's timeout), so a hang test waits about a second."""
+    with driver_knobs.job_timeout(backend) as ms:
+        yield ms
+
+
+@pytest.fixture
 def stream_check_off(backend: str) -> Iterator[None]:
     """Turn the driver's command-stream check off (a debug knob), so the device MMU is the last guard."""
     if backend == "kernel":

@@ -12,6 +12,7 @@ import errno
 import threading
 import time
 
+import driver_knobs
 import numpy as np
 import pytest
 from test_job_contract import PAGE, Stall, copy_stream, fill_stream
@@ -147,9 +148,15 @@ def test_two_models_at_once_are_exact(device: Device, opener) -> None:
     assert sorted(checked) == ["mobilenet_v1", "mobilenet_v2"]
 
 
-def test_a_hang_resets_only_its_core(device: Device, opener) -> None:
+def test_a_hang_resets_only_its_core(backend: str, device: Device, opener) -> None:
     """A job on another core is neither aborted nor run again by the hang's reset."""
     _need_cores(device, 2)
+    # A short timeout, but the good job must outlive the hang's by half of it plus the wait below.
+    with driver_knobs.job_timeout(backend, 2 * driver_knobs.SHORT_JOB_TIMEOUT_MS):
+        _hang_beside_a_running_job(device, opener)
+
+
+def _hang_beside_a_running_job(device: Device, opener) -> None:
     hung = Stall(opener())
     hung.running()
     # Half a timeout later: the hang's reset comes while this one still has time to run.

@@ -521,7 +521,7 @@ def test_mmu_fault_reports_efault_and_va(device: Device, stream_check_off) -> No
     assert st.fault_va == bad_va
 
 
-def test_hung_job_times_out_and_device_recovers(device: Device, copy_setup) -> None:
+def test_hung_job_times_out_and_device_recovers(short_job_timeout, device: Device, copy_setup) -> None:
     src, dst, cmd, stream = copy_setup
     sem, out = device.create_bo(PAGE), device.create_bo(PAGE)
     hang = wait_stream(sem.va, 1, out.va)  # nobody ever writes 1

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import driver_knobs
 import pytest
-from kernel_helpers import accel_nodes, job_timeout_files
+from kernel_helpers import accel_nodes
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,22 +43,11 @@ def dev() -> Iterator[object]:
         yield d
 
 
-# What the hang tests wait for: long enough for any innocent job of theirs under TCG, short beside the
-# default 5 s, so a hang costs about a second.
-SHORT_JOB_TIMEOUT_MS = 1000
+SHORT_JOB_TIMEOUT_MS = driver_knobs.SHORT_JOB_TIMEOUT_MS
 
 
 @pytest.fixture
 def short_job_timeout() -> Iterator[int]:
     """The job timeout set to SHORT_JOB_TIMEOUT_MS (debugfs job_timeout_ms) for the test, then restored."""
-    files = job_timeout_files()
-    if not files:
-        pytest.skip("vnpu.ko has no debugfs job_timeout_ms (mount debugfs; the guest suite does)")
-    old = [f.read_text().strip() for f in files]
-    for f in files:
-        f.write_text(str(SHORT_JOB_TIMEOUT_MS))
-    try:
-        yield SHORT_JOB_TIMEOUT_MS
-    finally:
-        for f, value in zip(files, old, strict=True):
-            f.write_text(value)
+    with driver_knobs.job_timeout("kernel") as ms:
+        yield ms
