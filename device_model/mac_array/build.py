@@ -30,55 +30,19 @@ SOURCE_PATH = Path(__file__).resolve().parent / "mac_array.c"
 # -O3 for the vectoriser; no -march: the AVX2 and VNNI code is selected at run time, not at build time.
 COMPILE_ARGS = ["-O3", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
-CDEF = """
-struct mac_layer {
-    int64_t n, h, w, cin;
-    int64_t kh, kw, cout;
-    int64_t stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
-    int64_t out_h, out_w;
-    int64_t depth_multiplier;
-    int64_t kpad;
-    int64_t cout_pad;
-    int32_t kind;
-    int32_t wide;
-    int32_t in_signed;
-    int32_t out_signed;
-    int32_t input_zp;
-    int32_t output_zp;
-    int32_t lo, hi;
-    int32_t zp_byte_ok;
-    int32_t simple_quant;
-    const void *packed;
-    const int32_t *bias;
-    const int32_t *multiplier;
-    const int32_t *shift;
-    const int8_t *packed8;
-    const int32_t *bias8;
-    int64_t k4;
-    const int32_t *rq;
-    int64_t rq_n;
-};
-int mac_cpu_isa(void);
-int mac_run(const struct mac_layer *L, const void *in, void *out, int isa);
-int mac_equal(const void *a, const void *b, size_t n);
-struct mac_check {
-    const void *mem;
-    const void *copy;
-    size_t n;
-};
-int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int isa,
-                    const struct mac_check *checks, int nchecks);
-struct mac_pool {
-    int64_t n, h, w, c;
-    int64_t fh, fw, sh, sw, pt, pl, oh, ow;
-    int32_t lo, hi;
-    int32_t average;
-    int32_t in_signed;
-};
-int mac_pool(const struct mac_pool *P, const void *in, void *out);
-void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out, size_t n, int esize, int fa,
-                int fb);
-"""
+INTERFACE_BEGIN = "/* --- interface: begin"
+INTERFACE_END = "/* --- interface: end --- */"
+
+
+def interface(source: str) -> str:
+    """The block of mac_array.c between its interface markers: the declarations cffi's cdef reads, so
+    the structs and functions Python calls are written once (comments are cffi's to skip)."""
+    start = source.index(INTERFACE_BEGIN)
+    start = source.index("*/", start) + 2
+    return source[start : source.index(INTERFACE_END, start)]
+
+
+CDEF = interface(SOURCE_PATH.read_text())
 
 
 def source_hash() -> str:

@@ -17,24 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#define MAC_X86 1
-#include <immintrin.h>
-#else
-#define MAC_X86 0
-#endif
-
-#define MAC_ISA_GENERIC 0
-#define MAC_ISA_AVX2 1
-#define MAC_ISA_AVX512VNNI 2
-
-#define KIND_CONV 0
-#define KIND_DEPTHWISE 1
-
-#define MR 6  /* GEMM micro-tile: output pixels */
-#define NR 16 /* GEMM micro-tile: output channels (two AVX2 vectors of int32) */
-#define DW_BLOCK 16
-
+/* --- interface: begin (build.py hands this block to cffi's cdef: the one declaration of the types
+ * and functions Python calls) --- */
 struct mac_layer {
     int64_t n, h, w, cin;
     int64_t kh, kw, cout;
@@ -65,6 +49,51 @@ struct mac_layer {
     const int32_t *rq; /* [5][rq_n] per channel: left shift, right shift, 2**right - 1, its half, multiplier */
     int64_t rq_n;      /* channels in rq, bias8 and (depthwise) each tap of packed8 */
 };
+
+/* One parameter region of a bound layer: the n bytes at mem (the device's memory) and the copy
+ * the layer's plan was built from. */
+struct mac_check {
+    const void *mem;
+    const void *copy;
+    size_t n;
+};
+
+/* A pooling layer (mac_pool below). */
+struct mac_pool {
+    int64_t n, h, w, c;
+    int64_t fh, fw, sh, sw, pt, pl, oh, ow;
+    int32_t lo, hi;
+    int32_t average;
+    int32_t in_signed;
+};
+
+int mac_cpu_isa(void);
+int mac_run(const struct mac_layer *L, const void *in, void *out, int isa);
+int mac_equal(const void *a, const void *b, size_t n);
+int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int isa, const struct mac_check *checks,
+                    int nchecks);
+int mac_pool(const struct mac_pool *P, const void *in, void *out);
+void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out, size_t n, int esize, int fa,
+                int fb);
+/* --- interface: end --- */
+
+#if defined(__x86_64__) || defined(__i386__)
+#define MAC_X86 1
+#include <immintrin.h>
+#else
+#define MAC_X86 0
+#endif
+
+#define MAC_ISA_GENERIC 0
+#define MAC_ISA_AVX2 1
+#define MAC_ISA_AVX512VNNI 2
+
+#define KIND_CONV 0
+#define KIND_DEPTHWISE 1
+
+#define MR 6  /* GEMM micro-tile: output pixels */
+#define NR 16 /* GEMM micro-tile: output channels (two AVX2 vectors of int32) */
+#define DW_BLOCK 16
 
 /* --- requantization: MultiplyByQuantizedMultiplier with TFLite's double rounding ------------------ */
 static inline int32_t requant_one(uint32_t acc, int32_t m, int32_t s, int32_t zp, int32_t lo, int32_t hi)
@@ -1162,14 +1191,6 @@ int mac_run(const struct mac_layer *L, const void *in, void *out, int isa)
     return L->kind == KIND_DEPTHWISE ? depthwise_generic(L, in, out) : conv_generic(L, in, out);
 }
 
-/* One parameter region of a bound layer: the n bytes at mem (the device's memory) and the copy
- * the layer's plan was built from. */
-struct mac_check {
-    const void *mem;
-    const void *copy;
-    size_t n;
-};
-
 /* mac_run() when every check's memory still equals its copy: 0 when it ran, 1 when a parameter
  * changed (nothing written: the caller rebuilds the plan), -1 when out of memory. One call per
  * layer and job: the comparisons cost a memcmp each, not a round of Python per array. */
@@ -1214,13 +1235,6 @@ void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out
  * over the valid positions of each window; the average rounds half away from zero (TFLite's
  * AveragePool), the result is clamped to [lo, hi] (hi wins, as numpy.clip) and saturated to the
  * dtype. 0, -1 when out of memory, -2 when a window covers no input position. */
-struct mac_pool {
-    int64_t n, h, w, c;
-    int64_t fh, fw, sh, sw, pt, pl, oh, ow;
-    int32_t lo, hi;
-    int32_t average;
-    int32_t in_signed;
-};
 
 int mac_pool(const struct mac_pool *P, const void *in, void *out)
 {
