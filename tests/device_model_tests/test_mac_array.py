@@ -5,7 +5,6 @@ when that directory exists). Every C variant this CPU can run is checked."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -695,19 +694,3 @@ def test_numpy_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         assert ma.selected_isa() == min(isa, max(ISAS))
     monkeypatch.setenv(ma.ENV, "auto")
     assert ma.selected_isa() == max(ISAS)
-
-
-def test_layer_bench_runs_every_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from device_model.mac_array import layer_bench
-
-    out = tmp_path / "layers.json"
-    assert (
-        layer_bench.main(["--models", "mobilenet_v2", "--layers", "3", "--reps", "1", "--out", str(out)]) == 0
-    )
-    report = json.loads(out.read_text())
-    assert report["variants"] == [ma.ISA_NAMES[i] for i in ISAS]
-    assert [row["kind"] for row in report["layers"]] == ["conv", "depthwise", "conv"]
-    assert all(row["identical"] and set(row["ms"]) == set(report["variants"]) for row in report["layers"])
-    assert "identical bytes in every variant: yes" in capsys.readouterr().out
-    assert layer_bench.main(["--reps", "0"]) == 2
-    assert capsys.readouterr().err.strip() == "layer_bench: --reps must be at least 1"

@@ -1,4 +1,4 @@
-"""The MAC array's C variants timed on MobileNet-224 layers: ``python -m device_model.mac_array.layer_bench``.
+"""The MAC array's C variants timed on MobileNet-224 layers: ``python -m bench.layer_bench``.
 
 Each layer (random int8 data and per-channel requantization, TFLite's shapes for MobileNetV1 and
 V2 at 224 x 224, width 1.0) is planned once and run ``--reps`` times per variant this CPU has,
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from device_model.mac_array import ISA_NAMES, KIND_CONV, KIND_DEPTHWISE, cpu_isas, plan_layer, run
+from modelgen.networks import MOBILENET_V1_BLOCKS, MOBILENET_V2_BLOCKS
 from vnpu_common.cli import CommandLineError, OneLineArgumentParser
-
-from . import ISA_NAMES, KIND_CONV, KIND_DEPTHWISE, cpu_isas, plan_layer, run
 
 Geometry = tuple[int, int, int, int, int, int, int, int]
 
@@ -59,15 +59,9 @@ STEM = Layer("3x3 224x224x3->32/2", KIND_CONV, (1, 224, 224, 3), (32, 3, 3, 3), 
 
 
 def mobilenet_v1() -> list[Layer]:
+    """MobileNetV1-224's convolutions, as modelgen builds the network (width 1.0)."""
     layers, c, s = [STEM], 32, 112
-    for cout, stride in (
-        [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)]
-        + [(512, 1)] * 5
-        + [
-            (1024, 2),
-            (1024, 1),
-        ]
-    ):
+    for cout, stride in MOBILENET_V1_BLOCKS:
         layers.append(_depthwise(s, c, stride))
         s //= stride
         layers.append(_pointwise(s, c, cout))
@@ -76,17 +70,9 @@ def mobilenet_v1() -> list[Layer]:
 
 
 def mobilenet_v2() -> list[Layer]:
+    """MobileNetV2-224's convolutions, as modelgen builds the network (width 1.0)."""
     layers, c, s = [STEM], 32, 112
-    blocks = [
-        (1, 16, 1, 1),
-        (6, 24, 2, 2),
-        (6, 32, 3, 2),
-        (6, 64, 4, 2),
-        (6, 96, 3, 1),
-        (6, 160, 3, 2),
-        (6, 320, 1, 1),
-    ]
-    for expand, cout, repeat, first_stride in blocks:
+    for expand, cout, repeat, first_stride in MOBILENET_V2_BLOCKS:
         for i in range(repeat):
             stride = first_stride if i == 0 else 1
             if expand != 1:
