@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -120,6 +121,18 @@ class BufferObject:
             DRM_VNPU_BO_SYNC_FOR_DEVICE if for_device else 0
         )
         self.device.ioctl("DRM_IOCTL_VNPU_BO_SYNC", arg)
+
+    def export_dmabuf(self) -> int:
+        """PRIME_HANDLE_TO_FD: a dma-buf fd of this BO (close-on-exec, read-write), the caller's to close.
+
+        Another device, or another vnpu file (``Device.import_dmabuf``), can import it; the pages stay
+        while the fd or an import holds them, whatever becomes of this file.
+        """
+        arg = ffi.new("struct drm_prime_handle *")
+        arg.handle = self.handle
+        arg.flags = os.O_CLOEXEC | os.O_RDWR
+        self.device.ioctl("DRM_IOCTL_PRIME_HANDLE_TO_FD", arg)
+        return int(arg.fd)
 
     def close(self) -> None:
         """Release the handle (GEM_CLOSE). The CPU mapping stays valid until dropped, as with munmap."""

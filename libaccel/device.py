@@ -142,6 +142,17 @@ class Device:
         arg.handle = handle
         return self.ioctl("DRM_IOCTL_VNPU_BO_INFO", arg)
 
+    def import_dmabuf(self, fd: int) -> BufferObject:
+        """PRIME_FD_TO_HANDLE: a BO of this file over a dma-buf's pages, no copy (a camera frame, a
+        dma-heap or udmabuf buffer, another file's exported BO). It gets its own device VA here, and jobs
+        use it like any BO; ``fd`` stays the caller's. The shim cannot import (its device reaches only its
+        own memory)."""
+        arg = ffi.new("struct drm_prime_handle *")
+        arg.fd = fd
+        self.ioctl("DRM_IOCTL_PRIME_FD_TO_HANDLE", arg)
+        info = self.bo_info(arg.handle)
+        return BufferObject(self, arg.handle, info.size, info.flags, info.mmap_offset, info.va)
+
     def create_bo_with(self, data: bytes, read_only: bool = False) -> BufferObject:
         """A BO holding ``data``."""
         bo = self.create_bo(max(len(data), 1), read_only=read_only)

@@ -24,6 +24,10 @@ _HINTS: dict[tuple[str, int], str] = {
     ("DRM_IOCTL_VNPU_BO_WAIT", _errno.ENOENT): "no BO with that handle in this file",
     ("DRM_IOCTL_VNPU_BO_WAIT", _errno.ETIME): "the deadline passed before the BO's jobs finished",
     ("DRM_IOCTL_VNPU_BO_SYNC", _errno.ENOENT): "no BO with that handle in this file",
+    ("DRM_IOCTL_PRIME_FD_TO_HANDLE", _errno.EOPNOTSUPP): "open the kernel backend to import dma-bufs",
+    ("DRM_IOCTL_PRIME_HANDLE_TO_FD", _errno.EOPNOTSUPP): "open the kernel backend to export dma-bufs",
+    ("DRM_IOCTL_PRIME_FD_TO_HANDLE", _errno.EINVAL): "the fd is not a dma-buf",
+    ("DRM_IOCTL_PRIME_FD_TO_HANDLE", _errno.E2BIG): "the dma-buf is larger than DRM_VNPU_PARAM_MAX_BO_SIZE",
     ("DRM_IOCTL_VNPU_BO_SYNC", _errno.EINVAL): "flags must be DRM_VNPU_BO_SYNC_FOR_CPU and/or _FOR_DEVICE",
     ("DRM_IOCTL_VNPU_SUBMIT", _errno.EINVAL): (
         "bad job_count/job_struct_size/bo_count, non-zero flags or pad, misaligned or out-of-BO command "

@@ -33,6 +33,7 @@ DRM_CORE_STRUCTS = (
     "drm_syncobj_create",
     "drm_syncobj_destroy",
     "drm_syncobj_wait",
+    "drm_prime_handle",
 )
 DRM_CORE_IOCTLS = (
     "DRM_IOCTL_VERSION",
@@ -40,6 +41,8 @@ DRM_CORE_IOCTLS = (
     "DRM_IOCTL_SYNCOBJ_CREATE",
     "DRM_IOCTL_SYNCOBJ_DESTROY",
     "DRM_IOCTL_SYNCOBJ_WAIT",
+    "DRM_IOCTL_PRIME_HANDLE_TO_FD",
+    "DRM_IOCTL_PRIME_FD_TO_HANDLE",
 )
 
 

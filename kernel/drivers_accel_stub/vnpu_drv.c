@@ -254,6 +254,7 @@ static const struct drm_driver vnpu_drm_driver = {
 	.postclose = vnpu_postclose,
 	.show_fdinfo = vnpu_show_fdinfo,
 	.gem_create_object = vnpu_gem_create_object,
+	.gem_prime_import = vnpu_gem_prime_import,
 	.ioctls = vnpu_ioctls,
 	.num_ioctls = ARRAY_SIZE(vnpu_ioctls),
 	.fops = &vnpu_fops,

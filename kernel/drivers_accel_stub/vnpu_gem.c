@@ -2,13 +2,24 @@
 /*
  * Copyright (c) 2026 The vnpu authors
  *
- * BO_CREATE, BO_INFO and BO_WAIT.
+ * BO_CREATE, BO_INFO, BO_WAIT, BO_SYNC and dma-buf import.
  *
  * A BO is a GEM shmem object whose pages are pinned and mapped into the
  * creating file's device address space for the BO's whole life, so a job
  * never waits for a page to be faulted in. The BO belongs to that file only:
- * a handle that reaches another file (through PRIME) names no BO there.
+ * a handle that reaches another file (GEM flink) names no BO there.
+ *
+ * dma-buf import (PRIME_FD_TO_HANDLE) makes a new BO of every dma-buf, a
+ * vnpu BO's own included, as ivpu does: the buffer is attached to the NPU
+ * and mapped for its DMA at import, and the BO is bound to the file that
+ * imported it, when that file's handle is made (the GEM open hook): it gets
+ * a VA in that file's address space, and from then on it is that file's BO
+ * like any other (BO_INFO gives its VA; jobs list it). So a vnpu BO
+ * exported by one file and imported by another is two BOs over the same
+ * pages, one in each address space. The exporter keeps the pages; the
+ * import holds the dma-buf (and so the exporter's BO) until it is closed.
  */
+#include <linux/dma-buf.h>
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
 #include <linux/slab.h>
@@ -19,6 +30,34 @@
 #include <drm/drm_utils.h>
 
 #include "vnpu_gem.h"
+
+MODULE_IMPORT_NS(DMA_BUF);
+
+static bool vnpu_bo_imported(struct vnpu_bo *bo)
+{
+	return bo->base.base.import_attach;
+}
+
+/* The BO's pages as the device reaches them: its own mapping, or the dma-buf attachment's. */
+static struct sg_table *vnpu_bo_dma_sgt(struct vnpu_bo *bo)
+{
+	return vnpu_bo_imported(bo) ? bo->base.sgt : bo->sgt;
+}
+
+/*
+ * Whether the CPU's pages and what the device reaches differ: bounce
+ * buffers (swiotlb=force, encrypted guests) or a non-coherent device.
+ */
+static bool vnpu_sgt_needs_sync(struct device *dev, struct sg_table *sgt)
+{
+	struct scatterlist *sg;
+	int i;
+
+	for_each_sgtable_dma_sg(sgt, sg, i)
+		if (dma_need_sync(dev, sg_dma_address(sg)))
+			return true;
+	return false;
+}
 
 static void vnpu_bo_dma_unmap(struct vnpu_bo *bo)
 {
@@ -56,7 +95,109 @@ static void vnpu_gem_free(struct drm_gem_object *obj)
 	}
 	if (bo->pinned)
 		drm_gem_shmem_unpin(&bo->base);
+	/* An import's attachment mapping goes here too (drm_prime_gem_destroy()). */
 	drm_gem_shmem_free(&bo->base);
+}
+
+/* Count a BO in its file's and the device's totals, taking a reference on @ctx. */
+static void vnpu_bo_account(struct vnpu_bo *bo, struct vnpu_ctx *ctx)
+{
+	struct vnpu_device *vdev = ctx->vdev;
+
+	bo->ctx = vnpu_ctx_get(ctx);
+	atomic_inc(&ctx->bo_count);
+	atomic64_add(vnpu_bo_size(bo), &ctx->bo_bytes);
+	atomic_inc(&vdev->stats.bos);
+	atomic64_add(vnpu_bo_size(bo), &vdev->stats.bo_bytes);
+}
+
+/*
+ * GEM open hook: a handle to @obj is being made in @file. An imported BO
+ * not yet bound becomes this file's: a VA range (with its guard page) in
+ * the file's address space, mapped writable (the exporter decides who may
+ * write; the importing file's jobs list it READ or WRITE like any BO).
+ * Every other case is a no-op: a BO belongs to one file.
+ */
+static int vnpu_gem_open(struct drm_gem_object *obj, struct drm_file *file)
+{
+	struct vnpu_file_priv *fpriv = file->driver_priv;
+	struct vnpu_bo *bo = to_vnpu_bo(obj);
+	struct vnpu_ctx *ctx = fpriv->ctx;
+	int ret;
+
+	if (!vnpu_bo_imported(bo) || bo->ctx)
+		return 0;
+	mutex_lock(&ctx->vm.lock);
+	ret = ctx->vm.released ? -ENODEV :
+	      drm_mm_insert_node_generic(&ctx->vm.mm, &bo->node, vnpu_bo_size(bo) + PAGE_SIZE,
+					 PAGE_SIZE, 0, DRM_MM_INSERT_BEST);
+	if (!ret)
+		list_add(&bo->ctx_link, &ctx->bos);
+	mutex_unlock(&ctx->vm.lock);
+	if (ret) {
+		drm_dbg_driver(obj->dev, "dma-buf import: no room in the address space: %d\n", ret);
+		return ret;
+	}
+	vnpu_bo_account(bo, ctx);
+	ret = vnpu_vm_map_sgt(&ctx->vm, vnpu_bo_va(bo), bo->base.sgt, vnpu_bo_size(bo), true);
+	if (ret)
+		return ret; /* the handle is not made; freeing the object undoes the rest */
+	bo->mapped = true;
+	/* BO_INFO's mmap offset: a CPU mapping through the accel fd goes to dma_buf_mmap(). */
+	return drm_gem_create_mmap_offset(obj);
+}
+
+/**
+ * vnpu_gem_prime_import() - &drm_driver.gem_prime_import: a BO of a dma-buf
+ * @drm: the DRM device
+ * @dma_buf: the buffer, from any exporter, vnpu.ko included
+ *
+ * drm_gem_prime_import() would hand a vnpu BO's own object back, which
+ * belongs to the exporting file; a new object over the same pages lets the
+ * importing file map it in its own address space. The attachment is mapped
+ * for the NPU's DMA now; the BO gets its VA when the importing file's
+ * handle is made (vnpu_gem_open()).
+ *
+ * Return: the new GEM object, or an ERR_PTR: -E2BIG above
+ * DRM_VNPU_PARAM_MAX_BO_SIZE, else the exporter's or the DMA API's errno.
+ */
+struct drm_gem_object *vnpu_gem_prime_import(struct drm_device *drm, struct dma_buf *dma_buf)
+{
+	struct dma_buf_attachment *attach;
+	struct drm_gem_object *obj;
+	struct sg_table *sgt;
+	int ret;
+
+	if (dma_buf->size > VNPU_MAX_BO_SIZE) {
+		drm_dbg_driver(drm, "dma-buf import: %zu bytes, above %llu\n", dma_buf->size,
+			       VNPU_MAX_BO_SIZE);
+		return ERR_PTR(-E2BIG);
+	}
+	attach = dma_buf_attach(dma_buf, drm->dev);
+	if (IS_ERR(attach))
+		return ERR_CAST(attach);
+	get_dma_buf(dma_buf);
+	sgt = dma_buf_map_attachment_unlocked(attach, DMA_BIDIRECTIONAL);
+	if (IS_ERR(sgt)) {
+		ret = PTR_ERR(sgt);
+		goto err_detach;
+	}
+	obj = drm_gem_shmem_prime_import_sg_table(drm, attach, sgt);
+	if (IS_ERR(obj)) {
+		ret = PTR_ERR(obj);
+		goto err_unmap;
+	}
+	obj->import_attach = attach;
+	obj->resv = dma_buf->resv;
+	to_vnpu_bo(obj)->needs_sync = vnpu_sgt_needs_sync(drm->dev, sgt);
+	return obj;
+
+err_unmap:
+	dma_buf_unmap_attachment_unlocked(attach, sgt, DMA_BIDIRECTIONAL);
+err_detach:
+	dma_buf_detach(dma_buf, attach);
+	dma_buf_put(dma_buf);
+	return ERR_PTR(ret);
 }
 
 /* For fdinfo's drm-resident-memory: BO_CREATE pins the pages for the BO's life. */
@@ -69,6 +210,7 @@ static enum drm_gem_object_status vnpu_gem_status(struct drm_gem_object *obj)
 
 static const struct drm_gem_object_funcs vnpu_gem_funcs = {
 	.free = vnpu_gem_free,
+	.open = vnpu_gem_open,
 	.status = vnpu_gem_status,
 	.print_info = drm_gem_shmem_object_print_info,
 	.pin = drm_gem_shmem_object_pin,
@@ -94,24 +236,10 @@ struct drm_gem_object *vnpu_gem_create_object(struct drm_device *drm, size_t siz
 	if (!bo)
 		return ERR_PTR(-ENOMEM);
 	spin_lock_init(&bo->status_lock);
+	INIT_LIST_HEAD(&bo->ctx_link);
 	bo->base.map_wc = false;
 	bo->base.base.funcs = &vnpu_gem_funcs;
 	return &bo->base.base;
-}
-
-/*
- * Whether the CPU's pages and what the device reaches differ: bounce
- * buffers (swiotlb=force, encrypted guests) or a non-coherent device.
- */
-static bool vnpu_sgt_needs_sync(struct device *dev, struct sg_table *sgt)
-{
-	struct scatterlist *sg;
-	int i;
-
-	for_each_sgtable_dma_sg(sgt, sg, i)
-		if (dma_need_sync(dev, sg_dma_address(sg)))
-			return true;
-	return false;
 }
 
 /**
@@ -124,8 +252,9 @@ static bool vnpu_sgt_needs_sync(struct device *dev, struct sg_table *sgt)
  */
 void vnpu_bo_sync_for_device(struct vnpu_bo *bo)
 {
-	if (bo->needs_sync && bo->dma_mapped)
-		dma_sync_sgtable_for_device(bo->base.base.dev->dev, bo->sgt, DMA_BIDIRECTIONAL);
+	if (bo->needs_sync && (bo->dma_mapped || vnpu_bo_imported(bo)))
+		dma_sync_sgtable_for_device(bo->base.base.dev->dev, vnpu_bo_dma_sgt(bo),
+					    DMA_BIDIRECTIONAL);
 }
 
 /**
@@ -134,8 +263,9 @@ void vnpu_bo_sync_for_device(struct vnpu_bo *bo)
  */
 void vnpu_bo_sync_for_cpu(struct vnpu_bo *bo)
 {
-	if (bo->needs_sync && bo->dma_mapped)
-		dma_sync_sgtable_for_cpu(bo->base.base.dev->dev, bo->sgt, DMA_BIDIRECTIONAL);
+	if (bo->needs_sync && (bo->dma_mapped || vnpu_bo_imported(bo)))
+		dma_sync_sgtable_for_cpu(bo->base.base.dev->dev, vnpu_bo_dma_sgt(bo),
+					 DMA_BIDIRECTIONAL);
 }
 
 /**
@@ -205,7 +335,6 @@ void vnpu_bo_set_status(struct vnpu_bo *bo, int status, u64 fault_va)
 int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *file)
 {
 	struct vnpu_file_priv *fpriv = file->driver_priv;
-	struct vnpu_device *vdev = to_vnpu_device(drm);
 	struct vnpu_ctx *ctx = fpriv->ctx;
 	struct drm_vnpu_bo_create *args = data;
 	struct drm_gem_shmem_object *shmem;
@@ -235,12 +364,7 @@ int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *fi
 		return PTR_ERR(shmem);
 	bo = container_of(shmem, struct vnpu_bo, base);
 	bo->flags = args->flags;
-	bo->ctx = vnpu_ctx_get(ctx);
-	INIT_LIST_HEAD(&bo->ctx_link);
-	atomic_inc(&ctx->bo_count);
-	atomic64_add(size, &ctx->bo_bytes);
-	atomic_inc(&vdev->stats.bos);
-	atomic64_add(size, &vdev->stats.bo_bytes);
+	vnpu_bo_account(bo, ctx);
 
 	/*
 	 * Pins the (zero-filled) pages. The driver owns their DMA mapping, not

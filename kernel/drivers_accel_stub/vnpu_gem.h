@@ -16,11 +16,12 @@
 /**
  * struct vnpu_bo - a vnpu buffer object
  * @base: the shmem GEM object
- * @ctx: the owning file's context, NULL for an object not created by
- *	BO_CREATE (an imported dma-buf), which no job may use
- * @ctx_link: entry in &vnpu_ctx.bos (BOs created by BO_CREATE)
+ * @ctx: the owning file's context: the creating one, or for an imported
+ *	dma-buf the importing one (NULL until its handle is made)
+ * @ctx_link: entry in &vnpu_ctx.bos
  * @node: its device VA range (plus one unmapped guard page)
- * @sgt: its pages, DMA-mapped while @dma_mapped
+ * @sgt: its pages, DMA-mapped while @dma_mapped; NULL for an import, whose
+ *	attachment's table is &drm_gem_shmem_object.sgt
  * @flags: DRM_VNPU_BO_* flags
  * @pinned: the pages are pinned (for the BO's whole life)
  * @dma_mapped: @sgt is DMA-mapped (until the BO or the device goes)
@@ -65,6 +66,7 @@ static inline size_t vnpu_bo_size(struct vnpu_bo *bo)
 }
 
 struct drm_gem_object *vnpu_gem_create_object(struct drm_device *drm, size_t size);
+struct drm_gem_object *vnpu_gem_prime_import(struct drm_device *drm, struct dma_buf *dma_buf);
 void vnpu_bo_sync_for_device(struct vnpu_bo *bo);
 void vnpu_bo_sync_for_cpu(struct vnpu_bo *bo);
 void vnpu_gem_release_dma(struct vnpu_ctx *ctx);

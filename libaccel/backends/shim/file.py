@@ -129,6 +129,8 @@ class ShimBackend(Backend):
             b.IOCTLS["DRM_IOCTL_VNPU_BO_WAIT"]: self._bo_wait,
             b.IOCTLS["DRM_IOCTL_VNPU_SUBMIT"]: self._submit,
             b.IOCTLS["DRM_IOCTL_VNPU_BO_SYNC"]: self._bo_sync,
+            b.IOCTLS["DRM_IOCTL_PRIME_HANDLE_TO_FD"]: self._no_dmabuf,
+            b.IOCTLS["DRM_IOCTL_PRIME_FD_TO_HANDLE"]: self._no_dmabuf,
         }
 
     # --- Backend interface ---------------------------------------------------------
@@ -331,6 +333,12 @@ class ShimBackend(Backend):
                 self.dev.cond.wait(left / 1e9)
             a.job_status = bo.last_status
             a.fault_va = bo.last_fault_va
+
+    def _no_dmabuf(self, a: Any) -> None:
+        raise Errno(
+            errno.EOPNOTSUPP,
+            "the shim shares no memory with other devices: dma-buf import and export need the kernel backend",
+        )
 
     def _bo_sync(self, a: Any) -> None:
         if not a.flags or a.flags & ~b.DRM_VNPU_BO_SYNC_FLAGS_MASK:

@@ -1,0 +1,88 @@
+"""dma-buf exporters the Debian kernel already has, for the zero-copy tests: the system dma-heap and udmabuf.
+
+Each returns a dma-buf fd the caller closes, plus a CPU view of its pages:
+
+* :func:`heap_buffer`: ``DMA_HEAP_IOCTL_ALLOC`` on ``/dev/dma_heap/system`` (its own pages; the CPU maps
+  the dma-buf fd and brackets its accesses with ``DMA_BUF_IOCTL_SYNC``);
+* :func:`udmabuf_buffer`: a sealed memfd turned into a dma-buf by ``/dev/udmabuf`` (the memfd's pages:
+  the CPU maps the memfd).
+
+The ioctl numbers are the kernel's ``_IOWR``/``_IOW`` encodings of the uapi structs (linux/dma-heap.h,
+linux/udmabuf.h, linux/dma-buf.h).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+DMA_HEAP_SYSTEM = Path("/dev/dma_heap/system")
+UDMABUF = Path("/dev/udmabuf")
+
+
+def _ioc(direction: int, kind: str, nr: int, size: int) -> int:
+    return (direction << 30) | (size << 16) | (ord(kind) << 8) | nr
+
+
+_WRITE, _READ = 1, 2
+# struct dma_heap_allocation_data { __u64 len; __u32 fd; __u32 fd_flags; __u64 heap_flags; }
+DMA_HEAP_IOCTL_ALLOC = _ioc(_READ | _WRITE, "H", 0x0, 24)
+# struct udmabuf_create { __u32 memfd; __u32 flags; __u64 offset; __u64 size; }
+UDMABUF_CREATE = _ioc(_WRITE, "u", 0x42, 24)
+UDMABUF_FLAGS_CLOEXEC = 0x01
+# struct dma_buf_sync { __u64 flags; }
+DMA_BUF_IOCTL_SYNC = _ioc(_WRITE, "b", 0, 8)
+DMA_BUF_SYNC_RW, DMA_BUF_SYNC_START, DMA_BUF_SYNC_END = 3, 0, 4
+F_ADD_SEALS, F_SEAL_SHRINK = 1033, 0x0002
+
+
+@dataclass
+class DmaBuf:
+    """A dma-buf fd and a CPU mapping of the same pages; ``close()`` releases both."""
+
+    fd: int
+    view: mmap.mmap
+    _extra_fd: int = -1
+
+    def cpu_access(self, start: bool) -> None:
+        """DMA_BUF_IOCTL_SYNC around CPU access (what a careful user of an exported buffer does)."""
+        flags = DMA_BUF_SYNC_RW | (DMA_BUF_SYNC_START if start else DMA_BUF_SYNC_END)
+        fcntl.ioctl(self.fd, DMA_BUF_IOCTL_SYNC, struct.pack("Q", flags))
+
+    def close(self) -> None:
+        self.view.close()
+        os.close(self.fd)
+        if self._extra_fd >= 0:
+            os.close(self._extra_fd)
+
+
+def heap_buffer(size: int) -> DmaBuf:
+    """``size`` bytes from the system dma-heap."""
+    heap = os.open(DMA_HEAP_SYSTEM, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        arg = bytearray(struct.pack("QIIQ", size, 0, os.O_RDWR | os.O_CLOEXEC, 0))
+        fcntl.ioctl(heap, DMA_HEAP_IOCTL_ALLOC, arg, True)
+    finally:
+        os.close(heap)
+    fd = struct.unpack("QIIQ", arg)[1]
+    return DmaBuf(fd, mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE))
+
+
+def udmabuf_buffer(size: int) -> DmaBuf:
+    """``size`` bytes (a multiple of the page size) of a sealed memfd, as a dma-buf."""
+    memfd = os.memfd_create("vnpu-udmabuf", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+    os.ftruncate(memfd, size)
+    fcntl.fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK)
+    dev = os.open(UDMABUF, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        # A mutable argument makes fcntl.ioctl return the call's result: the new dma-buf's fd.
+        arg = bytearray(struct.pack("IIQQ", memfd, UDMABUF_FLAGS_CLOEXEC, 0, size))
+        fd = fcntl.ioctl(dev, UDMABUF_CREATE, arg, True)
+    finally:
+        os.close(dev)
+    view = mmap.mmap(memfd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    return DmaBuf(fd, view, memfd)
