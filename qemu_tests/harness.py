@@ -24,7 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from device_model.qemu_server import READY_MARK, parse_size
-from qemu_tests import debug_kernel, foreign_ivshmem, guest_run, kernel_args, ktap, matrix, preflight
+from qemu_tests import (
+    accel,
+    debug_kernel,
+    foreign_ivshmem,
+    guest_run,
+    kcidb,
+    kernel_args,
+    ktap,
+    matrix,
+    preflight,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
@@ -146,6 +156,20 @@ def build_guest_libraries(clock: Clock) -> None:
     clock.say("build", f"{path} ok")
 
 
+def build_command(kernel: preflight.Kernel) -> list[str]:
+    """The make command that builds vnpu.ko for ``kernel`` in its own directory.
+
+    VNPU_DEBUG=1: the test knobs (CONFIG_DRM_ACCEL_VNPU_DEBUG) the suites turn, e.g. validate_streams."""
+    return ["make", "-C", str(module_build_dir(kernel)), f"KDIR={kernel.build}", "VNPU_DEBUG=1"]
+
+
+def default_npu_cores() -> int:
+    """The device model's default core count (its --cores default)."""
+    from device_model.npu import DEFAULT_CORES
+
+    return DEFAULT_CORES
+
+
 def build_module(clock: Clock, kernel: preflight.Kernel) -> Path:
     """Build vnpu.ko against ``kernel``'s build tree in its own directory; returns the module."""
     # *.mod.c is modpost's output for whichever kernel the in-tree build last targeted: not a source.
@@ -163,9 +187,8 @@ def build_module(clock: Clock, kernel: preflight.Kernel) -> Path:
         # copy2 keeps the mtime, so make rebuilds exactly what changed since the last copy.
         shutil.copy2(src, build / src.name)
     module = build / "vnpu.ko"
-    # VNPU_DEBUG=1: the test knobs (CONFIG_DRM_ACCEL_VNPU_DEBUG) the suites turn, e.g. validate_streams.
     r = subprocess.run(
-        ["make", "-C", str(build), f"KDIR={kernel.build}", "VNPU_DEBUG=1"],
+        build_command(kernel),
         capture_output=True,
         text=True,
         check=False,
@@ -350,8 +373,10 @@ def vng_command(
     kernel_image: Path,
     foreign_sock: Path | None = None,
     extra_kernel_args: Sequence[str] = (),
+    kvm: bool = False,
 ) -> list[str]:
-    """The vng command line; ``extra_kernel_args`` go on the guest kernel's command line (vng --append)."""
+    """The vng command line; ``extra_kernel_args`` go on the guest kernel's command line (vng --append);
+    ``kvm``: let vng use KVM (accel.choose decided it works), else TCG (--disable-kvm)."""
     cached = cached_trees()
     # One "--opt=value" word, as for --qemu-opts; vng splits it shell-style into one --kopt per word.
     append = [f"--append={kernel_args.join(extra_kernel_args)}"] if extra_kernel_args else []
@@ -359,7 +384,7 @@ def vng_command(
         str(venv_bin() / "vng"),
         "--run",
         str(kernel_image),
-        "--disable-kvm",  # KVM is unreliable here: TCG only
+        *([] if kvm else ["--disable-kvm"]),
         "--memory",
         GUEST_RAM,
         "--cpus",
@@ -412,23 +437,29 @@ def boot(
     as files (``/proc/self/fd/1``), which truncates and overwrites a regular
     file stdout.
     """
-    proc = subprocess.Popen(
-        cmd,
-        env=host_env(),
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
-    timer.start()
     # vng and QEMU run in a session of their own: a SIGTERM to the harness (timeout(1), a CI
-    # runner cancelling a job) must take the guest down too, not leave QEMU running.
+    # runner cancelling a job) must take the guest down too, not leave QEMU running. The handler
+    # is in place before the guest starts, so no SIGTERM falls between the two.
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            env=host_env(),
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except BaseException:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        raise
+    assert proc.stdout is not None
+    timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    timer.start()
     try:
         with open(log_path, "wb") as log:
             for line in proc.stdout:
@@ -510,7 +541,8 @@ def _kernel_args(text: str) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m qemu_tests",
-        description="Boot the vnpu stack under QEMU (TCG) and run the in-guest test suite, or one command.",
+        description="Boot the vnpu stack under QEMU (KVM where it works, else TCG) and run the in-guest "
+        "test suite, or one command.",
     )
     p.add_argument(
         "--exec",
@@ -553,6 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--append",
+        "--cmdline",
         dest="kernel_args",
         metavar="ARGS",
         type=_kernel_args,
@@ -560,6 +593,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="extra arguments for the guest kernel's command line (vng --append), e.g. "
         "'swiotlb=65536,force'; may be repeated; with --matrix, every entry gets them",
+    )
+    p.add_argument(
+        "--accel",
+        choices=accel.MODES,
+        default="auto",
+        help="KVM or TCG for the guest: auto (default) uses KVM where a probe guest boots under it "
+        "(probed once per host and cached), else TCG with the reason; kvm or tcg force one",
+    )
+    p.add_argument(
+        "--kcidb",
+        type=Path,
+        metavar="FILE",
+        help="also write the run as KCIDB I/O JSON (checkout, build, tests, kernel, device) to FILE",
     )
     p.add_argument("--kdir", type=Path, metavar="DIR", help="the build tree of the bzImage --kernel names")
     p.add_argument("--no-install", action="store_true", help="skip the install phase")
@@ -612,12 +658,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.matrix is not None:
         return run_matrix(args)
     if args.check:
-        reqs = preflight.check_host(guest_ram=parse_size(GUEST_RAM), kernel=args.kernel, kdir=args.kdir)
-        return preflight.report([*reqs, *kernel_args_line(args.kernel_args)])
+        return preflight.report(check_lines(args, args.kernel, args.kdir, args.kernel_args))
     outdir = results_dir(args.out)
     clock = Clock()
     clock.say("results", str(outdir))
-    return run_kernel(args, args.kernel, args.kdir, outdir, clock).rc
+    record = kcidb.Run(outdir)
+    rc = run_kernel(args, args.kernel, args.kdir, outdir, clock, record).rc
+    write_kcidb(args.kcidb, [record], clock)
+    return rc
+
+
+def write_kcidb(path: Path | None, records: list[kcidb.Run], clock: Clock) -> None:
+    """--kcidb FILE: the run (every kernel of a matrix) as KCIDB I/O JSON."""
+    if path is None:
+        return
+    data = kcidb.write(path, REPO, records)
+    clock.say("kcidb", f"{path}: {len(data['builds'])} build(s), {len(data['tests'])} tests (KCIDB I/O v5.0)")
 
 
 @dataclass(frozen=True)
@@ -629,6 +685,22 @@ class Outcome:
     release: str
 
 
+def check_lines(
+    args: argparse.Namespace, spec: str | None, kdir: Path | None, words: Sequence[str]
+) -> list[preflight.Requirement]:
+    """--check's lines: the host's requirements, the accelerator the guest will run on (after the
+    qemu line; auto probes KVM here if this host has no cached answer) and the extra kernel arguments."""
+    reqs = preflight.check_host(guest_ram=parse_size(GUEST_RAM), kernel=spec, kdir=kdir)
+    try:
+        kernel = preflight.select_kernel(override=spec, kdir=kdir)
+    except ValueError:
+        kernel = None
+    choice = accel.choose(args.accel, kernel.image if kernel else None)
+    line = accel.requirement(args.accel, choice)
+    at = next((i + 1 for i, r in enumerate(reqs) if r.name == "qemu"), 0)
+    return [*reqs[:at], line, *reqs[at:], *kernel_args_line(words)]
+
+
 def kernel_args_line(words: Sequence[str]) -> list[preflight.Requirement]:
     """The --check line for extra kernel arguments, when there are any."""
     if not words:
@@ -636,9 +708,15 @@ def kernel_args_line(words: Sequence[str]) -> list[preflight.Requirement]:
     return [preflight.Requirement("kernel arguments", True, f"{kernel_args.join(words)} (vng --append)")]
 
 
-def record_boot(outdir: Path, spec: str | None, kernel: preflight.Kernel, words: Sequence[str]) -> list[str]:
-    """Write boot.json (the kernel, the extra arguments, the guest's /proc/cmdline); return the
-    extra arguments missing from that command line (none when the guest did not save it)."""
+def record_boot(
+    outdir: Path,
+    spec: str | None,
+    kernel: preflight.Kernel,
+    words: Sequence[str],
+    choice: accel.Choice | None = None,
+) -> list[str]:
+    """Write boot.json (the kernel, the extra arguments, the guest's /proc/cmdline, KVM or TCG); return
+    the extra arguments missing from that command line (none when the guest did not save it)."""
     saved = outdir / CMDLINE
     cmdline = saved.read_text().strip() if saved.exists() else None
     info = {
@@ -648,6 +726,8 @@ def record_boot(outdir: Path, spec: str | None, kernel: preflight.Kernel, words:
         "kernel_args": list(words),
         "cmdline": cmdline,
     }
+    if choice is not None:
+        info["accel"], info["accel_reason"] = choice.accel, choice.reason
     (outdir / BOOT_INFO).write_text(json.dumps(info, indent=2) + "\n")
     return kernel_args.missing(words, cmdline) if cmdline is not None else []
 
@@ -679,11 +759,33 @@ def guest_timeout(args: argparse.Namespace, spec: str | None) -> float:
 
 
 def run_kernel(
-    args: argparse.Namespace, spec: str | None, kdir: Path | None, outdir: Path, clock: Clock
+    args: argparse.Namespace,
+    spec: str | None,
+    kdir: Path | None,
+    outdir: Path,
+    clock: Clock,
+    record: kcidb.Run | None = None,
 ) -> Outcome:
-    """Install, check, build, boot and report for one kernel (``spec``; None: the default kernel)."""
+    """Install, check, build, boot and report for one kernel (``spec``; None: the default kernel).
+
+    ``record`` gets what the run learns on the way (for --kcidb)."""
+    outcome = _run_kernel(args, spec, kdir, outdir, clock, record or kcidb.Run(outdir))
+    if record is not None:
+        record.build_status, record.release = outcome.build, record.release or outcome.release
+    return outcome
+
+
+def _run_kernel(
+    args: argparse.Namespace,
+    spec: str | None,
+    kdir: Path | None,
+    outdir: Path,
+    clock: Clock,
+    record: kcidb.Run,
+) -> Outcome:
     guest_ram = parse_size(GUEST_RAM)
     spec = spec or os.environ.get(preflight.KERNEL_ENV)
+    record.spec = spec
     try:
         wanted = preflight.select_kernel(override=spec, kdir=kdir) if spec else None
     except ValueError:
@@ -715,6 +817,15 @@ def run_kernel(
         assert kernel is not None  # the preflight found it
         release = kernel.release
         clock.say("preflight", f"ok; kernel {kernel.release}")
+        if args.accel == "kvm" and (problem := accel.device_problem()) is not None:
+            print(f"qemu_tests: --accel kvm, but {problem} (--accel auto or tcg)", file=sys.stderr)
+            return Outcome(preflight.EXIT_MISSING, matrix.BUILD_MISSING, release)
+        choice = accel.choose(args.accel, kernel.image, say=lambda msg: clock.say("accel", msg))
+        clock.say("accel", choice.line())
+        record.release, record.image = kernel.release, str(kernel.image)
+        record.kernel_build = str(kernel.build)
+        record.compiler = preflight.kernel_compiler_text(kernel)
+        record.accel, record.accel_reason = choice.accel, choice.reason
         if args.module is not None:
             module = args.module.resolve()
             if not module.is_file():
@@ -722,12 +833,18 @@ def run_kernel(
             clock.say("build", f"not built: --module {module}")
         elif not args.no_module and not args.no_build:
             build = matrix.BUILD_FAILED
-            module = build_module(clock, kernel)
+            record.build_start, t0 = kcidb.now(), time.monotonic()
+            record.build_command = shlex.join(build_command(kernel))
+            try:
+                module = build_module(clock, kernel)
+            finally:
+                record.build_seconds = time.monotonic() - t0
             build = matrix.BUILD_OK
         elif not args.no_module:
             module = module_path(kernel)
             if not module.exists():
                 raise HarnessError(f"{module} is not built (drop --no-build)")
+        record.module = str(module or "")
         build_guest_libraries(clock)
     except (HarnessError, subprocess.CalledProcessError) as e:
         print(f"qemu_tests: {e}", file=sys.stderr)
@@ -754,10 +871,18 @@ def run_kernel(
             raise HarnessError(str(e)) from e
         guest = guest_command(args, module)
         cmd = vng_command(
-            guest, server.socket, server.ram, outdir, args.cpus, kernel.image, foreign.socket, words
+            guest,
+            server.socket,
+            server.ram,
+            outdir,
+            args.cpus,
+            kernel.image,
+            foreign.socket,
+            words,
+            choice.kvm,
         )
         extra = f"; kernel arguments: {kernel_args.join(words)}" if words else ""
-        clock.say("boot", f"starting the guest (vng, TCG){extra}")
+        clock.say("boot", f"starting the guest (vng, {choice.name}){extra}")
         on_line = None
         if args.allow_kill_request:
 
@@ -766,7 +891,12 @@ def run_kernel(
                     clock.say("server", "killing the device model (SIGKILL), as the guest asked")
                     server.kill()
 
+        record.kernel_args, record.cpus, record.memory = list(words), args.cpus, GUEST_RAM
+        record.npu_cores, record.exec_cmd = args.npu_cores or default_npu_cores(), args.exec_cmd
+        record.qemu = accel.qemu_version()
+        record.boot_start, t0 = kcidb.now(), time.monotonic()
         rc = boot(cmd, guest_timeout(args, spec), clock, outdir / "console.log", on_line)
+        record.guest_rc, record.guest_seconds = rc, time.monotonic() - t0
     except HarnessError as e:
         print(f"qemu_tests: {e}", file=sys.stderr)
         return Outcome(2, build, release)
@@ -775,7 +905,7 @@ def run_kernel(
         foreign.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     clock.say("guest", f"exit code {rc}; device model exit code {server_rc}")
-    lost = record_boot(outdir, spec, kernel, words)
+    lost = record_boot(outdir, spec, kernel, words, choice)
     if words and not lost and (outdir / CMDLINE).exists():
         clock.say("guest", f"/proc/cmdline has {kernel_args.join(words)}")
     if lost:
@@ -792,6 +922,7 @@ def run_kernel(
             "kernel.release": kernel.release,
             "kernel.args": kernel_args.join(words),
             "kernel.cmdline": cmdline.read_text().strip() if cmdline.exists() else "",
+            "qemu.accel": choice.accel,
         },
     )
     return Outcome(report(outdir, rc, clock), build, release)
@@ -807,12 +938,12 @@ def run_matrix(args: argparse.Namespace) -> int:
         rcs = []
         for entry in entries:
             print(f"== {entry.name}")
-            reqs = preflight.check_host(guest_ram=parse_size(GUEST_RAM), kernel=entry.spec)
-            rcs.append(preflight.report([*reqs, *kernel_args_line(entry.kernel_args)]))
+            rcs.append(preflight.report(check_lines(args, entry.spec, None, entry.kernel_args)))
         return max(rcs)
     top = results_dir(args.out)
     print(f"qemu_tests: matrix of {len(entries)} kernels; results in {top}", flush=True)
     results: list[matrix.KernelResult] = []
+    records: list[kcidb.Run] = []
     names: list[str] = []
     for entry in entries:
         spec = entry.spec
@@ -825,7 +956,8 @@ def run_matrix(args: argparse.Namespace) -> int:
         clock = Clock()
         clock.say("matrix", f"kernel {entry.name}: {sub}")
         run_args = argparse.Namespace(**{**vars(args), "kernel_args": list(entry.kernel_args)})
-        outcome = run_kernel(run_args, spec, None, sub, clock)
+        records.append(kcidb.Run(sub))
+        outcome = run_kernel(run_args, spec, None, sub, clock, records[-1])
         seconds = time.monotonic() - clock.start
         results.append(
             matrix.collect(
@@ -833,6 +965,7 @@ def run_matrix(args: argparse.Namespace) -> int:
             )
         )
     matrix.write_summary(top / "summary.json", results)
+    write_kcidb(args.kcidb, records, Clock())
     sys.stdout.write("\n" + matrix.table(results))
     print(f"qemu_tests: summary {top / 'summary.json'}", flush=True)
     return matrix.exit_code(results, preflight.EXIT_MISSING)

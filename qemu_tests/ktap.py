@@ -17,6 +17,7 @@ class Case:
     name: str
     outcome: str  # "pass", "fail", "error", "skip"
     message: str = ""
+    seconds: float = field(default=0.0, compare=False)  # the JUnit case's time
 
     @property
     def failed(self) -> bool:
@@ -63,7 +64,11 @@ def parse_junit(text: str) -> list[Suite]:
                 outcome = {"failure": "fail", "error": "error", "skipped": "skip"}[child.tag]
                 message = child.get("message", "") or (child.text or "")
                 break
-        case = Case(_case_name(classname, sname, tc.get("name", "?")), outcome, message)
+        try:
+            seconds = float(tc.get("time", "0") or 0)
+        except ValueError:
+            seconds = 0.0
+        case = Case(_case_name(classname, sname, tc.get("name", "?")), outcome, message, seconds)
         suites.setdefault(sname, Suite(sname)).cases.append(case)
     return list(suites.values())
 

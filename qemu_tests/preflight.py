@@ -309,6 +309,11 @@ def _kernel_config(kernel: Kernel) -> dict[str, str]:
     return {}
 
 
+def kernel_compiler_text(kernel: Kernel) -> str:
+    """The compiler the kernel was built with (CONFIG_CC_VERSION_TEXT), '' when its tree does not say."""
+    return _kernel_config(kernel).get("CONFIG_CC_VERSION_TEXT", "")
+
+
 def compiler_package(compiler: str) -> str:
     """The Debian package of a compiler command: x86_64-linux-gnu-gcc-12 -> gcc-12."""
     m = re.search(r"(gcc|clang)-(\d+)$", compiler)
@@ -418,7 +423,7 @@ def check_host(
     reqs: list[Requirement] = []
     qemu = host.which("qemu-system-x86_64")
     reqs.append(_apt("qemu", qemu is not None, qemu or "qemu-system-x86_64 not on PATH", "qemu-system-x86"))
-    reqs.append(Requirement("kvm", True, "not used (TCG)"))
+    # KVM or TCG is the harness's choice (qemu_tests.accel, --accel): its --check adds that line here.
 
     busybox = next((p for n in BUSYBOX_NAMES if (p := host.which_sbin(n))), None)
     if busybox is None:

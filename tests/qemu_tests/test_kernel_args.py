@@ -82,7 +82,7 @@ def test_a_bad_append_is_a_one_line_usage_error(value: str, capsys: pytest.Captu
         harness.main([f"--append={value}", "--check"])
     assert e.value.code == 2
     (line,) = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
-    assert "argument --append: kernel argument" in line
+    assert "argument --append/--cmdline: kernel argument" in line
 
 
 def test_vng_gets_the_arguments_as_one_append_word() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qemu_tests import harness, matrix, preflight
+from qemu_tests import accel, harness, matrix, preflight
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest">
@@ -158,7 +158,12 @@ def test_run_matrix_runs_each_kernel_in_its_own_directory(
     ran: list[tuple[str | None, Path]] = []
 
     def fake_run_kernel(
-        args: argparse.Namespace, spec: str | None, kdir: Path | None, outdir: Path, clock: harness.Clock
+        args: argparse.Namespace,
+        spec: str | None,
+        kdir: Path | None,
+        outdir: Path,
+        clock: harness.Clock,
+        record: object = None,
     ) -> harness.Outcome:
         ran.append((spec, outdir))
         if spec == "6.12.111+deb12-amd64":  # not installed
@@ -257,7 +262,12 @@ def test_run_matrix_runs_each_entry_with_its_arguments(
     ran: list[tuple[str | None, list[str], Path]] = []
 
     def fake_run_kernel(
-        args: argparse.Namespace, spec: str | None, kdir: Path | None, outdir: Path, clock: harness.Clock
+        args: argparse.Namespace,
+        spec: str | None,
+        kdir: Path | None,
+        outdir: Path,
+        clock: harness.Clock,
+        record: object = None,
     ) -> harness.Outcome:
         ran.append((spec, args.kernel_args, outdir))
         _results_dir(
@@ -288,10 +298,14 @@ def test_check_over_a_matrix_names_each_entrys_arguments(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(preflight, "check_host", lambda **_: [])
+    monkeypatch.setattr(accel, "choose", lambda mode, image, **_: accel.Choice("tcg", "--accel tcg"))
     assert harness.main(["--check", "--matrix", f"{K117},{K117}[{SWIOTLB}]"]) == 0
     out = capsys.readouterr().out.splitlines()
+    kvm = "preflight: ok       kvm: the guest runs on TCG (--accel tcg)"
     assert out == [
         f"== {K117}",
+        kvm,
         f"== {K117}[{SWIOTLB}]",
+        kvm,
         f"preflight: ok       kernel arguments: {SWIOTLB} (vng --append)",
     ]

@@ -138,6 +138,8 @@ def test_every_job_runs_the_harness_on_its_kernel(name: str, job: dict, combo: d
     paths = upload["with"]["path"].split()
     for name_ in ("results.ktap", "junit*.xml", "dmesg.txt", harness.BOOT_INFO):
         assert str(args.out / name_) in paths
+    # The run as KCIDB I/O JSON, for a KernelCI origin to submit.
+    assert args.kcidb is not None and str(args.kcidb) in paths
     assert kernel in _expand(job["name"], combo)
 
 
