@@ -293,8 +293,9 @@ def exit_code(results: Sequence[KernelResult], missing_code: int) -> int:
 
 
 def subdir_name(release: str, taken: Iterable[str]) -> str:
-    """A results subdirectory name for a kernel: its release, made unique among ``taken``."""
-    base = re.sub(r"[^\w.+,=-]", "_", release) or "kernel"
+    """A results subdirectory name for a kernel: its release, made unique among ``taken``. Only
+    ``[\\w.+-]`` survive: vng's ``--rwdir HOST=GUEST`` cannot take a path with ``=`` or ``,``."""
+    base = re.sub(r"[^\w.+-]", "_", release) or "kernel"
     taken = set(taken)
     name, n = base, 2
     while name in taken:
