@@ -58,7 +58,8 @@ STOP_TIMEOUT_S = 5.0
 _MSG_MAX = 1 << 16  # one message: a pickled job, IRQ or result (errors are cut to fit)
 _ERROR_MAX = 4096
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
-_REPO = Path(__file__).resolve().parents[1]
+# The directory holding the project's packages (a checkout, or site-packages): the worker imports from it.
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 class CoreWorkerError(RuntimeError):
@@ -240,7 +241,7 @@ class CoreWorker:
             *self._memory_args,
         ]
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
         fds = (theirs.fileno(), self.abort.flag_fd, self.abort.event_fd, *self._memory_fds)
         try:
             # Its stdout goes to the device model's stderr (its log): the device model's stdout
