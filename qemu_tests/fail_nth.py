@@ -46,8 +46,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cffi
-
 from libaccel import Device, debugfs, discovery, fdinfo
 from libaccel.backends.kernel import KernelBackend
 from libaccel.bo import BufferObject
@@ -338,18 +336,13 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-# PRIME is not in libaccel's bindings (the stack does not use it for jobs); its struct comes from the
-# same generated ABI record, as a cffi type of its own.
-_prime_ffi = cffi.FFI()
-_prime_ffi.include(ffi)  # the __u32/__s32 typedefs
-_prime_ffi.cdef(next(d.cdef for d in ABI.declarations if d.name == "drm_prime_handle"))
 DRM_CLOEXEC = os.O_CLOEXEC
 DRM_RDWR = os.O_RDWR
 
 
 def prime_ioctl(dev: Device, name: str, handle: int = 0, fd: int = -1) -> tuple[int, int]:
     """PRIME_HANDLE_TO_FD or PRIME_FD_TO_HANDLE on ``dev``: (handle, fd) after the call."""
-    arg = _prime_ffi.new("struct drm_prime_handle *")
+    arg = ffi.new("struct drm_prime_handle *")
     arg.handle, arg.fd = handle, fd
     arg.flags = DRM_CLOEXEC | DRM_RDWR if name == "DRM_IOCTL_PRIME_HANDLE_TO_FD" else 0
     dev.backend.ioctl(ABI.ioctls[name].request, arg)
@@ -505,6 +498,23 @@ class BoInfo(Case):
 
     def after_success(self) -> list[str]:
         return [] if self.info.va == self.bo.va else ["BO_INFO gives another VA"]
+
+    def teardown(self) -> None:
+        self.bo.close()
+
+
+class BoSync(Case):
+    name = "DRM_IOCTL_VNPU_BO_SYNC"
+
+    def setup(self) -> None:
+        self.bo = self.dev.create_bo(4096)
+        self.bo.write(b"\x5a" * 16)
+
+    def call(self) -> None:
+        self.bo.sync(for_cpu=True, for_device=True)
+
+    def after_success(self) -> list[str]:
+        return [] if self.bo.read(16) == b"\x5a" * 16 else ["BO_SYNC changed the BO's bytes"]
 
     def teardown(self) -> None:
         self.bo.close()
@@ -759,6 +769,7 @@ CASES: tuple[type[Case], ...] = (
     BoCreate,
     BoInfo,
     BoWait,
+    BoSync,
     Submit,
     GemClose,
     PrimeExport,
