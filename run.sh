@@ -68,7 +68,9 @@ test)
 	step "ruff format --check"
 	ruff format --check .
 	step "host tests (pytest)"
-	python -m pytest -q "$@"
+	# On every CPU (pytest-xdist); worksteal evens out the slow tests (tests/conftest.py runs the
+	# ones that boot a guest first).
+	python -m pytest -q -n auto --dist worksteal "$@"
 	if [ -d qemu_tests ] && [ -f qemu_tests/__main__.py ]; then
 		step "QEMU guest tests (python -m qemu_tests)"
 		python -m qemu_tests

@@ -16,6 +16,7 @@ from qemu_tests import preflight
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.boots_guest
 @pytest.mark.skipif(
     not all(r.ok for r in preflight.check_host()),
     reason="host requirements missing: see python -m qemu_tests --check (./run.sh installs them)",
