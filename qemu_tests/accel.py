@@ -145,15 +145,16 @@ def initramfs(busybox: bytes) -> bytes:
     return archive + b"\0" * (-len(archive) % 512)
 
 
-def probe_command(qemu: str, image: Path, initrd: Path) -> list[str]:
+def probe_command(qemu: str, image: Path, initrd: Path, accel: str = "kvm") -> list[str]:
     """QEMU as virtme-ng runs it under KVM (``-cpu host,topoext=on``), but with KVM only: vng's
-    ``accel=kvm:tcg`` would hide a KVM that cannot start behind TCG."""
+    ``accel=kvm:tcg`` would hide a KVM that cannot start behind TCG. ``accel="tcg"`` (with vng's
+    TCG CPU) boots the same guest without KVM: the tests check the probe guest itself that way."""
     return [
         qemu,
         "-machine",
-        "accel=kvm",
+        f"accel={accel}",
         "-cpu",
-        "host,topoext=on",
+        "host,topoext=on" if accel == "kvm" else "max",
         "-m",
         PROBE_MEMORY,
         "-smp",
@@ -180,29 +181,34 @@ def _reason_line(text: str) -> str:
     return (errors or lines or [""])[0 if errors else -1][:300]
 
 
-def probe(qemu: str, image: Path, busybox: Path, timeout: float = PROBE_TIMEOUT) -> ProbeResult:
-    """Boot ``image`` under KVM to the tiny initramfs; ok when its init printed PROBE_MARK."""
+def probe(
+    qemu: str, image: Path, busybox: Path, timeout: float = PROBE_TIMEOUT, accel: str = "kvm"
+) -> ProbeResult:
+    """Boot ``image`` under KVM (or ``accel``) to the tiny initramfs; ok when its init printed PROBE_MARK."""
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"vnpu-kvm-probe-{os.getpid()}"
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         initrd = workdir / "initramfs.cpio"
         initrd.write_bytes(initramfs(busybox.read_bytes()))
-        cmd = probe_command(qemu, image, initrd)
+        cmd = probe_command(qemu, image, initrd, accel)
         t0 = time.monotonic()
         try:
             r = subprocess.run(
                 cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False
             )
         except subprocess.TimeoutExpired:
-            return ProbeResult(False, f"the KVM probe guest did not finish in {timeout:.0f} s")
+            return ProbeResult(False, f"the {accel.upper()} probe guest did not finish in {timeout:.0f} s")
         except OSError as e:
             return ProbeResult(False, f"cannot run {qemu}: {e}")
         seconds = time.monotonic() - t0
         out = r.stdout.decode(errors="replace")
         if PROBE_MARK in out:
-            return ProbeResult(True, f"a probe guest booted under KVM in {seconds:.1f} s", seconds)
+            return ProbeResult(
+                True, f"a probe guest booted under {accel.upper()} in {seconds:.1f} s", seconds
+            )
         err = _reason_line(r.stderr.decode(errors="replace")) or _reason_line(out)
-        return ProbeResult(False, f"KVM cannot run a guest here: {err or f'QEMU exit code {r.returncode}'}")
+        what = "KVM cannot run a guest here" if accel == "kvm" else "the probe guest failed"
+        return ProbeResult(False, f"{what}: {err or f'QEMU exit code {r.returncode}'}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -167,19 +167,33 @@ def test_the_probe_initramfs_is_newc_with_an_init_and_a_console() -> None:
     assert {"init", "bin/busybox", "dev/console"} <= set(names)
 
 
-def test_the_real_probe_gives_a_one_line_answer_on_this_host() -> None:
-    """On this host as it is: KVM where the probe guest boots, else TCG with QEMU's reason (on the
-    hosts whose KVM dies setting MSR 0x10a under -cpu host, the fallback)."""
-    if accel.device_problem() is not None:
-        pytest.skip(accel.device_problem() or "")
+def _real_host() -> tuple[str, Path, Path]:
     qemu = shutil.which(accel.QEMU)
     kernel = preflight.select_kernel()
     busybox = next((p for n in preflight.BUSYBOX_NAMES if (p := preflight.Host().which_sbin(n))), None)
     if not (qemu and kernel and kernel.image.exists() and busybox and preflight.is_static_elf(Path(busybox))):
         pytest.skip("needs QEMU, a kernel image and a static busybox")
-    result = accel.probe(qemu, kernel.image, Path(busybox))
+    return qemu, kernel.image, Path(busybox)
+
+
+def test_the_probe_guest_boots_to_its_init_and_powers_off() -> None:
+    """The probe's own guest, booted without KVM (seconds under TCG): the kernel reaches the tiny
+    initramfs's init, which prints the mark, and QEMU exits."""
+    qemu, image, busybox = _real_host()
+    result = accel.probe(qemu, image, busybox, timeout=300, accel="tcg")
+    assert result.ok, result.reason
+    assert result.reason.startswith("a probe guest booted under TCG in ")
+
+
+def test_the_real_probe_gives_a_one_line_answer_on_this_host() -> None:
+    """On this host as it is: KVM where the probe guest boots, else TCG with QEMU's reason (on the
+    hosts whose KVM dies setting MSR 0x10a under -cpu host, the fallback)."""
+    if accel.device_problem() is not None:
+        pytest.skip(accel.device_problem() or "")
+    qemu, image, busybox = _real_host()
+    result = accel.probe(qemu, image, busybox)
     assert result.reason and "\n" not in result.reason
-    choice = accel.choose("auto", kernel.image, run_probe=lambda *a: result)
+    choice = accel.choose("auto", image, run_probe=lambda *a: result)
     assert choice.kvm == result.ok
     assert choice.reason.startswith(f"auto: {result.reason}; cached in ")
     if not result.ok:
