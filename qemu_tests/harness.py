@@ -148,12 +148,18 @@ def build_guest_libraries(clock: Clock) -> None:
     """Build the host libraries the guest loads from the build cache: its view of the host is
     read-only, so what a fresh checkout has not built yet could not be built there."""
     import delegate_teflon
+    from libaccel import trace
 
     try:
         path = delegate_teflon.library_path()
     except Exception as e:  # a compiler's error of any kind: one line, and the harness stops
         raise HarnessError(f"building libteflon.so for the guest failed: {e}") from e
     clock.say("build", f"{path} ok")
+    # accel trace's interposer: the guest would otherwise compile it (seconds under TCG) per tracer.
+    try:
+        clock.say("build", f"{trace.library()} ok")
+    except Exception as e:
+        raise HarnessError(f"building accel trace's interposer for the guest failed: {e}") from e
 
 
 def build_command(kernel: preflight.Kernel) -> list[str]:

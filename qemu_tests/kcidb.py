@@ -274,7 +274,8 @@ def tests(run: Run) -> list[dict]:
         if reached
         else "the guest never ran its command",
     )
-    for junit in sorted(run.outdir.glob("junit*.xml")):
+    # The main pass first, then the isolated one (junit-isolated.xml), as the guest ran them.
+    for junit in sorted(run.outdir.glob("junit*.xml"), key=lambda p: (p.name != "junit.xml", p.name)):
         try:
             suites = ktap.parse_junit(junit.read_text())
         except (OSError, ValueError):

@@ -41,5 +41,25 @@ def run_trace(
     return r, out.read_text() if out.exists() else r.stderr
 
 
+def trace_in_process(argv: list[str], out: Path, timeout: float = 300) -> tuple[int, list[dict]]:
+    """``argv`` traced by this process (libaccel.trace.run, as ``accel trace --json`` does, without
+    starting the CLI's interpreter): its exit status and the events. ``timeout(1)`` bounds the program
+    (scaled as in run_trace)."""
+    from libaccel import trace
+
+    timeout *= float(os.environ.get("VNPU_TIMEOUT_SCALE", "1"))
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = trace_env()["PYTHONPATH"]
+    try:
+        with open(out, "w") as f:
+            code = trace.run(["timeout", "-k", "10", str(int(timeout)), *argv], f, json_mode=True)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+    return code, json_events(out.read_text())
+
+
 def json_events(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
