@@ -41,7 +41,8 @@ def test_shim_survives_random_ioctls() -> None:
 def test_run_threads_and_seeds_on_the_shim() -> None:
     res = ioctl_fuzz.run("shim", seed=3, seconds=3, procs=1, threads=2, batch=3)
     assert res.ok, res.failures
-    assert res.stats.ioctls > 1000
+    # How many calls fit in 3 s depends on the machine's load (a busy CI host made 7): not a count.
+    assert res.stats.ioctls > 0 and res.stats.streams > 0
     assert res.stats.jobs_completed > 0  # the workers' devices ran jobs (not just refused them)
 
 
