@@ -119,3 +119,21 @@ def _runs(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_isolated_pass_collects_only_the_modules_that_have_isolated_tests(tmp_path: Path) -> None:
+    from qemu_tests import guest_run
+
+    (tmp_path / "test_a.py").write_text("import pytest\n\n@pytest.mark.isolated\ndef test_x(): pass\n")
+    (tmp_path / "test_b.py").write_text("def test_y(): pass\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "test_c.py").write_text("import pytest\npytestmark = pytest.mark.isolated\n")
+    one = str(tmp_path / "test_b.py")
+    assert guest_run.isolated_modules([str(tmp_path), one]) == [
+        str(tmp_path / "sub" / "test_c.py"),
+        str(tmp_path / "test_a.py"),
+        one,
+    ]
+    # The repository's own: every module with an isolated test, and no other.
+    kernel = guest_run.isolated_modules([str(harness.REPO / "tests" / "kernel")])
+    assert kernel and all("mark.isolated" in Path(m).read_text() for m in kernel)
