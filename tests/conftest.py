@@ -1,7 +1,14 @@
 """Settings shared by every test directory."""
 
+import os
+
 import pytest
 from hypothesis import settings
+
+# The shim's job timeout in the tests (and the programs they start): long, so that a model's jobs on a
+# loaded machine (pytest-xdist's workers beside other guests) are not taken for hangs. The hang tests
+# set a short one themselves (driver_knobs.job_timeout), on either backend.
+os.environ.setdefault("VNPU_SHIM_JOB_TIMEOUT_MS", "10000")
 
 # The suite runs on 2 shared cores (and inside a TCG guest): wall-clock
 # deadlines per example would make property tests flaky, not stricter.
