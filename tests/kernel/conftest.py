@@ -51,3 +51,15 @@ def short_job_timeout() -> Iterator[int]:
     """The job timeout set to SHORT_JOB_TIMEOUT_MS (debugfs job_timeout_ms) for the test, then restored."""
     with driver_knobs.job_timeout("kernel") as ms:
         yield ms
+
+
+# For tests whose job must keep running while the test looks at it (fdinfo, accel top, a firmware
+# reload): on a loaded host a TCG guest can take longer than the default 5 s to look.
+LONG_JOB_TIMEOUT_MS = 60_000
+
+
+@pytest.fixture
+def long_job_timeout() -> Iterator[int]:
+    """The job timeout set to LONG_JOB_TIMEOUT_MS for the test, then restored."""
+    with driver_knobs.job_timeout("kernel", LONG_JOB_TIMEOUT_MS) as ms:
+        yield ms

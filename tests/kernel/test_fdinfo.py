@@ -62,7 +62,7 @@ def test_keys_busy_time_and_memory_grow(dev) -> None:
     assert _stats(dev).memory_bytes("total") == before.memory_bytes("total")
 
 
-def test_running_job_counts_while_it_runs(dev) -> None:
+def test_running_job_counts_while_it_runs(long_job_timeout, dev) -> None:
     """A job still on the device is charged while it runs, so a monitor sees a long job progress."""
     from libaccel import Job, JobBo
 

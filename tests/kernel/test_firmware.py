@@ -79,7 +79,7 @@ def test_booted_firmware_state(dev) -> None:
     assert int(st["version"], 16) == parse_image(DEFAULT_IMAGE_PATH.read_bytes()).image.fw_version
 
 
-def test_reload_lets_a_running_job_finish(dev) -> None:
+def test_reload_lets_a_running_job_finish(long_job_timeout, dev) -> None:
     from libaccel import Job, JobBo
 
     reloads = int(fw_state()["reloads"])

@@ -25,7 +25,7 @@ def client_id(dev) -> int:
     return fdinfo.read(dev.backend.fileno()).client_id
 
 
-def test_top_sees_a_busy_client(dev, capsys: pytest.CaptureFixture[str]) -> None:
+def test_top_sees_a_busy_client(long_job_timeout, dev, capsys: pytest.CaptureFixture[str]) -> None:
     from libaccel import Job, JobBo
 
     sem = dev.create_bo(4096)
