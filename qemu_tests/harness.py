@@ -445,10 +445,23 @@ def boot(
     """
     # vng and QEMU run in a session of their own: a SIGTERM to the harness (timeout(1), a CI
     # runner cancelling a job) must take the guest down too, not leave QEMU running. The handler
-    # is in place before the guest starts, so no SIGTERM falls between the two.
+    # is in place before the guest starts and everything after it is inside the try, so a SIGTERM
+    # at any moment ends the guest; the kill timer is a daemon thread, so it never holds the exit.
+    # While Popen runs (the guest may already run, its pid not yet known) a SIGTERM is only noted,
+    # and acted on as soon as Popen returns.
+    starting, pending = True, []
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        if starting:
+            pending.append(signum)
+            return
+        _terminated(signum, frame)
+
     previous = None
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _terminated)
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    proc: subprocess.Popen[bytes] | None = None
+    timer: threading.Timer | None = None
     try:
         proc = subprocess.Popen(
             cmd,
@@ -459,14 +472,14 @@ def boot(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    except BaseException:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-        raise
-    assert proc.stdout is not None
-    timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
-    timer.start()
-    try:
+        starting = False
+        if pending:
+            raise Terminated(128 + pending[0])
+        assert proc.stdout is not None
+        pid = proc.pid
+        timer = threading.Timer(timeout, lambda: os.killpg(pid, signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
         with open(log_path, "wb") as log:
             for line in proc.stdout:
                 sys.stdout.buffer.write(line)
@@ -476,11 +489,13 @@ def boot(
                     on_line(line)
         rc = proc.wait()
     except (KeyboardInterrupt, Terminated):
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait()
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
         raise
     finally:
-        timer.cancel()
+        if timer is not None:
+            timer.cancel()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     if rc == -signal.SIGKILL:
