@@ -14,7 +14,9 @@ allocation. After every call:
   vnpu ioctls, :data:`CORE_ERRNOS` for the DRM core ones), ENOMEM always;
 * after a failure nothing changed: vnpu.ko's debugfs counters (qemu_tests.leak_check) equal their
   values before the call (a failed BO_CREATE leaves no BO, a failed SUBMIT no job, and its
-  out-syncobj no fence), the process has no new file descriptor, the other file no new handle;
+  out-syncobj no fence; the one thing a failed SUBMIT may leave is its command buffer in the file's
+  pool, which the next SUBMIT must reuse), the process has no new file descriptor after a failed
+  export, the importing file no BO after a failed import;
 * after a success the result works (the BO is there, the job wrote its bytes);
 * once the call's objects are released the counters are back at their baseline, and at the end of
   each ioctl's series /proc/meminfo's unreclaimable slab and shmem are too;
@@ -42,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,7 @@ from libaccel.job import Job, JobBo
 from qemu_tests import leak_check
 from qemu_tests.fault_inject import fill_stream
 from qemu_tests.matrix import count_splats
-from uapi.bindings import ABI, VNPU_HEADER, ffi
+from uapi.bindings import VNPU_HEADER, ffi
 
 FAIL_NTH = Path("/proc/thread-self/fail-nth")
 DEBUGFS = debugfs.DEBUGFS
@@ -83,13 +85,17 @@ JOB_WAIT_S = 120.0
 BO_SIZE = 16 * 4096 + 4096  # several pages, so that the sg table and page tables have entries
 
 # The DRM core ioctls' errnos: drm.h documents none, these are what 6.12's drm_gem.c, drm_prime.c,
-# drm_syncobj.c and drm_ioctl.c return for the call with valid arguments or a failed allocation.
+# drm_syncobj.c and drm_ioctl.c return for the call with valid arguments or a failed allocation
+# (and, for the import, what docs/uapi.md adds for vnpu's).
 CORE_ERRNOS: dict[str, frozenset[int]] = {
     "open": frozenset({errno.ENODEV, errno.ENXIO}),
     "DRM_IOCTL_VERSION": frozenset({errno.EFAULT}),
     "DRM_IOCTL_GEM_CLOSE": frozenset({errno.EINVAL}),
     "DRM_IOCTL_PRIME_HANDLE_TO_FD": frozenset({errno.EINVAL, errno.ENOENT, errno.EMFILE, errno.ENODEV}),
-    "DRM_IOCTL_PRIME_FD_TO_HANDLE": frozenset({errno.EINVAL, errno.EBADF, errno.ENOENT, errno.ENODEV}),
+    # docs/uapi.md, "dma-buf": a vnpu import is a BO of the importing file, with its limits.
+    "DRM_IOCTL_PRIME_FD_TO_HANDLE": frozenset(
+        {errno.EINVAL, errno.EBADF, errno.ENOENT, errno.ENODEV, errno.E2BIG, errno.ENOSPC}
+    ),
     "DRM_IOCTL_SYNCOBJ_CREATE": frozenset({errno.EINVAL}),
     "DRM_IOCTL_SYNCOBJ_DESTROY": frozenset({errno.EINVAL}),
     "DRM_IOCTL_SYNCOBJ_WAIT": frozenset({errno.EINVAL, errno.ENOENT, errno.ETIME, errno.EFAULT}),
@@ -274,6 +280,7 @@ class Injection:
     attr: str  # failslab or fail_page_alloc
     site: str  # the innermost frame of a module (func+offset [module]), "?" when none was printed
     driver_frame: str  # the innermost vnpu.ko frame, "" when none
+    frames: tuple[str, ...] = field(default=(), compare=False)  # the stack, innermost first
 
 
 def injections(lines: list[str]) -> list[Injection]:
@@ -285,26 +292,28 @@ def injections(lines: list[str]) -> list[Injection]:
             i += 1
             continue
         attr, site, driver = "?", "?", ""
+        frames: list[str] = []
         j = i + 1
         while j < len(lines) and "FAULT_INJECTION: forcing a failure" not in lines[j]:
             line = lines[j]
             if m := re.match(r"\s*name (\w+),", line):
                 attr = m[1]
-            elif (m := _FRAME.match(line)) and m[3]:
-                frame = f"{m[1]}+{m[2]} [{m[3]}]"
-                site = frame if site == "?" else site
-                driver = frame if not driver and m[3] == "vnpu" else driver
+            elif m := _FRAME.match(line):
+                frames.append(f"{m[1]}+{m[2]}" + (f" [{m[3]}]" if m[3] else ""))
+                if m[3]:
+                    site = frames[-1] if site == "?" else site
+                    driver = frames[-1] if not driver and m[3] == "vnpu" else driver
             elif "</TASK>" in line:
                 j += 1
                 break
             j += 1
-        out.append(Injection(attr, site, driver))
+        out.append(Injection(attr, site, driver, tuple(frames)))
         i = j
     return out
 
 
 # --- the driver's state ------------------------------------------------------------------------------
-TOTALS = ("jobs_submitted",)
+TOTALS = ("jobs_submitted", "cmdbufs_allocated_total")
 
 
 def counters() -> dict[str, int]:
@@ -334,19 +343,6 @@ def settle(
 
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
-
-
-DRM_CLOEXEC = os.O_CLOEXEC
-DRM_RDWR = os.O_RDWR
-
-
-def prime_ioctl(dev: Device, name: str, handle: int = 0, fd: int = -1) -> tuple[int, int]:
-    """PRIME_HANDLE_TO_FD or PRIME_FD_TO_HANDLE on ``dev``: (handle, fd) after the call."""
-    arg = ffi.new("struct drm_prime_handle *")
-    arg.handle, arg.fd = handle, fd
-    arg.flags = DRM_CLOEXEC | DRM_RDWR if name == "DRM_IOCTL_PRIME_HANDLE_TO_FD" else 0
-    dev.backend.ioctl(ABI.ioctls[name].request, arg)
-    return int(arg.handle), int(arg.fd)
 
 
 def gem_close(dev: Device, handle: int) -> None:
@@ -379,8 +375,10 @@ class Case:
     name = ""
     busy = False
     files = 1
+    pooled: tuple[str, ...] = ()  # counters a failed call may raise by objects it pools for reuse
     dev: Device
     other: Device
+    changed: dict[str, tuple[int, int]]  # the counters the failed call changed (before, after)
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -578,7 +576,15 @@ class BoWait(Case):
 
 
 class Submit(Case):
+    """A real small job, with an in-syncobj and an out-syncobj, on a file that has run none yet.
+
+    A failed SUBMIT hands the command buffer it got back to its file's pool, as a job that ended
+    does (vnpu_cmdbuf.c): the live ``cmdbufs`` and its ``mappings`` may grow by that buffer, which
+    the same SUBMIT made again must then reuse rather than allocate another.
+    """
+
     name = "DRM_IOCTL_VNPU_SUBMIT"
+    pooled = ("cmdbufs", "mappings", "cmdbufs_allocated_total")
 
     def setup(self) -> None:
         self.in_syncobj = self.dev.create_syncobj(signaled=True)
@@ -592,12 +598,18 @@ class Submit(Case):
 
     def after_failure(self) -> list[str]:
         # No job: its out-syncobj never got a fence (a wait on it, without WAIT_FOR_SUBMIT, is EINVAL).
+        problems = []
         err = _errno_of(lambda: self.dev.wait_syncobjs([self.out_syncobj], timeout=0))
-        return (
-            []
-            if err == errno.EINVAL
-            else [f"after the failed SUBMIT its out-syncobj waits with {errno_name(err)}"]
-        )
+        if err != errno.EINVAL:
+            problems.append(f"after the failed SUBMIT its out-syncobj waits with {errno_name(err)}")
+        # The file still works, and a buffer the failure pooled is what the next SUBMIT uses.
+        pooled = self.changed.get("cmdbufs", (0, 0))
+        allocated = counters().get("cmdbufs_allocated_total", 0)
+        self.job.submit()
+        problems += self.job.check()
+        if pooled[1] > pooled[0] and counters().get("cmdbufs_allocated_total", 0) != allocated:
+            problems.append(f"the failed SUBMIT left a command buffer the next one did not reuse: {pooled}")
+        return problems
 
     def after_success(self) -> list[str]:
         problems = self.job.check()
@@ -643,18 +655,19 @@ class PrimeExport(Case):
         self.fds = open_fds()
 
     def call(self) -> None:
-        _, self.fd = prime_ioctl(self.dev, self.name, handle=self.bo.handle)
+        self.fd = self.bo.export_dmabuf()
 
     def after_failure(self) -> list[str]:
         now = open_fds()
         return [] if now == self.fds else [f"a failed export left {now - self.fds} more file descriptors"]
 
     def after_success(self) -> list[str]:
-        handle, _ = prime_ioctl(self.dev, "DRM_IOCTL_PRIME_FD_TO_HANDLE", fd=self.fd)
+        # The exporting file's own import of it is the BO itself (DRM's per-file cache).
+        handle = self.dev.import_dmabuf(self.fd).handle
         return (
             []
             if handle == self.bo.handle
-            else [f"the dma-buf imports as handle {handle}, not {self.bo.handle}"]
+            else [f"its dma-buf imports as handle {handle}, not {self.bo.handle}"]
         )
 
     def teardown(self) -> None:
@@ -664,18 +677,18 @@ class PrimeExport(Case):
 
 
 class PrimeImport(Case):
-    """A dma-buf of one file imported into another file of the same device (a handle there)."""
+    """A BO's dma-buf imported into another file of the device: a BO of that file over the same pages."""
 
     name = "DRM_IOCTL_PRIME_FD_TO_HANDLE"
     files = 2
 
     def setup(self) -> None:
         self.bo = self.dev.create_bo(4096)
-        _, self.fd = prime_ioctl(self.dev, "DRM_IOCTL_PRIME_HANDLE_TO_FD", handle=self.bo.handle)
-        self.handle = 0
+        self.fd = self.bo.export_dmabuf()
+        self.imported: BufferObject | None = None
 
     def call(self) -> None:
-        self.handle, _ = prime_ioctl(self.other, self.name, fd=self.fd)
+        self.imported = self.other.import_dmabuf(self.fd)
 
     def _other_bytes(self) -> int:
         return fdinfo.read(self.other.backend.fileno()).memory_bytes("total")
@@ -685,13 +698,16 @@ class PrimeImport(Case):
         return [] if held == 0 else [f"after a failed import the other file holds {held} bytes of BOs"]
 
     def after_success(self) -> list[str]:
-        # A handle that reaches another file names no BO there (vnpu_gem.c): BO_INFO is ENOENT.
-        err = _errno_of(lambda: self.other.bo_info(self.handle))
-        return [] if err == errno.ENOENT else [f"BO_INFO on the imported handle gives {errno_name(err)}"]
+        assert self.imported is not None
+        # Its own VA in the other file, over the exporter's pages.
+        self.bo.write(b"\x3c" * 32)
+        same = self.imported.read(32) == b"\x3c" * 32
+        ok = same and self.imported.va != 0 and self.imported.size == self.bo.size
+        return [] if ok else [f"the imported BO {self.imported} does not show the exporter's pages"]
 
     def teardown(self) -> None:
-        if self.handle:
-            gem_close(self.other, self.handle)
+        if self.imported is not None:
+            self.imported.close()
         os.close(self.fd)
         self.bo.close()
 
@@ -800,6 +816,7 @@ class CaseStats:
     leaks: dict[str, tuple[int, int]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    series: list[dict[str, Any]] = field(default_factory=list)  # each call: N, errno, where it failed
 
     def to_json(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -860,7 +877,8 @@ def run_case(case: Case, fail: FailNth, kmsg: Kmsg, max_n: int = MAX_N) -> CaseS
                 problems.append(f"failed with {errno_name(err)} with no fault injected")
             after = counters()
             changed = {k: (before.get(k, 0), v) for k, v in after.items() if v != before.get(k, 0)}
-            for k in BUSY_COUNTERS if case.busy else ():
+            case.changed = dict(changed)
+            for k in (*case.pooled, *(BUSY_COUNTERS if case.busy else ())):
                 changed.pop(k, None)
             if changed:
                 problems.append(f"the failed call changed the driver's counters: {changed}")
@@ -878,6 +896,15 @@ def run_case(case: Case, fail: FailNth, kmsg: Kmsg, max_n: int = MAX_N) -> CaseS
             stats.splats.update(splats)
             problems.append(f"kernel reports: {splats}")
         stats.problems += [f"N={n}: {p}" for p in problems]
+        stats.series.append(
+            {
+                "n": n,
+                "errno": errno_name(err) if err else "",
+                "injected": injected,
+                "reported": [asdict(i) for i in reported],
+                "problems": problems,
+            }
+        )
         if not err and not injected:
             stats.clean_at = n
             break
