@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import shlex
 import subprocess
@@ -191,6 +192,11 @@ def mount_debugfs() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--args-file"] and len(argv) == 2:
+        # The harness's arguments, written to the shared results directory: the kernel command line
+        # (which carries this command) is short.
+        argv = json.loads(Path(argv[1]).read_text())
     p = argparse.ArgumentParser(prog="guest_run")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--repo", type=Path, required=True)

@@ -20,8 +20,9 @@ from collections.abc import Iterable, Sequence
 RESERVED = ("root", "rootfstype", "rootflags", "init", "rdinit", "console")
 RESERVED_PREFIXES = ("virtme_", "virtme.")
 # x86's COMMAND_LINE_SIZE is 2048 bytes, and virtme-ng's own arguments (mounts, consoles, the base64
-# of the guest command) take most of it: about 1300 bytes for a short --exec, 1600 for the default
-# suites. The extra arguments get what is left, with a margin for longer --exec and --suites lines.
+# of the guest command) take most of it: about 1100 bytes (the guest command's own arguments travel
+# in a file, harness.GUEST_ARGS), and the harness's module blacklist 215 more
+# (harness.GUEST_MODULE_BLACKLIST). The extra arguments get what is left, with a margin.
 MAX_BYTES = 256
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import signal
 import subprocess
@@ -137,3 +138,17 @@ def test_the_isolated_pass_collects_only_the_modules_that_have_isolated_tests(tm
     # The repository's own: every module with an isolated test, and no other.
     kernel = guest_run.isolated_modules([str(harness.REPO / "tests" / "kernel")])
     assert kernel and all("mark.isolated" in Path(m).read_text() for m in kernel)
+
+
+def test_guest_run_reads_its_arguments_from_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness writes guest_run's arguments to the results directory and passes only the file on
+    the kernel command line (virtme-ng's virtme.exec=, 2048 bytes in all)."""
+    from qemu_tests import guest_run
+
+    seen = []
+    monkeypatch.setattr(guest_run.argparse.ArgumentParser, "parse_args", lambda self, argv: seen.append(argv))
+    args = tmp_path / harness.GUEST_ARGS
+    args.write_text(json.dumps(["--out", "/tmp/o", "--repo", "/r", "--suites", "tests/kernel"]))
+    with pytest.raises(AttributeError):  # parse_args returned None: enough to see what it was given
+        guest_run.main(["--args-file", str(args)])
+    assert seen == [["--out", "/tmp/o", "--repo", "/r", "--suites", "tests/kernel"]]

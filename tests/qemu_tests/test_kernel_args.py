@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -87,13 +88,25 @@ def test_a_bad_append_is_a_one_line_usage_error(value: str, capsys: pytest.Captu
 
 def test_vng_gets_the_arguments_as_one_append_word() -> None:
     common = (["true"], Path("/tmp/s.sock"), Path("/dev/shm/r"), Path("/tmp/o"), 2, KERNEL.image, None)
-    assert not [c for c in harness.vng_command(*common) if c.startswith("--append")]
+    blacklist = f"modprobe.blacklist={','.join(harness.GUEST_MODULE_BLACKLIST)}"
+    (plain,) = [c for c in harness.vng_command(*common) if c.startswith("--append")]
+    assert shlex.split(plain.removeprefix("--append=")) == [blacklist]
     words = [SWIOTLB, "dyndbg=module vnpu +p"]
     cmd = harness.vng_command(*common, words)
     (append,) = [c for c in cmd if c.startswith("--append")]
-    # vng splits the value shell-style and passes each word to virtme-run as a --kopt.
-    assert kernel_args.parse(append.removeprefix("--append=")) == tuple(words)
+    # vng splits the value shell-style and passes each word to virtme-run as a --kopt; the harness's
+    # module blacklist first, the extra arguments after it.
+    assert shlex.split(append.removeprefix("--append=")) == [blacklist, *words]
     assert cmd.index(append) < cmd.index("--exec")
+
+
+def test_the_blacklist_leaves_the_modules_the_suites_load() -> None:
+    """Only boot-time autoloads are kept out: the guest's own modprobes name their modules."""
+    loaded_by_name = {"drm", "drm_shmem_helper", "gpu_sched", "vivid", "udmabuf"}
+    assert not loaded_by_name & set(harness.GUEST_MODULE_BLACKLIST)
+    # What the extra arguments may take is what is left beside it and virtme-ng's own arguments.
+    word = f"modprobe.blacklist={','.join(harness.GUEST_MODULE_BLACKLIST)}"
+    assert len(word) + kernel_args.MAX_BYTES <= 512
 
 
 def test_check_names_the_arguments(
