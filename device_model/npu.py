@@ -112,6 +112,8 @@ class Core:
     started: threading.Event = field(default_factory=threading.Event)  # its thread is serving
     start_error: str = ""  # why its worker did not start
     poller: SqPoller = field(default_factory=SqPoller)  # its SQ polling window (device_model.sq_poll)
+    # Took an entry and has not written its completion yet (guarded by Npu._dispatch_lock when set).
+    busy: bool = False
 
 
 def _eventfd_drain(fd: int) -> bool:
@@ -182,6 +184,11 @@ class Npu:
                 core.abort = SharedAbort()
                 core.worker = CoreWorker(memory, core.index, core.abort)
         self.faults: FaultInjector | None = None  # fault injection (device_model.faults), off by default
+        # Power (hw_layout "Power"): on from the start, the first power-up counted.
+        self._powered = True
+        self._power_ups = 1
+        self._powered_ns = 0  # time powered on before the current power-on
+        self._on_since = time.monotonic_ns()
 
         # Device-owned state starts from zero; the identification block is
         # filled last with MAGIC so a driver that sees MAGIC sees the rest.
@@ -208,6 +215,9 @@ class Npu:
         self._w32(hw.REG_VA_BITS, hw.VA_BITS)
         self._w32(hw.REG_CAPS, CAPS)
         self._w32(hw.REG_NUM_CORES, num_cores)
+        self._w32(hw.REG_POWER_STATE, hw.POWER_ON)
+        self._w32(hw.REG_POWER_UPS, self._power_ups)
+        self._w64(hw.REG_POWERED_US, 0)
         self._w32(hw.REG_MAGIC, hw.MAGIC)
 
         self._control_thread = threading.Thread(target=self._control_loop, name="vnpu-control", daemon=True)
@@ -265,6 +275,7 @@ class Npu:
             # job's round trip is measured against (bench --kernel).
             seq = self._r32(hw.REG_CMD_SEQ)
             if seq != self._r32(hw.REG_CMD_ACK):
+                self._update_powered_us()
                 self._w32(hw.REG_CMD_STATUS, 0)
                 self._w32(hw.REG_CMD_ACK, seq)
                 self._irq(hw.IRQ_CONTROL)
@@ -322,11 +333,14 @@ class Npu:
             status = self._boot(self._r64(hw.REG_CMD_ARG0), self._r64(hw.REG_CMD_ARG1))
         elif cmd == hw.CMD_RESET:
             status = self._reset(self._r64(hw.REG_CMD_ARG0))
+        elif cmd == hw.CMD_POWER:
+            status = self._power(self._r64(hw.REG_CMD_ARG0))
         elif cmd == hw.CMD_NOP:
             status = 0
         else:
             log.warning("unknown control command %d", cmd)
             status = -errno.EINVAL
+        self._update_powered_us()
         self._w32(hw.REG_CMD_STATUS, status)
         self._w32(hw.REG_CMD_ACK, seq)
         self._irq(hw.IRQ_CONTROL)
@@ -340,6 +354,9 @@ class Npu:
         """
         from uapi.firmware_format import FirmwareError, parse_image
 
+        if not self._powered:
+            log.warning("BOOT while powered off refused")
+            return -errno.EPERM
         self._set_processors(None)
         self._w32(hw.REG_FW_VERSION, 0)
         self._w64(hw.REG_FW_BUILD_ID, 0)
@@ -378,6 +395,54 @@ class Npu:
     def fw_reject_reason(self) -> int:
         """REG_FW_REJECT: why the last BOOT failed (hw_layout.FW_REJECT_*), 0 after a good one."""
         return self._r32(hw.REG_FW_REJECT)
+
+    @property
+    def powered(self) -> bool:
+        """REG_POWER_STATE is POWER_ON."""
+        return self._powered
+
+    def _update_powered_us(self) -> None:
+        with self._reg_lock:
+            total = self._powered_ns
+            if self._powered:
+                total += time.monotonic_ns() - self._on_since
+            self._w64(hw.REG_POWERED_US, total // 1000)
+
+    def _power(self, state: int) -> int:
+        """CMD_POWER: on, or off when nothing is queued or running (hw_layout "Power")."""
+        if state not in (hw.POWER_ON, hw.POWER_OFF):
+            log.warning("CMD_POWER with state %d", state)
+            return -errno.EINVAL
+        if (state == hw.POWER_ON) == self._powered:
+            return 0
+        with self._dispatch_lock, self._cq_lock:
+            if state == hw.POWER_OFF:
+                busy = [c.index for c in self.cores if c.busy or c.queue]
+                if busy or self._r32(hw.SQ_TAIL) != self._r32(hw.SQ_HEAD):
+                    log.info("POWER_OFF refused: cores %s busy or entries not taken", busy)
+                    return -errno.EBUSY
+                if self._r32(hw.CQ_TAIL) != self._r32(hw.CQ_HEAD):
+                    log.info("POWER_OFF refused: completions not consumed")
+                    return -errno.EBUSY
+                self._powered = False
+                with self._reg_lock:
+                    self._powered_ns += time.monotonic_ns() - self._on_since
+                self._set_processors(None)  # the firmware and every cached binding go
+                self._w32(hw.REG_STATUS, 0)
+                self._w32(hw.REG_FW_VERSION, 0)
+                self._w64(hw.REG_FW_BUILD_ID, 0)
+                self._w32(hw.REG_POWER_STATE, hw.POWER_OFF)
+                log.info("powered off")
+                return 0
+            for reg in (hw.SQ_HEAD, hw.SQ_TAIL, hw.CQ_HEAD, hw.CQ_TAIL, hw.REG_JOBS_DONE):
+                self._w32(reg, 0)
+            self._power_ups += 1
+            self._on_since = time.monotonic_ns()
+            self._powered = True
+            self._w32(hw.REG_POWER_UPS, self._power_ups)
+            self._w32(hw.REG_POWER_STATE, hw.POWER_ON)
+            log.info("powered on (power-up %d)", self._power_ups)
+        return 0
 
     def _set_processors(self, spec: ProcessorSpec | None) -> None:
         """New command processors (fresh caches) with the firmware's limits, or none (-EIO)."""
@@ -421,6 +486,8 @@ class Npu:
     # --- execution ----------------------------------------------------------------
     def _dispatch(self) -> None:
         """Move the submission queue's new entries to their cores' queues (call with _dispatch_lock)."""
+        if not self._powered:
+            return  # queue doorbells are ignored: the entries stay where they are
         head = self._r32(hw.SQ_HEAD)
         tail = self._r32(hw.SQ_TAIL)
         if head == tail:
@@ -453,6 +520,7 @@ class Npu:
             self._dispatch()
             if core.abort.is_set() or not core.queue:
                 return None  # idle, or a RESET of this core is under way: it owns the queue
+            core.busy = True
             return core.queue.popleft()
 
     def _wait_kick(self, core: Core) -> None:
@@ -499,6 +567,7 @@ class Npu:
                         self._run(core, sqe)
                     except Exception:
                         log.exception("core %d: unexpected error", core.index)
+                    core.busy = False  # completed (then already clear), aborted or failed
                     ran = True
                     continue
             # Only after a job: a core that found nothing on a doorbell goes back to sleep.
@@ -580,6 +649,8 @@ class Npu:
             self._w32(entry + hw.CQE_CORE, core.index)
             self._w64(entry + hw.CQE_FAULT_VA, result.fault_va)
             self._w64(entry + hw.CQE_CYCLES, result.cycles)
+        core.busy = False  # idle as soon as the driver can see the completion
         self._w32(hw.CQ_TAIL, tail + 1)
         self._w32(hw.REG_JOBS_DONE, self._r32(hw.REG_JOBS_DONE) + 1)
         core.jobs_done += 1
+        self._update_powered_us()

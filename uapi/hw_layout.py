@@ -43,6 +43,9 @@ REG_FW_REJECT = 0x034  # u32 FW_REJECT_* reason of the last failed BOOT, 0 after
 REG_FW_BUILD_ID = 0x038  # u64 build id of the booted firmware (digest bytes 0..7, big-endian), else 0
 REG_ABORT_CYCLES = 0x040  # u32 instructions the job the last RESET aborted had started, 0 if none ran
 REG_NUM_CORES = 0x044  # u32 NPU cores, 1..MAX_CORES: each runs its own jobs, in its own order
+REG_POWER_STATE = 0x048  # u32 POWER_ON or POWER_OFF
+REG_POWER_UPS = 0x04C  # u32 power-ups since the device started (its first power-on counts)
+REG_POWERED_US = 0x050  # u64 microseconds powered on, as of the last completion or control command
 
 # The device's cores share one submission and one completion queue: a submission
 # names its core (SQE_CORE), a completion says which core ran it (CQE_CORE).
@@ -91,6 +94,20 @@ REG_CMD_ARG1 = 0x118  # u64
 CMD_BOOT = 1  # ARG0 = guest-physical address of the firmware image, ARG1 = its size
 CMD_RESET = 2  # ARG0 = mask of cores (0: all): abort their running jobs, drop their queued ones
 CMD_NOP = 3  # acknowledged at once, from the doorbell's own thread: the bare round-trip floor
+CMD_POWER = 4  # ARG0 = POWER_ON or POWER_OFF (below)
+
+# --- Power --------------------------------------------------------------------
+# The device starts powered on. The identification block, the control block
+# and the power registers are always on; the cores, the queues and the
+# firmware are not. POWER_OFF needs every core idle and both queues empty
+# (else -EBUSY) and loses the volatile state: the firmware (STATUS,
+# FW_VERSION and FW_BUILD_ID read 0; jobs fail with -EIO until a BOOT), the
+# cores' caches of bound instructions, and the queue positions: POWER_ON
+# resets SQ_HEAD, SQ_TAIL, CQ_HEAD, CQ_TAIL and JOBS_DONE to 0. Powered off,
+# the device ignores queue doorbells and a BOOT fails with -EPERM. Powering
+# on or off what already is succeeds and changes nothing.
+POWER_OFF = 0
+POWER_ON = 1
 
 # --- Submission queue: the driver produces, the device consumes ------------
 # HEAD and TAIL are free-running u32 counters; entry i is at

@@ -54,6 +54,11 @@
 #define VNPU_REG_ABORT_CYCLES	0x040
 /* u32 NPU cores, 1..MAX_CORES: each runs its own jobs, in its own order */
 #define VNPU_REG_NUM_CORES	0x044
+#define VNPU_REG_POWER_STATE	0x048	/* u32 POWER_ON or POWER_OFF */
+/* u32 power-ups since the device started (its first power-on counts) */
+#define VNPU_REG_POWER_UPS	0x04C
+/* u64 microseconds powered on, as of the last completion or control command */
+#define VNPU_REG_POWERED_US	0x050
 
 /*
  * The device's cores share one submission and one completion queue: a submission
@@ -100,6 +105,22 @@
 #define VNPU_CMD_RESET		2
 /* acknowledged at once, from the doorbell's own thread: the bare round-trip floor */
 #define VNPU_CMD_NOP		3
+#define VNPU_CMD_POWER		4	/* ARG0 = POWER_ON or POWER_OFF (below) */
+
+/*
+ * Power
+ * The device starts powered on. The identification block, the control block
+ * and the power registers are always on; the cores, the queues and the
+ * firmware are not. POWER_OFF needs every core idle and both queues empty
+ * (else -EBUSY) and loses the volatile state: the firmware (STATUS,
+ * FW_VERSION and FW_BUILD_ID read 0; jobs fail with -EIO until a BOOT), the
+ * cores' caches of bound instructions, and the queue positions: POWER_ON
+ * resets SQ_HEAD, SQ_TAIL, CQ_HEAD, CQ_TAIL and JOBS_DONE to 0. Powered off,
+ * the device ignores queue doorbells and a BOOT fails with -EPERM. Powering
+ * on or off what already is succeeds and changes nothing.
+ */
+#define VNPU_POWER_OFF		0
+#define VNPU_POWER_ON		1
 
 /*
  * Submission queue: the driver produces, the device consumes

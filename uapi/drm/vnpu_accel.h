@@ -72,6 +72,14 @@ extern "C" {
  * @DRM_VNPU_PARAM_NUM_CORES: number of NPU cores, 1 or more. Jobs of
  *	different files may run on different cores at the same time; a file's
  *	own jobs still run one after another, in submission order.
+ * @DRM_VNPU_PARAM_POWER_UPS: times the NPU has been powered up since the
+ *	device started, its first power-on included. The driver powers the
+ *	NPU off when it has been idle for the device's autosuspend delay and
+ *	on again for the next job (docs/kernel.md, Power management). Reading
+ *	it does not wake the NPU.
+ * @DRM_VNPU_PARAM_POWERED_US: microseconds the NPU has spent powered on
+ *	since the device started, as of its last job completion or power
+ *	change. Reading it does not wake the NPU.
  */
 enum drm_vnpu_param {
 	DRM_VNPU_PARAM_DEVICE_ID = 0,
@@ -87,6 +95,8 @@ enum drm_vnpu_param {
 	DRM_VNPU_PARAM_MAX_IN_SYNCOBJS = 10,
 	DRM_VNPU_PARAM_FW_BUILD_ID = 11,
 	DRM_VNPU_PARAM_NUM_CORES = 12,
+	DRM_VNPU_PARAM_POWER_UPS = 13,
+	DRM_VNPU_PARAM_POWERED_US = 14,
 };
 
 /* First device VA handed out; VAs below it are never mapped, so VA 0 faults. */
