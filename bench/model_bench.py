@@ -673,6 +673,205 @@ def format_profile(results: Sequence[ModelResult]) -> str:
     return "\n".join(lines)
 
 
+# --- where one invoke's time goes (--profile) --------------------------------------------------------
+# The marks (vnpu_common.probe) an invoke passes, each naming the part of the stack that ran since
+# the mark before it in time: the gap between two consecutive marks is charged to the later one.
+SPLIT_PARTS: dict[str, str] = {
+    "delegate.entry": "TFLite -> libteflon.so entry",
+    "delegate.submit": "the delegate's Python (views, copy in)",
+    "shim.ioctl": "libaccel's submit",
+    "shim.doorbell": "the shim's ioctl handling",
+    "shim.queued": "the shim's ioctl handling",
+    "shim.submitted": "the shim's ioctl handling",
+    "core.start": "hand-off to the core",
+    "core.end": "device model (the job)",
+    "shim.complete": "completion",
+    "libaccel.wait": "libaccel's submit",
+    "shim.woken": "completion and wake-up",
+    "delegate.waited": "libaccel's wait",
+    "delegate.exit": "copy out",
+    "tflite.returned": "TFLite after the delegate",
+}
+SPLIT_ORDER = tuple(dict.fromkeys(SPLIT_PARTS.values()))
+PROFILE_CHAIN = 30  # nodes of the larger profiled partition
+
+
+def chain_model(nodes: int, shape: Sequence[int] = (1, 8, 8, 16), seed: int = 0) -> bytes:
+    """``nodes`` int8 ADDs in a chain, each adding the model's input again: one NPU partition."""
+    from modelgen.builder import ModelBuilder, activation_quant, random_scale
+
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    q = activation_quant(rng, "int8", random_scale(rng, 0.01, 0.1))
+    x = m.add_tensor("input", shape, "int8", q)
+    y = x
+    for i in range(nodes):
+        q = activation_quant(rng, "int8", random_scale(rng, 0.01, 0.1))
+        out = m.add_tensor(f"add{i}", shape, "int8", q)
+        m.add_op("ADD", [y, x], [out])
+        y = out
+    return m.build([x], [y])
+
+
+@dataclass
+class InvokeSplit:
+    """One model's invoke split into the parts of the stack, medians over the runs, in microseconds."""
+
+    name: str
+    nodes: int
+    runs: int
+    invoke_us: float  # median wall time of interpreter.invoke() with the marks on
+    parts_us: dict[str, float]  # median per part (SPLIT_PARTS' names)
+    device_job_us: float  # CommandProcessor.run per invoke (profile_jobs)
+    instructions: int  # per invoke
+    per_instruction_us: float  # the device model's time in instructions, per instruction
+    plain_invoke_us: float  # median invoke without marks or job profiles, timed in the same loop
+
+
+def split_marks(marks: Sequence[tuple[str, int]]) -> dict[str, float]:
+    """Microseconds per part for one invoke's marks (ordered by time)."""
+    parts: dict[str, float] = {}
+    ordered = sorted(marks, key=lambda m: m[1])
+    for (_, t0), (name, t1) in zip(ordered[:-1], ordered[1:], strict=True):
+        part = SPLIT_PARTS.get(name, name)
+        parts[part] = parts.get(part, 0.0) + (t1 - t0) / 1000
+    return parts
+
+
+def profile_invoke(name: str, model: bytes, runs: int) -> InvokeSplit:
+    """Split ``model``'s invoke through libteflon.so on the shim (one thread, BUILTIN_REF)."""
+    import tflite_runtime.interpreter as tfl
+
+    import delegate_teflon
+    from device_model.command_processor import profile_jobs
+    from libaccel.compiler import graph_from_tflite
+    from modelgen import random_inputs
+    from vnpu_common import probe
+
+    with tempfile.TemporaryDirectory(prefix="vnpu-bench-profile-") as cache:
+        delegate = tfl.load_delegate(delegate_teflon.library_path(), _delegate_options(Path(cache)))
+        interp = _interpreter(tfl, model, [delegate], tfl.OpResolverType.BUILTIN_REF, 1)
+        _set_inputs(interp, random_inputs(model, seed=0))
+        for _ in range(20):
+            interp.invoke()
+        clock = time.perf_counter_ns
+        invokes: list[float] = []
+        plain: list[float] = []
+        per_part: dict[str, list[float]] = {p: [] for p in SPLIT_ORDER}
+        device: list[float] = []
+        in_instructions: list[float] = []
+        counts: list[int] = []
+        for _ in range(runs):
+            t0 = clock()
+            interp.invoke()
+            plain.append((clock() - t0) / 1000)
+            with profile_jobs() as jobs, probe.collect() as marks:
+                probe.mark("tflite.invoke")
+                t0 = clock()
+                interp.invoke()
+                t1 = clock()
+                probe.mark("tflite.returned")
+            invokes.append((t1 - t0) / 1000)
+            parts = split_marks(marks)
+            for p in SPLIT_ORDER:
+                per_part[p].append(parts.get(p, 0.0))
+            device.append(1e6 * sum(j.seconds for j in jobs))
+            in_instructions.append(1e6 * sum(sum(j.op_seconds.values()) for j in jobs))
+            counts.append(sum(sum(j.op_counts.values()) for j in jobs))
+        del interp
+    instructions = int(median(counts))
+    return InvokeSplit(
+        name=name,
+        nodes=len(graph_from_tflite(model).nodes),
+        runs=runs,
+        invoke_us=median(invokes),
+        parts_us={p: round(median(v), 2) for p, v in per_part.items()},
+        device_job_us=median(device),
+        instructions=instructions,
+        per_instruction_us=median(in_instructions) / instructions if instructions else 0.0,
+        plain_invoke_us=median(plain),
+    )
+
+
+def profile_empty_job(runs: int) -> InvokeSplit:
+    """The same split for the empty job's round trip on the shim (submit, wait on its syncobj)."""
+    from bench.clients import EmptyJob
+    from device_model.command_processor import profile_jobs
+    from vnpu_common import probe
+
+    ej = EmptyJob("shim")
+    clock = time.perf_counter_ns
+    try:
+        for _ in range(20):
+            ej.submit()
+            ej.wait()
+        rounds: list[float] = []
+        plain: list[float] = []
+        per_part: dict[str, list[float]] = {p: [] for p in SPLIT_ORDER}
+        device: list[float] = []
+        for _ in range(runs):
+            t0 = clock()
+            ej.submit()
+            ej.wait()
+            plain.append((clock() - t0) / 1000)
+            with profile_jobs() as jobs, probe.collect() as marks:
+                probe.mark("delegate.submit")
+                t0 = clock()
+                ej.submit()
+                probe.mark("libaccel.wait")
+                ej.wait()
+                t1 = clock()
+                probe.mark("delegate.waited")
+            rounds.append((t1 - t0) / 1000)
+            parts = split_marks(marks)
+            for p in SPLIT_ORDER:
+                per_part[p].append(parts.get(p, 0.0))
+            device.append(1e6 * sum(j.seconds for j in jobs))
+    finally:
+        ej.close()
+    return InvokeSplit(
+        name="empty job",
+        nodes=0,
+        runs=runs,
+        invoke_us=median(rounds),
+        parts_us={p: round(median(v), 2) for p, v in per_part.items()},
+        device_job_us=median(device),
+        instructions=1,
+        per_instruction_us=0.0,
+        plain_invoke_us=median(plain),
+    )
+
+
+def format_split(splits: Sequence[InvokeSplit]) -> str:
+    """The split as a table: one column per profiled model, microseconds (medians)."""
+    width, col = 40, 14
+    lines = ["where one invoke's time goes on the shim (us, median of each part; one thread)"]
+    lines.append(f"{'':<{width}}" + "".join(f"{s.name:>{col}}" for s in splits))
+    for part in SPLIT_ORDER:
+        lines.append(f"{part:<{width}}" + "".join(f"{s.parts_us.get(part, 0.0):>{col}.1f}" for s in splits))
+    rows: list[tuple[str, Callable[[InvokeSplit], str]]] = [
+        ("sum of the parts", lambda s: f"{sum(s.parts_us.values()):.1f}"),
+        ("invoke, marks on (median)", lambda s: f"{s.invoke_us:.1f}"),
+        ("invoke, marks off (median)", lambda s: f"{s.plain_invoke_us:.1f}"),
+        ("  device model: the job", lambda s: f"{s.device_job_us:.1f}"),
+        ("  instructions per invoke", lambda s: str(s.instructions)),
+        ("  device model per instruction", lambda s: f"{s.per_instruction_us:.2f}"),
+    ]
+    for label, fn in rows:
+        lines.append(f"{label:<{width}}" + "".join(f"{fn(s):>{col}}" for s in splits))
+    return "\n".join(lines)
+
+
+def profile_splits(runs: int) -> list[InvokeSplit]:
+    from modelgen.ops import elementwise_model
+
+    return [
+        profile_empty_job(runs),
+        profile_invoke("1 node", elementwise_model("ADD", (1, 8, 8, 16)), runs),
+        profile_invoke(f"{PROFILE_CHAIN} nodes", chain_model(PROFILE_CHAIN), runs),
+    ]
+
+
 def mac_array_note() -> str:
     """Which implementation of the MAC array runs (VNPU_MAC_ARRAY and what this host could build)."""
     from device_model import mac_array
@@ -694,7 +893,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--profile",
         action="store_true",
-        help="also print the device model's time per op kind (ms per invoke)",
+        help="also print the device model's time per op kind (ms per invoke), and where the time of "
+        "an empty job's round trip and of a 1-node and a 30-node partition's invoke goes",
+    )
+    p.add_argument(
+        "--profile-runs", type=int, default=1000, help="invokes of each split (--profile; default 1000)"
     )
     p.add_argument(
         "--onnx",
@@ -711,9 +914,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     builders = _model_builders()
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in builders]
-    if unknown or not (names or args.onnx.strip()):
+    if unknown or not (names or args.onnx.strip() or args.profile):
         p.error(f"unknown model(s) {unknown}; choose from {', '.join(builders)}")
-    if args.runs < 1 or threads < 1:
+    if args.runs < 1 or threads < 1 or args.profile_runs < 1:
         p.error("--runs and --threads must be positive")
 
     try:
@@ -733,9 +936,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if onnx_results:
         print()
         print(format_onnx_table(onnx_results))
+    splits: list[InvokeSplit] = []
     if args.profile:
+        if results:
+            print()
+            print(format_profile(results))
+        splits = profile_splits(args.profile_runs)
         print()
-        print(format_profile(results))
+        print(format_split(splits))
     machine["load_average_end"] = list(os.getloadavg())
     doc = {
         "benchmark": "bench.model_bench",
@@ -746,6 +954,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mac_array": mac_array_note(),
         "models": [{**asdict(r), "targets": r.targets()} for r in results],
         "onnx_models": [asdict(r) for r in onnx_results],
+        "invoke_split": [asdict(s) for s in splits],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")

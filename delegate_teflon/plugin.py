@@ -38,6 +38,7 @@ from delegate_teflon.runtime_abi import RuntimeLayout, identify
 from libaccel.compiler.graph import Graph, OpNode
 from libaccel.compiler.reference import annotate_reference
 from libaccel.compiler.shape_folding import fold_shapes, is_folded
+from vnpu_common import probe
 
 K_TFLITE_OK = 0
 K_TFLITE_ERROR = 1
@@ -500,6 +501,7 @@ def _tensor_view(context: Any, index: int, info: Any) -> np.ndarray:
 
 
 def _kernel_invoke(context: Any, node: Any) -> int:
+    probe.mark("delegate.entry")
     kernel = _kernel_of(context, node)
     if kernel is None or kernel.runner is None:
         return K_TFLITE_ERROR
@@ -508,6 +510,7 @@ def _kernel_invoke(context: Any, node: Any) -> int:
     inputs = {t: _tensor_view(context, t, g.tensors[t]) for t in g.inputs}
     outputs = {t: _tensor_view(context, t, g.tensors[t]) for t in g.outputs}
     times = compiler_bridge.run(kernel.runner, inputs, outputs)
+    probe.mark("delegate.exit")
     kernel.invokes += 1
     if kernel.delegate.options.verbose:
         total = 1000 * (time.perf_counter() - start)

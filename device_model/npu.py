@@ -55,6 +55,7 @@ import numpy as np
 
 from uapi import hw_layout as hw
 from uapi import isa
+from vnpu_common import probe
 
 from . import mac_array
 from .command_processor import CommandProcessor, JobResult
@@ -484,8 +485,11 @@ class Npu:
         return 0
 
     # --- execution ----------------------------------------------------------------
-    def _dispatch(self) -> None:
-        """Move the submission queue's new entries to their cores' queues (call with _dispatch_lock)."""
+    def _dispatch(self, taker: Core | None = None) -> None:
+        """Move the submission queue's new entries to their cores' queues (call with _dispatch_lock).
+
+        Each core that got entries is woken, but ``taker``: the core whose lock the caller holds and
+        whose queue it runs until it is empty."""
         if not self._powered:
             return  # queue doorbells are ignored: the entries stay where they are
         head = self._r32(hw.SQ_HEAD)
@@ -513,11 +517,12 @@ class Npu:
             head = (head + 1) & _U32
         self._w32(hw.SQ_HEAD, head)
         for index in woken:
-            os.eventfd_write(self.cores[index].wake, 1)
+            if taker is None or index != taker.index:
+                os.eventfd_write(self.cores[index].wake, 1)
 
     def _take(self, core: Core) -> SqEntry | None:
         with self._dispatch_lock:
-            self._dispatch()
+            self._dispatch(core)
             if core.abort.is_set() or not core.queue:
                 return None  # idle, or a RESET of this core is under way: it owns the queue
             core.busy = True
@@ -578,6 +583,31 @@ class Npu:
             core.poller.refresh(sum(c.jobs_done for c in self.cores))
             self._wait_kick(core)
 
+    def run_here(self, index: int) -> bool:
+        """Run core ``index``'s jobs in the calling thread if the core is idle; False if it is not.
+
+        The in-process driver's doorbell without a thread hand-off: the driver has written the
+        core's entry to the submission queue and, instead of waking the core's thread, runs the
+        core's queue here, under the core's lock, exactly as that thread would (in order, one job
+        at a time, each completed through the CQ and the interrupt). False, and nothing run, when
+        the core's thread or another caller holds the core (the driver then rings the doorbell),
+        when a worker process runs the core's jobs, or while faults are injected (a hang must not
+        block the caller)."""
+        core = self.cores[index]
+        if core.worker is not None or self.faults is not None or self._stop.is_set():
+            return False
+        if not core.lock.acquire(blocking=False):
+            return False
+        try:
+            while (sqe := self._take(core)) is not None:
+                try:
+                    self._run(core, sqe)
+                except Exception:
+                    log.exception("core %d: unexpected error", core.index)
+        finally:
+            core.lock.release()
+        return True
+
     def _run(self, core: Core, sqe: SqEntry) -> None:
         """Run one job on ``core`` (its lock held) and complete it, unless a RESET aborts it."""
         processor = core.processor
@@ -598,7 +628,9 @@ class Npu:
             result = JobResult(-errno.EFAULT, sqe.cmd_va, 0, "injected MMU fault")
         else:
             on_irq = self._on_irq_instruction
+            probe.mark("core.start")
             result = processor.run(sqe.pt_root, sqe.cmd_va, sqe.cmd_size, core.abort, on_irq)
+            probe.mark("core.end")
         if fault == "slow" and self.faults is not None:
             busy = (self.faults.spec.slow_factor - 1) * (time.perf_counter() - started)
             if core.abort.wait(busy):

@@ -13,6 +13,7 @@ from libaccel.compiler.emitter import REGION_ARENA, REGION_WEIGHTS
 from libaccel.compiler.lower import CompiledPartition, IoBinding, WeightsFile
 from libaccel.device import Device
 from libaccel.job import Job, JobBo
+from vnpu_common import probe
 
 
 def _upload_weights(device: Device, weights: bytes | bytearray | memoryview | WeightsFile) -> BufferObject:
@@ -96,8 +97,12 @@ class PartitionRunner:
 
     def submit_and_wait(self) -> None:
         """Run the job on what the input views hold; raises JobFault if the device fails it."""
+        probe.mark("delegate.submit")
         self.device.submit(self._job)
-        self.arena.wait(timeout=self.timeout).raise_for_status()
+        probe.mark("libaccel.wait")
+        status = self.arena.wait(timeout=self.timeout)
+        probe.mark("delegate.waited")
+        status.raise_for_status()
 
     def run(self, inputs: Mapping[int, np.ndarray], copy: bool = True) -> dict[int, np.ndarray]:
         """Copy ``inputs`` (tensor index -> array) in, run, return the outputs (views if not ``copy``)."""

@@ -31,6 +31,7 @@ from uapi import bindings as b
 from uapi import hw_layout as hw
 from uapi.bindings import ffi
 from uapi.firmware_format import DEFAULT_IMAGE_PATH
+from vnpu_common import probe
 
 if TYPE_CHECKING:
     from libaccel.backends.shim.file import ShimBackend
@@ -41,6 +42,9 @@ ENV_CORES = "VNPU_SHIM_CORES"
 # "1": the device model runs each core's jobs in a worker process (device_model.core_worker), so
 # two cores use two host CPUs; off by default: a device then costs a worker start-up per core.
 ENV_CORE_PROCESSES = "VNPU_SHIM_CORE_PROCESSES"
+# "0": every job is run by its core's thread, woken by the doorbell (the default runs a lone job
+# for an idle core in the submitting thread: see ShimDevice.queue_job).
+ENV_INLINE = "VNPU_SHIM_INLINE"
 # Debug knob, the shim's twin of vnpu.ko's module parameter
 # /sys/module/vnpu/parameters/validate_streams: with it off, streams are only
 # decoded, not checked against the listed BOs, so the device MMU is what stops
@@ -201,6 +205,8 @@ class ShimDevice:
         self.sq_tail = 0
         self.cq_head = 0
         self.resets = 0
+        # A lone job for an idle core runs in the submitting thread (queue_job); "0" turns it off.
+        self.inline_jobs = os.environ.get(ENV_INLINE, "1") != "0" and not core_processes
         self._closed = False
         self.broken = ""
 
@@ -376,10 +382,24 @@ class ShimDevice:
         return next(self._file_ids)
 
     # --- the job queue (call with self.lock held) ------------------------------
-    def queue_job(self, job: ShimJob) -> None:
+    def queue_job(self, job: ShimJob, here: bool = False) -> int | None:
+        """Queue ``job``; with ``here``, the core to run it on in the submitting thread, if any.
+
+        With ``here`` (a lone job that cannot block the caller: no WAIT), a job that goes straight
+        to an idle core does not ring the doorbell: the caller runs the core's queue itself once it
+        has let go of the device lock (:meth:`run_here`), so no thread has to wake up. Otherwise,
+        and whenever the job waits (for a fence, a BO, its file's earlier jobs or a busy core), the
+        doorbell rings as usual and the core's thread runs it."""
         self.jobs[job.seqno] = job
         self.backlog.append(job)
-        self._push_backlog()
+        return self._push_backlog(job if here and self.inline_jobs else None)
+
+    def run_here(self, core: int) -> None:
+        """Run ``core``'s queued jobs in this thread (call without the device lock), or ring the
+        doorbell when the core is busy."""
+        if not self.npu.run_here(core):
+            probe.mark("shim.doorbell")
+            self.ring(hw.VEC_QUEUE)
 
     def new_seqno(self) -> int:
         return next(self._seqnos)
@@ -391,14 +411,18 @@ class ShimDevice:
                 return core
         return None
 
-    def _push_backlog(self) -> None:
+    def _push_backlog(self, here: ShimJob | None = None) -> int | None:
         """Put every job that may run on the ring, in submission order per file (drm_sched's part).
 
         A job goes when its dependencies have signalled and no earlier job of its file is still
         waiting; to the core its file's jobs are on, else to the least loaded core (drm_sched
         moves an entity only when it has nothing unfinished); while that core has credits.
+
+        The doorbell rings for what was pushed, except when all that was pushed is ``here`` on a
+        core that had nothing else: then that core is returned, for the caller to run it.
         """
-        pushed = False
+        pushed = 0
+        alone = False
         waiting: set[int] = set()  # files with an earlier job still in the backlog
         for job in list(self.backlog):
             fid = id(job.file)
@@ -412,10 +436,16 @@ class ShimDevice:
                 waiting.add(fid)
                 continue
             self.backlog.remove(job)
+            alone = job is here and not self.inflight[core]
             self._write_sqe(job, core)
-            pushed = True
+            pushed += 1
+        if pushed == 1 and alone:
+            assert here is not None
+            return here.core
         if pushed:
+            probe.mark("shim.doorbell")
             self.ring(hw.VEC_QUEUE)
+        return None
 
     def _write_sqe(self, job: ShimJob, core: int) -> None:
         slot = hw.SQ_BASE + (self.sq_tail % hw.SQ_ENTRIES) * hw.SQ_ENTRY_SIZE
@@ -463,6 +493,7 @@ class ShimDevice:
         job.file.free_cmd_copy(job)
         job.out_fence.error = status
         job.out_fence.signaled = True
+        probe.mark("shim.complete")
         self.cond.notify_all()
 
     # --- timeout and reset --------------------------------------------------------

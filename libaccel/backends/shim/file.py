@@ -44,6 +44,7 @@ from uapi import bindings as b
 from uapi import hw_layout as hw
 from uapi import isa
 from uapi.bindings import ffi, ioctl_name
+from vnpu_common import probe
 
 # The largest array a user pointer may name: what kmalloc serves (KMALLOC_MAX_SIZE on x86-64); the
 # kernel fails a bigger one with ENOMEM before it reads any of it.
@@ -284,6 +285,7 @@ class ShimBackend(Backend):
                 if all(done) if wait_all else any(done):
                     if not wait_all:
                         a.first_signaled = done.index(True)
+                    probe.mark("shim.woken")
                     return
                 left = a.timeout_nsec - _now()
                 if left <= 0:
@@ -333,6 +335,7 @@ class ShimBackend(Backend):
                 self.dev.cond.wait(left / 1e9)
             a.job_status = bo.last_status
             a.fault_va = bo.last_fault_va
+        probe.mark("shim.woken")
 
     def _no_dmabuf(self, a: Any) -> None:
         raise Errno(
@@ -348,6 +351,7 @@ class ShimBackend(Backend):
         # The shim's device works on the very memory the CPU maps: nothing to copy either way.
 
     def _submit(self, a: Any) -> None:
+        probe.mark("shim.ioctl")
         if a.flags or a.pad:
             raise Errno(errno.EINVAL, "flags or pad is not zero")
         if not 1 <= a.job_count <= b.DRM_VNPU_MAX_JOBS_PER_SUBMIT:
@@ -367,7 +371,7 @@ class ShimBackend(Backend):
             checked = [self._check_job(i, j) for i, j in enumerate(raw_jobs)]
             copies: list[tuple[int, int, int]] = []
             try:
-                for _, stream, _, _ in checked:
+                for _, stream, _, _, _ in checked:
                     alloc = _page_round(len(stream))
                     pa, va = self._alloc_mapped(alloc, writable=False)
                     copies.append((pa, va, alloc))
@@ -378,10 +382,17 @@ class ShimBackend(Backend):
                     self.va.free(va, alloc + GUARD)
                     self.dev.data.free(pa, alloc)
                 raise
-            for (bos, stream, in_fences, out_handle), copy in zip(checked, copies, strict=True):
-                self._queue(bos, len(stream), copy, in_fences, out_handle)
+            # A lone job that cannot block (no WAIT) may run in this thread (ShimDevice.queue_job).
+            here = len(checked) == 1 and not checked[0][4]
+            for (bos, stream, in_fences, out_handle, _), copy in zip(checked, copies, strict=True):
+                core = self._queue(bos, len(stream), copy, in_fences, out_handle, here)
+        if here and core is not None:
+            probe.mark("shim.queued")
+            self.dev.run_here(core)
+        probe.mark("shim.submitted")
 
-    def _check_job(self, i: int, j: Any) -> tuple[list[tuple[ShimBo, int]], bytes, list[Fence], int]:
+    def _check_job(self, i: int, j: Any) -> tuple[list[tuple[ShimBo, int]], bytes, list[Fence], int, bool]:
+        """The job's BOs, its stream's copy, its in-fences, its out-syncobj and whether it WAITs."""
         p = f"job {i}: "
         if j.flags or j.pad:
             raise Errno(errno.EINVAL, p + "flags or pad is not zero")
@@ -432,14 +443,14 @@ class ShimBackend(Backend):
         stream = bytes(self.dev.memory.view(cmd_bo.pa + j.cmd_offset, j.cmd_size))
         try:
             if ShimBackend.validate_streams:
-                check_stream(stream, [BoRange(bo.va, bo.size, fl) for bo, fl in bos])
+                program = check_stream(stream, [BoRange(bo.va, bo.size, fl) for bo, fl in bos])
             else:
-                isa.decode(stream)
+                program = isa.decode(stream)
         except StreamRejected as e:
             raise Errno(e.errno, p + str(e)) from None
         except isa.IsaError as e:
             raise Errno(errno.ENOEXEC, p + str(e)) from None
-        return bos, stream, in_fences, j.out_syncobj
+        return bos, stream, in_fences, j.out_syncobj, any(ins.op == "WAIT" for ins in program)
 
     def _queue(
         self,
@@ -448,7 +459,9 @@ class ShimBackend(Backend):
         copy: tuple[int, int, int],
         in_fences: list[Fence],
         out: int,
-    ) -> None:
+        here: bool = False,
+    ) -> int | None:
+        """Queue one checked job; the core to run it on in this thread, if any (ShimDevice.queue_job)."""
         pa, va, alloc = copy
         fence = Fence()
         deps = [f for f in in_fences if not f.signaled]
@@ -469,4 +482,4 @@ class ShimBackend(Backend):
         for bo, _ in bos:
             bo.refs += 1
             bo.pending.add(seqno)
-        self.dev.queue_job(ShimJob(seqno, self, bos, pa, va, alloc, cmd_size, fence, deps))
+        return self.dev.queue_job(ShimJob(seqno, self, bos, pa, va, alloc, cmd_size, fence, deps), here)
