@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from device_model.mac_array import ISA_NAMES, KIND_CONV, KIND_DEPTHWISE, cpu_isas, plan_layer, run
+from device_model.numerics import Requant
 from modelgen.networks import MOBILENET_V1_BLOCKS, MOBILENET_V2_BLOCKS
 from vnpu_common.cli import CommandLineError, OneLineArgumentParser
 
@@ -95,12 +96,15 @@ def time_layer(
     x = rng.integers(-128, 128, layer.in_shape, dtype=np.int8)
     f = rng.integers(-128, 128, layer.filter_shape, dtype=np.int8)
     cout = layer.filter_shape[0] if layer.kind == KIND_CONV else layer.filter_shape[-1]
-    plan = plan_layer(
-        layer.kind, f, rng.integers(-5000, 5000, cout, dtype=np.int32), in_shape=layer.in_shape,
-        in_dtype=x.dtype, input_zp=-1, filter_zp=0, multiplier=rng.integers(2**30, 2**31, cout),
-        shift=rng.integers(-9, -5, cout), output_zp=-128, act_min=-128, act_max=127,
-        out_dtype=np.dtype(np.int8), geometry=layer.geometry,
+    bias = rng.integers(-5000, 5000, cout, dtype=np.int32)
+    multiplier, shift = rng.integers(2**30, 2**31, cout), rng.integers(-9, -5, cout)
+    rq = Requant(
+        input_zp=-1, filter_zp=0, multiplier=multiplier, shift=shift, output_zp=-128, act_min=-128,
+        act_max=127, out_dtype=np.dtype(np.int8),
     )  # fmt: skip
+    plan = plan_layer(
+        layer.kind, f, bias, rq, in_shape=layer.in_shape, in_dtype=x.dtype, geometry=layer.geometry
+    )
     best = {isa: float("inf") for isa in isas}
     outputs = {isa: run(plan, x, isa) for isa in isas}
     for _ in range(reps):

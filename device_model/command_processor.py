@@ -27,7 +27,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 
 import numpy as np
@@ -549,6 +549,36 @@ class _Job:
             raise self.fail("FLOAT_SCALE scale is not a finite float")
         return np.broadcast_to(scale, (cout,))
 
+    def requant(
+        self,
+        inp: Tensor,
+        filt: Tensor,
+        out: Tensor,
+        quant: tuple[np.ndarray | int, np.ndarray | int],
+        single: bool,
+    ) -> nm.Requant:
+        """The layer's zero points and requantization: the operands' zero points, ``quant``'s
+        multiplier and shift (:meth:`quant`; FLOAT_SCALE: :meth:`float_scales`' scales), the
+        instruction's clamp, the output's dtype; ``single``: one rounding (SINGLE_ROUNDING)."""
+        assert self.ins is not None
+        multiplier, shift = quant
+        cout = out.shape[3]
+        scales = self.float_scales(cout)
+        if scales is not None:  # onnxruntime's requantization
+            multiplier, shift = scales, 0
+        return nm.Requant(
+            input_zp=inp.zero_point,
+            filter_zp=filt.zero_point,
+            multiplier=multiplier,
+            shift=shift,
+            output_zp=out.zero_point,
+            act_min=self.ins["act_min"],
+            act_max=self.ins["act_max"],
+            out_dtype=out.np_dtype,
+            single_rounding=single,
+            float_scale=scales is not None,
+        )
+
     def bias(self, cout: int) -> np.ndarray | None:
         assert self.ins is not None
         if self.ins["flags"] & isa.SPEC.flags["HAS_BIAS"]:
@@ -728,14 +758,13 @@ class _Job:
             return None
 
     def bind_gemm(
-        self, inp: Tensor, filt: Tensor, out: Tensor, shape: tuple[int, int], single: bool, common: dict
+        self, inp: Tensor, filt: Tensor, out: Tensor, shape: tuple[int, int], rq: nm.Requant
     ) -> None:
         """Bind a FULLY_CONNECTED that just ran on numpy: its plan's while the digest matches, or the
         general path's if the plan was refused (refused stays refused, as in plan())."""
         assert self.ins is not None
-        offset, (rows, k) = self.ins.offset, shape
+        offset, (rows, k), single = self.ins.offset, shape, rq.single_rounding
         cout = filt.shape[0] * filt.shape[1] * filt.shape[2]
-        params = {name: value for name, value in common.items() if name not in ("multiplier", "shift")}
 
         def compute(
             job: _Job,
@@ -750,10 +779,8 @@ class _Job:
             weights = filt.reshape(cout, k)
             entry = job.plans.get(offset)
             if entry is not None and entry[1] is None and entry[0] == _REFUSED:
-                return nm.fully_connected(
-                    load().reshape(rows, k), weights, bias, fast=False, single_rounding=single,
-                    multiplier=multiplier, shift=shift, **params,
-                )  # fmt: skip
+                now = replace(rq, multiplier=multiplier, shift=shift)  # as in memory now
+                return nm.fully_connected(load().reshape(rows, k), weights, bias, now, fast=False)
             if entry is None or not isinstance(entry[1], nm.GemmPlan):
                 return None
             if entry[0] != param_digest(weights, bias, multiplier, shift):  # as plan() compares
@@ -842,19 +869,10 @@ class _Job:
                 raise self.fail(f"filter has {fcin} input channels, the input has {cin}")
         if out.shape[0] != n or out.shape[3] != cout:
             raise self.fail(f"output has shape {list(out.shape)}, expected [{n}, OH, OW, {cout}]")
-        multiplier, shift = self.quant(cout)
+        quant = self.quant(cout)
         bias = self.bias(cout)
         weights = self.load(filt)
-        common = dict(
-            input_zp=inp.zero_point,
-            filter_zp=filt.zero_point,
-            multiplier=multiplier,
-            shift=shift,
-            output_zp=out.zero_point,
-            act_min=ins["act_min"],
-            act_max=ins["act_max"],
-            out_dtype=out.np_dtype,
-        )
+        rq = self.requant(inp, filt, out, quant, single=False)
         geometry = dict(
             stride_h=ins["stride_h"],
             stride_w=ins["stride_w"],
@@ -865,30 +883,24 @@ class _Job:
             out_h=out.shape[1],
             out_w=out.shape[2],
         )
-        scales = self.float_scales(cout)
-        float_scale = scales is not None  # onnxruntime's requantization: numpy's plans, not the MAC array
-        if float_scale:
-            common.update(multiplier=scales, shift=0)
-            multiplier, shift = scales, 0
         isa = self.mac_isa
-        if isa is not None and not float_scale:  # the C MAC array (numerics stays the reference)
+        if isa is not None and not rq.float_scale:  # the C MAC array (numerics stays the reference)
             kind = mac_array.KIND_DEPTHWISE if depthwise else mac_array.KIND_CONV
             dm = ins["depth_multiplier"] if depthwise else 1
             mac = self.mac_plan(
                 lambda: mac_array.plan_layer(
-                    kind, weights, bias, in_shape=inp.shape, in_dtype=inp.np_dtype,
-                    geometry=tuple(geometry.values()), depth_multiplier=dm, **common,
+                    kind, weights, bias, rq, in_shape=inp.shape, in_dtype=inp.np_dtype,
+                    geometry=tuple(geometry.values()), depth_multiplier=dm,
                 ),
-                weights, bias, multiplier, shift,
+                weights, bias, rq.multiplier, rq.shift,
             )  # fmt: skip
             self.store(out, mac_array.run(mac, self.load(inp), isa))
             self.bind_mac(inp, filt, out, cout, filt.shape, isa, mac)
             return
         build = nm.plan_depthwise if depthwise else nm.plan_gemm
         plan = self.plan(
-            lambda: build(weights, bias, in_dtype=inp.np_dtype, float_scale=float_scale, **common),
-            weights, bias, multiplier, shift,
-        )  # fmt: skip
+            lambda: build(weights, bias, rq, in_dtype=inp.np_dtype), weights, bias, rq.multiplier, rq.shift
+        )
         if plan is not None:
             if depthwise:
                 assert isinstance(plan, nm.DepthwisePlan)
@@ -899,14 +911,12 @@ class _Job:
                 assert isinstance(plan, nm.GemmPlan)
                 result = nm.run_conv2d_plan(self.load(inp), plan, kh, kw, tuple(geometry.values()), weights)
         elif depthwise:
+            dm = ins["depth_multiplier"]
             result = nm.depthwise_conv2d(
-                self.load(inp), weights, bias, depth_multiplier=ins["depth_multiplier"], fast=False,
-                float_scale=float_scale, **common, **geometry,
-            )  # fmt: skip
-        else:
-            result = nm.conv2d(
-                self.load(inp), weights, bias, fast=False, float_scale=float_scale, **common, **geometry
+                self.load(inp), weights, bias, rq, depth_multiplier=dm, fast=False, **geometry
             )
+        else:
+            result = nm.conv2d(self.load(inp), weights, bias, rq, fast=False, **geometry)
         self.store(out, result)
 
     def op_CONV2D(self) -> None:  # noqa: N802
@@ -928,54 +938,38 @@ class _Job:
             raise self.fail(f"filter has depth {filt.shape[3]}, the input {k}")
         if out.shape[0] * out.shape[1] * out.shape[2] != rows or out.shape[3] != cout:
             raise self.fail(f"output has shape {list(out.shape)}, expected {rows} rows of {cout}")
-        multiplier, shift = self.quant(cout)
+        quant = self.quant(cout)
         weights = self.load(filt).reshape(cout, k)
         bias = self.bias(cout)
-        common = dict(
-            input_zp=inp.zero_point,
-            filter_zp=filt.zero_point,
-            multiplier=multiplier,
-            shift=shift,
-            output_zp=out.zero_point,
-            act_min=ins["act_min"],
-            act_max=ins["act_max"],
-            out_dtype=out.np_dtype,
-        )
-        scales = self.float_scales(cout)
-        if scales is not None:  # onnxruntime's requantization
-            x = self.load(inp).reshape(rows, k)
-            common.update(multiplier=scales, shift=0)
-            self.store(out, nm.fully_connected(x, weights, bias, fast=False, float_scale=True, **common))
-            return
         # LiteRT's one-rounding requantization: numpy's plans (the MAC array rounds twice).
         single = bool(ins["flags"] & isa.SPEC.flags["SINGLE_ROUNDING"])
+        rq = self.requant(inp, filt, out, quant, single)
+        if rq.float_scale:  # onnxruntime's requantization
+            x = self.load(inp).reshape(rows, k)
+            self.store(out, nm.fully_connected(x, weights, bias, rq, fast=False))
+            return
         mac_isa = None if single else self.mac_isa
         if mac_isa is not None:  # the C MAC array: a 1x1 convolution of rows x 1 x 1 x K
             mac = self.mac_plan(
                 lambda: mac_array.plan_layer(
-                    mac_array.KIND_CONV, weights.reshape(cout, 1, 1, k), bias, in_shape=(rows, 1, 1, k),
-                    in_dtype=inp.np_dtype, **common,
+                    mac_array.KIND_CONV, weights.reshape(cout, 1, 1, k), bias, rq, in_shape=(rows, 1, 1, k),
+                    in_dtype=inp.np_dtype,
                 ),
-                weights.reshape(cout, 1, 1, k), bias, multiplier, shift,
+                weights.reshape(cout, 1, 1, k), bias, rq.multiplier, rq.shift,
             )  # fmt: skip
             self.store(out, mac_array.run(mac, self.load(inp).reshape(rows, 1, 1, k), mac_isa))
             self.bind_mac(inp, filt, out, cout, (cout, 1, 1, k), mac_isa, mac, (rows, 1, 1, k))
             return
-        plan = self.plan(
-            lambda: nm.plan_gemm(weights, bias, in_dtype=inp.np_dtype, single_rounding=single, **common),
-            weights,
-            bias,
-            multiplier,
-            shift,
-        )
+        build = partial(nm.plan_gemm, weights, bias, rq, in_dtype=inp.np_dtype)
+        plan = self.plan(build, weights, bias, rq.multiplier, rq.shift)
         x = self.load(inp).reshape(rows, k)
         if plan is not None:
             assert isinstance(plan, nm.GemmPlan)
             result = nm.run_fc_plan(x, plan, weights)
         else:
-            result = nm.fully_connected(x, weights, bias, fast=False, single_rounding=single, **common)
+            result = nm.fully_connected(x, weights, bias, rq, fast=False)
         self.store(out, result)
-        self.bind_gemm(inp, filt, out, (rows, k), single, common)
+        self.bind_gemm(inp, filt, out, (rows, k), rq)
 
     def _elementwise(self) -> tuple[Tensor, Tensor, Tensor]:
         out = self.expect("output", _BYTE_TYPES)

@@ -249,26 +249,25 @@ def plan_layer(
     kind: int,
     filt: np.ndarray,
     bias: np.ndarray | None,
+    rq: nm.Requant,
     *,
     in_shape: tuple[int, int, int, int],
     in_dtype: np.dtype,
-    input_zp: int,
-    filter_zp: int,
-    multiplier: nm.ArrayLike,
-    shift: nm.ArrayLike,
-    output_zp: int,
-    act_min: int,
-    act_max: int,
-    out_dtype: np.dtype,
     geometry: tuple[int, int, int, int, int, int, int, int] = (1, 1, 1, 1, 0, 0, 1, 1),
     depth_multiplier: int = 1,
 ) -> MacPlan:
     """The plan of a CONV2D (filter [Cout, KH, KW, Cin]; FULLY_CONNECTED: [Cout, 1, 1, K] with the
-    input as [rows, 1, 1, K]) or DEPTHWISE_CONV2D (filter [1, KH, KW, Cout]) layer.
+    input as [rows, 1, 1, K]) or DEPTHWISE_CONV2D (filter [1, KH, KW, Cout]) layer, with ``rq``'s
+    zero points and requantization (two roundings, fixed point: the MAC array has neither
+    ``single_rounding`` nor ``float_scale``).
 
     ``geometry`` is (stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w).
     Bad parameters raise ValueError with the numpy path's checks and messages."""
+    input_zp, filter_zp, output_zp = rq.input_zp, rq.filter_zp, rq.output_zp
+    multiplier, shift, act_min, act_max = rq.multiplier, rq.shift, rq.act_min, rq.act_max
     name = "DEPTHWISE_CONV2D" if kind == KIND_DEPTHWISE else "CONV2D"
+    if rq.single_rounding or rq.float_scale:
+        raise ValueError(f"{name}: the MAC array requantizes with two roundings and a fixed-point multiplier")
     sh, sw, dh, dw, pt, pl, oh, ow = geometry
     _check_positive(name, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw)
     if kind == KIND_DEPTHWISE:
@@ -276,7 +275,7 @@ def plan_layer(
     nm.check_zero_points(name, input_zp, filter_zp)
     nm.check_clamp(act_min, act_max)
     nm.check_shift(shift)
-    in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
+    in_dtype, out_dtype = np.dtype(in_dtype), np.dtype(rq.out_dtype)
     if in_dtype not in _RANGES or out_dtype not in _RANGES:
         raise ValueError(f"{name}: input and output must be int8 or uint8")
     n, h, w, cin = in_shape

@@ -2,8 +2,9 @@
 
 Three modules, along the seams of the computation:
 
-* :mod:`.primitives`: requantization (the fixed-point primitives are the ISA's,
-  ``uapi.fixed_point``, re-exported), zero-point and clamp checks, the exact
+* :mod:`.primitives`: requantization (a layer's :class:`Requant` record; the
+  fixed-point primitives are the ISA's, ``uapi.fixed_point``, re-exported),
+  zero-point and clamp checks, the exact
   integer GEMM, window geometry;
 * :mod:`.ops`: every operation's general path (CONV2D ... SOFTMAX, ARG_MAX),
   pure and vectorized, the readable reference of the device's behaviour;
@@ -59,6 +60,7 @@ from .primitives import (
     SHIFT_MIN,
     ZERO_POINT_LIMIT,
     ArrayLike,
+    Requant,
     check_clamp,
     check_shift,
     check_zero_points,
@@ -84,6 +86,7 @@ __all__ = [
     "INT32_MIN",
     "KEEP_F32_WEIGHTS",
     "REQUANT_BLOCK_BYTES",
+    "Requant",
     "RequantPlan",
     "SHIFT_MAX",
     "SHIFT_MIN",

@@ -3,7 +3,8 @@
 Every function here is pure and vectorized (numpy; no per-element Python
 loops). Quantized tensors come in as arrays of their stored integer values
 (int8, uint8 or int32 as loaded from memory), zero points and requantization
-parameters as plain ints or per-channel arrays. Results are int32 arrays
+parameters as plain ints or per-channel arrays (the convolutions and
+FULLY_CONNECTED take theirs as one :class:`Requant` record). Results are int32 arrays
 already clamped to [act_min, act_max]; the caller stores them with the
 output's dtype. The formulas are TFLite's (tensorflow/lite/kernels/internal/common.h and
 reference/integer_ops/*.h). With ``fast=True`` the convolutions and FULLY_CONNECTED take
@@ -31,6 +32,7 @@ from .primitives import (
     INT32_MIN,
     SHIFT_MAX,
     ArrayLike,
+    Requant,
     _check_geometry,
     _filter_matrix,
     _gemm_channels,
@@ -52,9 +54,8 @@ def conv2d(
     inp: np.ndarray,
     filt: np.ndarray,
     bias: np.ndarray | None,
+    rq: Requant,
     *,
-    input_zp: int,
-    filter_zp: int,
     stride_h: int,
     stride_w: int,
     dilation_h: int,
@@ -63,19 +64,12 @@ def conv2d(
     pad_left: int,
     out_h: int,
     out_w: int,
-    multiplier: ArrayLike,
-    shift: ArrayLike,
-    output_zp: int,
-    act_min: int,
-    act_max: int,
-    out_dtype: np.dtype | None = None,
     fast: bool = True,
-    float_scale: bool = False,
 ) -> np.ndarray:
-    """TFLite's quantized Conv2D: input [N,H,W,Cin], filter [Cout,KH,KW,Cin] -> [N,OH,OW,Cout].
+    """TFLite's quantized Conv2D: input [N,H,W,Cin], filter [Cout,KH,KW,Cin] -> [N,OH,OW,Cout],
+    with ``rq``'s zero points and requantization.
 
     ``fast`` tries the planned path (:func:`plan_gemm`) first; False goes straight to the general one.
-    ``float_scale``: ``multiplier`` holds float32 scales, requantized as onnxruntime does.
     """
     n, h, w, cin = inp.shape
     cout, kh, kw, fcin = filt.shape
@@ -84,22 +78,18 @@ def conv2d(
     _check_geometry(
         "CONV2D", stride_h=stride_h, stride_w=stride_w, dilation_h=dilation_h, dilation_w=dilation_w
     )
-    check_zero_points("CONV2D", input_zp, filter_zp)
+    check_zero_points("CONV2D", rq.input_zp, rq.filter_zp)
     if fast:
-        plan = plan_gemm(
-            filt, bias, in_dtype=inp.dtype, input_zp=input_zp, filter_zp=filter_zp, multiplier=multiplier,
-            shift=shift, output_zp=output_zp, act_min=act_min, act_max=act_max, out_dtype=out_dtype,
-            float_scale=float_scale,
-        )  # fmt: skip
+        plan = plan_gemm(filt, bias, rq, in_dtype=inp.dtype)
         if plan is not None:
             geometry = (stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w)
             return run_conv2d_plan(inp, plan, kh, kw, geometry, filt)
     # Positions outside the input contribute nothing: after subtracting the
     # zero point, padding is 0. float32 holds these small integers exactly.
     x = inp.astype(np.float32)
-    if input_zp:
-        x -= np.float32(input_zp)
-    wt = _filter_matrix(filt, filter_zp, cout)
+    if rq.input_zp:
+        x -= np.float32(rq.input_zp)
+    wt = _filter_matrix(filt, rq.filter_zp, cout)
     if (kh, kw, stride_h, stride_w, pad_top, pad_left) == (1, 1, 1, 1, 0, 0) and (out_h, out_w) == (h, w):
         cols = x.reshape(n * h * w, cin)
     else:
@@ -109,19 +99,15 @@ def conv2d(
         win = _windows(xp, out_h, out_w, kh, kw, stride_h, stride_w, dilation_h, dilation_w)
         cols = win.reshape(n * out_h * out_w, kh * kw * cin)
     acc = _gemm_channels(wt, cols)  # [Cout, N*OH*OW]
-    out = requantize_channels(
-        acc, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype, float_scale=float_scale
-    )
-    return out.T.reshape(n, out_h, out_w, cout)
+    return requantize_channels(acc, bias, rq).T.reshape(n, out_h, out_w, cout)
 
 
 def depthwise_conv2d(
     inp: np.ndarray,
     filt: np.ndarray,
     bias: np.ndarray | None,
+    rq: Requant,
     *,
-    input_zp: int,
-    filter_zp: int,
     stride_h: int,
     stride_w: int,
     dilation_h: int,
@@ -131,18 +117,11 @@ def depthwise_conv2d(
     depth_multiplier: int,
     out_h: int,
     out_w: int,
-    multiplier: ArrayLike,
-    shift: ArrayLike,
-    output_zp: int,
-    act_min: int,
-    act_max: int,
-    out_dtype: np.dtype | None = None,
     fast: bool = True,
-    float_scale: bool = False,
 ) -> np.ndarray:
     """TFLite's quantized DepthwiseConv2D: filter [1,KH,KW,Cin*dm]; channel oc reads input oc // dm.
 
-    ``float_scale`` as :func:`conv2d`."""
+    ``rq`` and ``fast`` as :func:`conv2d`."""
     n, h, w, cin = inp.shape
     one, kh, kw, cout = filt.shape
     _check_geometry(
@@ -157,24 +136,20 @@ def depthwise_conv2d(
         raise ValueError(
             f"DEPTHWISE_CONV2D: filter shape {filt.shape} does not match {cin} channels x {depth_multiplier}"
         )
-    check_zero_points("DEPTHWISE_CONV2D", input_zp, filter_zp)
+    check_zero_points("DEPTHWISE_CONV2D", rq.input_zp, rq.filter_zp)
     if fast:
-        plan = plan_depthwise(
-            filt, bias, in_dtype=inp.dtype, input_zp=input_zp, filter_zp=filter_zp, multiplier=multiplier,
-            shift=shift, output_zp=output_zp, act_min=act_min, act_max=act_max, out_dtype=out_dtype,
-            float_scale=float_scale,
-        )  # fmt: skip
+        plan = plan_depthwise(filt, bias, rq, in_dtype=inp.dtype)
         if plan is not None:
             geometry = (stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w)
             return run_depthwise_plan(inp, plan, kh, kw, depth_multiplier, geometry)
     x = inp.astype(np.float32)
-    if input_zp:
-        x -= np.float32(input_zp)
+    if rq.input_zp:
+        x -= np.float32(rq.input_zp)
     if depth_multiplier > 1:
         x = np.repeat(x, depth_multiplier, axis=3)
     wt = filt.astype(np.float32).reshape(kh * kw, cout)
-    if filter_zp:
-        wt -= np.float32(filter_zp)
+    if rq.filter_zp:
+        wt -= np.float32(rq.filter_zp)
     # float32 sums are exact while every partial sum stays below 2**24; else float64 (2**53).
     a_max = max(float(x.max(initial=0)), -float(x.min(initial=0)))
     acc_type = np.float32 if a_max * float(np.abs(wt).sum(axis=0).max(initial=0)) < _F32_EXACT else np.float64
@@ -197,55 +172,31 @@ def depthwise_conv2d(
             ]
             np.multiply(tap, wt[ky * kw + kx], out=tmp)
             acc += tmp
-    out = requantize_channels(
-        acc.reshape(-1, cout).T, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype,
-        float_scale=float_scale,
-    )  # fmt: skip
-    return out.T.reshape(n, out_h, out_w, cout)
+    return requantize_channels(acc.reshape(-1, cout).T, bias, rq).T.reshape(n, out_h, out_w, cout)
 
 
 def fully_connected(
-    inp: np.ndarray,
-    filt: np.ndarray,
-    bias: np.ndarray | None,
-    *,
-    input_zp: int,
-    filter_zp: int,
-    multiplier: ArrayLike,
-    shift: ArrayLike,
-    output_zp: int,
-    act_min: int,
-    act_max: int,
-    out_dtype: np.dtype | None = None,
-    fast: bool = True,
-    single_rounding: bool = False,
-    float_scale: bool = False,
+    inp: np.ndarray, filt: np.ndarray, bias: np.ndarray | None, rq: Requant, *, fast: bool = True
 ) -> np.ndarray:
     """TFLite's quantized FullyConnected: input [B,K], filter [Cout,K] -> [B,Cout].
 
-    ``single_rounding``: requantize with one rounding, as LiteRT's reference kernel does;
-    ``float_scale`` as :func:`conv2d`.
+    ``rq`` and ``fast`` as :func:`conv2d` (``rq.single_rounding``: one rounding, as LiteRT's
+    reference kernel does).
     """
     b, k = inp.shape
     cout, fk = filt.shape
     if fk != k:
         raise ValueError(f"FULLY_CONNECTED: filter depth {fk} does not match input depth {k}")
-    check_zero_points("FULLY_CONNECTED", input_zp, filter_zp)
-    if fast and not float_scale:
-        plan = plan_gemm(
-            filt, bias, in_dtype=inp.dtype, input_zp=input_zp, filter_zp=filter_zp, multiplier=multiplier,
-            shift=shift, output_zp=output_zp, act_min=act_min, act_max=act_max, out_dtype=out_dtype,
-            single_rounding=single_rounding,
-        )  # fmt: skip
+    check_zero_points("FULLY_CONNECTED", rq.input_zp, rq.filter_zp)
+    if fast and not rq.float_scale:
+        plan = plan_gemm(filt, bias, rq, in_dtype=inp.dtype)
         if plan is not None:
             return run_fc_plan(inp, plan, filt)
     x = inp.astype(np.float32)
-    if input_zp:
-        x -= np.float32(input_zp)
-    acc = _gemm_channels(_filter_matrix(filt, filter_zp, cout), x)  # [Cout, B]
-    return requantize_channels(
-        acc, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype, single_rounding, float_scale
-    ).T
+    if rq.input_zp:
+        x -= np.float32(rq.input_zp)
+    acc = _gemm_channels(_filter_matrix(filt, rq.filter_zp, cout), x)  # [Cout, B]
+    return requantize_channels(acc, bias, rq).T
 
 
 def add(

@@ -3,7 +3,7 @@ general path (:mod:`.ops`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -13,7 +13,7 @@ from .primitives import (
     _F32_EXACT,
     INT32_MAX,
     INT32_MIN,
-    ArrayLike,
+    Requant,
     _check_geometry,
     _filter_matrix,
     _out_range,
@@ -82,12 +82,7 @@ class RequantPlan:
     checked: bool  # True: the layer's bound is within the limit, no accumulator needs a look
     # The general path's parameters, for accumulators beyond the limit.
     correction: np.ndarray  # [C] int64: accumulator = raw + correction
-    multiplier: np.ndarray
-    shift: np.ndarray
-    output_zp: int
-    act_min: int
-    act_max: int
-    single_rounding: bool = False
+    general: Requant  # multiplier and shift per channel
     tiled: dict[int, tuple[np.ndarray, ...]] = field(default_factory=dict, compare=False)
 
     def rows(self, repeat: int) -> tuple[np.ndarray, ...]:
@@ -133,48 +128,31 @@ class RequantPlan:
     def _general(self, acc: np.ndarray) -> np.ndarray:
         c = self.scale.shape[0]
         exact = acc.reshape(-1, c).astype(np.float64) + self.correction  # integers below 2**53
-        out = requantize_channels(
-            exact.T,
-            None,
-            self.multiplier,
-            self.shift,
-            self.output_zp,
-            self.act_min,
-            self.act_max,
-            self.out_dtype,
-            self.single_rounding,
-        )
+        out = requantize_channels(exact.T, None, self.general)
         return np.ascontiguousarray(out.T).reshape(acc.shape)
 
 
-def plan_requant(
-    raw_bound: np.ndarray,
-    correction: np.ndarray,
-    multiplier: ArrayLike,
-    shift: ArrayLike,
-    output_zp: int,
-    act_min: int,
-    act_max: int,
-    out_dtype: np.dtype,
-    single_rounding: bool = False,
-) -> RequantPlan | None:
-    """The exact float64 requantization of raw accumulators r (|r| <= raw_bound per channel, a
-    float32-exact integer) whose int32 accumulator is r + correction, or None where it cannot apply
-    (a non-8-bit output, the saturating multiplier INT32_MIN, a correction alone too large).
+def plan_requant(raw_bound: np.ndarray, correction: np.ndarray, rq: Requant) -> RequantPlan | None:
+    """The exact float64 requantization (``rq``'s; its zero points are already in the accumulators)
+    of raw accumulators r (|r| <= raw_bound per channel, a float32-exact integer) whose int32
+    accumulator is r + correction, or None where it cannot apply (a non-8-bit output, the
+    saturating multiplier INT32_MIN, a correction alone too large).
 
-    ``single_rounding``: TFLITE_SINGLE_ROUNDING's floor(acc * m * 2**(shift - 31) + 1/2), one floor
+    ``rq.single_rounding``: TFLITE_SINGLE_ROUNDING's floor(acc * m * 2**(shift - 31) + 1/2), one floor
     whatever the sign, so the same affine step with the 1/2 alone in the offset and no negative fix.
 
     Each channel's limit on |r| keeps the accumulator (shifted left by a positive shift) inside
     int32 and every float64 numerator below 2**53; when raw_bound exceeds it, each call checks
     the actual accumulators and takes the general path if one is beyond it."""
-    if np.dtype(out_dtype) not in _FAST_OUT:
+    out_dtype, output_zp, act_min, act_max = rq.out_dtype, rq.output_zp, rq.act_min, rq.act_max
+    single_rounding = rq.single_rounding
+    if out_dtype is None or np.dtype(out_dtype) not in _FAST_OUT:
         return None
     check_clamp(act_min, act_max)
-    check_shift(shift)
+    check_shift(rq.shift)
     c = raw_bound.shape[0]
-    m = np.broadcast_to(np.asarray(multiplier, dtype=np.int64).reshape(-1), (c,))
-    s = np.broadcast_to(np.asarray(shift, dtype=np.int64).reshape(-1), (c,))
+    m = np.broadcast_to(np.asarray(rq.multiplier, dtype=np.int64).reshape(-1), (c,))
+    s = np.broadcast_to(np.asarray(rq.shift, dtype=np.int64).reshape(-1), (c,))
     lo, hi = _out_range(act_min, act_max, out_dtype)
     need_fix = lo < output_zp and not single_rounding
     # D = max(zp - lo, 0) makes every value that is not clamped to lo non-negative, so the int32
@@ -211,8 +189,8 @@ def plan_requant(
                 scale, offset, fix if need_fix else None, threshold, (output_zp - base) % 256,
                 lo - output_zp + base, hi - output_zp + base, np.dtype(out_dtype),
                 base == 0 and lo < output_zp,
-                limit, bool(np.all(raw_bound <= limit)), np.asarray(correction, dtype=np.int64), m.copy(),
-                s.copy(), output_zp, act_min, act_max, single_rounding,
+                limit, bool(np.all(raw_bound <= limit)), np.asarray(correction, dtype=np.int64),
+                replace(rq, multiplier=m.copy(), shift=s.copy()),
             )  # fmt: skip
     return None
 
@@ -282,22 +260,12 @@ class DepthwisePlan:
 
 
 def _layer_requant(
-    wmat: np.ndarray,
-    in_dtype: np.dtype,
-    input_zp: int,
-    bias: np.ndarray | None,
-    multiplier: ArrayLike,
-    shift: ArrayLike,
-    output_zp: int,
-    act_min: int,
-    act_max: int,
-    out_dtype: np.dtype | None,
-    float_scale: bool = False,
-    single_rounding: bool = False,
+    wmat: np.ndarray, in_dtype: np.dtype, bias: np.ndarray | None, rq: Requant
 ) -> RequantPlan | FloatRequantPlan | None:
     """The requantization plan of a layer whose filter is wmat [K, C] (float32, zero point removed);
-    ``float_scale``: ``multiplier`` holds FLOAT_SCALE's float32 scales; ``single_rounding`` as
-    :func:`plan_requant`."""
+    ``rq.float_scale``: ``multiplier`` holds FLOAT_SCALE's float32 scales; ``rq.single_rounding``
+    as :func:`plan_requant`."""
+    out_dtype, input_zp = rq.out_dtype, rq.input_zp
     if out_dtype is None or np.dtype(in_dtype) not in _DTYPE_RANGES:
         return None
     a = _input_bound(in_dtype, input_zp)
@@ -306,71 +274,40 @@ def _layer_requant(
         return None  # float32 partial sums could be inexact
     b = np.zeros(wmat.shape[1], dtype=np.int64) if bias is None else np.asarray(bias, dtype=np.int64)
     correction = b - input_zp * wmat.sum(axis=0, dtype=np.float64).astype(np.int64)
-    if float_scale:
-        check_clamp(act_min, act_max)
+    if rq.float_scale:
+        check_clamp(rq.act_min, rq.act_max)
         c = wmat.shape[1]
-        lo, hi = _out_range(act_min, act_max, out_dtype)
-        scale = np.broadcast_to(np.asarray(multiplier, dtype=np.float32).reshape(-1), (c,)).copy()
-        return FloatRequantPlan(correction, scale, output_zp, lo, hi, np.dtype(out_dtype))
-    return plan_requant(
-        a * l1, correction, multiplier, shift, output_zp, act_min, act_max, out_dtype, single_rounding
-    )
+        lo, hi = _out_range(rq.act_min, rq.act_max, out_dtype)
+        scale = np.broadcast_to(np.asarray(rq.multiplier, dtype=np.float32).reshape(-1), (c,)).copy()
+        return FloatRequantPlan(correction, scale, rq.output_zp, lo, hi, np.dtype(out_dtype))
+    return plan_requant(a * l1, correction, rq)
 
 
 def plan_gemm(
-    filt: np.ndarray,
-    bias: np.ndarray | None,
-    *,
-    in_dtype: np.dtype,
-    input_zp: int,
-    filter_zp: int,
-    multiplier: ArrayLike,
-    shift: ArrayLike,
-    output_zp: int,
-    act_min: int,
-    act_max: int,
-    out_dtype: np.dtype | None,
-    float_scale: bool = False,
-    single_rounding: bool = False,
+    filt: np.ndarray, bias: np.ndarray | None, rq: Requant, *, in_dtype: np.dtype
 ) -> GemmPlan | None:
-    """The plan of a CONV2D ([Cout, KH, KW, Cin]) or FULLY_CONNECTED ([Cout, K]) filter, or None.
+    """The plan of a CONV2D ([Cout, KH, KW, Cin]) or FULLY_CONNECTED ([Cout, K]) filter with
+    ``rq``'s zero points and requantization, or None.
 
     The float32 filter is kept only when it has at most :data:`KEEP_F32_WEIGHTS` elements."""
     cout = filt.shape[0]
-    wmat = np.ascontiguousarray(_filter_matrix(filt, filter_zp, cout).T)
-    rq = _layer_requant(
-        wmat, in_dtype, input_zp, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype,
-        float_scale, single_rounding,
-    )  # fmt: skip
-    if rq is None:
+    wmat = np.ascontiguousarray(_filter_matrix(filt, rq.filter_zp, cout).T)
+    requant = _layer_requant(wmat, in_dtype, bias, rq)
+    if requant is None:
         return None
-    return GemmPlan(wmat if wmat.size <= KEEP_F32_WEIGHTS else None, input_zp, filter_zp, cout, rq)
+    return GemmPlan(wmat if wmat.size <= KEEP_F32_WEIGHTS else None, rq.input_zp, rq.filter_zp, cout, requant)
 
 
 def plan_depthwise(
-    filt: np.ndarray,
-    bias: np.ndarray | None,
-    *,
-    in_dtype: np.dtype,
-    input_zp: int,
-    filter_zp: int,
-    multiplier: ArrayLike,
-    shift: ArrayLike,
-    output_zp: int,
-    act_min: int,
-    act_max: int,
-    out_dtype: np.dtype | None,
-    float_scale: bool = False,
+    filt: np.ndarray, bias: np.ndarray | None, rq: Requant, *, in_dtype: np.dtype
 ) -> DepthwisePlan | None:
-    """The plan of a DEPTHWISE_CONV2D filter [1, KH, KW, Cout], or None."""
+    """The plan of a DEPTHWISE_CONV2D filter [1, KH, KW, Cout] with ``rq``, or None."""
     _, kh, kw, cout = filt.shape
     taps = filt.reshape(kh * kw, cout).astype(np.float32)
-    if filter_zp:
-        taps -= np.float32(filter_zp)
-    rq = _layer_requant(
-        taps, in_dtype, input_zp, bias, multiplier, shift, output_zp, act_min, act_max, out_dtype, float_scale
-    )
-    return None if rq is None else DepthwisePlan(taps, input_zp, rq)
+    if rq.filter_zp:
+        taps -= np.float32(rq.filter_zp)
+    requant = _layer_requant(taps, in_dtype, bias, rq)
+    return None if requant is None else DepthwisePlan(taps, rq.input_zp, requant)
 
 
 def run_conv2d_plan(

@@ -14,6 +14,8 @@ whatever order BLAS adds them in.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -33,6 +35,30 @@ from uapi.fixed_point import (  # noqa: F401  (re-exported: the device's arithme
 
 _F32_EXACT = 1 << 24
 _MAX_F32_CHUNKS = 4  # beyond this many K-chunks, one float64 GEMM is faster
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Requant:
+    """A quantized layer's arithmetic around its accumulators, one record for every convolution,
+    FULLY_CONNECTED, their plans and the MAC array: the zero points subtracted from the input and
+    the filter, then each channel's accumulator (+ bias) requantized with ``multiplier`` and
+    ``shift`` (one for the tensor or one per channel), plus ``output_zp``, clamped to
+    [``act_min``, ``act_max``] and saturated to ``out_dtype`` (None: int32 values).
+
+    ``single_rounding``: one rounding (:func:`multiply_by_quantized_multiplier_single_round`), as
+    LiteRT's reference FULLY_CONNECTED does. ``float_scale``: ``multiplier`` holds float32 scales
+    (``shift`` 0), requantized as onnxruntime does (:func:`requantize_float_scale`)."""
+
+    input_zp: int
+    filter_zp: int
+    multiplier: ArrayLike
+    shift: ArrayLike
+    output_zp: int
+    act_min: int
+    act_max: int
+    out_dtype: np.dtype | None = None
+    single_rounding: bool = False
+    float_scale: bool = False
 
 
 def requantize(
@@ -113,24 +139,14 @@ _DTYPE_RANGES = {
 }
 
 
-def requantize_channels(
-    acc: np.ndarray,
-    bias: np.ndarray | None,
-    multiplier: ArrayLike,
-    shift: ArrayLike,
-    output_zp: int,
-    act_min: int,
-    act_max: int,
-    out_dtype: np.dtype | None = None,
-    single_rounding: bool = False,
-    float_scale: bool = False,
-) -> np.ndarray:
-    """Channel-major [C, M] accumulators (+ bias [C]) -> clamp(MBQM(acc) + zp) as [C, M].
+def requantize_channels(acc: np.ndarray, bias: np.ndarray | None, rq: Requant) -> np.ndarray:
+    """Channel-major [C, M] accumulators (+ bias [C]) -> clamp(MBQM(acc) + zp) as [C, M], with
+    ``rq``'s requantization (its zero points are already in ``acc``).
 
-    ``single_rounding`` requantizes with :func:`multiply_by_quantized_multiplier_single_round`;
-    ``float_scale`` with :func:`requantize_float_scale` (``multiplier`` holds float32 scales).
+    ``rq.single_rounding`` requantizes with :func:`multiply_by_quantized_multiplier_single_round`;
+    ``rq.float_scale`` with :func:`requantize_float_scale` (``multiplier`` holds float32 scales).
 
-    ``acc`` holds exact integers (any int or float dtype). Returns ``out_dtype`` values
+    ``acc`` holds exact integers (any int or float dtype). Returns ``rq.out_dtype`` values
     saturated to it (the device's store), or int32 when ``out_dtype`` is None.
 
     When |acc| * |multiplier| < 2**52 and no shift is positive, MultiplyByQuantizedMultiplier
@@ -139,10 +155,11 @@ def requantize_channels(
     of two is exact), and RoundingDivideByPOT(h, e) = trunc(h * 2**-e + copysign(1/2, h)) is
     rounding half away from zero. Otherwise the int64 path (with int32 wrap-around) is used.
     """
-    check_clamp(act_min, act_max)
+    multiplier, shift, output_zp, out_dtype = rq.multiplier, rq.shift, rq.output_zp, rq.out_dtype
+    check_clamp(rq.act_min, rq.act_max)
     c = acc.shape[0]
-    lo, hi = _out_range(act_min, act_max, out_dtype)
-    if float_scale:
+    lo, hi = _out_range(rq.act_min, rq.act_max, out_dtype)
+    if rq.float_scale:
         out = requantize_float_scale(acc, bias, _col(multiplier, c, np.float32), output_zp, lo, hi)
         return out.astype(out_dtype or np.int32, copy=False)
     check_shift(shift)
@@ -155,13 +172,13 @@ def requantize_channels(
         amax += float(np.abs(np.asarray(bias, dtype=np.float64)).max(initial=0))
     m_abs = int(np.abs(m).max())
     exact_f64 = amax * m_abs < _F64_EXACT_PRODUCT and amax < 2**31 and m.min() > INT32_MIN
-    if not single_rounding and sh.max() <= 0 and exact_f64:
+    if not rq.single_rounding and sh.max() <= 0 and exact_f64:
         return _requantize_f64(acc, bias, m, sh, output_zp, lo, hi, out_dtype or np.dtype(np.int32))
     acc64 = np.asarray(acc, dtype=np.int64)
     if bias is not None:
         acc64 = acc64 + _col(bias, c)
     mbqm = multiply_by_quantized_multiplier
-    if single_rounding:
+    if rq.single_rounding:
         mbqm = multiply_by_quantized_multiplier_single_round
     out = mbqm(acc64, m, sh) + output_zp
     np.clip(out, lo, hi, out=out)

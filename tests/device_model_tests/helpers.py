@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
 import numpy as np
 
+from device_model import numerics as nm
 from device_model.memory import AnonymousMemory, MemfdMemory, SystemMemory
 from device_model.mmu import Mmu
 from device_model.page_tables import AddressSpace, PageAllocator
@@ -11,6 +15,13 @@ from uapi import hw_layout as hw
 from uapi import isa
 
 DTYPES = {"INT8": np.int8, "UINT8": np.uint8, "INT32": np.int32}
+REQUANT_FIELDS = frozenset(f.name for f in fields(nm.Requant))
+
+
+def split_requant(args: dict[str, Any]) -> tuple[nm.Requant, dict[str, Any]]:
+    """A layer's keyword arguments as its :class:`numerics.Requant` record and the rest (geometry...)."""
+    rq = nm.Requant(**{k: v for k, v in args.items() if k in REQUANT_FIELDS})
+    return rq, {k: v for k, v in args.items() if k not in REQUANT_FIELDS}
 
 
 class Machine:

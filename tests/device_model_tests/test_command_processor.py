@@ -252,9 +252,12 @@ def test_gemm_is_exact_at_full_scale() -> None:
     # A MobileNet-sized 1x1 conv: K = 1024, uint8 extremes everywhere.
     inp = np.full((1, 2, 2, 1024), 255, dtype=np.uint8)
     filt = np.zeros((3, 1, 1, 1024), dtype=np.uint8)
+    rq = nm.Requant(
+        input_zp=0, filter_zp=255, multiplier=2**31 - 1, shift=-30, output_zp=0, act_min=-(2**31),
+        act_max=2**31 - 1,
+    )  # fmt: skip
     got = nm.conv2d(
-        inp, filt, None, input_zp=0, filter_zp=255, stride_h=1, stride_w=1, dilation_h=1, dilation_w=1,
-        pad_top=0, pad_left=0, out_h=2, out_w=2, multiplier=2**31 - 1, shift=-30, output_zp=0,
-        act_min=-(2**31), act_max=2**31 - 1,
+        inp, filt, None, rq, stride_h=1, stride_w=1, dilation_h=1, dilation_w=1, pad_top=0, pad_left=0,
+        out_h=2, out_w=2,
     )  # fmt: skip
     assert (got == ref.mbqm(-255 * 255 * 1024, 2**31 - 1, -30)).all()

@@ -13,6 +13,14 @@ from device_model import numerics as nm
 from device_model.numerics import primitives
 
 
+def _rq(multiplier, shift, output_zp: int, act_min: int, act_max: int, out_dtype=None) -> nm.Requant:
+    """The requantization alone (the zero points of the accumulators' operands are already in them)."""
+    return nm.Requant(
+        input_zp=0, filter_zp=0, multiplier=multiplier, shift=shift, output_zp=output_zp, act_min=act_min,
+        act_max=act_max, out_dtype=out_dtype,
+    )  # fmt: skip
+
+
 def _expected(acc: np.ndarray, bias, mults, shifts, zp: int, lo: int, hi: int) -> np.ndarray:
     c, m = acc.shape
     out = np.empty((c, m), dtype=np.int64)
@@ -50,7 +58,7 @@ def test_requantize_channels_matches_reference(
     want = _expected(acc, bias, mults, shifts, zp, -128, 127)
     for as_float in (False, True):
         a = acc.astype(np.float64) if as_float else acc
-        got = nm.requantize_channels(a, bias, mults, shifts, zp, -128, 127, np.dtype(np.int8))
+        got = nm.requantize_channels(a, bias, _rq(mults, shifts, zp, -128, 127, np.dtype(np.int8)))
         assert got.dtype == np.int8
         assert np.array_equal(got, want)
 
@@ -58,17 +66,17 @@ def test_requantize_channels_matches_reference(
 def test_requantize_channels_ties_round_half_away_from_zero() -> None:
     # multiplier 2**30 is 0.5: h = round-half-up(acc / 2), then shift -1 divides by 2 again.
     acc = np.array([[1, -1, 2, -2, 3, -3, 6, -6]], dtype=np.float32)
-    got = nm.requantize_channels(acc, None, 2**30, -1, 0, -100, 100)
+    got = nm.requantize_channels(acc, None, _rq(2**30, -1, 0, -100, 100))
     want = [ref.mbqm(int(v), 2**30, -1) for v in acc[0]]
     assert got.dtype == np.int32 and got[0].tolist() == want
 
 
 def test_requantize_channels_saturates_to_dtype_and_clamp() -> None:
     acc = np.array([[-(10**6), 10**6, 0]], dtype=np.float32)
-    got = nm.requantize_channels(acc, None, 2**31 - 1, 0, 0, -1000, 1000, np.dtype(np.uint8))
+    got = nm.requantize_channels(acc, None, _rq(2**31 - 1, 0, 0, -1000, 1000, np.dtype(np.uint8)))
     assert got.dtype == np.uint8 and got[0].tolist() == [0, 255, 0]
     with pytest.raises(ValueError, match="shift"):
-        nm.requantize_channels(acc, None, 2**30, 31, 0, -128, 127)
+        nm.requantize_channels(acc, None, _rq(2**30, 31, 0, -128, 127))
 
 
 @pytest.mark.parametrize(

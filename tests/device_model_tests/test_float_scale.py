@@ -13,7 +13,7 @@ import pytest
 from device_model.command_processor import CommandProcessor
 from uapi import isa
 
-from .helpers import Machine, program, tensor
+from .helpers import Machine, program, split_requant, tensor
 
 FLAGS = isa.SPEC.flags
 
@@ -124,13 +124,13 @@ def test_planned_float_scale_equals_general(depthwise: bool) -> None:
     args = dict(input_zp=131, filter_zp=0, stride_h=2, stride_w=1, dilation_h=1, dilation_w=1, pad_top=1,
                 pad_left=1, out_h=5, out_w=9, multiplier=scales, shift=0, output_zp=118, act_min=0,
                 act_max=255, out_dtype=np.dtype(np.uint8), float_scale=True)  # fmt: skip
+    rq, geometry = split_requant(args)
     conv = nm.depthwise_conv2d if depthwise else nm.conv2d
     extra = {"depth_multiplier": 1} if depthwise else {}
-    fast = conv(x, w, bias, fast=True, **extra, **args)
-    general = conv(x, w, bias, fast=False, **extra, **args)
+    fast = conv(x, w, bias, rq, fast=True, **extra, **geometry)
+    general = conv(x, w, bias, rq, fast=False, **extra, **geometry)
     assert fast.dtype == general.dtype == np.uint8
     assert np.array_equal(fast, general)
     build = nm.plan_depthwise if depthwise else nm.plan_gemm
-    keys = ("input_zp", "filter_zp", "multiplier", "shift", "output_zp", "act_min", "act_max", "out_dtype")
-    plan = build(w, bias, in_dtype=x.dtype, float_scale=True, **{k: args[k] for k in keys})
+    plan = build(w, bias, rq, in_dtype=x.dtype)
     assert plan is not None and isinstance(plan.requant, nm.FloatRequantPlan)  # the planned path ran

@@ -5,6 +5,7 @@ when that directory exists). Every C variant this CPU can run is checked."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,8 @@ import pytest
 
 from device_model import mac_array as ma
 from device_model import numerics as nm
+
+from .helpers import split_requant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,6 +31,11 @@ ISA_PARAMS = [
     for isa, name in ma.ISA_NAMES.items()
 ]
 DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
+#: 8-bit in and out, zero points 0, the whole int8 range: the requantization of the small plans below.
+RQ_INT8 = nm.Requant(
+    input_zp=0, filter_zp=0, multiplier=1 << 30, shift=-3, output_zp=0, act_min=-128, act_max=127,
+    out_dtype=np.dtype(np.int8),
+)  # fmt: skip
 
 
 def _saturate(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -46,14 +54,15 @@ def _check(case: dict, isa: int) -> None:
     geo = dict(
         stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, pad_top=pt, pad_left=pl, out_h=oh, out_w=ow
     )
+    rq = nm.Requant(**case)
     refs = []
     for fast in (True, False):
         if kind == "depthwise":
-            r = nm.depthwise_conv2d(x, f, bias, depth_multiplier=dm, fast=fast, **case, **geo)
+            r = nm.depthwise_conv2d(x, f, bias, rq, depth_multiplier=dm, fast=fast, **geo)
         elif kind == "fc":
-            r = nm.fully_connected(x, f, bias, fast=fast, **case)
+            r = nm.fully_connected(x, f, bias, rq, fast=fast)
         else:
-            r = nm.conv2d(x, f, bias, fast=fast, **case, **geo)
+            r = nm.conv2d(x, f, bias, rq, fast=fast, **geo)
         refs.append(_saturate(r, case["out_dtype"]))
     assert np.array_equal(refs[0], refs[1])
     if kind == "fc":
@@ -62,15 +71,15 @@ def _check(case: dict, isa: int) -> None:
             ma.KIND_CONV,
             f.reshape(f.shape[0], 1, 1, k),
             bias,
+            rq,
             in_shape=(rows, 1, 1, k),
             in_dtype=x.dtype,
-            **case,
         )
         got = ma.run(plan, x.reshape(rows, 1, 1, k), isa).reshape(refs[0].shape)
     else:
         plan = ma.plan_layer(
-            ma.KIND_DEPTHWISE if kind == "depthwise" else ma.KIND_CONV, f, bias, in_shape=x.shape,
-            in_dtype=x.dtype, geometry=geometry, depth_multiplier=dm, **case,
+            ma.KIND_DEPTHWISE if kind == "depthwise" else ma.KIND_CONV, f, bias, rq, in_shape=x.shape,
+            in_dtype=x.dtype, geometry=geometry, depth_multiplier=dm,
         )  # fmt: skip
         got = ma.run(plan, x, isa)
     assert got.dtype == refs[0].dtype and got.shape == refs[0].shape
@@ -250,8 +259,7 @@ def test_no_output_channels(isa: int) -> None:
         (ma.KIND_DEPTHWISE, np.zeros((1, 4, 4, 0), np.int8), np.zeros((1, 3, 3, 0), np.int8)),
     ):
         plan = ma.plan_layer(
-            kind, f, None, in_shape=x.shape, in_dtype=x.dtype, input_zp=0, filter_zp=0, multiplier=2**30,
-            shift=-1, output_zp=0, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8),
+            kind, f, None, replace(RQ_INT8, shift=-1), in_shape=x.shape, in_dtype=x.dtype,
             geometry=(1, 1, 1, 1, 1, 1, 4, 4),
         )  # fmt: skip
         assert ma.run(plan, x, isa).shape == (1, 4, 4, 0)
@@ -265,15 +273,19 @@ def test_plan_refuses_what_numpy_refuses() -> None:
         in_shape=x.shape, in_dtype=x.dtype, input_zp=0, filter_zp=0, multiplier=2**30, shift=0, output_zp=0,
         act_min=-128, act_max=127, out_dtype=np.dtype(np.int8), geometry=(1, 1, 1, 1, 0, 0, 4, 4),
     )  # fmt: skip
-    ma.plan_layer(ma.KIND_CONV, f, None, **good)
+    rq, rest = split_requant(good)
+    ma.plan_layer(ma.KIND_CONV, f, None, rq, **rest)
     for bad in (
         dict(shift=31),
         dict(act_min=5, act_max=4),
         dict(input_zp=40000),
         dict(geometry=(0, 1, 1, 1, 0, 0, 4, 4)),
+        dict(single_rounding=True),  # the MAC array rounds twice
+        dict(multiplier=np.float32(0.5).view(np.int32), float_scale=True),  # and has no float scales
     ):
+        rq, rest = split_requant({**good, **bad})
         with pytest.raises(ValueError):
-            ma.plan_layer(ma.KIND_CONV, f, None, **{**good, **bad})
+            ma.plan_layer(ma.KIND_CONV, f, None, rq, **rest)
 
 
 def _vnni_planned(plan: ma.MacPlan) -> bool:
@@ -315,9 +327,8 @@ def test_byte_operand_edges(isa: int, in_dt: np.dtype, out_dt: np.dtype) -> None
             if input_zp == info.max:
                 case["bias"] = np.full(cout, 2**31 - 1, np.int32)  # the sums wrap past INT32_MAX
             plan = ma.plan_layer(
-                ma.KIND_CONV, f, case["bias"], in_shape=x.shape, in_dtype=x.dtype, geometry=case["geometry"],
-                **{key: case[key] for key in ("input_zp", "filter_zp", "multiplier", "shift", "output_zp",
-                                              "act_min", "act_max", "out_dtype")},
+                ma.KIND_CONV, f, case["bias"], split_requant(case)[0], in_shape=x.shape, in_dtype=x.dtype,
+                geometry=case["geometry"],
             )  # fmt: skip
             assert _vnni_planned(plan) == (vnni and ma.ISA_AVX512VNNI in ISAS)
             _check(case, isa)
@@ -337,10 +348,8 @@ def test_byte_operand_edges(isa: int, in_dt: np.dtype, out_dt: np.dtype) -> None
                 act_max=int(np.iinfo(out_dt).max), out_dtype=out_dt, shift=rng.integers(-16, -9, channels),
             )  # fmt: skip
             plan = ma.plan_layer(
-                ma.KIND_DEPTHWISE, f, case["bias"], in_shape=x.shape, in_dtype=x.dtype,
-                geometry=case["geometry"],
-                **{key: case[key] for key in ("input_zp", "filter_zp", "multiplier", "shift", "output_zp",
-                                              "act_min", "act_max", "out_dtype")},
+                ma.KIND_DEPTHWISE, f, case["bias"], split_requant(case)[0], in_shape=x.shape,
+                in_dtype=x.dtype, geometry=case["geometry"],
             )  # fmt: skip
             assert _vnni_planned(plan) == (ma.ISA_AVX512VNNI in ISAS)
             _check(case, isa)
@@ -509,9 +518,8 @@ def test_plan_matches_only_its_own_parameters() -> None:
     bias = rng.integers(-100, 100, 4).astype(np.int32)
     mult, shift = rng.integers(2**30, 2**31, 4), rng.integers(-8, 0, 4)
     plan = ma.plan_layer(
-        ma.KIND_CONV, f, bias, in_shape=(1, 2, 2, 8), in_dtype=np.dtype(np.int8), input_zp=0, filter_zp=0,
-        multiplier=mult, shift=shift, output_zp=0, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8),
-        geometry=(1, 1, 1, 1, 0, 0, 2, 2),
+        ma.KIND_CONV, f, bias, replace(RQ_INT8, multiplier=mult, shift=shift), in_shape=(1, 2, 2, 8),
+        in_dtype=np.dtype(np.int8), geometry=(1, 1, 1, 1, 0, 0, 2, 2),
     )  # fmt: skip
     assert plan.matches(f.copy(), bias.copy(), mult.copy(), shift.copy())
     g = f.copy()
@@ -534,9 +542,8 @@ def test_plan_owns_its_parameters(isa: int) -> None:
     shift = rng.integers(-8, 0, 4).astype(np.int32)
     x = _values(rng, np.int8, (1, 2, 2, 8))
     plan = ma.plan_layer(
-        ma.KIND_CONV, f, bias, in_shape=(1, 2, 2, 8), in_dtype=np.dtype(np.int8), input_zp=0, filter_zp=0,
-        multiplier=mult, shift=shift, output_zp=0, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8),
-        geometry=(1, 1, 1, 1, 0, 0, 2, 2),
+        ma.KIND_CONV, f, bias, replace(RQ_INT8, multiplier=mult, shift=shift), in_shape=(1, 2, 2, 8),
+        in_dtype=np.dtype(np.int8), geometry=(1, 1, 1, 1, 0, 0, 2, 2),
     )  # fmt: skip
     before = ma.run(plan, x, isa)
     for source in (f, bias, mult, shift):
@@ -551,10 +558,14 @@ def test_bound_run_computes_into_memory_only_while_its_parameters_match(isa: int
     bias = rng.integers(-100, 100, 4).astype(np.int32)
     x = _values(rng, np.int8, (1, 2, 2, 8))
     plan = ma.plan_layer(
-        ma.KIND_CONV, f, bias, in_shape=(1, 2, 2, 8), in_dtype=np.dtype(np.int8), input_zp=0, filter_zp=0,
-        multiplier=1 << 30, shift=-3, output_zp=0, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8),
+        ma.KIND_CONV,
+        f,
+        bias,
+        RQ_INT8,
+        in_shape=(1, 2, 2, 8),
+        in_dtype=np.dtype(np.int8),
         geometry=(1, 1, 1, 1, 0, 0, 2, 2),
-    )  # fmt: skip
+    )
     memory = bytearray(64)  # "device memory": the output, then the filter and bias as stored
     memory[16:48] = f.tobytes()
     memory[48:64] = bias.tobytes()
@@ -647,10 +658,14 @@ def test_bound_units_hold_no_buffer_export_on_memory_views() -> None:
     memory = memoryview(bytearray(1 << 16))
     f = np.ones((4, 1, 1, 8), np.int8)
     plan = ma.plan_layer(
-        ma.KIND_CONV, f, None, in_shape=(1, 2, 2, 8), in_dtype=np.dtype(np.int8), input_zp=0, filter_zp=0,
-        multiplier=1 << 30, shift=-3, output_zp=0, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8),
+        ma.KIND_CONV,
+        f,
+        None,
+        RQ_INT8,
+        in_shape=(1, 2, 2, 8),
+        in_dtype=np.dtype(np.int8),
         geometry=(1, 1, 1, 1, 0, 0, 2, 2),
-    )  # fmt: skip
+    )
     views = [memory[0:32], memory[64:80], memory[128:160]]
     units = [
         ma.BoundRun(plan, views[0], views[1], [(views[2], f.reshape(-1).view(np.uint8).copy())], ISAS[-1]),

@@ -97,10 +97,12 @@ def test_conv2d_matches_reference(seed: int) -> None:
     )
     mults, sh = _quant(rng, cout, extreme=seed % 4 == 3)
     amin, amax = (lo, hi - 1) if seed % 5 else (lo + 10, hi - 30)
+    rq = nm.Requant(
+        input_zp=izp, filter_zp=fzp, multiplier=mults, shift=sh, output_zp=ozp, act_min=amin, act_max=amax
+    )
     got = nm.conv2d(
-        inp, filt, bias, input_zp=izp, filter_zp=fzp, stride_h=stride, stride_w=stride,
-        dilation_h=dil, dilation_w=dil, pad_top=pt, pad_left=pl, out_h=oh, out_w=ow,
-        multiplier=mults, shift=sh, output_zp=ozp, act_min=amin, act_max=amax,
+        inp, filt, bias, rq, stride_h=stride, stride_w=stride, dilation_h=dil, dilation_w=dil, pad_top=pt,
+        pad_left=pl, out_h=oh, out_w=ow,
     )  # fmt: skip
     want = ref.conv2d(
         inp.tolist(), filt.tolist(), None if bias is None else bias.tolist(), izp, fzp, stride, stride,
@@ -115,9 +117,10 @@ def test_conv2d_pointwise_fast_path_and_deep_k() -> None:
     inp = rng.integers(0, 256, size=(1, 2, 3, 600))
     filt = rng.integers(0, 256, size=(2, 1, 1, 600))
     m, s = np.array([2**30 + 12345, 2**31 - 1]), np.array([-18, -17])
+    rq = nm.Requant(input_zp=0, filter_zp=255, multiplier=m, shift=s, output_zp=3, act_min=0, act_max=255)
     got = nm.conv2d(
-        inp, filt, None, input_zp=0, filter_zp=255, stride_h=1, stride_w=1, dilation_h=1, dilation_w=1,
-        pad_top=0, pad_left=0, out_h=2, out_w=3, multiplier=m, shift=s, output_zp=3, act_min=0, act_max=255,
+        inp, filt, None, rq, stride_h=1, stride_w=1, dilation_h=1, dilation_w=1, pad_top=0, pad_left=0,
+        out_h=2, out_w=3,
     )  # fmt: skip
     want = ref.conv2d(
         inp.tolist(), filt.tolist(), None, 0, 255, 1, 1, 1, 1, 0, 0, 2, 3, m.tolist(), s.tolist(), 3, 0, 255
@@ -139,10 +142,12 @@ def test_depthwise_matches_reference(seed: int) -> None:
     bias = rng.integers(-5000, 5000, size=cin * dm) if seed % 3 else None
     izp, fzp, ozp = int(rng.integers(lo, hi)), int(rng.integers(lo, hi)), int(rng.integers(lo, hi))
     mults, sh = _quant(rng, cin * dm, extreme=seed % 4 == 2)
+    rq = nm.Requant(
+        input_zp=izp, filter_zp=fzp, multiplier=mults, shift=sh, output_zp=ozp, act_min=lo, act_max=hi - 1
+    )
     got = nm.depthwise_conv2d(
-        inp, filt, bias, input_zp=izp, filter_zp=fzp, stride_h=stride, stride_w=stride, dilation_h=dil,
-        dilation_w=dil, pad_top=pt, pad_left=pl, depth_multiplier=dm, out_h=oh, out_w=ow,
-        multiplier=mults, shift=sh, output_zp=ozp, act_min=lo, act_max=hi - 1,
+        inp, filt, bias, rq, stride_h=stride, stride_w=stride, dilation_h=dil, dilation_w=dil, pad_top=pt,
+        pad_left=pl, depth_multiplier=dm, out_h=oh, out_w=ow,
     )  # fmt: skip
     want = ref.depthwise(
         inp.tolist(), filt.tolist(), None if bias is None else bias.tolist(), izp, fzp, stride, stride,
@@ -161,10 +166,10 @@ def test_fully_connected_matches_reference(seed: int) -> None:
     bias = rng.integers(-(2**20), 2**20, size=cout)
     mults, sh = _quant(rng, cout, extreme=seed == 5)
     izp, fzp, ozp = int(rng.integers(lo, hi)), int(rng.integers(lo, hi)), int(rng.integers(lo, hi))
-    got = nm.fully_connected(
-        inp, filt, bias, input_zp=izp, filter_zp=fzp, multiplier=mults, shift=sh, output_zp=ozp,
-        act_min=lo, act_max=hi - 1,
-    )  # fmt: skip
+    rq = nm.Requant(
+        input_zp=izp, filter_zp=fzp, multiplier=mults, shift=sh, output_zp=ozp, act_min=lo, act_max=hi - 1
+    )
+    got = nm.fully_connected(inp, filt, bias, rq)
     want = ref.fully_connected(
         inp.tolist(), filt.tolist(), bias.tolist(), izp, fzp, mults.tolist(), sh.tolist(), ozp, lo, hi - 1
     )

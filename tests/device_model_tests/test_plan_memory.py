@@ -38,7 +38,9 @@ def test_gemm_plan_keeps_float32_weights_only_when_small(k: int) -> None:
     args = _fc_args(rng, cout)
     filt = rng.integers(-127, 128, size=(cout, k), dtype=np.int8)
     inp = rng.integers(-128, 128, size=(3, k), dtype=np.int8)
-    plan = nm.plan_gemm(filt, None, in_dtype=np.dtype(np.int8), out_dtype=np.dtype(np.int8), **args)
+    plan = nm.plan_gemm(
+        filt, None, nm.Requant(out_dtype=np.dtype(np.int8), **args), in_dtype=np.dtype(np.int8)
+    )
     assert plan is not None
     assert (plan.weights is not None) == (cout * k <= nm.KEEP_F32_WEIGHTS)
     if plan.weights is None:
@@ -61,12 +63,13 @@ def test_conv_plan_without_float32_weights_matches_reference() -> None:
     filt = (131 + rng.integers(-3, 4, size=(cout, k, k, cin))).astype(np.uint8)
     bias = rng.integers(-5000, 5000, size=cout).astype(np.int32)
     kw = dict(input_zp=120, filter_zp=131, multiplier=1 << 30, shift=-14, output_zp=9, act_min=0, act_max=255)
-    plan = nm.plan_gemm(filt, bias, in_dtype=np.dtype(np.uint8), out_dtype=np.dtype(np.uint8), **kw)
+    rq = nm.Requant(out_dtype=np.dtype(np.uint8), **kw)
+    plan = nm.plan_gemm(filt, bias, rq, in_dtype=np.dtype(np.uint8))
     assert plan is not None and plan.weights is None
     geometry = dict(
         stride_h=1, stride_w=2, dilation_h=1, dilation_w=1, pad_top=1, pad_left=1, out_h=4, out_w=3
     )
-    got = nm.conv2d(inp, filt, bias, out_dtype=np.dtype(np.uint8), **kw, **geometry)
+    got = nm.conv2d(inp, filt, bias, rq, **geometry)
     want = ref.conv2d(
         inp.tolist(), filt.tolist(), bias.tolist(), 120, 131, 1, 2, 1, 1, 1, 1, 4, 3, [1 << 30] * cout,
         [-14] * cout, 9, 0, 255,
@@ -77,10 +80,14 @@ def test_conv_plan_without_float32_weights_matches_reference() -> None:
 def test_requant_blocks_of_rows_give_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(3)
     c, repeat, rows = 5, 7, 23
-    plan = nm.plan_requant(
-        np.full(c, 1 << 20), rng.integers(-1000, 1000, size=c), rng.integers(2**30, 2**31, size=c),
-        rng.integers(-12, 2, size=c), -5, -128, 127, np.dtype(np.int8),
+    correction, multiplier, shift = (
+        rng.integers(-1000, 1000, size=c), rng.integers(2**30, 2**31, size=c), rng.integers(-12, 2, size=c)
     )  # fmt: skip
+    rq = nm.Requant(
+        input_zp=0, filter_zp=0, multiplier=multiplier, shift=shift, output_zp=-5, act_min=-128, act_max=127,
+        out_dtype=np.dtype(np.int8),
+    )  # fmt: skip
+    plan = nm.plan_requant(np.full(c, 1 << 20), correction, rq)
     assert plan is not None
     acc = rng.integers(-(1 << 20), 1 << 20, size=(rows, repeat * c)).astype(np.float32)
     whole = plan.apply(acc, repeat)
@@ -88,9 +95,8 @@ def test_requant_blocks_of_rows_give_the_same_bytes(monkeypatch: pytest.MonkeyPa
         monkeypatch.setattr(planned, "REQUANT_BLOCK_BYTES", block)
         np.testing.assert_array_equal(plan.apply(acc, repeat), whole)
     want = nm.requantize_channels(
-        (acc.reshape(-1, c).astype(np.int64) + plan.correction).T, None, plan.multiplier, plan.shift,
-        -5, -128, 127, np.dtype(np.int8),
-    ).T.reshape(acc.shape)  # fmt: skip
+        (acc.reshape(-1, c).astype(np.int64) + plan.correction).T, None, plan.general
+    ).T.reshape(acc.shape)
     np.testing.assert_array_equal(whole, want)
 
 
@@ -181,16 +187,14 @@ def test_single_rounding_fc_rewritten_between_jobs_takes_effect(k: int) -> None:
     )  # fmt: skip
     cmd = m.buffer(len(stream), stream)
     cp = CommandProcessor(m.memory)
-    planned_ok = nm.plan_gemm(filt, None, in_dtype=np.dtype(np.int8), single_rounding=True, **args,
-                              out_dtype=np.dtype(np.int8)) is not None  # fmt: skip
+    rq = nm.Requant(single_rounding=True, out_dtype=np.dtype(np.int8), **args)
+    planned_ok = nm.plan_gemm(filt, None, rq, in_dtype=np.dtype(np.int8)) is not None
     assert planned_ok == (k == 40)
     for step in range(3):
         res = cp.run(m.space.root, cmd, len(stream))
         assert res.status == 0, res.error
         got = m.read(out_va, rows * cout).view(np.int8).reshape(rows, cout)
-        want = nm.fully_connected(
-            inp, filt, None, fast=False, single_rounding=True, out_dtype=np.dtype(np.int8), **args
-        )
+        want = nm.fully_connected(inp, filt, None, rq, fast=False)
         assert np.array_equal(got, want), step
         filt = filt.copy()
         filt[step % cout] = -filt[step % cout] // 2  # a whole output channel changes

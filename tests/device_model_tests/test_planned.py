@@ -62,7 +62,8 @@ def test_planned_conv2d_matches_reference(seed, signed, ties, k, stride, dil, n)
     fzp = 0 if signed else int(rng.integers(lo, hi))
     bias = rng.integers(-5000, 5000, size=cout).astype(np.int32) if rng.integers(0, 2) else None
     kwargs = dict(input_zp=izp, filter_zp=fzp, multiplier=mults, shift=shifts, output_zp=ozp)
-    plan = nm.plan_gemm(filt, bias, in_dtype=inp.dtype, act_min=amin, act_max=amax, out_dtype=dtype, **kwargs)
+    rq = nm.Requant(act_min=amin, act_max=amax, out_dtype=dtype, **kwargs)
+    plan = nm.plan_gemm(filt, bias, rq, in_dtype=inp.dtype)
     assert plan is not None
     got = nm.run_conv2d_plan(inp, plan, k, k, (stride, stride, dil, dil, pt, pl, oh, ow))
     assert got.dtype == dtype
@@ -101,9 +102,8 @@ def test_planned_depthwise_matches_reference(seed, signed, ties, k, stride, dil,
     izp, fzp = int(rng.integers(lo, hi)), int(rng.integers(lo, hi))
     bias = rng.integers(-5000, 5000, size=cout).astype(np.int32) if rng.integers(0, 2) else None
     kwargs = dict(input_zp=izp, filter_zp=fzp, multiplier=mults, shift=shifts, output_zp=ozp)
-    plan = nm.plan_depthwise(
-        filt, bias, in_dtype=inp.dtype, act_min=amin, act_max=amax, out_dtype=dtype, **kwargs
-    )
+    rq = nm.Requant(act_min=amin, act_max=amax, out_dtype=dtype, **kwargs)
+    plan = nm.plan_depthwise(filt, bias, rq, in_dtype=inp.dtype)
     assert plan is not None
     saved = planned.DEPTHWISE_EINSUM_CHANNELS
     planned.DEPTHWISE_EINSUM_CHANNELS = 1 if einsum else 1 << 30  # both paths: the einsum and per tap
@@ -126,10 +126,11 @@ def test_planned_fully_connected_matches_reference(signed: bool) -> None:
     filt = rng.integers(lo, hi, size=(7, 50)).astype(dtype)
     izp, fzp = int(rng.integers(lo, hi)), 0 if signed else int(rng.integers(lo, hi))
     bias = rng.integers(-(2**20), 2**20, size=7).astype(np.int32)
-    got = nm.fully_connected(
-        inp, filt, bias, input_zp=izp, filter_zp=fzp, multiplier=mults, shift=shifts, output_zp=ozp,
-        act_min=lo, act_max=hi - 1, out_dtype=np.dtype(dtype),
+    rq = nm.Requant(
+        input_zp=izp, filter_zp=fzp, multiplier=mults, shift=shifts, output_zp=ozp, act_min=lo,
+        act_max=hi - 1, out_dtype=np.dtype(dtype),
     )  # fmt: skip
+    got = nm.fully_connected(inp, filt, bias, rq)
     want = ref.fully_connected(
         inp.tolist(), filt.tolist(), bias.tolist(), izp, fzp, mults.tolist(), shifts.tolist(), ozp, lo, hi - 1
     )
@@ -138,7 +139,11 @@ def test_planned_fully_connected_matches_reference(signed: bool) -> None:
 
 
 def _requant_plan(raw: int, corr: int, m: int, s: int, ozp: int = 0, lo: int = -128):
-    return nm.plan_requant(np.array([raw]), np.array([corr]), m, s, ozp, lo, 127, np.dtype(np.int8))
+    rq = nm.Requant(
+        input_zp=0, filter_zp=0, multiplier=m, shift=s, output_zp=ozp, act_min=lo, act_max=127,
+        out_dtype=np.dtype(np.int8),
+    )  # fmt: skip
+    return nm.plan_requant(np.array([raw]), np.array([corr]), rq)
 
 
 def test_plan_requant_bounds() -> None:
@@ -169,12 +174,13 @@ def test_plan_limits_on_both_sides(k: int, value: int, planned: bool) -> None:
     filt = np.full((2, k), -127, dtype=np.int8)
     args = dict(input_zp=0, filter_zp=0, multiplier=np.array([2**31 - 1, 2**30]), shift=np.array([-1, -20]))
     kw = dict(output_zp=-3, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8))
-    plan = nm.plan_gemm(filt, None, in_dtype=np.dtype(np.int8), **args, **kw)
+    rq = nm.Requant(**args, **kw)
+    plan = nm.plan_gemm(filt, None, rq, in_dtype=np.dtype(np.int8))
     assert (plan is not None) == planned
     if plan is not None:
         assert not plan.requant.checked
     inp = np.full((1, k), value, dtype=np.int8)
-    got = nm.fully_connected(inp, filt, None, **args, **kw)
+    got = nm.fully_connected(inp, filt, None, rq)
     want = ref.fully_connected(
         inp.tolist(), filt.tolist(), None, 0, 0, [2**31 - 1, 2**30], [-1, -20], -3, -128, 127
     )
@@ -199,10 +205,13 @@ def test_planned_single_rounding_fully_connected_matches_the_general_path(
         input_zp=izp, filter_zp=fzp, multiplier=mults, shift=shifts, output_zp=ozp, act_min=amin,
         act_max=amax, out_dtype=np.dtype(dtype), single_rounding=True,
     )  # fmt: skip
-    plan = nm.plan_gemm(filt, bias, in_dtype=inp.dtype, **kw)
+    rq = nm.Requant(**kw)
+    plan = nm.plan_gemm(filt, bias, rq, in_dtype=inp.dtype)
     assume(plan is not None)  # refused where float64 cannot be exact (large corrections, left shifts)
-    assert plan is not None and plan.requant.single_rounding
-    want = nm.fully_connected(inp, filt, bias, fast=False, **kw)
+    assert (
+        plan is not None and isinstance(plan.requant, nm.RequantPlan) and plan.requant.general.single_rounding
+    )
+    want = nm.fully_connected(inp, filt, bias, rq, fast=False)
     assert np.array_equal(nm.run_fc_plan(inp, plan, filt), want)
 
 
@@ -215,8 +224,9 @@ def test_planned_single_rounding_beyond_the_float64_limit(k: int, value: int) ->
         input_zp=0, filter_zp=0, multiplier=np.array([2**31 - 1, 2**30]), shift=np.array([-1, -20]),
         output_zp=-3, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8), single_rounding=True,
     )  # fmt: skip
-    plan = nm.plan_gemm(filt, None, in_dtype=np.dtype(np.int8), **kw)
+    rq = nm.Requant(**kw)
+    plan = nm.plan_gemm(filt, None, rq, in_dtype=np.dtype(np.int8))
     assert plan is not None and not plan.requant.checked
     inp = np.full((1, k), value, dtype=np.int8)
-    want = nm.fully_connected(inp, filt, None, fast=False, **kw)
+    want = nm.fully_connected(inp, filt, None, rq, fast=False)
     assert np.array_equal(nm.run_fc_plan(inp, plan, filt), want)
