@@ -34,7 +34,8 @@ the other cores go on.
 
 BAR2 is shared with another process (the guest), so every register access
 is one aligned 32- or 64-bit load or store through numpy views, and ring
-indices are read once before the entries they cover.
+indices are read once before the entries they cover (an entry is read or
+written whole, on the side of its index that makes it stable).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import errno
 import logging
 import os
 import select
+import struct
 import threading
 import time
 from collections import deque
@@ -79,6 +81,11 @@ log = logging.getLogger(__name__)
 CAPS = (1 << 0) | (1 << 1) | (1 << 2)  # uapi DRM_VNPU_CAP_READ_ONLY_BO | PER_CHANNEL_QUANT | RESET_RECOVERY
 _U32 = 0xFFFF_FFFF
 _CQ_POLL_S = 0.001
+# A submission entry's fields up to SQE_CORE, and a completion entry, as hw_layout lays them out.
+_SQE = struct.Struct("<QQQIIII")
+_CQE = struct.Struct("<QiIQQ")
+assert (_SQE.size, hw.SQE_CMD_SIZE, hw.SQE_CONTEXT) == (hw.SQE_CORE + 4, 0x18, 0x20)
+assert (_CQE.size, hw.CQE_CORE, hw.CQE_FAULT_VA) == (hw.CQ_ENTRY_SIZE, 0x0C, 0x10)
 DEFAULT_CORES = 2  # like an RK3588's NPU (three cores) scaled to the 2-CPU hosts this runs on
 
 
@@ -150,6 +157,7 @@ class Npu:
         if core_processes:
             check_shareable(memory)
         self.core_processes = core_processes
+        self._bar = mv
         self._u32 = np.frombuffer(mv, dtype="<u4", count=hw.BAR2_SIZE // 4)
         self._u64 = np.frombuffer(mv, dtype="<u8", count=hw.BAR2_SIZE // 8)
         self.memory = memory
@@ -501,15 +509,10 @@ class Npu:
             return
         woken: set[int] = set()
         while head != tail:
+            # The entry was written whole before the tail moved past it: one read of its fields.
             entry = hw.SQ_BASE + (head % hw.SQ_ENTRIES) * hw.SQ_ENTRY_SIZE
-            sqe = SqEntry(
-                self._r64(entry + hw.SQE_SEQNO),
-                self._r64(entry + hw.SQE_PT_ROOT),
-                self._r64(entry + hw.SQE_CMD_VA),
-                self._r32(entry + hw.SQE_CMD_SIZE),
-                self._r32(entry + hw.SQE_FLAGS),
-                self._r32(entry + hw.SQE_CORE),
-            )
+            seqno, pt_root, cmd_va, cmd_size, flags, _, core = _SQE.unpack_from(self._bar, entry)
+            sqe = SqEntry(seqno, pt_root, cmd_va, cmd_size, flags, core)
             # A core the device lacks: core 0 fails the job (_run), in the queue's order.
             target = self.cores[sqe.core] if sqe.core < len(self.cores) else self.cores[0]
             target.queue.append(sqe)
@@ -604,6 +607,7 @@ class Npu:
                     self._run(core, sqe)
                 except Exception:
                     log.exception("core %d: unexpected error", core.index)
+                core.busy = False  # as _serve_core: completed, aborted or failed
         finally:
             core.lock.release()
         return True
@@ -675,12 +679,8 @@ class Npu:
         if fault == "garbage_cq" and self.faults is not None:
             for off, word in enumerate(np.frombuffer(self.faults.garbage(hw.CQ_ENTRY_SIZE), "<u8")):
                 self._w64(entry + 8 * off, int(word))
-        else:
-            self._w64(entry + hw.CQE_SEQNO, seqno)
-            self._w32(entry + hw.CQE_STATUS, result.status)
-            self._w32(entry + hw.CQE_CORE, core.index)
-            self._w64(entry + hw.CQE_FAULT_VA, result.fault_va)
-            self._w64(entry + hw.CQE_CYCLES, result.cycles)
+        else:  # the whole entry, before the tail moves past it
+            _CQE.pack_into(self._bar, entry, seqno, result.status, core.index, result.fault_va, result.cycles)
         core.busy = False  # idle as soon as the driver can see the completion
         self._w32(hw.CQ_TAIL, tail + 1)
         self._w32(hw.REG_JOBS_DONE, self._r32(hw.REG_JOBS_DONE) + 1)

@@ -21,6 +21,12 @@ from uapi.bindings import (
     ffi,
 )
 
+# The types and request of the wait every job's caller makes, looked up once.
+_U32_ARRAY = ffi.typeof("uint32_t[]")
+_SYNCOBJ_WAIT = ffi.typeof("struct drm_syncobj_wait *")
+_UINTPTR = ffi.typeof("uintptr_t")
+_IOCTL_SYNCOBJ_WAIT = bindings.IOCTLS["DRM_IOCTL_SYNCOBJ_WAIT"]
+
 
 @dataclass(frozen=True)
 class DeviceParams:
@@ -190,15 +196,15 @@ class Device:
         """
         if self.closed:
             raise DeviceClosed(9, "DRM_IOCTL_SYNCOBJ_WAIT")
-        arr = ffi.new("uint32_t[]", list(handles))
-        arg = ffi.new("struct drm_syncobj_wait *")
-        arg.handles = int(ffi.cast("uintptr_t", arr)) if handles else 0
+        arr = ffi.new(_U32_ARRAY, list(handles))
+        arg = ffi.new(_SYNCOBJ_WAIT)
+        arg.handles = int(ffi.cast(_UINTPTR, arr)) if handles else 0
         arg.count_handles = len(handles)
         arg.timeout_nsec = deadline_ns if deadline_ns is not None else deadline_after(timeout or 0.0)
         arg.flags = (DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL if wait_all else 0) | (
             DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT if wait_for_submit else 0
         )
-        self.ioctl("DRM_IOCTL_SYNCOBJ_WAIT", arg)
+        self.backend.ioctl(_IOCTL_SYNCOBJ_WAIT, arg)
         return int(arg.first_signaled)
 
     def version(self) -> tuple[str, tuple[int, int, int]]:

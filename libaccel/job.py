@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from uapi.bindings import DRM_VNPU_JOB_BO_READ, DRM_VNPU_JOB_BO_WRITE, ffi
+from uapi.bindings import DRM_VNPU_JOB_BO_READ, DRM_VNPU_JOB_BO_WRITE, IOCTLS, ffi
 
 if TYPE_CHECKING:
     from libaccel.bo import BufferObject
@@ -87,6 +87,7 @@ class SubmitArgs:
 
 
 _JOB_STRUCT_SIZE = ffi.sizeof("struct drm_vnpu_job")
+_IOCTL_SUBMIT = IOCTLS["DRM_IOCTL_VNPU_SUBMIT"]
 
 
 def _address(cdata: Any) -> int:
@@ -124,4 +125,4 @@ def submit_jobs(device: Any, jobs: Sequence[Job]) -> None:
     """Submit ``jobs`` in one DRM_IOCTL_VNPU_SUBMIT: all are queued, or none (an exception says why)."""
     # SUBMIT only reads its structs, so one job's cached structs serve every submission of it.
     args = jobs[0].submit_args if len(jobs) == 1 else build_submit(jobs)
-    device.ioctl("DRM_IOCTL_VNPU_SUBMIT", args.submit)
+    device.backend.ioctl(_IOCTL_SUBMIT, args.submit)

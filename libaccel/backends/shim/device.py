@@ -51,6 +51,11 @@ ENV_INLINE = "VNPU_SHIM_INLINE"
 # a stray access (the conformance suite uses it to test MMU-fault reporting).
 VALIDATE_STREAMS_PARAM = Path("/sys/module/vnpu/parameters/validate_streams")
 
+# A submission entry as hw_layout lays it out: seqno, pt_root, cmd_va, cmd_size, flags, context,
+# core, and the reserved rest of the entry (zero).
+_SQE = struct.Struct(f"<QQQIIII{hw.SQ_ENTRY_SIZE - 0x28}x")
+assert (hw.SQE_CMD_SIZE, hw.SQE_FLAGS, hw.SQE_CONTEXT, hw.SQE_CORE) == (0x18, 0x1C, 0x20, 0x24)
+
 DRIVER_NAME = "vnpu"
 DRIVER_VERSION = (1, 0, 0)
 DEVICE_PEER = 1
@@ -154,7 +159,7 @@ class ShimBo:
     last_fault_va: int = 0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ShimJob:
     seqno: int
     file: ShimBackend
@@ -407,9 +412,17 @@ class ShimDevice:
     def _file_core(self, file: ShimBackend) -> int | None:
         """The core holding the file's jobs on the ring, None if it has none there."""
         for core, q in enumerate(self.inflight):
-            if any(j.file is file for j in q):
-                return core
+            for j in q:
+                if j.file is file:
+                    return core
         return None
+
+    def _least_loaded(self) -> int:
+        best, fewest = 0, len(self.inflight[0])
+        for core in range(1, self.num_cores):
+            if len(self.inflight[core]) < fewest:
+                best, fewest = core, len(self.inflight[core])
+        return best
 
     def _push_backlog(self, here: ShimJob | None = None) -> int | None:
         """Put every job that may run on the ring, in submission order per file (drm_sched's part).
@@ -421,17 +434,19 @@ class ShimDevice:
         The doorbell rings for what was pushed, except when all that was pushed is ``here`` on a
         core that had nothing else: then that core is returned, for the caller to run it.
         """
+        if not self.backlog:
+            return None
         pushed = 0
         alone = False
         waiting: set[int] = set()  # files with an earlier job still in the backlog
         for job in list(self.backlog):
             fid = id(job.file)
-            if fid in waiting or not all(f.signaled for f in job.deps):
+            if fid in waiting or (job.deps and not all(f.signaled for f in job.deps)):
                 waiting.add(fid)
                 continue
             core = self._file_core(job.file)
             if core is None:
-                core = min(range(self.num_cores), key=lambda c: len(self.inflight[c]))
+                core = self._least_loaded()
             if len(self.inflight[core]) >= self.credits:
                 waiting.add(fid)
                 continue
@@ -449,14 +464,10 @@ class ShimDevice:
 
     def _write_sqe(self, job: ShimJob, core: int) -> None:
         slot = hw.SQ_BASE + (self.sq_tail % hw.SQ_ENTRIES) * hw.SQ_ENTRY_SIZE
-        self.bar2[slot : slot + hw.SQ_ENTRY_SIZE] = bytes(hw.SQ_ENTRY_SIZE)
-        self.w64(slot + hw.SQE_SEQNO, job.seqno)
-        self.w64(slot + hw.SQE_PT_ROOT, job.file.aspace.root)
-        self.w64(slot + hw.SQE_CMD_VA, job.cmd_va)
-        self.w32(slot + hw.SQE_CMD_SIZE, job.cmd_size)
-        self.w32(slot + hw.SQE_FLAGS, 0)
-        self.w32(slot + hw.SQE_CONTEXT, job.file.file_id)
-        self.w32(slot + hw.SQE_CORE, core)
+        # The whole entry (its reserved bytes zero) in one write, flags 0.
+        file = job.file
+        root, ctx = file.aspace.root, file.file_id
+        _SQE.pack_into(self.bar2, slot, job.seqno, root, job.cmd_va, job.cmd_size, 0, ctx, core)
         job.core = core
         job.pushed_ns = _now()
         self.inflight[core].append(job)
