@@ -20,14 +20,13 @@ constant parameters) for the stream's next jobs in the same, unchanged page tabl
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property, partial
 
 import numpy as np
@@ -37,8 +36,10 @@ from uapi import isa
 
 from . import mac_array
 from . import numerics as nm
-from .memory import PhysicalAddressError, SystemMemory
-from .mmu import VA_LIMIT, Mmu, MmuFault
+from .binding import Bindings, LayerParams, stream_bindings
+from .memory import SystemMemory
+from .mmu import MmuFault
+from .tensor_access import MAX_TENSOR_ELEMENTS, NP_DTYPES, JobError, Tensor, TensorAccess, Translations
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +48,9 @@ MAX_CMD_SIZE = (
 )  # a larger stream is refused (-EIO) before it is fetched; firmware may lower it
 PROGRAM_CACHE_ENTRIES = 64  # decoded streams kept (a model's partitions each have one)
 TRANSLATION_CACHE_SPACES = 16  # address spaces whose tensor translations are kept between jobs
-MAX_TENSOR_ELEMENTS = hw.MAX_TENSOR_ELEMENTS  # broadcast tensors could claim exabytes; firmware may lower it
 WAIT_POLL_S = 0.0005  # first WAIT poll interval; doubles up to WAIT_POLL_MAX_S
 WAIT_POLL_MAX_S = 0.005
 
-_NP_DTYPES = {"INT8": np.dtype("i1"), "UINT8": np.dtype("u1"), "INT32": np.dtype("<i4")}
 _BYTE_TYPES = ("INT8", "UINT8")
 # A byte input's table index bits: int8 values index from value + 128 (the byte with its top bit flipped).
 _INDEX_FLIP = {"INT8": 0x80, "UINT8": 0x00}
@@ -100,136 +99,11 @@ def profile_jobs() -> Iterator[list[JobProfile]]:
             _profile_sinks.remove(sink)
 
 
-_REFUSED = b"refused"  # the digest slot of a layer whose plan was refused (never a SHA-1 digest)
 _NEVER_ABORTED = threading.Event()  # the abort event of jobs run without one; never set
-
-
-# An instruction bound to its job-independent state: it runs on a job and returns False when it
-# cannot (a layer's parameters changed), and the instruction then takes the general path.
-Bound = Callable[["_Job"], bool]
-Loader = Callable[[], np.ndarray]
-Storer = Callable[[np.ndarray], None]
-# A bound layer's plan run: (job, filter, bias, multiplier, shift, input loader) -> its output, or
-# None when the plan in the slot was not made from these parameters.
-LayerRun = Callable[["_Job", np.ndarray, "np.ndarray | None", object, object, Loader], "np.ndarray | None"]
-
-
-class JobError(Exception):
-    """A job fails with -EIO; the message names the instruction and the problem."""
 
 
 class JobCancelled(Exception):
     """The abort event was set while the job ran."""
-
-
-@dataclass(frozen=True)
-class Tensor:
-    """A decoded TENSOR descriptor."""
-
-    dtype: str
-    va: int
-    shape: tuple[int, int, int, int]
-    strides: tuple[int, int, int, int]
-    zero_point: int
-
-    @property
-    def np_dtype(self) -> np.dtype:
-        return _NP_DTYPES[self.dtype]
-
-    @cached_property  # a frozen dataclass: computed once per descriptor
-    def extent(self) -> tuple[int, int]:
-        last = sum((d - 1) * s for d, s in zip(self.shape, self.strides, strict=True))
-        return self.va, self.va + last + self.np_dtype.itemsize
-
-    @cached_property
-    def dense(self) -> bool:
-        """True if the elements tile [va, va + nbytes) in C order."""
-        expected = []
-        step = self.np_dtype.itemsize
-        for d in reversed(self.shape):
-            expected.append(step)
-            step *= d
-        return all(
-            s == e or d == 1 for s, e, d in zip(self.strides, reversed(expected), self.shape, strict=True)
-        )
-
-    @classmethod
-    def from_instruction(cls, ins: isa.Instruction, max_elements: int = MAX_TENSOR_ELEMENTS) -> Tensor:
-        dtype = isa.SPEC.dtype_by_code(ins["dtype"])
-        if dtype is None or dtype.name not in _NP_DTYPES:
-            raise JobError(f"TENSOR at byte {ins.offset}: unknown dtype {ins['dtype']}")
-        try:
-            isa.tensor_extent(ins.fields)
-        except isa.IsaError as e:
-            raise JobError(f"TENSOR at byte {ins.offset}: {e}") from None
-        elements = ins["n"] * ins["h"] * ins["w"] * ins["c"]
-        if elements > max_elements:
-            raise JobError(f"TENSOR at byte {ins.offset}: {elements} elements, more than {max_elements}")
-        return cls(
-            dtype=dtype.name,
-            va=ins["va"],
-            shape=(ins["n"], ins["h"], ins["w"], ins["c"]),
-            strides=(ins["stride_n"], ins["stride_h"], ins["stride_w"], ins["stride_c"]),
-            zero_point=ins["zero_point"],
-        )
-
-
-class _Translations:
-    """Physical runs of one address space's tensors, kept across jobs while its page tables stay the same.
-
-    A cached run depends on the L1 table at ``pt_root`` and the L2 tables its range goes
-    through; each is remembered byte for byte. A job reuses the cache only if every remembered
-    table is unchanged (a few 4 KiB compares), so a remap, unmap or permission change by the
-    kernel drops it. Only successful translations are cached: faults are re-evaluated.
-    """
-
-    def __init__(self, memory: SystemMemory, pt_root: int) -> None:
-        self.memory = memory
-        self.pt_root = pt_root
-        self.tables: dict[int, bytes] = {}  # table physical address -> its bytes when cached
-        self.runs: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}
-        # Bound instructions per decoded stream (see _Job.step), dropped with these translations.
-        self.bindings: dict[int, tuple[object, dict[int, Bound]]] = {}
-
-    def bound(self, program: object) -> dict[int, Bound]:
-        """The bound instructions of ``program`` (a decoded stream), by stream offset."""
-        entry = self.bindings.get(id(program))
-        if entry is None or entry[0] is not program:
-            if len(self.bindings) >= PROGRAM_CACHE_ENTRIES:  # streams evicted from the program cache
-                self.bindings.clear()
-            entry = (program, {})
-            self.bindings[id(program)] = entry
-        return entry[1]
-
-    def _table(self, pa: int) -> bytes | None:
-        try:
-            return bytes(self.memory.view(pa, hw.PT_ENTRIES * 8))
-        except PhysicalAddressError:
-            return None
-
-    def still_valid(self) -> bool:
-        return all(self._table(pa) == content for pa, content in self.tables.items())
-
-    def remember(self, va: int, size: int) -> bool:
-        """Record the tables [va, va + size) goes through; False if one cannot be read."""
-        l1 = self.tables.get(self.pt_root) or self._table(self.pt_root)
-        if l1 is None:
-            return False
-        self.tables[self.pt_root] = l1
-        entries = np.frombuffer(l1, dtype="<u8")
-        for index in range(va >> hw.L1_SHIFT, ((va + size - 1) >> hw.L1_SHIFT) + 1):
-            pa = int(entries[index]) & hw.PTE_ADDR_MASK
-            if pa not in self.tables:
-                table = self._table(pa)
-                if table is None:
-                    return False
-                self.tables[pa] = table
-        return True
-
-
-def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    """Whether two physical runs (pa, bytes) share a byte."""
-    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
 
 
 def _done(job: _Job) -> bool:
@@ -242,35 +116,10 @@ def _same_values(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def _saturated(t: Tensor, values: np.ndarray) -> np.ndarray:
-    """``values`` (any integer array of t's shape) in t's dtype and shape, C-contiguous, saturated."""
-    if values.dtype == t.np_dtype:  # the numerics already saturated to the output's dtype
-        return np.ascontiguousarray(values).reshape(t.shape)
-    info = np.iinfo(t.np_dtype)
-    return np.clip(values, info.min, info.max).astype(t.np_dtype).reshape(t.shape)
-
-
-def param_digest(*params: np.ndarray | int | None) -> bytes:
-    """SHA-1 of the parameters' dtypes, shapes and bytes (None and ints included), in order.
-
-    A layer plan is reused only while this is unchanged. SHA-1 with the CPU's SHA instructions
-    runs at ~2 GB/s (MobileNetV1's 4.3 MB of weights: ~2.4 ms an invoke); a collision would need a
-    deliberately crafted filter from the job's owner, who can only corrupt its own results.
-    """
-    h = hashlib.sha1(usedforsecurity=False)
-    for p in params:
-        if p is None:
-            h.update(b"N")
-            continue
-        a = np.asarray(p)
-        h.update(repr((a.dtype.str, a.shape)).encode())
-        a = np.ascontiguousarray(a)  # a view of memory in one run already is: no copy
-        h.update(a.reshape(-1).view(np.uint8))
-    return h.digest()
-
-
 class _Job:
-    """The state of one running job."""
+    """One running job: the units (``op_*``, one per opcode) decoding the running instruction's
+    operands and parameters, on the job's tensor access (:class:`.tensor_access.TensorAccess`)
+    and binding cache (:class:`.binding.Bindings`)."""
 
     def __init__(
         self,
@@ -279,26 +128,20 @@ class _Job:
         enabled_opcodes: Collection[int] | None,
         abort: threading.Event,
         on_irq: Callable[[int], None] | None,
-        translations: _Translations | None = None,
+        translations: Translations | None = None,
         max_tensor_elements: int = MAX_TENSOR_ELEMENTS,
     ) -> None:
-        self.mmu = Mmu(memory, pt_root)
+        # The job's three parts: its tensors in memory through the MMU, the binding cache, and the
+        # units (this class's op_* methods, on the instruction being decoded).
+        self.access = TensorAccess(memory, pt_root, translations)
+        self.bindings = Bindings(self.access)
         self.max_tensor_elements = max_tensor_elements
-        self.memory = memory
         self.enabled = enabled_opcodes
-        # A tensor's physical runs are looked up once (the kernel does not edit a file's page
-        # tables while its job runs), and kept for the next job while the tables stay the same.
-        self.translations = translations if translations is not None else _Translations(memory, pt_root)
         self.tensors: dict[int, Tensor | str] = {}  # TENSOR decoded per stream offset (shared per stream)
-        self.plans: dict[
-            int, tuple[bytes, object]
-        ] = {}  # layer plans by parameter digest (shared per stream)
         self.abort = abort
         self.on_irq = on_irq
         self.slots: list[Tensor | None] = [None] * isa.SPEC.slots
         self.ins: isa.Instruction | None = None
-        self.bound: dict[int, Bound] = {}  # the stream's bound instructions (set by the processor)
-        self.binding: Bound | None = None  # what the running instruction bound itself to, if anything
 
     # --- operands -------------------------------------------------------------
     def tensor(self, field: str) -> Tensor:
@@ -320,209 +163,6 @@ class _Job:
         if shape is not None and t.shape != shape:
             raise self.fail(f"{field} has shape {list(t.shape)}, expected {list(shape)}")
         return t
-
-    def runs(self, va: int, size: int, write: bool) -> list[tuple[int, int]]:
-        key = (va, size, write)
-        cache = self.translations
-        runs = cache.runs.get(key)
-        if runs is None:
-            runs = self.mmu.translate_range(va, size, write)  # raises MmuFault: never cached
-            if va + size <= VA_LIMIT and cache.remember(va, size):
-                cache.runs[key] = runs
-        return runs
-
-    def load(self, t: Tensor) -> np.ndarray:
-        """The tensor's elements as a read-only [n, h, w, c] array.
-
-        A tensor in one physically contiguous run is a view of system memory (no copy): the
-        units read it while they compute, and every unit writes its output only after that.
-        """
-        start, end = t.extent
-        runs = self.runs(start, end - start, False)
-        if len(runs) == 1:
-            raw: memoryview | np.ndarray = self.memory.view(runs[0][0], end - start)
-        else:
-            raw = self.mmu.gather(start, end - start)
-        arr = np.ndarray(t.shape, dtype=t.np_dtype, buffer=raw, strides=t.strides)
-        arr.flags.writeable = False
-        return arr
-
-    def store(self, t: Tensor, values: np.ndarray) -> None:
-        """Write ``values`` (any integer array of t's shape) to the tensor, saturating to its dtype."""
-        data = _saturated(t, values)
-        start, end = t.extent
-        if t.dense:
-            runs = self.runs(start, end - start, True)
-            if len(runs) == 1:
-                # np.copyto handles a source that overlaps the destination (an in-place COPY).
-                dst = np.frombuffer(self.memory.view(runs[0][0], end - start), dtype=t.np_dtype)
-                np.copyto(dst, data.reshape(-1))
-            else:
-                self.mmu.scatter(start, data)
-            return
-        # A strided tensor leaves gaps in its extent: read-modify-write them unchanged.
-        raw = self.mmu.gather(start, end - start, write=True)
-        np.ndarray(t.shape, dtype=t.np_dtype, buffer=raw, strides=t.strides)[...] = data
-        self.mmu.scatter(start, raw)
-
-    # --- binding --------------------------------------------------------------------
-    def _cached_runs(self, t: Tensor, write: bool) -> list[tuple[int, int]] | None:
-        start, end = t.extent
-        return self.translations.runs.get((start, end - start, write))
-
-    def loader(self, t: Tensor) -> Loader | None:
-        """A function doing :meth:`load` of ``t`` with its translation looked up now; None if it
-        was not kept (then the instruction stays unbound and translates every job).
-
-        A tensor in one physical run is one read-only array over system memory made now and kept
-        with the binding (it reads whatever memory holds when a job runs): a memory whose views
-        are alive cannot be closed, so a processor's bindings must go before its memory does.
-        """
-        runs = self._cached_runs(t, False)
-        if runs is None:
-            return None
-        view, size = self.memory.view, t.extent[1] - t.extent[0]
-        shape, dtype, strides = t.shape, t.np_dtype, t.strides
-        if len(runs) == 1:
-            arr = np.ndarray(shape, dtype=dtype, buffer=view(runs[0][0], size), strides=strides)
-            arr.flags.writeable = False
-            return lambda: arr
-
-        def gather() -> np.ndarray:
-            raw = np.empty(size, dtype=np.uint8)
-            pos = 0
-            for pa, length in runs:
-                raw[pos : pos + length] = np.frombuffer(view(pa, length), dtype=np.uint8)
-                pos += length
-            arr = np.ndarray(shape, dtype=dtype, buffer=raw, strides=strides)
-            arr.flags.writeable = False
-            return arr
-
-        return gather
-
-    def storer(self, t: Tensor) -> Storer | None:
-        """A function doing :meth:`store` to a dense ``t`` with its translation looked up now; None
-        for a strided tensor (a read-modify-write) or a translation that was not kept."""
-        runs = self._cached_runs(t, True)
-        if runs is None or not t.dense:
-            return None
-        # As in loader(): the destination's bytes, one array per physical run, kept with the binding.
-        parts, pos = [], 0
-        for pa, length in runs:
-            parts.append((np.frombuffer(self.memory.view(pa, length), dtype=np.uint8), pos, pos + length))
-            pos += length
-        if len(parts) == 1:
-            dst = parts[0][0]
-
-            def store_one(values: np.ndarray) -> None:  # np.copyto handles a source overlapping dst
-                np.copyto(dst, _saturated(t, values).reshape(-1).view(np.uint8))
-
-            return store_one
-
-        def store(values: np.ndarray) -> None:
-            data = _saturated(t, values).reshape(-1).view(np.uint8)
-            for part, begin, end in parts:
-                np.copyto(part, data[begin:end])
-
-        return store
-
-    def compute(self, out: Tensor, fn: Callable[..., np.ndarray], *inputs: Tensor) -> None:
-        """Store ``fn`` of the loaded ``inputs`` (in order) to ``out``, and bind the instruction to
-        do the same in the stream's next jobs: ``fn`` holds only the instruction's parameters."""
-        self.store(out, fn(*[self.load(t) for t in inputs]))
-        loaders = [self.loader(t) for t in inputs]
-        store = self.storer(out)
-        if store is None or None in loaders:
-            return
-        bound_loaders = [load for load in loaders if load is not None]
-
-        def run(job: _Job) -> bool:
-            store(fn(*[load() for load in bound_loaders]))
-            return True
-
-        self.binding = run
-
-    def _physical_spans(self, operands: list[tuple[Tensor, bool]]) -> list[tuple[int, int]] | None:
-        """Each (tensor, written) operand's one physical run (pa, bytes) from the kept translations,
-        or None if one is strided, lies in several runs or was not kept: a C unit bound to memory
-        takes one dense run per operand."""
-        spans = []
-        for t, write in operands:
-            runs = self._cached_runs(t, write)
-            if not t.dense or runs is None or len(runs) != 1:
-                return None
-            spans.append(runs[0])
-        return spans
-
-    def bind_pool(self, inp: Tensor, out: Tensor, average: bool) -> None:
-        """Bind a pooling instruction that :meth:`compute` just bound as one C call into memory
-        (:class:`mac_array.BoundPool`), while the C kernels are selected, where the input and output
-        are each one run and do not overlap."""
-        assert self.ins is not None
-        if self.binding is None or self.mac_isa is None:
-            return
-        spans = self._physical_spans([(inp, False), (out, True)])
-        if spans is None or _overlap(*spans):
-            return
-        ins = self.ins
-        geometry = (
-            ins["filter_h"], ins["filter_w"], ins["stride_h"], ins["stride_w"], ins["pad_top"],
-            ins["pad_left"], out.shape[1], out.shape[2],
-        )  # fmt: skip
-        view = self.memory.view
-        try:
-            pool = mac_array.BoundPool(
-                view(*spans[0]), view(*spans[1]), inp.shape, inp.np_dtype, geometry, ins["act_min"],
-                ins["act_max"], average,
-            )  # fmt: skip
-        except ValueError:  # what the unit does not take: the loading binding stays
-            return
-
-        def run_pool(job: _Job) -> bool:
-            return job.mac_isa is not None and pool.run()  # else the general path (numpy)
-
-        self.binding = run_pool
-
-    def bind_lookup(
-        self, out: Tensor, inputs: tuple[Tensor, ...], table: np.ndarray | Tensor, flips: tuple[int, ...]
-    ) -> None:
-        """Bind a table unit that :meth:`compute` just bound as one C lookup into memory
-        (:class:`mac_array.BoundLookup`): ``table`` is the unit's computed table (ADD, SUB, MUL of
-        bytes) or its table tensor, read from memory at each job (LUT, LUT2); ``flips`` turn each
-        input's bytes into its index bits (0x80 for an int8 input indexed by value + 128).
-
-        Only while the C kernels are selected, and only where every operand is one physical run of
-        a dense tensor, the table does not overlap the output and the output overlaps an input
-        only by being the same bytes; otherwise the loading binding stays.
-        """
-        if self.binding is None or self.mac_isa is None:
-            return
-        operands: list[tuple[Tensor, bool]] = [(t, False) for t in inputs] + [(out, True)]
-        if isinstance(table, Tensor):
-            operands.append((table, False))
-        spans = self._physical_spans(operands)
-        if spans is None:
-            return
-        out_pa, out_len = spans[len(inputs)]
-        esize = out.np_dtype.itemsize
-        for i, span in enumerate(spans):
-            same_bytes = i < len(inputs) and span == (out_pa, out_len) and esize == 1
-            if i != len(inputs) and _overlap(span, (out_pa, out_len)) and not same_bytes:
-                return
-        view = self.memory.view
-        ins = [view(*span) for span in spans[: len(inputs)]]
-        table_buf = view(*spans[-1]) if isinstance(table, Tensor) else table
-        try:
-            lookup = mac_array.BoundLookup(
-                ins[0], ins[1] if len(ins) > 1 else None, table_buf, view(out_pa, out_len), esize, *flips
-            )
-        except ValueError:  # sizes the lookup does not take: the loading binding stays
-            return
-
-        def run_lookup(job: _Job) -> bool:
-            return job.mac_isa is not None and lookup.run()  # else the general path (numpy)
-
-        self.binding = run_lookup
 
     def quant(self, cout: int) -> tuple[np.ndarray | int, np.ndarray | int]:
         """Requantization (multiplier, shift): per channel from the quant operand, or per tensor."""
@@ -585,209 +225,21 @@ class _Job:
             return self.load(self.expect("bias", ("INT32",), (1, 1, 1, cout))).reshape(cout)
         return None
 
-    def plan(self, build: Callable[[], object], *params: np.ndarray | int | None) -> object:
-        """The instruction's layer plan (numerics.plan_*; may be None), rebuilt only when a parameter changed.
-
-        A plan depends on the instruction (the same for every run of a stream) and on the
-        parameters in memory (filter, bias, per-channel quantization), which the job's owner may
-        rewrite between jobs. The plan is kept with a digest of their bytes (:func:`param_digest`),
-        not a copy: the device holds no second copy of a model's weights.
-
-        A refused plan (None: the layer's bounds do not allow one) stays refused without a digest
-        per job: the general path it falls back to is exact for any parameters, and hashing a
-        large layer's weights only to learn that cost more than its GEMV.
-        """
-        assert self.ins is not None
-        entry = self.plans.get(self.ins.offset)
-        if entry is not None and entry[1] is None and entry[0] == _REFUSED:
-            return None
-        digest = param_digest(*params)
-        if entry is not None and entry[0] == digest:
-            return entry[1]
-        plan = build()
-        self.plans[self.ins.offset] = (digest if plan is not None else _REFUSED, plan)
-        return plan
-
-    def mac_plan(
-        self,
-        build: Callable[[], mac_array.MacPlan],
-        filt: np.ndarray,
-        bias: np.ndarray | None,
-        multiplier: np.ndarray | int,
-        shift: np.ndarray | int,
-    ) -> mac_array.MacPlan:
-        """The instruction's C MAC array plan, rebuilt only when a parameter changed.
-
-        Unlike :meth:`plan` no digest is taken: the plan keeps a copy of its parameters and compares
-        them with memory byte for byte (a memcmp, about five times cheaper than SHA-1 of the weights,
-        and exact). A numpy plan in the slot (another ``VNPU_MAC_ARRAY``) is replaced, and vice versa.
-        """
-        assert self.ins is not None
-        entry = self.plans.get(self.ins.offset)
-        if entry is not None and isinstance(entry[1], mac_array.MacPlan):
-            if entry[1].matches(filt, bias, multiplier, shift):
-                return entry[1]
-        plan = build()
-        self.plans[self.ins.offset] = (b"", plan)  # no digest matches b"": plan() rebuilds its own
-        return plan
-
-    def bind_layer(self, inp: Tensor, filt: Tensor, out: Tensor, cout: int, compute: LayerRun) -> None:
-        """Bind a layer that just ran with a plan: its operands' translations and checks.
-
-        The bound layer still reads its parameters (filter, bias, per-channel quantization) from
-        memory every job; ``compute`` runs the plan only while it was made from them (else it
-        returns None, and the general path rebuilds the plan or fails the job, as before).
-        """
+    def layer_params(self) -> LayerParams:
+        """Where a bound layer reads :meth:`quant`'s and :meth:`bias`' parameters at each job."""
         assert self.ins is not None
         flags = self.ins["flags"]
-        per_tensor = (self.ins["multiplier"], self.ins["shift"])
-        load_quant = load_bias = None
-        if flags & isa.SPEC.flags["PER_CHANNEL"]:
-            load_quant = self.loader(self.tensor("quant"))
-            if load_quant is None:
-                return
-        if flags & isa.SPEC.flags["HAS_BIAS"]:
-            load_bias = self.loader(self.tensor("bias"))
-            if load_bias is None:
-                return
-        load_filter, load_input, store = self.loader(filt), self.loader(inp), self.storer(out)
-        if load_filter is None or load_input is None or store is None:
-            return
+        return LayerParams(
+            (self.ins["multiplier"], self.ins["shift"]),
+            self.tensor("quant") if flags & isa.SPEC.flags["PER_CHANNEL"] else None,
+            self.tensor("bias") if flags & isa.SPEC.flags["HAS_BIAS"] else None,
+        )
 
-        def run(job: _Job) -> bool:
-            multiplier, shift = per_tensor  # as quant() and bias() give them
-            if load_quant is not None:
-                q = load_quant()
-                multiplier, shift = q[0, 0, :, 0].astype(np.int64), q[0, 0, :, 1].astype(np.int64)
-            bias = load_bias().reshape(cout) if load_bias is not None else None
-            result = compute(job, load_filter(), bias, multiplier, shift, load_input)
-            if result is None:
-                return False
-            store(result)
-            return True
+    def load(self, t: Tensor) -> np.ndarray:
+        return self.access.load(t)
 
-        self.binding = run
-
-    def bind_mac(
-        self,
-        inp: Tensor,
-        filt: Tensor,
-        out: Tensor,
-        cout: int,
-        filter_shape: tuple[int, ...],
-        mac_isa: int,
-        plan: mac_array.MacPlan,
-        in_shape: tuple[int, ...] | None = None,
-    ) -> None:
-        """Bind a layer that just ran on the C MAC array with ``plan``.
-
-        Where every operand is one physical run and the output overlaps none of the others, the
-        binding is a :class:`mac_array.BoundRun`: one C call per job compares the parameters in
-        memory with the plan's copies and writes the output straight into memory. Otherwise the
-        bound layer loads its operands and the plan compares its parameters itself.
-        """
-        assert self.ins is not None
-        direct = self._bound_run(inp, filt, out, plan, mac_isa)
-        if direct is not None:
-
-            def run_direct(job: _Job) -> bool:
-                # VNPU_MAC_ARRAY changed, or a parameter did: the general path picks the variant
-                # or rebuilds the plan (and binds again)
-                return job.mac_isa == mac_isa and direct.run()
-
-            self.binding = run_direct
-            return
-        offset = self.ins.offset
-
-        def compute(
-            job: _Job,
-            filt: np.ndarray,
-            bias: np.ndarray | None,
-            multiplier: object,
-            shift: object,
-            load: Loader,
-        ) -> np.ndarray | None:
-            if job.mac_isa != mac_isa:  # VNPU_MAC_ARRAY changed: the general path picks the variant
-                return None
-            weights = filt.reshape(filter_shape)
-            entry = job.plans.get(offset)
-            plan = entry[1] if entry is not None else None
-            if not isinstance(plan, mac_array.MacPlan) or not plan.matches(weights, bias, multiplier, shift):
-                return None
-            x = load()
-            return mac_array.run(plan, x if in_shape is None else x.reshape(in_shape), mac_isa)
-
-        self.bind_layer(inp, filt, out, cout, compute)
-
-    def _bound_run(
-        self, inp: Tensor, filt: Tensor, out: Tensor, plan: mac_array.MacPlan, mac_isa: int
-    ) -> mac_array.BoundRun | None:
-        """The layer's operands fixed to their memory for :meth:`bind_mac`, or None where it cannot
-        be: an operand in several physical runs or not kept, a strided input, filter or output, or
-        an output overlapping another operand (the kernels read those while they write it)."""
-        assert self.ins is not None
-        operands = {"input": (inp, False), "filter": (filt, False), "output": (out, True)}
-        flags = self.ins["flags"]
-        if flags & isa.SPEC.flags["PER_CHANNEL"]:
-            operands["quant"] = (self.tensor("quant"), False)
-        if flags & isa.SPEC.flags["HAS_BIAS"]:
-            operands["bias"] = (self.tensor("bias"), False)
-        found = self._physical_spans(list(operands.values()))
-        if found is None:
-            return None
-        spans = dict(zip(operands, found, strict=True))
-        if any(_overlap(span, spans["output"]) for name, span in spans.items() if name != "output"):
-            return None
-        view = self.memory.view
-        # The plan's copy of the filter is the filter's bytes in memory (a dense tensor of its dtype);
-        # the bias and quantization regions are compared as the raw bytes they are now.
-        filter_mem = view(*spans["filter"])
-        filter_copy = plan.params[0].reshape(-1).view(np.uint8)
-        if filter_copy.nbytes != filter_mem.nbytes or not np.array_equal(
-            np.frombuffer(filter_mem, np.uint8), filter_copy
-        ):
-            return None
-        checks = [(filter_mem, filter_copy)]
-        for name in ("bias", "quant"):
-            if name in spans:
-                mem = view(*spans[name])
-                checks.append((mem, np.frombuffer(mem, np.uint8).copy()))
-        try:
-            return mac_array.BoundRun(plan, view(*spans["input"]), view(*spans["output"]), checks, mac_isa)
-        except ValueError:  # sizes that do not match the plan: the loading binding handles the layer
-            return None
-
-    def bind_gemm(
-        self, inp: Tensor, filt: Tensor, out: Tensor, shape: tuple[int, int], rq: nm.Requant
-    ) -> None:
-        """Bind a FULLY_CONNECTED that just ran on numpy: its plan's while the digest matches, or the
-        general path's if the plan was refused (refused stays refused, as in plan())."""
-        assert self.ins is not None
-        offset, (rows, k), single = self.ins.offset, shape, rq.single_rounding
-        cout = filt.shape[0] * filt.shape[1] * filt.shape[2]
-
-        def compute(
-            job: _Job,
-            filt: np.ndarray,
-            bias: np.ndarray | None,
-            multiplier: object,
-            shift: object,
-            load: Loader,
-        ) -> np.ndarray | None:
-            if not single and job.mac_isa is not None:  # the general path takes the MAC array now
-                return None
-            weights = filt.reshape(cout, k)
-            entry = job.plans.get(offset)
-            if entry is not None and entry[1] is None and entry[0] == _REFUSED:
-                now = replace(rq, multiplier=multiplier, shift=shift)  # as in memory now
-                return nm.fully_connected(load().reshape(rows, k), weights, bias, now, fast=False)
-            if entry is None or not isinstance(entry[1], nm.GemmPlan):
-                return None
-            if entry[0] != param_digest(weights, bias, multiplier, shift):  # as plan() compares
-                return None
-            return nm.run_fc_plan(load().reshape(rows, k), entry[1], weights)
-
-        self.bind_layer(inp, filt, out, cout, compute)
+    def store(self, t: Tensor, values: np.ndarray) -> None:
+        self.access.store(t, values)
 
     @cached_property
     def mac_isa(self) -> int | None:
@@ -797,7 +249,7 @@ class _Job:
 
     # --- units ------------------------------------------------------------------
     def op_NOP(self) -> None:  # noqa: N802 - named after the opcode
-        self.binding = _done
+        self.bindings.binding = _done
 
     op_FENCE = op_NOP  # noqa: N815 - execution is in order, every write is visible at once
 
@@ -812,7 +264,7 @@ class _Job:
                 job.on_irq(value)
             return True
 
-        self.binding = irq
+        self.bindings.binding = irq
 
     def op_WAIT(self) -> None:  # noqa: N802
         assert self.ins is not None
@@ -821,7 +273,7 @@ class _Job:
             raise self.fail(f"sem has shape {list(sem.shape)}, expected one element")
         want = self.ins["value"]
         delay = WAIT_POLL_S
-        while int(self.mmu.gather(sem.va, 4).view("<i4")[0]) != want:
+        while int(self.access.mmu.gather(sem.va, 4).view("<i4")[0]) != want:
             if self.abort.wait(delay):
                 raise JobCancelled()
             delay = min(delay * 2, WAIT_POLL_MAX_S)
@@ -846,7 +298,7 @@ class _Job:
             job.slots[slot] = t
             return True
 
-        self.binding = define
+        self.bindings.binding = define
 
     def _conv_common(self, depthwise: bool) -> None:
         assert self.ins is not None
@@ -887,7 +339,8 @@ class _Job:
         if isa is not None and not rq.float_scale:  # the C MAC array (numerics stays the reference)
             kind = mac_array.KIND_DEPTHWISE if depthwise else mac_array.KIND_CONV
             dm = ins["depth_multiplier"] if depthwise else 1
-            mac = self.mac_plan(
+            mac = self.bindings.mac_plan(
+                ins.offset,
                 lambda: mac_array.plan_layer(
                     kind, weights, bias, rq, in_shape=inp.shape, in_dtype=inp.np_dtype,
                     geometry=tuple(geometry.values()), depth_multiplier=dm,
@@ -895,11 +348,16 @@ class _Job:
                 weights, bias, rq.multiplier, rq.shift,
             )  # fmt: skip
             self.store(out, mac_array.run(mac, self.load(inp), isa))
-            self.bind_mac(inp, filt, out, cout, filt.shape, isa, mac)
+            self.bindings.bind_mac(ins.offset, self.layer_params(), inp, filt, out, filt.shape, isa, mac)
             return
         build = nm.plan_depthwise if depthwise else nm.plan_gemm
-        plan = self.plan(
-            lambda: build(weights, bias, rq, in_dtype=inp.np_dtype), weights, bias, rq.multiplier, rq.shift
+        plan = self.bindings.plan(
+            ins.offset,
+            lambda: build(weights, bias, rq, in_dtype=inp.np_dtype),
+            weights,
+            bias,
+            rq.multiplier,
+            rq.shift,
         )
         if plan is not None:
             if depthwise:
@@ -950,7 +408,8 @@ class _Job:
             return
         mac_isa = None if single else self.mac_isa
         if mac_isa is not None:  # the C MAC array: a 1x1 convolution of rows x 1 x 1 x K
-            mac = self.mac_plan(
+            mac = self.bindings.mac_plan(
+                ins.offset,
                 lambda: mac_array.plan_layer(
                     mac_array.KIND_CONV, weights.reshape(cout, 1, 1, k), bias, rq, in_shape=(rows, 1, 1, k),
                     in_dtype=inp.np_dtype,
@@ -958,10 +417,13 @@ class _Job:
                 weights.reshape(cout, 1, 1, k), bias, rq.multiplier, rq.shift,
             )  # fmt: skip
             self.store(out, mac_array.run(mac, self.load(inp).reshape(rows, 1, 1, k), mac_isa))
-            self.bind_mac(inp, filt, out, cout, (cout, 1, 1, k), mac_isa, mac, (rows, 1, 1, k))
+            params = self.layer_params()
+            self.bindings.bind_mac(
+                ins.offset, params, inp, filt, out, (cout, 1, 1, k), mac_isa, mac, (rows, 1, 1, k)
+            )
             return
         build = partial(nm.plan_gemm, weights, bias, rq, in_dtype=inp.np_dtype)
-        plan = self.plan(build, weights, bias, rq.multiplier, rq.shift)
+        plan = self.bindings.plan(ins.offset, build, weights, bias, rq.multiplier, rq.shift)
         x = self.load(inp).reshape(rows, k)
         if plan is not None:
             assert isinstance(plan, nm.GemmPlan)
@@ -969,7 +431,7 @@ class _Job:
         else:
             result = nm.fully_connected(x, weights, bias, rq, fast=False)
         self.store(out, result)
-        self.bind_gemm(inp, filt, out, (rows, k), rq)
+        self.bindings.bind_gemm(ins.offset, self.layer_params(), inp, filt, out, (rows, k), rq)
 
     def _elementwise(self) -> tuple[Tensor, Tensor, Tensor]:
         out = self.expect("output", _BYTE_TYPES)
@@ -998,11 +460,11 @@ class _Job:
             subtract=subtract,
             out_dtype=out.np_dtype,
         )
-        self.compute(out, fn, in1, in2)
+        self.bindings.compute(out, fn, in1, in2)
         params = dict(fn.keywords)
         table = nm.add_table(in1.np_dtype, in2.np_dtype, params.pop("out_dtype"), **params)
         if table is not None:
-            self.bind_lookup(out, (in1, in2), table, (0, 0))
+            self.bindings.bind_lookup(out, (in1, in2), table, (0, 0), self.mac_isa)
 
     def op_ADD(self) -> None:  # noqa: N802
         self._add_sub(subtract=False)
@@ -1025,11 +487,11 @@ class _Job:
             act_max=ins["act_max"],
             out_dtype=out.np_dtype,
         )
-        self.compute(out, fn, in1, in2)
+        self.bindings.compute(out, fn, in1, in2)
         params = dict(fn.keywords)
         table = nm.mul_table(in1.np_dtype, in2.np_dtype, params.pop("out_dtype"), **params)
         if table is not None:
-            self.bind_lookup(out, (in1, in2), table, (0, 0))
+            self.bindings.bind_lookup(out, (in1, in2), table, (0, 0), self.mac_isa)
 
     def _pool(self, fn: Callable[..., np.ndarray]) -> None:
         assert self.ins is not None
@@ -1053,8 +515,13 @@ class _Job:
             act_min=ins["act_min"],
             act_max=ins["act_max"],
         )
-        self.compute(out, pool, inp)
-        self.bind_pool(inp, out, average=fn is nm.avg_pool)
+        self.bindings.compute(out, pool, inp)
+        geometry = (
+            ins["filter_h"], ins["filter_w"], ins["stride_h"], ins["stride_w"], ins["pad_top"],
+            ins["pad_left"], out.shape[1], out.shape[2],
+        )  # fmt: skip
+        act = (ins["act_min"], ins["act_max"])
+        self.bindings.bind_pool(inp, out, geometry, act, fn is nm.avg_pool, self.mac_isa)
 
     def op_MAXPOOL(self) -> None:  # noqa: N802
         self._pool(nm.max_pool)
@@ -1064,22 +531,23 @@ class _Job:
 
     def op_LUT(self) -> None:  # noqa: N802
         inp = self.expect("input", _BYTE_TYPES)
-        out = self.expect("output", tuple(_NP_DTYPES), inp.shape)
+        out = self.expect("output", tuple(NP_DTYPES), inp.shape)
         table = self.expect("table", (out.dtype,))
         if np.prod(table.shape) != 256:
             raise self.fail(f"table has shape {list(table.shape)}, expected 256 elements")
-        self.compute(out, partial(nm.lut, signed_input=inp.dtype == "INT8"), inp, table)
-        self.bind_lookup(out, (inp,), table, (_INDEX_FLIP[inp.dtype],))
+        self.bindings.compute(out, partial(nm.lut, signed_input=inp.dtype == "INT8"), inp, table)
+        self.bindings.bind_lookup(out, (inp,), table, (_INDEX_FLIP[inp.dtype],), self.mac_isa)
 
     def op_LUT2(self) -> None:  # noqa: N802
-        out = self.expect("output", tuple(_NP_DTYPES))
+        out = self.expect("output", tuple(NP_DTYPES))
         in1 = self.expect("input1", _BYTE_TYPES, out.shape)
         in2 = self.expect("input2", _BYTE_TYPES, out.shape)
         table = self.expect("table", (out.dtype,))
         if np.prod(table.shape) != 65536:
             raise self.fail(f"table has shape {list(table.shape)}, expected 65536 elements")
-        self.compute(out, nm.lut2, in1, in2, table)
-        self.bind_lookup(out, (in1, in2), table, (_INDEX_FLIP[in1.dtype], _INDEX_FLIP[in2.dtype]))
+        self.bindings.compute(out, nm.lut2, in1, in2, table)
+        flips = (_INDEX_FLIP[in1.dtype], _INDEX_FLIP[in2.dtype])
+        self.bindings.bind_lookup(out, (in1, in2), table, flips, self.mac_isa)
 
     def op_SOFTMAX(self) -> None:  # noqa: N802
         assert self.ins is not None
@@ -1096,7 +564,7 @@ class _Job:
             diff_min=ins["diff_min"],
             out_dtype=out.np_dtype,
         )
-        self.compute(out, softmax, inp)
+        self.bindings.compute(out, softmax, inp)
 
     def op_RESIZE_BILINEAR(self) -> None:  # noqa: N802
         assert self.ins is not None
@@ -1113,17 +581,17 @@ class _Job:
             half_pixel_centers=bool(flags & isa.SPEC.flags["HALF_PIXEL_CENTERS"]),
             single_rounding=bool(flags & isa.SPEC.flags["SINGLE_ROUNDING"]),
         )
-        self.compute(out, resize, inp)
+        self.bindings.compute(out, resize, inp)
 
     def op_ARG_MAX(self) -> None:  # noqa: N802
         inp = self.expect("input", _BYTE_TYPES)
         out = self.expect("output", ("INT32",), (*inp.shape[:3], 1))
-        self.compute(out, nm.arg_max, inp)
+        self.bindings.compute(out, nm.arg_max, inp)
 
     def op_COPY(self) -> None:  # noqa: N802
         src = self.tensor("src")
         dst = self.expect("dst", (src.dtype,), src.shape)
-        self.compute(dst, _same_values, src)
+        self.bindings.compute(dst, _same_values, src)
 
     def op_FILL(self) -> None:  # noqa: N802
         assert self.ins is not None
@@ -1132,7 +600,7 @@ class _Job:
         info = np.iinfo(dst.np_dtype)
         if not info.min <= value <= info.max:
             raise self.fail(f"value {value} does not fit {dst.dtype}")
-        self.compute(dst, partial(np.full, dst.shape, value, dtype=np.int64))
+        self.bindings.compute(dst, partial(np.full, dst.shape, value, dtype=np.int64))
 
     # --- driver ------------------------------------------------------------------
     def execute(self, ins: isa.Instruction) -> None:
@@ -1140,13 +608,14 @@ class _Job:
         if self.enabled is not None and opcode not in self.enabled:
             raise JobError(f"{ins.op} at byte {ins.offset}: opcode {opcode:#04x} is disabled by the firmware")
         self.ins = ins
-        self.binding = None
+        bindings = self.bindings
+        bindings.binding = None
         try:
             getattr(self, f"op_{ins.op}")()
         except ValueError as e:  # numerics refuse bad parameters with ValueError
             raise self.fail(str(e)) from None
-        if self.binding is not None:  # it succeeded: the next job of this stream runs it bound
-            self.bound[ins.offset] = self.binding
+        if bindings.binding is not None:  # it succeeded: the next job of this stream runs it bound
+            bindings.bound[ins.offset] = bindings.binding
 
     def step(self, ins: isa.Instruction) -> None:
         """Run one instruction: bound if it was bound in an earlier job, else :meth:`execute`.
@@ -1157,7 +626,7 @@ class _Job:
         a bound instruction checked at binding time (opcode enabled, slots, dtypes, shapes,
         addresses) depends only on the stream's bytes and those tables.
         """
-        bound = self.bound.get(ins.offset)
+        bound = self.bindings.bound.get(ins.offset)
         if bound is not None:
             try:
                 if bound(self):
@@ -1190,14 +659,14 @@ class CommandProcessor:
             bytes, tuple[list[isa.Instruction] | str, dict[int, Tensor | str], dict]
         ] = OrderedDict()
         self._programs_lock = threading.Lock()
-        self._translations: OrderedDict[int, _Translations] = OrderedDict()  # by pt_root
+        self._translations: OrderedDict[int, Translations] = OrderedDict()  # by pt_root
 
-    def _translations_for(self, pt_root: int) -> _Translations:
+    def _translations_for(self, pt_root: int) -> Translations:
         """The address space's translation cache if its page tables are unchanged, else a new one."""
         with self._programs_lock:
             cache = self._translations.pop(pt_root, None)
         if cache is None or not cache.still_valid():
-            cache = _Translations(self.memory, pt_root)
+            cache = Translations(self.memory, pt_root)
         with self._programs_lock:
             self._translations[pt_root] = cache
             while len(self._translations) > TRANSLATION_CACHE_SPACES:
@@ -1273,11 +742,11 @@ class CommandProcessor:
             )
             # The stream's runs come from the address space's translation cache (an unchanged
             # stream of an unchanged space is not walked again) and are read as plain bytes.
-            runs = job.runs(cmd_va, cmd_size, False)
+            runs = job.access.runs(cmd_va, cmd_size, False)
             view = self.memory.view
             stream = bytes(view(*runs[0])) if len(runs) == 1 else b"".join(view(*r) for r in runs)
-            program, job.tensors, job.plans = self._decode(stream)
-            job.bound = job.translations.bound(program)
+            program, job.tensors, job.bindings.plans = self._decode(stream)
+            job.bindings.bound = stream_bindings(job.access.translations, program, PROGRAM_CACHE_ENTRIES)
             for ins in program:
                 if abort.is_set():
                     raise JobCancelled()

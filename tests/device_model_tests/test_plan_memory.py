@@ -9,7 +9,8 @@ import pytest
 import reference_kernels as ref
 
 from device_model import numerics as nm
-from device_model.command_processor import CommandProcessor, param_digest
+from device_model.binding import param_digest
+from device_model.command_processor import CommandProcessor
 from device_model.numerics import planned
 from uapi import isa
 

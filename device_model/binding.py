@@ -1,0 +1,394 @@
+"""The binding cache: an instruction that ran without a fault or an error binds itself (its
+operands' translations, checks and constant parameters) for the stream's next jobs in the same,
+unchanged page tables, and a layer keeps its plan while its parameters in memory are unchanged.
+
+The bindings of a stream live in its address space's :class:`~.tensor_access.Translations`, so any
+change to the page tables they were made under drops them; the command processor's units bind
+themselves through :class:`Bindings` and run bound through ``Bound`` (see
+:meth:`.command_processor._Job.step` and docs/device_model.md, "Instruction binding").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from . import mac_array
+from . import numerics as nm
+from .tensor_access import Loader, Tensor, TensorAccess, Translations, overlap
+
+# An instruction bound to its job-independent state: it runs on a job (the command processor's,
+# with ``mac_isa`` and ``bindings``) and returns False when it cannot (a layer's parameters
+# changed), and the instruction then takes the general path.
+Bound = Callable[[Any], bool]
+# A bound layer's plan run: (job, filter, bias, multiplier, shift, input loader) -> its output, or
+# None when the plan in the slot was not made from these parameters.
+LayerRun = Callable[[Any, np.ndarray, "np.ndarray | None", object, object, Loader], "np.ndarray | None"]
+REFUSED = b"refused"  # the digest slot of a layer whose plan was refused (never a SHA-1 digest)
+
+
+def param_digest(*params: np.ndarray | int | None) -> bytes:
+    """SHA-1 of the parameters' dtypes, shapes and bytes (None and ints included), in order.
+
+    A layer plan is reused only while this is unchanged. SHA-1 with the CPU's SHA instructions
+    runs at ~2 GB/s (MobileNetV1's 4.3 MB of weights: ~2.4 ms an invoke); a collision would need a
+    deliberately crafted filter from the job's owner, who can only corrupt its own results.
+    """
+    h = hashlib.sha1(usedforsecurity=False)
+    for p in params:
+        if p is None:
+            h.update(b"N")
+            continue
+        a = np.asarray(p)
+        h.update(repr((a.dtype.str, a.shape)).encode())
+        a = np.ascontiguousarray(a)  # a view of memory in one run already is: no copy
+        h.update(a.reshape(-1).view(np.uint8))
+    return h.digest()
+
+
+def stream_bindings(translations: Translations, program: object, limit: int) -> dict[int, Bound]:
+    """The bound instructions of ``program`` (a decoded stream) in an address space, by stream
+    offset; all are dropped when more than ``limit`` streams have bindings (streams evicted from
+    the command processor's program cache)."""
+    entry = translations.bindings.get(id(program))
+    if entry is None or entry[0] is not program:
+        if len(translations.bindings) >= limit:
+            translations.bindings.clear()
+        entry = (program, {})
+        translations.bindings[id(program)] = entry
+    return entry[1]
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Where a layer reads its parameters at each job besides its filter: the per-tensor
+    (multiplier, shift) of the instruction, or the per-channel ``quant`` tensor, and the ``bias``
+    tensor if it has one."""
+
+    per_tensor: tuple[int, int]
+    quant: Tensor | None
+    bias: Tensor | None
+
+
+class Bindings:
+    """A job's side of the binding cache: what the running instruction bound itself to
+    (:attr:`binding`), the stream's bound instructions (:attr:`bound`) and its layer plans by
+    stream offset (:attr:`plans`), both shared by the stream's jobs."""
+
+    def __init__(self, access: TensorAccess) -> None:
+        self.access = access
+        self.bound: dict[int, Bound] = {}  # the stream's bound instructions (set by the processor)
+        self.plans: dict[int, tuple[bytes, object]] = {}  # layer plans by parameter digest (per stream)
+        self.binding: Bound | None = None  # what the running instruction bound itself to, if anything
+
+    def compute(self, out: Tensor, fn: Callable[..., np.ndarray], *inputs: Tensor) -> None:
+        """Store ``fn`` of the loaded ``inputs`` (in order) to ``out``, and bind the instruction to
+        do the same in the stream's next jobs: ``fn`` holds only the instruction's parameters."""
+        access = self.access
+        access.store(out, fn(*[access.load(t) for t in inputs]))
+        loaders = [access.loader(t) for t in inputs]
+        store = access.storer(out)
+        if store is None or None in loaders:
+            return
+        bound_loaders = [load for load in loaders if load is not None]
+
+        def run(job: Any) -> bool:
+            store(fn(*[load() for load in bound_loaders]))
+            return True
+
+        self.binding = run
+
+    def bind_pool(
+        self,
+        inp: Tensor,
+        out: Tensor,
+        geometry: tuple[int, int, int, int, int, int, int, int],
+        act: tuple[int, int],
+        average: bool,
+        mac_isa: int | None,
+    ) -> None:
+        """Bind a pooling instruction that :meth:`compute` just bound as one C call into memory
+        (:class:`mac_array.BoundPool`), while the C kernels are selected, where the input and output
+        are each one run and do not overlap. ``geometry`` is (filter_h, filter_w, stride_h,
+        stride_w, pad_top, pad_left, out_h, out_w), ``act`` (act_min, act_max)."""
+        if self.binding is None or mac_isa is None:
+            return
+        spans = self.access.physical_spans([(inp, False), (out, True)])
+        if spans is None or overlap(*spans):
+            return
+        view = self.access.memory.view
+        try:
+            pool = mac_array.BoundPool(
+                view(*spans[0]), view(*spans[1]), inp.shape, inp.np_dtype, geometry, act[0], act[1], average
+            )
+        except ValueError:  # what the unit does not take: the loading binding stays
+            return
+
+        def run_pool(job: Any) -> bool:
+            return job.mac_isa is not None and pool.run()  # else the general path (numpy)
+
+        self.binding = run_pool
+
+    def bind_lookup(
+        self,
+        out: Tensor,
+        inputs: tuple[Tensor, ...],
+        table: np.ndarray | Tensor,
+        flips: tuple[int, ...],
+        mac_isa: int | None,
+    ) -> None:
+        """Bind a table unit that :meth:`compute` just bound as one C lookup into memory
+        (:class:`mac_array.BoundLookup`): ``table`` is the unit's computed table (ADD, SUB, MUL of
+        bytes) or its table tensor, read from memory at each job (LUT, LUT2); ``flips`` turn each
+        input's bytes into its index bits (0x80 for an int8 input indexed by value + 128).
+
+        Only while the C kernels are selected, and only where every operand is one physical run of
+        a dense tensor, the table does not overlap the output and the output overlaps an input
+        only by being the same bytes; otherwise the loading binding stays.
+        """
+        if self.binding is None or mac_isa is None:
+            return
+        operands: list[tuple[Tensor, bool]] = [(t, False) for t in inputs] + [(out, True)]
+        if isinstance(table, Tensor):
+            operands.append((table, False))
+        spans = self.access.physical_spans(operands)
+        if spans is None:
+            return
+        out_pa, out_len = spans[len(inputs)]
+        esize = out.np_dtype.itemsize
+        for i, span in enumerate(spans):
+            same_bytes = i < len(inputs) and span == (out_pa, out_len) and esize == 1
+            if i != len(inputs) and overlap(span, (out_pa, out_len)) and not same_bytes:
+                return
+        view = self.access.memory.view
+        ins = [view(*span) for span in spans[: len(inputs)]]
+        table_buf = view(*spans[-1]) if isinstance(table, Tensor) else table
+        try:
+            lookup = mac_array.BoundLookup(
+                ins[0], ins[1] if len(ins) > 1 else None, table_buf, view(out_pa, out_len), esize, *flips
+            )
+        except ValueError:  # sizes the lookup does not take: the loading binding stays
+            return
+
+        def run_lookup(job: Any) -> bool:
+            return job.mac_isa is not None and lookup.run()  # else the general path (numpy)
+
+        self.binding = run_lookup
+
+    def plan(self, offset: int, build: Callable[[], object], *params: np.ndarray | int | None) -> object:
+        """The layer plan (numerics.plan_*; may be None) of the instruction at ``offset``, rebuilt
+        only when a parameter changed.
+
+        A plan depends on the instruction (the same for every run of a stream) and on the
+        parameters in memory (filter, bias, per-channel quantization), which the job's owner may
+        rewrite between jobs. The plan is kept with a digest of their bytes (:func:`param_digest`),
+        not a copy: the device holds no second copy of a model's weights.
+
+        A refused plan (None: the layer's bounds do not allow one) stays refused without a digest
+        per job: the general path it falls back to is exact for any parameters, and hashing a
+        large layer's weights only to learn that cost more than its GEMV.
+        """
+        entry = self.plans.get(offset)
+        if entry is not None and entry[1] is None and entry[0] == REFUSED:
+            return None
+        digest = param_digest(*params)
+        if entry is not None and entry[0] == digest:
+            return entry[1]
+        plan = build()
+        self.plans[offset] = (digest if plan is not None else REFUSED, plan)
+        return plan
+
+    def mac_plan(
+        self,
+        offset: int,
+        build: Callable[[], mac_array.MacPlan],
+        filt: np.ndarray,
+        bias: np.ndarray | None,
+        multiplier: np.ndarray | int,
+        shift: np.ndarray | int,
+    ) -> mac_array.MacPlan:
+        """The C MAC array plan of the instruction at ``offset``, rebuilt only when a parameter changed.
+
+        Unlike :meth:`plan` no digest is taken: the plan keeps a copy of its parameters and compares
+        them with memory byte for byte (a memcmp, about five times cheaper than SHA-1 of the weights,
+        and exact). A numpy plan in the slot (another ``VNPU_MAC_ARRAY``) is replaced, and vice versa.
+        """
+        entry = self.plans.get(offset)
+        if entry is not None and isinstance(entry[1], mac_array.MacPlan):
+            if entry[1].matches(filt, bias, multiplier, shift):
+                return entry[1]
+        plan = build()
+        self.plans[offset] = (b"", plan)  # no digest matches b"": plan() rebuilds its own
+        return plan
+
+    def bind_layer(
+        self, inp: Tensor, filt: Tensor, out: Tensor, cout: int, params: LayerParams, compute: LayerRun
+    ) -> None:
+        """Bind a layer that just ran with a plan: its operands' translations and checks.
+
+        The bound layer still reads its parameters (filter, bias, per-channel quantization) from
+        memory every job; ``compute`` runs the plan only while it was made from them (else it
+        returns None, and the general path rebuilds the plan or fails the job, as before).
+        """
+        access = self.access
+        per_tensor = params.per_tensor
+        load_quant = load_bias = None
+        if params.quant is not None:
+            load_quant = access.loader(params.quant)
+            if load_quant is None:
+                return
+        if params.bias is not None:
+            load_bias = access.loader(params.bias)
+            if load_bias is None:
+                return
+        load_filter, load_input, store = access.loader(filt), access.loader(inp), access.storer(out)
+        if load_filter is None or load_input is None or store is None:
+            return
+
+        def run(job: Any) -> bool:
+            multiplier, shift = per_tensor  # as the units' quant() and bias() give them
+            if load_quant is not None:
+                q = load_quant()
+                multiplier, shift = q[0, 0, :, 0].astype(np.int64), q[0, 0, :, 1].astype(np.int64)
+            bias = load_bias().reshape(cout) if load_bias is not None else None
+            result = compute(job, load_filter(), bias, multiplier, shift, load_input)
+            if result is None:
+                return False
+            store(result)
+            return True
+
+        self.binding = run
+
+    def bind_mac(
+        self,
+        offset: int,
+        params: LayerParams,
+        inp: Tensor,
+        filt: Tensor,
+        out: Tensor,
+        filter_shape: tuple[int, ...],
+        mac_isa: int,
+        plan: mac_array.MacPlan,
+        in_shape: tuple[int, ...] | None = None,
+    ) -> None:
+        """Bind the layer at ``offset`` that just ran on the C MAC array with ``plan``.
+
+        Where every operand is one physical run and the output overlaps none of the others, the
+        binding is a :class:`mac_array.BoundRun`: one C call per job compares the parameters in
+        memory with the plan's copies and writes the output straight into memory. Otherwise the
+        bound layer loads its operands and the plan compares its parameters itself.
+        """
+        direct = self._bound_run(inp, filt, out, params, plan, mac_isa)
+        if direct is not None:
+
+            def run_direct(job: Any) -> bool:
+                # VNPU_MAC_ARRAY changed, or a parameter did: the general path picks the variant
+                # or rebuilds the plan (and binds again)
+                return job.mac_isa == mac_isa and direct.run()
+
+            self.binding = run_direct
+            return
+
+        def compute(
+            job: Any,
+            filt: np.ndarray,
+            bias: np.ndarray | None,
+            multiplier: object,
+            shift: object,
+            load: Loader,
+        ) -> np.ndarray | None:
+            if job.mac_isa != mac_isa:  # VNPU_MAC_ARRAY changed: the general path picks the variant
+                return None
+            weights = filt.reshape(filter_shape)
+            entry = job.bindings.plans.get(offset)
+            plan = entry[1] if entry is not None else None
+            if not isinstance(plan, mac_array.MacPlan) or not plan.matches(weights, bias, multiplier, shift):
+                return None
+            x = load()
+            return mac_array.run(plan, x if in_shape is None else x.reshape(in_shape), mac_isa)
+
+        self.bind_layer(inp, filt, out, out.shape[3], params, compute)
+
+    def _bound_run(
+        self,
+        inp: Tensor,
+        filt: Tensor,
+        out: Tensor,
+        params: LayerParams,
+        plan: mac_array.MacPlan,
+        mac_isa: int,
+    ) -> mac_array.BoundRun | None:
+        """The layer's operands fixed to their memory for :meth:`bind_mac`, or None where it cannot
+        be: an operand in several physical runs or not kept, a strided input, filter or output, or
+        an output overlapping another operand (the kernels read those while they write it)."""
+        operands = {"input": (inp, False), "filter": (filt, False), "output": (out, True)}
+        if params.quant is not None:
+            operands["quant"] = (params.quant, False)
+        if params.bias is not None:
+            operands["bias"] = (params.bias, False)
+        found = self.access.physical_spans(list(operands.values()))
+        if found is None:
+            return None
+        spans = dict(zip(operands, found, strict=True))
+        if any(overlap(span, spans["output"]) for name, span in spans.items() if name != "output"):
+            return None
+        view = self.access.memory.view
+        # The plan's copy of the filter is the filter's bytes in memory (a dense tensor of its dtype);
+        # the bias and quantization regions are compared as the raw bytes they are now.
+        filter_mem = view(*spans["filter"])
+        filter_copy = plan.params[0].reshape(-1).view(np.uint8)
+        if filter_copy.nbytes != filter_mem.nbytes or not np.array_equal(
+            np.frombuffer(filter_mem, np.uint8), filter_copy
+        ):
+            return None
+        checks = [(filter_mem, filter_copy)]
+        for name in ("bias", "quant"):
+            if name in spans:
+                mem = view(*spans[name])
+                checks.append((mem, np.frombuffer(mem, np.uint8).copy()))
+        try:
+            return mac_array.BoundRun(plan, view(*spans["input"]), view(*spans["output"]), checks, mac_isa)
+        except ValueError:  # sizes that do not match the plan: the loading binding handles the layer
+            return None
+
+    def bind_gemm(
+        self,
+        offset: int,
+        params: LayerParams,
+        inp: Tensor,
+        filt: Tensor,
+        out: Tensor,
+        shape: tuple[int, int],
+        rq: nm.Requant,
+    ) -> None:
+        """Bind the FULLY_CONNECTED at ``offset`` that just ran on numpy: its plan's while the digest
+        matches, or the general path's if the plan was refused (refused stays refused, as in plan())."""
+        (rows, k), single = shape, rq.single_rounding
+        cout = filt.shape[0] * filt.shape[1] * filt.shape[2]
+
+        def compute(
+            job: Any,
+            filt: np.ndarray,
+            bias: np.ndarray | None,
+            multiplier: object,
+            shift: object,
+            load: Loader,
+        ) -> np.ndarray | None:
+            if not single and job.mac_isa is not None:  # the general path takes the MAC array now
+                return None
+            weights = filt.reshape(cout, k)
+            entry = job.bindings.plans.get(offset)
+            if entry is not None and entry[1] is None and entry[0] == REFUSED:
+                now = replace(rq, multiplier=multiplier, shift=shift)  # as in memory now
+                return nm.fully_connected(load().reshape(rows, k), weights, bias, now, fast=False)
+            if entry is None or not isinstance(entry[1], nm.GemmPlan):
+                return None
+            if entry[0] != param_digest(weights, bias, multiplier, shift):  # as plan() compares
+                return None
+            return nm.run_fc_plan(load().reshape(rows, k), entry[1], weights)
+
+        self.bind_layer(inp, filt, out, cout, params, compute)
