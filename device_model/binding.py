@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -25,10 +25,22 @@ from .tensor_access import Loader, Tensor, TensorAccess, Translations, overlap
 # with ``mac_isa`` and ``bindings``) and returns False when it cannot (a layer's parameters
 # changed), and the instruction then takes the general path.
 Bound = Callable[[Any], bool]
-# A bound layer's plan run: (job, filter, bias, multiplier, shift, input loader) -> its output, or
-# None when the plan in the slot was not made from these parameters.
-LayerRun = Callable[[Any, np.ndarray, "np.ndarray | None", object, object, Loader], "np.ndarray | None"]
 REFUSED = b"refused"  # the digest slot of a layer whose plan was refused (never a SHA-1 digest)
+
+
+class LayerArgs(NamedTuple):
+    """What a bound layer reads from memory at each job, for its plan run (:data:`LayerRun`)."""
+
+    filt: np.ndarray
+    bias: np.ndarray | None
+    multiplier: object
+    shift: object
+    load: Loader  # the input, loaded when the run needs it
+
+
+# A bound layer's plan run: (job, its arguments) -> its output, or None when the plan in the slot
+# was not made from these parameters.
+LayerRun = Callable[[Any, LayerArgs], "np.ndarray | None"]
 
 
 def param_digest(*params: np.ndarray | int | None) -> bytes:
@@ -255,7 +267,7 @@ class Bindings:
                 q = load_quant()
                 multiplier, shift = q[0, 0, :, 0].astype(np.int64), q[0, 0, :, 1].astype(np.int64)
             bias = load_bias().reshape(cout) if load_bias is not None else None
-            result = compute(job, load_filter(), bias, multiplier, shift, load_input)
+            result = compute(job, LayerArgs(load_filter(), bias, multiplier, shift, load_input))
             if result is None:
                 return False
             store(result)
@@ -293,22 +305,17 @@ class Bindings:
             self.binding = run_direct
             return
 
-        def compute(
-            job: Any,
-            filt: np.ndarray,
-            bias: np.ndarray | None,
-            multiplier: object,
-            shift: object,
-            load: Loader,
-        ) -> np.ndarray | None:
+        def compute(job: Any, a: LayerArgs) -> np.ndarray | None:
             if job.mac_isa != mac_isa:  # VNPU_MAC_ARRAY changed: the general path picks the variant
                 return None
-            weights = filt.reshape(filter_shape)
+            weights = a.filt.reshape(filter_shape)
             entry = job.bindings.plans.get(offset)
             plan = entry[1] if entry is not None else None
-            if not isinstance(plan, mac_array.MacPlan) or not plan.matches(weights, bias, multiplier, shift):
+            if not isinstance(plan, mac_array.MacPlan) or not plan.matches(
+                weights, a.bias, a.multiplier, a.shift
+            ):
                 return None
-            x = load()
+            x = a.load()
             return mac_array.run(plan, x if in_shape is None else x.reshape(in_shape), mac_isa)
 
         self.bind_layer(inp, filt, out, out.shape[3], params, compute)
@@ -370,25 +377,18 @@ class Bindings:
         (rows, k), single = shape, rq.single_rounding
         cout = filt.shape[0] * filt.shape[1] * filt.shape[2]
 
-        def compute(
-            job: Any,
-            filt: np.ndarray,
-            bias: np.ndarray | None,
-            multiplier: object,
-            shift: object,
-            load: Loader,
-        ) -> np.ndarray | None:
+        def compute(job: Any, a: LayerArgs) -> np.ndarray | None:
             if not single and job.mac_isa is not None:  # the general path takes the MAC array now
                 return None
-            weights = filt.reshape(cout, k)
+            weights = a.filt.reshape(cout, k)
             entry = job.bindings.plans.get(offset)
             if entry is not None and entry[1] is None and entry[0] == REFUSED:
-                now = replace(rq, multiplier=multiplier, shift=shift)  # as in memory now
-                return nm.fully_connected(load().reshape(rows, k), weights, bias, now, fast=False)
+                now = replace(rq, multiplier=a.multiplier, shift=a.shift)  # as in memory now
+                return nm.fully_connected(a.load().reshape(rows, k), weights, a.bias, now, fast=False)
             if entry is None or not isinstance(entry[1], nm.GemmPlan):
                 return None
-            if entry[0] != param_digest(weights, bias, multiplier, shift):  # as plan() compares
+            if entry[0] != param_digest(weights, a.bias, a.multiplier, a.shift):  # as plan() compares
                 return None
-            return nm.run_fc_plan(load().reshape(rows, k), entry[1], weights)
+            return nm.run_fc_plan(a.load().reshape(rows, k), entry[1], weights)
 
         self.bind_layer(inp, filt, out, cout, params, compute)
