@@ -28,8 +28,6 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from delegate_teflon import compiler_bridge
 from delegate_teflon.context_reader import K_TFLITE_DYNAMIC, KNOWN_OPS, dynamic_tensors, read_context
 from delegate_teflon.options import DelegateOptions, OptionError, parse_options
@@ -102,6 +100,12 @@ class PartitionKernel:
     runner: Any = None
     error: str = ""
     invokes: int = 0
+    # The prepared invoke (_prepare_copies): the runtime's buffers of the inputs then the outputs
+    # it was made for, and the byte copies into and out of the arena between them.
+    buffers: list[Any] = field(default_factory=list)
+    copies_in: list[tuple[Any, Any, int]] = field(default_factory=list)
+    copies_out: list[tuple[Any, Any, int]] = field(default_factory=list)
+    arena: Any = None  # the arena's mapping as a char[] (keeps the copies' addresses alive)
 
 
 @dataclass(frozen=True)
@@ -422,6 +426,7 @@ def _kernel_init(context: Any, buffer: Any, length: int) -> Any:
 def _close_runner(kernel: PartitionKernel) -> None:
     """Free the partition's BOs now (weights, arena, stream), not when the device closes."""
     runner, kernel.runner = kernel.runner, None
+    kernel.buffers, kernel.copies_in, kernel.copies_out, kernel.arena = [], [], [], None
     if runner is not None and not kernel.delegate.device.backend.closed:
         runner.close()
 
@@ -493,11 +498,28 @@ def _return_freed_memory() -> None:
 _malloc_trim: Any = None
 
 
-def _tensor_view(context: Any, index: int, info: Any) -> np.ndarray:
-    t = context.tensors[index]
-    if not t.data:
-        raise RuntimeError(f"tensor {index} ({info.name}) has no buffer at invoke")
-    return np.frombuffer(_ffi.buffer(t.data, t.bytes), dtype=np.dtype(info.dtype)).reshape(info.shape)
+def _prepare_copies(context: Any, kernel: PartitionKernel, buffers: list[Any]) -> None:
+    """The invoke's copies for the runtime's buffers ``buffers`` (inputs, then outputs): each a
+    memmove of the tensor's bytes to or from its place in the arena (same dtype and shape, both
+    dense), made once and again only when the runtime moves a buffer."""
+    g, runner = kernel.graph, kernel.runner
+    if kernel.arena is None:
+        kernel.arena = _ffi.from_buffer("char[]", runner.arena.map())
+    copies: list[tuple[Any, Any, int]] = []
+    for t, data in zip((*g.inputs, *g.outputs), buffers, strict=True):
+        info = g.tensors[t]
+        offset, nbytes = runner.io_span(t)
+        if data == _ffi.NULL:
+            raise RuntimeError(f"tensor {t} ({info.name}) has no buffer at invoke")
+        if context.tensors[t].bytes != nbytes:
+            raise RuntimeError(
+                f"tensor {t} ({info.name}) has {context.tensors[t].bytes} bytes, the partition {nbytes}"
+            )
+        copies.append((kernel.arena + offset, _ffi.cast("char *", data), nbytes))
+    inputs = len(g.inputs)
+    kernel.copies_in = copies[:inputs]
+    kernel.copies_out = [(tensor, arena, n) for arena, tensor, n in copies[inputs:]]
+    kernel.buffers = buffers
 
 
 def _kernel_invoke(context: Any, node: Any) -> int:
@@ -507,17 +529,27 @@ def _kernel_invoke(context: Any, node: Any) -> int:
         return K_TFLITE_ERROR
     g = kernel.graph
     start = time.perf_counter()
-    inputs = {t: _tensor_view(context, t, g.tensors[t]) for t in g.inputs}
-    outputs = {t: _tensor_view(context, t, g.tensors[t]) for t in g.outputs}
-    times = compiler_bridge.run(kernel.runner, inputs, outputs)
+    tensors = context.tensors
+    buffers = [tensors[t].data for t in g.inputs] + [tensors[t].data for t in g.outputs]
+    if buffers != kernel.buffers:
+        _prepare_copies(context, kernel, buffers)
+    memmove = _ffi.memmove
+    for dst, src, n in kernel.copies_in:
+        memmove(dst, src, n)
+    t1 = time.perf_counter()
+    kernel.runner.submit_and_wait()
+    t2 = time.perf_counter()
+    for dst, src, n in kernel.copies_out:
+        memmove(dst, src, n)
     probe.mark("delegate.exit")
     kernel.invokes += 1
     if kernel.delegate.options.verbose:
-        total = 1000 * (time.perf_counter() - start)
+        t3 = time.perf_counter()
         kernel.delegate.log(
             "verbose",
-            f"vnpu delegate: NPU partition {kernel.handle}: invoke {kernel.invokes} took {total:.2f} ms "
-            f"(copy in {times.copy_in_ms:.2f}, NPU job {times.job_ms:.2f}, copy out {times.copy_out_ms:.2f})",
+            f"vnpu delegate: NPU partition {kernel.handle}: invoke {kernel.invokes} took "
+            f"{1000 * (t3 - start):.2f} ms (copy in {1000 * (t1 - start):.2f}, NPU job "
+            f"{1000 * (t2 - t1):.2f}, copy out {1000 * (t3 - t2):.2f})",
         )
     return K_TFLITE_OK
 

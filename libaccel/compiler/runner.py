@@ -8,12 +8,16 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from libaccel.bo import BufferObject
+from libaccel.bo import BufferObject, JobStatus
 from libaccel.compiler.emitter import REGION_ARENA, REGION_WEIGHTS
 from libaccel.compiler.lower import CompiledPartition, IoBinding, WeightsFile
 from libaccel.device import Device
-from libaccel.job import Job, JobBo
+from libaccel.job import Job, JobBo, deadline_after
+from uapi.bindings import IOCTLS, ffi
 from vnpu_common import probe
+
+_SUBMIT = IOCTLS["DRM_IOCTL_VNPU_SUBMIT"]
+_BO_WAIT = IOCTLS["DRM_IOCTL_VNPU_BO_WAIT"]
 
 
 def _upload_weights(device: Device, weights: bytes | bytearray | memoryview | WeightsFile) -> BufferObject:
@@ -74,6 +78,8 @@ class PartitionRunner:
         )
         self._inputs = {b.index: b for b in compiled.inputs}
         self._outputs = {b.index: b for b in compiled.outputs}
+        self._wait = ffi.new("struct drm_vnpu_bo_wait *")
+        self._wait.handle = self.arena.handle
 
     def _bo(self, bo: BufferObject) -> BufferObject:
         self._bos.append(bo)
@@ -95,14 +101,29 @@ class PartitionRunner:
         """The arena bytes of partition output ``index`` (valid after :meth:`submit_and_wait`)."""
         return self._view(self._outputs[index])
 
+    def io_span(self, index: int) -> tuple[int, int]:
+        """(arena offset, bytes) of partition input or output ``index``."""
+        b = self._inputs.get(index) or self._outputs[index]
+        return b.offset, b.nbytes
+
     def submit_and_wait(self) -> None:
-        """Run the job on what the input views hold; raises JobFault if the device fails it."""
+        """Run the job on what the input views hold; raises JobFault if the device fails it.
+
+        One caller at a time: the SUBMIT and BO_WAIT arguments are built once and reused (the
+        job's structs by :class:`~libaccel.job.Job`, the wait's here), so an invoke is two ioctls
+        and no allocation."""
         probe.mark("delegate.submit")
-        self.device.submit(self._job)
+        backend = self.device.backend
+        backend.ioctl(_SUBMIT, self._job.submit_args.submit)
         probe.mark("libaccel.wait")
-        status = self.arena.wait(timeout=self.timeout)
+        wait = self._wait
+        wait.timeout_ns = deadline_after(self.timeout)
+        wait.job_status = 0
+        wait.fault_va = 0
+        backend.ioctl(_BO_WAIT, wait)
         probe.mark("delegate.waited")
-        status.raise_for_status()
+        if wait.job_status:
+            JobStatus(wait.job_status, wait.fault_va).raise_for_status()
 
     def run(self, inputs: Mapping[int, np.ndarray], copy: bool = True) -> dict[int, np.ndarray]:
         """Copy ``inputs`` (tensor index -> array) in, run, return the outputs (views if not ``copy``)."""
