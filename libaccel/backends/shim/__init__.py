@@ -23,10 +23,13 @@ conformance suite run without a VM. It does what vnpu.ko does:
   ``VNPU_SHIM_CORE_PROCESSES=1`` runs each core's jobs in a worker process
   (``device_model.core_worker``) instead of a thread.
 
-Threads mirror the real system: a doorbell thread calls ``Npu.kick`` (as the
-ivshmem server's event loop does), and an interrupt thread handles the
-Npu's ``raise_irq`` (as the kernel's IRQ handler does) and runs the job
-watchdog. Where the shim and the kernel differ, the kernel is right.
+Threads mirror the real system: the doorbell is ``Npu.kick`` (the core threads
+wait on it, as on QEMU's eventfd), and an interrupt thread handles the Npu's
+``raise_irq`` (as the kernel's IRQ handler does) and runs the job watchdog.
+One shortcut: a lone job for an idle core, with no WAIT, runs in the
+submitting thread under the core's lock (``Npu.run_here``), so the round trip
+wakes no thread; ``VNPU_SHIM_INLINE=0`` turns it off. Where the shim and the
+kernel differ, the kernel is right.
 
 The device side (rings, schedulers, watchdog, reset) is :mod:`.device`; the files and their ioctl
 handlers are :mod:`.file`.
