@@ -13,9 +13,13 @@ from uapi import isa
 from uapi.firmware_format import build_image
 
 from .helpers import program, tensor
-from .test_npu import NOP_JOB, Completion, Driver, both_modes, drv  # noqa: F401 (drv is a fixture)
+from .test_npu import NOP_JOB, Completion, Driver
+from .test_npu import drv as _drv_fixture
 
 IMAGE = build_image(default_image(), dev_private_key())
+
+drv = _drv_fixture  # test_npu's 2-core device ("process" in both_modes: cores in worker processes)
+both_modes = pytest.mark.parametrize("drv", ["thread", "process"], indirect=True)
 
 
 def power(drv: Driver, state: int) -> int:
@@ -36,7 +40,9 @@ def test_power_off_loses_firmware_and_queue_positions(drv: Driver) -> None:
     drv.drain()
     assert power(drv, hw.POWER_OFF) == 0
     assert drv.r32(hw.REG_POWER_STATE) == hw.POWER_OFF
-    assert drv.r32(hw.REG_STATUS) == 0 and drv.r32(hw.REG_FW_VERSION) == 0 and drv.r64(hw.REG_FW_BUILD_ID) == 0
+    assert (
+        drv.r32(hw.REG_STATUS) == 0 and drv.r32(hw.REG_FW_VERSION) == 0 and drv.r64(hw.REG_FW_BUILD_ID) == 0
+    )
     assert power(drv, hw.POWER_OFF) == 0  # what already is: nothing changes
     assert drv.boot(IMAGE) == -errno.EPERM
     # Powered off, a queue doorbell is ignored: the entry stays, no completion comes.
