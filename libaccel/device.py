@@ -45,6 +45,8 @@ class DeviceParams:
     max_in_syncobjs: int
     fw_build_id: int
     num_cores: int
+    power_ups: int  # counters: a snapshot when read (get_param reads them afresh)
+    powered_us: int
 
     @staticmethod
     def param_number(name: str) -> int:
@@ -128,7 +130,8 @@ class Device:
 
     @property
     def params(self) -> DeviceParams:
-        """All parameters (read once, then cached: they do not change while the file is open)."""
+        """All parameters (read once, then cached: only the power counters change while the file is
+        open, and a firmware reload's version; get_param reads one afresh)."""
         if self._params is None:
             values = {f.name: self.get_param(f.name) for f in dataclasses.fields(DeviceParams)}
             self._params = DeviceParams(**values)

@@ -30,6 +30,7 @@
 #include "vnpu_gem.h"
 #include "vnpu_io.h"
 #include "vnpu_job.h"
+#include "vnpu_pm.h"
 
 unsigned int vnpu_job_timeout_ms = 5000;
 module_param_named(timeout_ms, vnpu_job_timeout_ms, uint, 0444);
@@ -209,6 +210,12 @@ static int vnpu_ioctl_get_param(struct drm_device *drm, void *data, struct drm_f
 	case DRM_VNPU_PARAM_NUM_CORES:
 		args->value = vdev->num_cores;
 		break;
+	case DRM_VNPU_PARAM_POWER_UPS:
+		args->value = vnpu_rd32(vdev, VNPU_REG_POWER_UPS);
+		break;
+	case DRM_VNPU_PARAM_POWERED_US:
+		args->value = vnpu_rd64(vdev, VNPU_REG_POWERED_US);
+		break;
 	default:
 		ret = -EINVAL;
 	}
@@ -386,6 +393,12 @@ static int vnpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = vnpu_irq_init(vdev);
 	if (ret)
 		return ret;
+	/* An earlier driver may have left the NPU powered off. */
+	ret = vnpu_pm_power_on(vdev);
+	if (ret) {
+		drm_err(&vdev->drm, "cannot power the NPU on: %d\n", ret);
+		return ret;
+	}
 	ret = vnpu_fw_boot(vdev);
 	if (ret)
 		return ret;
@@ -396,6 +409,7 @@ static int vnpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (ret)
 		goto err_job;
 	vnpu_debugfs_init(vdev);
+	vnpu_pm_init(vdev);
 	drm_info(&vdev->drm, "vnpu NPU rev %u, ISA %#x, %u cores, device peer %u, %u-bit VA\n",
 		 vnpu_rd32(vdev, VNPU_REG_REVISION), vnpu_rd32(vdev, VNPU_REG_ISA_VERSION),
 		 vdev->num_cores, vdev->peer, vdev->va_bits);
@@ -446,6 +460,7 @@ static void vnpu_remove(struct pci_dev *pdev)
 {
 	struct vnpu_device *vdev = pci_get_drvdata(pdev);
 
+	vnpu_pm_fini(vdev);
 	vnpu_quiesce(vdev);
 	vnpu_job_fini(vdev);
 	vnpu_fw_fini(vdev);
@@ -473,6 +488,7 @@ static struct pci_driver vnpu_pci_driver = {
 	.probe = vnpu_probe,
 	.remove = vnpu_remove,
 	.shutdown = vnpu_shutdown,
+	.driver.pm = pm_ptr(&vnpu_pm_ops),
 };
 module_pci_driver(vnpu_pci_driver);
 

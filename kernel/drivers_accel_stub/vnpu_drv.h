@@ -61,6 +61,7 @@ extern unsigned int vnpu_job_timeout_ms;
  *	none to reuse in its file's pool)
  * @mappings: VA ranges (BOs and command buffers) mapped in any context's
  *	device page tables
+ * @power_offs: times runtime PM or system sleep powered the NPU off
  */
 struct vnpu_stats {
 	atomic_t files;
@@ -77,6 +78,7 @@ struct vnpu_stats {
 	atomic_t cmdbufs;
 	atomic64_t cmdbuf_allocs;
 	atomic_t mappings;
+	atomic_t power_offs;
 };
 
 struct vnpu_device;
@@ -293,6 +295,7 @@ void vnpu_vm_unmap(struct vnpu_vm *vm, u64 va, size_t size);
 int vnpu_fw_boot(struct vnpu_device *vdev);
 void vnpu_fw_fini(struct vnpu_device *vdev);
 int vnpu_fw_reload(struct vnpu_device *vdev);
+void vnpu_fw_resume(struct vnpu_device *vdev);
 void vnpu_fw_debugfs_init(struct vnpu_device *vdev);
 
 /* vnpu_debugfs.c */

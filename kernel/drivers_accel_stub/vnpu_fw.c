@@ -31,6 +31,7 @@
 
 #include "vnpu_io.h"
 #include "vnpu_job.h"
+#include "vnpu_pm.h"
 
 #define VNPU_FW_NAME		"vnpu/vnpu_fw.bin"
 #define VNPU_BOOT_TIMEOUT_MS	5000
@@ -185,6 +186,32 @@ int vnpu_fw_reload(struct vnpu_device *vdev)
 }
 
 /**
+ * vnpu_fw_resume() - boot the kept firmware copy again after a power-up
+ * @vdev: the device, powered on, no job on it
+ *
+ * Powered off, the device lost its firmware; the copy it ran stays
+ * allocated for this. Allocates nothing. If the device refuses the image
+ * now, or no firmware ran, jobs fail with -EIO until a reload succeeds.
+ */
+void vnpu_fw_resume(struct vnpu_device *vdev)
+{
+	u32 status;
+	int ret;
+
+	if (!vdev->fw_cpu)
+		return;
+	ret = vnpu_io_command(vdev, VNPU_CMD_BOOT, vdev->fw_dma, vdev->fw_size,
+			      VNPU_BOOT_TIMEOUT_MS);
+	status = vnpu_rd32(vdev, VNPU_REG_STATUS);
+	if (!ret && (status & VNPU_STATUS_READY))
+		return;
+	drm_err(&vdev->drm, "firmware did not boot again after power-up: %d, reason %u\n", ret,
+		vnpu_rd32(vdev, VNPU_REG_FW_REJECT));
+	WRITE_ONCE(vdev->fw_version, 0);
+	WRITE_ONCE(vdev->fw_build_id, 0);
+}
+
+/**
  * vnpu_fw_fini() - free the firmware copy
  * @vdev: the device, quiesced
  */
@@ -234,7 +261,11 @@ static ssize_t vnpu_fw_reload_write(struct file *file, const char __user *buf, s
 		return len;
 	if (!drm_dev_enter(&vdev->drm, &idx))
 		return -ENODEV;
-	ret = vnpu_fw_reload(vdev);
+	ret = vnpu_pm_get(vdev);
+	if (!ret) {
+		ret = vnpu_fw_reload(vdev);
+		vnpu_pm_put(vdev);
+	}
 	drm_dev_exit(idx);
 	return ret ?: len;
 }

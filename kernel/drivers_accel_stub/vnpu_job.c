@@ -71,6 +71,7 @@
 #include "vnpu_coredump.h"
 #include "vnpu_io.h"
 #include "vnpu_job.h"
+#include "vnpu_pm.h"
 
 /*
  * The SUBMIT-time stream check can be turned off only in a debug build
@@ -135,6 +136,8 @@ static void vnpu_job_free(struct vnpu_job *job)
 		atomic_dec(&job->ctx->jobs_in_flight);
 		vnpu_ctx_put(job->ctx);
 	}
+	if (job->pm_ref)
+		vnpu_pm_put(vdev);
 	kfree(job);
 	atomic_dec(&vdev->stats.jobs);
 	wake_up_all(&vdev->idle_wq);
@@ -745,6 +748,38 @@ void vnpu_job_resume(struct vnpu_device *vdev)
 	mutex_unlock(&vdev->reset_lock);
 }
 
+/**
+ * vnpu_job_quiesce() - stop feeding the device and let its jobs finish, for system sleep
+ * @vdev: the device
+ *
+ * Jobs not yet on the device stay queued until vnpu_job_unquiesce(). The
+ * jobs on it complete; a hung one is failed by its core's watchdog, which
+ * still runs, and the jobs queued behind it run. Only if jobs remain after
+ * twice the job timeout (the device stopped answering) are they cancelled.
+ */
+void vnpu_job_quiesce(struct vnpu_device *vdev)
+{
+	u64 timeout_us = 2ULL * READ_ONCE(vdev->job_timeout_ms) * USEC_PER_MSEC;
+	bool idle;
+
+	vnpu_job_wqueues_stop(vdev);
+	if (!read_poll_timeout(vnpu_job_device_idle, idle, idle, 1000, timeout_us, false, vdev))
+		return;
+	drm_warn(&vdev->drm, "jobs still on the device at suspend: cancelled\n");
+	mutex_lock(&vdev->reset_lock);
+	vnpu_job_reset_hw(vdev, vnpu_all_cores(vdev), 0, 0, false);
+	mutex_unlock(&vdev->reset_lock);
+}
+
+/**
+ * vnpu_job_unquiesce() - feed the device again after vnpu_job_quiesce()
+ * @vdev: the device
+ */
+void vnpu_job_unquiesce(struct vnpu_device *vdev)
+{
+	vnpu_job_wqueues_start(vdev);
+}
+
 /*
  * drm_sched's own timeout is off (MAX_SCHEDULE_TIMEOUT): it restarts
  * whenever a job is pushed, so a file submitting more often than the
@@ -811,6 +846,21 @@ static void vnpu_sched_fini(struct vnpu_device *vdev, u32 count)
 }
 
 /**
+ * vnpu_job_rings_init() - start both queues empty, from the device's positions
+ * @vdev: the device, powered, with no job on it
+ *
+ * The device may have served an earlier instance of the driver, or have
+ * been powered off (which sets its positions to 0).
+ */
+void vnpu_job_rings_init(struct vnpu_device *vdev)
+{
+	vdev->sq_tail = vnpu_rd32(vdev, VNPU_SQ_HEAD);
+	vnpu_wr32(vdev, VNPU_SQ_TAIL, vdev->sq_tail);
+	vdev->cq_head = vnpu_rd32(vdev, VNPU_CQ_TAIL);
+	vnpu_wr32(vdev, VNPU_CQ_HEAD, vdev->cq_head);
+}
+
+/**
  * vnpu_job_init() - set up the queues and the scheduler
  * @vdev: the device, booted
  *
@@ -851,14 +901,7 @@ int vnpu_job_init(struct vnpu_device *vdev)
 	init_waitqueue_head(&vdev->idle_wq);
 	INIT_WORK(&vdev->cancel_work, vnpu_job_cancel_work);
 
-	/*
-	 * The device may have served an earlier instance of the driver:
-	 * start from its queue positions, with both queues empty.
-	 */
-	vdev->sq_tail = vnpu_rd32(vdev, VNPU_SQ_HEAD);
-	vnpu_wr32(vdev, VNPU_SQ_TAIL, vdev->sq_tail);
-	vdev->cq_head = vnpu_rd32(vdev, VNPU_CQ_TAIL);
-	vnpu_wr32(vdev, VNPU_CQ_HEAD, vdev->cq_head);
+	vnpu_job_rings_init(vdev);
 
 	/*
 	 * Per-CPU, not the scheduler's default ordered (unbound) queue: see
@@ -1138,6 +1181,11 @@ static int vnpu_job_create(struct vnpu_device *vdev, struct drm_file *file,
 		ret = -ENOMEM;
 		goto err;
 	}
+	/* Powered from here until the job is freed: run_job() never waits for a resume. */
+	ret = vnpu_pm_get(vdev);
+	if (ret)
+		goto err;
+	job->pm_ref = true;
 
 	ret = vnpu_job_get_bos(job, file, args);
 	if (ret)

@@ -45,6 +45,7 @@ struct vnpu_job_bo {
  * @bos: the BOs listed in the submission
  * @out_syncobj: syncobj to receive the finished fence, or NULL
  * @initialised: drm_sched_job_init() succeeded
+ * @pm_ref: the job holds a runtime PM reference (vnpu_pm_get())
  * @dump_status: -EFAULT or -ETIMEDOUT when the job failed so: a coredump
  *	is taken when it is freed (vnpu_coredump.c); else 0
  * @dump_fault_va: the faulting VA of an -EFAULT
@@ -67,6 +68,7 @@ struct vnpu_job {
 	struct vnpu_job_bo *bos;
 	struct drm_syncobj *out_syncobj;
 	bool initialised;
+	bool pm_ref;
 	int dump_status;
 	u64 dump_fault_va;
 	u64 dump_cycles;
@@ -82,6 +84,9 @@ irqreturn_t vnpu_job_irq_thread(int irq, void *arg);
 void vnpu_job_file_closed(struct vnpu_device *vdev);
 void vnpu_job_pause(struct vnpu_device *vdev);
 void vnpu_job_resume(struct vnpu_device *vdev);
+void vnpu_job_quiesce(struct vnpu_device *vdev);
+void vnpu_job_unquiesce(struct vnpu_device *vdev);
+void vnpu_job_rings_init(struct vnpu_device *vdev);
 u64 vnpu_job_busy_ns(struct vnpu_ctx *ctx);
 unsigned int vnpu_job_count_active(struct vnpu_device *vdev);
 int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file);

@@ -371,6 +371,8 @@ class ShimDevice:
             b.DRM_VNPU_PARAM_MAX_IN_SYNCOBJS: MAX_IN_SYNCOBJS,
             b.DRM_VNPU_PARAM_FW_BUILD_ID: self.r64(hw.REG_FW_BUILD_ID),
             b.DRM_VNPU_PARAM_NUM_CORES: self.num_cores,
+            b.DRM_VNPU_PARAM_POWER_UPS: self.r32(hw.REG_POWER_UPS),
+            b.DRM_VNPU_PARAM_POWERED_US: self.r64(hw.REG_POWERED_US),
         }
         if p not in values:
             raise Errno(errno.EINVAL, f"unknown parameter {p}")
