@@ -16,6 +16,8 @@ JOB_TIMEOUT_GLOB = "/sys/kernel/debug/accel/*/job_timeout_ms"
 # What the hang tests wait for: long enough for any innocent job of theirs under TCG, short beside the
 # defaults (vnpu.ko 5 s, the shim 2 s), so a hang costs about a second.
 SHORT_JOB_TIMEOUT_MS = 1000
+# The runtime-PM autosuspend delay of every vnpu device (the PCI device's standard attribute).
+AUTOSUSPEND_GLOB = "/sys/class/accel/accel*/device/power/autosuspend_delay_ms"
 
 
 def job_timeout_files() -> list[Path]:
@@ -49,6 +51,33 @@ def job_timeout(backend: str, ms: int = SHORT_JOB_TIMEOUT_MS) -> Iterator[int]:
             yield ms
         finally:
             device.job_timeout_ms = previous
+
+
+@contextmanager
+def autosuspend(backend: str, ms: int) -> Iterator[int]:
+    """The runtime-PM autosuspend delay set to ``ms`` while the body runs, then restored: the standard
+    power/autosuspend_delay_ms of every vnpu device ("kernel"), or the shim's shared device's ("shim")."""
+    if backend == "kernel":
+        files = [Path(f) for f in sorted(glob.glob(AUTOSUSPEND_GLOB))]
+        if not files:
+            pytest.skip("no vnpu device with runtime PM (power/autosuspend_delay_ms)")
+        old = [f.read_text().strip() for f in files]
+        for f in files:
+            f.write_text(str(ms))
+        try:
+            yield ms
+        finally:
+            for f, value in zip(files, old, strict=True):
+                f.write_text(value)
+    else:
+        from libaccel.backends.shim import shared_device
+
+        device = shared_device()
+        previous, device.autosuspend_ms = device.autosuspend_ms, ms
+        try:
+            yield ms
+        finally:
+            device.autosuspend_ms = previous
 
 
 @contextmanager

@@ -108,6 +108,9 @@ CMD_POWER = 4  # ARG0 = POWER_ON or POWER_OFF (below)
 # on or off what already is succeeds and changes nothing.
 POWER_OFF = 0
 POWER_ON = 1
+# The drivers' (vnpu.ko's and the shim's) default runtime-PM policy: power the
+# device off once it has been idle this long.
+AUTOSUSPEND_DELAY_MS = 100
 
 # --- Submission queue: the driver produces, the device consumes ------------
 # HEAD and TAIL are free-running u32 counters; entry i is at

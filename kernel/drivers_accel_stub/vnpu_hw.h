@@ -123,6 +123,12 @@
 #define VNPU_POWER_ON		1
 
 /*
+ * The drivers' (vnpu.ko's and the shim's) default runtime-PM policy: power the
+ * device off once it has been idle this long.
+ */
+#define VNPU_AUTOSUSPEND_DELAY_MS	100
+
+/*
  * Submission queue: the driver produces, the device consumes
  * HEAD and TAIL are free-running u32 counters; entry i is at
  * SQ_BASE + (i % SQ_ENTRIES) * SQ_ENTRY_SIZE. The driver fills an entry,

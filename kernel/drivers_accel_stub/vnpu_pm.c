@@ -13,7 +13,7 @@
  * its dependencies or running, and SUBMIT is where it wakes up (in process
  * context, before the job can reach run_job()). When the last job has gone
  * and the autosuspend delay (power/autosuspend_delay_ms, default
- * VNPU_AUTOSUSPEND_DELAY_MS) has passed with no new one, the device is
+ * VNPU_AUTOSUSPEND_DELAY_MS from vnpu_hw.h) has passed with no new one, the device is
  * powered off. Resuming powers it on, starts the queues from the device's
  * positions and boots the firmware copy the driver keeps; reading a
  * parameter, a BO or debugfs never wakes it.
@@ -38,7 +38,6 @@
 #include "vnpu_job.h"
 #include "vnpu_pm.h"
 
-#define VNPU_AUTOSUSPEND_DELAY_MS	100
 #define VNPU_POWER_TIMEOUT_MS		2000
 #define VNPU_SLEEP_TEST_MAX_MS		10000
 

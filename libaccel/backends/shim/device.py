@@ -39,6 +39,8 @@ FIRMWARE_PATH = DEFAULT_IMAGE_PATH  # the image the device boots; $VNPU_SHIM_FIR
 ENV_FIRMWARE = "VNPU_SHIM_FIRMWARE"
 ENV_JOB_TIMEOUT_MS = "VNPU_SHIM_JOB_TIMEOUT_MS"
 ENV_CORES = "VNPU_SHIM_CORES"
+# The autosuspend delay in ms, as vnpu.ko's power/autosuspend_delay_ms (default hw.AUTOSUSPEND_DELAY_MS).
+ENV_AUTOSUSPEND_MS = "VNPU_SHIM_AUTOSUSPEND_MS"
 # "1": the device model runs each core's jobs in a worker process (device_model.core_worker), so
 # two cores use two host CPUs; off by default: a device then costs a worker start-up per core.
 ENV_CORE_PROCESSES = "VNPU_SHIM_CORE_PROCESSES"
@@ -210,6 +212,12 @@ class ShimDevice:
         self.sq_tail = 0
         self.cq_head = 0
         self.resets = 0
+        # Runtime PM as vnpu_pm.c: powered while any job exists; off once idle for autosuspend_ms.
+        self._autosuspend_ms = int(os.environ.get(ENV_AUTOSUSPEND_MS, hw.AUTOSUSPEND_DELAY_MS))
+        self.powered = True
+        self.power_offs = 0
+        self.idle_since_ns = _now()
+        self._fw_size = 0
         # A lone job for an idle core runs in the submitting thread (queue_job); "0" turns it off.
         self.inline_jobs = os.environ.get(ENV_INLINE, "1") != "0" and not core_processes
         self._closed = False
@@ -293,6 +301,15 @@ class ShimDevice:
         self._job_timeout_ms = value
         self._irqs.put(-1)  # the watchdog re-arms with the new timeout
 
+    @property
+    def autosuspend_ms(self) -> int:
+        return self._autosuspend_ms
+
+    @autosuspend_ms.setter
+    def autosuspend_ms(self, value: int) -> None:
+        self._autosuspend_ms = value
+        self._irqs.put(-1)  # the interrupt thread looks again with the new delay
+
     def _irq_loop(self) -> None:
         while True:
             timeout = self._watchdog_timeout()
@@ -308,6 +325,7 @@ class ShimDevice:
                         self._drain_cq()
                         self._push_backlog()
                     self._check_watchdog()
+                    self._check_autosuspend()
                 except Errno as e:
                     self._broken(e)
                 self.cond.notify_all()
@@ -346,6 +364,7 @@ class ShimDevice:
         if not 0 < len(image) <= hw.FW_MAX_SIZE:
             raise Errno(errno.EINVAL, f"firmware {firmware} is {len(image)} bytes, not 1..{hw.FW_MAX_SIZE}")
         self.memory.view(FW_PA, len(image))[:] = image
+        self._fw_size = len(image)
         status = self.control(hw.CMD_BOOT, FW_PA, len(image))
         if status or not self.r32(hw.REG_STATUS) & hw.STATUS_READY:
             reason = self.r32(hw.REG_FW_REJECT)
@@ -354,6 +373,30 @@ class ShimDevice:
                 f"the device rejected firmware {firmware}: {hw.FW_REJECT_NAMES.get(reason, 'unknown')} "
                 f"(reason {reason}); check it with: vnpu-fw verify {firmware}",
             )
+
+    # --- power (vnpu_pm.c's runtime PM) ------------------------------------------
+    def _check_autosuspend(self) -> None:
+        """Power the device off once no job has existed for autosuspend_ms (lock held)."""
+        if not self.powered or self.jobs or _now() - self.idle_since_ns < self.autosuspend_ms * 1_000_000:
+            return
+        if self.control(hw.CMD_POWER, hw.POWER_OFF) == -errno.EBUSY:
+            self.idle_since_ns = _now()  # a completion not yet seen: again after another delay
+            return
+        self.powered = False
+        self.power_offs += 1
+
+    def _power_on(self) -> None:
+        """Power on, start the rings from the device's positions, boot the image kept at FW_PA."""
+        status = self.control(hw.CMD_POWER, hw.POWER_ON)
+        if status:
+            raise Errno(errno.EIO, f"the device did not power on: {status}")
+        self.powered = True
+        self.sq_tail = self.r32(hw.SQ_HEAD)
+        self.w32(hw.SQ_TAIL, self.sq_tail)
+        self.cq_head = self.r32(hw.CQ_TAIL)
+        self.w32(hw.CQ_HEAD, self.cq_head)
+        # A refused image leaves jobs failing with -EIO, as vnpu.ko's resume does.
+        self.control(hw.CMD_BOOT, FW_PA, self._fw_size)
 
     # --- params ---------------------------------------------------------------
     def param(self, p: int) -> int:
@@ -397,6 +440,8 @@ class ShimDevice:
         has let go of the device lock (:meth:`run_here`), so no thread has to wake up. Otherwise,
         and whenever the job waits (for a fence, a BO, its file's earlier jobs or a busy core), the
         doorbell rings as usual and the core's thread runs it."""
+        if not self.powered:
+            self._power_on()
         self.jobs[job.seqno] = job
         self.backlog.append(job)
         return self._push_backlog(job if here and self.inline_jobs else None)
@@ -506,6 +551,8 @@ class ShimDevice:
         job.file.free_cmd_copy(job)
         job.out_fence.error = status
         job.out_fence.signaled = True
+        if not self.jobs:
+            self.idle_since_ns = _now()
         probe.mark("shim.complete")
         self.cond.notify_all()
 
@@ -525,6 +572,8 @@ class ShimDevice:
         thread (that cost every job a thread wake-up)."""
         with self.lock:
             deadlines = [d for c in range(self.num_cores) if (d := self._deadline_ns(c)) is not None]
+            if self.powered:  # jobs may complete without this thread: look again for autosuspend
+                deadlines.append(max(self.idle_since_ns, _now()) + self.autosuspend_ms * 1_000_000)
             if not deadlines:
                 return self.job_timeout_ms / 1000
             return max((min(deadlines) - _now()) / 1e9, 0.0) + 0.001
