@@ -50,6 +50,7 @@ static int vnpu_debugfs_state(struct seq_file *m, void *data)
 	status = vnpu_rd32(vdev, VNPU_REG_STATUS);
 	seq_printf(m, "status: %#x\n", status);
 	seq_printf(m, "ready: %u\n", !!(status & VNPU_STATUS_READY));
+	seq_printf(m, "powered: %u\n", vnpu_rd32(vdev, VNPU_REG_POWER_STATE) == VNPU_POWER_ON);
 	seq_printf(m, "device_id: %#x\n", vnpu_rd32(vdev, VNPU_REG_DEVICE_ID));
 	seq_printf(m, "revision: %u\n", vnpu_rd32(vdev, VNPU_REG_REVISION));
 	seq_printf(m, "isa_version: %#x\n", vnpu_rd32(vdev, VNPU_REG_ISA_VERSION));

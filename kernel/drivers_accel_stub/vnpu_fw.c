@@ -227,18 +227,21 @@ static int vnpu_fw_debugfs_show(struct seq_file *m, void *data)
 {
 	struct drm_debugfs_entry *entry = m->private;
 	struct vnpu_device *vdev = to_vnpu_device(entry->dev);
-	u32 status, reason;
+	u32 reason;
 	int idx;
 
 	/* The registers live in BAR2, which goes with the device. */
 	if (!drm_dev_enter(&vdev->drm, &idx))
 		return -ENODEV;
-	status = vnpu_rd32(vdev, VNPU_REG_STATUS);
 	reason = vnpu_rd32(vdev, VNPU_REG_FW_REJECT);
 	drm_dev_exit(idx);
 
-	seq_printf(m, "state: %s\n", status & VNPU_STATUS_READY ? "running" :
-		   status & VNPU_STATUS_FW_ERROR ? "rejected" : "none");
+	/*
+	 * The driver's view, whatever the power state: a powered-off device
+	 * reports no firmware, but boots the kept copy when it powers on.
+	 */
+	seq_printf(m, "state: %s\n", READ_ONCE(vdev->fw_version) ? "running" :
+		   reason ? "rejected" : "none");
 	seq_printf(m, "version: %#x\n", READ_ONCE(vdev->fw_version));
 	seq_printf(m, "build_id: %016llx\n", READ_ONCE(vdev->fw_build_id));
 	seq_printf(m, "reject_reason: %u (%s)\n", reason, vnpu_fw_reject_name(reason));

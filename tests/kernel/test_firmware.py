@@ -123,20 +123,22 @@ def test_reload_cancels_a_job_that_does_not_finish(dev) -> None:
 
 
 def test_reload_with_a_tampered_image_is_rejected_then_recovers(dev, tmp_path: Path) -> None:
-    with tampered_firmware(tmp_path):
-        with pytest.raises(OSError) as e:
-            reload()
-        assert e.value.errno == errno.ENOEXEC
-    assert REJECTED_LINE in dmesg()
-    st = fw_state()
-    assert (
-        st["state"] == "rejected"
-        and st["reject_reason"] == "7 (bad signature)"
-        and st["build_id"] == "0" * 16
-    )
-    # No firmware runs: jobs fail with -EIO until a good image is booted.
-    assert _fill(dev, 1).wait(timeout=30).status == -errno.EIO
-    reload()
+    try:
+        with tampered_firmware(tmp_path):
+            with pytest.raises(OSError) as e:
+                reload()
+            assert e.value.errno == errno.ENOEXEC
+        assert REJECTED_LINE in dmesg()
+        st = fw_state()
+        assert (
+            st["state"] == "rejected"
+            and st["reject_reason"] == "7 (bad signature)"
+            and st["build_id"] == "0" * 16
+        )
+        # No firmware runs: jobs fail with -EIO until a good image is booted.
+        assert _fill(dev, 1).wait(timeout=30).status == -errno.EIO
+    finally:
+        reload()  # the good image again, whatever failed above: later tests need it
     assert fw_state()["state"] == "running"
     out = _fill(dev, 2)
     assert out.wait(timeout=30).status == 0 and (out.array(np.int8, 4096) == 2).all()
