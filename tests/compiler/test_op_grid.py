@@ -13,6 +13,7 @@ import pytest
 
 import modelgen as g
 from libaccel import Device
+from libaccel.compiler import check_support, graph_from_tflite
 from tests.compiler.helpers import assert_exact
 
 
@@ -200,3 +201,44 @@ def test_transpose(dev: Device, shape: tuple, perm: tuple) -> None:
 )
 def test_strided_slice(dev: Device, shape, begin, end, strides, bmask, emask) -> None:
     assert_exact(dev, g.strided_slice_model(shape, begin, end, strides, bmask, emask, 43))
+
+
+# --- the layer-norm ops, on both runtimes -------------------------------------------------------
+RUNTIMES = ("tflite_runtime", "ai_edge_litert")
+
+
+# (in_shape, axes, keep_dims, dtype, same_quant)
+MEAN_AXIS_CASES = [
+    ((1, 16, 32), (-1,), True, "int8", False),
+    ((1, 16, 32), (2,), False, "int8", True),
+    ((1, 16, 32), (1,), False, "int8", False),
+    ((2, 3, 5, 7), (3,), True, "int8", False),
+    ((2, 3, 5, 7), (1, 2, 3), True, "int8", False),
+    ((2, 6, 5), (0,), True, "int8", False),
+    ((4, 9), (-1,), False, "uint8", False),
+    ((1, 8, 40), (-1,), True, "uint8", True),
+]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize(
+    "case",
+    MEAN_AXIS_CASES,
+    ids=lambda c: (
+        f"{c[3]}-{'x'.join(map(str, c[0]))}-axes{''.join(map(str, c[1]))}"
+        + ("-keep" if c[2] else "-drop")
+        + ("-same" if c[4] else "")
+    ),
+)
+def test_mean_over_adjacent_axes(dev: Device, runtime: str, case: tuple) -> None:
+    """MEAN over a layer norm's last axis, and over any run of adjacent axes: one DEPTHWISE_CONV2D."""
+    shape, axes, keep_dims, dtype, same = case
+    for seed in (1, 2):
+        model = g.mean_model(shape, axes, keep_dims, seed, dtype, same_quant=same)
+        assert_exact(dev, model, seed, runtime)
+
+
+def test_mean_over_axes_apart_stays_on_cpu() -> None:
+    graph = graph_from_tflite(g.mean_model((2, 3, 4, 5), (1, 3), True, 1))
+    support = check_support(graph, graph.nodes[0])
+    assert not support.ok and "adjacent" in support.reason
