@@ -2,6 +2,7 @@
 
     python -m bench.performance [--markdown docs/performance.md] [--out bench/results/performance]
     python -m bench.performance --quick        # a few invokes and jobs each: checks the run works
+    python -m bench.performance --plot-only bench/results/performance/summary.json   # the pictures again
 
 Runs, one after another and each in its own process (so one part's threads and caches do not
 colour the next), on the machine as it is:
@@ -19,6 +20,10 @@ figures, each target of docs/performance.md's table (bench.targets) that they ch
 missed, and the host's load average around every part (a figure measured beside other work is not
 comparable). ``--markdown`` replaces the block between this module's markers; ``--from-summary``
 renders a stored run's ``summary.json`` again, measuring nothing.
+
+Every run (and ``--from-summary``) also draws the pictures docs/performance.md shows into
+``--plots`` (default docs/img; ``--no-plots`` leaves them): :mod:`bench.plots`, from the summary
+alone. ``--plot-only JSON`` draws them from a stored summary.json and does nothing else.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from qemu_tests.harness import GUEST_OUT  # the guest's view of the results dire
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "performance"
+DEFAULT_PLOTS = ROOT / "docs" / "img"
 MARK_BEGIN = (
     "<!-- performance summary: begin (python -m bench.performance --markdown docs/performance.md) -->"
 )
@@ -182,6 +188,7 @@ def summarize(out: Path, parts: dict[str, dict[str, Any]], info: dict[str, Any])
             row |= {"min_us": rt["min_us"], "submit_p50_us": rt["submit_p50_us"]}
             if floor:
                 row |= {"floor_p50_us": floor["p50_us"], "floor_min_us": floor["min_us"]}
+                row |= {f"floor_{p}_us": floor[f"{p}_us"] for p in ("p90", "p99") if f"{p}_us" in floor}
                 row["over_floor"] = rt["p50_us"] / floor["p50_us"]
             summary["round_trip"].append(row)
             for r in d.get("throughput_by_cores", []):
@@ -324,9 +331,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--from-summary", type=Path, metavar="JSON", help="render this stored summary.json; measure nothing"
     )
+    p.add_argument(
+        "--plot-only",
+        type=Path,
+        metavar="JSON",
+        help="draw the pictures of this stored summary.json; nothing else",
+    )
+    p.add_argument(
+        "--plots", type=Path, default=DEFAULT_PLOTS, help=f"where the SVGs go (default {DEFAULT_PLOTS})"
+    )
+    p.add_argument("--no-plots", action="store_true", help="draw no pictures")
     args = p.parse_args(argv)
+    plots = None if args.no_plots else args.plots
+    if args.plot_only is not None:
+        return plot(json.loads(args.plot_only.read_text()), args.plots)
     if args.from_summary is not None:
-        return publish(json.loads(args.from_summary.read_text()), args.markdown)
+        return publish(json.loads(args.from_summary.read_text()), args.markdown, plots)
     sizes = QUICK if args.quick else FULL
     args.out.mkdir(parents=True, exist_ok=True)
     info = machine()
@@ -345,11 +365,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary["host"] = platform.node()
     summary["commit"] = commit
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
-    return publish(summary, args.markdown)
+    return publish(summary, args.markdown, plots)
 
 
-def publish(summary: dict[str, Any], markdown: Path | None) -> int:
-    """Print the summary, and write it into ``markdown``'s block when given."""
+def plot(summary: dict[str, Any], out: Path) -> int:
+    """Draw the summary's pictures (bench.plots) into ``out``."""
+    from bench.plots import write_plots
+
+    for path in write_plots(summary, out):
+        say(f"wrote {path}")
+    return 0
+
+
+def publish(summary: dict[str, Any], markdown: Path | None, plots: Path | None = None) -> int:
+    """Print the summary, write it into ``markdown``'s block and its pictures into ``plots`` when given."""
     text = render(summary)
     print(text)
     if markdown:
@@ -357,6 +386,8 @@ def publish(summary: dict[str, Any], markdown: Path | None) -> int:
             markdown.write_text(replace_block(markdown.read_text(), MARK_BEGIN, MARK_END, text))
         except ValueError as e:
             raise SystemExit(f"bench.performance: {markdown}: {e}") from None
+    if plots is not None:
+        plot(summary, plots)
     return 0
 
 

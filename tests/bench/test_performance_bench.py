@@ -24,7 +24,7 @@ def _write(out: Path) -> None:
         {"mode": "", "cores": 2, "clients": 2, "workload": "model invoke", "per_s": 40.0, "exact": True},
     ]
     (out / "guest_cores2").mkdir()
-    floor = {"p50_us": 100.0, "min_us": 10.0}
+    floor = {"p50_us": 100.0, "min_us": 10.0, "p99_us": 300.0}
     guest = {"round_trip": rt, "doorbell_floor": floor, "throughput_by_cores": cores}
     (out / "guest_cores2" / "bench.json").write_text(json.dumps(guest))
     shim_cores = [dict(c, mode="processes") for c in cores]
@@ -41,6 +41,7 @@ def test_summary_has_ratios_round_trip_over_floor_and_the_cores_table(tmp_path: 
     assert [(m["name"], m["ratio"]) for m in s["models"]] == [("mobilenet_v1", 2.0), ("unet", 12.0)]
     guest = next(r for r in s["round_trip"] if r["where"] == "guest_cores2")
     assert guest["over_floor"] == 4.0
+    assert guest["floor_p99_us"] == 300.0 and "floor_p90_us" not in guest  # what the part measured
     assert "floor_p50_us" not in next(r for r in s["round_trip"] if r["where"] == "shim")
     s |= {"when": "now", "command": "python -m bench.performance", "commit": "abc1234"}
     text = performance.render(s)
