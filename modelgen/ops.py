@@ -707,3 +707,45 @@ def arg_max_model(
     y = m.add_tensor("output", out_shape, output_type)
     m.add_op("ARG_MAX", [x, ax], [y], output_type=getattr(tflite.TensorType, output_type.upper()))
     return m.build([x], [y])
+
+
+def rsqrt_model(shape: Sequence[int], seed: int = 0) -> bytes:
+    """One int8 RSQRT whose input zero point is -128, so every input value is one TFLite accepts
+    (it refuses values below the zero point at run time)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    iq = Quant.tensor(random_scale(rng, 0.0005, 0.05), -128)
+    x = m.add_tensor("input", shape, "int8", iq)
+    # 1/sqrt over the input's range [scale, 255 * scale], spread over the output's 256 steps.
+    low = 1.0 / math.sqrt(255 * iq.scales[0])
+    oq = Quant.tensor(float(np.float32((1.0 / math.sqrt(iq.scales[0]) - low) / rng.uniform(120, 250))), -128)
+    y = m.add_tensor("output", shape, "int8", oq)
+    m.add_op("RSQRT", [x], [y])
+    return m.build([x], [y])
+
+
+def squared_difference_model(shape1: Sequence[int], shape2: Sequence[int], seed: int = 0) -> bytes:
+    """One int8 SQUARED_DIFFERENCE of two inputs (``shape2`` may broadcast against ``shape1``)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    q1 = activation_quant(rng, "int8", random_scale(rng, 0.005, 0.05))
+    q2 = activation_quant(rng, "int8", random_scale(rng, 0.005, 0.05))
+    big = max(q1.scales[0], q2.scales[0])
+    oq = Quant.tensor(float(np.float32(big * big * rng.uniform(30, 250))), -128)
+    out_shape = tuple(np.broadcast_shapes(tuple(shape1), tuple(shape2)))
+    a = m.add_tensor("input1", shape1, "int8", q1)
+    b = m.add_tensor("input2", shape2, "int8", q2)
+    y = m.add_tensor("output", out_shape, "int8", oq)
+    m.add_op("SQUARED_DIFFERENCE", [a, b], [y])
+    return m.build([a, b], [y])
+
+
+def neg_model(shape: Sequence[int], seed: int = 0) -> bytes:
+    """One int8 NEG (TFLite negates the stored value, whatever the quantization)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    q = activation_quant(rng, "int8", random_scale(rng))
+    x = m.add_tensor("input", shape, "int8", q)
+    y = m.add_tensor("output", shape, "int8", q)
+    m.add_op("NEG", [x], [y], version=1)
+    return m.build([x], [y])

@@ -1,6 +1,6 @@
 """Activations and requantizations of one 8-bit input as 256-entry lookup tables: one LUT instruction
 with the table of TFLite's reference kernel (RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, HARD_SWISH,
-LEAKY_RELU, QUANTIZE; DEQUANTIZE is checked here and stays on the CPU).
+LEAKY_RELU, QUANTIZE, int8 RSQRT and NEG; DEQUANTIZE is checked here and stays on the CPU).
 """
 
 from __future__ import annotations
@@ -68,6 +68,18 @@ def _lut_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
         real = float(x.quant.scale) / float(y.quant.scale)
         multiplier(real, "QUANTIZE")  # the same shift limits as every requantization
         return tables.requantize_table(*args, x.dtype, y.dtype)
+    if node.op == "NEG":
+        if x.dtype != "int8":
+            raise Unsupported(f"{x.dtype} NEG: TFLite negates int8 only")
+        # neg.cc negates the stored value, whatever the quantization, in int8 (-(-128) wraps to -128).
+        return (-np.arange(-128, 128) + 128) % 256 - 128
+    if node.op == "RSQRT":
+        if x.dtype != "int8":
+            raise Unsupported(f"{x.dtype} RSQRT: TFLite quantizes RSQRT for int8 only")
+        try:
+            return tables.rsqrt_table(*args)
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
     raise Unsupported(f"{node.op} has no lookup table")
 
 
@@ -112,5 +124,7 @@ PLANNERS: dict[str, Planner] = {
         "LEAKY_RELU",
         "QUANTIZE",
         "DEQUANTIZE",
+        "RSQRT",
+        "NEG",
     )
 }

@@ -1,4 +1,5 @@
-"""MAXIMUM, MINIMUM and PRELU of 8-bit tensors: one LUT2 (a table of every pair of input bytes).
+"""MAXIMUM, MINIMUM, PRELU and SQUARED_DIFFERENCE of 8-bit tensors: one LUT2 (a table of every pair
+of input bytes).
 
 The output of each is a function of the two stored input values alone, so TFLite's reference
 arithmetic is evaluated at compile time for all 65536 pairs and the instruction looks it up, with
@@ -11,7 +12,11 @@ the operands broadcast by zero strides as for ADD:
   ``MultiplyByQuantizedMultiplier(v * (alpha - zp_alpha), M2, s2)`` otherwise, plus the output zero
   point, saturated; ``M1, s1`` from ``s_x / s_out`` and ``M2, s2`` from ``s_x * s_alpha / s_out``, both
   computed in float as PreluPrepare does. Any alpha shape that broadcasts (per channel, per position,
-  one value) is the same table.
+  one value) is the same table;
+* SQUARED_DIFFERENCE (int8, squared_difference.cc): both inputs shifted left 7 and rescaled to
+  twice the larger input scale (QuantizeMultiplierSmallerThanOneExp, as ADD), the difference
+  squared in int32, then rescaled by ``(2 max(s1, s2))^2 / (2^14 s_out)`` and the output zero point
+  added, clamped to int8.
 """
 
 from __future__ import annotations
@@ -72,6 +77,34 @@ def prelu_table(x: TensorInfo, alpha: TensorInfo, y: TensorInfo, what: str = "PR
     return np.clip(table, lo, hi)
 
 
+SQUARED_DIFFERENCE_LEFT_SHIFT = 7
+
+
+def squared_difference_table(a: TensorInfo, b: TensorInfo, y: TensorInfo) -> np.ndarray:
+    """[256, 256] of TFLite's int8 SQUARED_DIFFERENCE for (input1 byte, input2 byte)."""
+    assert a.quant and b.quant and y.quant
+    s1, s2, so = a.quant.scale, b.quant.scale, y.quant.scale
+    twice = 2.0 * float(max(np.float32(s1), np.float32(s2)))
+    shift = SQUARED_DIFFERENCE_LEFT_SHIFT
+    try:
+        m1, sh1 = q.quantize_multiplier_smaller_than_one_exp(float(s1) / twice)
+        m2, sh2 = q.quantize_multiplier_smaller_than_one_exp(float(s2) / twice)
+        mo, sho = q.quantize_multiplier_smaller_than_one_exp(
+            (twice * twice) / float(np.float32((1 << 2 * shift) * np.float32(so)))
+        )
+    except ValueError as e:
+        raise Unsupported(f"SQUARED_DIFFERENCE rescaling: {e}") from None
+    if not all(q.shift_ok(s) for s in (sh1, sh2, sho)):
+        raise Unsupported("SQUARED_DIFFERENCE shifts outside [-31, 30]")
+    v = byte_values("int8").astype(np.int64)
+    # MultiplyByQuantizedMultiplierSmallerThanOneExp is MBQM with a shift <= 0.
+    x1 = q.multiply_by_quantized_multiplier((v - a.quant.zero_point) << shift, m1, sh1)
+    x2 = q.multiply_by_quantized_multiplier((v - b.quant.zero_point) << shift, m2, sh2)
+    diff = x1[:, None] - x2[None, :]
+    out = q.multiply_by_quantized_multiplier(diff * diff, mo, sho) + y.quant.zero_point
+    return np.clip(out, -128, 127)
+
+
 def plan_binary_table(graph: Graph, node: OpNode) -> OpPlan:
     if len(node.inputs) != 2:
         raise Unsupported(f"{node.op} with {len(node.inputs)} inputs")
@@ -83,6 +116,11 @@ def plan_binary_table(graph: Graph, node: OpNode) -> OpPlan:
         if x.shape != y.shape:
             raise Unsupported(f"input {list(x.shape)} and output {list(y.shape)} differ")
         table = prelu_table(x, b, y)
+    elif node.op == "SQUARED_DIFFERENCE":
+        a = elementwise_operand(graph, node.inputs[0], "input1", "int8")
+        b = elementwise_operand(graph, node.inputs[1], "input2", "int8")
+        y = activation(graph, node.outputs[0], "output", "int8")
+        table = squared_difference_table(a, b, y)
     else:
         y = activation(graph, node.outputs[0], "output")
         a = elementwise_operand(graph, node.inputs[0], "input1", y.dtype)
@@ -110,4 +148,5 @@ PLANNERS: dict[str, Planner] = {
     "MAXIMUM": plan_binary_table,
     "MINIMUM": plan_binary_table,
     "PRELU": plan_binary_table,
+    "SQUARED_DIFFERENCE": plan_binary_table,
 }

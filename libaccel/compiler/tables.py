@@ -14,7 +14,9 @@ kernel's own arithmetic:
   multipliers of ``HardSwishPrepare``);
 * QUANTIZE (8-bit to 8-bit): ``Requantize``, one MultiplyByQuantizedMultiplier;
 * LEAKY_RELU: ``reference_ops::QuantizeLeakyRelu`` (two multipliers by the input's sign);
-* uint8 CONCATENATION of differently quantized inputs: ``ConcatenationWithScaling`` (float32).
+* uint8 CONCATENATION of differently quantized inputs: ``ConcatenationWithScaling`` (float32);
+* int8 RSQRT: ``RsqrtEvalQuantized`` (elementwise.cc), gemmlowp's Newton-Raphson inverse square
+  root (``GetInvSqrtQuantizedMultiplierExp``) and two MultiplyByQuantizedMultiplier.
 
 Checked against both TFLite runtimes' BUILTIN_REF on all 256 inputs in
 tests/compiler/test_tables.py.
@@ -29,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from libaccel.compiler import quant as q
+from uapi import fixed_point as fp
 
 _f32 = np.float32
 I16_MIN, I16_MAX = -(2**15), 2**15 - 1
@@ -233,3 +236,68 @@ def mean_multiplier(m: int, shift: int, count: int) -> tuple[int, int]:
     """
     k = min(count.bit_length() - 1, 32, 31 + shift)
     return int((m << k) // count), shift - k
+
+
+# --- RSQRT: gemmlowp's fixed-point inverse square root ----------------------------------------
+def _sat_shift32(raw: int, exponent: int) -> int:
+    """gemmlowp's SaturatingRoundingMultiplyByPOT<exponent> for exponent > 0: a saturating left shift."""
+    return min(max(raw << exponent, q.INT32_MIN), q.INT32_MAX)
+
+
+def inv_sqrt_multiplier_exp(value: int) -> tuple[int, int]:
+    """TFLite's ``GetInvSqrtQuantizedMultiplierExp(value, kReverseShift)``: (multiplier, left shift)
+    with 1/sqrt(value) = multiplier * 2^(shift - 31), by gemmlowp's Newton-Raphson iteration in
+    FixedPoint<int32, 3> (five steps from x = 1), as TFLite computes it."""
+    if value <= 1:
+        return q.INT32_MAX, 0
+    shift = 11
+    while value >= 1 << 29:
+        value //= 4
+        shift += 1
+    clz = 32 - value.bit_length()
+    pairs = (clz - 1) // 2 - 1
+    shift -= pairs
+    value <<= 2 * pairs
+    f3_input = value >> 1  # FixedPoint<int32, 3>
+    half_input = fp.rounding_divide_by_pot_int(f3_input, 1)
+    half_three = (1 << 28) + (1 << 27)
+    x = 1 << 28  # F3::One()
+    for _ in range(5):
+        x3 = _sat_shift32(fp.srdhm(fp.srdhm(x, x), x), 6)  # F9 -> Rescale<3>
+        x = _sat_shift32(fp.wrap32(fp.srdhm(half_three, x) - fp.srdhm(half_input, x3)), 3)  # F6 -> Rescale<3>
+    x = fp.srdhm(x, 1518500250)  # * sqrt(2) / 2 in FixedPoint<int32, 0>
+    if shift < 0:
+        x = fp.wrap32(x << -shift)
+        shift = 0
+    return x, -shift
+
+
+def rsqrt_multiplier(in_scale: float, out_scale: float) -> tuple[int, int]:
+    """SetRsqrtOutputMultiplier: QuantizeMultiplier(1. / (sqrtf(s_in) * s_out)), the product in float."""
+    return q.quantize_multiplier(1.0 / float(_f32(np.sqrt(_f32(in_scale))) * _f32(out_scale)))
+
+
+def rsqrt_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> np.ndarray:
+    """int8 RSQRT: ``RsqrtEvalQuantized``. With v = x - zp: 127 for v == 0, else
+    ``MBQM(MBQM(1, m_v, s_v + 20), M, shift - 20) + out_zp`` clamped, where (m_v, s_v) is
+    :func:`inv_sqrt_multiplier_exp` of v and (M, shift) :func:`rsqrt_multiplier`. TFLite refuses an
+    input below the zero point at run time ("Rsqrt is only defined for positive values"); the table
+    holds 127 there.
+
+    Raises ValueError where TFLite's rounding shift would leave [0, 31] (undefined in its C++).
+    """
+    m, shift = rsqrt_multiplier(in_scale, out_scale)
+    k_shift = 20
+    if not q.shift_ok(shift - k_shift):
+        raise ValueError(f"RSQRT output shift {shift - k_shift} outside [-31, 30]")
+    out = np.empty(256, dtype=np.int32)
+    for i, v in enumerate(input_values("int8")):
+        value = v - in_zp
+        if value <= 0:
+            out[i] = 127
+            continue
+        inv_m, inv_s = inv_sqrt_multiplier_exp(value)
+        data = fp.multiply_by_quantized_multiplier_int(1, inv_m, inv_s + k_shift)
+        res = fp.multiply_by_quantized_multiplier_int(data, m, shift - k_shift) + out_zp
+        out[i] = min(max(res, -128), 127)
+    return out

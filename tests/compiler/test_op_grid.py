@@ -9,11 +9,13 @@ per-channel int8, uint8, every fused activation.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import modelgen as g
 from libaccel import Device
-from libaccel.compiler import check_support, graph_from_tflite
+from libaccel.compiler import check_support, graph_from_tflite, tables
+from libaccel.compiler.binary_tables import squared_difference_table
 from tests.compiler.helpers import assert_exact
 
 
@@ -242,3 +244,71 @@ def test_mean_over_axes_apart_stays_on_cpu() -> None:
     graph = graph_from_tflite(g.mean_model((2, 3, 4, 5), (1, 3), True, 1))
     support = check_support(graph, graph.nodes[0])
     assert not support.ok and "adjacent" in support.reason
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("shape", [(1, 16, 1), (1, 7, 9, 5), (3, 256)], ids=str)
+def test_rsqrt(dev: Device, runtime: str, shape: tuple) -> None:
+    """int8 RSQRT: one LUT with RsqrtEvalQuantized's table (gemmlowp's Newton-Raphson inverse root)."""
+    for seed in (1, 2, 3):
+        assert_exact(dev, g.rsqrt_model(shape, seed), seed, runtime)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_rsqrt_table_on_every_input(runtime: str) -> None:
+    """The table equals the reference kernel on all 256 input values, for many scale pairs."""
+    every = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    for seed in range(16):
+        model = g.rsqrt_model((1, 256), seed)
+        graph = graph_from_tflite(model)
+        x, y = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+        assert x.quant and y.quant
+        table = tables.rsqrt_table(x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point)
+        ref = g.run_reference(model, [every], runtime)[0].reshape(256)
+        np.testing.assert_array_equal(table, ref, err_msg=f"seed {seed}")
+        assert np.unique(ref).size > 16
+
+
+def test_rsqrt_of_uint8_stays_on_cpu() -> None:
+    m = g.ModelBuilder()
+    x = m.add_tensor("input", (1, 8), "uint8", g.Quant.tensor(0.1, 0))
+    y = m.add_tensor("output", (1, 8), "uint8", g.Quant.tensor(0.1, 0))
+    m.add_op("RSQRT", [x], [y])
+    graph = graph_from_tflite(m.build([x], [y]))
+    support = check_support(graph, graph.nodes[0])
+    assert not support.ok and "int8 only" in support.reason
+
+
+# (shape1, shape2): a layer norm's [tokens, features] against its per-token mean, and others.
+SQUARED_DIFFERENCE_CASES = [
+    ((1, 16, 32), (1, 16, 1)),
+    ((1, 16, 32), (1, 16, 32)),
+    ((2, 5, 6, 8), (8,)),
+    ((4, 1, 3), (1, 6, 3)),
+]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize(
+    "shapes", SQUARED_DIFFERENCE_CASES, ids=lambda c: "-".join("x".join(map(str, s)) for s in c)
+)
+def test_squared_difference(dev: Device, runtime: str, shapes: tuple) -> None:
+    """int8 SQUARED_DIFFERENCE: one LUT2 with the table of every pair of input bytes."""
+    for seed in (1, 2):
+        assert_exact(dev, g.squared_difference_model(*shapes, seed), seed, runtime)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_squared_difference_table_on_every_pair(runtime: str) -> None:
+    values = np.arange(-128, 128, dtype=np.int8)
+    for seed in range(6):
+        model = g.squared_difference_model((256, 1), (1, 256), seed)
+        graph = graph_from_tflite(model)
+        a, b, y = (graph.tensors[i] for i in (*graph.inputs, *graph.outputs))
+        ref = g.run_reference(model, [values.reshape(256, 1), values.reshape(1, 256)], runtime)[0]
+        np.testing.assert_array_equal(squared_difference_table(a, b, y), ref, err_msg=f"seed {seed}")
+
+
+def test_neg(dev: Device) -> None:
+    """int8 NEG negates the stored byte (LiteRT; tflite_runtime 2.14 has no int8 NEG at all)."""
+    assert_exact(dev, g.neg_model((1, 9, 7, 8), 3), 3, "ai_edge_litert")
