@@ -4,18 +4,24 @@ ONNX models go through :func:`libaccel.compiler.onnx_frontend.graph_from_onnx` i
 IR; every run of consecutive nodes the compiler supports becomes one NPU partition (one job), and
 the other nodes run on the CPU in onnxruntime, in ONNX's layout (their inputs are transposed back
 from the IR's NHWC at the boundary, their outputs forward). TFLite models run through the delegate
-(``libteflon.so`` in LiteRT on BUILTIN_REF, the delegate's placement report).
+as an application runs them: :func:`run_tflite` loads ``libteflon.so`` into a TFLite runtime
+(``ai_edge_litert`` or ``tflite_runtime``) on BUILTIN_REF, and the delegate's placement report comes
+back through its ``placement_file`` option. This is the one TFLite runner: ``accel run`` and
+``python -m delegate_teflon.run`` both call it, and the helpers around it (:func:`make_interpreter`,
+:func:`invoke`, :func:`differing_bytes`) serve the benches and tests that drive a runtime directly.
 
 The result carries the outputs, the placement (which node ran where and why), and the times.
-``reference_outputs`` runs the same model in its reference runtime (onnxruntime, one thread; the
-QDQ form with onnxruntime's QDQ fusion, ORT_ENABLE_EXTENDED, the QOperator form with all graph
-optimizations off), for ``accel run --compare``.
+``reference_outputs`` runs the same model in its reference runtime (TFLite's BUILTIN_REF kernels
+without the delegate; onnxruntime, one thread: the QDQ form with onnxruntime's QDQ fusion,
+ORT_ENABLE_EXTENDED, the QOperator form with all graph optimizations off), for ``accel run
+--compare``.
 """
 
 from __future__ import annotations
 
+import importlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +32,22 @@ from libaccel.compiler import onnx_frontend as fe
 from libaccel.compiler.onnx_frontend import OnnxModelError
 from libaccel.inputs import random_arrays
 
-__all__ = ["ModelResult", "OnnxModelError", "Placement", "load_onnx", "reference_outputs", "run_model"]
+__all__ = [
+    "RUNTIMES",
+    "ModelResult",
+    "OnnxModelError",
+    "Placement",
+    "differing_bytes",
+    "invoke",
+    "load_onnx",
+    "make_interpreter",
+    "reference_outputs",
+    "run_model",
+    "run_tflite",
+    "runtime_module",
+]
+
+RUNTIMES = ("tflite_runtime", "ai_edge_litert")  # the TFLite runtimes libteflon.so loads into
 
 
 @dataclass(frozen=True)
@@ -51,6 +72,8 @@ class ModelResult:
     invoke_ms: float
     form: str = ""
     notes: list[str] = field(default_factory=list)
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)  # what the model ran on
+    runs_ms: list[float] = field(default_factory=list)  # timed invokes after the first (run_tflite's runs)
 
     def report(self) -> str:
         """The placement report, in the delegate's format: a summary line, then one line per node."""
@@ -202,11 +225,7 @@ def input_specs(
 ) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
     """(name, dtype, shape) of each model input, in the file's layout (a path, or a read ONNX graph)."""
     if isinstance(model, (str, Path)) and str(model).endswith(".tflite"):
-        interp = _tflite_interpreter(Path(model).read_bytes(), [])
-        return [
-            (d["name"], np.dtype(d["dtype"]), tuple(int(s) for s in d["shape"]))
-            for d in interp.get_input_details()
-        ]
+        return _tflite_specs(make_interpreter(runtime_module(), Path(model).read_bytes()))
     og = model if isinstance(model, fe.OnnxGraph) else fe.graph_from_onnx(model, shapes)
     out = []
     for index in og.graph.inputs:
@@ -222,46 +241,117 @@ def random_inputs(specs: list[tuple[str, np.dtype, tuple[int, ...]]], seed: int 
     return {name: a for (name, _, _), a in zip(specs, arrays, strict=True)}
 
 
-def _tflite_interpreter(model: bytes, delegates: list[Any]) -> Any:
-    from ai_edge_litert import interpreter as lite
+def runtime_module(runtime: str = "ai_edge_litert") -> Any:
+    """The ``interpreter`` module of a TFLite runtime (:data:`RUNTIMES`)."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"unknown TFLite runtime {runtime!r} (one of {', '.join(RUNTIMES)})")
+    return importlib.import_module(f"{runtime}.interpreter")
 
-    interp = lite.Interpreter(
+
+def make_interpreter(
+    mod: Any, model: bytes, delegates: Sequence[Any] = (), threads: int | None = None
+) -> Any:
+    """An allocated interpreter of runtime module ``mod`` on BUILTIN_REF (TFLite's reference kernels:
+    the CPU nodes of a delegated model, and the whole model without ``delegates``)."""
+    interp = mod.Interpreter(
         model_content=model,
-        experimental_delegates=delegates or None,
-        experimental_op_resolver_type=lite.OpResolverType.BUILTIN_REF,
+        experimental_delegates=list(delegates) or None,
+        experimental_op_resolver_type=mod.OpResolverType.BUILTIN_REF,
+        num_threads=threads,
     )
     interp.allocate_tensors()
     return interp
 
 
-def _run_tflite(path: Path, inputs: Mapping[str, np.ndarray], device: str) -> ModelResult:
-    """The model in LiteRT with libteflon.so, as an application runs it; the placement comes back
-    through the delegate's ``placement_file`` option (docs/delegate.md)."""
+def invoke(interp: Any, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Set the inputs (in the interpreter's order, or by name), invoke, and copy the outputs out."""
+    details = interp.get_input_details()
+    values = [inputs[d["name"]] for d in details] if isinstance(inputs, Mapping) else inputs
+    for detail, value in zip(details, values, strict=True):
+        interp.set_tensor(detail["index"], value)
+    interp.invoke()
+    return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
+
+
+def _named_outputs(interp: Any, outputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    return {d["name"]: v for d, v in zip(interp.get_output_details(), outputs, strict=True)}
+
+
+def _tflite_specs(interp: Any) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
+    return [
+        (d["name"], np.dtype(d["dtype"]), tuple(int(s) for s in d["shape"]))
+        for d in interp.get_input_details()
+    ]
+
+
+def differing_bytes(
+    got: Sequence[np.ndarray] | Mapping[str, np.ndarray],
+    want: Sequence[np.ndarray] | Mapping[str, np.ndarray],
+) -> int:
+    """The bytes in which two models' outputs differ (by position, or by name when ``want`` is a
+    mapping); -1 when a shape or type differs."""
+    if isinstance(want, Mapping):
+        got = [got[name] for name in want]  # type: ignore[call-overload]
+        want = list(want.values())
+    total = 0
+    for g, w in zip(got, want, strict=True):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return -1
+        total += int(np.count_nonzero(g.view(np.uint8) != w.view(np.uint8)))
+    return total
+
+
+def run_tflite(
+    model: bytes,
+    inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray] | None = None,
+    device: str = "shim",
+    runtime: str = "ai_edge_litert",
+    options: Mapping[str, str] | None = None,
+    runs: int = 0,
+    seed: int = 0,
+) -> ModelResult:
+    """A .tflite model's bytes through libteflon.so in ``runtime``, as an application runs it.
+
+    ``options`` are more delegate options (``log_level`` defaults to quiet; with ``placement_file``
+    the report stays there, else it goes to a temporary file); ``inputs`` by name or in the model's
+    order (None: :func:`random_inputs` of ``seed``). ``compile_ms`` is the delegate's load and the
+    interpreter's creation (its prepare: placement, compile, upload), ``invoke_ms`` the first
+    invoke, ``runs_ms`` ``runs`` more. Raises :class:`libaccel.compiler.ModelError` for a damaged
+    model (before the runtime reads it) and ValueError for an option the delegate refuses.
+    """
     import json
     import tempfile
 
-    from ai_edge_litert import interpreter as lite
-
     from delegate_teflon import library_path
+    from libaccel.compiler.tflite_check import check_tflite
 
-    model = path.read_bytes()
+    check_tflite(model)  # tflite_runtime 2.14 does not verify the flatbuffer
+    mod = runtime_module(runtime)
     with tempfile.TemporaryDirectory(prefix="vnpu-run-") as tmp:
-        report = Path(tmp) / "placement.json"
-        options = {"device": device, "log_level": "quiet", "placement_file": str(report)}
+        opts = {"device": device, "log_level": "quiet", "placement_file": str(Path(tmp) / "placement.json")}
+        opts |= dict(options or {})
+        report = Path(opts["placement_file"])
         t0 = time.perf_counter()
-        delegate = lite.load_delegate(library_path(), options)
-        interp = _tflite_interpreter(model, [delegate])
+        delegate = mod.load_delegate(library_path(), opts)
+        interp = make_interpreter(mod, model, [delegate])
         compile_ms = 1000 * (time.perf_counter() - t0)
         nodes = json.loads(report.read_text())["nodes"] if report.exists() else []
-    for d in interp.get_input_details():
-        interp.set_tensor(d["index"], inputs[d["name"]])
+    if inputs is None:
+        inputs = random_inputs(_tflite_specs(interp), seed)
+    elif not isinstance(inputs, Mapping):
+        inputs = {name: v for (name, _, _), v in zip(_tflite_specs(interp), inputs, strict=True)}
     t0 = time.perf_counter()
-    interp.invoke()
+    outputs = invoke(interp, inputs)
     invoke_ms = 1000 * (time.perf_counter() - t0)
-    outputs = {d["name"]: interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()}
+    times = []
+    for _ in range(max(0, runs)):
+        t0 = time.perf_counter()
+        invoke(interp, inputs)
+        times.append(1000 * (time.perf_counter() - t0))
     placement, partitions = _tflite_placement(nodes)
-    return ModelResult(outputs, placement, partitions, compile_ms, 0.0, invoke_ms, "tflite",
-                       ["compile covers the delegate's prepare (compile and load)"])  # fmt: skip
+    return ModelResult(_named_outputs(interp, outputs), placement, partitions, compile_ms, 0.0, invoke_ms,
+                       "tflite", ["compile covers the delegate's prepare (compile and load)"], dict(inputs),
+                       times)  # fmt: skip
 
 
 def _tflite_placement(nodes: list[dict[str, Any]]) -> tuple[list[Placement], int]:
@@ -293,9 +383,7 @@ def run_model(
     """
     path = Path(path)
     if path.suffix == ".tflite":
-        if inputs is None:
-            inputs = random_inputs(input_specs(path), seed)
-        return _run_tflite(path, inputs, device)
+        return run_tflite(path.read_bytes(), inputs, device, seed=seed)
     from libaccel import Device
 
     og = graph if graph is not None else fe.graph_from_onnx(path, shapes)
@@ -319,11 +407,8 @@ def reference_outputs(
     """The model's outputs in its reference runtime (see the module docstring)."""
     path = Path(path)
     if path.suffix == ".tflite":
-        interp = _tflite_interpreter(path.read_bytes(), [])
-        for d in interp.get_input_details():
-            interp.set_tensor(d["index"], inputs[d["name"]])
-        interp.invoke()
-        return {d["name"]: interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()}
+        interp = make_interpreter(runtime_module(), path.read_bytes())
+        return _named_outputs(interp, invoke(interp, inputs))
     import onnx
 
     model = onnx.ModelProto()

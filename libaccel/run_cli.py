@@ -5,7 +5,9 @@
 
 Prints the placement (which node ran on the NPU, in which partition, which stayed on the CPU and
 why), the compile, load and invoke times, and with ``--compare`` the differing bytes against the
-model's reference runtime (onnxruntime, or TFLite's BUILTIN_REF). ``--output`` saves the model's
+model's reference runtime (onnxruntime, or TFLite's BUILTIN_REF). The running is
+:mod:`libaccel.model`'s (a .tflite file through :func:`libaccel.model.run_tflite`, the runner
+``python -m delegate_teflon.run`` uses too). ``--output`` saves the model's
 (first) output as .npy: float32 when the model's output is float (its DequantizeLinear ran), else
 the quantized values. Exit status: 0, 1 when ``--compare`` finds differing bytes, 2 for a bad model
 or argument (one line on stderr naming the node and the reason).
@@ -56,16 +58,6 @@ def add_run_command(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _differing_bytes(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> int:
-    total = 0
-    for name, w in want.items():
-        g = got[name]
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return -1
-        total += int(np.count_nonzero(g.view(np.uint8) != w.view(np.uint8)))
-    return total
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     # Before onnxruntime loads: its telemetry warns on stderr where it cannot store a device id (a
     # read-only home, as in the QEMU guest), which would break the one-line errors.
@@ -97,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = lm.run_model(args.model, inputs, device=args.device, shapes=shapes, graph=graph)
         diff = None
         if args.compare:
-            diff = _differing_bytes(result.outputs, lm.reference_outputs(args.model, inputs, shapes))
+            diff = lm.differing_bytes(result.outputs, lm.reference_outputs(args.model, inputs, shapes))
     except (ValueError, OSError) as e:  # OnnxModelError is a ValueError: one line names node and reason
         print(f"accel run: {e}", file=sys.stderr)
         return 2
