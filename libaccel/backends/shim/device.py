@@ -196,6 +196,7 @@ class ShimDevice:
         self.pt_pages = PageAllocator(self.memory, PT_BASE, PT_LIMIT)
         self.data = ExtentAllocator(DATA_BASE, RAM_SIZE)
         self.lock = threading.RLock()
+        self._control_lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self._irqs: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._job_timeout_ms = job_timeout_ms or int(
@@ -241,7 +242,9 @@ class ShimDevice:
         for t in self._threads:
             t.start()
         try:
-            self._boot(firmware or Path(os.environ.get(ENV_FIRMWARE, FIRMWARE_PATH)))
+            with self.lock:  # the interrupt thread's autosuspend waits for the boot
+                self._boot(firmware or Path(os.environ.get(ENV_FIRMWARE, FIRMWARE_PATH)))
+                self.idle_since_ns = _now()
         except BaseException:
             self.close()
             raise
@@ -339,18 +342,19 @@ class ShimDevice:
     # --- control commands --------------------------------------------------------
     def control(self, cmd: int, arg0: int = 0, arg1: int = 0) -> int:
         """Run a control command (BOOT, RESET); its status. Polls CMD_ACK: the IRQ thread may call this."""
-        seq = (self.r32(hw.REG_CMD_SEQ) + 1) & 0xFFFFFFFF
-        self.w64(hw.REG_CMD_ARG0, arg0)
-        self.w64(hw.REG_CMD_ARG1, arg1)
-        self.w32(hw.REG_CMD, cmd)
-        self.w32(hw.REG_CMD_SEQ, seq)
-        self.ring(hw.VEC_CONTROL)
-        deadline = time.monotonic() + CONTROL_TIMEOUT_S
-        while self.r32(hw.REG_CMD_ACK) != seq:
-            if time.monotonic() > deadline:
-                raise Errno(errno.EIO, f"the device did not acknowledge control command {cmd}")
-            time.sleep(0.0005)
-        return struct.unpack_from("<i", self.bar2, hw.REG_CMD_STATUS)[0]
+        with self._control_lock:  # one command at a time, as vnpu.ko's ctrl_lock
+            seq = (self.r32(hw.REG_CMD_SEQ) + 1) & 0xFFFFFFFF
+            self.w64(hw.REG_CMD_ARG0, arg0)
+            self.w64(hw.REG_CMD_ARG1, arg1)
+            self.w32(hw.REG_CMD, cmd)
+            self.w32(hw.REG_CMD_SEQ, seq)
+            self.ring(hw.VEC_CONTROL)
+            deadline = time.monotonic() + CONTROL_TIMEOUT_S
+            while self.r32(hw.REG_CMD_ACK) != seq:
+                if time.monotonic() > deadline:
+                    raise Errno(errno.EIO, f"the device did not acknowledge control command {cmd}")
+                time.sleep(0.0005)
+            return struct.unpack_from("<i", self.bar2, hw.REG_CMD_STATUS)[0]
 
     def _boot(self, firmware: Path) -> None:
         if self.r32(hw.REG_MAGIC) != hw.MAGIC:
