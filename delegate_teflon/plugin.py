@@ -33,7 +33,9 @@ from delegate_teflon.context_reader import K_TFLITE_DYNAMIC, KNOWN_OPS, dynamic_
 from delegate_teflon.options import DelegateOptions, OptionError, parse_options
 from delegate_teflon.placement import Placement, format_report, place, write_placement
 from delegate_teflon.runtime_abi import RuntimeLayout, identify
+from libaccel.compiler import float_chain
 from libaccel.compiler.graph import Graph, OpNode
+from libaccel.compiler.plan_common import Unsupported
 from libaccel.compiler.reference import annotate_reference
 from libaccel.compiler.shape_folding import fold_shapes, is_folded
 from vnpu_common import probe
@@ -242,7 +244,8 @@ def _plan_delegation(state: DelegateState, context: Any) -> tuple[PreparedGraph,
                 return False, f"tensor {t} ({g.tensors[t].name}) has a shape known only at run time"
         return checks.check(g, node)
 
-    placements = _keep_shape_values_inside(graph, place(graph, state.options, check))
+    placements = _keep_chains_whole(graph, place(graph, state.options, check))
+    placements = _keep_shape_values_inside(graph, placements)
     checks.save()
     _last_prepare = PrepareRecord(graph if keep_last_graph else None, layout, placements)
     state.log("verbose", f"vnpu delegate: runtime {layout.describe()}")
@@ -285,6 +288,27 @@ def _plan_delegation(state: DelegateState, context: Any) -> tuple[PreparedGraph,
             "NPU; the whole model runs on the CPU (log_level=verbose says why)",
         )
     return prepared, npu
+
+
+def _keep_chains_whole(graph: Graph, placements: list[Placement]) -> list[Placement]:
+    """A DEQUANTIZE -> float ops -> QUANTIZE chain goes to the NPU whole or not at all.
+
+    The NPU runs such a chain as one table and never stores its float values, so none of them can
+    cross a partition's edge; a chain with a node on the CPU (an op list, a failed check) stays there.
+    """
+    npu = {p.node for p in placements if p.npu}
+    off: dict[int, str] = {}
+    for n in graph.nodes:
+        if n.index not in npu or not float_chain.is_float_node(graph, n):
+            continue
+        try:
+            chain = [c.index for c in float_chain.chain_nodes(graph, n)]
+        except Unsupported:
+            continue
+        cpu = [i for i in chain if i not in npu]
+        if cpu:
+            off[n.index] = f"its DEQUANTIZE -> QUANTIZE chain has node(s) {cpu} on the CPU"
+    return [dataclasses.replace(p, npu=False, reason=off[p.node]) if p.node in off else p for p in placements]
 
 
 def _keep_shape_values_inside(graph: Graph, placements: list[Placement]) -> list[Placement]:

@@ -749,3 +749,40 @@ def neg_model(shape: Sequence[int], seed: int = 0) -> bytes:
     y = m.add_tensor("output", shape, "int8", q)
     m.add_op("NEG", [x], [y], version=1)
     return m.build([x], [y])
+
+
+def float_chain_model(
+    shape: Sequence[int],
+    float_ops: Sequence[str] = ("NEG",),
+    seed: int = 0,
+    in_dtype: str = "int8",
+    out_dtype: str = "int8",
+    around: bool = False,
+) -> bytes:
+    """8-bit -> DEQUANTIZE -> ``float_ops`` (float32, one input each) -> QUANTIZE -> 8-bit, as the
+    converter leaves a LayerNormalization's ``-mean``; with ``around``, an int8 MUL of the input by
+    itself before and one after, so the chain sits inside an 8-bit graph."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    iq = activation_quant(rng, in_dtype, random_scale(rng, 0.005, 0.1))
+    x = m.add_tensor("input", shape, in_dtype, iq)
+    first = x
+    if around:
+        sq = activation_quant(rng, in_dtype, float(np.float32(iq.scales[0] ** 2 * 128)))
+        first = m.add_tensor("squared", shape, in_dtype, sq)
+        m.add_op("MUL", [x, x], [first], fused_activation_function="NONE")
+        iq = sq
+    prev = m.add_tensor("dequantized", shape, "float32")
+    m.add_op("DEQUANTIZE", [first], [prev])
+    for i, op in enumerate(float_ops):
+        out = m.add_tensor(f"{op.lower()}{i}", shape, "float32")
+        m.add_op(op, [prev], [out])
+        prev = out
+    oq = activation_quant(rng, out_dtype, iq.scales[0] * rng.uniform(0.5, 1.5))
+    y = m.add_tensor("output", shape, out_dtype, oq)
+    m.add_op("QUANTIZE", [prev], [y])
+    if around:
+        z = m.add_tensor("after", shape, out_dtype, activation_quant(rng, out_dtype, oq.scales[0] * 0.7))
+        m.add_op("MUL", [y, x], [z], fused_activation_function="NONE")
+        y = z
+    return m.build([x], [y])

@@ -1,24 +1,23 @@
 """Activations and requantizations of one 8-bit input as 256-entry lookup tables: one LUT instruction
 with the table of TFLite's reference kernel (RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, HARD_SWISH,
-LEAKY_RELU, QUANTIZE, int8 RSQRT and NEG; DEQUANTIZE is checked here and stays on the CPU).
+LEAKY_RELU, QUANTIZE, int8 RSQRT and NEG), and the float ops of a DEQUANTIZE -> QUANTIZE chain
+(:mod:`.float_chain`), whose QUANTIZE is one LUT too.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from libaccel.compiler import float_chain, tables
 from libaccel.compiler import quant as q
-from libaccel.compiler import tables
 from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
 from libaccel.compiler.plan_common import (
-    BYTE_TYPES,
     OpPlan,
     Planner,
     Unsupported,
     activation,
     multiplier,
-    tensor,
     to4d,
 )
 
@@ -85,14 +84,17 @@ def _lut_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
 
 def _plan_lut(graph: Graph, node: OpNode) -> OpPlan:
     """Any elementwise op of one 8-bit input: one LUT instruction with TFLite's table."""
-    if node.op in ("QUANTIZE", "DEQUANTIZE"):
-        # The NPU computes no float: float <-> int8 conversions at a model's edges stay on the CPU.
-        x0, y0 = tensor(graph, node.inputs[0], "input"), tensor(graph, node.outputs[0], "output")
-        if x0.dtype not in BYTE_TYPES or y0.dtype not in BYTE_TYPES:
+    if float_chain.is_float_node(graph, node):
+        # The NPU computes no float: a float value can only live inside a DEQUANTIZE -> float ops ->
+        # QUANTIZE chain, which runs as one table; float edges of a model stay on the CPU.
+        try:
+            return float_chain.plan_float_chain(graph, node)
+        except Unsupported as e:
+            dtypes = " -> ".join(graph.tensors[t].dtype for t in (node.inputs[0], node.outputs[0]))
             raise Unsupported(
-                f"{node.op} {x0.dtype} -> {y0.dtype} converts to or from float; the NPU has no float "
-                "arithmetic (only 8-bit -> 8-bit requantization runs on the NPU)"
-            )
+                f"{node.op} {dtypes} on float values; the NPU has no float arithmetic and runs them only "
+                f"inside a DEQUANTIZE -> QUANTIZE chain ({e})"
+            ) from None
     x = activation(graph, node.inputs[0], "input")
     y = activation(graph, node.outputs[0], "output", None if node.op == "QUANTIZE" else x.dtype)
     if x.shape != y.shape:

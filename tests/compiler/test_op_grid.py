@@ -14,7 +14,7 @@ import pytest
 
 import modelgen as g
 from libaccel import Device
-from libaccel.compiler import check_support, graph_from_tflite, tables
+from libaccel.compiler import check_support, float_chain, graph_from_tflite, registry, tables
 from libaccel.compiler.binary_tables import squared_difference_table
 from tests.compiler.helpers import assert_exact
 
@@ -312,3 +312,65 @@ def test_squared_difference_table_on_every_pair(runtime: str) -> None:
 def test_neg(dev: Device) -> None:
     """int8 NEG negates the stored byte (LiteRT; tflite_runtime 2.14 has no int8 NEG at all)."""
     assert_exact(dev, g.neg_model((1, 9, 7, 8), 3), 3, "ai_edge_litert")
+
+
+# (float ops between DEQUANTIZE and QUANTIZE, input dtype, output dtype)
+FLOAT_CHAIN_CASES = [
+    (("NEG",), "int8", "int8"),
+    ((), "int8", "int8"),
+    (("NEG", "RELU"), "int8", "int8"),
+    (("RELU6",), "uint8", "int8"),
+    (("RELU_N1_TO_1", "NEG"), "int8", "uint8"),
+]
+
+
+def _chain_id(case: tuple) -> str:
+    return "-".join((*case[0], case[1], case[2])) if case[0] else f"none-{case[1]}-{case[2]}"
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("case", FLOAT_CHAIN_CASES, ids=_chain_id)
+def test_float_chain(dev: Device, runtime: str, case: tuple) -> None:
+    """DEQUANTIZE -> float ops -> QUANTIZE (a layer norm's -mean): one LUT, no float stored."""
+    ops, din, dout = case
+    for seed in (1, 2):
+        model = g.float_chain_model((1, 16, 8), ops, seed, din, dout)
+        graph = graph_from_tflite(model)
+        emitted = [n for n in graph.nodes if not registry.plan_node(graph, n).fused]
+        assert [n.op for n in emitted] == ["QUANTIZE"]
+        assert_exact(dev, model, seed, runtime)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("case", FLOAT_CHAIN_CASES, ids=_chain_id)
+def test_float_chain_table_on_every_input(runtime: str, case: tuple) -> None:
+    ops, din, dout = case
+    lo = -128 if din == "int8" else 0
+    every = np.arange(lo, lo + 256).astype(din).reshape(1, 256)
+    for seed in range(8):
+        model = g.float_chain_model((1, 256), ops, seed, din, dout)
+        graph = graph_from_tflite(model)
+        table = float_chain.chain_table(graph, float_chain.chain_nodes(graph, graph.nodes[-1]))
+        ref = g.run_reference(model, [every], runtime)[0].reshape(256)
+        np.testing.assert_array_equal(table, ref, err_msg=f"seed {seed}")
+
+
+def test_float_chain_only_whole() -> None:
+    """A float value seen outside the chain (a graph output, a second reader) keeps it on the CPU,
+    as does a float edge of the model."""
+    m = g.ModelBuilder()
+    q = g.Quant.tensor(0.05, 3)
+    x = m.add_tensor("input", (1, 8), "int8", q)
+    f = m.add_tensor("dequantized", (1, 8), "float32")
+    n = m.add_tensor("negated", (1, 8), "float32")
+    y = m.add_tensor("output", (1, 8), "int8", q)
+    m.add_op("DEQUANTIZE", [x], [f])
+    m.add_op("NEG", [f], [n])
+    m.add_op("QUANTIZE", [n], [y])
+    graph = graph_from_tflite(m.build([x], [y, n]))
+    for node in graph.nodes:
+        support = check_support(graph, node)
+        assert not support.ok and "graph output" in support.reason, (node.op, support.reason)
+    graph = graph_from_tflite(g.quantize_model((1, 4, 4, 3), "float32", "int8", 1))
+    support = check_support(graph, graph.nodes[0])
+    assert not support.ok and "no DEQUANTIZE" in support.reason

@@ -249,3 +249,21 @@ def test_small_mobilenet_int8(runtime: str, interp_mod: Any, lib_path: str) -> N
 
 def test_small_mobilenet_uint8(runtime: str, interp_mod: Any, lib_path: str) -> None:
     _check(runtime, interp_mod, lib_path, _small_mobilenet("uint8"), {}, set())
+
+
+def test_float_chain_in_one_partition(runtime: str, interp_mod: Any, lib_path: str) -> None:
+    """MUL -> DEQUANTIZE -> NEG -> QUANTIZE -> MUL: every node on the NPU, in one partition."""
+    _check(runtime, interp_mod, lib_path, gen.float_chain_model((1, 16, 8), seed=3, around=True), {}, set())
+    record = plugin.last_prepare()
+    assert record is not None and all(p.npu for p in record.placements)
+
+
+def test_float_chain_stays_whole(runtime: str, interp_mod: Any, lib_path: str) -> None:
+    """With its NEG denied, the chain's DEQUANTIZE and QUANTIZE stay on the CPU too (no float value
+    may cross a partition's edge); the MULs around it run on the NPU."""
+    model = gen.float_chain_model((1, 16, 8), seed=3, around=True)
+    _check(runtime, interp_mod, lib_path, model, {"deny_ops": "NEG"}, {"DEQUANTIZE", "NEG", "QUANTIZE"})
+    record = plugin.last_prepare()
+    assert record is not None
+    reasons = {p.op: p.reason for p in record.placements}
+    assert "chain" in reasons["DEQUANTIZE"] and "chain" in reasons["QUANTIZE"]
