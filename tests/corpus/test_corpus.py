@@ -25,7 +25,7 @@ from bench import corpus
 MODELS = sorted(corpus.manifest())
 RUNTIMES = ("tflite_runtime", "ai_edge_litert")
 # In the guest (TCG, about 30x slower than the host): one of each kind that runs in seconds there:
-# residual adds, two outputs, softmax head, uint8 and float edges, CPU nodes between NPU partitions.
+# residual adds, two outputs, softmax head, uint8 and float edges, a layer norm's tables and float chain.
 GUEST_SUBSET = (
     "resnet_small",
     "ssd_head",
