@@ -10,15 +10,14 @@ import numpy as np
 
 from libaccel.compiler import float_chain, tables
 from libaccel.compiler import quant as q
-from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
+from libaccel.compiler.lookup import lut_plan
 from libaccel.compiler.plan_common import (
     OpPlan,
     Planner,
     Unsupported,
     activation,
     multiplier,
-    to4d,
 )
 
 
@@ -99,19 +98,7 @@ def _plan_lut(graph: Graph, node: OpNode) -> OpPlan:
     y = activation(graph, node.outputs[0], "output", None if node.op == "QUANTIZE" else x.dtype)
     if x.shape != y.shape:
         raise Unsupported(f"input {list(x.shape)} and output {list(y.shape)} differ")
-    table = _lut_table(node, x, y)
-    np_t = np.int8 if y.dtype == "int8" else np.uint8
-    shape4 = to4d(x.shape)
-
-    def emit(em: Emitter) -> None:
-        em.op(
-            "LUT",
-            input=em.tensor(x.index, shape=shape4),
-            table=em.const(table.astype(np_t).reshape(1, 1, 1, 256), y.dtype),
-            output=em.tensor(y.index, shape=shape4),
-        )
-
-    return OpPlan(emit)
+    return lut_plan(x, y, _lut_table(node, x, y))
 
 
 PLANNERS: dict[str, Planner] = {

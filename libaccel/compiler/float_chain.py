@@ -25,9 +25,9 @@ from collections.abc import Callable
 import numpy as np
 
 from libaccel.compiler import quant as q
-from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode
-from libaccel.compiler.plan_common import BYTE_TYPES, OpPlan, Unsupported, activation, to4d
+from libaccel.compiler.lookup import lut_plan
+from libaccel.compiler.plan_common import BYTE_TYPES, OpPlan, Unsupported, activation
 
 _f32 = np.float32
 
@@ -151,16 +151,4 @@ def plan_float_chain(graph: Graph, node: OpNode) -> OpPlan:
         raise Unsupported(f"the chain's tensors have shapes {sorted(shapes)}")
     if node.index != chain[-1].index:
         return OpPlan(fused=True)
-    table = chain_table(graph, chain)
-    np_t = np.int8 if y.dtype == "int8" else np.uint8
-    shape4 = to4d(x.shape)
-
-    def emit(em: Emitter) -> None:
-        em.op(
-            "LUT",
-            input=em.tensor(x.index, shape=shape4),
-            table=em.const(table.astype(np_t).reshape(1, 1, 1, 256), y.dtype),
-            output=em.tensor(y.index, shape=shape4),
-        )
-
-    return OpPlan(emit, reads=(x.index,))
+    return lut_plan(x, y, chain_table(graph, chain), reads=(x.index,))

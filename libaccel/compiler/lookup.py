@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from libaccel.compiler.emitter import Emitter
-from libaccel.compiler.graph import Graph, OpNode
+from libaccel.compiler.graph import Graph, OpNode, TensorInfo
 from libaccel.compiler.plan_common import OpPlan, Planner, Unsupported, activation, broadcast, const, to4d
 
 
@@ -26,6 +26,22 @@ def _table(graph: Graph, node: OpNode, index: int, size: int, dtype: str) -> np.
     return np.asarray(t.data).reshape(-1)
 
 
+def lut_plan(x: TensorInfo, y: TensorInfo, table: np.ndarray, reads: tuple[int, ...] = ()) -> OpPlan:
+    """One LUT from ``x`` to ``y`` (same shape) with the 256 values of ``table`` in ``y``'s type."""
+    data = table.astype(np.int8 if y.dtype == "int8" else np.uint8).reshape(1, 1, 1, 256)
+    shape4 = to4d(x.shape)
+
+    def emit(em: Emitter) -> None:
+        em.op(
+            "LUT",
+            input=em.tensor(x.index, shape=shape4),
+            table=em.const(data, y.dtype),
+            output=em.tensor(y.index, shape=shape4),
+        )
+
+    return OpPlan(emit, reads=reads)
+
+
 def plan_lookup(graph: Graph, node: OpNode) -> OpPlan:
     if len(node.inputs) != 2:
         raise Unsupported(f"LOOKUP with {len(node.inputs)} inputs (input, table)")
@@ -33,18 +49,7 @@ def plan_lookup(graph: Graph, node: OpNode) -> OpPlan:
     y = activation(graph, node.outputs[0], "output")
     if x.shape != y.shape:
         raise Unsupported(f"input {list(x.shape)} and output {list(y.shape)} differ")
-    table = _table(graph, node, node.inputs[1], 256, y.dtype)
-    shape4 = to4d(x.shape)
-
-    def emit(em: Emitter) -> None:
-        em.op(
-            "LUT",
-            input=em.tensor(x.index, shape=shape4),
-            table=em.const(table.reshape(1, 1, 1, 256), y.dtype),
-            output=em.tensor(y.index, shape=shape4),
-        )
-
-    return OpPlan(emit)
+    return lut_plan(x, y, _table(graph, node, node.inputs[1], 256, y.dtype))
 
 
 def plan_lookup2(graph: Graph, node: OpNode) -> OpPlan:
