@@ -108,6 +108,7 @@ static int vnpu_debugfs_counters(struct seq_file *m, void *data)
 	seq_printf(m, "files: %d\n", atomic_read(&s->files));
 	seq_printf(m, "contexts: %d\n", atomic_read(&s->contexts));
 	seq_printf(m, "bos: %d\n", atomic_read(&s->bos));
+	seq_printf(m, "bos_imported: %d\n", atomic_read(&s->bos_imported));
 	seq_printf(m, "bo_bytes: %lld\n", atomic64_read(&s->bo_bytes));
 	seq_printf(m, "mappings: %d\n", atomic_read(&s->mappings));
 	seq_printf(m, "syncobjs: %u\n", vnpu_count_syncobjs(vdev));
@@ -129,7 +130,7 @@ static int vnpu_debugfs_files(struct seq_file *m, void *data)
 	struct vnpu_device *vdev = vnpu_debugfs_dev(m);
 	struct drm_file *file;
 
-	seq_puts(m, "# ctx pid bos bo_bytes jobs_in_flight\n");
+	seq_puts(m, "# ctx pid bos bo_bytes imported jobs_in_flight\n");
 	mutex_lock(&vdev->drm.filelist_mutex);
 	list_for_each_entry(file, &vdev->drm.filelist, lhead) {
 		struct vnpu_file_priv *fpriv = file->driver_priv;
@@ -138,8 +139,9 @@ static int vnpu_debugfs_files(struct seq_file *m, void *data)
 		if (!fpriv)
 			continue;
 		ctx = fpriv->ctx;
-		seq_printf(m, "ctx %u pid %d bos %d bo_bytes %lld jobs_in_flight %d\n", ctx->id,
-			   ctx->pid, atomic_read(&ctx->bo_count), atomic64_read(&ctx->bo_bytes),
+		seq_printf(m, "ctx %u pid %d bos %d bo_bytes %lld imported %d jobs_in_flight %d\n",
+			   ctx->id, ctx->pid, atomic_read(&ctx->bo_count),
+			   atomic64_read(&ctx->bo_bytes), atomic_read(&ctx->bos_imported),
 			   atomic_read(&ctx->jobs_in_flight));
 	}
 	mutex_unlock(&vdev->drm.filelist_mutex);

@@ -48,6 +48,7 @@ extern unsigned int vnpu_job_timeout_ms;
  * @contexts: live per-file contexts (they outlive the file while its BOs
  *	or jobs exist)
  * @bos: live buffer objects
+ * @bos_imported: those of them made by dma-buf import
  * @bo_bytes: bytes of live buffer objects
  * @jobs: live job structures (queued, running or awaiting free)
  * @jobs_submitted: jobs accepted by SUBMIT since load
@@ -67,6 +68,7 @@ struct vnpu_stats {
 	atomic_t files;
 	atomic_t contexts;
 	atomic_t bos;
+	atomic_t bos_imported;
 	atomic64_t bo_bytes;
 	atomic_t jobs;
 	atomic64_t jobs_submitted;
@@ -235,6 +237,7 @@ struct vnpu_vm {
  * @vm: the address space
  * @bo_count: live BOs of this file
  * @bo_bytes: their bytes
+ * @bos_imported: those of them made by dma-buf import
  * @jobs_in_flight: jobs submitted and not yet freed
  * @busy_ns: time the device spent running this file's jobs that have
  *	ended (fdinfo drm-engine-npu; the running job is added when read)
@@ -256,6 +259,7 @@ struct vnpu_ctx {
 	struct vnpu_vm vm;
 	atomic_t bo_count;
 	atomic64_t bo_bytes;
+	atomic_t bos_imported;
 	atomic_t jobs_in_flight;
 	atomic64_t busy_ns;
 	atomic64_t jobs_ended;

@@ -38,10 +38,15 @@ static bool vnpu_bo_imported(struct vnpu_bo *bo)
 	return bo->base.base.import_attach;
 }
 
-/* The BO's pages as the device reaches them: its own mapping, or the dma-buf attachment's. */
+/*
+ * The BO's pages as the device reaches them: its own mapping, or the
+ * dma-buf attachment's; NULL once unmapped (an unbind with the file open).
+ */
 static struct sg_table *vnpu_bo_dma_sgt(struct vnpu_bo *bo)
 {
-	return vnpu_bo_imported(bo) ? bo->base.sgt : bo->sgt;
+	if (vnpu_bo_imported(bo))
+		return bo->base.sgt;
+	return bo->dma_mapped ? bo->sgt : NULL;
 }
 
 /*
@@ -83,6 +88,10 @@ static void vnpu_gem_free(struct drm_gem_object *obj)
 		list_del(&bo->ctx_link);
 		vnpu_bo_dma_unmap(bo);
 		mutex_unlock(&ctx->vm.lock);
+		if (vnpu_bo_imported(bo)) {
+			atomic_dec(&ctx->bos_imported);
+			atomic_dec(&vdev->stats.bos_imported);
+		}
 		atomic_dec(&ctx->bo_count);
 		atomic64_sub(vnpu_bo_size(bo), &ctx->bo_bytes);
 		atomic_dec(&vdev->stats.bos);
@@ -105,6 +114,10 @@ static void vnpu_bo_account(struct vnpu_bo *bo, struct vnpu_ctx *ctx)
 	struct vnpu_device *vdev = ctx->vdev;
 
 	bo->ctx = vnpu_ctx_get(ctx);
+	if (vnpu_bo_imported(bo)) {
+		atomic_inc(&ctx->bos_imported);
+		atomic_inc(&vdev->stats.bos_imported);
+	}
 	atomic_inc(&ctx->bo_count);
 	atomic64_add(vnpu_bo_size(bo), &ctx->bo_bytes);
 	atomic_inc(&vdev->stats.bos);
@@ -252,9 +265,10 @@ struct drm_gem_object *vnpu_gem_create_object(struct drm_device *drm, size_t siz
  */
 void vnpu_bo_sync_for_device(struct vnpu_bo *bo)
 {
-	if (bo->needs_sync && (bo->dma_mapped || vnpu_bo_imported(bo)))
-		dma_sync_sgtable_for_device(bo->base.base.dev->dev, vnpu_bo_dma_sgt(bo),
-					    DMA_BIDIRECTIONAL);
+	struct sg_table *sgt = vnpu_bo_dma_sgt(bo);
+
+	if (bo->needs_sync && sgt)
+		dma_sync_sgtable_for_device(bo->base.base.dev->dev, sgt, DMA_BIDIRECTIONAL);
 }
 
 /**
@@ -263,9 +277,10 @@ void vnpu_bo_sync_for_device(struct vnpu_bo *bo)
  */
 void vnpu_bo_sync_for_cpu(struct vnpu_bo *bo)
 {
-	if (bo->needs_sync && (bo->dma_mapped || vnpu_bo_imported(bo)))
-		dma_sync_sgtable_for_cpu(bo->base.base.dev->dev, vnpu_bo_dma_sgt(bo),
-					 DMA_BIDIRECTIONAL);
+	struct sg_table *sgt = vnpu_bo_dma_sgt(bo);
+
+	if (bo->needs_sync && sgt)
+		dma_sync_sgtable_for_cpu(bo->base.base.dev->dev, sgt, DMA_BIDIRECTIONAL);
 }
 
 /**
@@ -273,14 +288,22 @@ void vnpu_bo_sync_for_cpu(struct vnpu_bo *bo)
  * @ctx: the context, with its VM lock held
  *
  * On unbind, for the contexts of files still open: the BOs keep their
- * pages (and any CPU mapping) until the file lets them go.
+ * pages (and any CPU mapping) until the file lets them go. An import's DMA
+ * mapping is its attachment's: it is unmapped now, and the attachment goes
+ * when the BO is freed (drm_prime_gem_destroy() is then given no mapping).
  */
 void vnpu_gem_release_dma(struct vnpu_ctx *ctx)
 {
 	struct vnpu_bo *bo;
 
-	list_for_each_entry(bo, &ctx->bos, ctx_link)
+	list_for_each_entry(bo, &ctx->bos, ctx_link) {
+		if (vnpu_bo_imported(bo) && bo->base.sgt) {
+			dma_buf_unmap_attachment_unlocked(bo->base.base.import_attach, bo->base.sgt,
+							  DMA_BIDIRECTIONAL);
+			bo->base.sgt = NULL;
+		}
 		vnpu_bo_dma_unmap(bo);
+	}
 }
 
 /**

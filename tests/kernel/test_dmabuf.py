@@ -158,3 +158,30 @@ def test_imports_leave_nothing_behind(dev) -> None:
     bo.close()
     after = debugfs_counters()
     assert after["bos"] == before["bos"] and after["bo_bytes"] == before["bo_bytes"]
+
+
+def test_accel_state_shows_imported_bos(dev, capsys: pytest.CaptureFixture[str]) -> None:
+    """The importing file's row in `accel state` counts its imported BO, the counters the device's."""
+    import json
+
+    from libaccel import Device, cli
+
+    if not debugfs_counters():
+        pytest.skip("debugfs is not mounted")
+    bo = dev.create_bo(PAGE)
+    fd = bo.export_dmabuf()
+    try:
+        with Device.open("kernel") as other:
+            other.import_dmabuf(fd)
+            assert cli.main(["state", "--json"]) == 0
+            state = json.loads(capsys.readouterr().out)
+            if isinstance(state, list):
+                state = state[0]
+            mine = [row for row in state["files"] if row["pid"] == os.getpid()]
+            assert sorted(row["imported"] for row in mine) == [0, 1], mine
+            assert state["counters"]["bos_imported"] >= 1
+            assert cli.main(["state"]) == 0
+            assert "imported" in capsys.readouterr().out
+    finally:
+        os.close(fd)
+

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dmabuf_sources import UDMABUF, udmabuf_buffer
 from kernel_helpers import accel_nodes, fill_stream, hang_stream, wait_until
 
 from libaccel import fdinfo
@@ -44,6 +45,12 @@ def _unplug_under_a_running_job(address: str) -> None:
         assert started, "the job never started"
         # CPU mappings made now stay valid after the unplug (a new mmap is refused then).
         sem_view, out_view = sem.array(np.int32, 1), out.array(np.int8, 4096)
+        # An import held across the unplug: its DMA mapping goes with the binding (DMA-API debug
+        # reports one that outlives it), the attachment with the file.
+        imported = udmabuf_buffer(4096) if UDMABUF.exists() else None
+        if imported is not None:
+            imported.view[:4] = b"vnpu"
+            dev.import_dmabuf(imported.fd)
 
         _write_once(DRIVER / "unbind", address)
         assert not (DRIVER / address).exists()
@@ -61,6 +68,9 @@ def _unplug_under_a_running_job(address: str) -> None:
         for bo in (sem, out):
             with pytest.raises(NoDevice):
                 bo.close()
+        if imported is not None:
+            assert bytes(imported.view[:4]) == b"vnpu"  # the exporter's pages are untouched
+            imported.close()
     # Closing the last file tears the scheduler down.
 
 
