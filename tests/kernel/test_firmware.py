@@ -106,7 +106,7 @@ def test_reload_lets_a_running_job_finish(long_job_timeout, dev) -> None:
     assert int(st["build_id"], 16) == BUILD_ID
 
 
-def test_reload_cancels_a_job_that_does_not_finish(dev) -> None:
+def test_reload_cancels_a_job_that_does_not_finish(short_job_timeout, dev) -> None:
     from libaccel import Job, JobBo
 
     sem = dev.create_bo(4096)
@@ -116,7 +116,7 @@ def test_reload_cancels_a_job_that_does_not_finish(dev) -> None:
         Job(dev.create_bo_with(stream, read_only=True), len(stream), [JobBo(sem), JobBo(out, write=True)])
     )
     time.sleep(0.2)
-    reload()  # waits for the job timeout, then resets
+    reload()  # waits for the job timeout (short here), then resets
     assert out.wait(timeout=30).status == -errno.ECANCELED
     assert "jobs still running after" in dmesg()
     assert _fill(dev, 6).wait(timeout=30).status == 0

@@ -160,12 +160,18 @@ def test_frozen_processes_find_their_jobs_done(dev, autosuspend, long_job_timeou
     if not pm_test.exists() or "mem" not in Path("/sys/power/state").read_text():
         pytest.skip("no /sys/power/pm_test (CONFIG_PM_DEBUG) or no suspend-to-RAM")
     old = re.search(r"\[(\w+)\]", pm_test.read_text()).group(1)
+    delay = Path("/sys/module/suspend/parameters/pm_test_delay")  # the test level's wait, 5 s
+    old_delay = delay.read_text().strip() if delay.exists() else None
     submitted = copy_jobs(dev, 20)
     pm_test.write_text("freezer")
+    if old_delay is not None:
+        delay.write_text("0")
     try:
         r = subprocess.run(["sh", "-c", "echo mem > /sys/power/state"], capture_output=True, text=True)
     finally:
         pm_test.write_text(old)
+        if old_delay is not None:
+            delay.write_text(old_delay)
     assert r.returncode == 0, r.stderr
     check_exact(submitted)
 
