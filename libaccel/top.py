@@ -6,7 +6,8 @@ stats in ``/proc/<pid>/fdinfo/<fd>`` (:mod:`libaccel.fdinfo`): NPU busy time
 samples ``--interval`` apart give the busy share: busy ns gained / wall ns elapsed.
 
 Per device: the clients' sum, and from vnpu.ko's debugfs ``counters`` (root only) the
-jobs completed per second and the live BO bytes; without debugfs those show as ``-``.
+jobs completed per second and the live BO bytes, and from its ``power`` file the power state
+and power-ups (runtime PM); without debugfs those show as ``-`` or not at all.
 Only processes whose ``/proc/<pid>/fd`` this user may read are seen (all, for root).
 """
 
@@ -62,6 +63,8 @@ class DeviceRow:
     jobs_per_s: float | None  # from debugfs counters; None without them
     bo_bytes: int | None
     clients: list[ClientRow] = field(default_factory=list)
+    power: str | None = None  # from debugfs power: "on" or "off" (runtime PM); None without it
+    power_ups: int | None = None
 
 
 def scan_clients(proc: Path = Path("/proc")) -> dict[int, ClientSample]:
@@ -120,6 +123,15 @@ def read_counters(pdev: str, debugfs: Path = Path("/sys/kernel/debug/accel")) ->
     return out
 
 
+def read_power(pdev: str, debugfs: Path = Path("/sys/kernel/debug/accel")) -> dict[str, str] | None:
+    """vnpu.ko's debugfs ``power`` (state, power_ups, ...) of the device at ``pdev``; None if unreadable."""
+    try:
+        text = (debugfs / pdev / "power").read_text()
+    except OSError:
+        return None
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in text.splitlines()) if v}
+
+
 def _debugfs_slots(debugfs: Path) -> set[str]:
     try:
         return {p.name for p in debugfs.iterdir() if (p / "counters").exists()}
@@ -161,6 +173,11 @@ def measure(
             jobs_per_s=(j1 - j0) * 1e9 / wall if j0 is not None and j1 is not None else None,
             bo_bytes=c1.get("bo_bytes") if c1 else None,
         )
+        power = read_power(slot, debugfs)
+        if power is not None:
+            devices[slot].power = power.get("state")
+            ups = power.get("power_ups", "")
+            devices[slot].power_ups = int(ups) if ups.isdigit() else None
     for cid, s in sorted(after.items()):
         gained = s.npu_ns - (before[cid].npu_ns if cid in before else 0)
         pct = min(100.0, 100.0 * max(gained, 0) / wall)
@@ -189,9 +206,10 @@ def render(devices: list[DeviceRow], interval: float) -> str:
     out = []
     for d in devices:
         jobs = "-" if d.jobs_per_s is None else f"{d.jobs_per_s:.1f}"
+        power = "" if d.power is None else f"power {d.power} ({d.power_ups} ups)  "
         out.append(
             f"{d.node or '?'} ({d.pdev})  NPU {d.npu_percent:5.1f}%  jobs/s {jobs}  "
-            f"BOs {_bytes(d.bo_bytes)}  clients {len(d.clients)}  [{interval:g} s]"
+            f"BOs {_bytes(d.bo_bytes)}  {power}clients {len(d.clients)}  [{interval:g} s]"
         )
         rows = [["PID", "COMMAND", "CLIENT", "NPU%", "NPU TIME", "JOBS/S", "MEMORY", "RESIDENT"]]
         for c in d.clients:

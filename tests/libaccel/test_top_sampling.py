@@ -53,6 +53,7 @@ def test_measure_busy_share_and_jobs_per_second(tmp_path: Path) -> None:
     (debugfs / SLOT).mkdir(parents=True)
     counters = debugfs / SLOT / "counters"
     counters.write_text("jobs_done: 10\njobs_failed: 0\nbo_bytes: 4096\n")
+    (debugfs / SLOT / "power").write_text("state: on\npower_ups: 7\npowered_us: 123\n")
     interval = 0.2
 
     def sleep(s: float) -> None:  # the device works while we wait: client 1 busy half the time
@@ -69,6 +70,7 @@ def test_measure_busy_share_and_jobs_per_second(tmp_path: Path) -> None:
     assert 100 < dev.jobs_per_s <= 22 / interval and dev.bo_bytes == 8192
     text = top.render([dev], interval)
     assert f"({SLOT})" in text and "PID" in text and "python" in text and "JOBS/S" in text
+    assert dev.power == "on" and dev.power_ups == 7 and "power on (7 ups)" in text
 
 
 def test_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
