@@ -210,6 +210,15 @@ def target_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, bool 
         for m in summary["models"]:
             if m["source"] == "model_bench" and m["ratio"] is not None:
                 rows.append((key, t.text, m["name"], f"{m['ratio']:.2f}x", t.met(m["ratio"])))
+    t = target("corpus_vs_xnnpack")
+    for m in summary["models"]:
+        if m["source"] == "corpus" and m["ratio"] is not None:
+            rows.append((t.key, t.text, m["name"], f"{m['ratio']:.2f}x", t.met(m["ratio"])))
+    for r in summary["round_trip"]:
+        if r["where"] == "shim":
+            t = target("shim_round_trip_p50")
+            rows.append((t.key, t.text, "shim", f"{r['p50_us']:.0f} us", t.met(r["p50_us"])))
+    rows += cores_rows(summary)
     for r in summary["round_trip"]:
         if not r["where"].startswith("guest_"):
             continue
@@ -218,6 +227,24 @@ def target_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, bool 
         if "over_floor" in r:
             t = target("guest_round_trip_over_floor")
             rows.append((t.key, t.text, r["where"], f"{r['over_floor']:.2f}x", t.met(r["over_floor"])))
+    return rows
+
+
+def cores_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, bool | None]]:
+    """``cores_not_slower``: per (where, mode, workload, clients), the most cores' rate over one core's."""
+    t = target("cores_not_slower")
+    groups: dict[tuple[str, str, str, int], dict[int, float]] = {}
+    for r in summary["cores"]:
+        key = (r["where"], r.get("mode") or "threads", r["workload"], r["clients"])
+        groups.setdefault(key, {})[r["cores"]] = r["per_s"]
+    rows = []
+    for (where, mode, workload, clients), rates in sorted(groups.items()):
+        if 1 not in rates or len(rates) < 2:
+            continue
+        most = max(rates)
+        ratio = rates[most] / rates[1] if rates[1] else None
+        label = f"{where} {mode}, {workload}, {clients} client(s): {most} cores / 1"
+        rows.append((t.key, t.text, label, "-" if ratio is None else f"{ratio:.2f}x", t.met(ratio)))
     return rows
 
 
