@@ -76,6 +76,7 @@ static void vnpu_gem_free(struct drm_gem_object *obj)
 {
 	struct vnpu_bo *bo = to_vnpu_bo(obj);
 	struct vnpu_ctx *ctx = bo->ctx;
+	struct dma_buf *detached;
 
 	if (ctx) {
 		struct vnpu_device *vdev = ctx->vdev;
@@ -88,7 +89,7 @@ static void vnpu_gem_free(struct drm_gem_object *obj)
 		list_del(&bo->ctx_link);
 		vnpu_bo_dma_unmap(bo);
 		mutex_unlock(&ctx->vm.lock);
-		if (vnpu_bo_imported(bo)) {
+		if (vnpu_bo_imported(bo) || bo->detached) {
 			atomic_dec(&ctx->bos_imported);
 			atomic_dec(&vdev->stats.bos_imported);
 		}
@@ -104,8 +105,11 @@ static void vnpu_gem_free(struct drm_gem_object *obj)
 	}
 	if (bo->pinned)
 		drm_gem_shmem_unpin(&bo->base);
-	/* An import's attachment mapping goes here too (drm_prime_gem_destroy()). */
+	/* An import's attachment goes here too (drm_prime_gem_destroy()), unless unbind took it. */
+	detached = bo->detached;
 	drm_gem_shmem_free(&bo->base);
+	if (detached)
+		dma_buf_put(detached);
 }
 
 /* Count a BO in its file's and the device's totals, taking a reference on @ctx. */
@@ -283,25 +287,40 @@ void vnpu_bo_sync_for_cpu(struct vnpu_bo *bo)
 		dma_sync_sgtable_for_cpu(bo->base.base.dev->dev, sgt, DMA_BIDIRECTIONAL);
 }
 
+/*
+ * An import's DMA mapping is its attachment's, and an exporter may keep
+ * that mapping until the attachment goes (DRM's PRIME helpers cache it):
+ * at unbind the attachment is unmapped and detached. The BO keeps the
+ * dma-buf, and so the exporter's pages and any CPU mapping, until it is
+ * freed; it is no longer an import to the GEM helpers, which have nothing
+ * left to undo.
+ */
+static void vnpu_bo_detach(struct vnpu_bo *bo)
+{
+	struct drm_gem_object *obj = &bo->base.base;
+	struct dma_buf_attachment *attach = obj->import_attach;
+
+	dma_buf_unmap_attachment_unlocked(attach, bo->base.sgt, DMA_BIDIRECTIONAL);
+	bo->detached = attach->dmabuf;
+	dma_buf_detach(attach->dmabuf, attach);
+	obj->import_attach = NULL;
+	bo->base.sgt = NULL;
+}
+
 /**
  * vnpu_gem_release_dma() - unmap a context's BOs for DMA
  * @ctx: the context, with its VM lock held
  *
  * On unbind, for the contexts of files still open: the BOs keep their
- * pages (and any CPU mapping) until the file lets them go. An import's DMA
- * mapping is its attachment's: it is unmapped now, and the attachment goes
- * when the BO is freed (drm_prime_gem_destroy() is then given no mapping).
+ * pages (and any CPU mapping) until the file lets them go.
  */
 void vnpu_gem_release_dma(struct vnpu_ctx *ctx)
 {
 	struct vnpu_bo *bo;
 
 	list_for_each_entry(bo, &ctx->bos, ctx_link) {
-		if (vnpu_bo_imported(bo) && bo->base.sgt) {
-			dma_buf_unmap_attachment_unlocked(bo->base.base.import_attach, bo->base.sgt,
-							  DMA_BIDIRECTIONAL);
-			bo->base.sgt = NULL;
-		}
+		if (vnpu_bo_imported(bo))
+			vnpu_bo_detach(bo);
 		vnpu_bo_dma_unmap(bo);
 	}
 }

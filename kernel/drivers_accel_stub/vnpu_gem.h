@@ -32,6 +32,8 @@
  * @status_lock: protects @job_status and @fault_va
  * @job_status: outcome of the last job that wrote the BO
  * @fault_va: faulting VA of that job, if it faulted
+ * @detached: an import whose attachment went at unbind
+ *	(vnpu_gem_release_dma()): the dma-buf, referenced until the BO goes
  */
 struct vnpu_bo {
 	struct drm_gem_shmem_object base;
@@ -48,6 +50,7 @@ struct vnpu_bo {
 	spinlock_t status_lock; /* protects @job_status and @fault_va */
 	s32 job_status;
 	u64 fault_va;
+	struct dma_buf *detached;
 };
 
 static inline struct vnpu_bo *to_vnpu_bo(struct drm_gem_object *obj)

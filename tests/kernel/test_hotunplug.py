@@ -47,10 +47,16 @@ def _unplug_under_a_running_job(address: str) -> None:
         sem_view, out_view = sem.array(np.int32, 1), out.array(np.int8, 4096)
         # An import held across the unplug: its DMA mapping goes with the binding (DMA-API debug
         # reports one that outlives it), the attachment with the file.
+        # A udmabuf where the kernel has it, else another vnpu file's BO (the debug kernel has none).
         imported = udmabuf_buffer(4096) if UDMABUF.exists() else None
         if imported is not None:
             imported.view[:4] = b"vnpu"
             dev.import_dmabuf(imported.fd)
+        else:
+            exporter = Device.open("kernel")
+            fd = exporter.create_bo(4096).export_dmabuf()
+            dev.import_dmabuf(fd)
+            os.close(fd)
 
         _write_once(DRIVER / "unbind", address)
         assert not (DRIVER / address).exists()
@@ -71,6 +77,8 @@ def _unplug_under_a_running_job(address: str) -> None:
         if imported is not None:
             assert bytes(imported.view[:4]) == b"vnpu"  # the exporter's pages are untouched
             imported.close()
+        else:
+            exporter.close()
     # Closing the last file tears the scheduler down.
 
 
