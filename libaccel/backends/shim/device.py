@@ -219,6 +219,10 @@ class ShimDevice:
         self.power_offs = 0
         self.idle_since_ns = _now()
         self._fw_size = 0
+        # The firmware the device runs whenever it is powered (the driver's view, as vnpu.ko's
+        # fw_version and fw_build_id): powered off, its registers read 0.
+        self.fw_version = 0
+        self.fw_build_id = 0
         # A lone job for an idle core runs in the submitting thread (queue_job); "0" turns it off.
         self.inline_jobs = os.environ.get(ENV_INLINE, "1") != "0" and not core_processes
         self._closed = False
@@ -369,7 +373,7 @@ class ShimDevice:
             raise Errno(errno.EINVAL, f"firmware {firmware} is {len(image)} bytes, not 1..{hw.FW_MAX_SIZE}")
         self.memory.view(FW_PA, len(image))[:] = image
         self._fw_size = len(image)
-        status = self.control(hw.CMD_BOOT, FW_PA, len(image))
+        status = self._boot_kept_image()
         if status or not self.r32(hw.REG_STATUS) & hw.STATUS_READY:
             reason = self.r32(hw.REG_FW_REJECT)
             raise Errno(
@@ -400,7 +404,15 @@ class ShimDevice:
         self.cq_head = self.r32(hw.CQ_TAIL)
         self.w32(hw.CQ_HEAD, self.cq_head)
         # A refused image leaves jobs failing with -EIO, as vnpu.ko's resume does.
-        self.control(hw.CMD_BOOT, FW_PA, self._fw_size)
+        self._boot_kept_image()
+
+    def _boot_kept_image(self) -> int:
+        """BOOT the image at FW_PA; note the firmware it runs (0s if refused); CMD_STATUS."""
+        status = self.control(hw.CMD_BOOT, FW_PA, self._fw_size)
+        ready = not status and self.r32(hw.REG_STATUS) & hw.STATUS_READY
+        self.fw_version = self.r32(hw.REG_FW_VERSION) if ready else 0
+        self.fw_build_id = self.r64(hw.REG_FW_BUILD_ID) if ready else 0
+        return status
 
     # --- params ---------------------------------------------------------------
     def param(self, p: int) -> int:
@@ -408,7 +420,7 @@ class ShimDevice:
             b.DRM_VNPU_PARAM_DEVICE_ID: self.r32(hw.REG_DEVICE_ID),
             b.DRM_VNPU_PARAM_DEVICE_REVISION: self.r32(hw.REG_REVISION),
             b.DRM_VNPU_PARAM_ISA_VERSION: self.r32(hw.REG_ISA_VERSION),
-            b.DRM_VNPU_PARAM_FW_VERSION: self.r32(hw.REG_FW_VERSION),
+            b.DRM_VNPU_PARAM_FW_VERSION: self.fw_version,
             b.DRM_VNPU_PARAM_VA_SIZE: 1 << self.r32(hw.REG_VA_BITS),
             b.DRM_VNPU_PARAM_MAX_JOB_SIZE: MAX_JOB_SIZE,
             b.DRM_VNPU_PARAM_MAX_JOB_BOS: MAX_JOB_BOS,
@@ -416,7 +428,7 @@ class ShimDevice:
             b.DRM_VNPU_PARAM_CAPABILITIES: self.r32(hw.REG_CAPS),
             b.DRM_VNPU_PARAM_JOB_TIMEOUT_MS: self.job_timeout_ms,
             b.DRM_VNPU_PARAM_MAX_IN_SYNCOBJS: MAX_IN_SYNCOBJS,
-            b.DRM_VNPU_PARAM_FW_BUILD_ID: self.r64(hw.REG_FW_BUILD_ID),
+            b.DRM_VNPU_PARAM_FW_BUILD_ID: self.fw_build_id,
             b.DRM_VNPU_PARAM_NUM_CORES: self.num_cores,
             b.DRM_VNPU_PARAM_POWER_UPS: self.r32(hw.REG_POWER_UPS),
             b.DRM_VNPU_PARAM_POWERED_US: self.r64(hw.REG_POWERED_US),
