@@ -1091,6 +1091,13 @@ static int vnpu_job_get_cmd(struct vnpu_job *job, struct drm_file *file,
 			       args->cmd_bo_handle);
 		return -ENOENT;
 	}
+	/* The stream is copied from the BO's own pinned pages: an import has none. */
+	if (!cmd_bo->base.pages) {
+		drm_dbg_driver(drm, "job cmd_bo_handle %u: an imported BO cannot hold a stream\n",
+			       args->cmd_bo_handle);
+		ret = -EINVAL;
+		goto out;
+	}
 	if ((u64)args->cmd_offset + args->cmd_size > vnpu_bo_size(cmd_bo)) {
 		drm_dbg_driver(drm, "job command range ends past its BO's %zu bytes\n",
 			       vnpu_bo_size(cmd_bo));

@@ -185,3 +185,21 @@ def test_accel_state_shows_imported_bos(dev, capsys: pytest.CaptureFixture[str])
     finally:
         os.close(fd)
 
+
+def test_an_import_cannot_hold_a_command_stream(dev) -> None:
+    """SUBMIT copies a stream from the command BO's own pages; an import has none: EINVAL."""
+    from libaccel import Device, Job, JobBo
+    from libaccel.errors import InvalidArgument
+
+    fd = dev.create_bo(PAGE).export_dmabuf()
+    try:
+        with Device.open("kernel") as other:
+            cmd = other.import_dmabuf(fd)
+            dst = other.create_bo(PAGE)
+            stream = fill_stream(dst.va, PAGE, 5)
+            cmd.write(stream)  # the import's CPU mapping (dma_buf_mmap) reaches the exporter's pages
+            with pytest.raises(InvalidArgument):
+                other.submit(Job(cmd, len(stream), [JobBo(dst, write=True)]))
+    finally:
+        os.close(fd)
+

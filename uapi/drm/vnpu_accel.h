@@ -296,7 +296,8 @@ struct drm_vnpu_job_bo {
  * struct drm_vnpu_job - one job of a DRM_IOCTL_VNPU_SUBMIT
  *
  * The command stream is @cmd_size bytes at @cmd_offset in BO
- * @cmd_bo_handle. SUBMIT copies it into memory of the kernel's that
+ * @cmd_bo_handle, a BO the file created with BO_CREATE (an imported
+ * dma-buf cannot hold a stream: -EINVAL). SUBMIT copies it into memory of the kernel's that
  * userspace cannot map, validates the copy, and the device executes that
  * copy: every instruction must be well formed, and every tensor it reads or
  * writes must lie inside a BO of @bos used in that direction. Once SUBMIT
@@ -358,7 +359,7 @@ struct drm_vnpu_job {
  *
  * Errors: -EINVAL for a zero or too large @job_count, a bad
  * @job_struct_size, non-zero flags/pad/unknown trailing bytes, a command
- * range outside its BO or misaligned, a zero or too large @bo_count, a BO
+ * range outside its BO or misaligned, a command BO that is an import, a zero or too large @bo_count, a BO
  * listed twice or with bad flags, more than DRM_VNPU_MAX_IN_SYNCOBJS
  * in-syncobjs, an in-syncobj without a fence; -ENOENT for an unknown BO or
  * syncobj handle; -ENOEXEC for a malformed command stream; -EACCES if the
