@@ -359,13 +359,14 @@ struct drm_vnpu_job {
  *
  * Errors: -EINVAL for a zero or too large @job_count, a bad
  * @job_struct_size, non-zero flags/pad/unknown trailing bytes, a command
- * range outside its BO or misaligned, a command BO that is an import, a zero or too large @bo_count, a BO
- * listed twice or with bad flags, more than DRM_VNPU_MAX_IN_SYNCOBJS
- * in-syncobjs, an in-syncobj without a fence; -ENOENT for an unknown BO or
- * syncobj handle; -ENOEXEC for a malformed command stream; -EACCES if the
- * stream touches memory outside the listed BOs or writes a BO listed
- * read-only; -ENOSPC if the file's device address space has no room for
- * the stream's copy; -ENOMEM; -EFAULT if an array cannot be copied.
+ * range outside its BO or misaligned, a command BO that is an import, a
+ * zero or too large @bo_count, a BO listed twice or with bad flags, more
+ * than DRM_VNPU_MAX_IN_SYNCOBJS in-syncobjs, an in-syncobj without a fence;
+ * -ENOENT for an unknown BO or syncobj handle; -ENOEXEC for a malformed
+ * command stream; -EACCES if the stream touches memory outside the listed
+ * BOs or writes a BO listed read-only; -ENOSPC if the file's device
+ * address space has no room for the stream's copy; -ENOMEM; -EFAULT if an
+ * array cannot be copied.
  */
 struct drm_vnpu_submit {
 	/** @jobs: user pointer to @job_count jobs of @job_struct_size bytes. */
