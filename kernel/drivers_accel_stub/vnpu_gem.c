@@ -402,8 +402,12 @@ int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *fi
 	size = PAGE_ALIGN(args->size);
 
 	shmem = drm_gem_shmem_create(drm, size);
+	/*
+	 * shmem answers a failed inode allocation with -ENOSPC, which BO_CREATE
+	 * documents for a full device address space: a memory shortage is -ENOMEM.
+	 */
 	if (IS_ERR(shmem))
-		return PTR_ERR(shmem);
+		return PTR_ERR(shmem) == -ENOSPC ? -ENOMEM : PTR_ERR(shmem);
 	bo = container_of(shmem, struct vnpu_bo, base);
 	bo->flags = args->flags;
 	vnpu_bo_account(bo, ctx);
