@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import glob
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,58 +26,47 @@ def job_timeout_files() -> list[Path]:
 
 
 @contextmanager
-def job_timeout(backend: str, ms: int = SHORT_JOB_TIMEOUT_MS) -> Iterator[int]:
+def _knob(backend: str, ms: int, files: list[Path], missing: str, shim_attr: str) -> Iterator[int]:
+    """``ms`` in every file of ``files`` ("kernel"; the test skips with ``missing`` if there is none),
+    or in the shim's shared device's attribute ``shim_attr`` ("shim"), while the body runs; then the
+    old values are back."""
+    if backend == "kernel":
+        if not files:
+            pytest.skip(missing)
+        old = [f.read_text().strip() for f in files]
+        for f in files:
+            f.write_text(str(ms))
+        try:
+            yield ms
+        finally:
+            for f, value in zip(files, old, strict=True):
+                f.write_text(value)
+    else:
+        from libaccel.backends.shim import shared_device
+
+        device = shared_device()
+        previous = getattr(device, shim_attr)
+        setattr(device, shim_attr, ms)
+        try:
+            yield ms
+        finally:
+            setattr(device, shim_attr, previous)
+
+
+def job_timeout(backend: str, ms: int = SHORT_JOB_TIMEOUT_MS) -> AbstractContextManager[int]:
     """Jobs that start while the body runs time out after ``ms``, on either backend, then the old
     timeout is back: vnpu.ko's debugfs job_timeout_ms of every device ("kernel"; the test skips on a
     vnpu.ko without it), or the job timeout of the shim's shared device ("shim")."""
-    if backend == "kernel":
-        files = job_timeout_files()
-        if not files:
-            pytest.skip("vnpu.ko has no debugfs job_timeout_ms (mount debugfs; the guest suite does)")
-        old = [f.read_text().strip() for f in files]
-        for f in files:
-            f.write_text(str(ms))
-        try:
-            yield ms
-        finally:
-            for f, value in zip(files, old, strict=True):
-                f.write_text(value)
-    else:
-        from libaccel.backends.shim import shared_device
-
-        device = shared_device()
-        previous, device.job_timeout_ms = device.job_timeout_ms, ms
-        try:
-            yield ms
-        finally:
-            device.job_timeout_ms = previous
+    missing = "vnpu.ko has no debugfs job_timeout_ms (mount debugfs; the guest suite does)"
+    return _knob(backend, ms, job_timeout_files(), missing, "job_timeout_ms")
 
 
-@contextmanager
-def autosuspend(backend: str, ms: int) -> Iterator[int]:
+def autosuspend(backend: str, ms: int) -> AbstractContextManager[int]:
     """The runtime-PM autosuspend delay set to ``ms`` while the body runs, then restored: the standard
     power/autosuspend_delay_ms of every vnpu device ("kernel"), or the shim's shared device's ("shim")."""
-    if backend == "kernel":
-        files = [Path(f) for f in sorted(glob.glob(AUTOSUSPEND_GLOB))]
-        if not files:
-            pytest.skip("no vnpu device with runtime PM (power/autosuspend_delay_ms)")
-        old = [f.read_text().strip() for f in files]
-        for f in files:
-            f.write_text(str(ms))
-        try:
-            yield ms
-        finally:
-            for f, value in zip(files, old, strict=True):
-                f.write_text(value)
-    else:
-        from libaccel.backends.shim import shared_device
-
-        device = shared_device()
-        previous, device.autosuspend_ms = device.autosuspend_ms, ms
-        try:
-            yield ms
-        finally:
-            device.autosuspend_ms = previous
+    files = [Path(f) for f in sorted(glob.glob(AUTOSUSPEND_GLOB))]
+    missing = "no vnpu device with runtime PM (power/autosuspend_delay_ms)"
+    return _knob(backend, ms, files, missing, "autosuspend_ms")
 
 
 @contextmanager
