@@ -399,14 +399,14 @@ class _Job:
         quant = self.quant(cout)
         weights = self.load(filt).reshape(cout, k)
         bias = self.bias(cout)
-        # LiteRT's one-rounding requantization: numpy's plans (the MAC array rounds twice).
+        # LiteRT's reference FULLY_CONNECTED rounds once (TFLITE_SINGLE_ROUNDING); the MAC array does both.
         single = bool(ins["flags"] & isa.SPEC.flags["SINGLE_ROUNDING"])
         rq = self.requant(inp, filt, out, quant, single)
         if rq.float_scale:  # onnxruntime's requantization
             x = self.load(inp).reshape(rows, k)
             self.store(out, nm.fully_connected(x, weights, bias, rq, fast=False))
             return
-        mac_isa = None if single else self.mac_isa
+        mac_isa = self.mac_isa
         if mac_isa is not None:  # the C MAC array: a 1x1 convolution of rows x 1 x 1 x K
             mac = self.bindings.mac_plan(
                 ins.offset,

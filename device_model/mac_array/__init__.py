@@ -172,7 +172,7 @@ def _per_channel(v: nm.ArrayLike, c: int) -> np.ndarray:
 
 def _pack_vnni(
     kind: int, wq: np.ndarray, bias32: np.ndarray, mult: np.ndarray, shifts: np.ndarray, input_zp: int,
-    in_dtype: np.dtype, output_zp: int,
+    in_dtype: np.dtype, output_zp: int, single: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | tuple[()]:  # fmt: skip
     """The VNNI kernels' operands (mac_array.c, "AVX-512 VNNI"): int8 weights, the bias with
     ``-z * sum(w - w_zp)`` folded in (modulo 2**32), where z = input_zp + 128 for int8 input (the
@@ -205,34 +205,45 @@ def _pack_vnni(
     return (
         np.ascontiguousarray(packed8),
         (bias8 & 0xFFFFFFFF).astype(np.uint32).view(np.int32),
-        _requant_rows(mult, shifts, output_zp, cpad),
+        _requant_rows(mult, shifts, output_zp, cpad, single),
     )
 
 
-def _requant_rows(mult: np.ndarray, shifts: np.ndarray, output_zp: int, cpad: int) -> np.ndarray:
+def _requant_rows(
+    mult: np.ndarray, shifts: np.ndarray, output_zp: int, cpad: int, single: bool = False
+) -> np.ndarray:
     """The VNNI requantization's per-channel constants, [11][cpad] int32 (mac_array.c's
     ``rq_vnni_init`` names the rows).
 
     With x the accumulator shifted left, p = x * m exact in 64 bits and e the right shift, TFLite's
     SRDHM then RoundingDivideByPOT is one floor division: floor((p + C - [p < T] * 2**31) / 2**S)
     with S = 31 + e, C = 2**30 + (e > 0) * 2**(30 + e), T = -2**30 when e > 0 (else never true).
-    When every channel has 1 <= e <= 21, C also carries output_zp * 2**S (no 64-bit overflow, and
-    the result plus output_zp stays an int32), so the kernel adds no zero point, and divides by
-    2**32 (the high half of the 64-bit lane) and then by 2**(e - 1) in 32-bit lanes. The 64-bit rows
-    hold, per block of 16 channels, the 8 even channels then the 8 odd ones (vpmuldq's two halves).
+    ``single`` (TFLITE_SINGLE_ROUNDING) is that division with no left shift, S = 31 - shift (e =
+    S - 31 may be negative), C = 2**(S - 1) and T never true. When every channel has 1 <= e <= 21,
+    C also carries output_zp * 2**S (no 64-bit overflow, and the result plus output_zp stays an
+    int32), so the kernel adds no zero point, and divides by 2**32 (the high half of the 64-bit
+    lane) and then by 2**(e - 1) in 32-bit lanes. The 64-bit rows hold, per block of 16 channels,
+    the 8 even channels then the 8 odd ones (vpmuldq's two halves).
     """
     cout = mult.size
     left = np.zeros(cpad, np.int64)
-    left[:cout] = np.maximum(shifts, 0)
     e = np.zeros(cpad, np.int64)
-    e[:cout] = np.maximum(-shifts.astype(np.int64), 0)
+    if single:
+        e[:cout] = -shifts.astype(np.int64)
+    else:
+        left[:cout] = np.maximum(shifts, 0)
+        e[:cout] = np.maximum(-shifts.astype(np.int64), 0)
     m = np.zeros(cpad, np.int64)
     m[:cout] = mult
     fold = cout > 0 and bool(np.all((e[:cout] >= 1) & (e[:cout] <= 21)))
-    c = (1 << 30) + np.where(e > 0, np.left_shift(1, 30 + e), 0)
+    if single:
+        c = np.left_shift(np.int64(1), 30 + e)
+        t = np.full(cpad, np.iinfo(np.int64).min)
+    else:
+        c = (1 << 30) + np.where(e > 0, np.left_shift(1, 30 + e), 0)
+        t = np.where(e > 0, -(1 << 30), np.iinfo(np.int64).min)
     if fold:
         c[:cout] += np.int64(output_zp) << (31 + e[:cout])
-    t = np.where(e > 0, -(1 << 30), np.iinfo(np.int64).min)
     m_odd = np.zeros(cpad, np.int64)
     m_odd[0::2] = m[1::2]  # vpmuldq reads the low half of each 64-bit lane
     flags = np.zeros(cpad, np.int64)
@@ -258,16 +269,16 @@ def plan_layer(
 ) -> MacPlan:
     """The plan of a CONV2D (filter [Cout, KH, KW, Cin]; FULLY_CONNECTED: [Cout, 1, 1, K] with the
     input as [rows, 1, 1, K]) or DEPTHWISE_CONV2D (filter [1, KH, KW, Cout]) layer, with ``rq``'s
-    zero points and requantization (two roundings, fixed point: the MAC array has neither
-    ``single_rounding`` nor ``float_scale``).
+    zero points and requantization (fixed point, two roundings or ``single_rounding``'s one: the
+    MAC array has no ``float_scale``).
 
     ``geometry`` is (stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w).
     Bad parameters raise ValueError with the numpy path's checks and messages."""
     input_zp, filter_zp, output_zp = rq.input_zp, rq.filter_zp, rq.output_zp
     multiplier, shift, act_min, act_max = rq.multiplier, rq.shift, rq.act_min, rq.act_max
     name = "DEPTHWISE_CONV2D" if kind == KIND_DEPTHWISE else "CONV2D"
-    if rq.single_rounding or rq.float_scale:
-        raise ValueError(f"{name}: the MAC array requantizes with two roundings and a fixed-point multiplier")
+    if rq.float_scale:
+        raise ValueError(f"{name}: the MAC array requantizes with a fixed-point multiplier")
     sh, sw, dh, dw, pt, pl, oh, ow = geometry
     _check_positive(name, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw)
     if kind == KIND_DEPTHWISE:
@@ -326,7 +337,7 @@ def plan_layer(
         cout_pad=cout_pad, kind=kind, wide=int(not narrow), in_signed=int(in_dtype == np.int8),
         out_signed=int(out_dtype == np.int8), input_zp=input_zp, output_zp=output_zp,
         lo=max(act_min, out_lo), hi=min(act_max, out_hi), zp_byte_ok=int(in_lo <= input_zp <= in_hi),
-        simple_quant=int(not np.any(mult == nm.INT32_MIN)),
+        simple_quant=int(not np.any(mult == nm.INT32_MIN)), single_rounding=int(rq.single_rounding),
     ).items():  # fmt: skip
         setattr(layer, key, value)
     layer.packed = ffi.cast("const void *", packed.ctypes.data)
@@ -335,7 +346,7 @@ def plan_layer(
     layer.shift = ffi.cast("const int32_t *", shifts.ctypes.data)
     vnni: tuple[np.ndarray, ...] = ()
     if depth_multiplier == 1 and ISA_AVX512VNNI in cpu_isas():  # the VNNI depthwise needs dm 1
-        vnni = _pack_vnni(kind, wq, bias32, mult, shifts, input_zp, in_dtype, output_zp)
+        vnni = _pack_vnni(kind, wq, bias32, mult, shifts, input_zp, in_dtype, output_zp, rq.single_rounding)
         if vnni:
             packed8, bias8, rq = vnni
             layer.packed8 = ffi.cast("const int8_t *", packed8.ctypes.data)

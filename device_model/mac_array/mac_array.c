@@ -36,6 +36,7 @@ struct mac_layer {
     int32_t lo, hi;         /* the activation clamp combined with the output dtype's range */
     int32_t zp_byte_ok;     /* input_zp is a value of the input dtype: padding can point at it */
     int32_t simple_quant;   /* no multiplier is INT32_MIN (SRDHM's one saturating case) */
+    int32_t single_rounding; /* TFLITE_SINGLE_ROUNDING: one 64-bit product and one rounding shift */
     const void *packed;     /* weights - w_zp, packed (int16 or int32, see pack_* in __init__.py) */
     const int32_t *bias;    /* [cout] */
     const int32_t *multiplier;
@@ -116,13 +117,34 @@ static inline int32_t requant_one(uint32_t acc, int32_t m, int32_t s, int32_t zp
     return (int32_t)v;
 }
 
+/* TFLITE_SINGLE_ROUNDING's MultiplyByQuantizedMultiplier: (x * m + 2**(30 - s)) >> (31 - s), the
+ * int32 result wrapping as the reference's; s is in [-31, 30], so the shift is 1..62. */
+static inline int32_t requant_single(uint32_t acc, int32_t m, int32_t s, int32_t zp, int32_t lo, int32_t hi)
+{
+    int total = 31 - s;
+    int64_t r = ((int64_t)(int32_t)acc * m + ((int64_t)1 << (total - 1))) >> total;
+    int64_t v = (int64_t)(int32_t)(uint32_t)r + zp;
+    if (v < lo)
+        v = lo;
+    if (v > hi)
+        v = hi;
+    return (int32_t)v;
+}
+
+/* Channel c's requantization in the layer's rounding. */
+static inline int32_t requant_channel(const struct mac_layer *L, uint32_t acc, int64_t c)
+{
+    if (L->single_rounding)
+        return requant_single(acc, L->multiplier[c], L->shift[c], L->output_zp, L->lo, L->hi);
+    return requant_one(acc, L->multiplier[c], L->shift[c], L->output_zp, L->lo, L->hi);
+}
+
 static inline __attribute__((always_inline)) void requant_row_generic(
     const struct mac_layer *L, const uint32_t *acc, int64_t c0, int64_t c1, void *out)
 {
     /* acc[0] is channel c0's accumulator */
     for (int64_t c = c0; c < c1; c++) {
-        int32_t v = requant_one(acc[c - c0] + (uint32_t)L->bias[c], L->multiplier[c], L->shift[c], L->output_zp,
-                                L->lo, L->hi);
+        int32_t v = requant_channel(L, acc[c - c0] + (uint32_t)L->bias[c], c);
         if (L->out_signed)
             ((int8_t *)out)[c] = (int8_t)v;
         else
@@ -471,7 +493,8 @@ AVX2 static inline void store8_avx2(__m256i v, int out_signed, void *dst)
 AVX2 static inline void requant_avx2(const struct mac_layer *L, const uint32_t *acc, void *out)
 {
     int64_t c = 0;
-    if (L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN && L->hi - (int64_t)L->output_zp <= INT32_MAX) {
+    if (L->simple_quant && !L->single_rounding && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
+        L->hi - (int64_t)L->output_zp <= INT32_MAX) {
         for (; c + 8 <= L->cout; c += 8) {
             __m256i v = requant8_avx2(_mm256_loadu_si256((const __m256i *)(acc + c)), L, c);
             store8_avx2(v, L->out_signed, (char *)out + c);
@@ -494,7 +517,7 @@ AVX2 static inline void dw_avx2_range(const struct mac_layer *L, const uint8_t *
 {
     const int16_t *w = (const int16_t *)L->packed;
     int64_t cp2 = L->cout_pad * 2, pairs = L->kpad / 2;
-    int simple = L->simple_quant && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
+    int simple = L->simple_quant && !L->single_rounding && L->lo - (int64_t)L->output_zp >= INT32_MIN &&
                  L->hi - (int64_t)L->output_zp <= INT32_MAX;
     for (int64_t c = c0; c < c_end; c += DW_BLOCK) {
         __m256i lo = _mm256_setzero_si256(), hi = lo;
@@ -671,7 +694,7 @@ VNNI static inline void store16_vnni(const struct mac_layer *L, const struct rq_
     uint32_t tmp[16];
     _mm512_storeu_si512(tmp, acc);
     for (int64_t i = 0; i < n && i < 16; i++) {
-        int32_t v = requant_one(tmp[i], L->multiplier[c + i], L->shift[c + i], L->output_zp, L->lo, L->hi);
+        int32_t v = requant_channel(L, tmp[i], c + i);
         if (L->out_signed)
             ((int8_t *)dst)[i] = (int8_t)v;
         else

@@ -39,7 +39,6 @@ class Network:
     ) -> None:
         self.m = m
         self.scattered = scattered
-        self.single_rounding = bool(fc_flags & FLAGS["SINGLE_ROUNDING"])
         # Scattered: the input and the depthwise output are gathered and scattered page by page;
         # contiguous: every operand is one physical run (layers bind as mac_array.BoundRun).
         place = (lambda size: scattered_buffer(m, size)) if scattered else m.buffer
@@ -129,8 +128,8 @@ def direct_offsets(cp: CommandProcessor, m: Machine, kind: str = "run_direct") -
     ids="-".join,
 )
 def net(request: pytest.FixtureRequest) -> Network:
-    """The network with a FULLY_CONNECTED on the MAC array and one on numpy's plans (LiteRT's), its
-    operands gathered page by page or each in one physical run."""
+    """The network with its FULLY_CONNECTED rounding twice or once (LiteRT's), its operands gathered
+    page by page or each in one physical run."""
     rounding, placement = request.param
     flags = FLAGS["SINGLE_ROUNDING"] if rounding == "single-rounding" else 0
     return Network(Machine(), np.random.default_rng(7), flags, scattered=placement == "scattered")
@@ -144,7 +143,7 @@ def test_bound_layers_read_rewritten_inputs_filters_and_quantization(net: Networ
         layers = {i.offset for i in program if i.op != "END"}
         assert layers == bound_offsets(warm, net.m)
         # Where every operand is one physical run, the MAC array's layers bind as one C call.
-        on_mac = {"CONV2D", "DEPTHWISE_CONV2D"} | (set() if net.single_rounding else {"FULLY_CONNECTED"})
+        on_mac = {"CONV2D", "DEPTHWISE_CONV2D", "FULLY_CONNECTED"}  # one rounding or two
         expected = set() if net.scattered else {i.offset for i in program if i.op in on_mac}
         assert direct_offsets(warm, net.m) == expected
     rng = np.random.default_rng(8)

@@ -95,7 +95,8 @@ def _values(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -
 def _random_case(rng: np.random.Generator, kind: str) -> dict:
     """A random layer: shapes, kernel sizes, strides, dilation, padding, int8/uint8 operands, zero
     points (now and then beyond int16 once subtracted: the wide kernels), per-tensor or per-channel
-    requantization (with the saturating multiplier INT32_MIN and extreme shifts), clamps, bias."""
+    requantization (with the saturating multiplier INT32_MIN and extreme shifts), one rounding or two
+    (TFLITE_SINGLE_ROUNDING, LiteRT's FULLY_CONNECTED), clamps, bias."""
     in_dt, f_dt, out_dt = (DTYPES[int(rng.integers(2))] for _ in range(3))
     in_info, f_info, out_info = np.iinfo(in_dt), np.iinfo(f_dt), np.iinfo(out_dt)
     input_zp = int(rng.integers(in_info.min, in_info.max + 1))
@@ -150,7 +151,7 @@ def _random_case(rng: np.random.Generator, kind: str) -> dict:
         kind=kind, x=x, f=f, bias=bias, input_zp=input_zp, filter_zp=filter_zp,
         multiplier=multiplier if per_channel else int(multiplier[0]),
         shift=shift if per_channel else int(shift[0]), output_zp=output_zp, act_min=act_min,
-        act_max=act_max, out_dtype=out_dt,
+        act_max=act_max, out_dtype=out_dt, single_rounding=bool(rng.random() < 0.35),
     )  # fmt: skip
     if geometry is not None:
         case["geometry"] = geometry
@@ -280,8 +281,7 @@ def test_plan_refuses_what_numpy_refuses() -> None:
         dict(act_min=5, act_max=4),
         dict(input_zp=40000),
         dict(geometry=(0, 1, 1, 1, 0, 0, 4, 4)),
-        dict(single_rounding=True),  # the MAC array rounds twice
-        dict(multiplier=np.float32(0.5).view(np.int32), float_scale=True),  # and has no float scales
+        dict(multiplier=np.float32(0.5).view(np.int32), float_scale=True),  # the MAC array: no float scales
     ):
         rq, rest = split_requant({**good, **bad})
         with pytest.raises(ValueError):
@@ -292,6 +292,28 @@ def _vnni_planned(plan: ma.MacPlan) -> bool:
     mod = ma.library()
     assert mod is not None
     return plan.layer.packed8 != mod.ffi.NULL
+
+
+@pytest.mark.parametrize("isa", ISA_PARAMS)
+@pytest.mark.parametrize("shifts", [(-1, -2, -3, -5), (-1, 0, 1, -4)], ids=["folded", "mixed"])
+def test_single_rounding_ties(isa: int, shifts: tuple[int, ...]) -> None:
+    """TFLITE_SINGLE_ROUNDING where it differs from two roundings: a multiplier of 2**30 puts every
+    accumulator on a multiple of a half, so each shift meets its ties. Every right shift (the VNNI
+    kernel's zero point folded into its constants) and a mix with left shifts (not folded)."""
+    rows, cout = 128, 36
+    x = np.arange(-64, 64, dtype=np.int8).reshape(rows, 1)
+    f = np.ones((cout, 1), np.int8)
+    bias = np.arange(cout, dtype=np.int32) - cout // 2
+    shift = np.resize(np.array(shifts), cout)
+    base = dict(
+        kind="fc", x=x, f=f, bias=bias, input_zp=0, filter_zp=0, multiplier=np.full(cout, 1 << 30),
+        shift=shift, output_zp=-7, act_min=-128, act_max=127, out_dtype=np.dtype(np.int8),
+    )  # fmt: skip
+    _check({**base, "single_rounding": True}, isa)
+    rq, _ = split_requant({k: v for k, v in base.items() if k not in ("kind", "x", "f", "bias")})
+    one = nm.fully_connected(x, f, bias, replace(rq, single_rounding=True), fast=False)
+    two = nm.fully_connected(x, f, bias, rq, fast=False)
+    assert np.count_nonzero(one != two) > rows  # the case tells the roundings apart
 
 
 @pytest.mark.parametrize("isa", ISA_PARAMS)

@@ -164,8 +164,8 @@ def test_filter_and_bias_rewritten_between_jobs_take_effect(cin: int) -> None:
 
 @pytest.mark.parametrize("k", [40, 1100])  # planned / refused (float32 sums not exact): the general path
 def test_single_rounding_fc_rewritten_between_jobs_takes_effect(k: int) -> None:
-    """LiteRT's one-rounding FULLY_CONNECTED through numpy's plans (whatever the MAC array): a
-    filter rewritten between jobs is seen, whether the layer has a plan or its plan was refused."""
+    """LiteRT's one-rounding FULLY_CONNECTED: a filter rewritten between jobs is seen (on the MAC
+    array where the host builds it; on numpy's path, planned or refused, where it does not)."""
     rng = np.random.default_rng(k)
     m = Machine()
     cout, rows = 6, 2
