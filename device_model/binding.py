@@ -374,11 +374,11 @@ class Bindings:
     ) -> None:
         """Bind the FULLY_CONNECTED at ``offset`` that just ran on numpy: its plan's while the digest
         matches, or the general path's if the plan was refused (refused stays refused, as in plan())."""
-        (rows, k), single = shape, rq.single_rounding
+        rows, k = shape
         cout = filt.shape[0] * filt.shape[1] * filt.shape[2]
 
         def compute(job: Any, a: LayerArgs) -> np.ndarray | None:
-            if not single and job.mac_isa is not None:  # the general path takes the MAC array now
+            if job.mac_isa is not None:  # the general path takes the MAC array now
                 return None
             weights = a.filt.reshape(cout, k)
             entry = job.bindings.plans.get(offset)

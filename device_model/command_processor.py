@@ -558,7 +558,7 @@ class _Job:
         if out.zero_point != lowest:
             raise self.fail(f"output zero point {out.zero_point}, expected {lowest} (scale 1/256)")
         softmax = partial(
-            nm.softmax,
+            nm.softmax if self.mac_isa is None else mac_array.softmax,
             input_multiplier=ins["input_multiplier"],
             input_left_shift=ins["input_left_shift"],
             diff_min=ins["diff_min"],

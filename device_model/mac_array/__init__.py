@@ -23,6 +23,7 @@ five times faster than the SHA-1 digest numpy's plans are kept by, and exact).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -377,6 +378,40 @@ def run(plan: MacPlan, inp: np.ndarray, isa: int) -> np.ndarray:
     ffi = mod.ffi
     if mod.lib.mac_run(plan.layer, ffi.from_buffer(x), ffi.from_buffer(out), isa) != 0:
         raise MemoryError("MAC array: out of memory for the layer's buffers")
+    return out
+
+
+@functools.lru_cache(maxsize=nm.BYTE_TABLES)
+def _softmax_tables32(mult: int, left_shift: int, diff_min: int) -> tuple[np.ndarray, np.ndarray]:
+    """numerics' softmax tables as the int32 arrays mac_softmax reads (their values are int32)."""
+    exps, rescaled = nm.softmax_tables(mult, left_shift, diff_min)
+    return np.ascontiguousarray(exps, dtype=np.int32), np.ascontiguousarray(rescaled, dtype=np.int32)
+
+
+def softmax(
+    inp: np.ndarray, *, input_multiplier: int, input_left_shift: int, diff_min: int, out_dtype: np.dtype
+) -> np.ndarray:
+    """:func:`numerics.softmax` of an 8-bit input in C (``mac_softmax``), identical bytes: one pass
+    per row instead of numpy's ~40 over the whole tensor, which cost a 12-class row ~200 us."""
+    out_dtype = nm.check_softmax(input_left_shift, out_dtype)
+    if inp.dtype not in _RANGES:
+        raise ValueError(f"SOFTMAX: input {inp.dtype} is not int8 or uint8")
+    mod = library()
+    if mod is None:
+        raise RuntimeError("the MAC array's C kernels are not available")
+    exps, rescaled = _softmax_tables32(input_multiplier, input_left_shift, diff_min)
+    x = np.ascontiguousarray(inp)
+    out = np.empty(x.shape, dtype=out_dtype)
+    depth = x.shape[-1] if x.ndim else 1
+    rows = x.size // depth if depth else 0
+    ffi = mod.ffi
+    signs = int(x.dtype == np.int8), int(out_dtype == np.int8)
+    status = mod.lib.mac_softmax(
+        ffi.from_buffer(x), ffi.from_buffer(out), rows, depth, *signs,
+        ffi.from_buffer("int32_t[]", exps), ffi.from_buffer("int32_t[]", rescaled),
+    )  # fmt: skip
+    if status != 0:
+        raise ValueError(nm.SOFTMAX_RANGE_ERROR)
     return out
 
 

@@ -76,6 +76,8 @@ int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int is
 int mac_pool(const struct mac_pool *P, const void *in, void *out);
 void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out, size_t n, int esize, int fa,
                 int fb);
+int mac_softmax(const void *in, void *out, int64_t rows, int64_t depth, int in_signed, int out_signed,
+                const int32_t *exps, const int32_t *rescaled);
 /* --- interface: end --- */
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -1253,6 +1255,83 @@ void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out
     else
         LOOKUP_LOOP(uint32_t);
 }
+
+/* --- SOFTMAX: TFLite's quantized reference softmax (reference_ops::Softmax) over the last axis ---- */
+static inline int32_t fx_srdhm(int32_t a, int32_t b) /* SaturatingRoundingDoublingHighMul */
+{
+    if (a == INT32_MIN && b == INT32_MIN)
+        return INT32_MAX;
+    return (int32_t)(((int64_t)a * b + ((int64_t)1 << 30)) >> 31);
+}
+
+static inline int32_t fx_rdbp(int32_t x, int e) /* RoundingDivideByPOT, e in 0..31 */
+{
+    if (!e)
+        return x;
+    return (int32_t)(((int64_t)x + ((int64_t)1 << (e - 1)) - (x < 0)) >> e);
+}
+
+static inline int32_t fx_shl_sat(int32_t x, int e) /* SaturatingRoundingMultiplyByPOT<e>, e > 0 */
+{
+    int32_t threshold = (int32_t)((1u << (31 - e)) - 1);
+    if (x > threshold)
+        return INT32_MAX;
+    if (x < -threshold)
+        return INT32_MIN;
+    return (int32_t)((uint32_t)x << e);
+}
+
+/* gemmlowp's one_over_one_plus_x_for_x_in_0_1: Newton-Raphson in Q2.29, a and the result Q0.31. */
+static int32_t fx_one_over_one_plus_x(int32_t a)
+{
+    int64_t total = (int64_t)a + INT32_MAX;                          /* RoundingHalfSum(a, One) */
+    int32_t half_den = (int32_t)((total + (total >= 0 ? 1 : -1)) / 2); /* C division truncates */
+    int32_t x = (int32_t)((uint32_t)1515870810 + (uint32_t)fx_srdhm(half_den, -1010580540));
+    for (int i = 0; i < 3; i++) {
+        int32_t one_minus = (int32_t)((uint32_t)(1 << 29) - (uint32_t)fx_srdhm(half_den, x));
+        x = (int32_t)((uint32_t)x + (uint32_t)fx_shl_sat(fx_srdhm(x, one_minus), 2));
+    }
+    return fx_shl_sat(x, 1);
+}
+
+/* rows x depth 8-bit values -> 8-bit probabilities (scale 1/256, the dtype's minimum as zero point).
+ * exps and rescaled are the exponential of every difference from the row's maximum, -255..0 (index
+ * difference + 255), in Q0.31 and as Q12.19 (numerics' softmax_tables: the input's beta is in
+ * them). The sum wraps as int32, as the reference's. 0, or -1 when a row's sum of exponentials
+ * puts the output's exponent outside 0..31 (the reference's range check). */
+#define SOFTMAX_VALUE(i) (in_signed ? (int32_t)(int8_t)x[i] : (int32_t)x[i])
+int mac_softmax(const void *in, void *out, int64_t rows, int64_t depth, int in_signed, int out_signed,
+                const int32_t *exps, const int32_t *rescaled)
+{
+    int32_t lo = out_signed ? -128 : 0, hi = out_signed ? 127 : 255;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *x = (const uint8_t *)in + r * depth;
+        int32_t max = INT32_MIN;
+        for (int64_t i = 0; i < depth; i++)
+            if (SOFTMAX_VALUE(i) > max)
+                max = SOFTMAX_VALUE(i);
+        uint32_t acc = 0;
+        for (int64_t i = 0; i < depth; i++)
+            acc += (uint32_t)rescaled[SOFTMAX_VALUE(i) - max + 255];
+        int32_t sum = (int32_t)acc;
+        int headroom = sum < 0 ? 0 : sum == 0 ? 32 : __builtin_clz((uint32_t)sum); /* CountLeadingZeros */
+        int exponent = 12 - headroom + 31 - 8;                                  /* bits over unit + 23 */
+        if (exponent < 0 || exponent > 31)
+            return -1;
+        int32_t shifted = (int32_t)(uint32_t)(((uint64_t)(uint32_t)sum << headroom) - ((uint64_t)1 << 31));
+        int32_t scale = fx_one_over_one_plus_x(shifted);
+        for (int64_t i = 0; i < depth; i++) {
+            int64_t o = (int64_t)fx_rdbp(fx_srdhm(scale, exps[SOFTMAX_VALUE(i) - max + 255]), exponent) + lo;
+            o = o < lo ? lo : o > hi ? hi : o;
+            if (out_signed)
+                ((int8_t *)out)[r * depth + i] = (int8_t)o;
+            else
+                ((uint8_t *)out)[r * depth + i] = (uint8_t)o;
+        }
+    }
+    return 0;
+}
+#undef SOFTMAX_VALUE
 
 /* The pooling unit: MAXPOOL and AVGPOOL of int8 / uint8 tensors (the output has the input's dtype),
  * over the valid positions of each window; the average rounds half away from zero (TFLite's

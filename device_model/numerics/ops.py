@@ -591,23 +591,32 @@ def one_over_one_plus_x_for_x_in_0_1(a: np.ndarray) -> np.ndarray:
     return saturating_left_shift(x, 1)  # ExactMulByPot<-1> then Rescale<0>
 
 
+def check_softmax(input_left_shift: int, out_dtype: np.dtype) -> np.dtype:
+    """SOFTMAX's parameter checks (ValueError naming the problem); the output dtype."""
+    if not 0 <= input_left_shift <= 31:
+        raise ValueError(f"SOFTMAX: input_left_shift must be in [0, 31], got {input_left_shift}")
+    out_dtype = np.dtype(out_dtype)
+    if out_dtype not in _FAST_OUT:
+        raise ValueError(f"SOFTMAX: output {out_dtype} is not int8 or uint8")
+    return out_dtype
+
+
+SOFTMAX_RANGE_ERROR = "SOFTMAX: the sum of exponentials is out of range"
+
+
 def softmax(
     inp: np.ndarray, *, input_multiplier: int, input_left_shift: int, diff_min: int, out_dtype: np.dtype
 ) -> np.ndarray:
     """TFLite's quantized reference softmax along the last axis (reference_ops::Softmax), as out_dtype.
 
     The output is 8-bit with scale 1/256 and the dtype's minimum as zero point, as TFLite requires."""
-    if not 0 <= input_left_shift <= 31:
-        raise ValueError(f"SOFTMAX: input_left_shift must be in [0, 31], got {input_left_shift}")
-    out_dtype = np.dtype(out_dtype)
-    if out_dtype not in _FAST_OUT:
-        raise ValueError(f"SOFTMAX: output {out_dtype} is not int8 or uint8")
+    out_dtype = check_softmax(input_left_shift, out_dtype)
     lo, hi = _DTYPE_RANGES[out_dtype]
     shape = inp.shape
     x = inp.reshape(-1, shape[-1]).astype(np.int64)
     diff = x - x.max(axis=1, keepdims=True)
     if inp.dtype in _FAST_OUT:  # 8-bit input: diff is in [-255, 0], each exponential is a lookup
-        exps_table, rescaled_table = _softmax_tables(input_multiplier, input_left_shift, diff_min)
+        exps_table, rescaled_table = softmax_tables(input_multiplier, input_left_shift, diff_min)
         exps, rescaled = exps_table.take(diff + 255), rescaled_table.take(diff + 255)
     else:
         exps, rescaled = _softmax_exps(diff, input_multiplier, input_left_shift, diff_min)
@@ -621,7 +630,7 @@ def softmax(
     scale = one_over_one_plus_x_for_x_in_0_1(shifted_minus_one)
     exponent = bits_over_unit + 31 - 8 * out_dtype.itemsize
     if exponent.size and (exponent.min() < 0 or exponent.max() > 31):
-        raise ValueError("SOFTMAX: the sum of exponentials is out of range")
+        raise ValueError(SOFTMAX_RANGE_ERROR)
     out = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(scale, exps), exponent) + lo
     # An input below diff_min has the exponential 0, and 0 scales and shifts to 0: its output is lo.
     return np.clip(out, lo, hi).astype(out_dtype).reshape(shape)
@@ -637,7 +646,7 @@ def _softmax_exps(
 
 
 @functools.lru_cache(maxsize=BYTE_TABLES)
-def _softmax_tables(
+def softmax_tables(
     input_multiplier: int, input_left_shift: int, diff_min: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_softmax_exps` of every difference an 8-bit input can have, -255..0 (index diff + 255).

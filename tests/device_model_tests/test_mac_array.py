@@ -10,9 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from device_model import mac_array as ma
 from device_model import numerics as nm
+from libaccel.compiler import quant as q
 
 from .helpers import split_requant
 
@@ -731,3 +734,50 @@ def test_numpy_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         assert ma.selected_isa() == min(isa, max(ISAS))
     monkeypatch.setenv(ma.ENV, "auto")
     assert ma.selected_isa() == max(ISAS)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1 << 30, (1 << 31) - 1),
+    st.integers(0, 31),
+    st.integers(-(2**31), 0),
+    st.sampled_from([np.int8, np.uint8]),
+    st.sampled_from([np.int8, np.uint8]),
+    st.sampled_from([(1, 1), (3, 17), (2, 12), (1, 1000), (4, 3, 5)]),
+)
+def test_softmax_in_c_matches_numpy(
+    seed: int, mult: int, shift: int, diff_min: int, t_in, t_out, shape
+) -> None:
+    """mac_softmax against numerics.softmax: identical bytes, or the same refusal (a sum of
+    exponentials out of range); ties at the maximum, the widest difference, rows of one value and
+    of a thousand (sums near the top of the range)."""
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(t_in)
+    x = rng.integers(int(info.min), int(info.max) + 1, size=shape).astype(t_in)
+    flat = x.reshape(-1, shape[-1])
+    flat[0, :2] = info.max
+    if flat.shape[0] > 1 and flat.shape[1] > 1:
+        flat[1, 0], flat[1, 1] = info.min, info.max
+    kwargs = dict(input_multiplier=mult, input_left_shift=shift, diff_min=diff_min, out_dtype=np.dtype(t_out))
+    try:
+        want = nm.softmax(x, **kwargs)
+    except ValueError as e:
+        with pytest.raises(ValueError, match=str(e)):
+            ma.softmax(x, **kwargs)
+        return
+    got = ma.softmax(x, **kwargs)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("scale", [1 / 8, 0.1, 0.0390625, 0.25, 1.0])
+def test_softmax_in_c_at_the_compilers_parameters(scale: float) -> None:
+    """The parameters the compiler derives from a model (beta 1, common input scales)."""
+    mult, shift = q.preprocess_softmax_scaling(1.0, scale, q.SOFTMAX_DIFF_INTEGER_BITS)
+    diff_min = -q.calculate_input_radius(q.SOFTMAX_DIFF_INTEGER_BITS, shift)
+    x = np.random.default_rng(3).integers(-128, 128, size=(16, 12)).astype(np.int8)
+    kwargs = dict(
+        input_multiplier=mult, input_left_shift=shift, diff_min=diff_min, out_dtype=np.dtype(np.int8)
+    )
+    assert np.array_equal(ma.softmax(x, **kwargs), nm.softmax(x, **kwargs))
