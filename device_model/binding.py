@@ -158,31 +158,39 @@ class Bindings:
         bytes) or its table tensor, read from memory at each job (LUT, LUT2); ``flips`` turn each
         input's bytes into its index bits (0x80 for an int8 input indexed by value + 128).
 
-        Only while the C kernels are selected, and only where every operand is one physical run of
-        a dense tensor, the table does not overlap the output and the output overlaps an input
-        only by being the same bytes; otherwise the loading binding stays.
+        Only while the C kernels are selected, and only where every operand is one physical run
+        (an input strided within its run: broadcast or transposed), the output and the table are
+        dense, the table does not overlap the output and the output overlaps an input only by being
+        the same dense bytes; otherwise the loading binding stays.
         """
         if self.binding is None or mac_isa is None:
             return
         operands: list[tuple[Tensor, bool]] = [(t, False) for t in inputs] + [(out, True)]
         if isinstance(table, Tensor):
+            if not table.dense:
+                return
             operands.append((table, False))
-        spans = self.access.physical_spans(operands)
+        spans = self.access.physical_spans(operands, strided_reads=True)
         if spans is None:
             return
         out_pa, out_len = spans[len(inputs)]
         esize = out.np_dtype.itemsize
         for i, span in enumerate(spans):
-            same_bytes = i < len(inputs) and span == (out_pa, out_len) and esize == 1
+            same_bytes = i < len(inputs) and inputs[i].dense and span == (out_pa, out_len) and esize == 1
             if i != len(inputs) and overlap(span, (out_pa, out_len)) and not same_bytes:
                 return
         view = self.access.memory.view
         ins = [view(*span) for span in spans[: len(inputs)]]
         table_buf = view(*spans[-1]) if isinstance(table, Tensor) else table
+        strided = None
+        if not all(t.dense for t in inputs):
+            b_strides = inputs[1].strides if len(inputs) > 1 else (0, 0, 0, 0)
+            strided = (out.shape, inputs[0].strides, b_strides)
         try:
             lookup = mac_array.BoundLookup(
-                ins[0], ins[1] if len(ins) > 1 else None, table_buf, view(out_pa, out_len), esize, *flips
-            )
+                ins[0], ins[1] if len(ins) > 1 else None, table_buf, view(out_pa, out_len), esize, *flips,
+                strided=strided,
+            )  # fmt: skip
         except ValueError:  # sizes the lookup does not take: the loading binding stays
             return
 

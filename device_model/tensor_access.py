@@ -255,14 +255,17 @@ class TensorAccess:
 
         return store
 
-    def physical_spans(self, operands: list[tuple[Tensor, bool]]) -> list[tuple[int, int]] | None:
+    def physical_spans(
+        self, operands: list[tuple[Tensor, bool]], strided_reads: bool = False
+    ) -> list[tuple[int, int]] | None:
         """Each (tensor, written) operand's one physical run (pa, bytes) from the kept translations,
         or None if one is strided, lies in several runs or was not kept: a C unit bound to memory
-        takes one dense run per operand."""
+        takes one dense run per operand (``strided_reads``: an operand it only reads may be strided,
+        its run the extent)."""
         spans = []
         for t, write in operands:
             runs = self.cached_runs(t, write)
-            if not t.dense or runs is None or len(runs) != 1:
+            if not (t.dense or (strided_reads and not write)) or runs is None or len(runs) != 1:
                 return None
             spans.append(runs[0])
         return spans

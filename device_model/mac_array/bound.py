@@ -82,6 +82,13 @@ class BoundRun:
         return rc == 0
 
 
+def _strides_fit(shape: tuple[int, ...], strides: tuple[int, ...], nbytes: int) -> bool:
+    """Every element of ``shape`` at byte ``strides`` (none negative) lies in a buffer of ``nbytes``."""
+    if len(shape) != 4 or len(strides) != 4 or min(strides) < 0 or min(shape) < 1:
+        return False
+    return sum((d - 1) * s for d, s in zip(shape, strides, strict=True)) < nbytes
+
+
 class BoundLookup:
     """The elementwise unit's table lookup fixed to its operands' memory (``mac_lookup``):
     ``run()`` writes ``out[i] = table[a[i] ^ flip_a]``, or with ``b``,
@@ -91,6 +98,10 @@ class BoundLookup:
     ``table`` (256 or 65536 elements: a computed table, or a view of memory read at each run) must
     not overlap ``out``, and ``out`` may overlap an input only by being the same bytes (element size
     1). The buffers stay referenced while this object lives.
+
+    ``strided``: the output's 4-d shape and each input's byte strides within its buffer (0 where it
+    is broadcast, a transposed order, ...), for inputs that are not dense (``mac_lookup_strided``);
+    the output stays dense, and must not overlap a strided input.
     """
 
     def __init__(
@@ -102,14 +113,24 @@ class BoundLookup:
         esize: int,
         flip_a: int = 0,
         flip_b: int = 0,
+        strided: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None,
     ) -> None:
         mod = library()
         if mod is None:
             raise RuntimeError("the MAC array's C kernels are not available")
-        n = a.nbytes
         entries = 65536 if b is not None else 256
-        if esize not in (1, 2, 4) or out.nbytes != n * esize or (b is not None and b.nbytes != n):
-            raise ValueError(f"lookup: {n} input bytes, {out.nbytes} output bytes of {esize}-byte elements")
+        if strided is None:
+            n = a.nbytes
+            if b is not None and b.nbytes != n:
+                raise ValueError(f"lookup: inputs of {n} and {b.nbytes} bytes")
+        else:
+            shape = strided[0]
+            n = int(np.prod(shape))
+            for buf, strides in ((a, strided[1]), (b, strided[2])):
+                if buf is not None and not _strides_fit(shape, strides, buf.nbytes):
+                    raise ValueError(f"lookup: strides {strides} of shape {shape} leave {buf.nbytes} bytes")
+        if esize not in (1, 2, 4) or out.nbytes != n * esize:
+            raise ValueError(f"lookup: {n} elements, {out.nbytes} output bytes of {esize}-byte elements")
         table_bytes = memoryview(table).nbytes
         if table_bytes != entries * esize:
             raise ValueError(f"lookup: the table has {table_bytes} bytes, expected {entries * esize}")
@@ -121,8 +142,16 @@ class BoundLookup:
             _address(ffi, table, self._keep),
             _address(ffi, out, self._keep, writable=True),
         )
-        self._args = (*pointers, n, esize, flip_a, flip_b)
-        self._run = mod.lib.mac_lookup
+        if strided is None:
+            self._args: tuple[Any, ...] = (*pointers, n, esize, flip_a, flip_b)
+            self._run = mod.lib.mac_lookup
+        else:
+            shape_c = ffi.new("int64_t[4]", list(strided[0]))
+            sa, sb = ffi.new("int64_t[4]", list(strided[1])), ffi.new("int64_t[4]", list(strided[2]))
+            self._keep_c = (shape_c, sa, sb)
+            a_ptr, b_ptr, table_ptr, out_ptr = pointers
+            self._args = (a_ptr, sa, b_ptr, sb, table_ptr, out_ptr, shape_c, esize, flip_a, flip_b)
+            self._run = mod.lib.mac_lookup_strided
 
     def run(self) -> bool:
         """Always True (a lookup cannot fail): the form of a binding."""

@@ -76,6 +76,8 @@ int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int is
 int mac_pool(const struct mac_pool *P, const void *in, void *out);
 void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out, size_t n, int esize, int fa,
                 int fb);
+void mac_lookup_strided(const uint8_t *a, const int64_t *sa, const uint8_t *b, const int64_t *sb,
+                        const void *table, void *out, const int64_t *shape, int esize, int fa, int fb);
 int mac_softmax(const void *in, void *out, int64_t rows, int64_t depth, int in_signed, int out_signed,
                 const int32_t *exps, const int32_t *rescaled);
 /* --- interface: end --- */
@@ -1254,6 +1256,40 @@ void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out
         LOOKUP_LOOP(uint16_t);
     else
         LOOKUP_LOOP(uint32_t);
+}
+
+/* mac_lookup over a [4]-dimensional shape whose inputs have byte strides sa and sb (0 where an
+ * input is broadcast, or a transposed order) and whose output is dense in C order. out must not
+ * overlap a strided input. */
+#define LOOKUP_STRIDED_LOOP(T) \
+    do { \
+        const T *tab = (const T *)table; \
+        T *dst = (T *)out; \
+        for (int64_t i0 = 0; i0 < shape[0]; i0++) \
+            for (int64_t i1 = 0; i1 < shape[1]; i1++) \
+                for (int64_t i2 = 0; i2 < shape[2]; i2++) { \
+                    const uint8_t *pa = a + i0 * sa[0] + i1 * sa[1] + i2 * sa[2]; \
+                    if (b) { \
+                        const uint8_t *pb = b + i0 * sb[0] + i1 * sb[1] + i2 * sb[2]; \
+                        for (int64_t i3 = 0; i3 < shape[3]; i3++) \
+                            *dst++ = tab[((unsigned)(pa[i3 * sa[3]] ^ xa) << 8) | (uint8_t)(pb[i3 * sb[3]] ^ xb)]; \
+                    } else { \
+                        for (int64_t i3 = 0; i3 < shape[3]; i3++) \
+                            *dst++ = tab[(uint8_t)(pa[i3 * sa[3]] ^ xa)]; \
+                    } \
+                } \
+    } while (0)
+
+void mac_lookup_strided(const uint8_t *a, const int64_t *sa, const uint8_t *b, const int64_t *sb,
+                        const void *table, void *out, const int64_t *shape, int esize, int fa, int fb)
+{
+    uint8_t xa = (uint8_t)fa, xb = (uint8_t)fb;
+    if (esize == 1)
+        LOOKUP_STRIDED_LOOP(uint8_t);
+    else if (esize == 2)
+        LOOKUP_STRIDED_LOOP(uint16_t);
+    else
+        LOOKUP_STRIDED_LOOP(uint32_t);
 }
 
 /* --- SOFTMAX: TFLite's quantized reference softmax (reference_ops::Softmax) over the last axis ---- */

@@ -268,6 +268,72 @@ def test_bound_units_read_rewritten_inputs_and_tables() -> None:
         assert {ops[offset] for offset in direct_offsets(warm, m, "run_pool")} == {"MAXPOOL", "AVGPOOL"}
 
 
+def test_table_units_with_broadcast_and_transposed_inputs_bind_as_one_c_call() -> None:
+    """MUL by a per-row scale (stride 0 along the channels), ADD of a transposed input, LUT of a
+    broadcast row and LUT2 of both: each binds as one strided C lookup and equals a fresh processor
+    from the same memory in every job; an in-place ADD whose strided input lies in the output's
+    bytes keeps the loading binding (the lookup would read bytes it already wrote)."""
+    m = Machine()
+    rng = np.random.default_rng(12)
+    rows, cols = 6, 8
+    shape = (1, 1, rows, cols)
+    x, t = m.buffer(rows * cols), m.buffer(rows * cols)  # t holds a [cols, rows] matrix
+    scale, row = m.buffer(rows), m.buffer(cols)
+    table, table2 = m.buffer(256), m.buffer(65536)
+    outs = [m.buffer(rows * cols) for _ in range(5)]
+    add = dict(left_shift=20, input1_multiplier=1 << 30, input2_multiplier=1 << 30, output_multiplier=1 << 30,
+               input1_shift=0, input2_shift=0, output_shift=-19, act_min=-128, act_max=127)  # fmt: skip
+    stream = program(
+        tensor(0, "INT8", x, shape),
+        tensor(1, "INT8", scale, shape, strides=(0, 0, 1, 0)),  # one value per row
+        tensor(2, "INT8", t, shape, strides=(0, 0, 1, rows)),  # the transpose of t
+        tensor(3, "INT8", row, shape, strides=(0, 0, 0, 1)),  # one row for every row
+        tensor(4, "INT8", table, (256,)),
+        tensor(5, "INT8", table2, (65536,)),
+        *[tensor(6 + i, "INT8", va, shape) for i, va in enumerate(outs)],
+        tensor(11, "INT8", outs[4], shape, strides=(0, 0, 1, rows)),  # outs[4] read transposed
+        isa.encode("MUL", input1=0, input2=1, output=6, output_multiplier=1 << 30, output_shift=-6,
+                   act_min=-128, act_max=127),
+        isa.encode("ADD", input1=6, input2=2, output=7, **add),
+        isa.encode("LUT", input=3, table=4, output=8),
+        isa.encode("LUT2", input1=2, input2=1, table=5, output=9),
+        isa.encode("ADD", input1=10, input2=11, output=10, **add),  # in place, its transpose as input2
+    )  # fmt: skip
+    cmd = m.buffer(len(stream), stream)
+
+    def run(cp: CommandProcessor) -> list[bytes]:
+        res = cp.run(m.space.root, cmd, len(stream))
+        assert res.status == 0, res.error
+        return [m.read(va, rows * cols).tobytes() for va in outs]
+
+    warm = CommandProcessor(m.memory)
+    for _ in range(3):
+        sizes = (
+            (x, rows * cols),
+            (t, rows * cols),
+            (scale, rows),
+            (row, cols),
+            (table, 256),
+            (table2, 65536),
+        )
+        inputs = [(va, rng.integers(-128, 128, n, dtype=np.int8)) for va, n in sizes]
+        square = rng.integers(-128, 128, rows * cols, dtype=np.int8)
+        for va, data in inputs:
+            m.write(va, data)
+        m.write(outs[4], square)
+        want = run(CommandProcessor(m.memory))
+        for va, data in inputs:
+            m.write(va, data)
+        m.write(outs[4], square)
+        assert run(warm) == want
+    if mac_array.selected_isa() is not None:
+        ops = {i.offset: i.op for i in isa.decode(stream)}
+        in_place = max(offset for offset, op in ops.items() if op == "ADD")
+        lookups = direct_offsets(warm, m, "run_lookup")
+        assert {ops[offset] for offset in lookups} == {"MUL", "ADD", "LUT", "LUT2"}
+        assert in_place not in lookups and in_place in bound_offsets(warm, m)
+
+
 def test_layer_writing_over_its_own_input_is_not_computed_in_place() -> None:
     """A layer whose output overlaps its input keeps the loading binding (the C kernels would read
     bytes they already overwrote); every job equals a fresh processor's from the same memory."""

@@ -632,6 +632,31 @@ def test_bound_lookup_matches_numerics_tables() -> None:
         ma.BoundLookup(memoryview(a), memoryview(b), table32, memoryview(out32), 4)
 
 
+def test_strided_bound_lookup_matches_numerics_tables() -> None:
+    """mac_lookup_strided: a broadcast and a transposed input against numpy's lookups of the same
+    views, 1-, 2- and 4-byte outputs; strides reaching past an input's bytes are refused."""
+    rng = np.random.default_rng(11)
+    shape = (2, 3, 4, 5)
+    a = rng.integers(-128, 128, 120, dtype=np.int8)  # [2, 5, 4, 3] in memory, read as [2, 3, 4, 5]
+    b = rng.integers(0, 256, 5, dtype=np.uint8)  # one row of 5, broadcast
+    a_view = np.lib.stride_tricks.as_strided(a, shape, (60, 1, 3, 12))
+    b_view = np.lib.stride_tricks.as_strided(b, shape, (0, 0, 0, 1))
+    strided = (shape, (60, 1, 3, 12), (0, 0, 0, 1))
+    table2 = rng.integers(-128, 128, 65536, dtype=np.int8)
+    out8 = np.zeros(120, np.int8)
+    ma.BoundLookup(memoryview(a), memoryview(b), table2, memoryview(out8), 1, 0x80, 0, strided=strided).run()
+    assert np.array_equal(out8.reshape(shape), nm.lut2(a_view, b_view, table2))
+    for dtype, esize in ((np.int16, 2), (np.int32, 4)):
+        table = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, 256, dtype=np.int64).astype(dtype)
+        out = np.zeros(120, dtype)
+        ma.BoundLookup(memoryview(a), None, table, memoryview(out), esize, 0x80, strided=strided).run()
+        assert np.array_equal(out.reshape(shape), nm.lut(a_view, table, signed_input=True))
+    with pytest.raises(ValueError, match="strides"):
+        ma.BoundLookup(memoryview(a[:119]), memoryview(b), table2, memoryview(out8), 1, strided=strided)
+    with pytest.raises(ValueError, match="output bytes"):
+        ma.BoundLookup(memoryview(a), memoryview(b), table2, memoryview(out8[:119]), 1, strided=strided)
+
+
 @pytest.mark.parametrize("average", [False, True])
 def test_bound_pool_matches_numerics(average: bool) -> None:
     """The pooling unit against numerics' max_pool / avg_pool: padding, strides, partial windows,
