@@ -28,6 +28,29 @@ Bound = Callable[[Any], bool]
 REFUSED = b"refused"  # the digest slot of a layer whose plan was refused (never a SHA-1 digest)
 
 
+def c_unit(bound: Bound, unit: mac_array.BoundUnit, mac_isa: int | None = None) -> Bound:
+    """Mark ``bound`` as running the C ``unit`` alone, so that a run of such instructions can be one
+    C call (:mod:`.bound_stream`): for the variant ``mac_isa``, or for any when None (the unit
+    needs only the C kernels selected)."""
+    bound.unit = unit  # type: ignore[attr-defined]
+    bound.unit_isa = mac_isa  # type: ignore[attr-defined]
+    return bound
+
+
+class StreamBindings(dict):
+    """A stream's bound instructions by offset (:data:`Bound`), and :attr:`runner`: the command
+    processor's way to run them all at once, made when every instruction is bound and dropped when
+    any binding changes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runner: object | None = None
+
+    def __setitem__(self, offset: int, bound: Bound) -> None:
+        super().__setitem__(offset, bound)
+        self.runner = None
+
+
 class LayerArgs(NamedTuple):
     """What a bound layer reads from memory at each job, for its plan run (:data:`LayerRun`)."""
 
@@ -62,7 +85,7 @@ def param_digest(*params: np.ndarray | int | None) -> bytes:
     return h.digest()
 
 
-def stream_bindings(translations: Translations, program: object, limit: int) -> dict[int, Bound]:
+def stream_bindings(translations: Translations, program: object, limit: int) -> StreamBindings:
     """The bound instructions of ``program`` (a decoded stream) in an address space, by stream
     offset; all are dropped when more than ``limit`` streams have bindings (streams evicted from
     the command processor's program cache)."""
@@ -70,7 +93,7 @@ def stream_bindings(translations: Translations, program: object, limit: int) -> 
     if entry is None or entry[0] is not program:
         if len(translations.bindings) >= limit:
             translations.bindings.clear()
-        entry = (program, {})
+        entry = (program, StreamBindings())
         translations.bindings[id(program)] = entry
     return entry[1]
 
@@ -143,7 +166,7 @@ class Bindings:
         def run_pool(job: Any) -> bool:
             return job.mac_isa is not None and pool.run()  # else the general path (numpy)
 
-        self.binding = run_pool
+        self.binding = c_unit(run_pool, pool)
 
     def bind_lookup(
         self,
@@ -197,7 +220,7 @@ class Bindings:
         def run_lookup(job: Any) -> bool:
             return job.mac_isa is not None and lookup.run()  # else the general path (numpy)
 
-        self.binding = run_lookup
+        self.binding = c_unit(run_lookup, lookup)
 
     def plan(self, offset: int, build: Callable[[], object], *params: np.ndarray | int | None) -> object:
         """The layer plan (numerics.plan_*; may be None) of the instruction at ``offset``, rebuilt
@@ -310,7 +333,7 @@ class Bindings:
                 # or rebuilds the plan (and binds again)
                 return job.mac_isa == mac_isa and direct.run()
 
-            self.binding = run_direct
+            self.binding = c_unit(run_direct, direct, mac_isa)
             return
 
         def compute(job: Any, a: LayerArgs) -> np.ndarray | None:

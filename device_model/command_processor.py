@@ -36,7 +36,8 @@ from uapi import isa
 
 from . import mac_array
 from . import numerics as nm
-from .binding import Bindings, LayerParams, stream_bindings
+from .binding import Bindings, LayerParams, StreamBindings, stream_bindings
+from .bound_stream import BoundStream
 from .memory import SystemMemory
 from .mmu import MmuFault
 from .tensor_access import MAX_TENSOR_ELEMENTS, NP_DTYPES, JobError, Tensor, TensorAccess, Translations
@@ -100,6 +101,7 @@ def profile_jobs() -> Iterator[list[JobProfile]]:
 
 
 _NEVER_ABORTED = threading.Event()  # the abort event of jobs run without one; never set
+_NOT_BOUND = "not every instruction is bound"  # StreamBindings.runner until a binding changes
 
 
 class JobCancelled(Exception):
@@ -142,6 +144,7 @@ class _Job:
         self.on_irq = on_irq
         self.slots: list[Tensor | None] = [None] * isa.SPEC.slots
         self.ins: isa.Instruction | None = None
+        self.cursor = 0  # the running instruction's index while a BoundStream runs the job
 
     # --- operands -------------------------------------------------------------
     def tensor(self, field: str) -> Tensor:
@@ -715,6 +718,17 @@ class CommandProcessor:
                 sink.append(profile)
         return result
 
+    @staticmethod
+    def _bound_stream(
+        program: list[isa.Instruction], bound: StreamBindings, mac_isa: int | None
+    ) -> BoundStream | None:
+        """The stream's :class:`BoundStream` once every instruction is bound (kept with the
+        bindings until one changes), else None."""
+        runner = bound.runner
+        if runner is None or (isinstance(runner, BoundStream) and runner.mac_isa != mac_isa):
+            runner = bound.runner = BoundStream.build(program, bound, mac_isa) or _NOT_BOUND
+        return runner if isinstance(runner, BoundStream) else None
+
     def _run(
         self,
         pt_root: int,
@@ -746,8 +760,23 @@ class CommandProcessor:
             view = self.memory.view
             stream = bytes(view(*runs[0])) if len(runs) == 1 else b"".join(view(*r) for r in runs)
             program, job.tensors, job.bindings.plans = self._decode(stream)
-            job.bindings.bound = stream_bindings(job.access.translations, program, PROGRAM_CACHE_ENTRIES)
-            for ins in program:
+            bound = stream_bindings(job.access.translations, program, PROGRAM_CACHE_ENTRIES)
+            job.bindings.bound = bound
+            resume = 0
+            runner = None if profile is not None else self._bound_stream(program, bound, job.mac_isa)
+            if runner is not None:
+                try:
+                    stop = runner.run(job, abort)
+                except BaseException:
+                    cycles = job.cursor + 1
+                    raise
+                if stop is None:
+                    return JobResult(0, 0, runner.end_index + 1)
+                for ins in program[:stop]:  # the slots the stream had defined by then
+                    if ins.op == "TENSOR":
+                        bound[ins.offset](job)
+                resume = cycles = stop
+            for ins in program[resume:] if resume else program:
                 if abort.is_set():
                     raise JobCancelled()
                 cycles += 1

@@ -420,3 +420,5 @@ from .bound import POOL_MAX_TAPS as POOL_MAX_TAPS  # noqa: E402
 from .bound import BoundLookup as BoundLookup  # noqa: E402
 from .bound import BoundPool as BoundPool  # noqa: E402
 from .bound import BoundRun as BoundRun  # noqa: E402
+from .bound import BoundUnit as BoundUnit  # noqa: E402
+from .bound import UnitGroup as UnitGroup  # noqa: E402

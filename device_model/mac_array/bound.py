@@ -12,6 +12,7 @@ from .. import numerics as nm
 from . import _RANGES, MacPlan, _check_positive, library
 
 POOL_MAX_TAPS = 1 << 23  # window taps the pooling unit's int32 sums take (255 * taps < 2**31)
+UNIT_LAYER, UNIT_LOOKUP, UNIT_POOL = 0, 1, 2  # struct mac_unit's kinds (MAC_UNIT_* in mac_array.c)
 
 
 def _address(ffi: Any, buf: memoryview | np.ndarray, keep: list[np.ndarray], writable: bool = False) -> Any:
@@ -71,6 +72,16 @@ class BoundRun:
         self._args = (plan.layer, x, y, isa, self._checks, len(checks))
         self._run = mod.lib.mac_run_checked
         self._empty = out_bytes == 0
+        self.groupable = not self._empty  # a UnitGroup can run it (an empty output has no work)
+
+    def fill_unit(self, u: Any) -> bool:
+        """Describe this layer in ``u`` (a ``struct mac_unit``) for :class:`UnitGroup`; False for an
+        empty output, which :meth:`run` skips."""
+        if self._empty:
+            return False
+        layer, x, y, isa, checks, nchecks = self._args
+        u.kind, u.spec, u.a, u.out, u.isa, u.checks, u.nchecks = UNIT_LAYER, layer, x, y, isa, checks, nchecks
+        return True
 
     def run(self) -> bool:
         """True when the layer ran, False when a parameter no longer matches the plan."""
@@ -142,6 +153,8 @@ class BoundLookup:
             _address(ffi, table, self._keep),
             _address(ffi, out, self._keep, writable=True),
         )
+        self._lib = mod.lib
+        self.groupable = True
         if strided is None:
             self._args: tuple[Any, ...] = (*pointers, n, esize, flip_a, flip_b)
             self._run = mod.lib.mac_lookup
@@ -152,6 +165,15 @@ class BoundLookup:
             a_ptr, b_ptr, table_ptr, out_ptr = pointers
             self._args = (a_ptr, sa, b_ptr, sb, table_ptr, out_ptr, shape_c, esize, flip_a, flip_b)
             self._run = mod.lib.mac_lookup_strided
+
+    def fill_unit(self, u: Any) -> bool:
+        """Describe this lookup in ``u`` (a ``struct mac_unit``) for :class:`UnitGroup`."""
+        u.kind = UNIT_LOOKUP
+        if self._run is self._lib.mac_lookup:
+            u.a, u.b, u.table, u.out, u.n, u.esize, u.fa, u.fb = self._args
+        else:
+            u.a, u.sa, u.b, u.sb, u.table, u.out, u.shape, u.esize, u.fa, u.fb = self._args
+        return True
 
     def run(self) -> bool:
         """Always True (a lookup cannot fail): the form of a binding."""
@@ -203,6 +225,12 @@ class BoundPool:
         self._keep: list[np.ndarray] = []
         self._buffers = (_address(ffi, inp, self._keep), _address(ffi, out, self._keep, writable=True))
         self._run = mod.lib.mac_pool
+        self.groupable = True
+
+    def fill_unit(self, u: Any) -> bool:
+        """Describe this pool in ``u`` (a ``struct mac_unit``) for :class:`UnitGroup`."""
+        u.kind, u.spec, (u.a, u.out) = UNIT_POOL, self._spec, self._buffers
+        return True
 
     def run(self) -> bool:
         """True when it ran (a binding's form)."""
@@ -212,3 +240,32 @@ class BoundPool:
         if rc == -2:
             raise ValueError("POOL: a window covers no input position (padding too large)")
         return True
+
+
+BoundUnit = BoundRun | BoundLookup | BoundPool
+
+
+class UnitGroup:
+    """Consecutive bound units of a stream run by one C call (``mac_run_units``) instead of a Python
+    call each. The units keep their buffers referenced; this group keeps the units."""
+
+    def __init__(self, units: list[BoundUnit]) -> None:
+        mod = library()
+        if mod is None:
+            raise RuntimeError("the MAC array's C kernels are not available")
+        self.units = units
+        self._array = mod.ffi.new("struct mac_unit[]", max(len(units), 1))
+        for i, unit in enumerate(units):
+            if not unit.fill_unit(self._array[i]):
+                raise ValueError(f"unit {i} ({type(unit).__name__}) has no work for a group")
+        self._status = mod.ffi.new("int *")
+        self._run = mod.lib.mac_run_units
+
+    def run(self) -> int:
+        """How many units ran before one did not (all of them: ``len(units)``): a layer whose
+        parameters changed, or a pool window over no input; that unit's own ``run`` says which (False,
+        or ValueError). Out of memory raises MemoryError."""
+        done = self._run(self._array, len(self.units), self._status)
+        if self._status[0] == -1:
+            raise MemoryError("bound unit: out of memory")
+        return done

@@ -80,7 +80,27 @@ void mac_lookup_strided(const uint8_t *a, const int64_t *sa, const uint8_t *b, c
                         const void *table, void *out, const int64_t *shape, int esize, int fa, int fb);
 int mac_softmax(const void *in, void *out, int64_t rows, int64_t depth, int in_signed, int out_signed,
                 const int32_t *exps, const int32_t *rescaled);
+
+/* One bound unit of a stream (mac_run_units): a layer (mac_run_checked), a lookup (mac_lookup, or
+ * mac_lookup_strided when shape is set) or a pool (mac_pool), with that function's arguments. */
+struct mac_unit {
+    int32_t kind; /* MAC_UNIT_* */
+    int32_t isa;  /* a layer's variant */
+    const void *spec; /* struct mac_layer * (layer) or struct mac_pool * (pool) */
+    const void *a, *b, *table;
+    void *out;
+    const struct mac_check *checks;
+    int64_t nchecks;
+    int64_t n; /* lookup elements */
+    int32_t esize, fa, fb;
+    const int64_t *shape, *sa, *sb; /* a strided lookup's shape and input strides, else NULL */
+};
+int64_t mac_run_units(const struct mac_unit *units, int64_t n, int *status);
 /* --- interface: end --- */
+
+#define MAC_UNIT_LAYER 0
+#define MAC_UNIT_LOOKUP 1
+#define MAC_UNIT_POOL 2
 
 #if defined(__x86_64__) || defined(__i386__)
 #define MAC_X86 1
@@ -1435,4 +1455,40 @@ int mac_pool(const struct mac_pool *P, const void *in, void *out)
 int mac_equal(const void *a, const void *b, size_t n)
 {
     return memcmp(a, b, n) == 0;
+}
+
+/* The units of a bound stream in order, one call for what would otherwise be a Python call per
+ * instruction. Stops at the first unit that does not complete: *status is its return (a layer's 1:
+ * a parameter no longer matches its plan; -1 out of memory; -2 a pool window covers no input),
+ * and the count of units completed before it is returned (n when every unit ran, *status 0). */
+int64_t mac_run_units(const struct mac_unit *units, int64_t n, int *status)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const struct mac_unit *u = &units[i];
+        int rc = 0;
+        switch (u->kind) {
+        case MAC_UNIT_LAYER:
+            rc = mac_run_checked((const struct mac_layer *)u->spec, u->a, u->out, u->isa, u->checks,
+                                 (int)u->nchecks);
+            break;
+        case MAC_UNIT_LOOKUP:
+            if (u->shape)
+                mac_lookup_strided(u->a, u->sa, u->b, u->sb, u->table, u->out, u->shape, u->esize, u->fa,
+                                   u->fb);
+            else
+                mac_lookup(u->a, u->b, u->table, u->out, (size_t)u->n, u->esize, u->fa, u->fb);
+            break;
+        case MAC_UNIT_POOL:
+            rc = mac_pool((const struct mac_pool *)u->spec, u->a, u->out);
+            break;
+        default:
+            rc = -3;
+        }
+        if (rc != 0) {
+            *status = rc;
+            return i;
+        }
+    }
+    *status = 0;
+    return n;
 }
