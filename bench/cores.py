@@ -117,7 +117,7 @@ class MacShare:
 
     invokes: int
     job_ms: float  # the device's time in the jobs (Npu._run), all invokes
-    mac_ms: float  # of which inside device_model.mac_array.run and BoundRun.run (the C kernels)
+    mac_ms: float  # of which inside mac_array.run, BoundRun.run and UnitGroup.run (the C kernels)
 
     @property
     def share(self) -> float:
@@ -203,7 +203,7 @@ def mac_share(work: ModelWork, invokes: int) -> MacShare:
     from libaccel.compiler import PartitionRunner
 
     totals = {"job": 0.0, "mac": 0.0}
-    run_job, run_mac, run_bound = Npu._run, mac.run, mac.BoundRun.run
+    run_job, run_mac, run_bound, run_group = Npu._run, mac.run, mac.BoundRun.run, mac.UnitGroup.run
 
     def timed(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any) -> Any:
@@ -222,12 +222,14 @@ def mac_share(work: ModelWork, invokes: int) -> MacShare:
             runner.run(work.feed)
             Npu._run, mac.run = timed("job", run_job), timed("mac", run_mac)  # type: ignore[method-assign]
             mac.BoundRun.run = timed("mac", run_bound)  # type: ignore[method-assign]  # layers bound to memory
+            mac.UnitGroup.run = timed("mac", run_group)  # type: ignore[method-assign]  # a bound stream's C runs
             try:
                 for _ in range(invokes):
                     runner.run(work.feed)
             finally:
                 Npu._run, mac.run = run_job, run_mac  # type: ignore[method-assign]
                 mac.BoundRun.run = run_bound  # type: ignore[method-assign]
+                mac.UnitGroup.run = run_group  # type: ignore[method-assign]
         dev.close()
     finally:
         shim.close()

@@ -39,6 +39,7 @@ class BoundStream:
         self.steps = steps
         self.end_index = end_index  # the END's index: a job that ran it all has end_index + 1 cycles
         self.mac_isa = mac_isa
+        self.groups = any(step.group is not None for step in steps)  # C units: built for mac_isa
 
     @classmethod
     def build(

@@ -74,30 +74,38 @@ class JobProfile:
     seconds: float  # wall time of CommandProcessor.run: fetch, decode, MMU traffic and numerics
     status: int
     cycles: int
-    op_seconds: dict[str, float] = field(default_factory=dict)  # per opcode, summed over the job
+    # per opcode, summed over the job (only while a profile_jobs(per_op=True) block is open)
+    op_seconds: dict[str, float] = field(default_factory=dict)
     op_counts: dict[str, int] = field(default_factory=dict)
 
 
 _profile_sinks: list[list[JobProfile]] = []
+_per_op_sinks: list[list[JobProfile]] = []  # the sinks of _profile_sinks that time each opcode
 _profile_lock = threading.Lock()
 
 
 @contextmanager
-def profile_jobs() -> Iterator[list[JobProfile]]:
+def profile_jobs(per_op: bool = False) -> Iterator[list[JobProfile]]:
     """Collect a :class:`JobProfile` for every job any CommandProcessor runs inside the block.
 
     The benchmark uses it to split an invoke into device-model compute and
     the rest of the stack. Outside such a block a job pays for nothing but a
-    list check.
+    list check. ``per_op`` also times each instruction by opcode (``op_seconds``,
+    ``op_counts``): the jobs then take the instruction loop, not a bound stream's
+    one call per run of C units, so their time is not what an unprofiled job takes.
     """
     sink: list[JobProfile] = []
     with _profile_lock:
         _profile_sinks.append(sink)
+        if per_op:
+            _per_op_sinks.append(sink)
     try:
         yield sink
     finally:
         with _profile_lock:
             _profile_sinks.remove(sink)
+            if per_op:
+                _per_op_sinks.remove(sink)
 
 
 _NEVER_ABORTED = threading.Event()  # the abort event of jobs run without one; never set
@@ -709,7 +717,7 @@ class CommandProcessor:
             return self._run(pt_root, cmd_va, cmd_size, abort, on_irq, None)
         start = time.perf_counter()
         profile = JobProfile(0.0, 0, 0)
-        result = self._run(pt_root, cmd_va, cmd_size, abort, on_irq, profile)
+        result = self._run(pt_root, cmd_va, cmd_size, abort, on_irq, profile if _per_op_sinks else None)
         profile.seconds = time.perf_counter() - start
         profile.status = result.status
         profile.cycles = result.cycles
@@ -719,14 +727,14 @@ class CommandProcessor:
         return result
 
     @staticmethod
-    def _bound_stream(
-        program: list[isa.Instruction], bound: StreamBindings, mac_isa: int | None
-    ) -> BoundStream | None:
+    def _bound_stream(program: list[isa.Instruction], bound: StreamBindings, job: _Job) -> BoundStream | None:
         """The stream's :class:`BoundStream` once every instruction is bound (kept with the
-        bindings until one changes), else None."""
+        bindings until one changes), else None. The job's MAC array variant is looked up (~5 us)
+        only for a stream with C units, which are built for one variant."""
         runner = bound.runner
-        if runner is None or (isinstance(runner, BoundStream) and runner.mac_isa != mac_isa):
-            runner = bound.runner = BoundStream.build(program, bound, mac_isa) or _NOT_BOUND
+        stale = isinstance(runner, BoundStream) and runner.groups and runner.mac_isa != job.mac_isa
+        if runner is None or stale:
+            runner = bound.runner = BoundStream.build(program, bound, job.mac_isa) or _NOT_BOUND
         return runner if isinstance(runner, BoundStream) else None
 
     def _run(
@@ -763,7 +771,7 @@ class CommandProcessor:
             bound = stream_bindings(job.access.translations, program, PROGRAM_CACHE_ENTRIES)
             job.bindings.bound = bound
             resume = 0
-            runner = None if profile is not None else self._bound_stream(program, bound, job.mac_isa)
+            runner = None if profile is not None else self._bound_stream(program, bound, job)
             if runner is not None:
                 try:
                     stop = runner.run(job, abort)

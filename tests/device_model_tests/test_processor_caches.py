@@ -73,9 +73,13 @@ def test_profile_jobs_collects_exactly_the_jobs_run_inside_its_block() -> None:
     fill = program(tensor(0, "INT8", dst, (8,)), isa.encode("FILL", dst=0, value=1))
     cmd = m.buffer(len(fill), fill)
     assert cp.run(m.space.root, cmd, len(fill)).status == 0  # before the block: not collected
-    with profile_jobs() as profiles:
+    with profile_jobs(per_op=True) as profiles:
         assert cp.run(m.space.root, cmd, len(fill)).status == 0
     assert cp.run(m.space.root, cmd, len(fill)).status == 0  # after the block: not collected
-    assert len(profiles) == 1
+    with profile_jobs() as totals:  # the job's time alone: no opcode is timed
+        assert cp.run(m.space.root, cmd, len(fill)).status == 0
+    assert len(profiles) == 1 and len(totals) == 1
     (p,) = profiles
     assert p.status == 0 and p.op_counts == {"TENSOR": 1, "FILL": 1} and p.seconds > 0
+    (t,) = totals
+    assert t.status == 0 and t.cycles == 3 and t.seconds > 0 and t.op_counts == {}
