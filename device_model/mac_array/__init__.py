@@ -415,6 +415,49 @@ def softmax(
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _resize_axes(
+    out_h: int, out_w: int, h: int, w: int, align_corners: bool, half_pixel_centers: bool
+) -> tuple[np.ndarray, ...]:
+    """numerics' resize_axis tables of both axes, as the contiguous int64 arrays the C reads."""
+    rows = nm.resize_axis(out_h, h, align_corners, half_pixel_centers)
+    cols = nm.resize_axis(out_w, w, align_corners, half_pixel_centers)
+    return tuple(np.ascontiguousarray(t, dtype=np.int64) for t in (*rows, *cols))
+
+
+def resize_bilinear(
+    inp: np.ndarray,
+    out_h: int,
+    out_w: int,
+    align_corners: bool,
+    half_pixel_centers: bool,
+    single_rounding: bool = False,
+) -> np.ndarray:
+    """:func:`numerics.resize_bilinear` in C (``mac_resize_bilinear``), identical bytes: one pass
+    over the output instead of numpy's int64 gathers of the whole tensor (a 1x48x48x32 output took
+    ~5 ms)."""
+    if inp.ndim != 4 or inp.dtype not in _RANGES:
+        raise ValueError(f"RESIZE_BILINEAR: input {inp.dtype} {inp.shape}, expected 4-d int8 or uint8")
+    for key, v in (("out_h", out_h), ("out_w", out_w)):
+        if v < 1:
+            raise ValueError(f"RESIZE_BILINEAR: {key} must be >= 1, got {v}")  # numerics' words
+    mod = library()
+    if mod is None:
+        raise RuntimeError("the MAC array's C kernels are not available")
+    n, h, w, c = inp.shape
+    x = np.ascontiguousarray(inp)
+    out = np.empty((n, out_h, out_w, c), dtype=inp.dtype)
+    if out.size == 0:
+        return out
+    ffi = mod.ffi
+    axes = _resize_axes(out_h, out_w, h, w, align_corners, half_pixel_centers)  # every index inside
+    tables = [ffi.from_buffer("int64_t[]", t) for t in axes]
+    dims = ffi.new("int64_t[6]", [n, h, w, c, out_h, out_w])
+    flags = int(inp.dtype == np.int8), int(single_rounding)
+    mod.lib.mac_resize_bilinear(ffi.from_buffer(x), ffi.from_buffer(out), dims, *tables, *flags)
+    return out
+
+
 # The units bound to memory (one C call per job), re-exported here for the command processor.
 from .bound import POOL_MAX_TAPS as POOL_MAX_TAPS  # noqa: E402
 from .bound import BoundLookup as BoundLookup  # noqa: E402

@@ -80,6 +80,9 @@ void mac_lookup_strided(const uint8_t *a, const int64_t *sa, const uint8_t *b, c
                         const void *table, void *out, const int64_t *shape, int esize, int fa, int fb);
 int mac_softmax(const void *in, void *out, int64_t rows, int64_t depth, int in_signed, int out_signed,
                 const int32_t *exps, const int32_t *rescaled);
+void mac_resize_bilinear(const void *in, void *out, const int64_t *dims, const int64_t *y0, const int64_t *y1,
+                         const int64_t *dy, const int64_t *x0, const int64_t *x1, const int64_t *dx, int in_signed,
+                         int single_rounding);
 
 /* One bound unit of a stream (mac_run_units): a layer (mac_run_checked), a lookup (mac_lookup, or
  * mac_lookup_strided when shape is set) or a pool (mac_pool), with that function's arguments. */
@@ -1310,6 +1313,44 @@ void mac_lookup_strided(const uint8_t *a, const int64_t *sa, const uint8_t *b, c
         LOOKUP_STRIDED_LOOP(uint16_t);
     else
         LOOKUP_STRIDED_LOOP(uint32_t);
+}
+
+/* RESIZE_BILINEAR: TFLite's ResizeBilinearInteger. dims is n, h, w, c, out_h, out_w; the input is
+ * dense NHWC bytes, the output dense [n, out_h, out_w, c]. y0, y1, dy (x0, x1, dx) are each output
+ * row's (column's) lower and upper input row and the upper's weight in 1/1024 units (numerics'
+ * resize_axis). The corners' weighted sum in 1/2**20 units is divided by 2**20 rounding half away
+ * from zero (half up with single_rounding) and stored as C casts it (wrapping: the weights can be
+ * negative with half-pixel centers). */
+void mac_resize_bilinear(const void *in, void *out, const int64_t *dims, const int64_t *y0, const int64_t *y1,
+                         const int64_t *dy, const int64_t *x0, const int64_t *x1, const int64_t *dx, int in_signed,
+                         int single_rounding)
+{
+    int64_t n = dims[0], h = dims[1], w = dims[2], c = dims[3], oh = dims[4], ow = dims[5];
+    const uint8_t *src = (const uint8_t *)in;
+    uint8_t *dst = (uint8_t *)out;
+#define RESIZE_AT(row, col, ch) \
+    (in_signed ? (int64_t)(int8_t)src[(((b * h) + (row)) * w + (col)) * c + (ch)] \
+               : (int64_t)src[(((b * h) + (row)) * w + (col)) * c + (ch)])
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t oy = 0; oy < oh; oy++) {
+            int64_t wy = dy[oy];
+            for (int64_t ox = 0; ox < ow; ox++) {
+                int64_t wx = dx[ox];
+                for (int64_t ch = 0; ch < c; ch++) {
+                    int64_t top = RESIZE_AT(y0[oy], x0[ox], ch) * (1024 - wx) + RESIZE_AT(y0[oy], x1[ox], ch) * wx;
+                    int64_t bottom =
+                        RESIZE_AT(y1[oy], x0[ox], ch) * (1024 - wx) + RESIZE_AT(y1[oy], x1[ox], ch) * wx;
+                    int64_t total = top * (1024 - wy) + bottom * wy;
+                    int64_t v;
+                    if (single_rounding || total > 0)
+                        v = (total + (1 << 19)) >> 20;
+                    else
+                        v = -((-total + (1 << 19)) >> 20);
+                    *dst++ = (uint8_t)v;
+                }
+            }
+        }
+#undef RESIZE_AT
 }
 
 /* --- SOFTMAX: TFLite's quantized reference softmax (reference_ops::Softmax) over the last axis ---- */

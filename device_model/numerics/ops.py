@@ -485,7 +485,9 @@ def arg_max(inp: np.ndarray) -> np.ndarray:
     return np.argmax(inp, axis=-1).astype(np.int32)[..., None]
 
 
-def _resize_axis(out_size: int, in_size: int, align_corners: bool, half_pixel_centers: bool):
+def resize_axis(
+    out_size: int, in_size: int, align_corners: bool, half_pixel_centers: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """reference_ops::ResizeBilinearInteger's per-axis (lower, upper, weight of upper) in 1/1024 units."""
     if align_corners and out_size > 1:
         scale = ((1 << 10) * (in_size - 1) + (out_size - 1) // 2) // (out_size - 1)
@@ -497,6 +499,10 @@ def _resize_axis(out_size: int, in_size: int, align_corners: bool, half_pixel_ce
     # C division truncates toward zero (v may be negative with half-pixel centers).
     lower = np.maximum(np.trunc(v / 1024).astype(np.int64), 0)
     upper = np.minimum(np.trunc((v + 1023) / 1024).astype(np.int64), in_size - 1)
+    if out_size and int(lower.max()) > in_size - 1:  # ALIGN_CORNERS with HALF_PIXEL_CENTERS can
+        raise ValueError(  # (TFLite refuses the pair); the device fails the job, reads nothing
+            f"RESIZE_BILINEAR: {out_size} from {in_size} reads index {int(lower.max())}, past the input"
+        )
     return lower, upper, v - 1024 * lower
 
 
@@ -515,8 +521,8 @@ def resize_bilinear(
     and cast to the dtype as C does (wrapping: the weights can be negative with half-pixel centers)."""
     _check_geometry("RESIZE_BILINEAR", out_h=out_h, out_w=out_w)
     _, h, w, _ = inp.shape
-    y0, y1, dy = _resize_axis(out_h, h, align_corners, half_pixel_centers)
-    x0, x1, dx = _resize_axis(out_w, w, align_corners, half_pixel_centers)
+    y0, y1, dy = resize_axis(out_h, h, align_corners, half_pixel_centers)
+    x0, x1, dx = resize_axis(out_w, w, align_corners, half_pixel_centers)
     x = inp.astype(np.int64)
     wx = dx[None, None, :, None]
     top, bottom = x[:, y0], x[:, y1]

@@ -207,6 +207,30 @@ def test_resize_bilinear(dtype: str, in_hw: tuple, out_hw: tuple, ac: bool, hp: 
     assert got.tolist() == resize_reference(x, *out_hw, ac, hp, single)
 
 
+@pytest.mark.parametrize("variant", ["numpy", "c"])
+def test_resize_bilinear_reading_past_its_input_fails_the_job(
+    variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ALIGN_CORNERS with HALF_PIXEL_CENTERS shrinking 4 rows to 2 puts a lower corner at row 4 of
+    4 (TFLite refuses the pair): the job fails with -EIO naming it, on numpy and on the C unit, and
+    nothing past the input is read."""
+    from device_model import mac_array
+
+    if variant == "c" and mac_array.selected_isa() is None:
+        pytest.skip("the MAC array's C kernels are not built")
+    monkeypatch.setenv(mac_array.ENV, "numpy" if variant == "numpy" else "auto")
+    m = Machine()
+    x = np.arange(16, dtype=np.int8).reshape(1, 4, 4, 1)
+    flags = FLAGS["ALIGN_CORNERS"] | FLAGS["HALF_PIXEL_CENTERS"]
+    stream = program(
+        tensor(0, "INT8", m.array(x), x.shape),
+        tensor(1, "INT8", m.buffer(4), (1, 2, 2, 1)),
+        isa.encode("RESIZE_BILINEAR", flags=flags, input=0, output=1),
+    )
+    res = run(m, stream)
+    assert res.status == -errno.EIO and "past the input" in res.error, res.error
+
+
 # --- LUT2 and ARG_MAX ------------------------------------------------------------------------------
 def test_lut2_broadcasts_and_indexes_by_both_bytes() -> None:
     rng = np.random.default_rng(3)

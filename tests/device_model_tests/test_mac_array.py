@@ -806,3 +806,52 @@ def test_softmax_in_c_at_the_compilers_parameters(scale: float) -> None:
         input_multiplier=mult, input_left_shift=shift, diff_min=diff_min, out_dtype=np.dtype(np.int8)
     )
     assert np.array_equal(ma.softmax(x, **kwargs), nm.softmax(x, **kwargs))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.tuples(st.integers(1, 2), st.integers(1, 9), st.integers(1, 9), st.integers(1, 5)),
+    st.integers(1, 20),
+    st.integers(1, 20),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([np.int8, np.uint8]),
+)
+def test_resize_bilinear_in_c_matches_numpy(
+    seed: int,
+    shape: tuple[int, int, int, int],
+    out_h: int,
+    out_w: int,
+    align_corners: bool,
+    half_pixel_centers: bool,
+    single_rounding: bool,
+    dtype: type,
+) -> None:
+    """mac_resize_bilinear against numerics.resize_bilinear: up and down, both corner rules, half-pixel
+    centers (negative weights, wrapping stores), both roundings, both dtypes, the extremes."""
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    x = rng.integers(int(info.min), int(info.max) + 1, size=shape).astype(dtype)
+    x.reshape(-1)[0] = info.min
+    x.reshape(-1)[-1] = info.max
+    args = (out_h, out_w, align_corners, half_pixel_centers, single_rounding)
+    try:
+        want = nm.resize_bilinear(x, *args)
+    except ValueError as e:  # a corner past the input (ALIGN_CORNERS with HALF_PIXEL_CENTERS)
+        assert align_corners and half_pixel_centers and "past the input" in str(e)
+        with pytest.raises(ValueError, match=str(e)):
+            ma.resize_bilinear(x, *args)
+        return
+    got = ma.resize_bilinear(x, *args)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_resize_bilinear_in_c_refuses_as_numpy() -> None:
+    x = np.zeros((1, 2, 2, 1), np.int8)
+    for out_h, out_w in ((0, 3), (3, 0)):
+        with pytest.raises(ValueError) as want:
+            nm.resize_bilinear(x, out_h, out_w, False, False)
+        with pytest.raises(ValueError, match=str(want.value)):
+            ma.resize_bilinear(x, out_h, out_w, False, False)
