@@ -222,6 +222,35 @@ class Bindings:
 
         self.binding = c_unit(run_lookup, lookup)
 
+    def bind_copy(self, src: Tensor, dst: Tensor, mac_isa: int | None) -> None:
+        """Bind a COPY whose destination is strided (a slice of a concatenation's channels, say) as
+        one C copy of the elements between the two views (:class:`mac_array.BoundCopy`), which
+        :meth:`compute` cannot bind (its store of a strided tensor reads and writes the gaps).
+
+        Only while the C kernels are selected, with each view's extent one physical run and the
+        two not overlapping; a dense destination keeps :meth:`compute`'s binding (one copy already).
+        """
+        if mac_isa is None or dst.dense:
+            return
+        access = self.access
+        start, end = dst.extent
+        access.runs(start, end - start, True)  # the store gathered and scattered it: keep its run
+        spans = access.physical_spans([(src, False)], strided_reads=True)
+        dst_runs = access.cached_runs(dst, True)
+        if spans is None or dst_runs is None or len(dst_runs) != 1 or overlap(spans[0], dst_runs[0]):
+            return
+        view = access.memory.view
+        try:
+            views = view(*spans[0]), view(*dst_runs[0])
+            copy = mac_array.BoundCopy(*views, src.shape, src.strides, dst.strides, src.np_dtype.itemsize)
+        except ValueError:
+            return
+
+        def run_copy(job: Any) -> bool:
+            return job.mac_isa is not None and copy.run()  # else the general path (numpy)
+
+        self.binding = c_unit(run_copy, copy)
+
     def plan(self, offset: int, build: Callable[[], object], *params: np.ndarray | int | None) -> object:
         """The layer plan (numerics.plan_*; may be None) of the instruction at ``offset``, rebuilt
         only when a parameter changed.

@@ -603,6 +603,7 @@ class _Job:
         src = self.tensor("src")
         dst = self.expect("dst", (src.dtype,), src.shape)
         self.bindings.compute(dst, _same_values, src)
+        self.bindings.bind_copy(src, dst, self.mac_isa)
 
     def op_FILL(self) -> None:  # noqa: N802
         assert self.ins is not None
@@ -611,7 +612,7 @@ class _Job:
         info = np.iinfo(dst.np_dtype)
         if not info.min <= value <= info.max:
             raise self.fail(f"value {value} does not fit {dst.dtype}")
-        self.bindings.compute(dst, partial(np.full, dst.shape, value, dtype=np.int64))
+        self.bindings.compute(dst, partial(np.full, dst.shape, value, dtype=dst.np_dtype))  # value fits
 
     # --- driver ------------------------------------------------------------------
     def execute(self, ins: isa.Instruction) -> None:

@@ -460,6 +460,7 @@ def resize_bilinear(
 
 # The units bound to memory (one C call per job), re-exported here for the command processor.
 from .bound import POOL_MAX_TAPS as POOL_MAX_TAPS  # noqa: E402
+from .bound import BoundCopy as BoundCopy  # noqa: E402
 from .bound import BoundLookup as BoundLookup  # noqa: E402
 from .bound import BoundPool as BoundPool  # noqa: E402
 from .bound import BoundRun as BoundRun  # noqa: E402

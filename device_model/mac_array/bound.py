@@ -12,7 +12,7 @@ from .. import numerics as nm
 from . import _RANGES, MacPlan, _check_positive, library
 
 POOL_MAX_TAPS = 1 << 23  # window taps the pooling unit's int32 sums take (255 * taps < 2**31)
-UNIT_LAYER, UNIT_LOOKUP, UNIT_POOL = 0, 1, 2  # struct mac_unit's kinds (MAC_UNIT_* in mac_array.c)
+UNIT_LAYER, UNIT_LOOKUP, UNIT_POOL, UNIT_COPY = 0, 1, 2, 3  # struct mac_unit's kinds (MAC_UNIT_* in C)
 
 
 def _address(ffi: Any, buf: memoryview | np.ndarray, keep: list[np.ndarray], writable: bool = False) -> Any:
@@ -242,7 +242,55 @@ class BoundPool:
         return True
 
 
-BoundUnit = BoundRun | BoundLookup | BoundPool
+class BoundCopy:
+    """COPY between two views fixed to memory (``mac_copy_strided``): ``run()`` writes the source's
+    elements to the destination's, each at its byte strides within its buffer (``src`` and ``dst``:
+    the views' extents, which must not overlap), and nothing between them.
+    """
+
+    def __init__(
+        self,
+        src: memoryview,
+        dst: memoryview,
+        shape: tuple[int, ...],
+        src_strides: tuple[int, ...],
+        dst_strides: tuple[int, ...],
+        esize: int,
+    ) -> None:
+        mod = library()
+        if mod is None:
+            raise RuntimeError("the MAC array's C kernels are not available")
+        for what, buf, strides in (("source", src, src_strides), ("destination", dst, dst_strides)):
+            if not _strides_fit(shape, strides, buf.nbytes - esize + 1):
+                raise ValueError(f"copy: {what} strides {strides} of shape {shape} leave {buf.nbytes} bytes")
+        if esize not in (1, 2, 4):
+            raise ValueError(f"copy: {esize}-byte elements")
+        ffi = mod.ffi
+        self._keep: list[np.ndarray] = []
+        self._c = (
+            ffi.new("int64_t[4]", list(shape)),
+            ffi.new("int64_t[4]", list(src_strides)),
+            ffi.new("int64_t[4]", list(dst_strides)),
+        )
+        shape_c, ss, ds = self._c
+        a, out = _address(ffi, src, self._keep), _address(ffi, dst, self._keep, writable=True)
+        self._args = (a, ss, out, ds, shape_c, esize)
+        self._run = mod.lib.mac_copy_strided
+        self.groupable = True
+
+    def fill_unit(self, u: Any) -> bool:
+        """Describe this copy in ``u`` (a ``struct mac_unit``) for :class:`UnitGroup`."""
+        u.kind = UNIT_COPY
+        u.a, u.sa, u.out, u.sb, u.shape, u.esize = self._args
+        return True
+
+    def run(self) -> bool:
+        """Always True (a copy cannot fail): the form of a binding."""
+        self._run(*self._args)
+        return True
+
+
+BoundUnit = BoundRun | BoundLookup | BoundPool | BoundCopy
 
 
 class UnitGroup:

@@ -83,6 +83,8 @@ int mac_softmax(const void *in, void *out, int64_t rows, int64_t depth, int in_s
 void mac_resize_bilinear(const void *in, void *out, const int64_t *dims, const int64_t *y0, const int64_t *y1,
                          const int64_t *dy, const int64_t *x0, const int64_t *x1, const int64_t *dx, int in_signed,
                          int single_rounding);
+void mac_copy_strided(const uint8_t *src, const int64_t *ss, uint8_t *dst, const int64_t *ds, const int64_t *shape,
+                      int esize);
 
 /* One bound unit of a stream (mac_run_units): a layer (mac_run_checked), a lookup (mac_lookup, or
  * mac_lookup_strided when shape is set) or a pool (mac_pool), with that function's arguments. */
@@ -96,7 +98,8 @@ struct mac_unit {
     int64_t nchecks;
     int64_t n; /* lookup elements */
     int32_t esize, fa, fb;
-    const int64_t *shape, *sa, *sb; /* a strided lookup's shape and input strides, else NULL */
+    const int64_t *shape, *sa, *sb; /* a strided lookup's shape and input strides, else NULL; a copy's
+                                     * shape and source and destination strides */
 };
 int64_t mac_run_units(const struct mac_unit *units, int64_t n, int *status);
 /* --- interface: end --- */
@@ -104,6 +107,7 @@ int64_t mac_run_units(const struct mac_unit *units, int64_t n, int *status);
 #define MAC_UNIT_LAYER 0
 #define MAC_UNIT_LOOKUP 1
 #define MAC_UNIT_POOL 2
+#define MAC_UNIT_COPY 3
 
 #if defined(__x86_64__) || defined(__i386__)
 #define MAC_X86 1
@@ -1315,6 +1319,26 @@ void mac_lookup_strided(const uint8_t *a, const int64_t *sa, const uint8_t *b, c
         LOOKUP_STRIDED_LOOP(uint32_t);
 }
 
+/* COPY between two 4-d views of esize-byte elements at byte strides ss and ds (a concatenation's
+ * slice of channels, say): only the elements are written, never the gaps between them. The views
+ * must not overlap. */
+void mac_copy_strided(const uint8_t *src, const int64_t *ss, uint8_t *dst, const int64_t *ds, const int64_t *shape,
+                      int esize)
+{
+    int rows = ss[3] == esize && ds[3] == esize; /* each innermost row is one block */
+    for (int64_t i0 = 0; i0 < shape[0]; i0++)
+        for (int64_t i1 = 0; i1 < shape[1]; i1++)
+            for (int64_t i2 = 0; i2 < shape[2]; i2++) {
+                const uint8_t *s = src + i0 * ss[0] + i1 * ss[1] + i2 * ss[2];
+                uint8_t *d = dst + i0 * ds[0] + i1 * ds[1] + i2 * ds[2];
+                if (rows)
+                    memcpy(d, s, (size_t)(shape[3] * esize));
+                else
+                    for (int64_t i3 = 0; i3 < shape[3]; i3++)
+                        memcpy(d + i3 * ds[3], s + i3 * ss[3], (size_t)esize);
+            }
+}
+
 /* RESIZE_BILINEAR: TFLite's ResizeBilinearInteger. dims is n, h, w, c, out_h, out_w; the input is
  * dense NHWC bytes, the output dense [n, out_h, out_w, c]. y0, y1, dy (x0, x1, dx) are each output
  * row's (column's) lower and upper input row and the upper's weight in 1/1024 units (numerics'
@@ -1521,6 +1545,9 @@ int64_t mac_run_units(const struct mac_unit *units, int64_t n, int *status)
             break;
         case MAC_UNIT_POOL:
             rc = mac_pool((const struct mac_pool *)u->spec, u->a, u->out);
+            break;
+        case MAC_UNIT_COPY:
+            mac_copy_strided(u->a, u->sa, u->out, u->sb, u->shape, u->esize);
             break;
         default:
             rc = -3;

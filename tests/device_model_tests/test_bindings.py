@@ -334,6 +334,63 @@ def test_table_units_with_broadcast_and_transposed_inputs_bind_as_one_c_call() -
         assert in_place not in lookups and in_place in bound_offsets(warm, m)
 
 
+def test_copies_into_slices_of_a_concatenation_bind_as_one_c_copy() -> None:
+    """A concatenation's COPYs into channel slices of its output (a strided destination) bind as
+    C copies that write the slice's elements and not the gaps between them: the other slice's bytes
+    and the padding past the last channel keep what they hold. An INT32 slice (4-byte elements), and
+    a copy whose source lies inside its destination's extent, which keeps the general path."""
+    m = Machine()
+    rng = np.random.default_rng(13)
+    h, w, c1, c2, pad = 5, 6, 3, 4, 2
+    total = c1 + c2 + pad  # channels of the concatenation's buffer, the last `pad` never written
+    a, b = m.buffer(h * w * c1), m.buffer(h * w * c2)
+    cat = m.buffer(h * w * total)
+    ia, icat = m.buffer(h * w * 2 * 4), m.buffer(h * w * 3 * 4)
+    row, pix = w * total, total
+    stream = program(
+        tensor(0, "INT8", a, (1, h, w, c1)),
+        tensor(1, "INT8", b, (1, h, w, c2)),
+        tensor(2, "INT8", cat, (1, h, w, c1), strides=(h * row, row, pix, 1)),
+        tensor(3, "INT8", cat + c1, (1, h, w, c2), strides=(h * row, row, pix, 1)),
+        tensor(4, "INT32", ia, (1, h, w, 2)),
+        tensor(5, "INT32", icat + 4, (1, h, w, 2), strides=(h * w * 12, w * 12, 12, 4)),
+        tensor(6, "INT8", cat + 1, (1, h, w, 2), strides=(h * row, row, pix, 1)),  # inside cat
+        tensor(7, "INT8", cat + c1 + c2, (1, h, w, 2), strides=(h * row, row, pix, 1)),
+        isa.encode("COPY", src=0, dst=2),
+        isa.encode("COPY", src=1, dst=3),
+        isa.encode("COPY", src=4, dst=5),
+        isa.encode("COPY", src=6, dst=7),  # its source is in its destination's extent
+    )  # fmt: skip
+    cmd = m.buffer(len(stream), stream)
+
+    def run(cp: CommandProcessor) -> list[bytes]:
+        m.write(cat, np.full(h * w * total, 77, np.int8))  # the gaps: never written by a copy
+        m.write(icat, np.full(h * w * 3, -5, np.int32))
+        res = cp.run(m.space.root, cmd, len(stream))
+        assert res.status == 0, res.error
+        return [m.read(cat, h * w * total).tobytes(), m.read(icat, h * w * 12).tobytes()]
+
+    warm = CommandProcessor(m.memory)
+    for _ in range(3):
+        av = rng.integers(-128, 128, (h, w, c1), dtype=np.int8)
+        bv = rng.integers(-128, 128, (h, w, c2), dtype=np.int8)
+        iv = rng.integers(-(2**31), 2**31, (h, w, 2), dtype=np.int64).astype(np.int32)
+        m.write(a, av)
+        m.write(b, bv)
+        m.write(ia, iv)
+        want = run(CommandProcessor(m.memory))
+        assert run(warm) == want
+        got = np.frombuffer(want[0], np.int8).reshape(h, w, total)
+        assert np.array_equal(got[..., :c1], av) and np.array_equal(got[..., c1 : c1 + c2], bv)
+        assert np.array_equal(got[..., c1 + c2 :], av[..., 1:3])  # the last copy: from inside cat
+        ints = np.frombuffer(want[1], np.int32).reshape(h, w, 3)
+        assert np.array_equal(ints[..., 1:], iv) and np.all(ints[..., 0] == -5)
+    if mac_array.selected_isa() is not None:
+        ops = [i.offset for i in isa.decode(stream) if i.op == "COPY"]
+        assert direct_offsets(warm, m, "run_copy") == set(ops[:3])
+        assert ops[3] not in bound_offsets(warm, m)  # the general path, every job
+
+
 def test_layer_writing_over_its_own_input_is_not_computed_in_place() -> None:
     """A layer whose output overlaps its input keeps the loading binding (the C kernels would read
     bytes they already overwrote); every job equals a fresh processor's from the same memory."""

@@ -657,6 +657,27 @@ def test_strided_bound_lookup_matches_numerics_tables() -> None:
         ma.BoundLookup(memoryview(a), memoryview(b), table2, memoryview(out8[:119]), 1, strided=strided)
 
 
+@pytest.mark.parametrize("esize", [1, 2, 4])
+def test_bound_copy_writes_the_elements_and_not_the_gaps(esize: int) -> None:
+    rng = np.random.default_rng(esize)
+    dtype = {1: np.int8, 2: np.int16, 4: np.int32}[esize]
+    shape = (2, 3, 4, 5)
+    src = rng.integers(-100, 99, 120).astype(dtype)  # [2, 5, 4, 3] in memory, read as [2, 3, 4, 5]; no 99
+    src_strides = tuple(esize * s for s in (60, 1, 3, 12))
+    dst = np.full(2 * 3 * 4 * 7, 99, dtype)  # 7 channels, the copy fills channels 1..5
+    dst_strides = tuple(esize * s for s in (84, 28, 7, 1))
+    want = dst.copy()
+    np.lib.stride_tricks.as_strided(want[1:], shape, dst_strides)[...] = np.lib.stride_tricks.as_strided(
+        src, shape, src_strides
+    )
+    ma.BoundCopy(memoryview(src), memoryview(dst[1:]), shape, src_strides, dst_strides, esize).run()
+    assert np.array_equal(dst, want) and np.count_nonzero(dst == 99) == dst.size - 120
+    with pytest.raises(ValueError, match="source strides"):
+        ma.BoundCopy(memoryview(src[:-1]), memoryview(dst[1:]), shape, src_strides, dst_strides, esize)
+    with pytest.raises(ValueError, match="destination strides"):
+        ma.BoundCopy(memoryview(src), memoryview(dst[1:166]), shape, src_strides, dst_strides, esize)
+
+
 @pytest.mark.parametrize("average", [False, True])
 def test_bound_pool_matches_numerics(average: bool) -> None:
     """The pooling unit against numerics' max_pool / avg_pool: padding, strides, partial windows,
