@@ -362,7 +362,8 @@ static int64_t block_rows(const struct mac_layer *L, size_t elem)
         } \
         memset(zrow, (uint8_t)L->input_zp, (size_t)L->cin + 64); \
         int fast = HAS_DWFAST && !L->wide && L->depth_multiplier == 1 && L->zp_byte_ok; \
-        int64_t fast_end = fast ? L->cout / DW_BLOCK * DW_BLOCK : 0; \
+        /* HAS_DWFAST 2: the fast kernel takes any channel count (masked tails), else whole blocks */ \
+        int64_t fast_end = fast ? (HAS_DWFAST == 2 ? L->cout : L->cout / DW_BLOCK * DW_BLOCK) : 0; \
         int64_t ntaps = L->kh * L->kw; \
         int64_t tap_end = (ntaps + 3) / 4 * 4; /* the kernels read taps in pairs (AVX2) or fours (VNNI) */ \
         /* The fast kernel multiplies raw inputs; taps outside the input read a row of zero-point \
@@ -1083,6 +1084,43 @@ VNNI static inline __attribute__((always_inline)) void dw_store16_vnni(const str
         store16_vnni(L, q, acc, c, 16, dst);
 }
 
+/* A quarter block of a depthwise pixel in 128-bit vectors, channels c .. c + 15 of which keep says
+ * which exist: accumulator j holds channels 4 j .. + 3, its weights the 16 bytes of lane l (this
+ * quarter of its block) of the block's 64 for j. The input bytes are masked loads (a channel past
+ * the last is not read: its lane reads 0, against a zero weight) and the stores masked alike. */
+VNNI static inline __attribute__((always_inline)) void dw_quarter_vnni(const struct mac_layer *L,
+                                                                       const struct rq_vnni *q, const uint8_t **taps,
+                                                                       int64_t off, int64_t c, __mmask16 keep,
+                                                                       char *out, int mode)
+{
+    int64_t quads = L->k4 / 4, cp = L->rq_n, cb = c / DW_VNNI * DW_VNNI;
+    __m128i flip128 = _mm_set1_epi8(L->in_signed ? (char)0x80 : 0);
+    __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t p = 0; p < quads; p++) {
+        const uint8_t *const *t = taps + 4 * p;
+        __m128i x0 = _mm_xor_si128(_mm_maskz_loadu_epi8(keep, t[0] + off + c), flip128);
+        __m128i x1 = _mm_xor_si128(_mm_maskz_loadu_epi8(keep, t[1] + off + c), flip128);
+        __m128i x2 = _mm_xor_si128(_mm_maskz_loadu_epi8(keep, t[2] + off + c), flip128);
+        __m128i x3 = _mm_xor_si128(_mm_maskz_loadu_epi8(keep, t[3] + off + c), flip128);
+        __m128i lo01 = _mm_unpacklo_epi8(x0, x1), hi01 = _mm_unpackhi_epi8(x0, x1);
+        __m128i lo23 = _mm_unpacklo_epi8(x2, x3), hi23 = _mm_unpackhi_epi8(x2, x3);
+        const int8_t *w = L->packed8 + (p * cp + cb) * 4 + (c - cb);
+        a0 = _mm_dpbusd_epi32(a0, _mm_unpacklo_epi16(lo01, lo23), _mm_loadu_si128((const __m128i *)w));
+        a1 = _mm_dpbusd_epi32(a1, _mm_unpackhi_epi16(lo01, lo23), _mm_loadu_si128((const __m128i *)(w + 64)));
+        a2 = _mm_dpbusd_epi32(a2, _mm_unpacklo_epi16(hi01, hi23), _mm_loadu_si128((const __m128i *)(w + 128)));
+        a3 = _mm_dpbusd_epi32(a3, _mm_unpackhi_epi16(hi01, hi23), _mm_loadu_si128((const __m128i *)(w + 192)));
+    }
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(a0), a1, 1)),
+                                   _mm256_inserti128_si256(_mm256_castsi128_si256(a2), a3, 1), 1);
+    v = _mm512_add_epi32(v, _mm512_loadu_si512(L->bias8 + c));
+    if (keep == 0xFFFF)
+        dw_store16_vnni(L, q, v, c, out + c, mode);
+    else if (q->simple)
+        store16_mode_vnni(out + c, keep, requant16_mode_vnni(q, v, c, mode), mode);
+    else
+        store16_vnni(L, q, v, c, __builtin_popcount(keep), out + c);
+}
+
 VNNI static inline __attribute__((always_inline)) void dw_pixel_vnni(const struct mac_layer *L,
                                                                      const struct rq_vnni *qp, const uint8_t **taps,
                                                                      int64_t off, int64_t c_end, char *out, int mode)
@@ -1149,30 +1187,11 @@ VNNI static inline __attribute__((always_inline)) void dw_pixel_vnni(const struc
         full += 32;
     }
     if (c_end - full >= 16) {
-        /* a quarter block in 128-bit vectors: accumulator j holds channels 4 j .. + 3, its weights
-         * the 16 bytes of lane l (this quarter of its block) of the block's 64 for j */
-        int64_t c = full, cb = c / DW_VNNI * DW_VNNI;
-        __m128i flip128 = _mm512_castsi512_si128(flip);
-        __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t p = 0; p < quads; p++) {
-            const uint8_t *const *t = taps + 4 * p;
-            __m128i x0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[0] + off + c)), flip128);
-            __m128i x1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[1] + off + c)), flip128);
-            __m128i x2 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[2] + off + c)), flip128);
-            __m128i x3 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(t[3] + off + c)), flip128);
-            __m128i lo01 = _mm_unpacklo_epi8(x0, x1), hi01 = _mm_unpackhi_epi8(x0, x1);
-            __m128i lo23 = _mm_unpacklo_epi8(x2, x3), hi23 = _mm_unpackhi_epi8(x2, x3);
-            const int8_t *w = L->packed8 + (p * cp + cb) * 4 + (c - cb);
-            a0 = _mm_dpbusd_epi32(a0, _mm_unpacklo_epi16(lo01, lo23), _mm_loadu_si128((const __m128i *)w));
-            a1 = _mm_dpbusd_epi32(a1, _mm_unpackhi_epi16(lo01, lo23), _mm_loadu_si128((const __m128i *)(w + 64)));
-            a2 = _mm_dpbusd_epi32(a2, _mm_unpacklo_epi16(hi01, hi23), _mm_loadu_si128((const __m128i *)(w + 128)));
-            a3 = _mm_dpbusd_epi32(a3, _mm_unpackhi_epi16(hi01, hi23), _mm_loadu_si128((const __m128i *)(w + 192)));
-        }
-        __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(a0), a1, 1)),
-                                       _mm256_inserti128_si256(_mm256_castsi128_si256(a2), a3, 1), 1);
-        dw_store16_vnni(L, &q, _mm512_add_epi32(v, _mm512_loadu_si512(L->bias8 + c)), c, out + c, mode);
+        dw_quarter_vnni(L, &q, taps, off, full, 0xFFFF, out, mode);
         full += 16;
     }
+    if (c_end > full) /* the last 1..15 channels: their bytes alone are read and written */
+        dw_quarter_vnni(L, &q, taps, off, full, (__mmask16)((1u << (c_end - full)) - 1), out, mode);
 }
 
 /* n pixels of an output row: pixel i's taps are taps[t] + i * step, its output out + i * ostep
@@ -1207,7 +1226,7 @@ VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps,
     }
 }
 
-DEFINE_DRIVERS(vnni, VNNI, gemm_6x16_avx2, requant_avx2, dw_vnni, 1)
+DEFINE_DRIVERS(vnni, VNNI, gemm_6x16_avx2, requant_avx2, dw_vnni, 2)
 #endif
 
 /* --- entry points ----------------------------------------------------------------------------------- */
@@ -1234,8 +1253,8 @@ int mac_run(const struct mac_layer *L, const void *in, void *out, int isa)
          * input dtype): the int16 kernels (conv_vnni is the AVX2 GEMM built for this target) */
         if (!L->packed8)
             return L->kind == KIND_DEPTHWISE ? depthwise_avx2(L, in, out) : conv_vnni(L, in, out);
-        if (L->kind == KIND_DEPTHWISE) /* under 16 channels: no VNNI block, not even a 128-bit quarter */
-            return L->cout < 16 ? depthwise_avx2(L, in, out) : depthwise_vnni(L, in, out);
+        if (L->kind == KIND_DEPTHWISE)
+            return depthwise_vnni(L, in, out);
         return conv_u8_vnni(L, in, out);
     }
     if (isa == MAC_ISA_AVX2)
