@@ -106,9 +106,21 @@ def cpu_isas() -> list[int]:
     return isas
 
 
+_selected: dict[str | None, int | None] = {}  # selected_isa by the variable's value (the CPU's are fixed)
+
+
 def selected_isa() -> int | None:
-    """The C variant ``VNPU_MAC_ARRAY`` selects now, or None for the numpy path."""
-    mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    """The C variant ``VNPU_MAC_ARRAY`` selects now, or None for the numpy path (asked once per job:
+    worked out once per value of the variable)."""
+    raw = os.environ.get(ENV)
+    if raw in _selected:
+        return _selected[raw]
+    isa = _selected[raw] = _select(raw)
+    return isa
+
+
+def _select(raw: str | None) -> int | None:
+    mode = (raw or "auto").strip().lower() or "auto"
     if mode == "numpy":
         return None
     if mode not in _BY_NAME and mode not in ("auto", "c"):

@@ -760,6 +760,7 @@ def test_a_failed_build_means_numpy_with_one_warning(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(ma, "_module", None)
     monkeypatch.setattr(ma, "_failed", None)
     monkeypatch.setattr(ma, "_warned", set())
+    monkeypatch.setattr(ma, "_selected", {})
     monkeypatch.setattr(build, "ensure_built", no_compiler)
     monkeypatch.setenv(ma.ENV, "auto")
     with caplog.at_level("WARNING", logger=ma.__name__):
