@@ -254,8 +254,8 @@ class _Job:
 
     @cached_property
     def mac_isa(self) -> int | None:
-        """The MAC array variant this job's layers run on (None: numpy), chosen once per job:
-        ``selected_isa`` reads the environment and the CPU's variants, ~5 us a layer."""
+        """The MAC array variant this job's layers run on (None: numpy), chosen once per job
+        (``VNPU_MAC_ARRAY`` may change between jobs)."""
         return mac_array.selected_isa()
 
     # --- units ------------------------------------------------------------------
@@ -730,8 +730,8 @@ class CommandProcessor:
     @staticmethod
     def _bound_stream(program: list[isa.Instruction], bound: StreamBindings, job: _Job) -> BoundStream | None:
         """The stream's :class:`BoundStream` once every instruction is bound (kept with the
-        bindings until one changes), else None. The job's MAC array variant is looked up (~5 us)
-        only for a stream with C units, which are built for one variant."""
+        bindings until one changes), else None; rebuilt when the job's MAC array variant is not
+        the one the stream's C units were built for."""
         runner = bound.runner
         stale = isinstance(runner, BoundStream) and runner.groups and runner.mac_isa != job.mac_isa
         if runner is None or stale:
