@@ -390,14 +390,17 @@ class Bindings:
         mac_isa: int,
     ) -> mac_array.BoundRun | None:
         """The layer's operands fixed to their memory for :meth:`bind_mac`, or None where it cannot
-        be: an operand in several physical runs or not kept, a strided input, filter or output, or
-        an output overlapping another operand (the kernels read those while they write it)."""
+        be: an operand in several physical runs or not kept, a strided input, bias, quantization or
+        output, or an output overlapping another operand (the kernels read those while they write
+        it). A strided filter (attention's transposed keys) is compared as the bytes of its extent."""
         operands = {"input": (inp, False), "filter": (filt, False), "output": (out, True)}
         if params.quant is not None:
             operands["quant"] = (params.quant, False)
         if params.bias is not None:
             operands["bias"] = (params.bias, False)
-        found = self.access.physical_spans(list(operands.values()))
+        if not all(t.dense for name, (t, _) in operands.items() if name != "filter"):
+            return None
+        found = self.access.physical_spans(list(operands.values()), strided_reads=True)
         if found is None:
             return None
         spans = dict(zip(operands, found, strict=True))
@@ -405,12 +408,18 @@ class Bindings:
             return None
         view = self.access.memory.view
         # The plan's copy of the filter is the filter's bytes in memory (a dense tensor of its dtype);
-        # the bias and quantization regions are compared as the raw bytes they are now.
+        # a strided filter's is its extent's bytes as they are now, which must read as the plan's
+        # filter. The bias and quantization regions are compared as the raw bytes they are now.
         filter_mem = view(*spans["filter"])
-        filter_copy = plan.params[0].reshape(-1).view(np.uint8)
-        if filter_copy.nbytes != filter_mem.nbytes or not np.array_equal(
-            np.frombuffer(filter_mem, np.uint8), filter_copy
-        ):
+        if filt.dense:
+            filter_copy = plan.params[0].reshape(-1).view(np.uint8)
+            now = np.frombuffer(filter_mem, np.uint8)
+        else:
+            filter_copy = np.frombuffer(filter_mem, np.uint8).copy()
+            now = np.ndarray(filt.shape, dtype=filt.np_dtype, buffer=filter_copy, strides=filt.strides)
+            now = now.reshape(-1).view(np.uint8)
+        planned = plan.params[0].reshape(-1).view(np.uint8)
+        if now.nbytes != planned.nbytes or not np.array_equal(now, planned):
             return None
         checks = [(filter_mem, filter_copy)]
         for name in ("bias", "quant"):

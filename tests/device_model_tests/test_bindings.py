@@ -391,6 +391,40 @@ def test_copies_into_slices_of_a_concatenation_bind_as_one_c_copy() -> None:
         assert ops[3] not in bound_offsets(warm, m)  # the general path, every job
 
 
+def test_fully_connected_with_a_transposed_filter_binds_as_one_c_call() -> None:
+    """Attention's Q K^T: a FULLY_CONNECTED whose filter is the transposed view of a matrix in memory
+    binds as a BoundRun that compares the filter's extent; a filter rewritten between jobs is seen
+    (the plan is rebuilt), every job equal to a fresh processor's."""
+    m = Machine()
+    rng = np.random.default_rng(14)
+    rows, k, cout = 6, 16, 12
+    x = m.buffer(rows * k)
+    keys = m.buffer(k * cout)  # [k, cout] in memory: the filter [cout, k] is its transpose
+    out = m.buffer(rows * cout)
+    stream = program(
+        tensor(0, "INT8", x, (1, 1, rows, k), zp=-3),
+        tensor(1, "INT8", keys, (1, 1, cout, k), strides=(0, 0, 1, cout)),
+        tensor(2, "INT8", out, (1, 1, rows, cout), zp=5),
+        isa.encode("FULLY_CONNECTED", flags=FLAGS["SINGLE_ROUNDING"], input=0, filter=1, output=2,
+                   multiplier=1 << 30, shift=-9, act_min=-128, act_max=127),
+    )  # fmt: skip
+    cmd = m.buffer(len(stream), stream)
+    warm = CommandProcessor(m.memory)
+    m.write(x, rng.integers(-128, 128, rows * k, dtype=np.int8))
+    for job in range(4):
+        if job != 1:  # job 1 runs bound on the same filter; the others see a new one
+            m.write(keys, rng.integers(-127, 128, k * cout, dtype=np.int8))
+        m.write(out, bytes(rows * cout))
+        want = CommandProcessor(m.memory).run(m.space.root, cmd, len(stream))
+        expected = m.read(out, rows * cout).tobytes()
+        m.write(out, bytes(rows * cout))
+        assert warm.run(m.space.root, cmd, len(stream)) == want and want.status == 0
+        assert m.read(out, rows * cout).tobytes() == expected
+    if mac_array.selected_isa() is not None:
+        (fc,) = [i.offset for i in isa.decode(stream) if i.op == "FULLY_CONNECTED"]
+        assert direct_offsets(warm, m) == {fc}
+
+
 def test_layer_writing_over_its_own_input_is_not_computed_in_place() -> None:
     """A layer whose output overlaps its input keeps the loading binding (the C kernels would read
     bytes they already overwrote); every job equals a fresh processor's from the same memory."""
