@@ -223,14 +223,16 @@ class Bindings:
         self.binding = c_unit(run_lookup, lookup)
 
     def bind_copy(self, src: Tensor, dst: Tensor, mac_isa: int | None) -> None:
-        """Bind a COPY whose destination is strided (a slice of a concatenation's channels, say) as
-        one C copy of the elements between the two views (:class:`mac_array.BoundCopy`), which
-        :meth:`compute` cannot bind (its store of a strided tensor reads and writes the gaps).
+        """Bind a COPY as one C copy of the elements between the two views
+        (:class:`mac_array.BoundCopy`), a unit a bound stream runs with its neighbours in one call:
+        for a strided destination (a slice of a concatenation's channels, say), which :meth:`compute`
+        cannot bind (its store of a strided tensor reads and writes the gaps), and in place of
+        :meth:`compute`'s binding for a dense one.
 
         Only while the C kernels are selected, with each view's extent one physical run and the
-        two not overlapping; a dense destination keeps :meth:`compute`'s binding (one copy already).
+        two not overlapping; otherwise :meth:`compute`'s binding, if any, stays.
         """
-        if mac_isa is None or dst.dense:
+        if mac_isa is None:
             return
         access = self.access
         start, end = dst.extent

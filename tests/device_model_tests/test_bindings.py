@@ -338,7 +338,8 @@ def test_copies_into_slices_of_a_concatenation_bind_as_one_c_copy() -> None:
     """A concatenation's COPYs into channel slices of its output (a strided destination) bind as
     C copies that write the slice's elements and not the gaps between them: the other slice's bytes
     and the padding past the last channel keep what they hold. An INT32 slice (4-byte elements), and
-    a copy whose source lies inside its destination's extent, which keeps the general path."""
+    a copy whose source lies inside its destination's extent, which keeps the general path, and a
+    copy between dense tensors, which is a C copy too."""
     m = Machine()
     rng = np.random.default_rng(13)
     h, w, c1, c2, pad = 5, 6, 3, 4, 2
@@ -346,6 +347,7 @@ def test_copies_into_slices_of_a_concatenation_bind_as_one_c_copy() -> None:
     a, b = m.buffer(h * w * c1), m.buffer(h * w * c2)
     cat = m.buffer(h * w * total)
     ia, icat = m.buffer(h * w * 2 * 4), m.buffer(h * w * 3 * 4)
+    dense = m.buffer(h * w * c1)
     row, pix = w * total, total
     stream = program(
         tensor(0, "INT8", a, (1, h, w, c1)),
@@ -360,6 +362,8 @@ def test_copies_into_slices_of_a_concatenation_bind_as_one_c_copy() -> None:
         isa.encode("COPY", src=1, dst=3),
         isa.encode("COPY", src=4, dst=5),
         isa.encode("COPY", src=6, dst=7),  # its source is in its destination's extent
+        tensor(8, "INT8", dense, (1, h, w, c1)),
+        isa.encode("COPY", src=0, dst=8),
     )  # fmt: skip
     cmd = m.buffer(len(stream), stream)
 
@@ -368,7 +372,10 @@ def test_copies_into_slices_of_a_concatenation_bind_as_one_c_copy() -> None:
         m.write(icat, np.full(h * w * 3, -5, np.int32))
         res = cp.run(m.space.root, cmd, len(stream))
         assert res.status == 0, res.error
-        return [m.read(cat, h * w * total).tobytes(), m.read(icat, h * w * 12).tobytes()]
+        return [
+            m.read(va, n).tobytes()
+            for va, n in ((cat, h * w * total), (icat, h * w * 12), (dense, h * w * c1))
+        ]
 
     warm = CommandProcessor(m.memory)
     for _ in range(3):
@@ -385,9 +392,10 @@ def test_copies_into_slices_of_a_concatenation_bind_as_one_c_copy() -> None:
         assert np.array_equal(got[..., c1 + c2 :], av[..., 1:3])  # the last copy: from inside cat
         ints = np.frombuffer(want[1], np.int32).reshape(h, w, 3)
         assert np.array_equal(ints[..., 1:], iv) and np.all(ints[..., 0] == -5)
+        assert want[2] == av.tobytes()
     if mac_array.selected_isa() is not None:
         ops = [i.offset for i in isa.decode(stream) if i.op == "COPY"]
-        assert direct_offsets(warm, m, "run_copy") == set(ops[:3])
+        assert direct_offsets(warm, m, "run_copy") == set(ops[:3]) | {ops[4]}
         assert ops[3] not in bound_offsets(warm, m)  # the general path, every job
 
 
