@@ -632,6 +632,24 @@ def test_bound_lookup_matches_numerics_tables() -> None:
         ma.BoundLookup(memoryview(a), memoryview(b), table32, memoryview(out32), 4)
 
 
+@pytest.mark.parametrize("signed", [True, False])
+def test_byte_lut_of_every_length_matches_numerics(signed: bool) -> None:
+    """A byte input through a 256-entry byte table (the vectorised lookup where the CPU has AVX-512
+    VBMI): lengths around the 64-byte vector (masked tails), in place and not."""
+    rng = np.random.default_rng(16)
+    dtype = np.int8 if signed else np.uint8
+    table = rng.integers(-128, 128, 256, dtype=np.int8)
+    for n in [*range(0, 130), 191, 192, 193, 1000, 4099]:
+        a = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, n, dtype=np.int64).astype(dtype)
+        want = nm.lut(a, table, signed_input=signed)
+        out = np.full(n + 64, 7, np.int8)  # bytes past n stay 7
+        ma.BoundLookup(memoryview(a), None, table, memoryview(out[:n]), 1, 0x80 if signed else 0).run()
+        assert np.array_equal(out[:n], want) and np.all(out[n:] == 7), n
+        inplace = a.copy()
+        ma.BoundLookup(memoryview(inplace), None, table, memoryview(inplace), 1, 0x80 if signed else 0).run()
+        assert np.array_equal(inplace.view(np.int8), want), n
+
+
 def test_strided_bound_lookup_matches_numerics_tables() -> None:
     """mac_lookup_strided: a broadcast and a transposed input against numpy's lookups of the same
     views, 1-, 2- and 4-byte outputs; strides reaching past an input's bytes are refused."""
