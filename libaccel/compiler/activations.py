@@ -42,7 +42,7 @@ def _relu_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
     return np.clip(vals, act_min, act_max)
 
 
-def _lut_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
+def lut_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
     """The 256-entry table of TFLite's reference kernel for ``node`` (see :mod:`.tables`)."""
     assert x.quant and y.quant
     args = (x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point)
@@ -98,7 +98,7 @@ def _plan_lut(graph: Graph, node: OpNode) -> OpPlan:
     y = activation(graph, node.outputs[0], "output", None if node.op == "QUANTIZE" else x.dtype)
     if x.shape != y.shape:
         raise Unsupported(f"input {list(x.shape)} and output {list(y.shape)} differ")
-    return lut_plan(x, y, _lut_table(node, x, y))
+    return lut_plan(x, y, lut_table(node, x, y))
 
 
 PLANNERS: dict[str, Planner] = {

@@ -29,6 +29,28 @@ def elementwise_operand(graph: Graph, index: int, what: str, dtype: str) -> Tens
     return activation(graph, index, what, dtype)
 
 
+def mul_multiplier(s1: float, s2: float, so: float) -> tuple[int, int]:
+    """MUL's output multiplier and shift: TFLite's Prepare computes s1 * s2 / so in float."""
+    real = float(np.float32(np.float32(s1) * np.float32(s2)) / np.float32(so))
+    return multiplier(real, "MUL")
+
+
+def mul_values(
+    node: OpNode, a: TensorInfo, b: TensorInfo, y: TensorInfo, va: np.ndarray, vb: np.ndarray
+) -> np.ndarray:
+    """What the ISA's MUL stores for input values ``va`` and ``vb`` (arrays of stored 8-bit values):
+    ``MultiplyByQuantizedMultiplier((a - zp_a)(b - zp_b), M, s) + zp_y`` (the product wrapping as
+    int32), clamped to the node's activation and saturated to the output's type."""
+    assert a.quant and b.quant and y.quant
+    mo, sho = mul_multiplier(a.quant.scale, b.quant.scale, y.quant.scale)
+    act_min, act_max = clamp(node, y)
+    prod = (va.astype(np.int64) - a.quant.zero_point) * (vb.astype(np.int64) - b.quant.zero_point)
+    prod = (prod + 2**31) % 2**32 - 2**31
+    out = q.multiply_by_quantized_multiplier(prod, mo, sho) + y.quant.zero_point
+    lo, hi = q.QRANGE[y.dtype]
+    return np.clip(np.clip(out, act_min, act_max), lo, hi)
+
+
 def _plan_elementwise(graph: Graph, node: OpNode) -> OpPlan:
     if len(node.inputs) != 2:
         raise Unsupported(f"{node.op} with {len(node.inputs)} inputs")
@@ -63,9 +85,7 @@ def _plan_elementwise(graph: Graph, node: OpNode) -> OpPlan:
             output_shift=sho,
         )
     else:
-        # TFLite's MUL Prepare computes input1_scale * input2_scale / output_scale in float.
-        real = float(np.float32(np.float32(s1) * np.float32(s2)) / np.float32(so))
-        mo, sho = multiplier(real, "MUL")
+        mo, sho = mul_multiplier(s1, s2, so)
         fields = dict(output_multiplier=mo, output_shift=sho)
 
     def emit(em: Emitter) -> None:

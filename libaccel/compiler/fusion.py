@@ -1,4 +1,5 @@
-"""Patterns fused across nodes when a partition holds all of them: the converter's dilated convolution.
+"""Patterns fused across nodes when a partition holds all of them: the converter's dilated convolution,
+and the MUL of a tensor by a lookup activation of itself (swish: ``x * LOGISTIC(x)``).
 
 TensorFlow writes a dilated convolution (Keras ``Conv2D(dilation_rate=d)``) as SPACE_TO_BATCH_ND ->
 CONV_2D or DEPTHWISE_CONV_2D (stride 1, dilation 1) -> BATCH_TO_SPACE_ND. Each of the three lowers
@@ -12,15 +13,25 @@ dilated convolution skips; following the index maps, output row ``Y`` of BATCH_T
 ``input[Y - pad_top + ky * block]`` over the taps with
 ``pad_top = paddings_top + inner_pad_top * block - crops_top`` (likewise for columns), the same integer
 sum the dilated convolution computes with that padding, requantized with the same multipliers.
+
+The MUL of ``x`` by ``U(x)`` (``U`` an activation the NPU runs as a LUT: LOGISTIC, TANH, RELU6, ...)
+stores a function of ``x``'s byte alone, so the two nodes become one LUT of ``x``, whose table is
+``U``'s table followed by the ISA's MUL of each byte with its ``U`` value (``elementwise.mul_values``,
+the arithmetic the unfused MUL instruction performs): the same bytes, one pass over ``x`` against a
+256-entry table instead of a LUT and a MUL through a 65536-entry one. EfficientNet's 49 swishes are
+this pattern.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from libaccel.compiler import movement, registry
+import numpy as np
+
+from libaccel.compiler import activations, elementwise, movement, registry
 from libaccel.compiler.graph import Graph, OpNode
-from libaccel.compiler.plan_common import OpPlan, Unsupported, out_size, pad_before
+from libaccel.compiler.lookup import lut_plan
+from libaccel.compiler.plan_common import OpPlan, Unsupported, activation, out_size, pad_before
 
 CONVS = ("CONV_2D", "DEPTHWISE_CONV_2D")
 
@@ -73,10 +84,41 @@ def _dilated_plan(graph: Graph, s2b: OpNode, conv: OpNode, b2s: OpNode) -> OpPla
     return OpPlan(emit=plan.emit, reads=(x.index,))
 
 
+def _self_mul_plan(
+    graph: Graph, mul: OpNode, activations_of: dict[int, OpNode]
+) -> tuple[OpPlan, list[OpNode]] | None:
+    """The LUT of ``x`` equal to ``mul``, whose operands are each ``x`` or the private output of a
+    lookup activation of ``x`` (``activations_of``: such nodes by output), and those nodes; or None."""
+    if len(mul.inputs) != 2:
+        return None
+    sources = [activations_of.get(t) for t in mul.inputs]
+    roots = {t if u is None else u.inputs[0] for t, u in zip(mul.inputs, sources, strict=True)}
+    if len(roots) != 1 or all(u is None for u in sources):
+        return None
+    (root,) = roots
+    try:
+        x = activation(graph, root, "input")
+        y = activation(graph, mul.outputs[0], "output", x.dtype)
+        a, b = (activation(graph, t, f"input{i + 1}", x.dtype) for i, t in enumerate(mul.inputs))
+        if not (x.shape == y.shape == a.shape == b.shape):
+            return None
+        base = -128 if x.dtype == "int8" else 0
+        xs = np.arange(base, base + 256, dtype=np.int64)
+        va, vb = (
+            xs if u is None else activations.lut_table(u, x, graph.tensors[u.outputs[0]]).astype(np.int64)
+            for u in sources
+        )
+        table = elementwise.mul_values(mul, a, b, y, va, vb)
+    except Unsupported:
+        return None
+    return lut_plan(x, y, table), [u for u in sources if u is not None]
+
+
 def fuse(graph: Graph, nodes: Sequence[OpNode], plans: Sequence[OpPlan], keep: set[int]) -> list[OpPlan]:
     """``plans`` (one per node of the partition, in order) with each dilated-convolution pattern whose
-    three nodes are all in ``nodes`` fused, unless a tensor inside it is in ``keep`` (a partition
-    output) or read by any other node of the graph."""
+    three nodes are all in ``nodes``, and each MUL of a tensor by a lookup activation of itself,
+    fused, unless a tensor inside it is in ``keep`` (a partition output) or read by any other node
+    of the graph."""
     readers: dict[int, int] = {}
     for n in graph.nodes:
         for t in n.inputs:
@@ -106,5 +148,25 @@ def fuse(graph: Graph, nodes: Sequence[OpNode], plans: Sequence[OpPlan], keep: s
         if plan is not None:
             out[position[s2b.index]] = OpPlan(fused=True)
             out[position[conv.index]] = OpPlan(fused=True)
+            out[i] = plan
+
+    lookups = {
+        n.outputs[0]: n
+        for i, n in enumerate(nodes)
+        if n.op in activations.PLANNERS
+        and n.op not in ("QUANTIZE", "DEQUANTIZE")
+        and len(n.outputs) == 1
+        and private(n.outputs[0])
+        and not out[i].fused
+        and out[i].emit is not None
+    }
+    for i, mul in enumerate(nodes):
+        if mul.op != "MUL" or out[i].fused:
+            continue
+        found = _self_mul_plan(graph, mul, lookups)
+        if found is not None:
+            plan, absorbed = found
+            for u in absorbed:
+                out[position[u.index]] = OpPlan(fused=True)
             out[i] = plan
     return out

@@ -377,3 +377,68 @@ def test_dilated_conv_partial_partitions_are_exact(dev: Device) -> None:
     np.testing.assert_array_equal(
         got.reshape(-1), g.run_reference(model, g.random_inputs(model, 6))[0].reshape(-1)
     )
+
+
+# (activation, which MUL operand it is, dtype): x * U(x) as the converter writes swish and its kin
+SELF_MUL_CASES = [
+    ("LOGISTIC", 1, "int8"),
+    ("LOGISTIC", 0, "int8"),
+    ("LOGISTIC", 1, "uint8"),
+    ("TANH", 1, "int8"),
+    ("RELU6", 0, "uint8"),
+]
+
+
+def _self_mul_model(case: tuple, seed: int = 4, shape: tuple = (1, 7, 9, 8)) -> bytes:
+    op, side, dtype = case
+    rng = np.random.default_rng(seed)
+    m = g.ModelBuilder()
+    x = m.add_tensor("input", shape, dtype, g.activation_quant(rng, dtype, g.random_scale(rng, 0.02, 0.1)))
+    if op == "LOGISTIC":  # TFLite requires LOGISTIC's output quantization (1/256, the dtype's minimum)
+        u_quant = g.Quant.tensor(1 / 256, -128 if dtype == "int8" else 0)
+    elif op == "TANH":
+        u_quant = g.Quant.tensor(1 / 128, 0 if dtype == "int8" else 128)
+    else:
+        u_quant = g.activation_quant(rng, dtype, g.random_scale(rng, 0.02, 0.05))
+    u = m.add_tensor("activated", shape, dtype, u_quant)
+    y = m.add_tensor("output", shape, dtype, g.activation_quant(rng, dtype, g.random_scale(rng, 0.01, 0.1)))
+    m.add_op(op, [x], [u])
+    m.add_op("MUL", [x, u] if side == 1 else [u, x], [y])
+    return m.build([x], [y])
+
+
+@pytest.mark.parametrize("case", SELF_MUL_CASES, ids=str)
+def test_mul_by_an_activation_of_itself_is_one_lut(dev: Device, runtime: str, case: tuple) -> None:
+    """x * U(x) (swish for LOGISTIC) compiles to one LUT of x, exact on every input byte."""
+    model = _self_mul_model(case)
+    graph = graph_from_tflite(model)
+    compiled = compile_partition(graph, [n.index for n in graph.nodes], dev.params.isa_version)
+    ops = {k: v for k, v in compiled.stats["instructions"].items() if k not in ("TENSOR", "END")}
+    assert ops == {"LUT": 1}
+    assert_exact(dev, model, runtime=runtime)
+    dtype = case[2]
+    lo = -128 if dtype == "int8" else 0
+    every = np.arange(lo, lo + 256).astype(dtype)
+    every_model = _self_mul_model(case, shape=(1, 256))
+    eg = graph_from_tflite(every_model)
+    compiled = compile_partition(eg, [n.index for n in eg.nodes], dev.params.isa_version)
+    with PartitionRunner(dev, compiled) as runner:
+        got = runner.run({eg.inputs[0]: every.reshape(1, 256)})[eg.outputs[0]]
+    want = g.run_reference(every_model, [every.reshape(1, 256)], runtime)[0]
+    np.testing.assert_array_equal(got.reshape(-1), want.reshape(-1))
+
+
+def test_mul_by_an_activation_needed_elsewhere_stays_two_instructions(dev: Device) -> None:
+    """When the activation's output is also a partition output, it is computed and the MUL stays."""
+    model = _self_mul_model(SELF_MUL_CASES[0])
+    graph = graph_from_tflite(model)
+    u = graph.nodes[0].outputs[0]
+    compiled = compile_partition(
+        graph, [n.index for n in graph.nodes], dev.params.isa_version, outputs=[u, graph.outputs[0]]
+    )
+    ops = {k: v for k, v in compiled.stats["instructions"].items() if k not in ("TENSOR", "END")}
+    assert ops == {"LUT": 1, "MUL": 1}
+    x = g.random_inputs(model, 5)
+    with PartitionRunner(dev, compiled) as runner:
+        got = runner.run({graph.inputs[0]: x[0]})[graph.outputs[0]]
+    np.testing.assert_array_equal(got.reshape(-1), g.run_reference(model, x)[0].reshape(-1))
