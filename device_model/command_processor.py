@@ -141,10 +141,15 @@ class _Job:
         translations: Translations | None = None,
         max_tensor_elements: int = MAX_TENSOR_ELEMENTS,
     ) -> None:
-        # The job's three parts: its tensors in memory through the MMU, the binding cache, and the
-        # units (this class's op_* methods, on the instruction being decoded).
-        self.access = TensorAccess(memory, pt_root, translations)
-        self.bindings = Bindings(self.access)
+        # The job's three parts: its tensors in memory through the MMU (access), the binding cache
+        # (bindings), and the units (this class's op_* methods, on the instruction being decoded).
+        # The first two are made when the job first needs them: a stream run bound end to end
+        # (BoundStream) needs neither.
+        self.memory = memory
+        self.pt_root = pt_root
+        self.translations = translations if translations is not None else Translations(memory, pt_root)
+        self.plans: dict = {}  # the stream's layer plans (Bindings.plans)
+        self.bound: dict = {}  # the stream's bound instructions (Bindings.bound)
         self.max_tensor_elements = max_tensor_elements
         self.enabled = enabled_opcodes
         self.tensors: dict[int, Tensor | str] = {}  # TENSOR decoded per stream offset (shared per stream)
@@ -153,6 +158,16 @@ class _Job:
         self.slots: list[Tensor | None] = [None] * isa.SPEC.slots
         self.ins: isa.Instruction | None = None
         self.cursor = 0  # the running instruction's index while a BoundStream runs the job
+
+    @cached_property
+    def access(self) -> TensorAccess:
+        return TensorAccess(self.memory, self.pt_root, self.translations)
+
+    @cached_property
+    def bindings(self) -> Bindings:
+        bindings = Bindings(self.access)
+        bindings.plans, bindings.bound = self.plans, self.bound
+        return bindings
 
     # --- operands -------------------------------------------------------------
     def tensor(self, field: str) -> Tensor:
@@ -676,9 +691,12 @@ class CommandProcessor:
     def _translations_for(self, pt_root: int) -> Translations:
         """The address space's translation cache if its page tables are unchanged, else a new one."""
         with self._programs_lock:
-            cache = self._translations.pop(pt_root, None)
-        if cache is None or not cache.still_valid():
-            cache = Translations(self.memory, pt_root)
+            cache = self._translations.get(pt_root)
+            if cache is not None:
+                self._translations.move_to_end(pt_root)
+        if cache is not None and cache.still_valid():
+            return cache
+        cache = Translations(self.memory, pt_root)
         with self._programs_lock:
             self._translations[pt_root] = cache
             while len(self._translations) > TRANSLATION_CACHE_SPACES:
@@ -765,12 +783,14 @@ class CommandProcessor:
             )
             # The stream's runs come from the address space's translation cache (an unchanged
             # stream of an unchanged space is not walked again) and are read as plain bytes.
-            runs = job.access.runs(cmd_va, cmd_size, False)
+            translations = job.translations
+            runs = translations.runs.get((cmd_va, cmd_size, False))
+            if runs is None:
+                runs = job.access.runs(cmd_va, cmd_size, False)
             view = self.memory.view
             stream = bytes(view(*runs[0])) if len(runs) == 1 else b"".join(view(*r) for r in runs)
-            program, job.tensors, job.bindings.plans = self._decode(stream)
-            bound = stream_bindings(job.access.translations, program, PROGRAM_CACHE_ENTRIES)
-            job.bindings.bound = bound
+            program, job.tensors, job.plans = self._decode(stream)
+            bound = job.bound = stream_bindings(translations, program, PROGRAM_CACHE_ENTRIES)
             resume = 0
             runner = None if profile is not None else self._bound_stream(program, bound, job)
             if runner is not None:
