@@ -1313,6 +1313,28 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void lookup256_vbm
     }
 }
 
+/* A two-byte table lookup (65536 one-byte entries) of 16 elements per step: each index's aligned
+ * dword gathered (never past the table) and shifted to its byte. a's bytes are contiguous; b's
+ * are contiguous too (b_step 1) or one byte for the whole row (b_step 0). n elements, the tail
+ * masked. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void lookup2_row_avx512(const uint8_t *a, const uint8_t *b,
+                                                                          int b_step, const uint8_t *table,
+                                                                          uint8_t *out, size_t n, uint8_t xa,
+                                                                          uint8_t xb)
+{
+    __m512i fa = _mm512_set1_epi32(xa), fb = _mm512_set1_epi32(xb), low2 = _mm512_set1_epi32(3);
+    __m512i bb = _mm512_set1_epi32(b[0]);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 keep = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512i va = _mm512_xor_si512(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(keep, a + i)), fa);
+        __m512i vb = b_step ? _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(keep, b + i)) : bb;
+        __m512i idx = _mm512_or_si512(_mm512_slli_epi32(va, 8), _mm512_xor_si512(vb, fb));
+        __m512i word = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), keep, _mm512_srli_epi32(idx, 2), table, 4);
+        __m512i v = _mm512_srlv_epi32(word, _mm512_slli_epi32(_mm512_and_si512(idx, low2), 3));
+        _mm512_mask_cvtepi32_storeu_epi8(out + i, keep, v);
+    }
+}
+
 static int have_vbmi(void)
 {
     static int known = -1;
@@ -1320,6 +1342,17 @@ static int have_vbmi(void)
         __builtin_cpu_init();
         known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vbmi");
+    }
+    return known;
+}
+
+static int have_avx512bw_vl(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl");
     }
     return known;
 }
@@ -1332,6 +1365,10 @@ void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out
 #if MAC_X86
     if (esize == 1 && !b && have_vbmi()) { /* a byte LUT: 64 bytes per four instructions */
         lookup256_vbmi(a, (const uint8_t *)table, (uint8_t *)out, n, xa);
+        return;
+    }
+    if (esize == 1 && b && have_avx512bw_vl()) { /* LUT2 of bytes: gathers of 16 */
+        lookup2_row_avx512(a, b, 1, (const uint8_t *)table, (uint8_t *)out, n, xa, xb);
         return;
     }
 #endif
@@ -1369,6 +1406,19 @@ void mac_lookup_strided(const uint8_t *a, const int64_t *sa, const uint8_t *b, c
                         const void *table, void *out, const int64_t *shape, int esize, int fa, int fb)
 {
     uint8_t xa = (uint8_t)fa, xb = (uint8_t)fb;
+#if MAC_X86
+    /* LUT2 of bytes whose rows are contiguous in a, and contiguous or one byte in b: by rows */
+    if (esize == 1 && b && sa[3] == 1 && (sb[3] == 1 || sb[3] == 0) && have_avx512bw_vl()) {
+        uint8_t *dst = (uint8_t *)out;
+        for (int64_t i0 = 0; i0 < shape[0]; i0++)
+            for (int64_t i1 = 0; i1 < shape[1]; i1++)
+                for (int64_t i2 = 0; i2 < shape[2]; i2++, dst += shape[3])
+                    lookup2_row_avx512(a + i0 * sa[0] + i1 * sa[1] + i2 * sa[2],
+                                       b + i0 * sb[0] + i1 * sb[1] + i2 * sb[2], (int)sb[3],
+                                       (const uint8_t *)table, dst, (size_t)shape[3], xa, xb);
+        return;
+    }
+#endif
     if (esize == 1)
         LOOKUP_STRIDED_LOOP(uint8_t);
     else if (esize == 2)

@@ -696,6 +696,29 @@ def test_bound_copy_writes_the_elements_and_not_the_gaps(esize: int) -> None:
         ma.BoundCopy(memoryview(src), memoryview(dst[1:166]), shape, src_strides, dst_strides, esize)
 
 
+@pytest.mark.parametrize("b_layout", ["a byte per row", "one row", "its own rows"])
+@pytest.mark.parametrize("width", [1, 15, 16, 17, 21, 40])
+def test_byte_lut2_by_rows_matches_numerics(b_layout: str, width: int) -> None:
+    """Two byte inputs through a 65536-entry table, the first read row by row (contiguous rows at a
+    row stride) and the second one byte per row, one row for every row, or its own rows: the
+    row-wise lookup (gathers of 16 where the CPU has AVX-512) at widths around the vector."""
+    rng = np.random.default_rng(width)
+    shape = (2, 3, 4, width)
+    a = rng.integers(-128, 128, 2 * 3 * 4 * (width + 3), dtype=np.int8)  # rows of width + 3
+    a_strides = (12 * (width + 3), 4 * (width + 3), width + 3, 1)
+    b_strides = {"a byte per row": (0, 0, 1, 0), "one row": (0, 0, 0, 1)}.get(
+        b_layout, (12 * width, 4 * width, width, 1)
+    )
+    b = rng.integers(0, 256, 2 * 3 * 4 * width, dtype=np.uint8)
+    table = rng.integers(-128, 128, 65536, dtype=np.int8)
+    out = np.zeros(int(np.prod(shape)), np.int8)
+    strided = (shape, a_strides, b_strides)
+    ma.BoundLookup(memoryview(a), memoryview(b), table, memoryview(out), 1, 0x80, 0, strided=strided).run()
+    a_view = np.lib.stride_tricks.as_strided(a, shape, a_strides)
+    b_view = np.lib.stride_tricks.as_strided(b, shape, b_strides)
+    assert np.array_equal(out.reshape(shape), nm.lut2(a_view, b_view, table))
+
+
 @pytest.mark.parametrize("average", [False, True])
 def test_bound_pool_matches_numerics(average: bool) -> None:
     """The pooling unit against numerics' max_pool / avg_pool: padding, strides, partial windows,
