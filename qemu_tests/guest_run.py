@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from qemu_tests.kernel_oops import KmsgWatch, wait_unless_oops
+
 PCI_VENDOR = "0x1af4"
 PCI_DEVICE = "0x1110"
 DEPENDENCIES = ("drm", "drm_shmem_helper", "gpu-sched")
@@ -177,12 +179,35 @@ def run_suites(args: argparse.Namespace) -> int:
     kernel = isolated_modules([s for s in args.suites if Path(s).parts[:2] == ("tests", "kernel")])
     if kernel:
         passes.append(("isolated", kernel, "junit-isolated.xml"))
+    watch = watch_kernel_log()
     for marker, suites, junit in passes:
         cmd = pytest_command(args.out, suites, marker, junit, args.pytest_args)
         say("pytest " + shlex.join(cmd[3:]))
-        r = subprocess.run(cmd, check=False).returncode
+        r = run_watched(cmd, watch)
         # 5: nothing collected for this marker, which is not a failure.
         rc = rc or (0 if r == 5 else r)
+        if watch is not None and watch.oops is not None:
+            break  # the kernel is in an unknown state: no further pass
+    return rc
+
+
+def watch_kernel_log() -> KmsgWatch | None:
+    """A running :class:`KmsgWatch` on /dev/kmsg, or None (said) when the log cannot be read."""
+    watch = KmsgWatch()
+    watch.start()
+    time.sleep(0.05)
+    if watch.error is not None:
+        say(f"kernel log not watched ({watch.error}): an Oops ends the run at its timeout")
+        return None
+    return watch
+
+
+def run_watched(cmd: list[str], watch: KmsgWatch | None) -> int:
+    """Run ``cmd``; after a kernel Oops it gets kernel_oops.GRACE_S to end, then it is killed."""
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    rc = wait_unless_oops(proc, watch)
+    if watch is not None and watch.oops is not None:
+        say(f"guest kernel: {watch.oops!r}: the tests stop here (the report is in dmesg.txt)")
     return rc
 
 
