@@ -31,6 +31,7 @@ from qemu_tests import (
     guest_run,
     kcidb,
     kernel_args,
+    kernel_oops,
     ktap,
     matrix,
     preflight,
@@ -962,6 +963,8 @@ def _run_kernel(
         foreign.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     clock.say("guest", f"exit code {rc}; device model exit code {server_rc}")
+    if rc == kernel_oops.OOPS_EXIT:
+        clock.say("guest", f"the guest kernel oopsed and the tests were stopped: see {outdir / 'dmesg.txt'}")
     lost = record_boot(outdir, spec, kernel, words, choice)
     if words and not lost and (outdir / CMDLINE).exists():
         clock.say("guest", f"/proc/cmdline has {kernel_args.join(words)}")
