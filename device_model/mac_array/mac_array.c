@@ -1335,24 +1335,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void lookup2_row_avx
     }
 }
 
-static int have_vbmi(void)
+/* What the lookups can use of this CPU (asked once): AVX-512 BW and VL, and VBMI with them. */
+#define CPU_AVX512BW_VL 1
+#define CPU_AVX512VBMI 2
+static int lookup_cpu(void)
 {
     static int known = -1;
     if (known < 0) {
         __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                __builtin_cpu_supports("avx512vbmi");
-    }
-    return known;
-}
-
-static int have_avx512bw_vl(void)
-{
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                __builtin_cpu_supports("avx512vl");
+        int bw = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
+        known = (bw ? CPU_AVX512BW_VL : 0) | (bw && __builtin_cpu_supports("avx512vbmi") ? CPU_AVX512VBMI : 0);
     }
     return known;
 }
@@ -1363,11 +1356,11 @@ void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out
 {
     uint8_t xa = (uint8_t)fa, xb = (uint8_t)fb;
 #if MAC_X86
-    if (esize == 1 && !b && have_vbmi()) { /* a byte LUT: 64 bytes per four instructions */
+    if (esize == 1 && !b && (lookup_cpu() & CPU_AVX512VBMI)) { /* a byte LUT: 64 bytes per four instructions */
         lookup256_vbmi(a, (const uint8_t *)table, (uint8_t *)out, n, xa);
         return;
     }
-    if (esize == 1 && b && have_avx512bw_vl()) { /* LUT2 of bytes: gathers of 16 */
+    if (esize == 1 && b && (lookup_cpu() & CPU_AVX512BW_VL)) { /* LUT2 of bytes: gathers of 16 */
         lookup2_row_avx512(a, b, 1, (const uint8_t *)table, (uint8_t *)out, n, xa, xb);
         return;
     }
@@ -1408,7 +1401,7 @@ void mac_lookup_strided(const uint8_t *a, const int64_t *sa, const uint8_t *b, c
     uint8_t xa = (uint8_t)fa, xb = (uint8_t)fb;
 #if MAC_X86
     /* LUT2 of bytes whose rows are contiguous in a, and contiguous or one byte in b: by rows */
-    if (esize == 1 && b && sa[3] == 1 && (sb[3] == 1 || sb[3] == 0) && have_avx512bw_vl()) {
+    if (esize == 1 && b && sa[3] == 1 && (sb[3] == 1 || sb[3] == 0) && (lookup_cpu() & CPU_AVX512BW_VL)) {
         uint8_t *dst = (uint8_t *)out;
         for (int64_t i0 = 0; i0 < shape[0]; i0++)
             for (int64_t i1 = 0; i1 < shape[1]; i1++)
