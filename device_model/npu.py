@@ -608,6 +608,8 @@ class Npu:
                 except Exception:
                     log.exception("core %d: unexpected error", core.index)
                 core.busy = False  # as _serve_core: completed, aborted or failed
+                if not core.queue and self._u32[hw.SQ_TAIL >> 2] == self._u32[hw.SQ_HEAD >> 2]:
+                    break  # nothing new: an entry written from now on rings the doorbell
         finally:
             core.lock.release()
         return True
