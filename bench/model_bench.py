@@ -848,7 +848,7 @@ def profile_empty_job(runs: int) -> InvokeSplit:
 
 def format_split(splits: Sequence[InvokeSplit]) -> str:
     """The split as a table: one column per profiled model, microseconds (medians)."""
-    width, col = 40, 14
+    width, col = 40, max([14, *(len(s.name) + 2 for s in splits)])  # a long model name keeps a gap
     lines = ["where one invoke's time goes on the shim (us, median of each part; one thread)"]
     lines.append(f"{'':<{width}}" + "".join(f"{s.name:>{col}}" for s in splits))
     for part in SPLIT_ORDER:
