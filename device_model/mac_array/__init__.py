@@ -338,6 +338,11 @@ def plan_layer(
     mult = _per_channel(multiplier, cout)
     shifts = _per_channel(shift, cout)
     out_lo, out_hi = _RANGES[out_dtype]
+    dw_bias = bias32  # depthwise: input_zp * sum(w - w_zp) folded in (mac_array.c's dw_bias)
+    if kind == KIND_DEPTHWISE:
+        sums = wq.reshape(kh * kw, cout).astype(np.int64).sum(axis=0)
+        folded = (bias32.astype(np.int64) - np.int64(input_zp) * sums) & 0xFFFFFFFF
+        dw_bias = np.ascontiguousarray(folded.astype(np.uint32).view(np.int32))
 
     mod = library()
     if mod is None:
@@ -357,6 +362,7 @@ def plan_layer(
     layer.bias = ffi.cast("const int32_t *", bias32.ctypes.data)
     layer.multiplier = ffi.cast("const int32_t *", mult.ctypes.data)
     layer.shift = ffi.cast("const int32_t *", shifts.ctypes.data)
+    layer.dw_bias = ffi.cast("const int32_t *", dw_bias.ctypes.data)
     vnni: tuple[np.ndarray, ...] = ()
     if depth_multiplier == 1 and ISA_AVX512VNNI in cpu_isas():  # the VNNI depthwise needs dm 1
         vnni = _pack_vnni(kind, wq, bias32, mult, shifts, input_zp, in_dtype, output_zp, rq.single_rounding)
@@ -373,7 +379,7 @@ def plan_layer(
         np.array(multiplier),
         np.array(shift),
     )
-    keep = (packed, bias32, mult, shifts, *vnni)
+    keep = (packed, bias32, mult, shifts, dw_bias, *vnni)
     return MacPlan(layer, keep, tuple(in_shape), (n, oh, ow, cout), out_dtype, params)
 
 

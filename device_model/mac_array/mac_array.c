@@ -48,6 +48,8 @@ struct mac_layer {
     const int32_t *bias8;
     int64_t k4;        /* GEMM depth (depthwise: taps) rounded up to a multiple of 4 */
     const int32_t *rq; /* [5][rq_n] per channel: left shift, right shift, 2**right - 1, its half, multiplier */
+    const int32_t *dw_bias; /* depthwise: bias - input_zp * sum over taps of (w - w_zp), modulo 2**32, per
+                             * channel: the bias of the fast kernels, which multiply raw inputs */
     int64_t rq_n;      /* channels in rq, bias8 and (depthwise) each tap of packed8 */
 };
 
@@ -370,20 +372,12 @@ static int64_t block_rows(const struct mac_layer *L, size_t elem)
          * bytes, so sum (x - zp) w = sum x w - zp * sum w with the same per-channel sum everywhere: \
          * it joins the bias (all modulo 2**32). */ \
         struct mac_layer LF = *L; \
-        int32_t *fbias = malloc((size_t)(fast_end + 1) * 4); \
         int64_t *toff = malloc((size_t)(ntaps + 1) * 8); \
-        if (!fbias || !toff) { \
-            free(acc), free(taps), free(zrow), free(fbias), free(toff); \
+        if (!toff) { \
+            free(acc), free(taps), free(zrow); \
             return -1; \
         } \
-        for (int64_t c = 0; c < fast_end; c++) { \
-            const int16_t *wq = (const int16_t *)L->packed + (c / DW_BLOCK * DW_BLOCK + dw_perm(c % DW_BLOCK)) * 2; \
-            uint32_t sum = 0; \
-            for (int64_t t = 0; t < L->kpad; t++) \
-                sum += (uint32_t)(int32_t)wq[(t / 2) * L->cout_pad * 2 + t % 2]; \
-            fbias[c] = (int32_t)((uint32_t)L->bias[c] - (uint32_t)L->input_zp * sum); \
-        } \
-        LF.bias = fbias; \
+        LF.bias = L->dw_bias; /* the plan's, worked out once (a global pool's 256 taps: 20 us a call) */ \
         for (int64_t t = 0; t < ntaps; t++) \
             toff[t] = ((t / L->kw) * L->dil_h * L->w + (t % L->kw) * L->dil_w) * L->cin; \
         int64_t span_h = (L->kh - 1) * L->dil_h, span_w = (L->kw - 1) * L->dil_w; \
@@ -434,7 +428,7 @@ static int64_t block_rows(const struct mac_layer *L, size_t elem)
                     } \
                 } \
             } \
-        free(acc), free(taps), free(zrow), free(fbias), free(toff); \
+        free(acc), free(taps), free(zrow), free(toff); \
         return 0; \
     }
 
