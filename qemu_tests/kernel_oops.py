@@ -8,9 +8,11 @@ runner watches ``/dev/kmsg`` with :class:`KmsgWatch`; once an Oops-class report 
 the running tests :data:`GRACE_S` to finish, then kills them and the run fails at once, saying
 which report stopped it (the whole report is in the saved ``dmesg.txt``).
 
-Oops-class: what leaves the kernel unusable or memory corrupt (an Oops, a BUG, a general protection
-fault, a panic, a KASAN report, a soft lockup). A WARNING or a lockdep report is not: the run goes
-on and the suite's own checks report it.
+Oops-class: what leaves the kernel unusable or memory corrupt (an Oops, a BUG's NULL dereference or
+page fault, ``kernel BUG at``, a general protection fault, a panic, a KASAN report). A WARNING, a
+lockdep report or a soft lockup is not (under TCG on a busy host a vCPU can stall long enough for
+the soft-lockup detector without anything being wrong): the run goes on and the splat count
+reports it.
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ GRACE_S = 30.0  # the tests' time to end on their own after an Oops, before they
 OOPS_EXIT = 70  # the runner's exit code when an Oops stopped the tests
 _OOPS = re.compile(
     r"^(?:Oops\b|general protection fault|kernel BUG at |Kernel panic|"
-    r"BUG: (?:kernel NULL pointer dereference|unable to handle|KASAN|soft lockup|scheduling while atomic)|"
-    r"watchdog: BUG: soft lockup)"
+    r"BUG: (?:kernel NULL pointer dereference|unable to handle|KASAN))"
 )
 
 
