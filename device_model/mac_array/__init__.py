@@ -146,6 +146,24 @@ class MacPlan:
     out_shape: tuple[int, int, int, int]
     out_dtype: np.dtype
     params: tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]  # filter, bias, mult., shift
+    filter_zp: int = 0
+
+    @property
+    def packed_filter(self) -> bool:
+        """Whether a bound run can check the filter's memory against the VNNI kernel's packed copy
+        (``struct mac_check``'s ``packed``): a GEMM layer with int8 weights packed for VNNI."""
+        return self.layer.kind != KIND_DEPTHWISE and bool(self.layer.packed8)
+
+    @property
+    def any_filter_packs(self) -> bool:
+        """Whether every filter of this dtype and zero point packs for VNNI (int8 with zero point 0,
+        uint8 with 128: each byte less the zero point is an int8), so that a bound run may pack the
+        filter's memory afresh at each run instead of comparing it (``MAC_CHECK_REPACK``)."""
+        dtype = self.params[0].dtype
+        return self.packed_filter and (dtype, self.filter_zp) in (
+            (np.dtype(np.int8), 0),
+            (np.dtype(np.uint8), 128),
+        )
 
     def matches(
         self, filt: np.ndarray, bias: np.ndarray | None, multiplier: nm.ArrayLike, shift: nm.ArrayLike
@@ -380,7 +398,7 @@ def plan_layer(
         np.array(shift),
     )
     keep = (packed, bias32, mult, shifts, dw_bias, *vnni)
-    return MacPlan(layer, keep, tuple(in_shape), (n, oh, ow, cout), out_dtype, params)
+    return MacPlan(layer, keep, tuple(in_shape), (n, oh, ow, cout), out_dtype, params, int(filter_zp))
 
 
 def run(plan: MacPlan, inp: np.ndarray, isa: int) -> np.ndarray:

@@ -13,6 +13,7 @@ from . import _RANGES, MacPlan, _check_positive, library
 
 POOL_MAX_TAPS = 1 << 23  # window taps the pooling unit's int32 sums take (255 * taps < 2**31)
 UNIT_LAYER, UNIT_LOOKUP, UNIT_POOL, UNIT_COPY = 0, 1, 2, 3  # struct mac_unit's kinds (MAC_UNIT_* in C)
+CHECK_PACKED, CHECK_REPACK = 1, 2  # struct mac_check's packed (MAC_CHECK_* in C)
 
 
 def _address(ffi: Any, buf: memoryview | np.ndarray, keep: list[np.ndarray], writable: bool = False) -> Any:
@@ -36,8 +37,13 @@ class BoundRun:
     ``checks`` pairs each parameter region of the device's memory (filter, bias, per-channel
     quantization: the bytes as they are in memory) with the copy the plan was built from; ``run()``
     computes only while every region still equals its copy and returns False otherwise, leaving the
-    output untouched. The output must not overlap the input or a checked region (the kernels read
-    them while they write). The buffers stay referenced while this object lives.
+    output untouched. A copy of None marks a dense GEMM filter packed for VNNI
+    (:attr:`MacPlan.packed_filter`): where any filter of its dtype would pack
+    (:attr:`MacPlan.any_filter_packs`), the VNNI kernel packs the filter's memory afresh at each run
+    and nothing is compared (the job reads its weights once); otherwise the memory is compared with
+    the packing the kernel reads (twice, not three times). The output must not overlap the input or
+    a checked region (the kernels read them while they write). The buffers stay referenced while
+    this object lives.
     """
 
     def __init__(
@@ -45,7 +51,7 @@ class BoundRun:
         plan: MacPlan,
         inp: memoryview,
         out: memoryview,
-        checks: list[tuple[memoryview, np.ndarray]],
+        checks: list[tuple[memoryview, np.ndarray | None]],
         isa: int,
     ) -> None:
         mod = library()
@@ -64,11 +70,20 @@ class BoundRun:
         x, y = _address(ffi, inp, self._keep), _address(ffi, out, self._keep, writable=True)
         self._checks = ffi.new("struct mac_check[]", max(len(checks), 1))
         for i, (mem, copy) in enumerate(checks):
-            if mem.nbytes != copy.nbytes or not copy.flags.c_contiguous:
+            c = self._checks[i]
+            if copy is None:
+                if not plan.packed_filter or mem.nbytes != plan.params[0].nbytes:
+                    raise ValueError(
+                        f"bound layer: check {i} needs a packed GEMM filter of {mem.nbytes} bytes"
+                    )
+                c.packed = CHECK_REPACK if plan.any_filter_packs else CHECK_PACKED
+                c.zp = plan.filter_zp
+            elif mem.nbytes != copy.nbytes or not copy.flags.c_contiguous:
                 raise ValueError(f"bound layer: check {i} compares {mem.nbytes} bytes with {copy.nbytes}")
-            self._checks[i].mem = _address(ffi, mem, self._keep)
-            self._checks[i].copy = _address(ffi, copy, self._keep)
-            self._checks[i].n = copy.nbytes
+            else:
+                c.copy = _address(ffi, copy, self._keep)
+            c.mem = _address(ffi, mem, self._keep)
+            c.n = mem.nbytes
         self._args = (plan.layer, x, y, isa, self._checks, len(checks))
         self._run = mod.lib.mac_run_checked
         self._empty = out_bytes == 0

@@ -54,11 +54,17 @@ struct mac_layer {
 };
 
 /* One parameter region of a bound layer: the n bytes at mem (the device's memory) and the copy
- * the layer's plan was built from. */
+ * the layer's plan was built from. Or, with packed set (copy NULL), the layer's GEMM filter
+ * [cout][K] whose bytes less the zero point zp are its packed8: MAC_CHECK_PACKED compares them with
+ * packed8; MAC_CHECK_REPACK (every byte less zp is an int8, so no filter can leave the VNNI
+ * kernel's range) packs them afresh for the VNNI kernel at each run and compares nothing, so the
+ * job reads its weights once, as the hardware would. */
 struct mac_check {
     const void *mem;
     const void *copy;
     size_t n;
+    int32_t packed;
+    int32_t zp;
 };
 
 /* A pooling layer (mac_pool below). */
@@ -73,6 +79,7 @@ struct mac_pool {
 int mac_cpu_isa(void);
 int mac_run(const struct mac_layer *L, const void *in, void *out, int isa);
 int mac_equal(const void *a, const void *b, size_t n);
+int mac_filter_equals_packed(const struct mac_layer *L, const void *mem, int32_t zp);
 int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int isa, const struct mac_check *checks,
                     int nchecks);
 int mac_pool(const struct mac_pool *P, const void *in, void *out);
@@ -110,6 +117,9 @@ int64_t mac_run_units(const struct mac_unit *units, int64_t n, int *status);
 #define MAC_UNIT_LOOKUP 1
 #define MAC_UNIT_POOL 2
 #define MAC_UNIT_COPY 3
+
+#define MAC_CHECK_PACKED 1
+#define MAC_CHECK_REPACK 2
 
 #if defined(__x86_64__) || defined(__i386__)
 #define MAC_X86 1
@@ -728,21 +738,22 @@ VNNI static inline void store16_vnni(const struct mac_layer *L, const struct rq_
     }
 }
 
-/* One tile: rows [0, MRV) of A (u8, row stride lda) x NP panels (1 or 2) of packed8, accumulators
- * started at bias8; requantized in registers and stored as bytes to MRV rows of out (row stride
+/* One tile: rows [0, MRV) of A (u8, row stride lda) x NP panels (1 or 2) of packed8 from b0 (channel
+ * c0's panel), accumulators started at bias8 from bias (channel c0's); requantized in registers and stored as bytes to MRV rows of out (row stride
  * cout), channels c0.. (masked at cout). A block's last rows % MRV rows take gemm_tail_vnni. The accumulators are named variables,
  * not an array: GCC kept an array's 16 zmm moving between registers and the stack. */
 #define VNNI_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const struct mac_layer *L,
                                                                       const struct rq_vnni *qp, const uint8_t *a,
                                                                       int64_t lda, int64_t c0, int np, int64_t cout,
-                                                                      char *out, int mode)
+                                                                      char *out, int mode, const int8_t *b0,
+                                                                      const int32_t *bias)
 {
     struct rq_vnni q = *qp; /* a local the output stores cannot alias */
     int64_t kq = L->k4 / 4;
-    const int8_t *b0 = L->packed8 + c0 * L->k4, *b1 = b0 + NR * L->k4;
-    __m512i bias0 = _mm512_loadu_si512(L->bias8 + c0);
-    __m512i bias1 = np == 2 ? _mm512_loadu_si512(L->bias8 + c0 + NR) : bias0;
+    const int8_t *b1 = b0 + NR * L->k4;
+    __m512i bias0 = _mm512_loadu_si512(bias);
+    __m512i bias1 = np == 2 ? _mm512_loadu_si512(bias + NR) : bias0;
 #define DECL(R) \
     __m512i c##R##0 = bias0, c##R##1 = bias1; \
     const uint8_t *a##R = a + R * lda;
@@ -802,15 +813,15 @@ VNNI static inline __attribute__((always_inline)) void gemm_tail_body_vnni(const
                                                                            const struct rq_vnni *qp,
                                                                            const uint8_t *a, int64_t lda,
                                                                            int64_t c0, int np, int mr,
-                                                                           int64_t cout, char *out)
+                                                                           int64_t cout, char *out,
+                                                                           const int8_t *b, const int32_t *bias)
 {
     struct rq_vnni q = *qp;
     int64_t kq = L->k4 / 4, ps = NR * L->k4; /* bytes per panel */
-    const int8_t *b = L->packed8 + c0 * L->k4;
-    __m512i bias0 = _mm512_loadu_si512(L->bias8 + c0);
-    __m512i bias1 = np >= 2 ? _mm512_loadu_si512(L->bias8 + c0 + NR) : bias0;
-    __m512i bias2 = np == 4 ? _mm512_loadu_si512(L->bias8 + c0 + 2 * NR) : bias0;
-    __m512i bias3 = np == 4 ? _mm512_loadu_si512(L->bias8 + c0 + 3 * NR) : bias0;
+    __m512i bias0 = _mm512_loadu_si512(bias);
+    __m512i bias1 = np >= 2 ? _mm512_loadu_si512(bias + NR) : bias0;
+    __m512i bias2 = np == 4 ? _mm512_loadu_si512(bias + 2 * NR) : bias0;
+    __m512i bias3 = np == 4 ? _mm512_loadu_si512(bias + 3 * NR) : bias0;
 #define DECL(R) \
     __m512i c##R##0 = bias0, c##R##1 = bias1, c##R##2 = bias2, c##R##3 = bias3; \
     const uint8_t *a##R = a + (R < mr ? R : 0) * lda;
@@ -848,17 +859,18 @@ VNNI static inline __attribute__((always_inline)) void gemm_tail_body_vnni(const
 }
 
 VNNI static void gemm_tail_vnni(const struct mac_layer *L, const struct rq_vnni *q, const uint8_t *a, int64_t lda,
-                                int64_t c0, int np, int mr, int64_t cout, char *out)
+                                int64_t c0, int np, int mr, int64_t cout, char *out, const int8_t *b,
+                                const int32_t *bias)
 {
     switch (mr) {
 #define CASE(R) \
     case R + 1: \
         if (np == 4) \
-            gemm_tail_body_vnni(L, q, a, lda, c0, 4, R + 1, cout, out); \
+            gemm_tail_body_vnni(L, q, a, lda, c0, 4, R + 1, cout, out, b, bias); \
         else if (np == 2) \
-            gemm_tail_body_vnni(L, q, a, lda, c0, 2, R + 1, cout, out); \
+            gemm_tail_body_vnni(L, q, a, lda, c0, 2, R + 1, cout, out, b, bias); \
         else \
-            gemm_tail_body_vnni(L, q, a, lda, c0, 1, R + 1, cout, out); \
+            gemm_tail_body_vnni(L, q, a, lda, c0, 1, R + 1, cout, out, b, bias); \
         break;
         TAIL_ROWS(CASE)
 #undef CASE
@@ -948,6 +960,64 @@ VNNI static inline void im2col_row_short(const struct mac_layer *L, const uint8_
     memcpy(row + L->kh * span, &zero, 4); /* k4 - k < 4 bytes; past k4 the next row follows */
 }
 
+/* r[i]'s element j to r[j]'s element i: two rounds of in-lane unpacks, two of lane shuffles. */
+VNNI static inline __attribute__((always_inline)) void transpose16_epi32(__m512i *r)
+{
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) { /* r[i + j]'s lane l: rows i .. i + 3 of column 4 l + j */
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_i32x4(r[j], r[j + 4], 0x88);
+        t[j + 4] = _mm512_shuffle_i32x4(r[j], r[j + 4], 0xDD);
+        t[j + 8] = _mm512_shuffle_i32x4(r[j + 8], r[j + 12], 0x88);
+        t[j + 12] = _mm512_shuffle_i32x4(r[j + 8], r[j + 12], 0xDD);
+    }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xDD);
+    }
+}
+
+/* Panels [c0 / NR, c0 / NR + np) of packed8 and bias8 made from the filter at mem (MAC_CHECK_REPACK),
+ * as _pack_vnni in __init__.py makes the plan's: the filter less zp transposed into [panel][k4 / 4]
+ * [NR][4] (zeros past K and cout), and bias - z * sum(w - zp) modulo 2**32 per channel (zeros past
+ * cout), the sums taken from the packed bytes by vpdpbusd against ones. */
+VNNI static void pack_panels_vnni(const struct mac_layer *L, const uint8_t *mem, int32_t zp, int64_t c0, int np,
+                                  int8_t *packed, int32_t *bias8)
+{
+    int64_t K = L->kh * L->kw * L->cin, k4 = L->k4, cout = L->cout;
+    __m512i z = _mm512_set1_epi8((char)zp), ones = _mm512_set1_epi8(1);
+    __m512i zin = _mm512_set1_epi32(L->input_zp + (L->in_signed ? 128 : 0));
+    for (int p = 0; p < np; p++, c0 += NR) {
+        int64_t rows = cout - c0 < 0 ? 0 : cout - c0 < NR ? cout - c0 : NR;
+        int8_t *panel = packed + p * NR * k4;
+        __m512i sums = _mm512_setzero_si512();
+        for (int64_t k = 0; k < k4; k += 64) {
+            int64_t left = K - k, quads = (k4 - k) / 4 < 16 ? (k4 - k) / 4 : 16;
+            __mmask64 m = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : (((__mmask64)1 << left) - 1);
+            __m512i r[16];
+            for (int64_t n = 0; n < NR; n++)
+                r[n] = n < rows ? _mm512_maskz_sub_epi8(m, _mm512_maskz_loadu_epi8(m, mem + (c0 + n) * K + k), z)
+                                : _mm512_setzero_si512();
+            transpose16_epi32(r);
+            for (int64_t q = 0; q < quads; q++) {
+                _mm512_storeu_si512(panel + (k / 4 + q) * NR * 4, r[q]);
+                sums = _mm512_dpbusd_epi32(sums, ones, r[q]);
+            }
+        }
+        __m512i bias = _mm512_maskz_loadu_epi32((__mmask16)((1u << rows) - 1), L->bias + c0);
+        _mm512_storeu_si512(bias8 + p * NR, _mm512_sub_epi32(bias, _mm512_mullo_epi32(zin, sums)));
+    }
+}
+
 /* CONV2D / FULLY_CONNECTED with the plan's packed8 (u8 im2col rows x int8 panels).
  *
  * A 1x1 layer with stride 1 and no padding (FULLY_CONNECTED too: 1x1 on [rows, 1, 1, K]) has the
@@ -956,7 +1026,8 @@ VNNI static inline void im2col_row_short(const struct mac_layer *L, const uint8_
  * not a multiple of 4: their weights are zero. Only tiles whose reads would pass the input's end
  * are copied (with zeros after the last row). */
 VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const struct mac_layer *L, const void *in,
-                                                                        void *out, int mode)
+                                                                        void *out, int mode, const uint8_t *fmem,
+                                                                        int32_t fzp)
 {
     int64_t M = L->n * L->out_h * L->out_w, panels = L->cout_pad / NR, cin = L->cin;
     int direct = L->kh == 1 && L->kw == 1 && L->stride_h == 1 && L->stride_w == 1 && L->pad_top == 0 &&
@@ -970,8 +1041,14 @@ VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const st
         mb = (M + MRV - 1) / MRV * MRV;
     /* the rows, then k4 bytes for the last tile's reads and 64 for im2col_row_short's last store */
     uint8_t *a = aligned_alloc(64, ((size_t)(mb * lda + L->k4 + 64) + 63) / 64 * 64);
-    if (!a)
+    /* fmem (MAC_CHECK_REPACK): each panel pair packed from the filter's memory into pair, in cache */
+    int8_t *pair = fmem ? aligned_alloc(64, (size_t)(2 * NR * L->k4 + 2 * NR * 4)) : NULL;
+    int32_t *pair_bias = pair ? (int32_t *)(pair + 2 * NR * L->k4) : NULL;
+    if (!a || (fmem && !pair)) {
+        free(a);
+        free(pair);
         return -1;
+    }
     __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);
     __m512i zv = _mm512_set1_epi8((char)(uint8_t)(L->input_zp + (L->in_signed ? 0x80 : 0)));
     int short_rows = !direct && L->dil_w == 1 && L->kw * cin <= 16;
@@ -1018,45 +1095,62 @@ VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const st
             }
         }
         int64_t whole = rows / MRV, rest = rows % MRV;
+        char *rest_out = (char *)out + (m0 + whole * MRV) * cout;
+        const uint8_t *rest_a = whole < copied_from ? ablk + whole * MRV * lda : a + (whole - copied_from) * MRV * lda;
         for (int64_t p = 0; p < panels; p += 2) {
+            int np = p + 1 < panels ? 2 : 1;
+            const int8_t *b = L->packed8 + p * NR * L->k4;
+            const int32_t *bias = L->bias8 + p * NR;
+            if (fmem) {
+                pack_panels_vnni(L, fmem, fzp, p * NR, np, pair, pair_bias);
+                b = pair;
+                bias = pair_bias;
+            }
             for (int64_t t = 0; t < whole; t++) {
                 char *o = (char *)out + (m0 + t * MRV) * cout;
                 const uint8_t *at = t < copied_from ? ablk + t * MRV * lda : a + (t - copied_from) * MRV * lda;
-                if (p + 1 < panels)
-                    gemm_tile_vnni(L, &q, at, lda, p * NR, 2, cout, o, mode);
+                if (np == 2)
+                    gemm_tile_vnni(L, &q, at, lda, p * NR, 2, cout, o, mode, b, bias);
                 else
-                    gemm_tile_vnni(L, &q, at, lda, p * NR, 1, cout, o, mode);
+                    gemm_tile_vnni(L, &q, at, lda, p * NR, 1, cout, o, mode, b, bias);
             }
+            if (rest && fmem) /* the pair is at hand only now */
+                gemm_tail_vnni(L, &q, rest_a, lda, p * NR, np, (int)rest, cout, rest_out, b, bias);
         }
-        if (rest) {
-            char *o = (char *)out + (m0 + whole * MRV) * cout;
-            const uint8_t *at = whole < copied_from ? ablk + whole * MRV * lda : a + (whole - copied_from) * MRV * lda;
-            for (int64_t p = 0; p < panels;) {
-                int np = panels - p >= 4 ? 4 : panels - p >= 2 ? 2 : 1;
-                gemm_tail_vnni(L, &q, at, lda, p * NR, np, (int)rest, cout, o);
-                p += np;
-            }
+        for (int64_t p = 0; rest && !fmem && p < panels;) {
+            int np = panels - p >= 4 ? 4 : panels - p >= 2 ? 2 : 1;
+            gemm_tail_vnni(L, &q, rest_a, lda, p * NR, np, (int)rest, cout, rest_out, L->packed8 + p * NR * L->k4,
+                           L->bias8 + p * NR);
+            p += np;
         }
     }
     free(a);
+    free(pair);
     return 0;
 }
 
-/* The GEMM once per requantization mode: its flags become constants in the unrolled stores. */
-VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *out)
+/* The GEMM once per requantization mode: its flags become constants in the unrolled stores. With
+ * fmem, the filter is packed from there as the GEMM goes (MAC_CHECK_REPACK), else the plan's. */
+VNNI static int conv_u8_from_vnni(const struct mac_layer *L, const void *in, void *out, const uint8_t *fmem,
+                                  int32_t fzp)
 {
     switch (rq_vnni_init(L).mode) {
     case RQM_SSAT:
-        return conv_u8_mode_vnni(L, in, out, RQM_SSAT);
+        return conv_u8_mode_vnni(L, in, out, RQM_SSAT, fmem, fzp);
     case RQM_USAT:
-        return conv_u8_mode_vnni(L, in, out, RQM_USAT);
+        return conv_u8_mode_vnni(L, in, out, RQM_USAT, fmem, fzp);
     case 0:
-        return conv_u8_mode_vnni(L, in, out, 0);
+        return conv_u8_mode_vnni(L, in, out, 0, fmem, fzp);
     case RQM_ADD_ZP:
-        return conv_u8_mode_vnni(L, in, out, RQM_ADD_ZP);
+        return conv_u8_mode_vnni(L, in, out, RQM_ADD_ZP, fmem, fzp);
     default: /* RQM_SHL | RQM_ADD_ZP: a left shift means some e = 0, never folded */
-        return conv_u8_mode_vnni(L, in, out, RQM_SHL | RQM_ADD_ZP);
+        return conv_u8_mode_vnni(L, in, out, RQM_SHL | RQM_ADD_ZP, fmem, fzp);
     }
+}
+
+VNNI static int conv_u8_vnni(const struct mac_layer *L, const void *in, void *out)
+{
+    return conv_u8_from_vnni(L, in, out, NULL, 0);
 }
 
 /* Depthwise, one output pixel, channels [0, c_end) (a multiple of 16): whole blocks of 64, then
@@ -1221,6 +1315,36 @@ VNNI static inline void dw_vnni(const struct mac_layer *L, const uint8_t **taps,
 }
 
 DEFINE_DRIVERS(vnni, VNNI, gemm_6x16_avx2, requant_avx2, dw_vnni, 2)
+
+/* 1 when mem holds the GEMM filter packed8 was made from: [cout][K] bytes that less zp (modulo
+ * 256, a bijection) are packed8's [panel][k4 / 4][NR][4]. 16 rows of 64 bytes at a time, transposed
+ * as 16 x 16 groups of 4 bytes into packed8's order; bytes past K and rows past cout read as the
+ * packing's zeros. */
+VNNI static int filter_equals_packed8_vnni(const struct mac_layer *L, const uint8_t *mem, int32_t zp)
+{
+    int64_t K = L->kh * L->kw * L->cin, k4 = L->k4, cout = L->cout;
+    __m512i z = _mm512_set1_epi8((char)zp);
+    for (int64_t c0 = 0; c0 < cout; c0 += NR) {
+        int64_t rows = cout - c0 < NR ? cout - c0 : NR;
+        const int8_t *panel = L->packed8 + c0 * k4;
+        for (int64_t k = 0; k < k4; k += 64) {
+            int64_t left = K - k, quads = (k4 - k) / 4 < 16 ? (k4 - k) / 4 : 16;
+            __mmask64 m = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : (((__mmask64)1 << left) - 1);
+            __m512i r[16];
+            for (int64_t n = 0; n < NR; n++)
+                r[n] = n < rows ? _mm512_maskz_sub_epi8(m, _mm512_maskz_loadu_epi8(m, mem + (c0 + n) * K + k), z)
+                                : _mm512_setzero_si512();
+            transpose16_epi32(r);
+            __mmask16 diff = 0;
+            for (int64_t q = 0; q < quads; q++)
+                diff |= _mm512_cmpneq_epi32_mask(r[q], _mm512_loadu_si512(panel + (k / 4 + q) * NR * 4));
+            if (diff)
+                return 0;
+        }
+    }
+    return 1;
+}
+
 #endif
 
 /* --- entry points ----------------------------------------------------------------------------------- */
@@ -1258,15 +1382,42 @@ int mac_run(const struct mac_layer *L, const void *in, void *out, int isa)
     return L->kind == KIND_DEPTHWISE ? depthwise_generic(L, in, out) : conv_generic(L, in, out);
 }
 
+/* 1 when mem holds the GEMM layer's filter (see struct mac_check); 0 when it differs, or when the
+ * layer has no packed8 (a CPU without VNNI) or is depthwise: a check that cannot pass. */
+int mac_filter_equals_packed(const struct mac_layer *L, const void *mem, int32_t zp)
+{
+#if MAC_X86
+    if (L->packed8 && L->kind != KIND_DEPTHWISE)
+        return filter_equals_packed8_vnni(L, (const uint8_t *)mem, zp);
+#endif
+    (void)L;
+    (void)mem;
+    (void)zp;
+    return 0;
+}
+
 /* mac_run() when every check's memory still equals its copy: 0 when it ran, 1 when a parameter
  * changed (nothing written: the caller rebuilds the plan), -1 when out of memory. One call per
  * layer and job: the comparisons cost a memcmp each, not a round of Python per array. */
 int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int isa, const struct mac_check *checks,
                     int nchecks)
 {
-    for (int i = 0; i < nchecks; i++)
-        if (checks[i].n && memcmp(checks[i].mem, checks[i].copy, checks[i].n) != 0)
+    const struct mac_check *filter = NULL;
+    for (int i = 0; i < nchecks; i++) {
+        if (checks[i].packed)
+            filter = &checks[i];
+        else if (checks[i].n && memcmp(checks[i].mem, checks[i].copy, checks[i].n) != 0)
             return 1;
+    }
+    if (filter) {
+#if MAC_X86
+        if (filter->packed == MAC_CHECK_REPACK && isa == MAC_ISA_AVX512VNNI && L->packed8 &&
+            L->kind != KIND_DEPTHWISE)
+            return conv_u8_from_vnni(L, in, out, (const uint8_t *)filter->mem, filter->zp);
+#endif
+        if (!mac_filter_equals_packed(L, filter->mem, filter->zp))
+            return 1;
+    }
     return mac_run(L, in, out, isa);
 }
 

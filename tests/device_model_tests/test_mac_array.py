@@ -611,6 +611,79 @@ def test_bound_run_computes_into_memory_only_while_its_parameters_match(isa: int
         ma.BoundRun(plan, memoryview(x.tobytes()), view[0:16], [copies[0], (view[48:63], copies[1][1])], isa)
 
 
+VNNI_ONLY = pytest.mark.skipif(ma.ISA_AVX512VNNI not in ISAS, reason="the VNNI packing of GEMM filters")
+PACKED_FILTERS = [  # (filter dtype, zero point, cout, kernel size, cin): partial panels, K tails
+    (np.int8, 0, 16, 1, 64),
+    (np.int8, 0, 21, 3, 5),
+    (np.uint8, 128, 33, 1, 70),
+    (np.uint8, 100, 7, 3, 150),  # only bytes 0..227 pack: compared, never repacked
+]
+
+
+def _packed_layer(dtype: type, filter_zp: int, cout: int, k: int, cin: int, seed: int = 0) -> tuple:
+    """A CONV2D whose int8 or uint8 filter packs for VNNI, its input, and its plan."""
+    rng = np.random.default_rng(seed + cout * cin)
+    info = np.iinfo(dtype)
+    f = rng.integers(max(info.min, filter_zp - 128), min(info.max, filter_zp + 127) + 1, (cout, k, k, cin))
+    f = f.astype(dtype)
+    x = rng.integers(0, 256, (1, 4, 4, cin)).astype(np.uint8)
+    rq = replace(RQ_INT8, input_zp=7, filter_zp=filter_zp, shift=-12, output_zp=128, act_max=255)
+    rq = replace(rq, out_dtype=np.dtype(np.uint8))
+    pad = (k - 1) // 2
+    geometry = (1, 1, 1, 1, pad, pad, 4, 4)
+    plan = ma.plan_layer(ma.KIND_CONV, f, None, rq, in_shape=x.shape, in_dtype=x.dtype, geometry=geometry)
+    return f, x, rq, geometry, plan
+
+
+@VNNI_ONLY
+@pytest.mark.parametrize(("dtype", "filter_zp", "cout", "k", "cin"), PACKED_FILTERS)
+def test_packed_filter_compare_finds_every_changed_byte(
+    dtype: type, filter_zp: int, cout: int, k: int, cin: int
+) -> None:
+    f, _, _, _, plan = _packed_layer(dtype, filter_zp, cout, k, cin)
+    assert plan.packed_filter and plan.filter_zp == filter_zp
+    assert plan.any_filter_packs == (filter_zp != 100)
+    mod = ma.library()
+    memory = bytearray(f.tobytes())
+    at = mod.ffi.from_buffer(memory)
+    assert mod.lib.mac_filter_equals_packed(plan.layer, at, filter_zp) == 1
+    for i in range(len(memory)):  # every byte: every row, the K tail, the last panel's rows
+        memory[i] ^= 1 << (i % 8)
+        assert mod.lib.mac_filter_equals_packed(plan.layer, at, filter_zp) == 0, i
+        memory[i] ^= 1 << (i % 8)
+    assert mod.lib.mac_filter_equals_packed(plan.layer, at, filter_zp) == 1
+
+
+@VNNI_ONLY
+@pytest.mark.parametrize(("dtype", "filter_zp", "cout", "k", "cin"), PACKED_FILTERS)
+def test_bound_packed_filter_is_repacked_each_run_or_compared(
+    dtype: type, filter_zp: int, cout: int, k: int, cin: int
+) -> None:
+    f, x, rq, geometry, plan = _packed_layer(dtype, filter_zp, cout, k, cin)
+    isa = ma.ISA_AVX512VNNI
+    memory = bytearray(f.tobytes())
+    out = bytearray(16 * cout)
+    bound = ma.BoundRun(plan, memoryview(x.tobytes()), memoryview(out), [(memoryview(memory), None)], isa)
+    assert bound.run() and bytes(out) == ma.run(plan, x, isa).tobytes()
+    rng = np.random.default_rng(1)
+    for _ in range(3):  # other filters in memory: computed with them, or the run declines
+        g = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, f.shape).astype(dtype)
+        if not plan.any_filter_packs:
+            g = np.clip(g, 0, 227).astype(dtype)
+        memory[:] = g.tobytes()
+        out[:] = bytes(len(out))
+        if plan.any_filter_packs:
+            other = ma.plan_layer(
+                ma.KIND_CONV, g, None, rq, in_shape=x.shape, in_dtype=x.dtype, geometry=geometry
+            )
+            assert bound.run() and bytes(out) == ma.run(other, x, isa).tobytes()
+            assert bytes(out) == ma.run(other, x, ma.ISA_GENERIC).tobytes()
+        else:
+            assert not bound.run() and bytes(out) == bytes(len(out))
+    with pytest.raises(ValueError, match="packed GEMM filter"):
+        ma.BoundRun(plan, memoryview(x.tobytes()), memoryview(out), [(memoryview(memory)[1:], None)], isa)
+
+
 def test_bound_lookup_matches_numerics_tables() -> None:
     rng = np.random.default_rng(9)
     a = rng.integers(-128, 128, 300, dtype=np.int8)
