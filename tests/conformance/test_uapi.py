@@ -281,6 +281,60 @@ def test_bo_wait_expired_timeout_then_completes(device: Device) -> None:
     assert (dst.array(np.int8, 16) == 7).all()
 
 
+def test_each_blocked_waiter_wakes_with_its_own_job(device: Device) -> None:
+    """SYNCOBJ_WAITs and BO_WAITs blocked in other threads return when their own job completes,
+    and only then; a WAIT_FOR_SUBMIT wait on a syncobj no job has yet returns once a job that
+    signals it is submitted and done."""
+    import threading
+
+    sems = [device.create_bo(PAGE) for _ in range(2)]
+    dsts = [device.create_bo(PAGE) for _ in range(2)]
+    outs = [device.create_syncobj() for _ in range(2)]
+    late = device.create_syncobj()
+    for sem, dst, out in zip(sems, dsts, outs, strict=True):
+        stream = wait_stream(sem.va, 5, dst.va)
+        cmd = device.create_bo_with(stream)
+        device.submit(
+            Job(cmd, len(stream), [JobBo(sem), JobBo(dst, read=False, write=True)], out_syncobj=out)
+        )
+    results: dict[tuple[str, int], object] = {}
+
+    def waiter(key: tuple[str, int], wait: object) -> threading.Thread:
+        def run() -> None:
+            try:
+                results[key] = wait()  # type: ignore[operator]
+            except Exception as e:  # noqa: BLE001 - the test reports what the wait raised
+                results[key] = e
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return t
+
+    threads = {}
+    for i in range(2):
+        threads["sync", i] = waiter(("sync", i), lambda i=i: device.wait_syncobjs([outs[i]], timeout=20))
+        threads["bo", i] = waiter(("bo", i), lambda i=i: dsts[i].wait(timeout=20).status)
+    threads["submit", 0] = waiter(
+        ("submit", 0), lambda: device.wait_syncobjs([late], timeout=20, wait_for_submit=True)
+    )
+    time.sleep(0.2)
+    assert results == {}  # every one blocked
+    for i in range(2):  # release the jobs one by one: the first job's waiters return, the second's wait
+        sems[i].array(np.int32, 1)[0] = 5
+        sems[i].sync(for_device=True)
+        threads["sync", i].join(10)
+        threads["bo", i].join(10)
+        assert results.get(("sync", i)) == 0 and results.get(("bo", i)) == 0, results
+        if i == 0:
+            assert ("sync", 1) not in results and ("bo", 1) not in results  # job 1 still waits
+    assert ("submit", 0) not in results
+    stream = isa.encode("END")
+    cmd = device.create_bo_with(stream, read_only=True)
+    device.submit(Job(cmd, len(stream), [JobBo(dsts[0])], out_syncobj=late))
+    threads["submit", 0].join(10)
+    assert results.get(("submit", 0)) == 0, results
+
+
 # --- SUBMIT: success, ordering, fences -----------------------------------------------
 def test_submit_copy_and_syncobj(device: Device, copy_setup) -> None:
     src, dst, cmd, stream = copy_setup

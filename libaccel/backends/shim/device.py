@@ -138,11 +138,23 @@ class ExtentAllocator:
 
 
 class Fence:
-    """A dma_fence: signals once, with an error (0 or a negative errno)."""
+    """A dma_fence: signals once, with an error (0 or a negative errno), and wakes the threads
+    waiting on it alone (its callbacks), not every waiter of the device."""
+
+    __slots__ = ("signaled", "error", "waiters")
 
     def __init__(self, signaled: bool = False, error: int = 0) -> None:
         self.signaled = signaled
         self.error = error
+        self.waiters: list[threading.Condition] = []  # on the device lock
+
+    def signal(self, error: int) -> None:
+        """Signal with ``error`` and wake its waiters (call with the device lock held)."""
+        self.error = error
+        self.signaled = True
+        for waiter in self.waiters:
+            waiter.notify()
+        self.waiters = []
 
 
 @dataclass
@@ -157,6 +169,7 @@ class ShimBo:
     mmap_offset: int
     refs: int = 1  # the handle's reference; each queued job adds one
     pending: set[int] = field(default_factory=set)  # seqnos of unfinished jobs using it
+    waiters: list[threading.Condition] = field(default_factory=list)  # BO_WAITs until pending empties
     last_status: int = 0
     last_fault_va: int = 0
 
@@ -198,6 +211,9 @@ class ShimDevice:
         self.lock = threading.RLock()
         self._control_lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
+        # SYNCOBJ_WAITs (WAIT_FOR_SUBMIT) on a syncobj without a fence yet: woken when a submit
+        # gives one a fence.
+        self.submit_waiters: set[threading.Condition] = set()
         self._irqs: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._job_timeout_ms = job_timeout_ms or int(
             os.environ.get(ENV_JOB_TIMEOUT_MS, DEFAULT_JOB_TIMEOUT_MS)
@@ -563,10 +579,13 @@ class ShimDevice:
             if flags & b.DRM_VNPU_JOB_BO_WRITE:
                 bo.last_status = status
                 bo.last_fault_va = fault_va if status == -errno.EFAULT else 0
+            if not bo.pending and bo.waiters:
+                for waiter in bo.waiters:
+                    waiter.notify()
+                bo.waiters = []
             bo.file.unref_bo(bo)
         job.file.free_cmd_copy(job)
-        job.out_fence.error = status
-        job.out_fence.signaled = True
+        job.out_fence.signal(status)
         if not self.jobs:
             self.idle_since_ns = _now()
         probe.mark("shim.complete")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
+import threading
 from typing import Any
 
 import numpy as np
@@ -329,20 +330,36 @@ class ShimBackend(Backend):
             fences: list[Fence | None] = [self.syncobjs[h] for h in handles]
             if not for_submit and any(f is None for f in fences):
                 raise Errno(errno.EINVAL, "a syncobj has no fence (use WAIT_FOR_SUBMIT)")
-            while True:
-                for i, h in enumerate(handles):
-                    if fences[i] is None:
-                        fences[i] = self.syncobjs.get(h)
-                done = [f is not None and f.signaled for f in fences]
-                if all(done) if wait_all else any(done):
-                    if not wait_all:
-                        a.first_signaled = done.index(True)
-                    probe.mark("shim.woken")
-                    return
-                left = a.timeout_nsec - _now()
-                if left <= 0:
-                    raise Errno(errno.ETIME, "timeout")
-                self.dev.cond.wait(left / 1e9)
+            # Woken by the fences waited on (or, for one without a fence yet, by a submit), as a
+            # dma_fence callback wakes its waiter: no other job's completion wakes this thread.
+            waiter = threading.Condition(self.dev.lock)
+            watched: list[Fence] = []
+            try:
+                while True:
+                    for i, h in enumerate(handles):
+                        if fences[i] is None:
+                            fences[i] = self.syncobjs.get(h)
+                    done = [f is not None and f.signaled for f in fences]
+                    if all(done) if wait_all else any(done):
+                        if not wait_all:
+                            a.first_signaled = done.index(True)
+                        probe.mark("shim.woken")
+                        return
+                    left = a.timeout_nsec - _now()
+                    if left <= 0:
+                        raise Errno(errno.ETIME, "timeout")
+                    for f in fences:
+                        if f is not None and not f.signaled and f not in watched:
+                            f.waiters.append(waiter)
+                            watched.append(f)
+                    if any(f is None for f in fences):
+                        self.dev.submit_waiters.add(waiter)
+                    waiter.wait(left / 1e9)
+            finally:
+                self.dev.submit_waiters.discard(waiter)
+                for f in watched:
+                    if waiter in f.waiters:
+                        f.waiters.remove(waiter)
 
     # --- vnpu ioctls ------------------------------------------------------------------
     def _get_param(self, a: Any) -> None:
@@ -381,11 +398,19 @@ class ShimBackend(Backend):
             raise Errno(errno.EINVAL, "pad or output fields are not zero")
         with self.dev.lock:
             bo = self._lookup_bo(a.handle)
-            while bo.pending:
-                left = a.timeout_ns - _now()
-                if left <= 0:
-                    raise Errno(errno.ETIME, "timeout")
-                self.dev.cond.wait(left / 1e9)
+            if bo.pending:
+                waiter = threading.Condition(self.dev.lock)  # woken when the BO's last job ends
+                try:
+                    while bo.pending:
+                        left = a.timeout_ns - _now()
+                        if left <= 0:
+                            raise Errno(errno.ETIME, "timeout")
+                        if waiter not in bo.waiters:
+                            bo.waiters.append(waiter)
+                        waiter.wait(left / 1e9)
+                finally:
+                    if waiter in bo.waiters:
+                        bo.waiters.remove(waiter)
             a.job_status = bo.last_status
             a.fault_va = bo.last_fault_va
         probe.mark("shim.woken")
@@ -546,6 +571,8 @@ class ShimBackend(Backend):
                     deps.append(job.out_fence)
         if out:
             self.syncobjs[out] = fence
+            for waiter in self.dev.submit_waiters:  # WAIT_FOR_SUBMIT waits for a fence to appear
+                waiter.notify()
         seqno = self.dev.new_seqno()
         for bo, _ in bos:
             bo.refs += 1
