@@ -312,10 +312,13 @@ def test_each_blocked_waiter_wakes_with_its_own_job(device: Device) -> None:
 
     threads = {}
     for i in range(2):
-        threads["sync", i] = waiter(("sync", i), lambda i=i: device.wait_syncobjs([outs[i]], timeout=20))
+        # (wait_syncobjs' return is an index only for wait_all=False: the wait returning is the result)
+        threads["sync", i] = waiter(
+            ("sync", i), lambda i=i: device.wait_syncobjs([outs[i]], timeout=20) and 0
+        )
         threads["bo", i] = waiter(("bo", i), lambda i=i: dsts[i].wait(timeout=20).status)
     threads["submit", 0] = waiter(
-        ("submit", 0), lambda: device.wait_syncobjs([late], timeout=20, wait_for_submit=True)
+        ("submit", 0), lambda: device.wait_syncobjs([late], timeout=20, wait_for_submit=True) and 0
     )
     time.sleep(0.2)
     assert results == {}  # every one blocked
