@@ -657,37 +657,67 @@ VNNI static inline struct rq_vnni rq_vnni_init(const struct mac_layer *L)
     return q;
 }
 
-/* Half of requant16_vnni: the 8 channels whose x and m are in the low halves of 64-bit lanes;
- * the dividend, or with divide its quotient. */
-VNNI static inline __attribute__((always_inline)) __m512i requant8_vnni(const struct rq_vnni *q, __m512i x,
-                                                                       __m512i m, int64_t i, int divide)
+/* The per-channel constants of 16 channels from c (a multiple of 16) as values: a GEMM tile
+ * requantizes its eight rows with one load of them, where loads through q's pointers would be
+ * repeated after every output store (a store through a char pointer may alias them). Only what
+ * the mode uses is loaded. */
+struct rq16 {
+    __m512i left, mult, mult_odd, thr_even, thr_odd, add_even, add_odd, shift_even, shift_odd, e1;
+};
+
+VNNI static inline __attribute__((always_inline)) struct rq16 rq16_load(const struct rq_vnni *q, int64_t c,
+                                                                         int mode)
 {
-    __m512i p = _mm512_mul_epi32(x, m); /* exact: |p| < 2**62 */
-    __mmask8 neg = _mm512_cmplt_epi64_mask(p, _mm512_loadu_si512(q->thr + i));
-    __m512i v = _mm512_add_epi64(p, _mm512_loadu_si512(q->add + i));
-    v = _mm512_mask_sub_epi64(v, neg, v, q->two31);
-    return divide ? _mm512_srav_epi64(v, _mm512_loadu_si512(q->shift + i)) : v;
+    int high = !(mode & RQM_ADD_ZP); /* see requant16_k_vnni */
+    __m512i zero = _mm512_setzero_si512();
+    struct rq16 k = {
+        .left = mode & RQM_SHL ? _mm512_loadu_si512(q->left + c) : zero,
+        .mult = _mm512_loadu_si512(q->mult + c),
+        .mult_odd = _mm512_loadu_si512(q->mult_odd + c),
+        .thr_even = _mm512_loadu_si512(q->thr + c),
+        .thr_odd = _mm512_loadu_si512(q->thr + c + 8),
+        .add_even = _mm512_loadu_si512(q->add + c),
+        .add_odd = _mm512_loadu_si512(q->add + c + 8),
+        .shift_even = high ? zero : _mm512_loadu_si512(q->shift + c),
+        .shift_odd = high ? zero : _mm512_loadu_si512(q->shift + c + 8),
+        .e1 = high ? _mm512_loadu_si512(q->e1 + c) : zero,
+    };
+    return k;
 }
 
-/* 16 channels from c (a multiple of 16): requant_one lane by lane on accumulators that already
- * hold the bias (only when q->simple: no multiplier is INT32_MIN and lo - zp, hi - zp fit in
- * int32). SRDHM's floor((p + 2**30) / 2**31) and RoundingDivideByPOT's
+/* Half of requant16_k_vnni: the 8 channels whose x and m are in the low halves of 64-bit lanes;
+ * the dividend, or with divide its quotient. */
+VNNI static inline __attribute__((always_inline)) __m512i requant8_vnni(const struct rq_vnni *q, __m512i x,
+                                                                       __m512i m, __m512i thr, __m512i add,
+                                                                       __m512i shift, int divide)
+{
+    __m512i p = _mm512_mul_epi32(x, m); /* exact: |p| < 2**62 */
+    __mmask8 neg = _mm512_cmplt_epi64_mask(p, thr);
+    __m512i v = _mm512_add_epi64(p, add);
+    v = _mm512_mask_sub_epi64(v, neg, v, q->two31);
+    return divide ? _mm512_srav_epi64(v, shift) : v;
+}
+
+/* 16 channels: requant_one lane by lane on accumulators that already hold the bias (only when
+ * q->simple: no multiplier is INT32_MIN and lo - zp, hi - zp fit in int32), with the channels'
+ * constants k. SRDHM's floor((p + 2**30) / 2**31) and RoundingDivideByPOT's
  * floor((h + 2**(e-1) - [h < 0]) / 2**e) nest into floor((p + C - [p < T] * 2**31) / 2**(31 + e))
  * (floor(floor(a / b) / c) = floor(a / (b c)), and h < 0 exactly when p + 2**30 < 0). */
-VNNI static inline __attribute__((always_inline)) __m512i requant16_mode_vnni(const struct rq_vnni *q, __m512i acc,
-                                                                               int64_t c, int mode)
+VNNI static inline __attribute__((always_inline)) __m512i requant16_k_vnni(const struct rq_vnni *q,
+                                                                            const struct rq16 *k, __m512i acc,
+                                                                            int mode)
 {
     int add_zp = mode & RQM_ADD_ZP;
-    __m512i x = mode & RQM_SHL ? _mm512_sllv_epi32(acc, _mm512_loadu_si512(q->left + c)) : acc;
+    __m512i x = mode & RQM_SHL ? _mm512_sllv_epi32(acc, k->left) : acc;
     /* zero point folded (every e in 1..21): the high halves of the dividends are their quotients by
      * 2**32, then divided by 2**(e - 1) in 32-bit lanes, one shift for 16 channels */
     int high = !add_zp;
-    __m512i even = requant8_vnni(q, x, _mm512_loadu_si512(q->mult + c), c, !high);
-    __m512i odd = requant8_vnni(q, _mm512_srli_epi64(x, 32), _mm512_loadu_si512(q->mult_odd + c), c + 8, !high);
+    __m512i even = requant8_vnni(q, x, k->mult, k->thr_even, k->add_even, k->shift_even, !high);
+    __m512i odd = requant8_vnni(q, _mm512_srli_epi64(x, 32), k->mult_odd, k->thr_odd, k->add_odd, k->shift_odd,
+                                !high);
     __m512i r;
     if (high) /* even channels' high halves into the even int32 lanes */
-        r = _mm512_srav_epi32(_mm512_mask_shuffle_epi32(odd, 0x5555, even, _MM_PERM_DDBB),
-                              _mm512_loadu_si512(q->e1 + c));
+        r = _mm512_srav_epi32(_mm512_mask_shuffle_epi32(odd, 0x5555, even, _MM_PERM_DDBB), k->e1);
     else /* each quotient is the low half of its 64-bit lane: odd channels into the odd int32 lanes */
         r = _mm512_mask_shuffle_epi32(even, 0xAAAA, odd, _MM_PERM_CCAA);
     if (mode & RQM_SSAT) /* store16_mode_vnni's saturation clamps */
@@ -697,6 +727,14 @@ VNNI static inline __attribute__((always_inline)) __m512i requant16_mode_vnni(co
     /* clamp before adding the zero point: r + zp could leave int32 (folded: it cannot) */
     r = _mm512_min_epi32(_mm512_max_epi32(r, q->qlo), q->qhi);
     return add_zp ? _mm512_add_epi32(r, q->zp) : r;
+}
+
+/* requant16_k_vnni with the constants of channels c .. c + 15 loaded for this one call. */
+VNNI static inline __attribute__((always_inline)) __m512i requant16_mode_vnni(const struct rq_vnni *q, __m512i acc,
+                                                                               int64_t c, int mode)
+{
+    struct rq16 k = rq16_load(q, c, mode);
+    return requant16_k_vnni(q, &k, acc, mode);
 }
 
 /* The first bytes of requant16_mode_vnni's values (keep), narrowed as the mode needs. */
@@ -786,8 +824,9 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const stru
     /* one pointer stepped down the rows: eight row addresses would not fit the free registers */
     char *o = out + c0;
     __mmask16 keep0 = cout - c0 >= 16 ? 0xFFFF : (__mmask16)((1u << (cout - c0)) - 1);
+    struct rq16 k0 = rq16_load(&q, c0, mode);
 #define OUT0(R) \
-    store16_mode_vnni(o, keep0, requant16_mode_vnni(&q, c##R##0, c0, mode), mode); \
+    store16_mode_vnni(o, keep0, requant16_k_vnni(&q, &k0, c##R##0, mode), mode); \
     o += cout;
     VNNI_ROWS(OUT0)
 #undef OUT0
@@ -795,8 +834,9 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const stru
     o = out + c1;
     if (np == 2 && c1 < cout) {
         __mmask16 keep1 = cout - c1 >= 16 ? 0xFFFF : (__mmask16)((1u << (cout - c1)) - 1);
+        struct rq16 k1 = rq16_load(&q, c1, mode);
 #define OUT1(R) \
-    store16_mode_vnni(o, keep1, requant16_mode_vnni(&q, c##R##1, c1, mode), mode); \
+    store16_mode_vnni(o, keep1, requant16_k_vnni(&q, &k1, c##R##1, mode), mode); \
     o += cout;
         VNNI_ROWS(OUT1)
 #undef OUT1
