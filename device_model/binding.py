@@ -168,6 +168,30 @@ class Bindings:
 
         self.binding = c_unit(run_pool, pool)
 
+    def bind_softmax(self, inp: Tensor, out: Tensor, params: dict[str, int], mac_isa: int | None) -> None:
+        """Bind a SOFTMAX that :meth:`compute` just bound as one C call into memory
+        (:class:`mac_array.BoundSoftmax`), while the C kernels are selected, where the input and
+        output are each one run and do not overlap: a unit of the stream's C runs, not a Python
+        closure that loads, computes and stores. ``params`` are the instruction's input_multiplier,
+        input_left_shift and diff_min."""
+        if self.binding is None or mac_isa is None:
+            return
+        spans = self.access.physical_spans([(inp, False), (out, True)])
+        if spans is None or overlap(*spans):
+            return
+        view = self.access.memory.view
+        try:
+            unit = mac_array.BoundSoftmax(
+                view(*spans[0]), view(*spans[1]), inp.shape[-1], inp.np_dtype, out.np_dtype, **params
+            )
+        except ValueError:  # what the unit does not take: the loading binding stays
+            return
+
+        def run_softmax(job: Any) -> bool:
+            return job.mac_isa is not None and unit.run()  # else the general path (numpy)
+
+        self.binding = c_unit(run_softmax, unit)
+
     def bind_lookup(
         self,
         out: Tensor,

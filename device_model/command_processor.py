@@ -583,14 +583,11 @@ class _Job:
         lowest = int(np.iinfo(out.np_dtype).min)
         if out.zero_point != lowest:
             raise self.fail(f"output zero point {out.zero_point}, expected {lowest} (scale 1/256)")
-        softmax = partial(
-            nm.softmax if self.mac_isa is None else mac_array.softmax,
-            input_multiplier=ins["input_multiplier"],
-            input_left_shift=ins["input_left_shift"],
-            diff_min=ins["diff_min"],
-            out_dtype=out.np_dtype,
-        )
+        params = {k: ins[k] for k in ("input_multiplier", "input_left_shift", "diff_min")}
+        fn = nm.softmax if self.mac_isa is None else mac_array.softmax
+        softmax = partial(fn, out_dtype=out.np_dtype, **params)
         self.bindings.compute(out, softmax, inp)
+        self.bindings.bind_softmax(inp, out, params, self.mac_isa)
 
     def op_RESIZE_BILINEAR(self) -> None:  # noqa: N802
         assert self.ins is not None

@@ -500,5 +500,6 @@ from .bound import BoundCopy as BoundCopy  # noqa: E402
 from .bound import BoundLookup as BoundLookup  # noqa: E402
 from .bound import BoundPool as BoundPool  # noqa: E402
 from .bound import BoundRun as BoundRun  # noqa: E402
+from .bound import BoundSoftmax as BoundSoftmax  # noqa: E402
 from .bound import BoundUnit as BoundUnit  # noqa: E402
 from .bound import UnitGroup as UnitGroup  # noqa: E402

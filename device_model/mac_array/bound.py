@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 
 from .. import numerics as nm
-from . import _RANGES, MacPlan, _check_positive, library
+from . import _RANGES, MacPlan, _check_positive, _softmax_tables32, library
 
 POOL_MAX_TAPS = 1 << 23  # window taps the pooling unit's int32 sums take (255 * taps < 2**31)
-UNIT_LAYER, UNIT_LOOKUP, UNIT_POOL, UNIT_COPY = 0, 1, 2, 3  # struct mac_unit's kinds (MAC_UNIT_* in C)
+# struct mac_unit's kinds (MAC_UNIT_* in C)
+UNIT_LAYER, UNIT_LOOKUP, UNIT_POOL, UNIT_COPY, UNIT_SOFTMAX = 0, 1, 2, 3, 4
 CHECK_PACKED, CHECK_REPACK = 1, 2  # struct mac_check's packed (MAC_CHECK_* in C)
 
 
@@ -305,7 +306,62 @@ class BoundCopy:
         return True
 
 
-BoundUnit = BoundRun | BoundLookup | BoundPool | BoundCopy
+class BoundSoftmax:
+    """SOFTMAX of 8-bit rows fixed to its operands' memory (``mac_softmax``, the tables of
+    :func:`numerics.softmax_tables`): ``run()`` writes the probabilities of every row of the input's
+    last axis into the output in one C call, the bytes of :func:`numerics.softmax`. The output must
+    not overlap the input. A row whose sum of exponentials leaves the reference's range raises
+    ValueError at run time, as the numpy path does. The buffers stay referenced while this object
+    lives."""
+
+    def __init__(
+        self,
+        inp: memoryview,
+        out: memoryview,
+        depth: int,
+        in_dtype: np.dtype,
+        out_dtype: np.dtype,
+        *,
+        input_multiplier: int,
+        input_left_shift: int,
+        diff_min: int,
+    ) -> None:
+        mod = library()
+        if mod is None:
+            raise RuntimeError("the MAC array's C kernels are not available")
+        out_dtype = nm.check_softmax(input_left_shift, out_dtype)
+        if np.dtype(in_dtype) not in _RANGES:
+            raise ValueError(f"SOFTMAX: input {in_dtype} is not int8 or uint8")
+        if depth < 1 or inp.nbytes != out.nbytes or inp.nbytes % depth:
+            raise ValueError(f"SOFTMAX: {inp.nbytes} input and {out.nbytes} output bytes in rows of {depth}")
+        ffi = mod.ffi
+        self._tables = _softmax_tables32(input_multiplier, input_left_shift, diff_min)
+        self._spec = ffi.new("struct mac_softmax_unit *")
+        self._spec.exps = ffi.cast("const int32_t *", self._tables[0].ctypes.data)
+        self._spec.rescaled = ffi.cast("const int32_t *", self._tables[1].ctypes.data)
+        self._spec.rows, self._spec.depth = inp.nbytes // depth, depth
+        self._spec.in_signed = int(np.dtype(in_dtype) == np.int8)
+        self._spec.out_signed = int(out_dtype == np.int8)
+        self._keep: list[np.ndarray] = []
+        self._buffers = (_address(ffi, inp, self._keep), _address(ffi, out, self._keep, writable=True))
+        self._lib = mod.lib
+        self.groupable = True
+
+    def fill_unit(self, u: Any) -> bool:
+        """Describe this softmax in ``u`` (a ``struct mac_unit``) for :class:`UnitGroup`."""
+        u.kind, u.spec, (u.a, u.out) = UNIT_SOFTMAX, self._spec, self._buffers
+        return True
+
+    def run(self) -> bool:
+        """True when it ran (a binding's form)."""
+        s = self._spec
+        x, y = self._buffers
+        if self._lib.mac_softmax(x, y, s.rows, s.depth, s.in_signed, s.out_signed, s.exps, s.rescaled):
+            raise ValueError(nm.SOFTMAX_RANGE_ERROR)
+        return True
+
+
+BoundUnit = BoundRun | BoundLookup | BoundPool | BoundCopy | BoundSoftmax
 
 
 class UnitGroup:

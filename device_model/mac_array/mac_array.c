@@ -76,6 +76,13 @@ struct mac_pool {
     int32_t in_signed;
 };
 
+/* A softmax unit (mac_run_units): mac_softmax's arguments but its buffers. */
+struct mac_softmax_unit {
+    const int32_t *exps, *rescaled;
+    int64_t rows, depth;
+    int32_t in_signed, out_signed;
+};
+
 int mac_cpu_isa(void);
 int mac_run(const struct mac_layer *L, const void *in, void *out, int isa);
 int mac_equal(const void *a, const void *b, size_t n);
@@ -96,7 +103,8 @@ void mac_copy_strided(const uint8_t *src, const int64_t *ss, uint8_t *dst, const
                       int esize);
 
 /* One bound unit of a stream (mac_run_units): a layer (mac_run_checked), a lookup (mac_lookup, or
- * mac_lookup_strided when shape is set) or a pool (mac_pool), with that function's arguments. */
+ * mac_lookup_strided when shape is set), a pool (mac_pool), a strided copy (mac_copy_strided) or a
+ * softmax (mac_softmax, spec a struct mac_softmax_unit), with that function's arguments. */
 struct mac_unit {
     int32_t kind; /* MAC_UNIT_* */
     int32_t isa;  /* a layer's variant */
@@ -117,6 +125,7 @@ int64_t mac_run_units(const struct mac_unit *units, int64_t n, int *status);
 #define MAC_UNIT_LOOKUP 1
 #define MAC_UNIT_POOL 2
 #define MAC_UNIT_COPY 3
+#define MAC_UNIT_SOFTMAX 4
 
 #define MAC_CHECK_PACKED 1
 #define MAC_CHECK_REPACK 2
@@ -1810,7 +1819,8 @@ int mac_equal(const void *a, const void *b, size_t n)
 
 /* The units of a bound stream in order, one call for what would otherwise be a Python call per
  * instruction. Stops at the first unit that does not complete: *status is its return (a layer's 1:
- * a parameter no longer matches its plan; -1 out of memory; -2 a pool window covers no input),
+ * a parameter no longer matches its plan; -1 out of memory; -2 a pool window covers no input; -4 a
+ * softmax row's sum outside the reference's range),
  * and the count of units completed before it is returned (n when every unit ran, *status 0). */
 int64_t mac_run_units(const struct mac_unit *units, int64_t n, int *status)
 {
@@ -1835,6 +1845,13 @@ int64_t mac_run_units(const struct mac_unit *units, int64_t n, int *status)
         case MAC_UNIT_COPY:
             mac_copy_strided(u->a, u->sa, u->out, u->sb, u->shape, u->esize);
             break;
+        case MAC_UNIT_SOFTMAX: {
+            const struct mac_softmax_unit *S = u->spec;
+            rc = mac_softmax(u->a, u->out, S->rows, S->depth, S->in_signed, S->out_signed, S->exps, S->rescaled)
+                     ? -4
+                     : 0;
+            break;
+        }
         default:
             rc = -3;
         }

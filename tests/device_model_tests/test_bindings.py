@@ -203,7 +203,8 @@ def test_mac_array_variant_changed_between_jobs(net: Network, monkeypatch: pytes
 
 def test_bound_units_read_rewritten_inputs_and_tables() -> None:
     """MUL, MAXPOOL, AVGPOOL, LUT, LUT2, SOFTMAX, RESIZE_BILINEAR, ARG_MAX, an in-place COPY, FILL
-    and IRQ: bound after the first job, each reads its inputs (and tables) again every job."""
+    and IRQ: bound after the first job, each reads its inputs (and tables) again every job; the
+    table, pooling and softmax units as one C call into memory each."""
     m = Machine()
     rng = np.random.default_rng(3)
     shape = (1, 4, 6, 8)
@@ -266,6 +267,7 @@ def test_bound_units_read_rewritten_inputs_and_tables() -> None:
         lookups = {ops[offset] for offset in direct_offsets(warm, m, "run_lookup")}
         assert lookups == {"MUL", "LUT", "LUT2", "ADD"}
         assert {ops[offset] for offset in direct_offsets(warm, m, "run_pool")} == {"MAXPOOL", "AVGPOOL"}
+        assert {ops[offset] for offset in direct_offsets(warm, m, "run_softmax")} == {"SOFTMAX"}
 
 
 def test_table_units_with_broadcast_and_transposed_inputs_bind_as_one_c_call() -> None:

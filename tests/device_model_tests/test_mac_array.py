@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -857,6 +858,8 @@ def test_bound_units_hold_no_buffer_export_on_memory_views() -> None:
         ma.BoundLookup(memory[0:16], memory[16:32], np.zeros(65536, np.int8), memory[256:272], 1),
         ma.BoundPool(memory[0:16], memory[512:516], (1, 4, 4, 1), np.dtype(np.int8), (2, 2, 2, 2, 0, 0, 2, 2),
                      -128, 127, True),
+        ma.BoundSoftmax(memory[1024:1036], memory[2048:2060], 12, np.dtype(np.int8), np.dtype(np.int8),
+                        input_multiplier=1 << 30, input_left_shift=20, diff_min=-3000),
     ]  # fmt: skip
     for view in views:
         view.release()  # BufferError if a unit held an export on it
@@ -930,6 +933,52 @@ def test_softmax_in_c_matches_numpy(
     got = ma.softmax(x, **kwargs)
     assert got.dtype == want.dtype and got.shape == want.shape
     assert np.array_equal(got, want)
+
+
+def _softmax_unit_outcome(x: np.ndarray, depth: int, **kwargs: Any) -> tuple[bytes | None, bytes | None]:
+    """The bytes a BoundSoftmax over x writes run alone and in a UnitGroup (None: it refused, and
+    the group stopped before it, the output untouched)."""
+    memory, out = bytearray(x.tobytes()), bytearray(x.nbytes)
+    out_dtype = kwargs.pop("out_dtype")
+    unit = ma.BoundSoftmax(memoryview(memory), memoryview(out), depth, x.dtype, out_dtype, **kwargs)
+    group = ma.UnitGroup([unit])
+    results: list[bytes | None] = []
+    for run in (lambda: group.run() == 1, unit.run):
+        out[:] = bytes(len(out))
+        try:
+            results.append(bytes(out) if run() else None)
+        except ValueError as e:
+            assert str(e) == nm.SOFTMAX_RANGE_ERROR
+            results.append(None)
+        if results[-1] is None:
+            assert out == bytes(len(out))
+    return results[0], results[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1 << 30, (1 << 31) - 1),
+    st.integers(0, 31),
+    st.integers(-(2**31), 0),
+    st.sampled_from([np.int8, np.uint8]),
+    st.sampled_from([np.int8, np.uint8]),
+    st.sampled_from([(1, 1), (3, 17), (1, 1000), (4, 3, 5)]),
+)
+def test_bound_softmax_matches_numpy_alone_and_in_a_group(
+    seed: int, mult: int, shift: int, diff_min: int, t_in, t_out, shape
+) -> None:
+    """BoundSoftmax on memory, run alone and as a unit of mac_run_units: numerics.softmax's bytes,
+    or its refusal (alone a ValueError; in a group the run stops at the unit)."""
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(t_in)
+    x = rng.integers(int(info.min), int(info.max) + 1, size=shape).astype(t_in)
+    kwargs = dict(input_multiplier=mult, input_left_shift=shift, diff_min=diff_min, out_dtype=np.dtype(t_out))
+    try:
+        want: bytes | None = nm.softmax(x, **kwargs).tobytes()
+    except ValueError:
+        want = None
+    assert _softmax_unit_outcome(x, shape[-1], **kwargs) == (want, want)
 
 
 @pytest.mark.parametrize("scale", [1 / 8, 0.1, 0.0390625, 0.25, 1.0])
