@@ -1039,8 +1039,10 @@ VNNI static inline __attribute__((always_inline)) void transpose16_epi32(__m512i
  * as _pack_vnni in __init__.py makes the plan's: the filter less zp transposed into [panel][k4 / 4]
  * [NR][4] (zeros past K and cout), and bias - z * sum(w - zp) modulo 2**32 per channel (zeros past
  * cout), the sums taken from the packed bytes by vpdpbusd against ones. */
-VNNI static void pack_panels_vnni(const struct mac_layer *L, const uint8_t *mem, int32_t zp, int64_t c0, int np,
-                                  int8_t *packed, int32_t *bias8)
+VNNI static inline __attribute__((always_inline)) void pack_panels_body_vnni(const struct mac_layer *L,
+                                                                             const uint8_t *mem, int32_t zp,
+                                                                             int64_t c0, int np, int8_t *packed,
+                                                                             int32_t *bias8, int sub, int sum)
 {
     int64_t K = L->kh * L->kw * L->cin, k4 = L->k4, cout = L->cout;
     __m512i z = _mm512_set1_epi8((char)zp), ones = _mm512_set1_epi8(1);
@@ -1053,18 +1055,35 @@ VNNI static void pack_panels_vnni(const struct mac_layer *L, const uint8_t *mem,
             int64_t left = K - k, quads = (k4 - k) / 4 < 16 ? (k4 - k) / 4 : 16;
             __mmask64 m = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : (((__mmask64)1 << left) - 1);
             __m512i r[16];
-            for (int64_t n = 0; n < NR; n++)
-                r[n] = n < rows ? _mm512_maskz_sub_epi8(m, _mm512_maskz_loadu_epi8(m, mem + (c0 + n) * K + k), z)
-                                : _mm512_setzero_si512();
+            for (int64_t n = 0; n < NR; n++) {
+                __m512i w = n < rows ? _mm512_maskz_loadu_epi8(m, mem + (c0 + n) * K + k) : _mm512_setzero_si512();
+                r[n] = sub && n < rows ? _mm512_maskz_sub_epi8(m, w, z) : w;
+            }
             transpose16_epi32(r);
             for (int64_t q = 0; q < quads; q++) {
                 _mm512_storeu_si512(panel + (k / 4 + q) * NR * 4, r[q]);
-                sums = _mm512_dpbusd_epi32(sums, ones, r[q]);
+                if (sum)
+                    sums = _mm512_dpbusd_epi32(sums, ones, r[q]);
             }
         }
         __m512i bias = _mm512_maskz_loadu_epi32((__mmask16)((1u << rows) - 1), L->bias + c0);
-        _mm512_storeu_si512(bias8 + p * NR, _mm512_sub_epi32(bias, _mm512_mullo_epi32(zin, sums)));
+        _mm512_storeu_si512(bias8 + p * NR, sum ? _mm512_sub_epi32(bias, _mm512_mullo_epi32(zin, sums)) : bias);
     }
+}
+
+/* pack_panels_body_vnni without the subtraction when the zero point is 0 (int8 filters) and without
+ * the sums when z is 0 (an int8 input whose zero point is -128, as after a ReLU): each a sixth of
+ * the packing's instructions. */
+VNNI static void pack_panels_vnni(const struct mac_layer *L, const uint8_t *mem, int32_t zp, int64_t c0, int np,
+                                  int8_t *packed, int32_t *bias8)
+{
+    int sum = L->input_zp + (L->in_signed ? 128 : 0) != 0;
+    if (zp == 0 && !sum)
+        pack_panels_body_vnni(L, mem, zp, c0, np, packed, bias8, 0, 0);
+    else if (zp == 0)
+        pack_panels_body_vnni(L, mem, zp, c0, np, packed, bias8, 0, 1);
+    else
+        pack_panels_body_vnni(L, mem, zp, c0, np, packed, bias8, 1, 1);
 }
 
 /* CONV2D / FULLY_CONNECTED with the plan's packed8 (u8 im2col rows x int8 panels).

@@ -621,14 +621,15 @@ PACKED_FILTERS = [  # (filter dtype, zero point, cout, kernel size, cin): partia
 ]
 
 
-def _packed_layer(dtype: type, filter_zp: int, cout: int, k: int, cin: int, seed: int = 0) -> tuple:
-    """A CONV2D whose int8 or uint8 filter packs for VNNI, its input, and its plan."""
-    rng = np.random.default_rng(seed + cout * cin)
+def _packed_layer(dtype: type, filter_zp: int, cout: int, k: int, cin: int, input_zp: int = 7) -> tuple:
+    """A CONV2D whose int8 or uint8 filter packs for VNNI, its uint8 input (zero point ``input_zp``:
+    with 0 the kernels' bias needs no weight sums), and its plan."""
+    rng = np.random.default_rng(cout * cin)
     info = np.iinfo(dtype)
     f = rng.integers(max(info.min, filter_zp - 128), min(info.max, filter_zp + 127) + 1, (cout, k, k, cin))
     f = f.astype(dtype)
     x = rng.integers(0, 256, (1, 4, 4, cin)).astype(np.uint8)
-    rq = replace(RQ_INT8, input_zp=7, filter_zp=filter_zp, shift=-12, output_zp=128, act_max=255)
+    rq = replace(RQ_INT8, input_zp=input_zp, filter_zp=filter_zp, shift=-12, output_zp=128, act_max=255)
     rq = replace(rq, out_dtype=np.dtype(np.uint8))
     pad = (k - 1) // 2
     geometry = (1, 1, 1, 1, pad, pad, 4, 4)
@@ -656,11 +657,12 @@ def test_packed_filter_compare_finds_every_changed_byte(
 
 
 @VNNI_ONLY
+@pytest.mark.parametrize("input_zp", [7, 0])
 @pytest.mark.parametrize(("dtype", "filter_zp", "cout", "k", "cin"), PACKED_FILTERS)
 def test_bound_packed_filter_is_repacked_each_run_or_compared(
-    dtype: type, filter_zp: int, cout: int, k: int, cin: int
+    dtype: type, filter_zp: int, cout: int, k: int, cin: int, input_zp: int
 ) -> None:
-    f, x, rq, geometry, plan = _packed_layer(dtype, filter_zp, cout, k, cin)
+    f, x, rq, geometry, plan = _packed_layer(dtype, filter_zp, cout, k, cin, input_zp)
     isa = ma.ISA_AVX512VNNI
     memory = bytearray(f.tobytes())
     out = bytearray(16 * cout)
