@@ -1056,6 +1056,10 @@ VNNI static inline __attribute__((always_inline)) void pack_panels_body_vnni(con
             __mmask64 m = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : (((__mmask64)1 << left) - 1);
             __m512i r[16];
             for (int64_t n = 0; n < NR; n++) {
+                /* the weights are read once a job: fetched non-temporal, they evict less of what
+                 * the caches hold for the rest of the job and the Python after it */
+                if (n < rows && k + 64 < K)
+                    _mm_prefetch((const char *)(mem + (c0 + n) * K + k + 64), _MM_HINT_NTA);
                 __m512i w = n < rows ? _mm512_maskz_loadu_epi8(m, mem + (c0 + n) * K + k) : _mm512_setzero_si512();
                 r[n] = sub && n < rows ? _mm512_maskz_sub_epi8(m, w, z) : w;
             }
