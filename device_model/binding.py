@@ -147,33 +147,36 @@ class Bindings:
         mac_isa: int | None,
     ) -> None:
         """Bind a pooling instruction that :meth:`compute` just bound as one C call into memory
-        (:class:`mac_array.BoundPool`), while the C kernels are selected, where the input and output
-        are each one run and do not overlap. ``geometry`` is (filter_h, filter_w, stride_h,
-        stride_w, pad_top, pad_left, out_h, out_w), ``act`` (act_min, act_max)."""
-        if self.binding is None or mac_isa is None:
-            return
-        spans = self.access.physical_spans([(inp, False), (out, True)])
-        if spans is None or overlap(*spans):
-            return
-        view = self.access.memory.view
-        try:
-            pool = mac_array.BoundPool(
-                view(*spans[0]), view(*spans[1]), inp.shape, inp.np_dtype, geometry, act[0], act[1], average
-            )
-        except ValueError:  # what the unit does not take: the loading binding stays
-            return
-
-        def run_pool(job: Any) -> bool:
-            return job.mac_isa is not None and pool.run()  # else the general path (numpy)
-
-        self.binding = c_unit(run_pool, pool)
+        (:class:`mac_array.BoundPool`; see :meth:`_bind_unit`). ``geometry`` is (filter_h,
+        filter_w, stride_h, stride_w, pad_top, pad_left, out_h, out_w), ``act`` (act_min, act_max)."""
+        self._bind_unit(
+            inp,
+            out,
+            mac_isa,
+            lambda x, y: mac_array.BoundPool(
+                x, y, inp.shape, inp.np_dtype, geometry, act[0], act[1], average
+            ),
+        )
 
     def bind_softmax(self, inp: Tensor, out: Tensor, params: dict[str, int], mac_isa: int | None) -> None:
         """Bind a SOFTMAX that :meth:`compute` just bound as one C call into memory
-        (:class:`mac_array.BoundSoftmax`), while the C kernels are selected, where the input and
-        output are each one run and do not overlap: a unit of the stream's C runs, not a Python
-        closure that loads, computes and stores. ``params`` are the instruction's input_multiplier,
-        input_left_shift and diff_min."""
+        (:class:`mac_array.BoundSoftmax`; see :meth:`_bind_unit`): a unit of the stream's C runs,
+        not a Python closure that loads, computes and stores. ``params`` are the instruction's
+        input_multiplier, input_left_shift and diff_min."""
+        self._bind_unit(
+            inp,
+            out,
+            mac_isa,
+            lambda x, y: mac_array.BoundSoftmax(x, y, inp.shape[-1], inp.np_dtype, out.np_dtype, **params),
+        )
+
+    def _bind_unit(
+        self, inp: Tensor, out: Tensor, mac_isa: int | None, make: Callable[[memoryview, memoryview], Any]
+    ) -> None:
+        """Replace the loading binding :meth:`compute` just made with the C unit ``make`` builds on
+        the input's and output's memory, while the C kernels are selected, where the two are each
+        one physical run and do not overlap; the loading binding stays where the unit refuses them
+        (ValueError)."""
         if self.binding is None or mac_isa is None:
             return
         spans = self.access.physical_spans([(inp, False), (out, True)])
@@ -181,16 +184,14 @@ class Bindings:
             return
         view = self.access.memory.view
         try:
-            unit = mac_array.BoundSoftmax(
-                view(*spans[0]), view(*spans[1]), inp.shape[-1], inp.np_dtype, out.np_dtype, **params
-            )
-        except ValueError:  # what the unit does not take: the loading binding stays
+            unit = make(view(*spans[0]), view(*spans[1]))
+        except ValueError:
             return
 
-        def run_softmax(job: Any) -> bool:
+        def run_unit(job: Any) -> bool:
             return job.mac_isa is not None and unit.run()  # else the general path (numpy)
 
-        self.binding = c_unit(run_softmax, unit)
+        self.binding = c_unit(run_unit, unit)
 
     def bind_lookup(
         self,
