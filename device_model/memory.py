@@ -60,11 +60,9 @@ class _MappedMemory:
 
 
 class AnonymousMemory(_MappedMemory):
-    """Anonymous private memory of ``size`` bytes, zero-filled, on transparent huge pages where the
-    host's ``transparent_hugepage`` setting allows them.
+    """Anonymous private memory of ``size`` bytes, zero-filled.
 
-    The kernel touches pages lazily, so a large "RAM" costs only what is used (in 2 MB steps on
-    huge pages).
+    The kernel touches pages lazily, so a large "RAM" costs only what is used.
     """
 
     def __init__(self, size: int) -> None:
@@ -72,11 +70,6 @@ class AnonymousMemory(_MappedMemory):
             raise ValueError(f"memory size {size} must be a positive multiple of {mmap.PAGESIZE}")
         self.size = size
         self._map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        # Transparent huge pages where the host allows them: a model's job streams megabytes of
-        # weights and activations, and 2 MB pages spare the TLB misses (its own, and those of the
-        # Python that runs after it). Touched memory grows in 2 MB steps.
-        if hasattr(mmap, "MADV_HUGEPAGE"):
-            self._map.madvise(mmap.MADV_HUGEPAGE)
         self._mv = memoryview(self._map)
 
     def __repr__(self) -> str:
