@@ -786,9 +786,10 @@ VNNI static inline void store16_vnni(const struct mac_layer *L, const struct rq_
 }
 
 /* One tile: rows [0, MRV) of A (u8, row stride lda) x NP panels (1 or 2) of packed8 from b0 (channel
- * c0's panel), accumulators started at bias8 from bias (channel c0's); requantized in registers and stored as bytes to MRV rows of out (row stride
- * cout), channels c0.. (masked at cout). A block's last rows % MRV rows take gemm_tail_vnni. The accumulators are named variables,
- * not an array: GCC kept an array's 16 zmm moving between registers and the stack. */
+ * c0's panel), accumulators started at bias8 from bias (channel c0's); requantized in registers and
+ * stored as bytes to MRV rows of out (row stride cout), channels c0.. (masked at cout). A block's
+ * last rows % MRV rows take gemm_tail_vnni. The accumulators are named variables, not an array:
+ * GCC kept an array's 16 zmm moving between registers and the stack. */
 #define VNNI_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 VNNI static inline __attribute__((always_inline)) void gemm_tile_vnni(const struct mac_layer *L,
                                                                       const struct rq_vnni *qp, const uint8_t *a,
@@ -1035,6 +1036,27 @@ VNNI static inline __attribute__((always_inline)) void transpose16_epi32(__m512i
     }
 }
 
+/* Bytes k .. k + 63 of filter rows c0 .. c0 + 15 ([cout][K] at mem, rows past cout and bytes past K
+ * read as 0; less zp, modulo 256, with sub) transposed as 16 x 16 groups of 4 bytes: r[q] is then
+ * quad k / 4 + q of the 16 channels, the 64 bytes packed8 holds for it. The weights are read once a
+ * job: fetched non-temporal, they evict less of what the caches hold for the rest of the job and
+ * the Python after it. */
+VNNI static inline __attribute__((always_inline)) void load_quads_vnni(const struct mac_layer *L, const uint8_t *mem,
+                                                                       __m512i z, int64_t c0, int64_t k, __m512i *r,
+                                                                       int sub)
+{
+    int64_t K = L->kh * L->kw * L->cin, rows = L->cout - c0 < 0 ? 0 : L->cout - c0 < NR ? L->cout - c0 : NR;
+    int64_t left = K - k;
+    __mmask64 m = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : (((__mmask64)1 << left) - 1);
+    for (int64_t n = 0; n < NR; n++) {
+        if (n < rows && k + 64 < K)
+            _mm_prefetch((const char *)(mem + (c0 + n) * K + k + 64), _MM_HINT_NTA);
+        __m512i w = n < rows ? _mm512_maskz_loadu_epi8(m, mem + (c0 + n) * K + k) : _mm512_setzero_si512();
+        r[n] = sub && n < rows ? _mm512_maskz_sub_epi8(m, w, z) : w;
+    }
+    transpose16_epi32(r);
+}
+
 /* Panels [c0 / NR, c0 / NR + np) of packed8 and bias8 made from the filter at mem (MAC_CHECK_REPACK),
  * as _pack_vnni in __init__.py makes the plan's: the filter less zp transposed into [panel][k4 / 4]
  * [NR][4] (zeros past K and cout), and bias - z * sum(w - zp) modulo 2**32 per channel (zeros past
@@ -1044,26 +1066,17 @@ VNNI static inline __attribute__((always_inline)) void pack_panels_body_vnni(con
                                                                              int64_t c0, int np, int8_t *packed,
                                                                              int32_t *bias8, int sub, int sum)
 {
-    int64_t K = L->kh * L->kw * L->cin, k4 = L->k4, cout = L->cout;
+    int64_t k4 = L->k4;
     __m512i z = _mm512_set1_epi8((char)zp), ones = _mm512_set1_epi8(1);
     __m512i zin = _mm512_set1_epi32(L->input_zp + (L->in_signed ? 128 : 0));
     for (int p = 0; p < np; p++, c0 += NR) {
-        int64_t rows = cout - c0 < 0 ? 0 : cout - c0 < NR ? cout - c0 : NR;
+        int64_t rows = L->cout - c0 < 0 ? 0 : L->cout - c0 < NR ? L->cout - c0 : NR;
         int8_t *panel = packed + p * NR * k4;
         __m512i sums = _mm512_setzero_si512();
         for (int64_t k = 0; k < k4; k += 64) {
-            int64_t left = K - k, quads = (k4 - k) / 4 < 16 ? (k4 - k) / 4 : 16;
-            __mmask64 m = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : (((__mmask64)1 << left) - 1);
+            int64_t quads = (k4 - k) / 4 < 16 ? (k4 - k) / 4 : 16;
             __m512i r[16];
-            for (int64_t n = 0; n < NR; n++) {
-                /* the weights are read once a job: fetched non-temporal, they evict less of what
-                 * the caches hold for the rest of the job and the Python after it */
-                if (n < rows && k + 64 < K)
-                    _mm_prefetch((const char *)(mem + (c0 + n) * K + k + 64), _MM_HINT_NTA);
-                __m512i w = n < rows ? _mm512_maskz_loadu_epi8(m, mem + (c0 + n) * K + k) : _mm512_setzero_si512();
-                r[n] = sub && n < rows ? _mm512_maskz_sub_epi8(m, w, z) : w;
-            }
-            transpose16_epi32(r);
+            load_quads_vnni(L, mem, z, c0, k, r, sub);
             for (int64_t q = 0; q < quads; q++) {
                 _mm512_storeu_si512(panel + (k / 4 + q) * NR * 4, r[q]);
                 if (sum)
@@ -1394,19 +1407,14 @@ DEFINE_DRIVERS(vnni, VNNI, gemm_6x16_avx2, requant_avx2, dw_vnni, 2)
  * packing's zeros. */
 VNNI static int filter_equals_packed8_vnni(const struct mac_layer *L, const uint8_t *mem, int32_t zp)
 {
-    int64_t K = L->kh * L->kw * L->cin, k4 = L->k4, cout = L->cout;
+    int64_t k4 = L->k4;
     __m512i z = _mm512_set1_epi8((char)zp);
-    for (int64_t c0 = 0; c0 < cout; c0 += NR) {
-        int64_t rows = cout - c0 < NR ? cout - c0 : NR;
+    for (int64_t c0 = 0; c0 < L->cout; c0 += NR) {
         const int8_t *panel = L->packed8 + c0 * k4;
         for (int64_t k = 0; k < k4; k += 64) {
-            int64_t left = K - k, quads = (k4 - k) / 4 < 16 ? (k4 - k) / 4 : 16;
-            __mmask64 m = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : (((__mmask64)1 << left) - 1);
+            int64_t quads = (k4 - k) / 4 < 16 ? (k4 - k) / 4 : 16;
             __m512i r[16];
-            for (int64_t n = 0; n < NR; n++)
-                r[n] = n < rows ? _mm512_maskz_sub_epi8(m, _mm512_maskz_loadu_epi8(m, mem + (c0 + n) * K + k), z)
-                                : _mm512_setzero_si512();
-            transpose16_epi32(r);
+            load_quads_vnni(L, mem, z, c0, k, r, zp != 0);
             __mmask16 diff = 0;
             for (int64_t q = 0; q < quads; q++)
                 diff |= _mm512_cmpneq_epi32_mask(r[q], _mm512_loadu_si512(panel + (k / 4 + q) * NR * 4));
