@@ -10,9 +10,11 @@ colour the next), on the machine as it is:
 1. ``bench.model_bench --threads 1``: MobileNetV1 and V2 (224, int8) through ``libteflon.so`` on
    the shim against LiteRT's XNNPACK, in the same process, one thread each;
 2. ``bench.corpus``: every model of the real-model corpus against XNNPACK the same way;
-3. ``bench --shim``: the empty-job round trip, and the throughput-by-cores table on a 1- and a
+3. ``bench.model_bench --profile``: the fixed cost of an invoke on the shim: an empty job, a
+   1-node and a 30-node partition through ``libteflon.so``, each split by the stack's parts;
+4. ``bench --shim``: the empty-job round trip, and the throughput-by-cores table on a 1- and a
    2-core device, with the cores as threads and as worker processes;
-4. in the QEMU guest on vnpu.ko, one boot per NPU core count (2, then 1): ``bench --kernel``: the
+5. in the QEMU guest on vnpu.ko, one boot per NPU core count (2, then 1): ``bench --kernel``: the
    round trip against the doorbell floor timed in the same run, and the cores table.
 
 Each part's JSON goes to ``--out``; ``summary.json`` and the printed summary hold the published
@@ -64,12 +66,15 @@ class Sizes:
     jobs: int
     invokes: int
     repeat: int
+    profile_runs: int
 
 
 # The cores table's points are ratios of two throughputs near 1: each run long enough (1500 jobs,
 # 60 invokes a client) that a scheduling hiccup of a few ms does not decide the ratio.
-FULL = Sizes(model_runs=60, corpus_runs=40, iterations=2000, jobs=1500, invokes=60, repeat=3)
-QUICK = Sizes(model_runs=3, corpus_runs=2, iterations=50, jobs=50, invokes=2, repeat=1)
+FULL = Sizes(
+    model_runs=60, corpus_runs=40, iterations=2000, jobs=1500, invokes=60, repeat=3, profile_runs=1000
+)
+QUICK = Sizes(model_runs=3, corpus_runs=2, iterations=50, jobs=50, invokes=2, repeat=1, profile_runs=20)
 
 
 def say(msg: str) -> None:
@@ -130,6 +135,11 @@ def plan(out: Path, sizes: Sizes, guest_cores: Sequence[int]) -> list[tuple[str,
             [py, "-m", "bench.corpus", "--runs", str(sizes.corpus_runs), "--json", str(out / "corpus.json")],
         ),
         (
+            "invoke_split",
+            [py, "-m", "bench.model_bench", "--models", "", "--onnx", "", "--profile"]
+            + ["--profile-runs", str(sizes.profile_runs), "--out", str(out / "invoke_split.json")],
+        ),
+        (
             "shim",
             [py, "-m", "bench", "--shim", str(out / "shim.json"), "--iterations", str(sizes.iterations)]
             + ["--jobs", str(sizes.jobs), "--processes", "1", "4", "--invokes", str(sizes.invokes)]
@@ -156,7 +166,8 @@ def part_json(out: Path, name: str) -> dict[str, Any]:
 def summarize(out: Path, parts: dict[str, dict[str, Any]], info: dict[str, Any]) -> dict[str, Any]:
     """The published figures out of the parts' JSON."""
     summary: dict[str, Any] = {"machine": info, "parts": parts, "models": [], "round_trip": [], "cores": []}
-    mb = part_json(out, "model_bench")
+    summary["invoke_split"] = []
+    mb = part_json(out, "model_bench") if "model_bench" in parts else {"models": []}
     for m in mb["models"]:
         xnn = m["cpu_runtime_ms"].get("ai_edge_litert")
         summary["models"].append(
@@ -170,7 +181,7 @@ def summarize(out: Path, parts: dict[str, dict[str, Any]], info: dict[str, Any])
                 "exact": m["exact"],
             }
         )
-    for m in part_json(out, "corpus")["models"]:
+    for m in part_json(out, "corpus")["models"] if "corpus" in parts else []:
         summary["models"].append(
             {
                 "name": m["name"],
@@ -180,8 +191,13 @@ def summarize(out: Path, parts: dict[str, dict[str, Any]], info: dict[str, Any])
                 "ratio": m["vnpu_ms"] / m["xnnpack_ms"] if m["xnnpack_ms"] else None,
                 "exact": m["differing_bytes"] == 0,
                 "npu_nodes": f"{m['npu_nodes']}/{m['nodes']}",
+                "partitions": m["partitions"],
             }
         )
+    if "invoke_split" in parts:
+        for sp in part_json(out, "invoke_split")["invoke_split"]:
+            row = {"name": sp["name"], "nodes": sp["nodes"], "invoke_us": sp["plain_invoke_us"]}
+            summary["invoke_split"].append(row | {"parts_us": sp["parts_us"]})
     for name in parts:
         if name == "shim" or name.startswith("guest_"):
             d = part_json(out, name)
@@ -220,6 +236,15 @@ def target_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, bool 
         if r["where"] == "shim":
             t = target("shim_round_trip_p50")
             rows.append((t.key, t.text, "shim", f"{r['p50_us']:.0f} us", t.met(r["p50_us"])))
+    for split in summary.get("invoke_split", []):
+        if split["nodes"] == 1:
+            t = target("one_node_invoke_p50")
+            where = "shim, a 1-node partition (one int8 ADD)"
+            rows.append((t.key, t.text, where, f"{split['invoke_us']:.0f} us", t.met(split["invoke_us"])))
+    t = target("transformer_block_partitions")
+    for m in summary["models"]:
+        if m["source"] == "corpus" and m["name"] == "transformer_block" and "partitions" in m:
+            rows.append((t.key, t.text, m["name"], str(m["partitions"]), t.met(m["partitions"])))
     rows += cores_rows(summary)
     for r in summary["round_trip"]:
         if not r["where"].startswith("guest_"):
@@ -233,11 +258,15 @@ def target_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, bool 
 
 
 def cores_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, bool | None]]:
-    """``cores_not_slower``: per (where, mode, workload, clients), the most cores' rate over one core's."""
+    """``cores_not_slower``: per (where, mode, workload, clients), the most cores' rate over one core's.
+
+    The guest's core counts are separate boots (``guest_cores2``, ``guest_cores1``): their rows
+    are compared with each other as one ``guest``."""
     t = target("cores_not_slower")
     groups: dict[tuple[str, str, str, int], dict[int, float]] = {}
     for r in summary["cores"]:
-        key = (r["where"], r.get("mode") or "threads", r["workload"], r["clients"])
+        where = "guest" if r["where"].startswith("guest_") else r["where"]
+        key = (where, r.get("mode") or "threads", r["workload"], r["clients"])
         groups.setdefault(key, {})[r["cores"]] = r["per_s"]
     rows = []
     for (where, mode, workload, clients), rates in sorted(groups.items()):
@@ -299,6 +328,20 @@ def render(summary: dict[str, Any]) -> str:
             f"| {m['name']} | {m['source']} | {_ms(m['vnpu_ms'])} | {_ms(m['xnnpack_ms'])} | {ratio} "
             f"| {device} | {'yes' if m['exact'] else 'NO'} |"
         )
+    splits = summary.get("invoke_split", [])
+    if splits:
+        lines += [
+            "",
+            "**Where an invoke's time goes on the shim** (us, the median of each part; one thread;",
+            "`bench.model_bench --profile`: an empty job, and partitions of 1 and 30 int8 ADDs through",
+            "`libteflon.so`; the invoke timed without the marks):",
+            "",
+            "| part | " + " | ".join(sp["name"] for sp in splits) + " |",
+            "|---|" + "---|" * len(splits),
+        ]
+        for part in splits[0]["parts_us"]:
+            lines.append(f"| {part} | " + " | ".join(f"{sp['parts_us'][part]:.1f}" for sp in splits) + " |")
+        lines.append("| **invoke** | " + " | ".join(f"**{sp['invoke_us']:.1f}**" for sp in splits) + " |")
     lines += [
         "",
         "**Empty-job round trip** (us; the floor is the bare doorbell -> MSI-X -> waiter round trip",
@@ -356,7 +399,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--markdown", type=Path, help="replace the summary block between the markers of this file")
     p.add_argument("--quick", action="store_true", help="a few invokes and jobs per part (checks the run)")
     p.add_argument("--guest-cores", type=int, nargs="*", default=[2, 1], help="NPU cores per guest boot")
-    p.add_argument("--skip", nargs="*", default=[], help="parts to leave out (model corpus shim guest)")
+    p.add_argument(
+        "--skip", nargs="*", default=[], help="parts to leave out (model corpus invoke shim guest)"
+    )
     p.add_argument(
         "--from-summary", type=Path, metavar="JSON", help="render this stored summary.json; measure nothing"
     )
@@ -381,9 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     info = machine()
     say(f"{info['cpu']}, {info['cpus']} CPUs, host load {load()}")
     parts: dict[str, dict[str, Any]] = {}
-    todo = [
-        (n, c) for n, c in plan(args.out, sizes, args.guest_cores) if n.split("_cores")[0] not in args.skip
-    ]
+    todo = [(n, c) for n, c in plan(args.out, sizes, args.guest_cores) if n.split("_")[0] not in args.skip]
     commit = source_commit()  # before the parts write their results into the checkout
     for i, (name, cmd) in enumerate(todo, 1):
         say(f"part {i} of {len(todo)}")

@@ -16,8 +16,15 @@ def _write(out: Path) -> None:
     model["cpu_runtime_ms"] = {"ai_edge_litert": 4.5}
     (out / "model_bench.json").write_text(json.dumps({"models": [model]}))
     corpus = {"name": "unet", "vnpu_ms": 6.0, "xnnpack_ms": 0.5, "differing_bytes": 0}
-    corpus |= {"npu_nodes": 9, "nodes": 10}
-    (out / "corpus.json").write_text(json.dumps({"models": [corpus]}))
+    corpus |= {"npu_nodes": 9, "nodes": 10, "partitions": 2}
+    block = corpus | {"name": "transformer_block", "vnpu_ms": 0.1, "xnnpack_ms": 0.05, "partitions": 1}
+    (out / "corpus.json").write_text(json.dumps({"models": [corpus, block]}))
+    parts_us = {"the shim's ioctl handling": 20.0, "device model (the job)": 10.0}
+    splits = [
+        {"name": "empty job", "nodes": 0, "plain_invoke_us": 35.0, "parts_us": parts_us},
+        {"name": "1 node", "nodes": 1, "plain_invoke_us": 45.5, "parts_us": parts_us},
+    ]
+    (out / "invoke_split.json").write_text(json.dumps({"invoke_split": splits}))
     rt = {"p50_us": 400.0, "p90_us": 500.0, "p99_us": 900.0, "min_us": 200.0, "submit_p50_us": 150.0}
     cores = [
         {"mode": "", "cores": 2, "clients": 2, "workload": "empty job", "per_s": 3000.0, "exact": True},
@@ -34,11 +41,12 @@ def _write(out: Path) -> None:
 def test_summary_has_ratios_round_trip_over_floor_and_the_cores_table(tmp_path: Path) -> None:
     _write(tmp_path)
     part = {"seconds": 1.0, "load_before": [0.1, 0, 0], "load_after": [0.2, 0, 0], "command": "x"}
-    parts = {name: part for name in ("model_bench", "corpus", "shim", "guest_cores2")}
+    parts = {name: part for name in ("model_bench", "corpus", "invoke_split", "shim", "guest_cores2")}
     info = {"cpu": "CPU", "cpus": 2, "simd": ["avx2"], "kernel": "k", "python": "3", "numpy": "1"}
     info["qemu"] = "q"
     s = performance.summarize(tmp_path, parts, info)
-    assert [(m["name"], m["ratio"]) for m in s["models"]] == [("mobilenet_v1", 2.0), ("unet", 12.0)]
+    ratios = [(m["name"], m["ratio"]) for m in s["models"]]
+    assert ratios == [("mobilenet_v1", 2.0), ("unet", 12.0), ("transformer_block", 2.0)]
     guest = next(r for r in s["round_trip"] if r["where"] == "guest_cores2")
     assert guest["over_floor"] == 4.0
     assert guest["floor_p99_us"] == 300.0 and "floor_p90_us" not in guest  # what the part measured
@@ -57,6 +65,15 @@ def test_summary_has_ratios_round_trip_over_floor_and_the_cores_table(tmp_path: 
     assert "| `shim_round_trip_p50` <= 30 us | shim | 400 us | **missed** |" in text
     assert "| `guest_round_trip_p50` <= 300 us | guest_cores2 | 400 us | **missed** |" in text
     assert "| `guest_round_trip_over_floor` <= 1.5 x | guest_cores2 | 4.00x | **missed** |" in text
+    one_node = (
+        "| `one_node_invoke_p50` <= 40 us | shim, a 1-node partition (one int8 ADD) | 46 us | **missed** |"
+    )
+    assert one_node in text
+    assert "| `transformer_block_partitions` 1 partition | transformer_block | 1 | met |" in text
+    # the invoke split: one column per profiled partition, one row per part, the invoke last
+    assert "| part | empty job | 1 node |" in text
+    assert "| the shim's ioctl handling | 20.0 | 20.0 |" in text
+    assert "| **invoke** | **35.0** | **45.5** |" in text
     assert "cores_not_slower" not in text.split("Against the targets")[1]  # no 1-core run to compare with
 
 
@@ -72,9 +89,23 @@ def test_cores_rows_compare_the_most_cores_with_one() -> None:
     assert rows[0][2] == "shim threads, empty job, 2 client(s): 2 cores / 1"
 
 
+def test_cores_rows_compare_the_guest_boots_with_each_other() -> None:
+    row = {"mode": "threads", "workload": "model invoke", "clients": 1}
+    summary = {
+        "cores": [
+            row | {"where": "guest_cores2", "cores": 2, "per_s": 120.0},
+            row | {"where": "guest_cores1", "cores": 1, "per_s": 150.0},
+        ]
+    }
+    rows = performance.cores_rows(summary)
+    assert [(r[2], r[3], r[4]) for r in rows] == [
+        ("guest threads, model invoke, 1 client(s): 2 cores / 1", "0.80x", False)
+    ]
+
+
 def test_plan_skips_parts_and_boots_once_per_core_count(tmp_path: Path) -> None:
     names = [n for n, _ in performance.plan(tmp_path, performance.QUICK, [2, 1])]
-    assert names == ["model_bench", "corpus", "shim", "guest_cores2", "guest_cores1"]
+    assert names == ["model_bench", "corpus", "invoke_split", "shim", "guest_cores2", "guest_cores1"]
     cmd = dict(performance.plan(tmp_path, performance.QUICK, [1]))["guest_cores1"]
     assert cmd[cmd.index("--npu-cores") + 1] == "1" and "--kernel" in cmd[-1]
 
