@@ -19,13 +19,16 @@ that doorbell. Threads serve it:
   the core's owner and only hands each job over, so the command processor's
   Python no longer shares one GIL between cores.
 
-A queue kick wakes the core threads directly: every thread hand-off is a
+A queue kick wakes a core thread directly: every thread hand-off is a
 wake-up plus a GIL transfer, tens of microseconds on a busy host, and the
-empty-job round trip is mostly such hand-offs. The queue doorbell is an
-eventfd (given as ``queue_fd``, the ivshmem server passes QEMU's eventfd of
-the queue vector; else the Npu makes its own) that every idle core thread
-waits on, so a guest doorbell reaches a thread that runs the job with no
-thread in between when the job is for the core that woke first.
+empty-job round trip is mostly such hand-offs. Each core has its own queue
+doorbell (vector ``VEC_QUEUE + core``), an eventfd its thread waits on
+(given as ``queue_fds``: the ivshmem server passes QEMU's eventfds of the
+queue vectors; else the Npu makes its own), so a guest doorbell reaches the
+thread that runs the job with no thread in between, and wakes no other core:
+one doorbell shared by the cores woke every idle core thread for each job,
+which made two cores slower than one. The doorbells of cores the device lacks
+are core 0's.
 
 Keeping control apart is what lets a RESET be served while a job hangs in
 WAIT: the control thread sets the reset cores' abort events, their jobs end,
@@ -48,7 +51,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -107,6 +110,8 @@ class Core:
 
     index: int
     wake: int  # an eventfd: entries were queued for this core
+    doorbells: tuple[int, ...] = ()  # eventfds of its queue doorbell (core 0: and the absent cores')
+    doorbell_wakes: int = 0  # wake-ups of its thread by its queue doorbell
     queue: deque[SqEntry] = field(default_factory=deque)  # guarded by Npu._dispatch_lock
     lock: threading.Lock = field(default_factory=threading.Lock)  # held while it runs a job
     # A RESET of this core; a SharedAbort when a worker process runs its jobs.
@@ -142,7 +147,7 @@ class Npu:
         memory: SystemMemory,
         raise_irq: Callable[[int], None],
         device_peer: int = 0,
-        queue_fd: int | None = None,
+        queue_fds: Sequence[int] | None = None,
         fw_pubkey: Ed25519PublicKey | None = None,
         num_cores: int = DEFAULT_CORES,
         sq_poll_us: int = DEFAULT_LIMIT_US,
@@ -168,18 +173,27 @@ class Npu:
         self._pending = 0
         self._kick_lock = threading.Lock()
         self._kicked = threading.Event()
-        # The queue doorbell: QEMU's eventfd for the queue vector, or one of our own.
-        self._own_queue_fd = queue_fd is None
-        self._queue_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if queue_fd is None else queue_fd
+        # The queue doorbells, one per possible core: QEMU's eventfds for the queue vectors, or our
+        # own (then a core the device lacks shares core 0's).
+        if queue_fds is None:
+            self._own_queue_fds = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(num_cores)]
+            self._queue_fds = self._own_queue_fds + [self._own_queue_fds[0]] * (hw.MAX_CORES - num_cores)
+        elif len(queue_fds) != hw.MAX_CORES:
+            raise ValueError(f"queue_fds must be {hw.MAX_CORES} eventfds, one per possible core")
+        else:
+            self._own_queue_fds = []
+            self._queue_fds = list(queue_fds)
         self.queue_kicks = 0  # wake-ups of a core thread by a queue doorbell
         self._stop = threading.Event()
         self._dispatch_lock = threading.Lock()  # SQ_HEAD and the cores' queues
         self._cq_lock = threading.Lock()  # the completion queue and REG_JOBS_DONE
         self._reg_lock = threading.Lock()  # read-modify-write device counters (REG_IRQ_*)
+        absent = tuple(dict.fromkeys(self._queue_fds[num_cores:]))  # rung by no core of this device
         self.cores = [
             Core(
                 i,
                 os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC),
+                doorbells=tuple(dict.fromkeys((self._queue_fds[i], *(absent if i == 0 else ())))),
                 poller=SqPoller(sq_poll_us, sq_poll_control, f"core {i}"),
             )
             for i in range(num_cores)
@@ -277,8 +291,8 @@ class Npu:
     # --- doorbell -----------------------------------------------------------------
     def kick(self, vector: int) -> None:
         """The doorbell: note the vector and return at once. Kicks coalesce."""
-        if vector == hw.VEC_QUEUE:
-            os.eventfd_write(self._queue_fd, 1)
+        if hw.VEC_QUEUE <= vector < hw.VEC_QUEUE + hw.MAX_CORES:
+            os.eventfd_write(self._queue_fds[vector - hw.VEC_QUEUE], 1)
         elif vector == hw.VEC_CONTROL and self._r32(hw.REG_CMD) == hw.CMD_NOP:
             # Acknowledged here, with no thread hand-off: the doorbell -> MSI-X floor that a
             # job's round trip is measured against (bench --kernel).
@@ -312,8 +326,8 @@ class Npu:
                 os.close(core.wake)
                 if isinstance(core.abort, SharedAbort):
                     core.abort.close()
-        if self._own_queue_fd:
-            os.close(self._queue_fd)
+        for fd in self._own_queue_fds:
+            os.close(fd)
 
     def __enter__(self) -> Npu:
         return self
@@ -532,12 +546,14 @@ class Npu:
             return core.queue.popleft()
 
     def _wait_kick(self, core: Core) -> None:
-        """Block until the queue doorbell rings or entries arrive for this core (counts coalesce)."""
-        ready, _, _ = select.select([self._queue_fd, core.wake], [], [])
+        """Block until the core's queue doorbell rings or entries arrive for it (counts coalesce)."""
+        ready, _, _ = select.select([*core.doorbells, core.wake], [], [])
         if core.wake in ready:
             _eventfd_drain(core.wake)
-        if self._queue_fd in ready and _eventfd_drain(self._queue_fd):
-            self.queue_kicks += 1
+        for fd in core.doorbells:
+            if fd in ready and _eventfd_drain(fd):
+                core.doorbell_wakes += 1
+                self.queue_kicks += 1
 
     def _sq_work(self, core: Core) -> bool:
         """Work for an idle core: new SQ entries, entries queued for it, or a stop or RESET."""

@@ -14,11 +14,12 @@ On the socket, for its single client (QEMU), the server sends
    ``NUM_VECTORS`` vectors: int64 peer id with one eventfd.
 
 QEMU turns a guest write of ``(peer << 16) | vector`` to BAR0's Doorbell
-into a write to that peer's eventfd for ``vector``. The NPU's execution
-thread waits on its queue-vector eventfd itself (a job doorbell wakes the
+into a write to that peer's eventfd for ``vector``. Each NPU core's thread
+waits on its own queue vector's eventfd itself (a job doorbell wakes the
 thread that runs the job, with no hand-off); the server's event loop reads
-the other vectors' eventfds and calls ``Npu.kick(vector)``. The NPU interrupts the guest by
-writing the guest's eventfd for a vector, which QEMU delivers as MSI-X.
+the other vectors' eventfds and calls ``Npu.kick(vector)``. The NPU
+interrupts the guest by writing the guest's eventfd for a vector, which QEMU
+delivers as MSI-X.
 
 QEMU reads the first three messages while it starts, so the socket must be
 listening before QEMU is launched, and QEMU cannot reconnect: when the
@@ -215,13 +216,13 @@ class DeviceServer:
         if self.num_cores is not None:
             extra["num_cores"] = self.num_cores
         self.memory = FileMemory(self.ram_path, self.ram_size)
-        # The job doorbell's eventfd goes to the NPU's execution thread (see the module doc).
+        # The queue vectors' eventfds go to the NPU's core threads (see the module doc).
         return factory(
             self.bar2,
             self.memory,
             self.irq,
             DEVICE_PEER,
-            queue_fd=self.device.fds[hw_layout.VEC_QUEUE],
+            queue_fds=self.device.fds[hw_layout.VEC_QUEUE : hw_layout.VEC_QUEUE + hw_layout.MAX_CORES],
             **extra,
         )
 
@@ -263,7 +264,7 @@ class DeviceServer:
                         send_setup(client, GUEST_PEER, self.shm_fd, [self.device, self.guest])
                         sel.register(client, selectors.EVENT_READ, ("client", None))
                         for vector, fd in enumerate(self.device.fds):
-                            if vector != hw_layout.VEC_QUEUE:
+                            if not hw_layout.VEC_QUEUE <= vector < hw_layout.VEC_QUEUE + hw_layout.MAX_CORES:
                                 sel.register(fd, selectors.EVENT_READ, ("doorbell", vector))
                         log.info("QEMU connected as peer %d", GUEST_PEER)
                     elif kind == "client":

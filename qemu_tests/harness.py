@@ -36,6 +36,7 @@ from qemu_tests import (
     matrix,
     preflight,
 )
+from uapi import hw_layout
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
@@ -383,7 +384,7 @@ def qemu_opts(
         f"-object memory-backend-file,id=vnpu-ram,size={GUEST_RAM},share=on,mem-path={ram}",
         "-machine memory-backend=vnpu-ram",
         f"-chardev socket,path={sock},id=vnpu-ivs",
-        "-device ivshmem-doorbell,chardev=vnpu-ivs,vectors=2",
+        f"-device ivshmem-doorbell,chardev=vnpu-ivs,vectors={hw_layout.NUM_VECTORS}",
     ]
     if foreign_sock is not None:
         opts += foreign_ivshmem.qemu_opts(foreign_sock)

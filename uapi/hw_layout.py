@@ -115,9 +115,10 @@ AUTOSUSPEND_DELAY_MS = 100
 # --- Submission queue: the driver produces, the device consumes ------------
 # HEAD and TAIL are free-running u32 counters; entry i is at
 # SQ_BASE + (i % SQ_ENTRIES) * SQ_ENTRY_SIZE. The driver fills an entry,
-# then advances SQ_TAIL, then rings VEC_QUEUE. The device moves every entry
-# to its core's own queue (SQ_HEAD advances then); each core runs its
-# entries one at a time, in queue order; different cores run at once.
+# then advances SQ_TAIL, then rings the entry's core's doorbell (VEC_QUEUE +
+# core). The device moves every entry to its core's own queue (SQ_HEAD
+# advances then); each core runs its entries one at a time, in queue order;
+# different cores run at once.
 SQ_HEAD = 0x1000  # u32, written by the device
 SQ_TAIL = 0x1004  # u32, written by the driver
 SQ_BASE = 0x1100
@@ -146,11 +147,15 @@ CQE_FAULT_VA = 0x10  # u64 faulting VA when STATUS is -EFAULT
 CQE_CYCLES = 0x18  # u64 modelled cycles (instructions executed)
 
 # --- Doorbell vectors (driver -> device) and MSI-X vectors (device -> driver)
-VEC_QUEUE = 0
-VEC_CONTROL = 1
+# Each core has its own queue doorbell, VEC_QUEUE + core: the driver rings the
+# one of the core whose entry it wrote, so only that core wakes up. Any queue
+# doorbell moves every new entry to its core's queue.
+VEC_CONTROL = 0
+VEC_QUEUE = 1  # core 0's queue doorbell; core i's is VEC_QUEUE + i
 IRQ_COMPLETION = 0
 IRQ_CONTROL = 1
-NUM_VECTORS = 2
+NUM_IRQS = 2  # the MSI-X vectors the driver requests
+NUM_VECTORS = VEC_QUEUE + MAX_CORES  # ivshmem's vectors: doorbells (and MSI-X table entries)
 
 # --- Device MMU: two-level page tables in guest RAM -------------------------
 # VA bits [29:21] index the L1 table, [20:12] the L2 table, [11:0] the page.

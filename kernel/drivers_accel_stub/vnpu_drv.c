@@ -328,9 +328,9 @@ static int vnpu_irq_init(struct vnpu_device *vdev)
 	struct pci_dev *pdev = vdev->pdev;
 	int ret;
 
-	ret = pci_alloc_irq_vectors(pdev, VNPU_NUM_VECTORS, VNPU_NUM_VECTORS, PCI_IRQ_MSIX);
+	ret = pci_alloc_irq_vectors(pdev, VNPU_NUM_IRQS, VNPU_NUM_IRQS, PCI_IRQ_MSIX);
 	if (ret < 0) {
-		drm_err(&vdev->drm, "cannot enable %u MSI-X vectors: %d\n", VNPU_NUM_VECTORS, ret);
+		drm_err(&vdev->drm, "cannot enable %u MSI-X vectors: %d\n", VNPU_NUM_IRQS, ret);
 		return ret;
 	}
 	vdev->irq_completion = pci_irq_vector(pdev, VNPU_IRQ_COMPLETION);

@@ -42,7 +42,7 @@ static inline void vnpu_wr64(struct vnpu_device *vdev, u32 off, u64 val)
 /**
  * vnpu_ring() - ring the device model's doorbell
  * @vdev: the device
- * @vector: VNPU_VEC_QUEUE or VNPU_VEC_CONTROL
+ * @vector: VNPU_VEC_CONTROL, or a core's queue doorbell VNPU_VEC_QUEUE + core
  *
  * One aligned 32-bit write: QEMU forwards it to the peer's eventfd for
  * @vector. writel() orders it after every earlier write to BAR2 and to

@@ -159,7 +159,8 @@ static void vnpu_job_write_sqe(struct vnpu_device *vdev, struct vnpu_job *job)
 	vdev->sq_tail++;
 	/* writel() orders the entry before the new tail, the tail before the kick. */
 	vnpu_wr32(vdev, VNPU_SQ_TAIL, vdev->sq_tail);
-	vnpu_ring(vdev, VNPU_VEC_QUEUE);
+	/* The core's own doorbell: only that core wakes up in the device. */
+	vnpu_ring(vdev, VNPU_VEC_QUEUE + job->core->index);
 }
 
 /*

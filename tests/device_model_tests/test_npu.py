@@ -84,7 +84,7 @@ class Driver:
         self.w32(e + hw.SQE_CORE, core)
         self.w32(hw.SQ_TAIL, tail + 1)
         if kick:
-            self.npu.kick(hw.VEC_QUEUE)
+            self.npu.kick(hw.VEC_QUEUE + core)  # the entry's core's doorbell
         return seqno
 
     def wait_cq(self, count: int) -> None:
@@ -308,8 +308,9 @@ def test_reset_aborts_a_hung_wait_and_drops_the_queue(drv: Driver) -> None:
     drv.enqueue(NOP_JOB)
     drv.enqueue(NOP_JOB)
     time.sleep(0.1)
-    # Hung in WAIT; the device took all three entries to core 0's own queue.
-    assert drv.r32(hw.CQ_TAIL) == 0 and drv.r32(hw.SQ_HEAD) == 3
+    # Hung in WAIT. The NOPs are in core 0's own queue if they were on the ring when core 0 woke,
+    # else still on the ring: only core 0's doorbell rang, and core 0 is busy.
+    assert drv.r32(hw.CQ_TAIL) == 0 and drv.r32(hw.SQ_HEAD) in (1, 3)
     t0 = time.monotonic()
     assert drv.control(hw.CMD_RESET) == 0
     assert time.monotonic() - t0 < 1
@@ -352,6 +353,18 @@ def test_cores_run_at_once_and_each_in_order(drv: Driver) -> None:
     drv.wait_cq(2)
     assert [(c.seqno, c.core) for c in drv.drain()] == [(blocked, 0), (behind, 0)]
     assert [c.jobs_done for c in drv.npu.cores] == [2, 3]
+
+
+@both_modes
+def test_a_queue_doorbell_wakes_only_its_core(drv: Driver) -> None:
+    assert drv.boot(build_image(default_image(), dev_private_key())) == 0
+    for core in (0, 0, 0, 1, 0):
+        s = drv.enqueue(NOP_JOB, core=core)
+        drv.wait_cq(1)
+        assert [(c.seqno, c.core) for c in drv.drain()] == [(s, core)]
+        time.sleep(0.01)  # the core is back asleep on its doorbell before the next one rings
+    # One wake-up per job of its own (a shared doorbell woke both cores for each of the five).
+    assert [c.doorbell_wakes for c in drv.npu.cores] == [4, 1]
 
 
 @both_modes

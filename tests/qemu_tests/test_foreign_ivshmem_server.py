@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from qemu_tests import foreign_ivshmem, harness
+from uapi import hw_layout as hw
 
 
 def _recv_msg(conn: socket.socket) -> tuple[int, list[int]]:
@@ -54,7 +55,7 @@ def test_the_foreign_device_comes_after_the_npu() -> None:
         ["true"], Path("/tmp/s.sock"), Path("/dev/shm/r"), Path("/tmp/o"), 2, kernel, Path("/tmp/f.sock")
     )
     (opts,) = [c for c in cmd if c.startswith("--qemu-opts=")]
-    npu = opts.index("-device ivshmem-doorbell,chardev=vnpu-ivs,vectors=2")
+    npu = opts.index(f"-device ivshmem-doorbell,chardev=vnpu-ivs,vectors={hw.NUM_VECTORS}")
     foreign = opts.index(f"-device ivshmem-doorbell,chardev={foreign_ivshmem.CHARDEV_ID},vectors=1")
     assert "-chardev socket,path=/tmp/f.sock,id=foreign-ivs" in opts
     assert npu < foreign  # the NPU keeps its PCI slot

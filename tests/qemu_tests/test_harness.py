@@ -14,6 +14,7 @@ import pytest
 
 from device_model.qemu_server import parse_size
 from qemu_tests import harness
+from uapi import hw_layout
 
 
 def _qemu_options(opts: str) -> list[tuple[str, str, dict[str, str]]]:
@@ -56,7 +57,7 @@ def test_vng_command_is_tcg_with_shared_ram_and_ivshmem() -> None:
     # The NPU: an ivshmem-doorbell device on the device model's socket, two MSI-X vectors.
     assert by_id["vnpu-ivs"] == ("-chardev", "socket", {"path": "/tmp/s.sock", "id": "vnpu-ivs"})
     (npu,) = [p for flag, kind, p in options if (flag, kind) == ("-device", "ivshmem-doorbell")]
-    assert npu == {"chardev": "vnpu-ivs", "vectors": "2"}
+    assert npu == {"chardev": "vnpu-ivs", "vectors": str(hw_layout.NUM_VECTORS)}
     # The repo (and its venv) is re-mounted read-only with a page cache: imports under TCG are slow.
     flag, kind, fs0 = by_id["vnpu-fs0"]
     assert (flag, kind) == ("-fsdev", "local")

@@ -483,7 +483,7 @@ class ShimDevice:
         doorbell when the core is busy."""
         if not self.npu.run_here(core):
             probe.mark("shim.doorbell")
-            self.ring(hw.VEC_QUEUE)
+            self.ring(hw.VEC_QUEUE + core)
 
     def new_seqno(self) -> int:
         return next(self._seqnos)
@@ -516,6 +516,7 @@ class ShimDevice:
         if not self.backlog:
             return None
         pushed = 0
+        rung: set[int] = set()  # the cores given entries: each one's doorbell rings
         alone = False
         waiting: set[int] = set()  # files with an earlier job still in the backlog
         for job in list(self.backlog):
@@ -533,12 +534,13 @@ class ShimDevice:
             alone = job is here and not self.inflight[core]
             self._write_sqe(job, core)
             pushed += 1
+            rung.add(core)
         if pushed == 1 and alone:
             assert here is not None
             return here.core
-        if pushed:
+        for core in sorted(rung):
             probe.mark("shim.doorbell")
-            self.ring(hw.VEC_QUEUE)
+            self.ring(hw.VEC_QUEUE + core)
         return None
 
     def _write_sqe(self, job: ShimJob, core: int) -> None:
