@@ -101,11 +101,12 @@ static int vnpu_open(struct drm_device *drm, struct drm_file *file)
 	ret = vnpu_vm_init(vdev, &ctx->vm);
 	if (ret)
 		goto err_ida;
-	/* Any core: the scheduler keeps the entity on one while a job of it is unfinished. */
+	/* Any core: vnpu_job_pick_core() chooses one for each job. */
 	ret = drm_sched_entity_init(&fpriv->entity, DRM_SCHED_PRIORITY_NORMAL, vdev->scheds,
 				    vdev->num_cores, NULL);
 	if (ret)
 		goto err_vm;
+	mutex_init(&fpriv->push_lock);
 
 	vnpu_job_sched_get(vdev);
 	kref_init(&ctx->ref);
@@ -153,6 +154,7 @@ static void vnpu_postclose(struct drm_device *drm, struct drm_file *file)
 	WRITE_ONCE(fpriv->ctx->closed, true);
 	vnpu_job_file_closed(vdev);
 	drm_sched_entity_destroy(&fpriv->entity);
+	mutex_destroy(&fpriv->push_lock);
 	vnpu_job_sched_put(vdev);
 	vnpu_ctx_put(fpriv->ctx);
 	kfree(fpriv);

@@ -276,11 +276,14 @@ struct vnpu_ctx {
  * @vdev: the device
  * @ctx: the file's context
  * @entity: scheduler entity of the file's jobs
+ * @push_lock: makes choosing the core, arming and pushing one step per job, so
+ *             a file's jobs reach the entity in the order of their fences
  */
 struct vnpu_file_priv {
 	struct vnpu_device *vdev;
 	struct vnpu_ctx *ctx;
 	struct drm_sched_entity entity;
+	struct mutex push_lock; /* see above */
 };
 
 /* vnpu_drv.c */

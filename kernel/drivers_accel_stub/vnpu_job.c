@@ -1294,12 +1294,53 @@ static int vnpu_job_add_implicit_deps(struct vnpu_job *job)
 	return 0;
 }
 
-/* Arm and queue a fully prepared job; cannot fail. Reservations are locked. */
-static void vnpu_job_push(struct vnpu_job *job)
+/*
+ * The core for the file's next job. While a job of the entity is unfinished
+ * the scheduler keeps the entity where it is whatever this says. Otherwise it
+ * is the core with the lowest scheduler score (entities on it and unfinished
+ * jobs), the entity's own core on a tie. drm_sched_pick_best() alone counts
+ * an idle entity against the core it is on and so moves a lone file to
+ * another core at every job, waking the other core's thread in the device
+ * and leaving each core's caches cold; it also spreads one file's jobs over
+ * cores whose throughput it does not gain from.
+ */
+static void vnpu_job_pick_core(struct vnpu_file_priv *fpriv)
+{
+	struct drm_sched_entity *entity = &fpriv->entity;
+	struct vnpu_device *vdev = fpriv->vdev;
+	struct drm_gpu_scheduler *own = entity->rq ? entity->rq->sched : NULL;
+	unsigned int i, pick = 0, best = UINT_MAX;
+
+	lockdep_assert_held(&fpriv->push_lock);
+	if (vdev->num_cores == 1)
+		return;
+	for (i = 0; i < vdev->num_cores; i++) {
+		struct drm_gpu_scheduler *sched = vdev->scheds[i];
+		unsigned int score = atomic_read(sched->score);
+
+		if (sched == own) {
+			/* Not itself (counted while on the core's run queue); first on a tie. */
+			if (score && !list_empty(&entity->list))
+				score--;
+			if (score <= best) {
+				best = score;
+				pick = i;
+			}
+		} else if (score < best) {
+			best = score;
+			pick = i;
+		}
+	}
+	drm_sched_entity_modify_sched(entity, &vdev->scheds[pick], 1);
+}
+
+/* Arm and queue a fully prepared job; cannot fail. Reservations and the push lock are held. */
+static void vnpu_job_push(struct vnpu_file_priv *fpriv, struct vnpu_job *job)
 {
 	struct dma_fence *finished;
 	u32 i;
 
+	vnpu_job_pick_core(fpriv);
 	drm_sched_job_arm(&job->base);
 	finished = &job->base.s_fence->finished;
 	for (i = 0; i < job->bo_count; i++)
@@ -1327,6 +1368,7 @@ static void vnpu_job_push(struct vnpu_job *job)
 int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file)
 {
 	struct vnpu_device *vdev = to_vnpu_device(drm);
+	struct vnpu_file_priv *fpriv = file->driver_priv;
 	struct drm_vnpu_submit *args = data;
 	struct ww_acquire_ctx acquire;
 	struct drm_gem_object **objs = NULL;
@@ -1374,8 +1416,10 @@ int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file)
 			goto out_unlock;
 	}
 
+	mutex_lock(&fpriv->push_lock);
 	for (i = 0; i < n_jobs; i++)
-		vnpu_job_push(jobs[i]);
+		vnpu_job_push(fpriv, jobs[i]);
+	mutex_unlock(&fpriv->push_lock);
 	/* The scheduler owns the jobs now. */
 	n_jobs = 0;
 out_unlock:

@@ -496,9 +496,10 @@ class ShimDevice:
                     return core
         return None
 
-    def _least_loaded(self) -> int:
-        best, fewest = 0, len(self.inflight[0])
-        for core in range(1, self.num_cores):
+    def _least_loaded(self, own: int) -> int:
+        """The core with the fewest jobs on the ring, ``own`` (the file's last core) on a tie."""
+        best, fewest = own, len(self.inflight[own])
+        for core in range(self.num_cores):
             if len(self.inflight[core]) < fewest:
                 best, fewest = core, len(self.inflight[core])
         return best
@@ -507,8 +508,9 @@ class ShimDevice:
         """Put every job that may run on the ring, in submission order per file (drm_sched's part).
 
         A job goes when its dependencies have signalled and no earlier job of its file is still
-        waiting; to the core its file's jobs are on, else to the least loaded core (drm_sched
-        moves an entity only when it has nothing unfinished); while that core has credits.
+        waiting; to the core its file's jobs are on, else to the least loaded core, the file's
+        last core on a tie (vnpu.ko's vnpu_job_pick_core: drm_sched moves an entity only when it
+        has nothing unfinished); while that core has credits.
 
         The doorbell rings for what was pushed, except when all that was pushed is ``here`` on a
         core that had nothing else: then that core is returned, for the caller to run it.
@@ -526,7 +528,7 @@ class ShimDevice:
                 continue
             core = self._file_core(job.file)
             if core is None:
-                core = self._least_loaded()
+                core = self._least_loaded(job.file.last_core)
             if len(self.inflight[core]) >= self.credits:
                 waiting.add(fid)
                 continue
@@ -550,6 +552,7 @@ class ShimDevice:
         root, ctx = file.aspace.root, file.file_id
         _SQE.pack_into(self.bar2, slot, job.seqno, root, job.cmd_va, job.cmd_size, 0, ctx, core)
         job.core = core
+        file.last_core = core
         job.pushed_ns = _now()
         self.inflight[core].append(job)
         self.sq_tail = (self.sq_tail + 1) & 0xFFFFFFFF

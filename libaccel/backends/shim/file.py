@@ -140,6 +140,7 @@ class ShimBackend(Backend):
         self._bo_lists: dict[bytes, tuple[list[tuple[ShimBo, int]], list[BoRange]]] = {}
         self._checked: dict[tuple[bytes, bytes], bool] = {}
         self._closed = False
+        self.last_core = 0  # the core of its last job: its next one goes there on a tie (ShimDevice)
         self._handlers = {
             b.IOCTLS["DRM_IOCTL_VERSION"]: self._version,
             b.IOCTLS["DRM_IOCTL_GEM_CLOSE"]: self._gem_close,
