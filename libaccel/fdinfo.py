@@ -9,7 +9,8 @@ per statistic after the generic ``pos``/``flags``/``mnt_id``/``ino`` lines. vnpu
 - ``drm-total-memory``, ``drm-shared-memory``, ``drm-active-memory``, ``drm-resident-memory``,
   ``drm-purgeable-memory``: bytes, printed with an optional ``KiB``/``MiB`` unit.
 - ``vnpu-jobs: N``: the driver's own key (as amdgpu's ``amd-*``): this file's jobs that ended,
-  whatever their status (a per-client jobs/s for ``accel top``).
+  whatever their status (a per-client jobs/s for ``accel top``);
+- ``vnpu-jobs-core<i>: N``, one per NPU core: those of them that ran, by the core they ran on.
 
 :func:`parse` turns the text into a :class:`FdInfo`; :func:`read` reads one file
 descriptor's. Keys this module does not know are kept in :attr:`FdInfo.other`, so a key the
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 _LINE = re.compile(r"(?P<key>[^:\s]+):\s*(?P<value>.*?)\s*")
 _SIZE_UNITS = {"": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 _TIME_UNITS = {"ns": 1}
+_JOBS_CORE = re.compile(r"vnpu-jobs-core(\d+)")
 # drm-<stat>-<region> memory keys (drm_print_memory_stats()); drm-memory-<region> is the older form.
 MEMORY_STATS = ("total", "shared", "active", "resident", "purgeable", "memory")
 
@@ -47,6 +49,7 @@ class FdInfo:
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
     other: dict[str, str] = field(default_factory=dict)
     jobs: int | None = None  # vnpu-jobs; None for a kernel that does not print it
+    jobs_by_core: dict[int, int] = field(default_factory=dict)  # vnpu-jobs-core<i>: core -> jobs
 
     def engine_ns(self, name: str = "npu") -> int:
         """Busy time of engine ``name`` in ns (0 when the driver does not report it)."""
@@ -74,6 +77,7 @@ def parse(text: str) -> FdInfo:
     memory: dict[str, dict[str, int]] = {}
     other: dict[str, str] = {}
     jobs: int | None = None
+    jobs_by_core: dict[int, int] = {}
     for line in text.splitlines():
         m = _LINE.fullmatch(line)
         if not m:
@@ -81,6 +85,9 @@ def parse(text: str) -> FdInfo:
         key, value = m["key"], m["value"]
         if key == "vnpu-jobs":
             jobs = _number(key, value, {"": 1})
+            continue
+        if (core := _JOBS_CORE.fullmatch(key)) is not None:
+            jobs_by_core[int(core[1])] = _number(key, value, {"": 1})
             continue
         if not key.startswith("drm-"):
             continue  # pos, flags, mnt_id, ino: the VFS's, not DRM's
@@ -99,7 +106,7 @@ def parse(text: str) -> FdInfo:
             other[key] = value
     if driver is None:
         raise FdInfoError("no drm-driver key: not an open DRM device file, or a kernel without fdinfo stats")
-    return FdInfo(driver, client_id, pdev, engines, memory, other, jobs)
+    return FdInfo(driver, client_id, pdev, engines, memory, other, jobs, jobs_by_core)
 
 
 def read(fd: int, pid: int | str = "self") -> FdInfo:

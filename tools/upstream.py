@@ -601,8 +601,8 @@ def doc_pages(uapi_files: list[str], driver_files: dict[str, str]) -> dict[str, 
             "",
         ]
     index += [
-        "Per-file usage statistics (``drm-engine-npu``, memory, ``vnpu-jobs``) are in",
-        "fdinfo (Documentation/gpu/drm-usage-stats.rst); device state and counters",
+        "Per-file usage statistics (``drm-engine-npu``, memory, ``vnpu-jobs``, ``vnpu-jobs-core<i>``)",
+        "are in fdinfo (Documentation/gpu/drm-usage-stats.rst); device state and counters",
         "are in debugfs.",
         "",
     ]

@@ -234,11 +234,15 @@ static int vnpu_ioctl_get_param(struct drm_device *drm, void *data, struct drm_f
 static void vnpu_show_fdinfo(struct drm_printer *p, struct drm_file *file)
 {
 	struct vnpu_file_priv *fpriv = file->driver_priv;
+	u32 i;
 
 	drm_printf(p, "drm-engine-npu:\t%llu ns\n", vnpu_job_busy_ns(fpriv->ctx));
 	drm_show_memory_stats(p, file);
-	/* Driver-specific key (as amdgpu's amd-*): jobs of this file that ended. */
+	/* Driver-specific keys (as amdgpu's amd-*): jobs of this file that ended, and by core. */
 	drm_printf(p, "vnpu-jobs:\t%llu\n", (u64)atomic64_read(&fpriv->ctx->jobs_ended));
+	for (i = 0; i < fpriv->vdev->num_cores; i++)
+		drm_printf(p, "vnpu-jobs-core%u:\t%llu\n", i,
+			   (u64)atomic64_read(&fpriv->ctx->jobs_ended_on[i]));
 }
 
 static const struct drm_ioctl_desc vnpu_ioctls[] = {

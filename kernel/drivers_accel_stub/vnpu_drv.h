@@ -243,6 +243,8 @@ struct vnpu_vm {
  *	ended (fdinfo drm-engine-npu; the running job is added when read)
  * @jobs_ended: this file's jobs that ended, whatever their status (fdinfo
  *	vnpu-jobs, a per-client jobs/s for accel top)
+ * @jobs_ended_on: those of them that ran, by the core they ran on (fdinfo
+ *	vnpu-jobs-coreN)
  * @closed: the file has been closed: its jobs are cancelled
  * @cmdbuf_lock: protects @cmdbuf_pool and @cmdbuf_pool_bytes
  * @cmdbuf_pool: idle command buffers kept for reuse (vnpu_cmdbuf.c)
@@ -263,6 +265,7 @@ struct vnpu_ctx {
 	atomic_t jobs_in_flight;
 	atomic64_t busy_ns;
 	atomic64_t jobs_ended;
+	atomic64_t jobs_ended_on[VNPU_MAX_CORES];
 	bool closed;
 	spinlock_t cmdbuf_lock; /* protects @cmdbuf_pool and @cmdbuf_pool_bytes */
 	struct list_head cmdbuf_pool;

@@ -290,6 +290,8 @@ static void vnpu_job_account(struct vnpu_device *vdev, struct vnpu_job *job, int
 	u32 i;
 
 	atomic64_inc(&job->ctx->jobs_ended);
+	if (job->core)
+		atomic64_inc(&job->ctx->jobs_ended_on[job->core->index]);
 	for (i = 0; i < job->bo_count; i++)
 		if (job->bos[i].flags & DRM_VNPU_JOB_BO_WRITE)
 			vnpu_bo_set_status(job->bos[i].bo, status, fault_va);

@@ -86,3 +86,24 @@ def test_running_job_counts_while_it_runs(long_job_timeout, dev) -> None:
     done = _stats(dev)
     assert done.engine_ns() >= second.engine_ns()
     assert done.memory_bytes("active") == 0
+
+
+def test_a_lone_files_jobs_stay_on_one_core(dev) -> None:
+    """One file's jobs, each waited for: the same core every time (vnpu_job_pick_core())."""
+    from libaccel import Job, JobBo
+
+    before = _stats(dev)
+    cores = dev.params.num_cores
+    assert sorted(before.jobs_by_core) == list(range(cores))
+    out = dev.create_bo(4096)
+    s = fill_stream(out.va, 64, 3)
+    cmd = dev.create_bo_with(s, read_only=True)
+    for _ in range(20):
+        dev.submit(Job(cmd, len(s), [JobBo(out, write=True)]))
+        assert out.wait(timeout=30).status == 0
+    ran = {c: n - before.jobs_by_core[c] for c, n in _stats(dev).jobs_by_core.items()}
+    assert sum(ran.values()) == 20
+    # drm_sched_pick_best() alone would alternate between the cores of an idle device.
+    assert sorted(ran.values())[-1] == 20, f"jobs by core: {ran}"
+    cmd.close()
+    out.close()

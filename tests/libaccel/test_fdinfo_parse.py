@@ -25,6 +25,7 @@ def test_parse_vnpu_sample() -> None:
     }
     assert info.memory_bytes("resident") == 1028 << 10
     assert info.jobs == 20
+    assert info.jobs_by_core == {0: 20, 1: 0}  # a lone file's jobs stay on one core
     assert info.other == {}
 
 
