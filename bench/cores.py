@@ -26,7 +26,8 @@ shim's process and its core workers per second), the direct sign of whether a se
 really used a second CPU; the guest's share of the host is not visible from inside it.
 
 On the kernel device the clients are processes (forked: a Python start-up costs seconds
-under TCG) and the core count is the device's (``python -m qemu_tests --npu-cores N``). The
+under TCG) and the cores are the device's (``python -m qemu_tests --npu-cores N``), all of them
+and core 0 alone through the driver's debugfs ``core_mask`` in the same boot. The
 shim's device lives inside one process, so its clients are threads sharing one shim device
 made with each core count in turn (``--repeat`` alternates them); their Python work shares
 the GIL with the device model's core threads, whose compute (numpy, the cffi MAC array) runs
@@ -500,12 +501,27 @@ def _fork(target: Callable[..., None], *args: Any) -> Any:
     return p
 
 
+def core_mask_files() -> list[Path]:
+    """vnpu.ko's debugfs ``core_mask`` of each device: the cores new jobs may go to (none without
+    debugfs, or on a vnpu.ko without the knob)."""
+    from libaccel import debugfs
+    from libaccel.errors import AccelError
+
+    try:
+        return [d / "core_mask" for d in debugfs.device_dirs(None) if (d / "core_mask").exists()]
+    except AccelError:
+        return []
+
+
 def kernel_table(
     client_counts: list[int], jobs: int, invokes: int, repeat: int = 1, beside_samples: int = 100
 ) -> CoresReport:
-    """The kernel device's rows, at the device's core count; clients are forked processes.
+    """The kernel device's rows; clients are forked processes.
 
-    Each row is the median of ``repeat`` runs.
+    With the driver's debugfs ``core_mask`` (root, debugfs mounted), the rows are those of every
+    core and of core 0 alone, in the same boot, alternating run by run (all cores, one, one, all,
+    ...) so that a change in the host's load hits both alike; without it, of every core only. Each row
+    is the median of ``repeat`` runs.
     """
     from libaccel import Device
 
@@ -524,14 +540,31 @@ def kernel_table(
     def sync() -> tuple[Any, Any, Any]:
         return ctx.Queue(), ctx.Event(), ctx.Queue()
 
+    masks = core_mask_files()
+    old = [f.read_text().strip() for f in masks]
+    counts = [cores, 1] if masks and cores > 1 else [cores]
+
+    def use_cores(n: int) -> None:
+        for f in masks:
+            f.write_text(str((1 << n) - 1))
+
     rows = []
-    for _ in range(repeat):
-        for workload, count in ((EMPTY, jobs), (MODEL, invokes)):
-            for clients in client_counts:
-                rows.append(
-                    _measure(_fork, sync, open_device, "kernel", "", cores, clients, workload, count, work)
-                )
-    beside = [_round_trip_beside(_fork, sync, open_device, "kernel", "", cores, work, beside_samples)]
+    beside = []
+    try:
+        for run in range(repeat):
+            for n in counts if run % 2 == 0 else counts[::-1]:  # A B B A: neither goes first always
+                use_cores(n)
+                for workload, count in ((EMPTY, jobs), (MODEL, invokes)):
+                    for clients in client_counts:
+                        args = ("kernel", "", n, clients, workload, count, work)
+                        rows.append(_measure(_fork, sync, open_device, *args))
+                if run == 0:
+                    beside.append(
+                        _round_trip_beside(_fork, sync, open_device, "kernel", "", n, work, beside_samples)
+                    )
+    finally:
+        for f, value in zip(masks, old, strict=True):
+            f.write_text(value)
     return CoresReport(median_rows(rows), beside)
 
 

@@ -214,6 +214,26 @@ static int vnpu_job_timeout_set(void *data, u64 val)
 DEFINE_DEBUGFS_ATTRIBUTE(vnpu_job_timeout_fops, vnpu_job_timeout_get, vnpu_job_timeout_set,
 			 "%llu\n");
 
+static int vnpu_core_mask_get(void *data, u64 *val)
+{
+	struct vnpu_device *vdev = data;
+
+	*val = READ_ONCE(vdev->core_mask);
+	return 0;
+}
+
+static int vnpu_core_mask_set(void *data, u64 val)
+{
+	struct vnpu_device *vdev = data;
+
+	if (!val || val & ~(u64)GENMASK(vdev->num_cores - 1, 0))
+		return -EINVAL;
+	WRITE_ONCE(vdev->core_mask, val);
+	return 0;
+}
+
+DEFINE_DEBUGFS_ATTRIBUTE(vnpu_core_mask_fops, vnpu_core_mask_get, vnpu_core_mask_set, "%#llx\n");
+
 static const struct drm_debugfs_info vnpu_debugfs_list[] = {
 	{ "state", vnpu_debugfs_state, 0 },
 	{ "counters", vnpu_debugfs_counters, 0 },
@@ -231,5 +251,8 @@ void vnpu_debugfs_init(struct vnpu_device *vdev)
 	/* The timeout of jobs that start from now on; GET_PARAM reports it. */
 	debugfs_create_file_unsafe("job_timeout_ms", 0600, vdev->drm.debugfs_root, vdev,
 				   &vnpu_job_timeout_fops);
+	/* The cores new jobs may go to (a file keeps its core while a job of it is unfinished). */
+	debugfs_create_file_unsafe("core_mask", 0600, vdev->drm.debugfs_root, vdev,
+				   &vnpu_core_mask_fops);
 	vnpu_fw_debugfs_init(vdev);
 }

@@ -130,6 +130,9 @@ struct vnpu_core {
  * @job_timeout_ms: the job timeout: the timeout_ms parameter at probe;
  *	debugfs job_timeout_ms changes it for jobs that start afterwards
  * @num_cores: the NPU's cores, from REG_NUM_CORES
+ * @core_mask: the cores a file's next job may be given (vnpu_job_pick_core()):
+ *	all of them at probe; debugfs core_mask narrows it, as amdgpu's
+ *	amdgpu_gfx_sched_mask does its rings
  * @cores: the cores, each with the scheduler that feeds it
  * @scheds: the cores' schedulers, the list every file's entity may run on
  * @sched_ref: users of the schedulers: the bound device, and each open file
@@ -176,6 +179,7 @@ struct vnpu_device {
 	u32 job_timeout_ms;
 
 	u32 num_cores;
+	u32 core_mask;
 	struct vnpu_core cores[VNPU_MAX_CORES];
 	struct drm_gpu_scheduler *scheds[VNPU_MAX_CORES];
 	struct kref sched_ref;

@@ -901,6 +901,7 @@ int vnpu_job_init(struct vnpu_device *vdev)
 		INIT_DELAYED_WORK(&vdev->cores[i].watchdog, vnpu_job_watchdog);
 		vdev->scheds[i] = &vdev->cores[i].sched;
 	}
+	vdev->core_mask = GENMASK(vdev->num_cores - 1, 0);
 	init_waitqueue_head(&vdev->idle_wq);
 	INIT_WORK(&vdev->cancel_work, vnpu_job_cancel_work);
 
@@ -1299,8 +1300,8 @@ static int vnpu_job_add_implicit_deps(struct vnpu_job *job)
 /*
  * The core for the file's next job. While a job of the entity is unfinished
  * the scheduler keeps the entity where it is whatever this says. Otherwise it
- * is the core with the lowest scheduler score (entities on it and unfinished
- * jobs), the entity's own core on a tie. drm_sched_pick_best() alone counts
+ * is the core of core_mask with the lowest scheduler score (entities on it and
+ * unfinished jobs), the entity's own core on a tie. drm_sched_pick_best() alone counts
  * an idle entity against the core it is on and so moves a lone file to
  * another core at every job, waking the other core's thread in the device
  * and leaving each core's caches cold; it also spreads one file's jobs over
@@ -1311,7 +1312,8 @@ static void vnpu_job_pick_core(struct vnpu_file_priv *fpriv)
 	struct drm_sched_entity *entity = &fpriv->entity;
 	struct vnpu_device *vdev = fpriv->vdev;
 	struct drm_gpu_scheduler *own = entity->rq ? entity->rq->sched : NULL;
-	unsigned int i, pick = 0, best = UINT_MAX;
+	u32 mask = READ_ONCE(vdev->core_mask);
+	unsigned int i, pick = __ffs(mask), best = UINT_MAX;
 
 	lockdep_assert_held(&fpriv->push_lock);
 	if (vdev->num_cores == 1)
@@ -1320,6 +1322,8 @@ static void vnpu_job_pick_core(struct vnpu_file_priv *fpriv)
 		struct drm_gpu_scheduler *sched = vdev->scheds[i];
 		unsigned int score = atomic_read(sched->score);
 
+		if (!(mask & BIT(i)))
+			continue;
 		if (sched == own) {
 			/* Not itself (counted while on the core's run queue); first on a tie. */
 			if (score && !list_empty(&entity->list))

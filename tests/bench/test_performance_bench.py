@@ -89,17 +89,18 @@ def test_cores_rows_compare_the_most_cores_with_one() -> None:
     assert rows[0][2] == "shim threads, empty job, 2 client(s): 2 cores / 1"
 
 
-def test_cores_rows_compare_the_guest_boots_with_each_other() -> None:
+def test_cores_rows_compare_within_a_guest_boot() -> None:
     row = {"mode": "threads", "workload": "model invoke", "clients": 1}
     summary = {
         "cores": [
             row | {"where": "guest_cores2", "cores": 2, "per_s": 120.0},
-            row | {"where": "guest_cores1", "cores": 1, "per_s": 150.0},
+            row | {"where": "guest_cores2", "cores": 1, "per_s": 150.0},  # core_mask 0x1, same boot
+            row | {"where": "guest_cores1", "cores": 1, "per_s": 999.0},  # another boot: not compared
         ]
     }
     rows = performance.cores_rows(summary)
     assert [(r[2], r[3], r[4]) for r in rows] == [
-        ("guest threads, model invoke, 1 client(s): 2 cores / 1", "0.80x", False)
+        ("guest_cores2 threads, model invoke, 1 client(s): 2 cores / 1", "0.80x", False)
     ]
 
 

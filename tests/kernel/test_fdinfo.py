@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import time
 
+import driver_knobs
 import numpy as np
+import pytest
 from kernel_helpers import fill_stream, hang_stream
 
 from libaccel import fdinfo
@@ -105,5 +108,37 @@ def test_a_lone_files_jobs_stay_on_one_core(dev) -> None:
     assert sum(ran.values()) == 20
     # drm_sched_pick_best() alone would alternate between the cores of an idle device.
     assert sorted(ran.values())[-1] == 20, f"jobs by core: {ran}"
+    cmd.close()
+    out.close()
+
+
+def test_core_mask_confines_new_jobs_to_its_cores(dev) -> None:
+    """debugfs core_mask: new jobs go only to the cores it names; a mask naming no core, or a core
+    the device lacks, is refused."""
+    from libaccel import Job, JobBo
+
+    cores = dev.params.num_cores
+    if cores < 2:
+        pytest.skip("one core: nothing to confine")
+    files = driver_knobs.core_mask_files()
+    if not files:
+        pytest.skip("vnpu.ko has no debugfs core_mask")
+    assert int(files[0].read_text(), 0) == (1 << cores) - 1  # every core at probe
+    for bad in ("0", hex(1 << cores)):
+        with pytest.raises(OSError) as e:
+            files[0].write_text(bad)
+        assert e.value.errno == errno.EINVAL
+    out = dev.create_bo(4096)
+    s = fill_stream(out.va, 64, 4)
+    cmd = dev.create_bo_with(s, read_only=True)
+    last = cores - 1
+    for mask, core in ((1 << last, last), (1, 0)):
+        before = _stats(dev).jobs_by_core
+        with driver_knobs.core_mask(mask):
+            for _ in range(6):
+                dev.submit(Job(cmd, len(s), [JobBo(out, write=True)]))
+                assert out.wait(timeout=30).status == 0
+        ran = {c: n - before[c] for c, n in _stats(dev).jobs_by_core.items()}
+        assert ran[core] == 6 and sum(ran.values()) == 6, f"mask {mask:#x}: jobs by core {ran}"
     cmd.close()
     out.close()
