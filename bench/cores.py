@@ -439,8 +439,10 @@ def shim_table(
 ) -> CoresReport:
     """The shim's rows: a fresh shim device per core mode and count, clients as threads.
 
-    With ``repeat`` > 1 the devices alternate run by run (threads 1, 2, processes 1, 2,
-    threads 1, ...), so a change in the machine's load hits all alike; each row is the median run.
+    With ``repeat`` > 1 the devices alternate run by run, every other run in reverse order
+    (threads 1, 2, processes 1, 2, then processes 2, 1, threads 2, 1, ...), so a change in the
+    machine's load, or what the device before leaves behind, hits all alike; each row is the median
+    run.
     """
     from libaccel import Device
     from libaccel.backends.shim import ShimBackend, ShimDevice
@@ -449,7 +451,8 @@ def shim_table(
     rows = []
     beside = []
     devices = [(m, c) for m in modes for c in core_counts]
-    for run, (mode, cores) in enumerate(d for _ in range(repeat) for d in devices):
+    order = (d for r in range(repeat) for d in (devices if r % 2 == 0 else devices[::-1]))
+    for run, (mode, cores) in enumerate(order):
         shim = ShimDevice(num_cores=cores, core_processes=MODES[mode])
         try:
 
