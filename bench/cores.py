@@ -504,18 +504,6 @@ def _fork(target: Callable[..., None], *args: Any) -> Any:
     return p
 
 
-def core_mask_files() -> list[Path]:
-    """vnpu.ko's debugfs ``core_mask`` of each device: the cores new jobs may go to (none without
-    debugfs, or on a vnpu.ko without the knob)."""
-    from libaccel import debugfs
-    from libaccel.errors import AccelError
-
-    try:
-        return [d / "core_mask" for d in debugfs.device_dirs(None) if (d / "core_mask").exists()]
-    except AccelError:
-        return []
-
-
 def kernel_table(
     client_counts: list[int], jobs: int, invokes: int, repeat: int = 1, beside_samples: int = 100
 ) -> CoresReport:
@@ -543,7 +531,9 @@ def kernel_table(
     def sync() -> tuple[Any, Any, Any]:
         return ctx.Queue(), ctx.Event(), ctx.Queue()
 
-    masks = core_mask_files()
+    from libaccel.debugfs import knob_files
+
+    masks = knob_files("core_mask")  # the cores new jobs may go to, per device
     old = [f.read_text().strip() for f in masks]
     counts = [cores, 1] if masks and cores > 1 else [cores]
 

@@ -105,6 +105,16 @@ def device_dirs(device: str | None) -> list[Path]:
     return chosen
 
 
+def knob_files(name: str) -> list[Path]:
+    """The debugfs file ``name`` (a knob such as ``core_mask``) of each vnpu device that has it; none
+    without debugfs (not mounted, not root) or on a vnpu.ko without that knob."""
+    try:
+        dirs = device_dirs(None)
+    except OSError:
+        return []
+    return [d / name for d in dirs if (d / name).exists()]
+
+
 def read_state(directory: Path, raw: bool = False) -> dict[str, Any]:
     """Every file of the directory, parsed (the driver's three first, in their order)."""
     out: dict[str, Any] = {"path": str(directory)}

@@ -16,8 +16,6 @@ JOB_TIMEOUT_GLOB = "/sys/kernel/debug/accel/*/job_timeout_ms"
 # What the hang tests wait for: long enough for any innocent job of theirs under TCG, short beside the
 # defaults (vnpu.ko 5 s, the shim 2 s), so a hang costs about a second.
 SHORT_JOB_TIMEOUT_MS = 1000
-# The cores new jobs may be given, a bit each, per device (vnpu.ko's debugfs).
-CORE_MASK_GLOB = "/sys/kernel/debug/accel/*/core_mask"
 # The runtime-PM autosuspend delay of every vnpu device (the PCI device's standard attribute).
 AUTOSUSPEND_GLOB = "/sys/class/accel/accel*/device/power/autosuspend_delay_ms"
 
@@ -86,22 +84,14 @@ def stream_check_off() -> Iterator[None]:
 
 
 def core_mask_files() -> list[Path]:
-    """vnpu's debugfs ``core_mask`` file of each device."""
-    return [Path(f) for f in sorted(glob.glob(CORE_MASK_GLOB))]
+    """vnpu.ko's debugfs ``core_mask`` of each device: the cores new jobs may be given, a bit each."""
+    from libaccel.debugfs import knob_files
+
+    return knob_files("core_mask")
 
 
-@contextmanager
-def core_mask(mask: int) -> Iterator[None]:
+def core_mask(mask: int) -> AbstractContextManager[int]:
     """vnpu.ko gives new jobs only to the cores of ``mask`` while the body runs, then the old masks
-    are back; the test skips on a vnpu.ko without the knob."""
-    files = core_mask_files()
-    if not files:
-        pytest.skip("vnpu.ko has no debugfs core_mask (mount debugfs; the guest suite does)")
-    old = [f.read_text().strip() for f in files]
-    for f in files:
-        f.write_text(hex(mask))
-    try:
-        yield
-    finally:
-        for f, value in zip(files, old, strict=True):
-            f.write_text(value)
+    are back; the test skips on a vnpu.ko without the knob (kernel only: the shim has no mask)."""
+    missing = "vnpu.ko has no debugfs core_mask (mount debugfs; the guest suite does)"
+    return _knob("kernel", mask, core_mask_files(), missing, "")
