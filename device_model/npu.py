@@ -183,7 +183,6 @@ class Npu:
         else:
             self._own_queue_fds = []
             self._queue_fds = list(queue_fds)
-        self.queue_kicks = 0  # wake-ups of a core thread by a queue doorbell
         self._stop = threading.Event()
         self._dispatch_lock = threading.Lock()  # SQ_HEAD and the cores' queues
         self._cq_lock = threading.Lock()  # the completion queue and REG_JOBS_DONE
@@ -283,6 +282,11 @@ class Npu:
             self._raise_irq(vector)
         except Exception:  # the interrupt path must not kill the device
             log.exception("raise_irq(%d) failed", vector)
+
+    @property
+    def queue_kicks(self) -> int:
+        """Wake-ups of the core threads by their queue doorbells."""
+        return sum(c.doorbell_wakes for c in self.cores)
 
     @property
     def ready(self) -> bool:
@@ -553,7 +557,6 @@ class Npu:
         for fd in core.doorbells:
             if fd in ready and _eventfd_drain(fd):
                 core.doorbell_wakes += 1
-                self.queue_kicks += 1
 
     def _sq_work(self, core: Core) -> bool:
         """Work for an idle core: new SQ entries, entries queued for it, or a stop or RESET."""
