@@ -305,12 +305,15 @@ def test_reset_aborts_a_hung_wait_and_drops_the_queue(drv: Driver) -> None:
     assert drv.boot(build_image(default_image(), dev_private_key())) == 0
     sem = drv.m.buffer(4)
     drv.enqueue(program(tensor(0, "INT32", sem, (1,)), isa.encode("WAIT", sem=0, value=1)))
+    deadline = time.monotonic() + TIMEOUT
+    while drv.r32(hw.SQ_HEAD) != 1:  # core 0 took the job, and hangs in its WAIT
+        assert time.monotonic() < deadline, "core 0 never took the job"
+        time.sleep(0.001)
     drv.enqueue(NOP_JOB)
     drv.enqueue(NOP_JOB)
     time.sleep(0.1)
-    # Hung in WAIT. The NOPs are in core 0's own queue if they were on the ring when core 0 woke,
-    # else still on the ring: only core 0's doorbell rang, and core 0 is busy.
-    assert drv.r32(hw.CQ_TAIL) == 0 and drv.r32(hw.SQ_HEAD) in (1, 3)
+    # The NOPs stay on the ring: only core 0's doorbell rang, and core 0 is busy.
+    assert drv.r32(hw.CQ_TAIL) == 0 and drv.r32(hw.SQ_HEAD) == 1
     t0 = time.monotonic()
     assert drv.control(hw.CMD_RESET) == 0
     assert time.monotonic() - t0 < 1
