@@ -15,6 +15,7 @@ import dataclasses
 import datetime
 import errno
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,8 +224,13 @@ def vnpu_dumps(root: Path = DEVCOREDUMP) -> list[Path]:
     """The ``data`` files of devcoredumps whose failing device is bound to vnpu."""
     found = []
     for d in sorted(root.glob("devcd*")):
-        driver = d / "failing_device" / "driver"
-        if driver.exists() and driver.resolve().name == "vnpu":
+        try:
+            driver = os.readlink(d / "failing_device" / "driver")
+        except OSError:
+            # No driver, or the dump was freed (read to the end, written to, or
+            # timed out) between the listing and this look.
+            continue
+        if os.path.basename(driver) == "vnpu":
             found.append(d / "data")
     return found
 

@@ -85,6 +85,23 @@ def test_any_clock_renders() -> None:
     assert render(d).startswith("vnpu coredump v1, captured 2554-07-21 23:34:33 UTC")
 
 
+def test_dump_listing_keeps_vnpu_and_skips_vanished_or_foreign(tmp_path: Path) -> None:
+    """A devcd entry freed during the listing leaves a dangling link: it is skipped, not an error."""
+    drivers = tmp_path / "drivers"
+    for name in ("vnpu", "amdgpu"):
+        (drivers / name).mkdir(parents=True)
+    for i, target in enumerate(["vnpu", "amdgpu", None, "vnpu"]):
+        dev = tmp_path / "devices" / f"d{i}"
+        dev.mkdir(parents=True)
+        if target is not None:
+            (dev / "driver").symlink_to(drivers / target)
+        (tmp_path / f"devcd{i}").mkdir()
+        (tmp_path / f"devcd{i}" / "failing_device").symlink_to(dev)
+    (tmp_path / "devcd3" / "failing_device").unlink()
+    (tmp_path / "devcd3" / "failing_device").symlink_to(tmp_path / "devices" / "gone")
+    assert vnpu_dumps(tmp_path) == [tmp_path / "devcd0" / "data"]
+
+
 def test_no_dump_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert vnpu_dumps(tmp_path) == []
     assert main(["coredump", str(tmp_path / "missing.bin")]) == 2
