@@ -48,13 +48,14 @@ import logging
 import os
 import select
 import struct
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -92,9 +93,8 @@ assert (_CQE.size, hw.CQE_CORE, hw.CQE_FAULT_VA) == (hw.CQ_ENTRY_SIZE, 0x0C, 0x1
 DEFAULT_CORES = 2  # like an RK3588's NPU (three cores) scaled to the 2-CPU hosts this runs on
 
 
-@dataclass(frozen=True)
-class SqEntry:
-    """One submission-queue entry, as the device read it."""
+class SqEntry(NamedTuple):
+    """One submission-queue entry, as the device read it (a tuple: built once per job)."""
 
     seqno: int
     pt_root: int
@@ -159,12 +159,18 @@ class Npu:
             raise ValueError(f"BAR2 must be a writable buffer of at least {hw.BAR2_SIZE} bytes")
         if not 1 <= num_cores <= hw.MAX_CORES:
             raise ValueError(f"num_cores {num_cores} is not 1..{hw.MAX_CORES}")
+        if sys.byteorder != "little":
+            raise RuntimeError(
+                "the device model's registers are little-endian words: a big-endian host is not supported"
+            )
         if core_processes:
             check_shareable(memory)
         self.core_processes = core_processes
         self._bar = mv
-        self._u32 = np.frombuffer(mv, dtype="<u4", count=hw.BAR2_SIZE // 4)
-        self._u64 = np.frombuffer(mv, dtype="<u8", count=hw.BAR2_SIZE // 8)
+        # Registers as native-order words: the device model runs on little-endian hosts only
+        # (x86-64, arm64), and a memoryview's item is a plain int, 5x quicker to read than numpy's.
+        self._u32 = mv[: hw.BAR2_SIZE].cast("I")
+        self._u64 = mv[: hw.BAR2_SIZE].cast("Q")
         self.memory = memory
         self._raise_irq = raise_irq
         # The boot ROM's key: a real device has it fused in; None means the development key.
@@ -266,13 +272,13 @@ class Npu:
 
     # --- registers ----------------------------------------------------------------
     def _r32(self, off: int) -> int:
-        return int(self._u32[off >> 2])
+        return self._u32[off >> 2]
 
     def _w32(self, off: int, value: int) -> None:
         self._u32[off >> 2] = value & _U32
 
     def _r64(self, off: int) -> int:
-        return int(self._u64[off >> 3])
+        return self._u64[off >> 3]
 
     def _w64(self, off: int, value: int) -> None:
         self._u64[off >> 3] = value & 0xFFFF_FFFF_FFFF_FFFF

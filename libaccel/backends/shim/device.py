@@ -206,6 +206,8 @@ class ShimDevice:
         # Worker processes map system memory themselves: a memfd they inherit.
         self.memory = MemfdMemory(RAM_SIZE) if core_processes else AnonymousMemory(RAM_SIZE)
         self.bar2 = bytearray(hw.BAR2_SIZE)
+        self._bar32 = memoryview(self.bar2).cast("I")  # little-endian words, as Npu checks
+        self._bar64 = memoryview(self.bar2).cast("Q")
         self.pt_pages = PageAllocator(self.memory, PT_BASE, PT_LIMIT)
         self.data = ExtentAllocator(DATA_BASE, RAM_SIZE)
         self.lock = threading.RLock()
@@ -271,16 +273,16 @@ class ShimDevice:
 
     # --- BAR2 access ----------------------------------------------------------
     def r32(self, off: int) -> int:
-        return struct.unpack_from("<I", self.bar2, off)[0]
+        return self._bar32[off >> 2]
 
     def r64(self, off: int) -> int:
-        return struct.unpack_from("<Q", self.bar2, off)[0]
+        return self._bar64[off >> 3]
 
     def w32(self, off: int, v: int) -> None:
-        struct.pack_into("<I", self.bar2, off, v & 0xFFFFFFFF)
+        self._bar32[off >> 2] = v & 0xFFFFFFFF
 
     def w64(self, off: int, v: int) -> None:
-        struct.pack_into("<Q", self.bar2, off, v)
+        self._bar64[off >> 3] = v
 
     # --- the two "wires" --------------------------------------------------------
     def _raise_irq(self, vector: int) -> None:
