@@ -87,6 +87,7 @@ class SubmitArgs:
 
 
 _JOB_STRUCT_SIZE = ffi.sizeof("struct drm_vnpu_job")
+_JOB_BO_SIZE = ffi.sizeof("struct drm_vnpu_job_bo")
 _IOCTL_SUBMIT = IOCTLS["DRM_IOCTL_VNPU_SUBMIT"]
 
 
@@ -95,19 +96,31 @@ def _address(cdata: Any) -> int:
 
 
 def build_submit(jobs: Sequence[Job]) -> SubmitArgs:
-    """Lay ``jobs`` out as struct drm_vnpu_submit + drm_vnpu_job[] + their arrays."""
-    keep: list[Any] = []
-    cjobs = ffi.new("struct drm_vnpu_job[]", len(jobs))
-    for cj, job in zip(cjobs, jobs, strict=True):
+    """Lay ``jobs`` out as struct drm_vnpu_submit + drm_vnpu_job[] + their arrays.
+
+    The job array, every job's BO list and then their in-syncobj arrays sit in one allocation,
+    in that order: a driver that reads the user's memory by the call (the shim, through
+    /proc/self/mem) then gets a job and its BO list in one read."""
+    bo_bytes = sum(len(job.bos) for job in jobs) * _JOB_BO_SIZE
+    total = len(jobs) * _JOB_STRUCT_SIZE + bo_bytes + sum(len(job.in_syncobjs) for job in jobs) * 4
+    block = ffi.new("uint8_t[]", max(total, 1))  # zeroed, as the structs' padding must be
+    base = _address(block)
+    cjobs = ffi.cast("struct drm_vnpu_job *", block)
+    bos_at = base + len(jobs) * _JOB_STRUCT_SIZE
+    ins_at = bos_at + bo_bytes
+    for i, job in enumerate(jobs):
+        cj = cjobs[i]
         if job.bos:
             # An initializer list fills the array in C, not field by field in Python.
             bos = ffi.new("struct drm_vnpu_job_bo[]", [(jb.handle, jb.flags) for jb in job.bos])
-            keep.append(bos)
-            cj.bos = _address(bos)
+            ffi.memmove(ffi.cast("void *", bos_at), bos, ffi.sizeof(bos))
+            cj.bos = bos_at
+            bos_at += ffi.sizeof(bos)
         if job.in_syncobjs:
             ins = ffi.new("uint32_t[]", list(job.in_syncobjs))
-            keep.append(ins)
-            cj.in_syncobjs = _address(ins)
+            ffi.memmove(ffi.cast("void *", ins_at), ins, ffi.sizeof(ins))
+            cj.in_syncobjs = ins_at
+            ins_at += ffi.sizeof(ins)
         cj.cmd_bo_handle = job.cmd_handle
         cj.cmd_offset = job.cmd_offset
         cj.cmd_size = job.cmd_size
@@ -115,10 +128,10 @@ def build_submit(jobs: Sequence[Job]) -> SubmitArgs:
         cj.in_syncobj_count = len(job.in_syncobjs)
         cj.out_syncobj = job.out_syncobj
     submit = ffi.new("struct drm_vnpu_submit *")
-    submit.jobs = _address(cjobs) if jobs else 0
+    submit.jobs = base if jobs else 0
     submit.job_count = len(jobs)
     submit.job_struct_size = _JOB_STRUCT_SIZE
-    return SubmitArgs(submit, cjobs, keep)
+    return SubmitArgs(submit, cjobs, [block])
 
 
 def submit_jobs(device: Any, jobs: Sequence[Job]) -> None:

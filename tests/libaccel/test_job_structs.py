@@ -28,6 +28,11 @@ def test_layout_of_two_jobs() -> None:
     assert (c[1].cmd_bo_handle, c[1].cmd_size, c[1].bo_count, c[1].in_syncobj_count) == (5, 16, 1, 2)
     assert _read_u32s(c[1].bos, 2) == [6, DRM_VNPU_JOB_BO_READ | DRM_VNPU_JOB_BO_WRITE]
     assert _read_u32s(c[1].in_syncobjs, 2) == [11, 12]
+    # One block: the job array, then the BO lists, then the in-syncobjs (the shim reads a job and
+    # its BO list in one read).
+    size = ffi.sizeof("struct drm_vnpu_job")
+    assert c[0].bos == args.submit.jobs + 2 * size and c[1].bos == c[0].bos + 16
+    assert c[1].in_syncobjs == c[1].bos + 8
 
 
 def test_job_lists_are_frozen_so_cached_structs_cannot_go_stale() -> None:

@@ -62,6 +62,8 @@ JOB_BO_SIZE = ffi.sizeof("struct drm_vnpu_job_bo")
 CMD_POOL = 4
 # Streams a file remembers as checked against a BO list (cleared when its BO table changes).
 CHECKED_STREAMS = 64
+# Bytes read after SUBMIT's job array in the same read: room for 64 BO entries.
+READ_AHEAD = 64 * JOB_BO_SIZE
 
 # The largest array a user pointer may name: what kmalloc serves (KMALLOC_MAX_SIZE on x86-64); the
 # kernel fails a bigger one with ENOMEM before it reads any of it.
@@ -100,6 +102,30 @@ def copy_from_user(addr: int, size: int, what: str) -> bytes:
     if len(data) != size:
         raise Errno(errno.EFAULT, f"{what}: {size} bytes at {addr:#x} are not all readable")
     return data
+
+
+def copy_from_user_ahead(addr: int, size: int, ahead: int, what: str) -> bytes:
+    """:func:`copy_from_user` of ``size`` bytes, with up to ``ahead`` more bytes after them where
+    those are readable: one read where the caller expects to need what follows (libaccel puts a
+    job's BO list right after the job array). Only the first ``size`` bytes must be readable."""
+    _user_range(addr, size, what)
+    want = max(size, min(size + ahead, MAX_USER_COPY, (1 << 47) - addr))
+    try:
+        data = os.pread(_self_mem(), want, addr)
+    except OSError:
+        data = b""
+    if len(data) < size:
+        raise Errno(errno.EFAULT, f"{what}: {size} bytes at {addr:#x} are not all readable")
+    return data
+
+
+def read_user(read: tuple[int, bytes], addr: int, size: int, what: str) -> bytes:
+    """``size`` bytes at ``addr``: out of ``read`` (an earlier read's address and bytes) when they
+    lie in it, else :func:`copy_from_user`."""
+    start, data = read
+    if start <= addr and addr + size <= start + len(data):
+        return data[addr - start : addr - start + size]
+    return copy_from_user(addr, size, what)
 
 
 def copy_to_user(addr: int, data: bytes, what: str) -> None:
@@ -439,8 +465,10 @@ class ShimBackend(Backend):
             raise Errno(errno.EINVAL, f"job_struct_size {a.job_struct_size} is not supported")
         raw_jobs = []
         size = a.job_struct_size
+        # The job array and what follows it (usually the BO lists) in one read.
+        window = copy_from_user_ahead(a.jobs, a.job_count * size, READ_AHEAD, "jobs")
         for i in range(a.job_count):
-            raw = copy_from_user(a.jobs + i * size, size, "jobs")
+            raw = window[i * size : (i + 1) * size]
             if size > JOB_V1_SIZE:
                 if any(raw[JOB_V1_SIZE:]):
                     raise Errno(errno.EINVAL, f"job {i}: bytes past the known struct are not zero")
@@ -448,7 +476,7 @@ class ShimBackend(Backend):
             raw_jobs.append(_from_buffer(_JOB_PTR, raw, False))  # a view of the copy
         with self.dev.lock:
             # Validate every job before queueing any: all or none.
-            checked = [self._check_job(i, j) for i, j in enumerate(raw_jobs)]
+            checked = [self._check_job(i, j, (a.jobs, window)) for i, j in enumerate(raw_jobs)]
             copies: list[tuple[int, int, int]] = []
             try:
                 for _, stream, _, _, _ in checked:
@@ -470,7 +498,9 @@ class ShimBackend(Backend):
             self.dev.run_here(core)
         probe.mark("shim.submitted")
 
-    def _check_job(self, i: int, j: Any) -> tuple[list[tuple[ShimBo, int]], bytes, list[Fence], int, bool]:
+    def _check_job(
+        self, i: int, j: Any, read: tuple[int, bytes]
+    ) -> tuple[list[tuple[ShimBo, int]], bytes, list[Fence], int, bool]:
         """The job's BOs, its stream's copy, its in-fences, its out-syncobj and whether it WAITs."""
         p = f"job {i}: "
         if j.flags or j.pad:
@@ -486,7 +516,7 @@ class ShimBackend(Backend):
         cmd_bo = self._lookup_bo(j.cmd_bo_handle)
         if j.cmd_offset + j.cmd_size > cmd_bo.size:
             raise Errno(errno.EINVAL, p + "command range is outside its BO")
-        raw_bos = copy_from_user(j.bos, j.bo_count * JOB_BO_SIZE, "bos")
+        raw_bos = read_user(read, j.bos, j.bo_count * JOB_BO_SIZE, "bos")
         listed = self._bo_lists.get(raw_bos)
         if listed is None:
             listed = self._bo_list(p, raw_bos, j.bo_count)
@@ -495,7 +525,7 @@ class ShimBackend(Backend):
         if j.in_syncobj_count:
             ins = struct.unpack(
                 f"<{j.in_syncobj_count}I",
-                copy_from_user(j.in_syncobjs, 4 * j.in_syncobj_count, "in_syncobjs"),
+                read_user(read, j.in_syncobjs, 4 * j.in_syncobj_count, "in_syncobjs"),
             )
             for k in range(j.in_syncobj_count):
                 if ins[k] not in self.syncobjs:
