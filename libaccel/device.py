@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,12 +72,23 @@ class DeviceParams:
         return out
 
 
+class _OneSyncobjWait(threading.local):
+    """A thread's SYNCOBJ_WAIT structs for one handle, built once and refilled for each wait:
+    allocating them costs more than the shim's whole wait on a signalled syncobj."""
+
+    def __init__(self) -> None:
+        self.handle = ffi.new(_U32_ARRAY, 1)
+        self.arg = ffi.new(_SYNCOBJ_WAIT)
+        self.address = int(ffi.cast(_UINTPTR, self.handle))
+
+
 class Device:
     """An open vnpu device: BOs, submission, syncobjs. Use as a context manager."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._params: DeviceParams | None = None
+        self._one_wait = _OneSyncobjWait()
 
     @classmethod
     def open(cls, which: str | None = None) -> Device:
@@ -199,9 +211,16 @@ class Device:
         """
         if self.closed:
             raise DeviceClosed(9, "DRM_IOCTL_SYNCOBJ_WAIT")
-        arr = ffi.new(_U32_ARRAY, list(handles))
-        arg = ffi.new(_SYNCOBJ_WAIT)
-        arg.handles = int(ffi.cast(_UINTPTR, arr)) if handles else 0
+        if len(handles) == 1:
+            one = self._one_wait
+            arg = one.arg
+            one.handle[0] = handles[0]
+            arg.handles = one.address
+            arg.first_signaled = arg.pad = arg.deadline_nsec = 0
+        else:
+            arr = ffi.new(_U32_ARRAY, list(handles))
+            arg = ffi.new(_SYNCOBJ_WAIT)
+            arg.handles = int(ffi.cast(_UINTPTR, arr)) if handles else 0
         arg.count_handles = len(handles)
         arg.timeout_nsec = deadline_ns if deadline_ns is not None else deadline_after(timeout or 0.0)
         arg.flags = (DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL if wait_all else 0) | (
