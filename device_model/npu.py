@@ -301,7 +301,7 @@ class Npu:
     # --- doorbell -----------------------------------------------------------------
     def kick(self, vector: int) -> None:
         """The doorbell: note the vector and return at once. Kicks coalesce."""
-        if hw.VEC_QUEUE <= vector < hw.VEC_QUEUE + hw.MAX_CORES:
+        if vector in hw.QUEUE_VECTORS:
             os.eventfd_write(self._queue_fds[vector - hw.VEC_QUEUE], 1)
         elif vector == hw.VEC_CONTROL and self._r32(hw.REG_CMD) == hw.CMD_NOP:
             # Acknowledged here, with no thread hand-off: the doorbell -> MSI-X floor that a

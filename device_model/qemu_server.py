@@ -222,7 +222,7 @@ class DeviceServer:
             self.memory,
             self.irq,
             DEVICE_PEER,
-            queue_fds=self.device.fds[hw_layout.VEC_QUEUE : hw_layout.VEC_QUEUE + hw_layout.MAX_CORES],
+            queue_fds=[self.device.fds[v] for v in hw_layout.QUEUE_VECTORS],
             **extra,
         )
 
@@ -264,7 +264,7 @@ class DeviceServer:
                         send_setup(client, GUEST_PEER, self.shm_fd, [self.device, self.guest])
                         sel.register(client, selectors.EVENT_READ, ("client", None))
                         for vector, fd in enumerate(self.device.fds):
-                            if not hw_layout.VEC_QUEUE <= vector < hw_layout.VEC_QUEUE + hw_layout.MAX_CORES:
+                            if vector not in hw_layout.QUEUE_VECTORS:
                                 sel.register(fd, selectors.EVENT_READ, ("doorbell", vector))
                         log.info("QEMU connected as peer %d", GUEST_PEER)
                     elif kind == "client":

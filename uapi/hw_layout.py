@@ -156,6 +156,7 @@ IRQ_COMPLETION = 0
 IRQ_CONTROL = 1
 NUM_IRQS = 2  # the MSI-X vectors the driver requests
 NUM_VECTORS = VEC_QUEUE + MAX_CORES  # ivshmem's vectors: doorbells (and MSI-X table entries)
+QUEUE_VECTORS = range(VEC_QUEUE, VEC_QUEUE + MAX_CORES)  # the queue doorbells, core by core
 
 # --- Device MMU: two-level page tables in guest RAM -------------------------
 # VA bits [29:21] index the L1 table, [20:12] the L2 table, [11:0] the page.
