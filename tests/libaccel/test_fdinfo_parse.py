@@ -17,8 +17,8 @@ def test_parse_vnpu_sample() -> None:
     assert info.driver == "vnpu"
     assert info.client_id == 1
     assert info.pdev == "0000:00:0a.0"
-    assert info.engines == {"npu": 7867981}
-    assert info.engine_ns() == 7867981
+    assert info.engines == {"npu": 10201976}
+    assert info.engine_ns() == 10201976
     # 1028 KiB: a 1 MiB BO and a one-page command BO.
     assert info.memory == {
         "memory": {"total": 1028 << 10, "shared": 0, "active": 0, "resident": 1028 << 10, "purgeable": 0}

@@ -27,7 +27,7 @@ def _client(
     if not link.is_symlink():
         os.symlink("/dev/accel/accel0", link)
     text = SAMPLE.replace("drm-client-id:\t1", f"drm-client-id:\t{client_id}")
-    text = text.replace("drm-engine-npu:\t7867981 ns", f"drm-engine-npu:\t{npu_ns} ns")
+    text = text.replace("drm-engine-npu:\t10201976 ns", f"drm-engine-npu:\t{npu_ns} ns")
     text = text.replace("vnpu-jobs:\t20", f"vnpu-jobs:\t{jobs}")
     (d / "fdinfo" / str(fd)).write_text(text)
 
