@@ -1,4 +1,5 @@
-"""libaccel.fdinfo parses DRM usage stats; the sample is a real /proc/self/fdinfo of vnpu.ko in the guest."""
+"""libaccel.fdinfo parses DRM usage stats; the sample is a real /proc/self/fdinfo of vnpu.ko in the guest
+(data/capture_fdinfo.py made it)."""
 
 from __future__ import annotations
 
