@@ -35,6 +35,7 @@ It prints a table, writes JSON (with the machine, numpy's BLAS as ``threadpoolct
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -700,6 +701,7 @@ SPLIT_PARTS: dict[str, str] = {
 }
 SPLIT_ORDER = tuple(dict.fromkeys(SPLIT_PARTS.values()))
 PROFILE_CHAIN = 30  # nodes of the larger profiled partition
+SPLIT_ROUNDS = 10  # rounds of the invoke split (profile_splits)
 
 
 def chain_model(nodes: int, shape: Sequence[int] = (1, 8, 8, 16), seed: int = 0) -> bytes:
@@ -744,106 +746,110 @@ def split_marks(marks: Sequence[tuple[str, int]]) -> dict[str, float]:
     return parts
 
 
-def profile_invoke(name: str, model: bytes, runs: int) -> InvokeSplit:
-    """Split ``model``'s invoke through libteflon.so on the shim (one thread, BUILTIN_REF)."""
+class _SplitSamples:
+    """One subject's samples: an unmarked run, then a marked one, per round."""
+
+    def __init__(self, name: str, nodes: int) -> None:
+        self.name, self.nodes = name, nodes
+        self.plain: list[float] = []
+        self.marked: list[float] = []
+        self.per_part: dict[str, list[float]] = {p: [] for p in SPLIT_ORDER}
+        self.device: list[float] = []
+        self.counts: list[int] = []
+
+    def add(
+        self, plain_us: float, marked_us: float, marks: Sequence[tuple[str, int]], jobs: Sequence[Any]
+    ) -> None:
+        self.plain.append(plain_us)
+        self.marked.append(marked_us)
+        parts = split_marks(marks)
+        for p in SPLIT_ORDER:
+            self.per_part[p].append(parts.get(p, 0.0))
+        self.device.append(1e6 * sum(j.seconds for j in jobs))
+        self.counts.append(sum(j.cycles for j in jobs))  # instructions executed, END included
+
+    def split(self) -> InvokeSplit:
+        instructions = int(median(self.counts))
+        device = median(self.device)
+        return InvokeSplit(
+            name=self.name,
+            nodes=self.nodes,
+            runs=len(self.plain),
+            invoke_us=median(self.marked),
+            parts_us={p: round(median(v), 2) for p, v in self.per_part.items()},
+            device_job_us=device,
+            instructions=instructions,
+            per_instruction_us=device / instructions if self.nodes and instructions else 0.0,
+            plain_invoke_us=median(self.plain),
+        )
+
+
+def _sample(samples: _SplitSamples, run: Callable[[], None], first: str, last: str) -> None:
+    """One round of ``run``: timed plain, then timed with the marks and job profiles on."""
+    from device_model.command_processor import profile_jobs
+    from vnpu_common import probe
+
+    clock = time.perf_counter_ns
+    t0 = clock()
+    run()
+    plain = (clock() - t0) / 1000
+    with profile_jobs() as jobs, probe.collect() as marks:
+        probe.mark(first)
+        t0 = clock()
+        run()
+        t1 = clock()
+        probe.mark(last)
+    samples.add(plain, (t1 - t0) / 1000, marks, jobs)
+
+
+def profile_splits(runs: int, models: Sequence[tuple[str, bytes]] | None = None) -> list[InvokeSplit]:
+    """The empty job's round trip and each model's invoke through libteflon.so on the shim (one
+    thread, BUILTIN_REF), split into parts, ``runs`` samples of each: in SPLIT_ROUNDS rounds, each
+    a block of every subject in turn, so that a burst of load on the host falls on all of them
+    alike. (One sample of each in turn would measure cold invokes: about 10% slower.)"""
     import tflite_runtime.interpreter as tfl
 
     import delegate_teflon
-    from device_model.command_processor import profile_jobs
+    from bench.clients import EmptyJob
     from libaccel.compiler import graph_from_tflite
     from modelgen import random_inputs
+    from modelgen.ops import elementwise_model
     from vnpu_common import probe
 
-    with tempfile.TemporaryDirectory(prefix="vnpu-bench-profile-") as cache:
-        delegate = tfl.load_delegate(delegate_teflon.library_path(), _delegate_options(Path(cache)))
-        interp = _interpreter(tfl, model, [delegate], tfl.OpResolverType.BUILTIN_REF, 1)
-        _set_inputs(interp, random_inputs(model, seed=0))
-        for _ in range(20):
-            interp.invoke()
-        clock = time.perf_counter_ns
-        invokes: list[float] = []
-        plain: list[float] = []
-        per_part: dict[str, list[float]] = {p: [] for p in SPLIT_ORDER}
-        device: list[float] = []
-        counts: list[int] = []
-        for _ in range(runs):
-            t0 = clock()
-            interp.invoke()
-            plain.append((clock() - t0) / 1000)
-            with profile_jobs() as jobs, probe.collect() as marks:
-                probe.mark("tflite.invoke")
-                t0 = clock()
-                interp.invoke()
-                t1 = clock()
-                probe.mark("tflite.returned")
-            invokes.append((t1 - t0) / 1000)
-            parts = split_marks(marks)
-            for p in SPLIT_ORDER:
-                per_part[p].append(parts.get(p, 0.0))
-            device.append(1e6 * sum(j.seconds for j in jobs))
-            counts.append(sum(j.cycles for j in jobs))  # instructions executed, END included
-        del interp
-    instructions = int(median(counts))
-    return InvokeSplit(
-        name=name,
-        nodes=len(graph_from_tflite(model).nodes),
-        runs=runs,
-        invoke_us=median(invokes),
-        parts_us={p: round(median(v), 2) for p, v in per_part.items()},
-        device_job_us=median(device),
-        instructions=instructions,
-        per_instruction_us=median(device) / instructions if instructions else 0.0,
-        plain_invoke_us=median(plain),
-    )
+    if models is None:
+        models = [
+            ("1 node", elementwise_model("ADD", (1, 8, 8, 16))),
+            (f"{PROFILE_CHAIN} nodes", chain_model(PROFILE_CHAIN)),
+        ]
+    with contextlib.ExitStack() as stack:
+        ej = EmptyJob("shim")
+        stack.callback(ej.close)
 
-
-def profile_empty_job(runs: int) -> InvokeSplit:
-    """The same split for the empty job's round trip on the shim (submit, wait on its syncobj)."""
-    from bench.clients import EmptyJob
-    from device_model.command_processor import profile_jobs
-    from vnpu_common import probe
-
-    ej = EmptyJob("shim")
-    clock = time.perf_counter_ns
-    try:
-        for _ in range(20):
+        def empty_round_trip() -> None:
             ej.submit()
+            # The wait's mark: the waiting starts here (the runner marks it in an invoke).
+            probe.mark("libaccel.wait")
             ej.wait()
-        rounds: list[float] = []
-        plain: list[float] = []
-        per_part: dict[str, list[float]] = {p: [] for p in SPLIT_ORDER}
-        device: list[float] = []
-        for _ in range(runs):
-            t0 = clock()
-            ej.submit()
-            ej.wait()
-            plain.append((clock() - t0) / 1000)
-            with profile_jobs() as jobs, probe.collect() as marks:
-                probe.mark("delegate.submit")
-                t0 = clock()
-                ej.submit()
-                probe.mark("libaccel.wait")
-                ej.wait()
-                t1 = clock()
-                probe.mark("delegate.waited")
-            rounds.append((t1 - t0) / 1000)
-            parts = split_marks(marks)
-            for p in SPLIT_ORDER:
-                per_part[p].append(parts.get(p, 0.0))
-            device.append(1e6 * sum(j.seconds for j in jobs))
-    finally:
-        ej.close()
-    return InvokeSplit(
-        name="empty job",
-        nodes=0,
-        runs=runs,
-        invoke_us=median(rounds),
-        parts_us={p: round(median(v), 2) for p, v in per_part.items()},
-        device_job_us=median(device),
-        instructions=1,
-        per_instruction_us=0.0,
-        plain_invoke_us=median(plain),
-    )
+
+        subjects: list[tuple[_SplitSamples, Callable[[], None], str, str]] = [
+            (_SplitSamples("empty job", 0), empty_round_trip, "delegate.submit", "delegate.waited")
+        ]
+        for name, model in models:
+            cache = stack.enter_context(tempfile.TemporaryDirectory(prefix="vnpu-bench-profile-"))
+            delegate = tfl.load_delegate(delegate_teflon.library_path(), _delegate_options(Path(cache)))
+            interp = _interpreter(tfl, model, [delegate], tfl.OpResolverType.BUILTIN_REF, 1)
+            _set_inputs(interp, random_inputs(model, seed=0))
+            samples = _SplitSamples(name, len(graph_from_tflite(model).nodes))
+            subjects.append((samples, interp.invoke, "tflite.invoke", "tflite.returned"))
+        for _ in range(20):
+            for _, run, _, _ in subjects:
+                run()
+        rounds = min(runs, SPLIT_ROUNDS)
+        for r in range(rounds):
+            for samples, run, first, last in subjects:
+                for _ in range(runs * (r + 1) // rounds - runs * r // rounds):
+                    _sample(samples, run, first, last)
+        return [samples.split() for samples, _, _, _ in subjects]
 
 
 def format_split(splits: Sequence[InvokeSplit]) -> str:
@@ -864,16 +870,6 @@ def format_split(splits: Sequence[InvokeSplit]) -> str:
     for label, fn in rows:
         lines.append(f"{label:<{width}}" + "".join(f"{fn(s):>{col}}" for s in splits))
     return "\n".join(lines)
-
-
-def profile_splits(runs: int) -> list[InvokeSplit]:
-    from modelgen.ops import elementwise_model
-
-    return [
-        profile_empty_job(runs),
-        profile_invoke("1 node", elementwise_model("ADD", (1, 8, 8, 16)), runs),
-        profile_invoke(f"{PROFILE_CHAIN} nodes", chain_model(PROFILE_CHAIN), runs),
-    ]
 
 
 def mac_array_note() -> str:
