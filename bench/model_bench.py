@@ -701,7 +701,11 @@ SPLIT_PARTS: dict[str, str] = {
 }
 SPLIT_ORDER = tuple(dict.fromkeys(SPLIT_PARTS.values()))
 PROFILE_CHAIN = 30  # nodes of the larger profiled partition
-SPLIT_ROUNDS = 10  # rounds of the invoke split (profile_splits)
+# The invoke split's rounds (profile_splits), spread over a few seconds: on a shared host a slow
+# spell lasts a second or two, and a split taken within one second fell wholly in one.
+SPLIT_ROUNDS = 10
+SPLIT_ROUND_GAP_S = 0.5
+SPLIT_WARMUP = 5  # unrecorded runs of each subject at the start of a round
 
 
 def chain_model(nodes: int, shape: Sequence[int] = (1, 8, 8, 16), seed: int = 0) -> bytes:
@@ -802,11 +806,14 @@ def _sample(samples: _SplitSamples, run: Callable[[], None], first: str, last: s
     samples.add(plain, (t1 - t0) / 1000, marks, jobs)
 
 
-def profile_splits(runs: int, models: Sequence[tuple[str, bytes]] | None = None) -> list[InvokeSplit]:
+def profile_splits(
+    runs: int, models: Sequence[tuple[str, bytes]] | None = None, gap_s: float = SPLIT_ROUND_GAP_S
+) -> list[InvokeSplit]:
     """The empty job's round trip and each model's invoke through libteflon.so on the shim (one
-    thread, BUILTIN_REF), split into parts, ``runs`` samples of each: in SPLIT_ROUNDS rounds, each
-    a block of every subject in turn, so that a burst of load on the host falls on all of them
-    alike. (One sample of each in turn would measure cold invokes: about 10% slower.)"""
+    thread, BUILTIN_REF), split into parts, ``runs`` samples of each: in SPLIT_ROUNDS rounds half a
+    second apart, each a block of every subject in turn, so that a slow spell of the host falls
+    on all of them alike and on few of the samples. (One sample of each in turn would measure
+    cold invokes: about 10% slower.)"""
     import tflite_runtime.interpreter as tfl
 
     import delegate_teflon
@@ -846,7 +853,11 @@ def profile_splits(runs: int, models: Sequence[tuple[str, bytes]] | None = None)
                 run()
         rounds = min(runs, SPLIT_ROUNDS)
         for r in range(rounds):
+            if r:
+                time.sleep(gap_s)
             for samples, run, first, last in subjects:
+                for _ in range(SPLIT_WARMUP):
+                    run()
                 for _ in range(runs * (r + 1) // rounds - runs * r // rounds):
                     _sample(samples, run, first, last)
         return [samples.split() for samples, _, _, _ in subjects]
