@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -18,26 +19,25 @@ PAGE = mmap.PAGESIZE
 
 @pytest.fixture
 def hole() -> Iterator[int]:
-    """The address of a readable page followed by an unmapped one (mapped here, not by a Python
-    mmap object, which would unmap both pages again when it is freed)."""
+    """The address of a readable page followed by an unreadable one: a one-page memfd mapped over
+    two pages, so the second is past the file's end and stays this mapping's (an unmapped page
+    could be taken by another mapping while the test runs)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_long,
-    ]
+    c_int = ctypes.c_int
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, c_int, c_int, c_int, ctypes.c_long]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    prot = mmap.PROT_READ | mmap.PROT_WRITE
-    addr = libc.mmap(None, 2 * PAGE, prot, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    fd = os.memfd_create("vnpu-test-hole")
+    try:
+        os.ftruncate(fd, PAGE)
+        prot = mmap.PROT_READ | mmap.PROT_WRITE
+        addr = libc.mmap(None, 2 * PAGE, prot, mmap.MAP_SHARED, fd, 0)
+    finally:
+        os.close(fd)
     assert addr not in (None, ctypes.c_void_p(-1).value)
     ctypes.memmove(addr, bytes(range(256)) * (PAGE // 256), PAGE)
-    assert libc.munmap(addr + PAGE, PAGE) == 0
     yield addr
-    libc.munmap(addr, PAGE)
+    libc.munmap(addr, 2 * PAGE)
 
 
 def test_read_ahead_stops_at_the_unmapped_page(hole: int) -> None:
