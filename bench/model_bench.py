@@ -53,6 +53,8 @@ from typing import Any
 import numpy as np
 
 from bench.targets import target
+from device_model.command_processor import profile_jobs
+from vnpu_common import probe
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "results" / "model_bench.json"
@@ -240,7 +242,6 @@ def bench_model(name: str, model: bytes, runs: int, check: bool, rss: bool, thre
     import tflite_runtime.interpreter as tfl
 
     import delegate_teflon
-    from device_model.command_processor import profile_jobs
     from libaccel.compiler import check_support, compile_partition, graph_from_tflite
     from libaccel.device import Device
     from modelgen import random_inputs
@@ -790,9 +791,6 @@ class _SplitSamples:
 
 def _sample(samples: _SplitSamples, run: Callable[[], None], first: str, last: str) -> None:
     """One round of ``run``: timed plain, then timed with the marks and job profiles on."""
-    from device_model.command_processor import profile_jobs
-    from vnpu_common import probe
-
     clock = time.perf_counter_ns
     t0 = clock()
     run()
@@ -821,7 +819,6 @@ def profile_splits(
     from libaccel.compiler import graph_from_tflite
     from modelgen import random_inputs
     from modelgen.ops import elementwise_model
-    from vnpu_common import probe
 
     if models is None:
         models = [
