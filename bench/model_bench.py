@@ -684,9 +684,11 @@ def format_profile(results: Sequence[ModelResult]) -> str:
 # --- where one invoke's time goes (--profile) --------------------------------------------------------
 # The marks (vnpu_common.probe) an invoke passes, each naming the part of the stack that ran since
 # the mark before it in time: the gap between two consecutive marks is charged to the later one.
+# An invoke after the first is libteflon.so's C (copy in, a call into the delegate's Python for
+# the shim's submit, copy out), so TFLite's side of the marks includes the copies.
 SPLIT_PARTS: dict[str, str] = {
-    "delegate.entry": "TFLite -> libteflon.so entry",
-    "delegate.submit": "the delegate's Python (views, copy in)",
+    "delegate.entry": "TFLite, copy in (C) -> the delegate's Python",
+    "delegate.submit": "the delegate's Python",
     "shim.ioctl": "libaccel's submit",
     "shim.doorbell": "the shim's ioctl handling",
     "shim.queued": "the shim's ioctl handling",
@@ -697,8 +699,8 @@ SPLIT_PARTS: dict[str, str] = {
     "libaccel.wait": "libaccel's submit",
     "shim.woken": "completion and wake-up",
     "delegate.waited": "libaccel's wait",
-    "delegate.exit": "copy out",
-    "tflite.returned": "TFLite after the delegate",
+    "delegate.exit": "the delegate's Python",
+    "tflite.returned": "copy out (C), TFLite after the delegate",
 }
 SPLIT_ORDER = tuple(dict.fromkeys(SPLIT_PARTS.values()))
 PROFILE_CHAIN = 30  # nodes of the larger profiled partition

@@ -289,6 +289,35 @@ typedef struct vnpu_registration_v4 {
 } vnpu_registration_v4;
 """
 
+# The invoke C runs by itself once Python has prepared it (vnpu_invoke in C_SOURCE; filled by
+# delegate_teflon.plugin). Each delegate kernel's TfLiteNode.user_data is one vnpu_partition.
+PARTITION_TYPES = r"""
+/* One byte copy of an invoke: a runtime tensor into its place in the arena, or back out. */
+typedef struct vnpu_copy {
+    void *dst;
+    const void *src;
+    size_t size;
+} vnpu_copy;
+
+/* A delegate kernel: its handle in the Python registry, and the invoke Python prepared. */
+typedef struct vnpu_partition {
+    int handle;
+    int ready;                 /* the fields below are current: vnpu_invoke runs the invoke in C */
+    int fd;                    /* the accel node for C's own ioctls; -1: vnpu_kernel_run submits */
+    int io_count;              /* the partition's inputs, then its outputs: */
+    const int *io_tensors;     /*   their tensor indices */
+    void *const *io_data;      /*   the runtime's buffers the copies below were made for */
+    int in_count;
+    const vnpu_copy *copies_in;
+    int out_count;
+    const vnpu_copy *copies_out;
+    void *submit;              /* struct drm_vnpu_submit of the partition's job, reused */
+    void *wait;                /* struct drm_vnpu_bo_wait on the arena, reused */
+    int64_t timeout_ns;        /* the wait's deadline, from the SUBMIT */
+    uint64_t c_invokes;        /* invokes vnpu_invoke ran without Python's invoke */
+} vnpu_partition;
+"""
+
 # C helpers (bodies in C_SOURCE), callable from Python.
 HELPERS = r"""
 TfLiteStatus vnpu_replace_nodes(TfLiteContext *context, int registration_layout,
@@ -306,6 +335,9 @@ extern "Python" void *vnpu_kernel_init(TfLiteContext *context, const char *buffe
 extern "Python" void vnpu_kernel_free(TfLiteContext *context, void *buffer);
 extern "Python" TfLiteStatus vnpu_kernel_prepare(TfLiteContext *context, TfLiteNode *node);
 extern "Python" TfLiteStatus vnpu_kernel_invoke(TfLiteContext *context, TfLiteNode *node);
+extern "Python" TfLiteStatus vnpu_kernel_run(TfLiteContext *context, int handle);
+extern "Python" TfLiteStatus vnpu_kernel_failed(TfLiteContext *context, int handle, unsigned long request,
+                                                int error, int32_t job_status, uint64_t fault_va);
 extern "Python" TfLiteDelegate *vnpu_plugin_create(char **options_keys, char **options_values,
                                                    size_t num_options, void (*report_error)(const char *));
 extern "Python" void vnpu_plugin_destroy(TfLiteDelegate *delegate);
@@ -327,32 +359,125 @@ C_SOURCE = (
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+
+#include "drm/vnpu_accel.h"
 """
     + TYPES
+    + PARTITION_TYPES
     + r"""
 static TfLiteStatus vnpu_delegate_prepare(TfLiteContext *context, TfLiteDelegate *delegate);
 static void *vnpu_kernel_init(TfLiteContext *context, const char *buffer, size_t length);
 static void vnpu_kernel_free(TfLiteContext *context, void *buffer);
 static TfLiteStatus vnpu_kernel_prepare(TfLiteContext *context, TfLiteNode *node);
 static TfLiteStatus vnpu_kernel_invoke(TfLiteContext *context, TfLiteNode *node);
+static TfLiteStatus vnpu_kernel_run(TfLiteContext *context, int handle);
+static TfLiteStatus vnpu_kernel_failed(TfLiteContext *context, int handle, unsigned long request, int error,
+                                       int32_t job_status, uint64_t fault_va);
 static TfLiteDelegate *vnpu_plugin_create(char **options_keys, char **options_values, size_t num_options,
                                           void (*report_error)(const char *));
 static void vnpu_plugin_destroy(TfLiteDelegate *delegate);
+void vnpu_report(TfLiteContext *context, const char *message);
 
 #define VNPU_BUILTIN_DELEGATE 51   /* BuiltinOperator_DELEGATE */
+
+/* A kernel's init: Python records the partition and names it by a handle; its vnpu_partition,
+   which the node keeps as user_data, lives until the kernel's free. */
+static void *vnpu_init(TfLiteContext *context, const char *buffer, size_t length)
+{
+    void *handle = vnpu_kernel_init(context, buffer, length);
+    vnpu_partition *partition;
+
+    if (!handle)
+        return NULL;
+    partition = calloc(1, sizeof(*partition));
+    if (!partition) {
+        vnpu_kernel_free(context, handle);
+        vnpu_report(context, "vnpu delegate: init: out of memory");
+        return NULL;
+    }
+    partition->handle = (int)(intptr_t)handle;
+    partition->fd = -1;
+    return partition;
+}
+
+static void vnpu_free(TfLiteContext *context, void *buffer)
+{
+    vnpu_partition *partition = buffer;
+
+    if (!partition)
+        return;
+    vnpu_kernel_free(context, (void *)(intptr_t)partition->handle);
+    free(partition);
+}
+
+/* libdrm's rule: an ioctl a signal interrupted is made again (SUBMIT queues nothing before it
+   can be interrupted; BO_WAIT's deadline is absolute). Returns 0 or the errno. */
+static int vnpu_ioctl(int fd, unsigned long request, void *arg)
+{
+    int ret;
+
+    do {
+        ret = ioctl(fd, request, arg);
+    } while (ret == -1 && errno == EINTR);
+    return ret == -1 ? errno : 0;
+}
+
+/* A kernel's invoke. Once Python has run one and prepared the next (the arena's copies, the
+   SUBMIT and BO_WAIT arguments), an invoke whose tensors are still where they were is this
+   function alone: copy in, SUBMIT and BO_WAIT on the accel node (on another backend, one call into
+   Python's submit), copy out. Anything else is Python's invoke, which prepares again. */
+static TfLiteStatus vnpu_invoke(TfLiteContext *context, TfLiteNode *node)
+{
+    vnpu_partition *p = node->user_data;
+    struct drm_vnpu_bo_wait *wait;
+    struct timespec now;
+    int i, error;
+
+    if (!p || !p->ready)
+        return vnpu_kernel_invoke(context, node);
+    for (i = 0; i < p->io_count; i++)
+        if (context->tensors[p->io_tensors[i]].data != p->io_data[i])
+            return vnpu_kernel_invoke(context, node);
+    for (i = 0; i < p->in_count; i++)
+        memcpy(p->copies_in[i].dst, p->copies_in[i].src, p->copies_in[i].size);
+    if (p->fd < 0) {
+        if (vnpu_kernel_run(context, p->handle) != 0)
+            return 1;
+    } else {
+        error = vnpu_ioctl(p->fd, DRM_IOCTL_VNPU_SUBMIT, p->submit);
+        if (error)
+            return vnpu_kernel_failed(context, p->handle, DRM_IOCTL_VNPU_SUBMIT, error, 0, 0);
+        wait = p->wait;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        wait->timeout_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec + p->timeout_ns;
+        wait->job_status = 0;
+        wait->fault_va = 0;
+        error = vnpu_ioctl(p->fd, DRM_IOCTL_VNPU_BO_WAIT, wait);
+        if (error || wait->job_status)
+            return vnpu_kernel_failed(context, p->handle, DRM_IOCTL_VNPU_BO_WAIT, error,
+                                      error ? 0 : wait->job_status, error ? 0 : wait->fault_va);
+    }
+    for (i = 0; i < p->out_count; i++)
+        memcpy(p->copies_out[i].dst, p->copies_out[i].src, p->copies_out[i].size);
+    p->c_invokes++;
+    return 0;
+}
 
 /* Fill one registration layout: zero everything, then set the fields every layout has. */
 #define VNPU_FILL(reg) do {                                  \
         memset(&(reg), 0, sizeof(reg));                      \
-        (reg).init = (void *)vnpu_kernel_init;               \
-        (reg).free = (void *)vnpu_kernel_free;               \
+        (reg).init = (void *)vnpu_init;                      \
+        (reg).free = (void *)vnpu_free;                      \
         (reg).prepare = (void *)vnpu_kernel_prepare;         \
-        (reg).invoke = (void *)vnpu_kernel_invoke;           \
+        (reg).invoke = (void *)vnpu_invoke;                  \
         (reg).builtin_code = VNPU_BUILTIN_DELEGATE;          \
         (reg).custom_name = "vnpu";                          \
         (reg).version = 1;                                   \
@@ -427,4 +552,4 @@ TfLiteStatus vnpu_resize_tensor(TfLiteContext *context, int tensor, int rank, co
 """
 )
 
-CDEF = TYPES + HELPERS + CALLBACKS
+CDEF = TYPES + PARTITION_TYPES + HELPERS + CALLBACKS

@@ -1,8 +1,9 @@
 """Build libteflon.so with cffi's embedding mode: ``python -m delegate_teflon.build [--out DIR]``.
 
-The library is a thin C surface (the plugin entry points, the by-value registration call, dladdr)
-whose logic is Python: the first call into it starts (or joins) the Python interpreter, imports
-:mod:`delegate_teflon.plugin` and binds the callbacks.
+The library is a thin C surface (the plugin entry points, the by-value registration call, dladdr,
+and the invoke Python prepared: copies, SUBMIT and BO_WAIT) whose logic is Python: the first call
+into it starts (or joins) the Python interpreter, imports :mod:`delegate_teflon.plugin` and binds
+the callbacks. It includes the ioctl ABI's header, ``uapi/drm/vnpu_accel.h``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import cffi
 
 from delegate_teflon import abi
+from uapi.bindings import HEADER_DIR
 from vnpu_common.cache import content_hash, publish
 
 LIBRARY_NAME = "libteflon.so"
@@ -141,6 +143,7 @@ def make_ffi() -> cffi.FFI:
         MODULE_NAME,
         abi.C_SOURCE + HOST_SOURCE,
         libraries=["dl", "pthread"],
+        include_dirs=[str(HEADER_DIR.parent)],  # "drm/vnpu_accel.h": the ioctl ABI
         extra_compile_args=["-O2", "-Wall"],
     )
     ffi.embedding_init_code(INIT_CODE)
@@ -156,6 +159,7 @@ def source_hash() -> str:
             abi.EXPORTS,
             HOST_SOURCE,
             INIT_CODE,
+            *(header.read_text() for header in sorted(HEADER_DIR.glob("*.h"))),
             cffi.__version__,
             sys.version,
             sysconfig.get_config_var("SOABI") or "",

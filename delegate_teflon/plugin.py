@@ -9,7 +9,9 @@ Life cycle (TFLite's, as in Mesa's teflon ``tfl_device.c``):
    ``ReplaceNodeSubsetsWithDelegateKernels``; TFLite groups them into partitions, one kernel each.
 3. kernel ``init``: record the partition (its nodes, inputs, outputs) from ``TfLiteDelegateParams``;
    kernel ``prepare``: compile it (libaccel.compiler, disk-cached); kernel ``invoke``: copy the inputs
-   in, one submit, copy the outputs out.
+   in, one submit, copy the outputs out. The first invoke is :func:`_kernel_invoke`'s, which
+   prepares the others in the kernel's ``vnpu_partition`` for libteflon.so's C to run alone
+   (``vnpu_invoke``; :func:`_kernel_run` is its submit on the shim).
 
 Every callback is a cffi ``extern "Python"`` function, so it takes the GIL itself: TFLite's Python
 ``invoke()`` releases the GIL before calling into the runtime. An exception never crosses into C:
@@ -33,11 +35,15 @@ from delegate_teflon.context_reader import K_TFLITE_DYNAMIC, KNOWN_OPS, dynamic_
 from delegate_teflon.options import DelegateOptions, OptionError, parse_options
 from delegate_teflon.placement import Placement, format_report, place, write_placement
 from delegate_teflon.runtime_abi import RuntimeLayout, identify
+from libaccel.backends.kernel import KernelBackend
+from libaccel.bo import JobStatus
 from libaccel.compiler import float_chain
 from libaccel.compiler.graph import Graph, OpNode
 from libaccel.compiler.plan_common import Unsupported
 from libaccel.compiler.reference import annotate_reference
 from libaccel.compiler.shape_folding import fold_shapes, is_folded
+from libaccel.errors import from_errno
+from uapi.bindings import ioctl_name
 from vnpu_common import probe
 
 K_TFLITE_OK = 0
@@ -102,11 +108,11 @@ class PartitionKernel:
     runner: Any = None
     error: str = ""
     invokes: int = 0
-    # The prepared invoke (_prepare_copies): the runtime's buffers of the inputs then the outputs
-    # it was made for, and the byte copies into and out of the arena between them.
-    buffers: list[Any] = field(default_factory=list)
-    copies_in: list[tuple[Any, Any, int]] = field(default_factory=list)
-    copies_out: list[tuple[Any, Any, int]] = field(default_factory=list)
+    # The kernel's vnpu_partition (TfLiteNode.user_data, owned by libteflon.so's C) and the invoke
+    # prepared in it (_prepare_invoke): the runtime's buffers of the inputs then the outputs it was
+    # made for, and the arrays it points into.
+    partition: Any = None
+    prepared: tuple[Any, ...] = ()
     arena: Any = None  # the arena's mapping as a char[] (keeps the copies' addresses alive)
 
 
@@ -449,8 +455,9 @@ def _kernel_init(context: Any, buffer: Any, length: int) -> Any:
 
 def _close_runner(kernel: PartitionKernel) -> None:
     """Free the partition's BOs now (weights, arena, stream), not when the device closes."""
+    _unprepare(kernel)
     runner, kernel.runner = kernel.runner, None
-    kernel.buffers, kernel.copies_in, kernel.copies_out, kernel.arena = [], [], [], None
+    kernel.arena = None
     if runner is not None and not kernel.delegate.device.backend.closed:
         runner.close()
 
@@ -463,9 +470,12 @@ def _kernel_free(context: Any, buffer: Any) -> None:
 
 
 def _kernel_of(context: Any, node: Any) -> PartitionKernel | None:
-    kernel = _kernels.get(_addr(node.user_data))
+    partition = _ffi.cast("vnpu_partition *", node.user_data)
+    kernel = _kernels.get(partition.handle) if partition != _ffi.NULL else None
     if kernel is None:
         _report(context, "vnpu delegate: delegate node has no partition (its init failed)")
+        return None
+    kernel.partition = partition
     return kernel
 
 
@@ -473,6 +483,7 @@ def _kernel_prepare(context: Any, node: Any) -> int:
     kernel = _kernel_of(context, node)
     if kernel is None:
         return K_TFLITE_ERROR
+    _unprepare(kernel)  # shapes and buffers may change from here on: the next invoke is Python's
     # The runtime's input shapes must still be the ones the partition was compiled for.
     for t in kernel.graph.inputs:
         shape = tuple(_int_list(context.tensors[t].dims))
@@ -522,15 +533,27 @@ def _return_freed_memory() -> None:
 _malloc_trim: Any = None
 
 
-def _prepare_copies(context: Any, kernel: PartitionKernel, buffers: list[Any]) -> None:
-    """The invoke's copies for the runtime's buffers ``buffers`` (inputs, then outputs): each a
-    memmove of the tensor's bytes to or from its place in the arena (same dtype and shape, both
-    dense), made once and again only when the runtime moves a buffer."""
-    g, runner = kernel.graph, kernel.runner
+def _unprepare(kernel: PartitionKernel) -> None:
+    """The next invoke of ``kernel`` is Python's (which prepares the invoke again)."""
+    if kernel.partition is not None:
+        kernel.partition.ready = 0
+    kernel.prepared = ()
+
+
+def _prepare_invoke(context: Any, kernel: PartitionKernel, buffers: list[Any]) -> None:
+    """Prepare the invoke for the runtime's buffers ``buffers`` (inputs, then outputs) in the
+    kernel's vnpu_partition: a memcpy of each tensor's bytes to or from its place in the arena
+    (same dtype and shape, both dense), and the SUBMIT and BO_WAIT arguments. From the next invoke
+    on, C runs it alone (libteflon.so's vnpu_invoke) until the runtime moves a buffer or prepares
+    the kernel again; with ``log_level=verbose`` every invoke stays Python's, to time its parts.
+    The vnpu_partition is the one record of the prepared invoke: Python's invoke reads it too."""
+    g, runner, p = kernel.graph, kernel.runner, kernel.partition
+    p.ready = 0
     if kernel.arena is None:
         kernel.arena = _ffi.from_buffer("char[]", runner.arena.map())
-    copies: list[tuple[Any, Any, int]] = []
-    for t, data in zip((*g.inputs, *g.outputs), buffers, strict=True):
+    io = (*g.inputs, *g.outputs)
+    copies = _ffi.new("vnpu_copy[]", len(io))
+    for k, (t, data) in enumerate(zip(io, buffers, strict=True)):
         info = g.tensors[t]
         offset, nbytes = runner.io_span(t)
         if data == _ffi.NULL:
@@ -539,14 +562,28 @@ def _prepare_copies(context: Any, kernel: PartitionKernel, buffers: list[Any]) -
             raise RuntimeError(
                 f"tensor {t} ({info.name}) has {context.tensors[t].bytes} bytes, the partition {nbytes}"
             )
-        copies.append((kernel.arena + offset, _ffi.cast("char *", data), nbytes))
-    inputs = len(g.inputs)
-    kernel.copies_in = copies[:inputs]
-    kernel.copies_out = [(tensor, arena, n) for arena, tensor, n in copies[inputs:]]
-    kernel.buffers = buffers
+        arena, tensor = kernel.arena + offset, _ffi.cast("char *", data)
+        copies[k].dst, copies[k].src = (arena, tensor) if k < len(g.inputs) else (tensor, arena)
+        copies[k].size = nbytes
+    tensors, data = _ffi.new("int[]", io), _ffi.new("void *[]", buffers)
+    kernel.prepared = (copies, tensors, data)
+    p.io_count, p.io_tensors, p.io_data = len(io), tensors, data
+    p.in_count, p.copies_in = len(g.inputs), copies
+    p.out_count, p.copies_out = len(g.outputs), copies + len(g.inputs)
+    p.submit, p.wait, p.timeout_ns = runner.submit_arg, runner.wait_arg, int(runner.timeout * 1e9)
+    backend = kernel.delegate.device.backend
+    p.fd = backend.fileno() if isinstance(backend, KernelBackend) else -1
+    p.ready = not kernel.delegate.options.verbose
+
+
+def _copy(copies: Any, count: int) -> None:
+    for k in range(count):
+        _ffi.memmove(copies[k].dst, copies[k].src, copies[k].size)
 
 
 def _kernel_invoke(context: Any, node: Any) -> int:
+    """Python's invoke: the first of a kernel, every one at log_level=verbose, and the one after
+    the runtime moved a buffer (vnpu_invoke in C runs the others)."""
     probe.mark("delegate.entry")
     kernel = _kernel_of(context, node)
     if kernel is None or kernel.runner is None:
@@ -554,17 +591,15 @@ def _kernel_invoke(context: Any, node: Any) -> int:
     g = kernel.graph
     start = time.perf_counter()
     tensors = context.tensors
-    buffers = [tensors[t].data for t in g.inputs] + [tensors[t].data for t in g.outputs]
-    if buffers != kernel.buffers:
-        _prepare_copies(context, kernel, buffers)
-    memmove = _ffi.memmove
-    for dst, src, n in kernel.copies_in:
-        memmove(dst, src, n)
+    buffers = [tensors[t].data for t in (*g.inputs, *g.outputs)]
+    p = kernel.partition
+    if not kernel.prepared or any(b != p.io_data[k] for k, b in enumerate(buffers)):
+        _prepare_invoke(context, kernel, buffers)
+    _copy(p.copies_in, p.in_count)
     t1 = time.perf_counter()
     kernel.runner.submit_and_wait()
     t2 = time.perf_counter()
-    for dst, src, n in kernel.copies_out:
-        memmove(dst, src, n)
+    _copy(p.copies_out, p.out_count)
     probe.mark("delegate.exit")
     kernel.invokes += 1
     if kernel.delegate.options.verbose:
@@ -576,6 +611,34 @@ def _kernel_invoke(context: Any, node: Any) -> int:
             f"{1000 * (t2 - t1):.2f}, copy out {1000 * (t3 - t2):.2f})",
         )
     return K_TFLITE_OK
+
+
+def _kernel_run(context: Any, handle: int) -> int:
+    """The job of C's invoke on a backend C cannot reach by itself (the shim): SUBMIT and wait."""
+    probe.mark("delegate.entry")
+    kernel = _kernels.get(handle)
+    if kernel is None or kernel.runner is None:
+        _report(context, "vnpu delegate: delegate node has no partition (its init failed)")
+        return K_TFLITE_ERROR
+    kernel.runner.submit_and_wait()
+    probe.mark("delegate.exit")
+    return K_TFLITE_OK
+
+
+def _kernel_failed(context: Any, handle: int, request: int, error: int, status: int, fault_va: int) -> int:
+    """C's invoke failed: the ioctl ``request`` with ``error``, or the job with ``status``. Raises
+    what Python's invoke would have, for _guarded to report."""
+    if error:
+        raise from_errno(error, ioctl_name(request))
+    JobStatus(status, fault_va).raise_for_status()
+    raise RuntimeError(f"NPU partition {handle}: the job failed with no status")
+
+
+def prepared_invokes() -> dict[int, int]:
+    """Each live kernel's handle -> the invokes libteflon.so's C ran without Python (for tests and
+    tools in the same process)."""
+    with _lock:
+        return {h: int(k.partition.c_invokes) for h, k in _kernels.items() if k.partition is not None}
 
 
 # --- binding ------------------------------------------------------------------------------------
@@ -629,4 +692,10 @@ def install(ffi: Any, lib: Any) -> None:
     )
     ffi.def_extern(name="vnpu_kernel_invoke", error=K_TFLITE_ERROR)(
         _guarded("invoke", _kernel_invoke, K_TFLITE_ERROR)
+    )
+    ffi.def_extern(name="vnpu_kernel_run", error=K_TFLITE_ERROR)(
+        _guarded("invoke", _kernel_run, K_TFLITE_ERROR)
+    )
+    ffi.def_extern(name="vnpu_kernel_failed", error=K_TFLITE_ERROR)(
+        _guarded("invoke", _kernel_failed, K_TFLITE_ERROR)
     )

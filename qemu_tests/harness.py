@@ -89,6 +89,7 @@ DEFAULT_SUITES = (
     "tests/compiler/test_new_ops.py",
     "tests/compiler/test_networks.py",
     "tests/delegate/test_networks.py",
+    "tests/delegate/test_prepared_invoke.py",  # libteflon.so's C invoke: its own ioctls on vnpu.ko
     "tests/corpus/test_corpus.py",
     "tests/onnx/test_onnx_networks.py",  # quantized ONNX networks through accel run, onnxruntime in the guest
     "tests/fuzz/test_ioctl_fuzz.py",  # the ioctl fuzzer on vnpu.ko (VNPU_FUZZ_SECONDS, default 30)

@@ -106,6 +106,16 @@ class PartitionRunner:
         b = self._inputs.get(index) or self._outputs[index]
         return b.offset, b.nbytes
 
+    @property
+    def submit_arg(self) -> object:
+        """The job's struct drm_vnpu_submit, reused by every :meth:`submit_and_wait`."""
+        return self._job.submit_args.submit
+
+    @property
+    def wait_arg(self) -> object:
+        """The struct drm_vnpu_bo_wait on the arena that :meth:`submit_and_wait` reuses."""
+        return self._wait
+
     def submit_and_wait(self) -> None:
         """Run the job on what the input views hold; raises JobFault if the device fails it.
 
