@@ -687,8 +687,8 @@ def format_profile(results: Sequence[ModelResult]) -> str:
 # An invoke after the first is libteflon.so's C (copy in, a call into the delegate's Python for
 # the shim's submit, copy out), so TFLite's side of the marks includes the copies.
 SPLIT_PARTS: dict[str, str] = {
-    "delegate.entry": "TFLite, copy in (C) -> the delegate's Python",
-    "delegate.submit": "the delegate's Python",
+    "delegate.entry": "TFLite, copy in (C) -> delegate Python",
+    "delegate.submit": "delegate Python",
     "shim.ioctl": "libaccel's submit",
     "shim.doorbell": "the shim's ioctl handling",
     "shim.queued": "the shim's ioctl handling",
@@ -699,7 +699,7 @@ SPLIT_PARTS: dict[str, str] = {
     "libaccel.wait": "libaccel's submit",
     "shim.woken": "completion and wake-up",
     "delegate.waited": "libaccel's wait",
-    "delegate.exit": "the delegate's Python",
+    "delegate.exit": "delegate Python",
     "tflite.returned": "copy out (C), TFLite after the delegate",
 }
 SPLIT_ORDER = tuple(dict.fromkeys(SPLIT_PARTS.values()))
@@ -740,7 +740,7 @@ class InvokeSplit:
     device_job_us: float  # CommandProcessor.run per invoke (profile_jobs)
     instructions: int  # executed per invoke, END included (the jobs' cycles)
     per_instruction_us: float  # the device model's job time per instruction executed
-    plain_invoke_us: float  # median invoke without marks or job profiles, timed in the same loop
+    plain_invoke_us: float  # median invoke without marks or job profiles, back to back in the same rounds
 
 
 def split_marks(marks: Sequence[tuple[str, int]]) -> dict[str, float]:
@@ -754,7 +754,7 @@ def split_marks(marks: Sequence[tuple[str, int]]) -> dict[str, float]:
 
 
 class _SplitSamples:
-    """One subject's samples: an unmarked run, then a marked one, per round."""
+    """One subject's samples: unmarked runs back to back, then marked ones, in each round."""
 
     def __init__(self, name: str, nodes: int) -> None:
         self.name, self.nodes = name, nodes
@@ -764,10 +764,7 @@ class _SplitSamples:
         self.device: list[float] = []
         self.counts: list[int] = []
 
-    def add(
-        self, plain_us: float, marked_us: float, marks: Sequence[tuple[str, int]], jobs: Sequence[Any]
-    ) -> None:
-        self.plain.append(plain_us)
+    def add(self, marked_us: float, marks: Sequence[tuple[str, int]], jobs: Sequence[Any]) -> None:
         self.marked.append(marked_us)
         parts = split_marks(marks)
         for p in SPLIT_ORDER:
@@ -791,19 +788,25 @@ class _SplitSamples:
         )
 
 
-def _sample(samples: _SplitSamples, run: Callable[[], None], first: str, last: str) -> None:
-    """One round of ``run``: timed plain, then timed with the marks and job profiles on."""
+def _time_plain(samples: _SplitSamples, run: Callable[[], None], count: int) -> None:
+    """``count`` runs back to back, each timed, as an application's invoke loop makes them."""
     clock = time.perf_counter_ns
-    t0 = clock()
-    run()
-    plain = (clock() - t0) / 1000
+    for _ in range(count):
+        t0 = clock()
+        run()
+        samples.plain.append((clock() - t0) / 1000)
+
+
+def _sample(samples: _SplitSamples, run: Callable[[], None], first: str, last: str) -> None:
+    """One run, timed with the marks and job profiles on."""
+    clock = time.perf_counter_ns
     with profile_jobs() as jobs, probe.collect() as marks:
         probe.mark(first)
         t0 = clock()
         run()
         t1 = clock()
         probe.mark(last)
-    samples.add(plain, (t1 - t0) / 1000, marks, jobs)
+    samples.add((t1 - t0) / 1000, marks, jobs)
 
 
 def profile_splits(
@@ -813,7 +816,9 @@ def profile_splits(
     thread, BUILTIN_REF), split into parts, ``runs`` samples of each: in SPLIT_ROUNDS rounds half a
     second apart, each a block of every subject in turn, so that a slow spell of the host falls
     on all of them alike and on few of the samples. (One sample of each in turn would measure
-    cold invokes: about 10% slower.)"""
+    cold invokes: about 10% slower.) In its block, a subject runs ``runs / SPLIT_ROUNDS`` times back
+    to back without marks (the invoke's figure: a marked run before each would cool the caches
+    for it), then as many times with the marks on (the split)."""
     import tflite_runtime.interpreter as tfl
 
     import delegate_teflon
@@ -857,7 +862,9 @@ def profile_splits(
             for samples, run, first, last in subjects:
                 for _ in range(SPLIT_WARMUP):
                     run()
-                for _ in range(runs * (r + 1) // rounds - runs * r // rounds):
+                count = runs * (r + 1) // rounds - runs * r // rounds
+                _time_plain(samples, run, count)
+                for _ in range(count):
                     _sample(samples, run, first, last)
         return [samples.split() for samples, _, _, _ in subjects]
 

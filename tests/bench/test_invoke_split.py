@@ -12,8 +12,8 @@ def test_each_gap_goes_to_the_part_of_the_mark_that_ends_it() -> None:
     marks = [("tflite.invoke", 0), ("delegate.entry", 2000), ("delegate.submit", 5000), ("core.end", 9000)]
     parts = mb.split_marks(list(reversed(marks)))  # ordered by time, whatever the order they came in
     assert parts == {
-        "TFLite, copy in (C) -> the delegate's Python": 2.0,
-        "the delegate's Python": 3.0,
+        "TFLite, copy in (C) -> delegate Python": 2.0,
+        "delegate Python": 3.0,
         "device model (the job)": 4.0,
     }
 
