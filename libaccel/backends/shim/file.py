@@ -56,6 +56,9 @@ _from_buffer = ffi._backend.from_buffer
 _JOB_PTR = ffi.typeof("struct drm_vnpu_job *")
 _JOB_BOS = ffi.typeof("struct drm_vnpu_job_bo[]")
 _ARG_SIZES: dict[Any, int] = {}
+# An ioctl number's direction bit "out" (asm-generic/ioctl.h: _IOC_READ << _IOC_DIRSHIFT): only
+# then does the DRM core copy the argument back to userspace.
+_IOC_OUT = 2 << 30
 JOB_BO_SIZE = ffi.sizeof("struct drm_vnpu_job_bo")
 # Command-stream copies a file keeps mapped for its next submissions (vnpu.ko pools its command
 # buffers too): a repeated submission then maps, zeroes and frees nothing.
@@ -195,7 +198,8 @@ class ShimBackend(Backend):
         try:
             if handler is None:
                 raise Errno(errno.EINVAL, "not an ioctl of this device")
-            # The kernel copies the argument in and out; a handler that fails writes nothing back.
+            # The kernel copies the argument in, and out when the ioctl's direction has "out"
+            # (drm_ioctl); a handler that fails writes nothing back.
             ctype = _typeof(arg)
             size = _ARG_SIZES.get(ctype)
             if size is None:
@@ -203,7 +207,8 @@ class ShimBackend(Backend):
             work = _newp(ctype, None)
             _memmove(work, arg, size)
             handler(work)
-            _memmove(arg, work, size)
+            if request & _IOC_OUT:
+                _memmove(arg, work, size)
         except Errno as e:
             raise from_errno(e.errno, ioctl_name(request), detail=e.detail) from None
 
