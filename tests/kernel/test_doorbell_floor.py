@@ -7,7 +7,7 @@ device working.
 
 from __future__ import annotations
 
-from bench.jobs import doorbell_floor, format_table, round_trip
+from bench.jobs import FLOOR_READS, doorbell_floor, format_table, round_trip, round_trip_with_floor
 from libaccel import debugfs
 
 
@@ -27,3 +27,9 @@ def test_accel_state_does_not_run_the_measurement() -> None:
     (directory,) = debugfs.device_dirs(None)[:1]
     state = debugfs.read_state(directory)
     assert "doorbell_rtt" not in state and "counters" in state
+
+
+def test_the_floor_is_read_before_each_run_of_the_round_trip() -> None:
+    lat, floor = round_trip_with_floor("kernel", 8)
+    assert floor is not None and floor.samples == FLOOR_READS * 256 and lat.iterations == 8
+    assert 0 < floor.min_us <= floor.p50_us <= floor.p90_us
