@@ -63,6 +63,7 @@ MODELS: dict[str, Callable[[], bytes]] = {}
 # The CPU peers. ai_edge_litert's default interpreter runs int8 models through XNNPACK; tflite_runtime
 # 2.14's default interpreter does not (it runs its builtin optimized kernels), so it is much slower.
 CPU_RUNTIMES = ("ai_edge_litert", "tflite_runtime")
+MODEL_ROUNDS = 5  # the NPU's and the CPU peers' timed invokes, in turn
 
 # The model targets (compile and load time, invoke overhead, speed against the CPU, memory) are rows
 # of the targets table in docs/performance.md (bench.targets), under these keys.
@@ -286,15 +287,33 @@ def bench_model(name: str, model: bytes, runs: int, check: bool, rss: bool, thre
         cpu_samples: list[float] = []
         op_ms: dict[str, float] = {}
         op_counts: dict[str, int] = {}
+        # The CPU peers are timed in the same rounds as the NPU (each block after one untimed
+        # invoke): a slow spell of a shared host then falls on both paths alike, not on one
+        # whole block of them.
+        peers = {}
+        for runtime in CPU_RUNTIMES:
+            peer = _interpreter(importlib.import_module(f"{runtime}.interpreter"), model, [], None, threads)
+            _set_inputs(peer, inputs)
+            for _ in range(3):
+                peer.invoke()
+            peers[runtime] = peer
+        peer_samples: dict[str, list[float]] = {runtime: [] for runtime in peers}
+        peer_runs = max(runs, 5) * 4
         with profile_jobs() as profiles:
-            for _ in range(runs):
-                before = len(profiles)
-                c0 = time.process_time()
-                t0 = time.perf_counter()
-                npu.invoke()
-                invoke_samples.append(1000 * (time.perf_counter() - t0))
-                cpu_samples.append(1000 * (time.process_time() - c0))
-                device_samples.append(1000 * sum(p.seconds for p in profiles[before:]))
+            for r in range(MODEL_ROUNDS):
+                npu.invoke()  # each block starts warm, as a block of back-to-back invokes would
+                for _ in range(runs * (r + 1) // MODEL_ROUNDS - runs * r // MODEL_ROUNDS):
+                    before = len(profiles)
+                    c0 = time.process_time()
+                    t0 = time.perf_counter()
+                    npu.invoke()
+                    invoke_samples.append(1000 * (time.perf_counter() - t0))
+                    cpu_samples.append(1000 * (time.process_time() - c0))
+                    device_samples.append(1000 * sum(p.seconds for p in profiles[before:]))
+                for runtime, peer in peers.items():
+                    count = peer_runs * (r + 1) // MODEL_ROUNDS - peer_runs * r // MODEL_ROUNDS
+                    peer_samples[runtime] += _timed_invokes(peer, count, warmup=1)
+        del peers
         # Time per opcode in invokes of their own: timing each instruction takes the instruction
         # loop, not the bound stream the invokes above ran.
         op_runs = min(runs, OP_PROFILE_RUNS)
@@ -309,16 +328,8 @@ def bench_model(name: str, model: bytes, runs: int, check: bool, rss: bool, thre
         op_counts = {op: c // op_runs for op, c in op_counts.items()}
         del npu
 
-    cpu_runtimes: dict[str, float] = {}
-    cpu_mins: dict[str, float] = {}
-    for runtime in CPU_RUNTIMES:
-        mod = importlib.import_module(f"{runtime}.interpreter")
-        cpu = _interpreter(mod, model, [], None, threads)
-        _set_inputs(cpu, inputs)
-        samples = _timed_invokes(cpu, max(runs, 5) * 4, warmup=3)
-        cpu_runtimes[runtime] = median(samples)
-        cpu_mins[runtime] = min(samples)
-        del cpu
+    cpu_runtimes = {runtime: median(samples) for runtime, samples in peer_samples.items()}
+    cpu_mins = {runtime: min(samples) for runtime, samples in peer_samples.items()}
 
     diff = 0
     exact: bool | None = None
