@@ -335,7 +335,7 @@ def render(summary: dict[str, Any]) -> str:
             "",
             "**Where an invoke's time goes on the shim** (us, the median of each part; one thread;",
             "`bench.model_bench --profile`: an empty job, and partitions of 1 and 30 int8 ADDs through",
-            "`libteflon.so`; the invoke timed without the marks):",
+            "`libteflon.so`; the invoke timed without the marks, back to back):",
             "",
             "| part | " + " | ".join(sp["name"] for sp in splits) + " |",
             "|---|" + "---|" * len(splits),
