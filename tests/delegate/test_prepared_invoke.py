@@ -9,7 +9,9 @@ makes the ioctls itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -17,9 +19,13 @@ import pytest
 
 import modelgen as gen
 from delegate_teflon import plugin
+from device_model.faults import FaultSpec
+from qemu_tests import fault_inject
 from uapi.bindings import ffi as uapi_ffi
 
 MODEL = gen.elementwise_model("ADD", (1, 6, 6, 8), None, "RELU", 21)
+# Fault specs this module writes: distinct from any a previous run left in the guest's control file.
+_SEQS = itertools.count(int(time.time()))
 
 
 class Pair:
@@ -113,3 +119,40 @@ def test_verbose_invokes_stay_in_python(
     assert pair.c_invokes() == 0
     assert f"NPU partition {pair.handle}: invoke 3 took" in capfd.readouterr().err
     del pair.npu
+
+
+@pytest.fixture
+def faults(test_device: str) -> Iterator[Callable[[FaultSpec], None]]:
+    """Sets the device model's fault spec: vnpu.ko's through the harness's control file in the
+    guest, the shim's device directly on the host (then as it was)."""
+    if test_device == "kernel":
+        control: Any = fault_inject.ControlFile()
+        try:
+            yield control
+        finally:
+            control(FaultSpec(seq=next(_SEQS)))
+        return
+    from libaccel.backends.shim import shared_device
+
+    npu = shared_device().npu
+    before = npu.faults
+    control = fault_inject.ShimControl()
+    try:
+        yield control
+    finally:
+        npu.faults = before
+
+
+def test_a_failed_job_is_reported(pair: Pair, faults: Callable[[FaultSpec], None]) -> None:
+    """On vnpu.ko C reads the job's status from BO_WAIT and hands it to Python to report; on the
+    shim Python's submit raises it. Either way the invoke fails with the job's fault, and the next
+    one runs in C again."""
+    pair.invoke()
+    pair.invoke()
+    assert pair.c_invokes() == 1
+    faults(FaultSpec(kind="mmu_fault", count=1, seq=next(_SEQS)))
+    with pytest.raises(RuntimeError, match=r"vnpu delegate: invoke: JobFault: .*the device MMU faulted"):
+        pair.npu.invoke()
+    assert pair.c_invokes() == 1
+    pair.invoke()
+    assert pair.c_invokes() == 2
