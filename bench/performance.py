@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -72,9 +73,11 @@ class Sizes:
 
 
 # The cores table's points are ratios of two throughputs near 1: each run long enough (1500 jobs,
-# 60 invokes a client) that a scheduling hiccup of a few ms does not decide the ratio.
+# 60 invokes a client) that a scheduling hiccup of a few ms does not decide the ratio, and five
+# pairs of runs (A B B A ...) whose median ratio a change of the host's speed between pairs does
+# not decide either (cores_rows).
 FULL = Sizes(
-    model_runs=60, corpus_runs=40, iterations=2000, jobs=1500, invokes=60, repeat=3, profile_runs=1000
+    model_runs=60, corpus_runs=40, iterations=2000, jobs=1500, invokes=60, repeat=5, profile_runs=1000
 )
 QUICK = Sizes(model_runs=3, corpus_runs=2, iterations=50, jobs=50, invokes=2, repeat=1, profile_runs=20)
 
@@ -259,22 +262,34 @@ def target_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, bool 
     return rows
 
 
+def pair_ratio(one: dict[str, Any], most: dict[str, Any]) -> float | None:
+    """The most cores' rate over one core's: the median of the ratios of their k-th runs, which ran
+    next to each other in time (the benches alternate the core counts run by run, A B B A), so a
+    change of the host's speed between runs cancels out; the ratio of the medians when the runs
+    are not paired."""
+    a, b = one.get("runs") or [], most.get("runs") or []
+    if a and len(a) == len(b) and all(a):
+        return statistics.median(y / x for x, y in zip(a, b, strict=True))
+    return most["per_s"] / one["per_s"] if one["per_s"] else None
+
+
 def cores_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, bool | None]]:
-    """``cores_not_slower``: per (where, mode, workload, clients), the most cores' rate over one core's.
+    """``cores_not_slower``: per (where, mode, workload, clients), the most cores' rate over one
+    core's (:func:`pair_ratio`).
 
     A guest boot measures its device with all its cores and with core 0 alone (vnpu.ko's debugfs
     ``core_mask``), so its rows compare within the boot."""
     t = target("cores_not_slower")
-    groups: dict[tuple[str, str, str, int], dict[int, float]] = {}
+    groups: dict[tuple[str, str, str, int], dict[int, dict[str, Any]]] = {}
     for r in summary["cores"]:
         key = (r["where"], r.get("mode") or "threads", r["workload"], r["clients"])
-        groups.setdefault(key, {})[r["cores"]] = r["per_s"]
+        groups.setdefault(key, {})[r["cores"]] = r
     rows = []
-    for (where, mode, workload, clients), rates in sorted(groups.items()):
-        if 1 not in rates or len(rates) < 2:
+    for (where, mode, workload, clients), by_cores in sorted(groups.items()):
+        if 1 not in by_cores or len(by_cores) < 2:
             continue
-        most = max(rates)
-        ratio = rates[most] / rates[1] if rates[1] else None
+        most = max(by_cores)
+        ratio = pair_ratio(by_cores[1], by_cores[most])
         label = f"{where} {mode}, {workload}, {clients} client(s): {most} cores / 1"
         rows.append((t.key, t.text, label, "-" if ratio is None else f"{ratio:.2f}x", t.met(ratio)))
     return rows

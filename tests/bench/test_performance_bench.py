@@ -89,6 +89,16 @@ def test_cores_rows_compare_the_most_cores_with_one() -> None:
     assert rows[0][2] == "shim threads, empty job, 2 client(s): 2 cores / 1"
 
 
+def test_cores_rows_pair_the_runs_that_ran_next_to_each_other() -> None:
+    """Runs of 1 and 2 cores alternate; the host's speed changes between the pairs, not within one."""
+    row = {"where": "shim", "mode": "threads", "workload": "empty job", "clients": 1}
+    one = row | {"cores": 1, "per_s": 200.0, "runs": [100.0, 200.0, 300.0]}
+    two = row | {"cores": 2, "per_s": 220.0, "runs": [110.0, 180.0, 330.0]}  # 1.1x, 0.9x, 1.1x
+    (r,) = performance.cores_rows({"cores": [one, two]})
+    assert (r[3], r[4]) == ("1.10x", True)
+    assert performance.pair_ratio(one, two | {"runs": [110.0]}) == 220.0 / 200.0  # not paired
+
+
 def test_cores_rows_compare_within_a_guest_boot() -> None:
     row = {"mode": "threads", "workload": "model invoke", "clients": 1}
     summary = {
