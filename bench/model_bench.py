@@ -715,10 +715,10 @@ SPLIT_PARTS: dict[str, str] = {
 }
 SPLIT_ORDER = tuple(dict.fromkeys(SPLIT_PARTS.values()))
 PROFILE_CHAIN = 30  # nodes of the larger profiled partition
-# The invoke split's rounds (profile_splits), spread over a few seconds: on a shared host a slow
-# spell lasts a second or two, and a split taken within one second fell wholly in one.
+# The invoke split's rounds (profile_splits), back to back: each a block of every subject in turn.
+# (Rounds half a second apart measured the host waking up: after a 0.5 s sleep a block of invokes
+# ran 1.3-2x slower than the same block without it, bench/results/HISTORY.md.)
 SPLIT_ROUNDS = 10
-SPLIT_ROUND_GAP_S = 0.5
 SPLIT_WARMUP = 5  # unrecorded runs of each subject at the start of a round
 
 
@@ -820,16 +820,14 @@ def _sample(samples: _SplitSamples, run: Callable[[], None], first: str, last: s
     samples.add((t1 - t0) / 1000, marks, jobs)
 
 
-def profile_splits(
-    runs: int, models: Sequence[tuple[str, bytes]] | None = None, gap_s: float = SPLIT_ROUND_GAP_S
-) -> list[InvokeSplit]:
+def profile_splits(runs: int, models: Sequence[tuple[str, bytes]] | None = None) -> list[InvokeSplit]:
     """The empty job's round trip and each model's invoke through libteflon.so on the shim (one
-    thread, BUILTIN_REF), split into parts, ``runs`` samples of each: in SPLIT_ROUNDS rounds half a
-    second apart, each a block of every subject in turn, so that a slow spell of the host falls
-    on all of them alike and on few of the samples. (One sample of each in turn would measure
-    cold invokes: about 10% slower.) In its block, a subject runs ``runs / SPLIT_ROUNDS`` times back
-    to back without marks (the invoke's figure: a marked run before each would cool the caches
-    for it), then as many times with the marks on (the split)."""
+    thread, BUILTIN_REF), split into parts, ``runs`` samples of each: in SPLIT_ROUNDS rounds, each
+    a block of every subject in turn, so that a slow spell of the host falls on all of them alike.
+    (One sample of each in turn would measure cold invokes: about 10% slower.) In its block, a
+    subject runs ``runs / SPLIT_ROUNDS`` times back to back without marks (the invoke's figure: a
+    marked run before each would cool the caches for it), then as many times with the marks on
+    (the split)."""
     import tflite_runtime.interpreter as tfl
 
     import delegate_teflon
@@ -868,8 +866,6 @@ def profile_splits(
                 run()
         rounds = min(runs, SPLIT_ROUNDS)
         for r in range(rounds):
-            if r:
-                time.sleep(gap_s)
             for samples, run, first, last in subjects:
                 for _ in range(SPLIT_WARMUP):
                     run()

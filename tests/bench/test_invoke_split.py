@@ -30,7 +30,7 @@ def test_marks_are_kept_only_while_collected() -> None:
 
 
 def test_the_splits_run_and_account_for_every_mark() -> None:
-    empty, one = mb.profile_splits(5, [("1 node", mb.chain_model(1))], gap_s=0)
+    empty, one = mb.profile_splits(5, [("1 node", mb.chain_model(1))])
     assert (empty.runs, one.runs) == (5, 5)
     for split in (empty, one):
         assert set(split.parts_us) == set(mb.SPLIT_ORDER)
