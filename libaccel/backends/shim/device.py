@@ -20,6 +20,7 @@ import queue
 import struct
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,6 +206,11 @@ class ShimDevice:
             core_processes = os.environ.get(ENV_CORE_PROCESSES, "0") == "1"
         # Worker processes map system memory themselves: a memfd they inherit.
         self.memory = MemfdMemory(RAM_SIZE) if core_processes else AnonymousMemory(RAM_SIZE)
+        # Set in a forked child (_after_fork_in_child): the device is the parent's. Its threads
+        # did not survive the fork and its locks may be held by threads that no longer exist, so
+        # the child's copies of its files refuse every call and closing it does nothing.
+        self.forked = False
+        _devices.add(self)
         self.bar2 = bytearray(hw.BAR2_SIZE)
         self._bar32 = memoryview(self.bar2).cast("I")  # little-endian words, as Npu checks
         self._bar64 = memoryview(self.bar2).cast("Q")
@@ -680,7 +686,7 @@ class ShimDevice:
                 self.cond.wait(0.05)
 
     def close(self) -> None:
-        if self._closed:
+        if self._closed or self.forked:
             return
         self._closed = True
         self._irqs.put(None)
@@ -693,6 +699,20 @@ class ShimDevice:
 
 _device: ShimDevice | None = None
 _device_lock = threading.Lock()
+_devices: weakref.WeakSet[ShimDevice] = weakref.WeakSet()  # every device of this process
+
+
+def _after_fork_in_child() -> None:
+    """A forked child's shim devices are its parent's (one device per process): each is marked
+    forked, and the child's next :func:`shared_device` makes a device of its own."""
+    global _device, _device_lock
+    for device in list(_devices):
+        device.forked = True
+    _device = None
+    _device_lock = threading.Lock()  # another thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def shared_device() -> ShimDevice:

@@ -59,6 +59,10 @@ _ARG_SIZES: dict[Any, int] = {}
 # An ioctl number's direction bit "out" (asm-generic/ioctl.h: _IOC_READ << _IOC_DIRSHIFT): only
 # then does the DRM core copy the argument back to userspace.
 _IOC_OUT = 2 << 30
+_FORKED_HINT = (
+    "this shim device belongs to the parent process (the shim is one device per process): "
+    "open the shim again in the child"
+)
 JOB_BO_SIZE = ffi.sizeof("struct drm_vnpu_job_bo")
 # Command-stream copies a file keeps mapped for its next submissions (vnpu.ko pools its command
 # buffers too): a repeated submission then maps, zeroes and frees nothing.
@@ -79,6 +83,18 @@ def _self_mem() -> int:
     if _self_mem_fd < 0:
         _self_mem_fd = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
     return _self_mem_fd
+
+
+def _forget_self_mem() -> None:
+    """In a forked child: the inherited descriptor is the parent's memory (/proc/self is resolved
+    when it is opened); the child opens its own on first use."""
+    global _self_mem_fd
+    if _self_mem_fd >= 0:
+        os.close(_self_mem_fd)
+        _self_mem_fd = -1
+
+
+os.register_at_fork(after_in_child=_forget_self_mem)
 
 
 def _user_range(addr: int, size: int, what: str) -> None:
@@ -189,11 +205,16 @@ class ShimBackend(Backend):
     # --- Backend interface ---------------------------------------------------------
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._closed or self.dev.forked
+
+    def _refuse(self, op: str) -> DeviceClosed:
+        if self.dev.forked:
+            return DeviceClosed(errno.EBADF, op, _FORKED_HINT)
+        return DeviceClosed(errno.EBADF, op)
 
     def ioctl(self, request: int, arg: Any) -> None:
-        if self._closed:
-            raise DeviceClosed(errno.EBADF, ioctl_name(request))
+        if self._closed or self.dev.forked:
+            raise self._refuse(ioctl_name(request))
         handler = self._handlers.get(request)
         try:
             if handler is None:
@@ -213,8 +234,8 @@ class ShimBackend(Backend):
             raise from_errno(e.errno, ioctl_name(request), detail=e.detail) from None
 
     def mmap(self, offset: int, size: int) -> memoryview:
-        if self._closed:
-            raise DeviceClosed(errno.EBADF, "mmap")
+        if self._closed or self.dev.forked:
+            raise self._refuse("mmap")
         with self.dev.lock:
             bo = self.dev.mmap_table.get(offset)
             if bo is None or offset % hw.PAGE_SIZE or size <= 0 or size > bo.size:
@@ -227,6 +248,8 @@ class ShimBackend(Backend):
         if self._closed:
             return
         self._closed = True
+        if self.dev.forked:  # the parent's file: nothing of it is this process's to free
+            return
         self.dev.cancel_file_jobs(self)
         with self.dev.lock:
             for handle in list(self.bos):
