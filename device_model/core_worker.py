@@ -175,8 +175,8 @@ _processor_ids = itertools.count(1)
 class RemoteProcessor:
     """A command processor in a worker process: ``run`` as :meth:`CommandProcessor.run`.
 
-    One per core and BOOT (like the thread mode's CommandProcessor), so a new boot starts the
-    worker with fresh caches.
+    One per core and firmware limits (like the thread mode's CommandProcessor): a BOOT of other
+    limits starts the worker with fresh caches; one of the same limits keeps it (Npu._set_processors).
     """
 
     def __init__(self, worker: CoreWorker, spec: ProcessorSpec) -> None:

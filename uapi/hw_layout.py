@@ -101,9 +101,10 @@ CMD_POWER = 4  # ARG0 = POWER_ON or POWER_OFF (below)
 # and the power registers are always on; the cores, the queues and the
 # firmware are not. POWER_OFF needs every core idle and both queues empty
 # (else -EBUSY) and loses the volatile state: the firmware (STATUS,
-# FW_VERSION and FW_BUILD_ID read 0; jobs fail with -EIO until a BOOT), the
-# cores' caches of bound instructions, and the queue positions: POWER_ON
-# resets SQ_HEAD, SQ_TAIL, CQ_HEAD, CQ_TAIL and JOBS_DONE to 0. Powered off,
+# FW_VERSION and FW_BUILD_ID read 0; jobs fail with -EIO until a BOOT) and
+# the queue positions: POWER_ON resets SQ_HEAD, SQ_TAIL, CQ_HEAD, CQ_TAIL and
+# JOBS_DONE to 0. (The device model's caches, checked against memory at every
+# use, are kept for a BOOT with the same firmware limits.) Powered off,
 # the device ignores queue doorbells and a BOOT fails with -EPERM. Powering
 # on or off what already is succeeds and changes nothing.
 POWER_OFF = 0

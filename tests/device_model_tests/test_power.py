@@ -5,12 +5,14 @@ from __future__ import annotations
 import errno
 import time
 
+import numpy as np
 import pytest
+import reference_kernels as ref
 
 from firmware_tools.image import default_image, dev_private_key
 from uapi import hw_layout as hw
 from uapi import isa
-from uapi.firmware_format import build_image
+from uapi.firmware_format import FirmwareImage, Limits, build_image
 
 from .helpers import program, tensor
 from .test_npu import NOP_JOB, Completion, Driver
@@ -104,3 +106,67 @@ def test_reset_works_in_either_state(drv: Driver, state: int) -> None:
     assert power(drv, state) == 0
     assert drv.control(hw.CMD_RESET) == 0
     assert drv.r32(hw.REG_RESET_COUNT) == 1
+
+
+def _cycle_and_boot(drv: Driver, image: bytes) -> None:
+    drv.drain()
+    assert power(drv, hw.POWER_OFF) == 0 and power(drv, hw.POWER_ON) == 0
+    assert drv.boot(image) == 0
+
+
+@both_modes
+def test_a_power_cycle_keeps_the_emulators_caches_for_the_same_limits(drv: Driver) -> None:
+    """The command processors' caches are the emulator's, checked against memory at every use:
+    a power cycle and a BOOT of the same limits take the same processors back; other limits get
+    new ones."""
+    assert drv.boot(IMAGE) == 0
+    before = [core.processor for core in drv.npu.cores]
+    assert all(p is not None for p in before)
+    _cycle_and_boot(drv, IMAGE)
+    assert [core.processor for core in drv.npu.cores] == before
+    tight = build_image(FirmwareImage(limits=Limits(max_cmd_size=4096)), dev_private_key())
+    _cycle_and_boot(drv, tight)
+    assert not any(core.processor is p for core, p in zip(drv.npu.cores, before, strict=True))
+
+
+@both_modes
+def test_a_job_after_a_power_cycle_reads_what_memory_holds_now(drv: Driver) -> None:
+    """The same stream after a power cycle, its input and filter rewritten while the device was
+    off: the kept caches must not answer with the old values."""
+    assert drv.boot(IMAGE) == 0
+    rng = np.random.default_rng(9)
+    m = drv.m
+    inp = rng.integers(0, 256, size=(1, 5, 5, 4), dtype=np.uint8)
+    filt = rng.integers(0, 256, size=(3, 3, 3, 4), dtype=np.uint8)
+    in_va, filt_va, out = m.array(inp), m.array(filt), m.buffer(5 * 5 * 3)
+    stream = program(
+        tensor(0, "UINT8", in_va, inp.shape, zp=100),
+        tensor(1, "UINT8", filt_va, filt.shape, zp=110),
+        tensor(3, "UINT8", out, (1, 5, 5, 3), zp=3),
+        isa.encode(
+            "CONV2D", input=0, filter=1, output=3, stride_h=1, stride_w=1, dilation_h=1,
+            dilation_w=1, pad_top=1, pad_left=1, multiplier=1594323187, shift=-9, act_min=0,
+            act_max=255,
+        ),
+    )  # fmt: skip
+
+    def run_and_check() -> None:
+        drv.enqueue(stream)
+        drv.wait_cq(1)
+        assert [c.status for c in drv.drain()] == [0]
+        want = ref.conv2d(
+            inp.tolist(), filt.tolist(), [0, 0, 0], 100, 110, 1, 1, 1, 1, 1, 1, 5, 5,
+            [1594323187] * 3, [-9] * 3, 3, 0, 255,
+        )  # fmt: skip
+        assert m.read(out, 75).reshape(1, 5, 5, 3).tolist() == want
+
+    run_and_check()
+    run_and_check()  # bound now
+    drv.drain()
+    assert power(drv, hw.POWER_OFF) == 0
+    inp[...] = rng.integers(0, 256, size=inp.shape, dtype=np.uint8)
+    filt[...] = rng.integers(0, 256, size=filt.shape, dtype=np.uint8)
+    m.write(in_va, inp.tobytes())
+    m.write(filt_va, filt.tobytes())
+    assert power(drv, hw.POWER_ON) == 0 and drv.boot(IMAGE) == 0
+    run_and_check()
