@@ -79,6 +79,7 @@ MAX_JOB_STRUCT_SIZE = b.DRM_VNPU_MAX_JOB_STRUCT_SIZE
 DEFAULT_JOB_TIMEOUT_MS = 2000
 INLINE_IRQ_WAIT_S = 0.002  # how long a core waits for the device lock to complete its job itself
 CONTROL_TIMEOUT_S = 10.0
+CONTROL_CHECK_S = 0.05  # a control command's wait looks at CMD_ACK at least this often
 MMAP_OFFSET_START = 0x10_0000 << hw.PAGE_SHIFT  # DRM_FILE_PAGE_OFFSET_START, in bytes
 GUARD = hw.PAGE_SIZE  # the unmapped VA page after every BO and stream copy
 
@@ -218,6 +219,10 @@ class ShimDevice:
         self.data = ExtentAllocator(DATA_BASE, RAM_SIZE)
         self.lock = threading.RLock()
         self._control_lock = threading.Lock()
+        # Notified by the control interrupt (IRQ_CONTROL), on the device's thread that raised it:
+        # a control command's caller waits for its acknowledgment here, whichever thread it is
+        # (the interrupt thread itself resets a hung core).
+        self._control_acked = threading.Condition(threading.Lock())
         self.cond = threading.Condition(self.lock)
         # SYNCOBJ_WAITs (WAIT_FOR_SUBMIT) on a syncobj without a fence yet: woken when a submit
         # gives one a fence.
@@ -316,6 +321,9 @@ class ShimDevice:
                 pass  # the interrupt thread handles it, and a broken device, as always
             finally:
                 self.lock.release()
+        if vector == hw.IRQ_CONTROL:
+            with self._control_acked:
+                self._control_acked.notify_all()
         self._irqs.put(vector)
 
     def ring(self, vector: int) -> None:
@@ -369,19 +377,24 @@ class ShimDevice:
 
     # --- control commands --------------------------------------------------------
     def control(self, cmd: int, arg0: int = 0, arg1: int = 0) -> int:
-        """Run a control command (BOOT, RESET); its status. Polls CMD_ACK: the IRQ thread may call this."""
+        """Run a control command (BOOT, RESET, POWER); its status. Waits for CMD_ACK, woken by the
+        control interrupt (and checking CMD_ACK every CONTROL_CHECK_S, should one be lost); any
+        thread may call it, the interrupt thread too."""
         with self._control_lock:  # one command at a time, as vnpu.ko's ctrl_lock
             seq = (self.r32(hw.REG_CMD_SEQ) + 1) & 0xFFFFFFFF
             self.w64(hw.REG_CMD_ARG0, arg0)
             self.w64(hw.REG_CMD_ARG1, arg1)
             self.w32(hw.REG_CMD, cmd)
             self.w32(hw.REG_CMD_SEQ, seq)
+            # Rung outside the condition: the device acknowledges a NOP inside the doorbell call.
             self.ring(hw.VEC_CONTROL)
             deadline = time.monotonic() + CONTROL_TIMEOUT_S
-            while self.r32(hw.REG_CMD_ACK) != seq:
-                if time.monotonic() > deadline:
-                    raise Errno(errno.EIO, f"the device did not acknowledge control command {cmd}")
-                time.sleep(0.0005)
+            with self._control_acked:  # an acknowledgment from here on notifies this wait
+                while self.r32(hw.REG_CMD_ACK) != seq:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise Errno(errno.EIO, f"the device did not acknowledge control command {cmd}")
+                    self._control_acked.wait(min(left, CONTROL_CHECK_S))
             return struct.unpack_from("<i", self.bar2, hw.REG_CMD_STATUS)[0]
 
     def _boot(self, firmware: Path) -> None:
