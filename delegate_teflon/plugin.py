@@ -137,6 +137,7 @@ def last_prepare() -> PrepareRecord | None:
 
 
 _kernels: dict[int, PartitionKernel] = {}  # handle stored in TfLiteNode.user_data -> kernel
+_NO_PARTITION = "vnpu delegate: delegate node has no partition (its init failed)"
 
 
 def _addr(ptr: Any) -> int:
@@ -473,7 +474,7 @@ def _kernel_of(context: Any, node: Any) -> PartitionKernel | None:
     partition = _ffi.cast("vnpu_partition *", node.user_data)
     kernel = _kernels.get(partition.handle) if partition != _ffi.NULL else None
     if kernel is None:
-        _report(context, "vnpu delegate: delegate node has no partition (its init failed)")
+        _report(context, _NO_PARTITION)
         return None
     kernel.partition = partition
     return kernel
@@ -618,7 +619,7 @@ def _kernel_run(context: Any, handle: int) -> int:
     probe.mark("delegate.entry")
     kernel = _kernels.get(handle)
     if kernel is None or kernel.runner is None:
-        _report(context, "vnpu delegate: delegate node has no partition (its init failed)")
+        _report(context, _NO_PARTITION)
         return K_TFLITE_ERROR
     kernel.runner.submit_and_wait()
     probe.mark("delegate.exit")
