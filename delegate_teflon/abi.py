@@ -408,13 +408,26 @@ static void *vnpu_init(TfLiteContext *context, const char *buffer, size_t length
     return partition;
 }
 
+/* Python is finalizing once its modules are being torn down: cffi can no longer call into the
+   delegate's Python then (it would print that def_extern was not called and do nothing), and the
+   kernel's Python state goes with the interpreter. */
+static int vnpu_python_finalizing(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
 static void vnpu_free(TfLiteContext *context, void *buffer)
 {
     vnpu_partition *partition = buffer;
 
     if (!partition)
         return;
-    vnpu_kernel_free(context, (void *)(intptr_t)partition->handle);
+    if (!vnpu_python_finalizing())
+        vnpu_kernel_free(context, (void *)(intptr_t)partition->handle);
     free(partition);
 }
 

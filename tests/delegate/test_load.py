@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +97,31 @@ def test_quiet_prints_nothing(
     delegate = interp_mod.load_delegate(lib_path, {"device": "shim", "log_level": "quiet"})
     gen.run_reference(model, gen.random_inputs(model, 0), runtime, [delegate])
     assert "vnpu delegate" not in capfd.readouterr().err
+
+
+# An interpreter that outlives the script's globals is destroyed while Python tears its modules
+# down (here: held by a method of a module torn down late). Its kernels' free must then not call
+# into the delegate's Python, which cffi can no longer reach: it printed that def_extern() was
+# not called.
+_FREED_AT_EXIT = """
+    import modelgen
+    import {runtime}.interpreter as interp
+    import delegate_teflon
+    from libaccel.backends.shim import file as shim_file
+    shim_file.ShimBackend.kept_until_exit = lambda self: interpreter
+    options = {{"device": "{device}", "log_level": "quiet"}}
+    delegate = interp.load_delegate(delegate_teflon.library_path(), options)
+    model = modelgen.elementwise_model("ADD", (1, 8, 8, 16), (1, 8, 8, 16))
+    interpreter = interp.Interpreter(model_content=model, experimental_delegates=[delegate])
+    interpreter.allocate_tensors()
+    interpreter.invoke()
+    print("invoked")
+"""
+
+
+def test_interpreter_freed_while_python_exits_prints_nothing(runtime: str, test_device: str) -> None:
+    code = textwrap.dedent(_FREED_AT_EXIT.format(runtime=runtime, device=test_device))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "invoked"
+    assert result.stderr == ""
