@@ -88,6 +88,7 @@ _CQ_POLL_S = 0.001
 # A submission entry's fields up to SQE_CORE, and a completion entry, as hw_layout lays them out.
 _SQE = struct.Struct("<QQQIIII")
 _CQE = struct.Struct("<QiIQQ")
+_SQ_HEAD_WORD, _SQ_TAIL_WORD = hw.SQ_HEAD >> 2, hw.SQ_TAIL >> 2  # indexes of the 32-bit register view
 assert (_SQE.size, hw.SQE_CMD_SIZE, hw.SQE_CONTEXT) == (hw.SQE_CORE + 4, 0x18, 0x20)
 assert (_CQE.size, hw.CQE_CORE, hw.CQE_FAULT_VA) == (hw.CQ_ENTRY_SIZE, 0x0C, 0x10)
 DEFAULT_CORES = 2  # like an RK3588's NPU (three cores) scaled to the 2-CPU hosts this runs on
@@ -546,8 +547,9 @@ class Npu:
         whose queue it runs until it is empty."""
         if not self._powered:
             return  # queue doorbells are ignored: the entries stay where they are
-        head = self._r32(hw.SQ_HEAD)
-        tail = self._r32(hw.SQ_TAIL)
+        regs = self._u32
+        head = regs[_SQ_HEAD_WORD]
+        tail = regs[_SQ_TAIL_WORD]
         if head == tail:
             return
         if (tail - head) & _U32 > hw.SQ_ENTRIES:
@@ -564,7 +566,7 @@ class Npu:
             target.queue.append(sqe)
             woken.add(target.index)
             head = (head + 1) & _U32
-        self._w32(hw.SQ_HEAD, head)
+        regs[_SQ_HEAD_WORD] = head
         for index in woken:
             if taker is None or index != taker.index:
                 os.eventfd_write(self.cores[index].wake, 1)
@@ -589,7 +591,7 @@ class Npu:
     def _sq_work(self, core: Core) -> bool:
         """Work for an idle core: new SQ entries, entries queued for it, or a stop or RESET."""
         return (
-            self._u32[hw.SQ_TAIL >> 2] != self._u32[hw.SQ_HEAD >> 2]
+            self._u32[_SQ_TAIL_WORD] != self._u32[_SQ_HEAD_WORD]
             or bool(core.queue)
             or core.abort.is_set()
             or self._stop.is_set()
@@ -655,7 +657,7 @@ class Npu:
                 except Exception:
                     log.exception("core %d: unexpected error", core.index)
                 core.busy = False  # as _serve_core: completed, aborted or failed
-                if not core.queue and self._u32[hw.SQ_TAIL >> 2] == self._u32[hw.SQ_HEAD >> 2]:
+                if not core.queue and self._u32[_SQ_TAIL_WORD] == self._u32[_SQ_HEAD_WORD]:
                     break  # nothing new: an entry written from now on rings the doorbell
         finally:
             core.lock.release()

@@ -57,6 +57,7 @@ VALIDATE_STREAMS_PARAM = Path("/sys/module/vnpu/parameters/validate_streams")
 # A submission entry as hw_layout lays it out: seqno, pt_root, cmd_va, cmd_size, flags, context,
 # core, and the reserved rest of the entry (zero).
 _SQE = struct.Struct(f"<QQQIIII{hw.SQ_ENTRY_SIZE - 0x28}x")
+_CQE_HEAD = struct.Struct("<QiIQ")  # a completion entry's seqno, status, core and fault VA
 assert (hw.SQE_CMD_SIZE, hw.SQE_FLAGS, hw.SQE_CONTEXT, hw.SQE_CORE) == (0x18, 0x1C, 0x20, 0x24)
 
 DRIVER_NAME = "vnpu"
@@ -313,9 +314,8 @@ class ShimDevice:
             and self.lock.acquire(timeout=INLINE_IRQ_WAIT_S)
         ):
             try:
-                self._drain_cq()
+                self._drain_cq()  # each completion notifies the device's condition
                 self._push_backlog()
-                self.cond.notify_all()
                 return
             except Errno:
                 pass  # the interrupt thread handles it, and a broken device, as always
@@ -583,7 +583,7 @@ class ShimDevice:
         tail = self.r32(hw.CQ_TAIL)
         while self.cq_head != tail:
             e = hw.CQ_BASE + (self.cq_head % hw.CQ_ENTRIES) * hw.CQ_ENTRY_SIZE
-            seqno, status, core, fault_va = struct.unpack_from("<QiIQ", self.bar2, e)
+            seqno, status, core, fault_va = _CQE_HEAD.unpack_from(self.bar2, e)
             self.cq_head = (self.cq_head + 1) & 0xFFFFFFFF
             job = self.jobs.get(seqno)
             if job is not None and job.core == core:

@@ -365,19 +365,20 @@ class ShimBackend(Backend):
     def _syncobj_wait(self, a: Any) -> None:
         if a.flags & ~SYNCOBJ_WAIT_FLAGS:
             raise Errno(errno.EINVAL, f"unknown flags {a.flags:#x}")
-        if a.count_handles == 0:
+        count = a.count_handles
+        if count == 0:
             return
-        raw = copy_from_user(a.handles, 4 * a.count_handles, "handles")
-        handles = list(struct.unpack(f"<{a.count_handles}I", raw))
-        wait_all = bool(a.flags & b.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL)
-        for_submit = bool(a.flags & b.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT)
-        if len(handles) == 1:  # the usual wait: one fence, often signalled already
-            fence = self.syncobjs.get(handles[0], False)
-            if fence is not False and fence is not None and fence.signaled:
-                if not wait_all:
+        raw = copy_from_user(a.handles, 4 * count, "handles")
+        if count == 1:  # the usual wait: one fence, often signalled already
+            fence = self.syncobjs.get(int.from_bytes(raw, "little"))
+            if fence is not None and fence.signaled:
+                if not a.flags & b.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL:
                     a.first_signaled = 0
                 probe.mark("shim.woken")
                 return
+        handles = list(struct.unpack(f"<{count}I", raw))
+        wait_all = bool(a.flags & b.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL)
+        for_submit = bool(a.flags & b.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT)
         with self.dev.lock:
             for h in handles:
                 if h not in self.syncobjs:
