@@ -408,9 +408,10 @@ static void *vnpu_init(TfLiteContext *context, const char *buffer, size_t length
     return partition;
 }
 
-/* Python is finalizing once its modules are being torn down: cffi can no longer call into the
-   delegate's Python then (it would print that def_extern was not called and do nothing), and the
-   kernel's Python state goes with the interpreter. */
+/* Python is finalizing: the process is ending. From then on a kernel's free leaves Python and the
+   kernel's record alone: once the modules are torn down cffi cannot call the delegate's Python (it
+   prints that def_extern() was not called), and Python's side of the kernel still points to the
+   record (the delegate's destroy, later in the finalization, writes to it). */
 static int vnpu_python_finalizing(void)
 {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -426,8 +427,9 @@ static void vnpu_free(TfLiteContext *context, void *buffer)
 
     if (!partition)
         return;
-    if (!vnpu_python_finalizing())
-        vnpu_kernel_free(context, (void *)(intptr_t)partition->handle);
+    if (vnpu_python_finalizing())
+        return;
+    vnpu_kernel_free(context, (void *)(intptr_t)partition->handle);
     free(partition);
 }
 

@@ -99,28 +99,34 @@ def test_quiet_prints_nothing(
     assert "vnpu delegate" not in capfd.readouterr().err
 
 
-# An interpreter that outlives the script's globals is destroyed while Python tears its modules
-# down (here: held by a method of a module torn down late). Its kernels' free must then not call
-# into the delegate's Python, which cffi can no longer reach: it printed that def_extern() was
-# not called.
+# A script's interpreter and delegate are destroyed while Python exits: with the script's globals,
+# or later, with the modules (here: held by a method of a module torn down late). The kernels' free
+# must neither call into the delegate's Python, which cffi may no longer reach (it printed that
+# def_extern() was not called), nor free the record Python's side still points to (the delegate's
+# destroy wrote into it: a crash at exit).
 _FREED_AT_EXIT = """
     import modelgen
     import {runtime}.interpreter as interp
     import delegate_teflon
     from libaccel.backends.shim import file as shim_file
-    shim_file.ShimBackend.kept_until_exit = lambda self: interpreter
+    if {held_by_module}:
+        shim_file.ShimBackend.kept_until_exit = lambda self: interpreter
     options = {{"device": "{device}", "log_level": "quiet"}}
     delegate = interp.load_delegate(delegate_teflon.library_path(), options)
-    model = modelgen.elementwise_model("ADD", (1, 8, 8, 16), (1, 8, 8, 16))
+    model = modelgen.fully_connected_model(1, 64, 32, seed=1)
     interpreter = interp.Interpreter(model_content=model, experimental_delegates=[delegate])
     interpreter.allocate_tensors()
-    interpreter.invoke()
+    for _ in range(3):
+        interpreter.invoke()
     print("invoked")
 """
 
 
-def test_interpreter_freed_while_python_exits_prints_nothing(runtime: str, test_device: str) -> None:
-    code = textwrap.dedent(_FREED_AT_EXIT.format(runtime=runtime, device=test_device))
+@pytest.mark.parametrize("held_by_module", [False, True], ids=["globals", "held-by-a-module"])
+def test_interpreter_freed_while_python_exits(runtime: str, test_device: str, held_by_module: bool) -> None:
+    code = textwrap.dedent(
+        _FREED_AT_EXIT.format(runtime=runtime, device=test_device, held_by_module=held_by_module)
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "invoked"
