@@ -1214,11 +1214,85 @@ VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const st
     return 0;
 }
 
+/* Eight channels' dot products with the u8 row x (K bytes, zeros to the next 64) straight from their
+ * filter rows in memory (less zp, modulo 256, with sub), and (with sum) each row's sum, as
+ * pack_panels_body_vnni takes it: one vpdpbusd of each filter vector against x, one against ones. */
+VNNI static inline __attribute__((always_inline)) void gemv8_vnni(const uint8_t *x, const uint8_t *fmem, int64_t K,
+                                                                  int rows, __m512i z, int sub, int sum,
+                                                                  int32_t *dots, int32_t *sums)
+{
+    __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
+    __m512i d0 = zero, d1 = zero, d2 = zero, d3 = zero, d4 = zero, d5 = zero, d6 = zero, d7 = zero;
+    __m512i s0 = zero, s1 = zero, s2 = zero, s3 = zero, s4 = zero, s5 = zero, s6 = zero, s7 = zero;
+    for (int64_t k = 0; k < K; k += 64) {
+        __mmask64 m = K - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (K - k)) - 1);
+        __m512i xv = _mm512_loadu_si512(x + k);
+#define ROW(R) \
+    if (R < rows) { \
+        __m512i w = _mm512_maskz_loadu_epi8(m, fmem + R * K + k); \
+        if (sub) \
+            w = _mm512_maskz_sub_epi8(m, w, z); \
+        d##R = _mm512_dpbusd_epi32(d##R, xv, w); \
+        if (sum) \
+            s##R = _mm512_dpbusd_epi32(s##R, ones, w); \
+    }
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7)
+#undef ROW
+    }
+#define OUT(R) \
+    dots[R] = _mm512_reduce_add_epi32(d##R); \
+    sums[R] = _mm512_reduce_add_epi32(s##R);
+    OUT(0) OUT(1) OUT(2) OUT(3) OUT(4) OUT(5) OUT(6) OUT(7)
+#undef OUT
+}
+
+/* A GEMM of one row (a classifier's FULLY_CONNECTED) with the filter in memory (MAC_CHECK_REPACK):
+ * each channel's dot product from its filter row as it lies, [cout][K], less zp; packing panels
+ * would transpose every weight for one row. The same sums modulo 2**32 as the packed GEMM (bias
+ * - z * sum(w - zp) + the dot product), requantized 16 channels at a time. */
+VNNI static int gemv_vnni(const struct mac_layer *L, const uint8_t *in, char *out, const uint8_t *fmem, int32_t fzp)
+{
+    int64_t K = L->kh * L->kw * L->cin, cout = L->cout;
+    uint8_t *x = aligned_alloc(64, (size_t)((K + 63) / 64 * 64));
+    if (!x)
+        return -1;
+    __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);
+    copy_flip(x, in, K, flip);
+    memset(x + K, 0, (size_t)((K + 63) / 64 * 64 - K));
+    int32_t zin = L->input_zp + (L->in_signed ? 128 : 0);
+    __m512i z = _mm512_set1_epi8((char)fzp);
+    struct rq_vnni q = rq_vnni_init(L);
+    for (int64_t c0 = 0; c0 < cout; c0 += NR) {
+        int64_t rows = cout - c0 < NR ? cout - c0 : NR;
+        int32_t dots[NR] = {0}, sums[NR] = {0};
+        for (int64_t j = 0; j < rows; j += 8) {
+            int r = rows - j < 8 ? (int)(rows - j) : 8;
+            const uint8_t *f = fmem + (c0 + j) * K;
+            if (fzp == 0 && zin == 0)
+                gemv8_vnni(x, f, K, r, z, 0, 0, dots + j, sums + j);
+            else if (fzp == 0)
+                gemv8_vnni(x, f, K, r, z, 0, 1, dots + j, sums + j);
+            else
+                gemv8_vnni(x, f, K, r, z, 1, 1, dots + j, sums + j);
+        }
+        __mmask16 keep = (__mmask16)((1u << rows) - 1);
+        __m512i acc = _mm512_maskz_loadu_epi32(keep, L->bias + c0);
+        acc = _mm512_sub_epi32(acc, _mm512_mullo_epi32(_mm512_set1_epi32(zin), _mm512_loadu_si512(sums)));
+        acc = _mm512_add_epi32(acc, _mm512_loadu_si512(dots));
+        store16_vnni(L, &q, acc, c0, rows, out + c0);
+    }
+    free(x);
+    return 0;
+}
+
 /* The GEMM once per requantization mode: its flags become constants in the unrolled stores. With
  * fmem, the filter is packed from there as the GEMM goes (MAC_CHECK_REPACK), else the plan's. */
 VNNI static int conv_u8_from_vnni(const struct mac_layer *L, const void *in, void *out, const uint8_t *fmem,
                                   int32_t fzp)
 {
+    if (fmem && L->n * L->out_h * L->out_w == 1 && L->h == 1 && L->w == 1 && L->kh == 1 && L->kw == 1 &&
+        L->pad_top == 0 && L->pad_left == 0 && L->cin > 0)
+        return gemv_vnni(L, (const uint8_t *)in, (char *)out, fmem, fzp);
     switch (rq_vnni_init(L).mode) {
     case RQM_SSAT:
         return conv_u8_mode_vnni(L, in, out, RQM_SSAT, fmem, fzp);

@@ -687,6 +687,45 @@ def test_bound_packed_filter_is_repacked_each_run_or_compared(
         ma.BoundRun(plan, memoryview(x.tobytes()), memoryview(out), [(memoryview(memory)[1:], None)], isa)
 
 
+SINGLE_ROWS = [  # (input dtype, filter dtype, filter zp, K, cout): K tails, partial 8- and 16-channel blocks
+    (np.int8, np.int8, 0, 64, 16),
+    (np.int8, np.int8, 0, 1280, 1000),
+    (np.int8, np.int8, 0, 5, 3),
+    (np.uint8, np.uint8, 128, 70, 33),
+    (np.int8, np.uint8, 128, 130, 25),
+]
+
+
+@VNNI_ONLY
+@pytest.mark.parametrize("input_zp", [-128, 7])
+@pytest.mark.parametrize(("in_dt", "f_dt", "filter_zp", "k", "cout"), SINGLE_ROWS)
+def test_bound_single_row_reads_the_filter_as_it_lies(
+    in_dt: type, f_dt: type, filter_zp: int, k: int, cout: int, input_zp: int
+) -> None:
+    """A one-row FULLY_CONNECTED whose filter is repacked each run takes each channel's dot product
+    from the filter's rows in memory: the bytes of numpy's reference, for every filter put there."""
+    rng = np.random.default_rng(k * cout)
+    zp = input_zp if in_dt is np.int8 else input_zp + 128
+    rq = replace(RQ_INT8, input_zp=zp, filter_zp=filter_zp, shift=-9, output_zp=-5)
+    x = _values(rng, np.dtype(in_dt), (1, k))
+    bias = rng.integers(-(1 << 20), 1 << 20, cout).astype(np.int32)
+    f = _values(rng, np.dtype(f_dt), (cout, k))
+    plan = ma.plan_layer(
+        ma.KIND_CONV, f.reshape(cout, 1, 1, k), bias, rq, in_shape=(1, 1, 1, k), in_dtype=x.dtype
+    )
+    assert plan.any_filter_packs
+    memory = bytearray(f.tobytes())
+    out = bytearray(cout)
+    bound = ma.BoundRun(
+        plan, memoryview(x.tobytes()), memoryview(out), [(memoryview(memory), None)], ma.ISA_AVX512VNNI
+    )
+    for _ in range(3):  # the planned filter, then others written to memory
+        g = np.frombuffer(bytes(memory), dtype=f_dt).reshape(cout, k)
+        want = _saturate(nm.fully_connected(x, g, bias, rq), np.dtype(np.int8))
+        assert bound.run() and bytes(out) == want.tobytes()
+        memory[:] = _values(rng, np.dtype(f_dt), (cout, k)).tobytes()
+
+
 def test_bound_lookup_matches_numerics_tables() -> None:
     rng = np.random.default_rng(9)
     a = rng.integers(-128, 128, 300, dtype=np.int8)
