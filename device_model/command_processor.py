@@ -597,7 +597,9 @@ class _Job:
         if out.shape[0] != inp.shape[0] or out.shape[3] != inp.shape[3]:
             raise self.fail(f"output has shape {list(out.shape)}, input {list(inp.shape)}")
         resize = partial(
-            nm.resize_bilinear if self.mac_isa is None else mac_array.resize_bilinear,
+            nm.resize_bilinear
+            if self.mac_isa is None
+            else partial(mac_array.resize_bilinear, isa=self.mac_isa),
             out_h=out.shape[1],
             out_w=out.shape[2],
             align_corners=bool(flags & isa.SPEC.flags["ALIGN_CORNERS"]),

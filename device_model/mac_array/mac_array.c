@@ -98,7 +98,7 @@ int mac_softmax(const void *in, void *out, int64_t rows, int64_t depth, int in_s
                 const int32_t *exps, const int32_t *rescaled);
 void mac_resize_bilinear(const void *in, void *out, const int64_t *dims, const int64_t *y0, const int64_t *y1,
                          const int64_t *dy, const int64_t *x0, const int64_t *x1, const int64_t *dx, int in_signed,
-                         int single_rounding);
+                         int single_rounding, int isa);
 void mac_copy_strided(const uint8_t *src, const int64_t *ss, uint8_t *dst, const int64_t *ds, const int64_t *shape,
                       int esize);
 
@@ -1744,37 +1744,121 @@ void mac_copy_strided(const uint8_t *src, const int64_t *ss, uint8_t *dst, const
  * row's (column's) lower and upper input row and the upper's weight in 1/1024 units (numerics'
  * resize_axis). The corners' weighted sum in 1/2**20 units is divided by 2**20 rounding half away
  * from zero (half up with single_rounding) and stored as C casts it (wrapping: the weights can be
- * negative with half-pixel centers). */
+ * negative with half-pixel centers).
+ *
+ * The sums fit int32: a weight is in [-512, 1024) and its complement in (0, 1536], so a row's sum
+ * is at most 255 * 2048 in magnitude and the total 255 * 2048 * 2048 < 2**31 (with the rounding
+ * term). So each output pixel's channels (next to each other in NHWC) are one loop of 32-bit lanes:
+ * vectorized by the compiler (16 channels at a time and more; generic and AVX2 builds), or 16
+ * lanes with masked tails (AVX-512). */
+#define RESIZE_BODY(T) \
+    for (int64_t b = 0; b < n; b++) \
+        for (int64_t oy = 0; oy < oh; oy++) { \
+            const T *r0 = (const T *)in + (b * h + y0[oy]) * w * c, *r1 = (const T *)in + (b * h + y1[oy]) * w * c; \
+            int32_t wy = (int32_t)dy[oy], wy0 = 1024 - wy; \
+            for (int64_t ox = 0; ox < ow; ox++, dst += c) { \
+                const T *__restrict p00 = r0 + x0[ox] * c, *__restrict p01 = r0 + x1[ox] * c; \
+                const T *__restrict p10 = r1 + x0[ox] * c, *__restrict p11 = r1 + x1[ox] * c; \
+                int32_t wx = (int32_t)dx[ox], wx0 = 1024 - wx; \
+                for (int64_t ch = 0; ch < c; ch++) { \
+                    int32_t top = p00[ch] * wx0 + p01[ch] * wx, bottom = p10[ch] * wx0 + p11[ch] * wx; \
+                    int32_t total = top * wy0 + bottom * wy; \
+                    int32_t up = (total + (1 << 19)) >> 20, away = -((-total + (1 << 19)) >> 20); \
+                    dst[ch] = (uint8_t)(single_rounding || total > 0 ? up : away); \
+                } \
+            } \
+        }
+
+#define RESIZE_VARIANT(NAME, ATTR) \
+    ATTR static void NAME(const void *in, uint8_t *__restrict dst, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, \
+                          int64_t ow, const int64_t *y0, const int64_t *y1, const int64_t *dy, const int64_t *x0, \
+                          const int64_t *x1, const int64_t *dx, int in_signed, int single_rounding) \
+    { \
+        if (in_signed) { \
+            RESIZE_BODY(int8_t) \
+        } else { \
+            RESIZE_BODY(uint8_t) \
+        } \
+    }
+
+RESIZE_VARIANT(resize_bilinear_generic, )
+#if MAC_X86
+RESIZE_VARIANT(resize_bilinear_avx2, AVX2)
+
+/* RESIZE_BODY in 16 lanes: any number of channels, the last 1-15 by masked loads and stores. */
+#define AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl")))
+AVX512BW static inline __attribute__((always_inline)) __m512i resize_load16(const uint8_t *p, __mmask16 k,
+                                                                             int in_signed)
+{
+    __m128i v = _mm_maskz_loadu_epi8(k, p);
+    return in_signed ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+}
+
+AVX512BW static inline __attribute__((always_inline)) void resize_row_avx512(
+    const uint8_t *r0, const uint8_t *r1, uint8_t *dst, int64_t c, int64_t ow, const int64_t *x0, const int64_t *x1,
+    const int64_t *dx, int32_t wy, int in_signed, int single_rounding)
+{
+    __m512i half = _mm512_set1_epi32(1 << 19), zero = _mm512_setzero_si512();
+    __m512i vwy = _mm512_set1_epi32(wy), vwy0 = _mm512_set1_epi32(1024 - wy);
+    for (int64_t ox = 0; ox < ow; ox++, dst += c) {
+        const uint8_t *p00 = r0 + x0[ox] * c, *p01 = r0 + x1[ox] * c, *p10 = r1 + x0[ox] * c, *p11 = r1 + x1[ox] * c;
+        __m512i vwx = _mm512_set1_epi32((int32_t)dx[ox]), vwx0 = _mm512_set1_epi32(1024 - (int32_t)dx[ox]);
+        for (int64_t ch = 0; ch < c; ch += 16) {
+            __mmask16 k = c - ch >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (c - ch)) - 1);
+            __m512i top = _mm512_add_epi32(_mm512_mullo_epi32(resize_load16(p00 + ch, k, in_signed), vwx0),
+                                           _mm512_mullo_epi32(resize_load16(p01 + ch, k, in_signed), vwx));
+            __m512i bottom = _mm512_add_epi32(_mm512_mullo_epi32(resize_load16(p10 + ch, k, in_signed), vwx0),
+                                              _mm512_mullo_epi32(resize_load16(p11 + ch, k, in_signed), vwx));
+            __m512i total = _mm512_add_epi32(_mm512_mullo_epi32(top, vwy0), _mm512_mullo_epi32(bottom, vwy));
+            __m512i v = _mm512_srai_epi32(_mm512_add_epi32(total, half), 20);
+            if (!single_rounding) { /* half away from zero: -((-total + half) >> 20) unless total > 0 */
+                __m512i away = _mm512_sub_epi32(
+                    zero, _mm512_srai_epi32(_mm512_add_epi32(_mm512_sub_epi32(zero, total), half), 20));
+                v = _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(total, zero), away, v);
+            }
+            _mm512_mask_cvtepi32_storeu_epi8(dst + ch, k, v);
+        }
+    }
+}
+
+AVX512BW static void resize_bilinear_avx512(const void *in, uint8_t *dst, int64_t n, int64_t h, int64_t w, int64_t c,
+                                            int64_t oh, int64_t ow, const int64_t *y0, const int64_t *y1,
+                                            const int64_t *dy, const int64_t *x0, const int64_t *x1, const int64_t *dx,
+                                            int in_signed, int single_rounding)
+{
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t oy = 0; oy < oh; oy++, dst += ow * c) {
+            const uint8_t *r0 = (const uint8_t *)in + (b * h + y0[oy]) * w * c;
+            const uint8_t *r1 = (const uint8_t *)in + (b * h + y1[oy]) * w * c;
+            int32_t wy = (int32_t)dy[oy];
+            /* the flags as constants in each copy */
+            if (in_signed && single_rounding)
+                resize_row_avx512(r0, r1, dst, c, ow, x0, x1, dx, wy, 1, 1);
+            else if (in_signed)
+                resize_row_avx512(r0, r1, dst, c, ow, x0, x1, dx, wy, 1, 0);
+            else if (single_rounding)
+                resize_row_avx512(r0, r1, dst, c, ow, x0, x1, dx, wy, 0, 1);
+            else
+                resize_row_avx512(r0, r1, dst, c, ow, x0, x1, dx, wy, 0, 0);
+        }
+}
+#endif
+
 void mac_resize_bilinear(const void *in, void *out, const int64_t *dims, const int64_t *y0, const int64_t *y1,
                          const int64_t *dy, const int64_t *x0, const int64_t *x1, const int64_t *dx, int in_signed,
-                         int single_rounding)
+                         int single_rounding, int isa)
 {
-    int64_t n = dims[0], h = dims[1], w = dims[2], c = dims[3], oh = dims[4], ow = dims[5];
-    const uint8_t *src = (const uint8_t *)in;
-    uint8_t *dst = (uint8_t *)out;
-#define RESIZE_AT(row, col, ch) \
-    (in_signed ? (int64_t)(int8_t)src[(((b * h) + (row)) * w + (col)) * c + (ch)] \
-               : (int64_t)src[(((b * h) + (row)) * w + (col)) * c + (ch)])
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t oy = 0; oy < oh; oy++) {
-            int64_t wy = dy[oy];
-            for (int64_t ox = 0; ox < ow; ox++) {
-                int64_t wx = dx[ox];
-                for (int64_t ch = 0; ch < c; ch++) {
-                    int64_t top = RESIZE_AT(y0[oy], x0[ox], ch) * (1024 - wx) + RESIZE_AT(y0[oy], x1[ox], ch) * wx;
-                    int64_t bottom =
-                        RESIZE_AT(y1[oy], x0[ox], ch) * (1024 - wx) + RESIZE_AT(y1[oy], x1[ox], ch) * wx;
-                    int64_t total = top * (1024 - wy) + bottom * wy;
-                    int64_t v;
-                    if (single_rounding || total > 0)
-                        v = (total + (1 << 19)) >> 20;
-                    else
-                        v = -((-total + (1 << 19)) >> 20);
-                    *dst++ = (uint8_t)v;
-                }
-            }
-        }
-#undef RESIZE_AT
+    void (*resize)(const void *, uint8_t *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const int64_t *,
+                   const int64_t *, const int64_t *, const int64_t *, const int64_t *, const int64_t *, int,
+                   int) = resize_bilinear_generic;
+#if MAC_X86 /* isa caps the variant, as in mac_run */
+    if (isa >= MAC_ISA_AVX512VNNI && mac_cpu_isa() >= MAC_ISA_AVX512VNNI && (lookup_cpu() & CPU_AVX512BW_VL))
+        resize = resize_bilinear_avx512;
+    else if (isa >= MAC_ISA_AVX2 && mac_cpu_isa() >= MAC_ISA_AVX2)
+        resize = resize_bilinear_avx2;
+#endif
+    resize(in, (uint8_t *)out, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], y0, y1, dy, x0, x1, dx,
+           in_signed, single_rounding);
 }
 
 /* --- SOFTMAX: TFLite's quantized reference softmax (reference_ops::Softmax) over the last axis ---- */

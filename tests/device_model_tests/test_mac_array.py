@@ -1012,16 +1012,23 @@ def test_softmax_in_c_at_the_compilers_parameters(scale: float) -> None:
     assert np.array_equal(ma.softmax(x, **kwargs), nm.softmax(x, **kwargs))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     st.integers(0, 2**32 - 1),
-    st.tuples(st.integers(1, 2), st.integers(1, 9), st.integers(1, 9), st.integers(1, 5)),
+    # channels: the scalar loop, and the 8- and 16-lane loops with and without a scalar tail
+    st.tuples(
+        st.integers(1, 2),
+        st.integers(1, 9),
+        st.integers(1, 9),
+        st.sampled_from([1, 2, 3, 5, 8, 13, 16, 35, 64]),
+    ),
     st.integers(1, 20),
     st.integers(1, 20),
     st.booleans(),
     st.booleans(),
     st.booleans(),
     st.sampled_from([np.int8, np.uint8]),
+    st.sampled_from(ISAS),
 )
 def test_resize_bilinear_in_c_matches_numpy(
     seed: int,
@@ -1032,9 +1039,11 @@ def test_resize_bilinear_in_c_matches_numpy(
     half_pixel_centers: bool,
     single_rounding: bool,
     dtype: type,
+    isa: int,
 ) -> None:
     """mac_resize_bilinear against numerics.resize_bilinear: up and down, both corner rules, half-pixel
-    centers (negative weights, wrapping stores), both roundings, both dtypes, the extremes."""
+    centers (negative weights, wrapping stores), both roundings, both dtypes, the extremes, every
+    C variant this CPU runs."""
     rng = np.random.default_rng(seed)
     info = np.iinfo(dtype)
     x = rng.integers(int(info.min), int(info.max) + 1, size=shape).astype(dtype)
@@ -1046,9 +1055,9 @@ def test_resize_bilinear_in_c_matches_numpy(
     except ValueError as e:  # a corner past the input (ALIGN_CORNERS with HALF_PIXEL_CENTERS)
         assert align_corners and half_pixel_centers and "past the input" in str(e)
         with pytest.raises(ValueError, match=str(e)):
-            ma.resize_bilinear(x, *args)
+            ma.resize_bilinear(x, *args, isa=isa)
         return
-    got = ma.resize_bilinear(x, *args)
+    got = ma.resize_bilinear(x, *args, isa=isa)
     assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
