@@ -154,8 +154,9 @@ class Bindings:
             out,
             mac_isa,
             lambda x, y: mac_array.BoundPool(
-                x, y, inp.shape, inp.np_dtype, geometry, act[0], act[1], average
+                x, y, inp.shape, inp.np_dtype, geometry, act[0], act[1], average, isa=mac_isa
             ),
+            variant=True,
         )
 
     def bind_softmax(self, inp: Tensor, out: Tensor, params: dict[str, int], mac_isa: int | None) -> None:
@@ -171,12 +172,17 @@ class Bindings:
         )
 
     def _bind_unit(
-        self, inp: Tensor, out: Tensor, mac_isa: int | None, make: Callable[[memoryview, memoryview], Any]
+        self,
+        inp: Tensor,
+        out: Tensor,
+        mac_isa: int | None,
+        make: Callable[[memoryview, memoryview], Any],
+        variant: bool = False,
     ) -> None:
         """Replace the loading binding :meth:`compute` just made with the C unit ``make`` builds on
         the input's and output's memory, while the C kernels are selected, where the two are each
         one physical run and do not overlap; the loading binding stays where the unit refuses them
-        (ValueError)."""
+        (ValueError). With ``variant`` the unit is built for ``mac_isa`` alone (:func:`c_unit`)."""
         if self.binding is None or mac_isa is None:
             return
         spans = self.access.physical_spans([(inp, False), (out, True)])
@@ -191,7 +197,7 @@ class Bindings:
         def run_unit(job: Any) -> bool:
             return job.mac_isa is not None and unit.run()  # else the general path (numpy)
 
-        self.binding = c_unit(run_unit, unit)
+        self.binding = c_unit(run_unit, unit, mac_isa if variant else None)
 
     def bind_lookup(
         self,

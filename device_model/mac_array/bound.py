@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import numerics as nm
-from . import _RANGES, MacPlan, _check_positive, _softmax_tables32, library
+from . import _RANGES, MacPlan, _check_positive, _softmax_tables32, cpu_isas, library
 
 POOL_MAX_TAPS = 1 << 23  # window taps the pooling unit's int32 sums take (255 * taps < 2**31)
 # struct mac_unit's kinds (MAC_UNIT_* in C)
@@ -204,7 +204,8 @@ class BoundPool:
 
     ``geometry`` is (filter_h, filter_w, stride_h, stride_w, pad_top, pad_left, out_h, out_w); the
     output must not overlap the input. A window with no input position raises ValueError at run
-    time, as the numpy path does. The buffers stay referenced while this object lives.
+    time, as the numpy path does. ``isa`` is the C variant (by default the best this CPU runs).
+    The buffers stay referenced while this object lives.
     """
 
     def __init__(
@@ -217,6 +218,7 @@ class BoundPool:
         act_min: int,
         act_max: int,
         average: bool,
+        isa: int | None = None,
     ) -> None:
         mod = library()
         if mod is None:
@@ -236,6 +238,7 @@ class BoundPool:
         for key, value in dict(
             n=n, h=h, w=w, c=c, fh=fh, fw=fw, sh=sh, sw=sw, pt=pt, pl=pl, oh=oh, ow=ow, lo=act_min,
             hi=act_max, average=int(average), in_signed=int(np.dtype(dtype) == np.int8),
+            isa=max(cpu_isas()) if isa is None else isa,
         ).items():  # fmt: skip
             setattr(self._spec, key, value)
         self._keep: list[np.ndarray] = []

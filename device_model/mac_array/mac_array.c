@@ -74,6 +74,7 @@ struct mac_pool {
     int32_t lo, hi;
     int32_t average;
     int32_t in_signed;
+    int32_t isa; /* the C variant (MAC_ISA_*): AVX-512 takes MAXPOOL's bytes 64 at a time */
 };
 
 /* A softmax unit (mac_run_units): mac_softmax's arguments but its buffers. */
@@ -1943,8 +1944,58 @@ int mac_softmax(const void *in, void *out, int64_t rows, int64_t depth, int in_s
  * AveragePool), the result is clamped to [lo, hi] (hi wins, as numpy.clip) and saturated to the
  * dtype. 0, -1 when out of memory, -2 when a window covers no input position. */
 
+#if MAC_X86
+/* MAXPOOL with the bytes themselves as lanes, 64 channels at a time (the last by masked loads and
+ * stores): the maximum of a dtype's values is one of them, and clamping it to [lo, hi] (lo <= hi)
+ * then saturating to the dtype is clamping it to lo and hi saturated first. */
+AVX512BW static inline __attribute__((always_inline)) int max_pool_body_avx512(const struct mac_pool *P,
+                                                                                const uint8_t *in, uint8_t *out,
+                                                                                int in_signed)
+{
+    int64_t c = P->c;
+    int32_t dmin = in_signed ? -128 : 0, dmax = in_signed ? 127 : 255;
+    int32_t lo = P->lo < dmin ? dmin : P->lo > dmax ? dmax : P->lo;
+    int32_t hi = P->hi < dmin ? dmin : P->hi > dmax ? dmax : P->hi;
+    __m512i vlo = _mm512_set1_epi8((char)lo), vhi = _mm512_set1_epi8((char)hi);
+    __m512i lowest = _mm512_set1_epi8((char)dmin);
+    for (int64_t b = 0; b < P->n; b++)
+        for (int64_t oy = 0; oy < P->oh; oy++)
+            for (int64_t ox = 0; ox < P->ow; ox++) {
+                int64_t y0 = oy * P->sh - P->pt, x0 = ox * P->sw - P->pl;
+                int64_t ya = y0 < 0 ? 0 : y0, yb = y0 + P->fh < P->h ? y0 + P->fh : P->h;
+                int64_t xa = x0 < 0 ? 0 : x0, xb = x0 + P->fw < P->w ? x0 + P->fw : P->w;
+                if (yb <= ya || xb <= xa)
+                    return -2;
+                uint8_t *o = out + ((b * P->oh + oy) * P->ow + ox) * c;
+                for (int64_t ch = 0; ch < c; ch += 64) {
+                    __mmask64 k = c - ch >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (c - ch)) - 1);
+                    __m512i m = lowest;
+                    for (int64_t y = ya; y < yb; y++)
+                        for (int64_t x = xa; x < xb; x++) {
+                            __m512i v = _mm512_maskz_loadu_epi8(k, in + ((b * P->h + y) * P->w + x) * c + ch);
+                            m = in_signed ? _mm512_max_epi8(m, v) : _mm512_max_epu8(m, v);
+                        }
+                    m = in_signed ? _mm512_min_epi8(_mm512_max_epi8(m, vlo), vhi)
+                                  : _mm512_min_epu8(_mm512_max_epu8(m, vlo), vhi);
+                    _mm512_mask_storeu_epi8(o + ch, k, m);
+                }
+            }
+    return 0;
+}
+
+AVX512BW static int max_pool_avx512(const struct mac_pool *P, const uint8_t *in, uint8_t *out)
+{
+    return P->in_signed ? max_pool_body_avx512(P, in, out, 1) : max_pool_body_avx512(P, in, out, 0);
+}
+#endif
+
 int mac_pool(const struct mac_pool *P, const void *in, void *out)
 {
+#if MAC_X86
+    if (!P->average && P->isa >= MAC_ISA_AVX512VNNI && mac_cpu_isa() >= MAC_ISA_AVX512VNNI &&
+        (lookup_cpu() & CPU_AVX512BW_VL))
+        return max_pool_avx512(P, (const uint8_t *)in, (uint8_t *)out);
+#endif
     int64_t c = P->c;
     int32_t *acc = malloc((size_t)(c ? c : 1) * 4);
     if (!acc)

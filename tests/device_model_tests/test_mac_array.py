@@ -834,17 +834,20 @@ def test_byte_lut2_by_rows_matches_numerics(b_layout: str, width: int) -> None:
     assert np.array_equal(out.reshape(shape), nm.lut2(a_view, b_view, table))
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("average", [False, True])
-def test_bound_pool_matches_numerics(average: bool) -> None:
+def test_bound_pool_matches_numerics(average: bool, isa: int) -> None:
     """The pooling unit against numerics' max_pool / avg_pool: padding, strides, partial windows,
-    both dtypes, clamps inside and outside the dtype (rounding of negative averages included)."""
+    both dtypes, clamps inside and outside the dtype (rounding of negative averages included),
+    channels within one vector of bytes and past it, every C variant this CPU runs."""
     rng = np.random.default_rng(10)
     fn = nm.avg_pool if average else nm.max_pool
     compared = 0
-    for trial in range(40):
+    for trial in range(60):
         dtype = np.dtype(np.int8) if trial % 2 else np.dtype(np.uint8)
         lo_d, hi_d = _RANGE[dtype]
-        n, h, w, c = 1 + trial % 2, int(rng.integers(1, 9)), int(rng.integers(1, 9)), int(rng.integers(1, 20))
+        channels = int(rng.integers(1, 20)) if trial % 4 else int(rng.choice([64, 65, 130]))
+        n, h, w, c = 1 + trial % 2, int(rng.integers(1, 9)), int(rng.integers(1, 9)), channels
         fh, fw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
         sh, sw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
         pt, pl = int(rng.integers(0, fh)), int(rng.integers(0, fw))
@@ -861,7 +864,7 @@ def test_bound_pool_matches_numerics(average: bool) -> None:
             out = np.zeros((n, oh, ow, c), dtype)
             pool = ma.BoundPool(
                 memoryview(x.tobytes()), memoryview(out), x.shape, dtype, (fh, fw, sh, sw, pt, pl, oh, ow),
-                int(act[0]), int(act[1]), average,
+                int(act[0]), int(act[1]), average, isa=isa,
             )  # fmt: skip
             with pytest.raises(ValueError, match="covers no input"):
                 pool.run()
@@ -869,11 +872,11 @@ def test_bound_pool_matches_numerics(average: bool) -> None:
         out = np.zeros((n, oh, ow, c), dtype)
         ma.BoundPool(
             memoryview(x.tobytes()), memoryview(out), x.shape, dtype, (fh, fw, sh, sw, pt, pl, oh, ow),
-            int(act[0]), int(act[1]), average,
+            int(act[0]), int(act[1]), average, isa=isa,
         ).run()  # fmt: skip
         assert np.array_equal(out, np.clip(want, lo_d, hi_d).astype(dtype)), (trial, geometry)
         compared += 1
-    assert compared >= 30
+    assert compared >= 45
     with pytest.raises(ValueError, match="output bytes"):
         ma.BoundPool(memoryview(bytes(16)), memoryview(bytearray(3)), (1, 4, 4, 1), np.dtype(np.int8),
                      (2, 2, 2, 2, 0, 0, 2, 2), -128, 127, average)  # fmt: skip
