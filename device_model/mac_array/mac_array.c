@@ -1011,6 +1011,37 @@ VNNI static inline void im2col_row_short(const struct mac_layer *L, const uint8_
     memcpy(row + L->kh * span, &zero, 4); /* k4 - k < 4 bytes; past k4 the next row follows */
 }
 
+/* im2col_row_short for kernel rows of 17 to 64 bytes (a 3x3 layer of up to 21 channels): one masked
+ * 64-byte load and store per kernel row, with the same overwriting of the bytes past each run
+ * (the buffer has 64 to spare after the last row). Fewer steps than a copy of each run and of
+ * the padding's bytes on either side, which cost more than the GEMM of a 16-channel layer. */
+VNNI static inline void im2col_row_64(const struct mac_layer *L, const uint8_t *in, int64_t b, int64_t oh,
+                                      int64_t ow, __m512i zraw, __m512i flip, uint8_t *row)
+{
+    int64_t cin = L->cin, span = L->kw * cin;
+    int64_t ix0 = ow * L->stride_w - L->pad_left;
+    int64_t lo = ix0 < 0 ? -ix0 : 0, hi = L->w - ix0; /* taps [lo, hi) are inside */
+    if (hi > L->kw)
+        hi = L->kw;
+    if (hi < lo)
+        hi = lo;
+    __mmask64 below_hi = hi * cin >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (hi * cin)) - 1);
+    __mmask64 below_lo = lo * cin >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (lo * cin)) - 1);
+    __mmask64 k = below_hi & ~below_lo;
+    __m512i z = _mm512_xor_si512(zraw, flip);
+    for (int64_t ky = 0; ky < L->kh; ky++) {
+        int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h;
+        __m512i v = z;
+        if (iy >= 0 && iy < L->h) {
+            uintptr_t at = (uintptr_t)in + (uintptr_t)(((b * L->h + iy) * L->w + ix0) * cin);
+            v = _mm512_xor_si512(_mm512_mask_loadu_epi8(zraw, k, (const void *)at), flip);
+        }
+        _mm512_storeu_si512(row + ky * span, v);
+    }
+    uint32_t zero = 0;
+    memcpy(row + L->kh * span, &zero, 4); /* k4 - k < 4 bytes; past k4 the next row follows */
+}
+
 /* r[i]'s element j to r[j]'s element i: two rounds of in-lane unpacks, two of lane shuffles. */
 VNNI static inline __attribute__((always_inline)) void transpose16_epi32(__m512i *r)
 {
@@ -1138,6 +1169,8 @@ VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const st
     __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);
     __m512i zv = _mm512_set1_epi8((char)(uint8_t)(L->input_zp + (L->in_signed ? 0x80 : 0)));
     int short_rows = !direct && L->dil_w == 1 && L->kw * cin <= 16;
+    int rows64 = !direct && !short_rows && L->dil_w == 1 && L->kw * cin <= 64;
+    __m512i zraw512 = _mm512_set1_epi8((char)L->input_zp);
     __m128i flip128 = _mm512_castsi512_si128(flip), zraw = _mm_set1_epi8((char)L->input_zp);
     struct rq_vnni q = rq_vnni_init(L);
     int64_t cout = L->cout;
@@ -1169,6 +1202,8 @@ VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const st
                 }
                 if (short_rows)
                     im2col_row_short(L, in, b, oh, ow, zraw, flip128, row);
+                else if (rows64)
+                    im2col_row_64(L, in, b, oh, ow, zraw512, flip, row);
                 else
                     im2col_row_u8(L, in, b, oh, ow, zv, flip, row);
                 if (++ow == L->out_w) {
