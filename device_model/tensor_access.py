@@ -18,6 +18,7 @@ import numpy as np
 from uapi import hw_layout as hw
 from uapi import isa
 
+from . import mac_array
 from .memory import PhysicalAddressError, SystemMemory
 from .mmu import VA_LIMIT, Mmu
 
@@ -97,6 +98,9 @@ class Translations:
         self.memory = memory
         self.pt_root = pt_root
         self.tables: dict[int, bytes] = {}  # table physical address -> its bytes when cached
+        # The same tables for the C compare (mac_array's mac_equal, when the library is built): the
+        # memory's address (with the array that keeps its view), and a C copy of the bytes.
+        self._c_tables: list[tuple[Any, Any, np.ndarray]] = []
         self.runs: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}
         # The binding cache's instructions per decoded stream (:func:`binding.stream_bindings`),
         # dropped with these translations.
@@ -109,9 +113,15 @@ class Translations:
             return None
 
     def still_valid(self) -> bool:
-        # Asked at every job: one loop over plain views (a helper call and a generator per table
-        # cost more than the compares of the two or three 4 KiB tables).
+        # Asked at every job: a C memcmp per table, else one loop over plain views (a helper call
+        # and a generator per table cost more than the compares of the two or three 4 KiB tables).
         view, size = self.memory.view, hw.PT_ENTRIES * 8
+        if self._c_tables:
+            equal = _c_equal()[0]
+            for at, content, _ in self._c_tables:
+                if not equal(at, content, size):
+                    return False
+            return True
         try:
             for pa, content in self.tables.items():
                 if bytes(view(pa, size)) != content:
@@ -125,7 +135,7 @@ class Translations:
         l1 = self.tables.get(self.pt_root) or self._table(self.pt_root)
         if l1 is None:
             return False
-        self.tables[self.pt_root] = l1
+        self._keep(self.pt_root, l1)
         entries = np.frombuffer(l1, dtype="<u8")
         for index in range(va >> hw.L1_SHIFT, ((va + size - 1) >> hw.L1_SHIFT) + 1):
             pa = int(entries[index]) & hw.PTE_ADDR_MASK
@@ -133,8 +143,30 @@ class Translations:
                 table = self._table(pa)
                 if table is None:
                     return False
-                self.tables[pa] = table
+                self._keep(pa, table)
         return True
+
+    def _keep(self, pa: int, content: bytes) -> None:
+        if pa in self.tables:
+            return
+        self.tables[pa] = content
+        equal, ffi = _c_equal()
+        if equal is not None and len(self._c_tables) == len(self.tables) - 1:
+            # An array over the table's view (no buffer export, as the bound units keep theirs).
+            arr = np.frombuffer(self.memory.view(pa, len(content)), dtype=np.uint8)
+            self._c_tables.append((ffi.cast("void *", arr.ctypes.data), ffi.new("char[]", content), arr))
+
+
+_C_EQUAL: tuple[Any, Any] | None = None
+
+
+def _c_equal() -> tuple[Any, Any]:
+    """mac_array's ``mac_equal`` and its ffi, or (None, None) without the C library."""
+    global _C_EQUAL
+    if _C_EQUAL is None:
+        mod = mac_array.library()
+        _C_EQUAL = (mod.lib.mac_equal, mod.ffi) if mod is not None else (None, None)
+    return _C_EQUAL
 
 
 def overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
