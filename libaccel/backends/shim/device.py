@@ -225,6 +225,7 @@ class ShimDevice:
         # (the interrupt thread itself resets a hung core).
         self._control_acked = threading.Condition(threading.Lock())
         self.cond = threading.Condition(self.lock)
+        self._cond_waiters = 0  # threads in cond.wait (closing files): a completion notifies them
         # SYNCOBJ_WAITs (WAIT_FOR_SUBMIT) on a syncobj without a fence yet: woken when a submit
         # gives one a fence.
         self.submit_waiters: set[threading.Condition] = set()
@@ -547,9 +548,13 @@ class ShimDevice:
             if fid in waiting or (job.deps and not all(f.signaled for f in job.deps)):
                 waiting.add(fid)
                 continue
-            core = self._file_core(job.file)
-            if core is None:
-                core = self._least_loaded(job.file.last_core)
+            own = job.file.last_core
+            if own < len(self.inflight) and not any(self.inflight):
+                core = own  # an idle device: the file's last core (what the two calls below give)
+            else:
+                core = self._file_core(job.file)
+                if core is None:
+                    core = self._least_loaded(own)
             if len(self.inflight[core]) >= self.credits:
                 waiting.add(fid)
                 continue
@@ -615,7 +620,8 @@ class ShimDevice:
         if not self.jobs:
             self.idle_since_ns = _now()
         probe.mark("shim.complete")
-        self.cond.notify_all()
+        if self._cond_waiters:
+            self.cond.notify_all()
 
     # --- timeout and reset --------------------------------------------------------
     def _deadline_ns(self, core: int) -> int | None:
@@ -696,7 +702,11 @@ class ShimDevice:
                         self._broken(e)
                     self.cond.notify_all()
                     continue
-                self.cond.wait(0.05)
+                self._cond_waiters += 1
+                try:
+                    self.cond.wait(0.05)
+                finally:
+                    self._cond_waiters -= 1
 
     def close(self) -> None:
         if self._closed or self.forked:
