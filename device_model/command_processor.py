@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -57,9 +58,8 @@ _BYTE_TYPES = ("INT8", "UINT8")
 _INDEX_FLIP = {"INT8": 0x80, "UINT8": 0x00}
 
 
-@dataclass(frozen=True)
-class JobResult:
-    """How a job ended, as the completion queue reports it."""
+class JobResult(NamedTuple):
+    """How a job ended, as the completion queue reports it (a tuple: one is made per job)."""
 
     status: int  # 0 or a negative errno
     fault_va: int = 0  # faulting VA when status is -EFAULT
