@@ -979,44 +979,16 @@ VNNI static inline void im2col_row_u8(const struct mac_layer *L, const uint8_t *
     memset(row + k, 0, (size_t)(L->k4 - k)); /* their weights are zero */
 }
 
-/* im2col_row_u8 for short kernel rows (kw * cin <= 16, no horizontal dilation; the stem's 3 runs
- * of 9 bytes): per kernel row one load, masked to the bytes inside the input and filled with the
- * zero point's raw byte elsewhere, flipped, and one 16-byte store. The bytes a store writes past
- * its run are overwritten by the next run or the next row (rows are written in order, the buffer
- * has bytes to spare after the last); those after the last run are the row's padding to k4,
- * whose weights are zero, and get a zero store of their own. */
+/* im2col_row_u8 for short kernel rows (kw * cin <= 64, no horizontal dilation: the stem's 3 runs
+ * of 9 bytes, a 3x3 layer of up to 21 channels): per kernel row one load, masked to the bytes
+ * inside the input and filled with the zero point's raw byte elsewhere, flipped, and one 64-byte
+ * store. The bytes a store writes past its run are overwritten by the next runs or rows (rows are
+ * written in order, the buffer has 64 bytes to spare after the last); those after the last run are
+ * the row's padding to k4, whose weights are zero, and get a zero store of their own. Fewer steps
+ * than a copy of each run and of the padding's bytes on either side, which cost more than the GEMM
+ * of a 16-channel layer. */
 VNNI static inline void im2col_row_short(const struct mac_layer *L, const uint8_t *in, int64_t b, int64_t oh,
-                                         int64_t ow, __m128i zraw, __m128i flip, uint8_t *row)
-{
-    int64_t cin = L->cin, span = L->kw * cin;
-    int64_t ix0 = ow * L->stride_w - L->pad_left;
-    int64_t lo = ix0 < 0 ? -ix0 : 0, hi = L->w - ix0; /* taps [lo, hi) are inside */
-    if (hi > L->kw)
-        hi = L->kw;
-    if (hi < lo)
-        hi = lo;
-    __mmask16 k = (__mmask16)(((1u << (hi * cin)) - 1) & ~((1u << (lo * cin)) - 1));
-    __m128i z = _mm_xor_si128(zraw, flip);
-    for (int64_t ky = 0; ky < L->kh; ky++) {
-        int64_t iy = oh * L->stride_h - L->pad_top + ky * L->dil_h;
-        __m128i v = z;
-        if (iy >= 0 && iy < L->h) {
-            /* integer arithmetic: the run may start before the input (those bytes are masked) */
-            uintptr_t at = (uintptr_t)in + (uintptr_t)(((b * L->h + iy) * L->w + ix0) * cin);
-            v = _mm_xor_si128(_mm_mask_loadu_epi8(zraw, k, (const void *)at), flip);
-        }
-        _mm_storeu_si128((__m128i *)(row + ky * span), v);
-    }
-    uint32_t zero = 0;
-    memcpy(row + L->kh * span, &zero, 4); /* k4 - k < 4 bytes; past k4 the next row follows */
-}
-
-/* im2col_row_short for kernel rows of 17 to 64 bytes (a 3x3 layer of up to 21 channels): one masked
- * 64-byte load and store per kernel row, with the same overwriting of the bytes past each run
- * (the buffer has 64 to spare after the last row). Fewer steps than a copy of each run and of
- * the padding's bytes on either side, which cost more than the GEMM of a 16-channel layer. */
-VNNI static inline void im2col_row_64(const struct mac_layer *L, const uint8_t *in, int64_t b, int64_t oh,
-                                      int64_t ow, __m512i zraw, __m512i flip, uint8_t *row)
+                                         int64_t ow, __m512i zraw, __m512i flip, uint8_t *row)
 {
     int64_t cin = L->cin, span = L->kw * cin;
     int64_t ix0 = ow * L->stride_w - L->pad_left;
@@ -1168,10 +1140,8 @@ VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const st
     }
     __m512i flip = _mm512_set1_epi8(L->in_signed ? (char)0x80 : 0);
     __m512i zv = _mm512_set1_epi8((char)(uint8_t)(L->input_zp + (L->in_signed ? 0x80 : 0)));
-    int short_rows = !direct && L->dil_w == 1 && L->kw * cin <= 16;
-    int rows64 = !direct && !short_rows && L->dil_w == 1 && L->kw * cin <= 64;
-    __m512i zraw512 = _mm512_set1_epi8((char)L->input_zp);
-    __m128i flip128 = _mm512_castsi512_si128(flip), zraw = _mm_set1_epi8((char)L->input_zp);
+    int short_rows = !direct && L->dil_w == 1 && L->kw * cin <= 64;
+    __m512i zraw = _mm512_set1_epi8((char)L->input_zp);
     struct rq_vnni q = rq_vnni_init(L);
     int64_t cout = L->cout;
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
@@ -1201,9 +1171,7 @@ VNNI static inline __attribute__((always_inline)) int conv_u8_mode_vnni(const st
                     continue;
                 }
                 if (short_rows)
-                    im2col_row_short(L, in, b, oh, ow, zraw, flip128, row);
-                else if (rows64)
-                    im2col_row_64(L, in, b, oh, ow, zraw512, flip, row);
+                    im2col_row_short(L, in, b, oh, ow, zraw, flip, row);
                 else
                     im2col_row_u8(L, in, b, oh, ow, zv, flip, row);
                 if (++ow == L->out_w) {
@@ -1979,6 +1947,18 @@ int mac_softmax(const void *in, void *out, int64_t rows, int64_t depth, int in_s
  * AveragePool), the result is clamped to [lo, hi] (hi wins, as numpy.clip) and saturated to the
  * dtype. 0, -1 when out of memory, -2 when a window covers no input position. */
 
+/* The input rows [ya, yb) and columns [xa, xb) of output (oy, ox)'s window; 0 when it holds none. */
+static inline int pool_window(const struct mac_pool *P, int64_t oy, int64_t ox, int64_t *ya, int64_t *yb,
+                              int64_t *xa, int64_t *xb)
+{
+    int64_t y0 = oy * P->sh - P->pt, x0 = ox * P->sw - P->pl;
+    *ya = y0 < 0 ? 0 : y0;
+    *yb = y0 + P->fh < P->h ? y0 + P->fh : P->h;
+    *xa = x0 < 0 ? 0 : x0;
+    *xb = x0 + P->fw < P->w ? x0 + P->fw : P->w;
+    return *yb > *ya && *xb > *xa;
+}
+
 #if MAC_X86
 /* MAXPOOL with the bytes themselves as lanes, 64 channels at a time (the last by masked loads and
  * stores): the maximum of a dtype's values is one of them, and clamping it to [lo, hi] (lo <= hi)
@@ -1996,10 +1976,8 @@ AVX512BW static inline __attribute__((always_inline)) int max_pool_body_avx512(c
     for (int64_t b = 0; b < P->n; b++)
         for (int64_t oy = 0; oy < P->oh; oy++)
             for (int64_t ox = 0; ox < P->ow; ox++) {
-                int64_t y0 = oy * P->sh - P->pt, x0 = ox * P->sw - P->pl;
-                int64_t ya = y0 < 0 ? 0 : y0, yb = y0 + P->fh < P->h ? y0 + P->fh : P->h;
-                int64_t xa = x0 < 0 ? 0 : x0, xb = x0 + P->fw < P->w ? x0 + P->fw : P->w;
-                if (yb <= ya || xb <= xa)
+                int64_t ya, yb, xa, xb;
+                if (!pool_window(P, oy, ox, &ya, &yb, &xa, &xb))
                     return -2;
                 uint8_t *o = out + ((b * P->oh + oy) * P->ow + ox) * c;
                 for (int64_t ch = 0; ch < c; ch += 64) {
@@ -2041,10 +2019,8 @@ int mac_pool(const struct mac_pool *P, const void *in, void *out)
     for (int64_t b = 0; b < P->n; b++)
         for (int64_t oy = 0; oy < P->oh; oy++)
             for (int64_t ox = 0; ox < P->ow; ox++) {
-                int64_t y0 = oy * P->sh - P->pt, x0 = ox * P->sw - P->pl;
-                int64_t ya = y0 < 0 ? 0 : y0, yb = y0 + P->fh < P->h ? y0 + P->fh : P->h;
-                int64_t xa = x0 < 0 ? 0 : x0, xb = x0 + P->fw < P->w ? x0 + P->fw : P->w;
-                if (yb <= ya || xb <= xa) {
+                int64_t ya, yb, xa, xb;
+                if (!pool_window(P, oy, ox, &ya, &yb, &xa, &xb)) {
                     free(acc);
                     return -2;
                 }
