@@ -73,27 +73,39 @@ static int vnpu_debugfs_state(struct seq_file *m, void *data)
 	return 0;
 }
 
+#ifndef VNPU_SYNCOBJ_XA
 static int vnpu_count_one(int id, void *p, void *data)
 {
 	(*(unsigned int *)data)++;
 	return 0;
 }
+#endif
 
 /*
  * Syncobjs are DRM core objects the driver never sees created or destroyed,
  * so they are counted where they live: in the handle tables of the device's
- * open files. A closed file's syncobjs are released with it.
+ * open files. A closed file's syncobjs are released with it. The table is
+ * an xarray in later kernels (VNPU_SYNCOBJ_XA), an idr before.
  */
 static unsigned int vnpu_count_syncobjs(struct vnpu_device *vdev)
 {
 	struct drm_file *file;
 	unsigned int count = 0;
+#ifdef VNPU_SYNCOBJ_XA
+	unsigned long handle;
+	void *syncobj;
+#endif
 
 	mutex_lock(&vdev->drm.filelist_mutex);
 	list_for_each_entry(file, &vdev->drm.filelist, lhead) {
+#ifdef VNPU_SYNCOBJ_XA
+		xa_for_each(&file->syncobj_xa, handle, syncobj)
+			count++;
+#else
 		spin_lock(&file->syncobj_table_lock);
 		idr_for_each(&file->syncobj_idr, vnpu_count_one, &count);
 		spin_unlock(&file->syncobj_table_lock);
+#endif
 	}
 	mutex_unlock(&vdev->drm.filelist_mutex);
 	return count;

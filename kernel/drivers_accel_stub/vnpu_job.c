@@ -787,11 +787,16 @@ void vnpu_job_unquiesce(struct vnpu_device *vdev)
  * drm_sched's own timeout is off (MAX_SCHEDULE_TIMEOUT): it restarts
  * whenever a job is pushed, so a file submitting more often than the
  * timeout could keep a hung job running for ever. The core watchdogs time
- * jobs instead (vnpu_job_watchdog()); this is never called.
+ * jobs instead (vnpu_job_watchdog()); this is never called. Linux 6.17
+ * renamed the "all is well" answer (VNPU_SCHED_STAT_NO_HANG).
  */
 static enum drm_gpu_sched_stat vnpu_job_timedout(struct drm_sched_job *sched_job)
 {
+#ifdef VNPU_SCHED_STAT_NO_HANG
+	return DRM_GPU_SCHED_STAT_NO_HANG;
+#else
 	return DRM_GPU_SCHED_STAT_NOMINAL;
+#endif
 }
 
 static void vnpu_job_free_cb(struct drm_sched_job *sched_job)
