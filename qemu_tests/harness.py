@@ -35,6 +35,7 @@ from qemu_tests import (
     ktap,
     matrix,
     preflight,
+    sid_kernel,
 )
 from uapi import hw_layout
 
@@ -139,14 +140,15 @@ def missing_apt_packages(packages: list[str]) -> list[str]:
     return missing
 
 
-def install(clock: Clock, release: str | None = None, debug: bool = False) -> None:
+def install(clock: Clock, release: str | None = None, debug: bool = False, sid: bool = False) -> None:
     """Install what run.sh installs and is missing; a no-op taking a moment when everything is present.
 
     ``release``: the Debian kernel to install instead of the newest one apt offers.
     ``debug``: also what the debug kernel's build needs.
+    ``sid``: also what fetching and preparing a kernel of Debian unstable needs.
     """
     try:
-        missing = missing_apt_packages(preflight.debian_packages(release=release, debug=debug))
+        missing = missing_apt_packages(preflight.debian_packages(release=release, debug=debug, sid=sid))
     except LookupError as e:
         raise HarnessError(str(e)) from e
     if missing:
@@ -628,8 +630,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         type=_spec,
         help="the kernel: a release R (/boot/vmlinuz-R, built against /lib/modules/R/build), a kernel "
-        f"build directory, a bzImage (with --kdir), or {debug_kernel.SPEC!r} (KASAN, lockdep, kmemleak; "
-        "built once and cached) "
+        f"build directory, a bzImage (with --kdir), {debug_kernel.SPEC!r} (KASAN, lockdep, kmemleak; "
+        f"built once and cached), or a series X.Y ({sid_kernel.CURRENT_SERIES}: the newest generic kernel "
+        f"of Debian {sid_kernel.SUITE}, fetched and prepared once into the cache) "
         f"(default ${preflight.KERNEL_ENV}, else the newest installed generic 6.12 kernel)",
     )
     which.add_argument(
@@ -849,12 +852,18 @@ def _run_kernel(
         wanted = None  # the preflight below says what is wrong with the spec
     release = wanted.release if wanted is not None else (spec or "default")
     debug = spec == debug_kernel.SPEC
+    series = spec if spec is not None and sid_kernel.is_series(spec) else None
     build = matrix.BUILD_SKIPPED
     module = None
     try:
         if not args.no_install:
             try:
-                install(clock, wanted.release if wanted is not None and wanted.debian else None, debug)
+                install(
+                    clock,
+                    wanted.release if wanted is not None and wanted.debian else None,
+                    debug,
+                    series is not None,
+                )
             except (HarnessError, subprocess.CalledProcessError) as e:
                 # The preflight below says what is still missing and how to fix it.
                 clock.say("install", f"failed: {e}")
@@ -870,6 +879,21 @@ def _run_kernel(
                 debug_kernel.ensure_built(lambda phase, msg: clock.say("kernel", f"{phase}: {msg}"))
             except debug_kernel.BuildError as e:
                 raise HarnessError(f"debug kernel: {e}") from e
+        if series is not None:
+            build = matrix.BUILD_FAILED
+            try:
+                sid_kernel.ensure_prepared(
+                    series,
+                    lambda phase, msg: clock.say("kernel", f"{phase}: {msg}"),
+                    refresh=not args.no_install,
+                )
+            except sid_kernel.PrepareError as e:
+                raise HarnessError(f"{series} kernel: {e}") from e
+            # The prepared tree's own checks (config, compiler), which the first preflight could not make.
+            if preflight.report(
+                preflight.check_kernel(preflight.Host(), spec), sys.stderr, only_missing=True
+            ):
+                return Outcome(preflight.EXIT_MISSING, matrix.BUILD_MISSING, release)
         kernel = preflight.select_kernel(override=spec, kdir=kdir)
         assert kernel is not None  # the preflight found it
         release = kernel.release

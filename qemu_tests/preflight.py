@@ -3,6 +3,7 @@
     python -m qemu_tests --check                       # one line per requirement, exit 0 or EXIT_MISSING
     python3 -m qemu_tests.preflight --apt-packages     # what run.sh installs (one package per line)
     python3 -m qemu_tests.preflight --apt-packages --kernel 6.12.117+deb12-rt-amd64   # with that kernel
+    python3 -m qemu_tests.preflight --apt-packages --kernel 7.2   # with what fetching sid's 7.2 needs
     python3 -m qemu_tests.preflight --kernel-build-dir # KDIR of the kernel the harness boots
 
 This module uses the standard library only: run.sh runs it with the system
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from qemu_tests import debug_kernel
+from qemu_tests import debug_kernel, sid_kernel
 
 # The kernel series the project targets; within it, the newest generic
 # (-amd64) build wins. -rt-amd64 is PREEMPT_RT, -cloud-amd64 has no DRM.
@@ -125,8 +126,9 @@ BZIMAGE = Path("arch/x86/boot/bzImage")  # where an x86 kernel build puts its im
 
 
 def kernel_spec(text: str) -> str:
-    """``text`` when it is a kernel spec: a release (``6.12.117+deb12-rt-amd64``), a path (has a ``/``)
-    or ``debug`` (the debug kernel, qemu_tests/debug_kernel.py).
+    """``text`` when it is a kernel spec: a release (``6.12.117+deb12-rt-amd64``), a series of Debian
+    unstable (``7.2``, qemu_tests/sid_kernel.py), a path (has a ``/``) or ``debug`` (the debug
+    kernel, qemu_tests/debug_kernel.py).
 
     Checks the form only: the files are the preflight's to look for.
     """
@@ -134,7 +136,9 @@ def kernel_spec(text: str) -> str:
         return text
     raise ValueError(
         f"kernel {text!r} is neither a release (6.12.117+deb12-amd64) "
-        f"nor a path (./linux, /src/linux/arch/x86/boot/bzImage) nor {debug_kernel.SPEC!r} (the debug kernel)"
+        f"nor a path (./linux, /src/linux/arch/x86/boot/bzImage) "
+        f"nor {debug_kernel.SPEC!r} (the debug kernel) "
+        f"nor a series of Debian {sid_kernel.SUITE} ({sid_kernel.CURRENT_SERIES})"
     )
 
 
@@ -144,7 +148,9 @@ def kernel_from_spec(spec: str, kdir: Path | None = None, host: Host | None = No
     - a release R: the installed Debian kernel, ``/boot/vmlinuz-R`` and ``/lib/modules/R/build``;
     - a directory: a kernel build tree (``make O=DIR``), booting ``DIR/arch/x86/boot/bzImage``;
     - a file: that image, built against ``kdir``, or against the build tree it sits in;
-    - ``debug``: the cached debug kernel's build tree (built or not).
+    - ``debug``: the cached debug kernel's build tree (built or not);
+    - a series ``X.Y``: the newest kernel of that series from Debian unstable (sid_kernel), booting
+      its image from the cache and built against its prepared source (prepared or not).
 
     Raises ValueError for a bad spec or an image without a build tree.
     """
@@ -155,6 +161,10 @@ def kernel_from_spec(spec: str, kdir: Path | None = None, host: Host | None = No
         if kdir is not None:
             raise ValueError("--kdir goes with an image path, not with the debug kernel")
         spec, name = str(debug_kernel.current().build), debug_kernel.SPEC
+    if sid_kernel.is_series(spec):
+        if kdir is not None:
+            raise ValueError(f"--kdir goes with an image path, not with the series {spec}")
+        return sid_kernel_of(spec)
     if "/" not in spec:
         if kdir is not None:
             raise ValueError(f"--kdir goes with an image path, not with the release {spec}")
@@ -174,6 +184,16 @@ def kernel_from_spec(spec: str, kdir: Path | None = None, host: Host | None = No
     except OSError:
         release = ""
     return Kernel(release or name or image.name, image, build, debian=False)
+
+
+def sid_kernel_of(series: str) -> Kernel:
+    """The kernel a series spec names, from the cache (sid_kernel.current): prepared or not yet."""
+    found = sid_kernel.current(series)
+    if found is None:  # nothing fetched yet: where the newest one will be, under the series' name
+        return Kernel(
+            series, sid_kernel.cache_root() / series / "vmlinuz", sid_kernel.cache_root() / series, False
+        )
+    return Kernel(found.release, found.image, found.source, debian=False)
 
 
 @dataclass(frozen=True)
@@ -230,11 +250,14 @@ def select_kernel(
     return host.kernel(release) if release else None
 
 
-def debian_packages(host: Host | None = None, release: str | None = None, debug: bool = False) -> list[str]:
+def debian_packages(
+    host: Host | None = None, release: str | None = None, debug: bool = False, sid: bool = False
+) -> list[str]:
     """Every Debian package the project needs: what run.sh and the harness's install phase install.
 
     The kernel is ``release``, else the newest one apt offers (see pick_kernel).
     ``debug``: also what building the debug kernel needs (CI does not build it).
+    ``sid``: also what fetching and preparing a kernel of Debian unstable needs (sid_kernel).
     Raises LookupError when apt offers no 6.12 generic kernel with headers
     (typically: no apt lists yet; ``apt-get update`` first).
     """
@@ -249,6 +272,8 @@ def debian_packages(host: Host | None = None, release: str | None = None, debug:
         packages.append(PYTHON_DEV_PACKAGE)
     if debug:
         packages += [p for _, p in debug_kernel.BUILD_PACKAGES if p not in packages]
+    if sid:
+        packages += [p for _, p in sid_kernel.PREPARE_PACKAGES if p not in packages]
     return packages
 
 
@@ -339,9 +364,40 @@ def check_debug_build() -> list[Requirement]:
     return reqs
 
 
+def check_sid_prepare(series: str) -> list[Requirement]:
+    """What fetching and preparing a kernel of Debian unstable needs, and whether the cache holds it."""
+    reqs = []
+    for what, package in sid_kernel.PREPARE_PACKAGES:
+        found = sid_kernel.locate(what)
+        reqs.append(
+            _apt(f"{series} prepare: {Path(what).name}", found is not None, found or f"no {what}", package)
+        )
+    kernel = sid_kernel.current(series)
+    if kernel is not None and kernel.is_prepared():
+        reqs.append(Requirement(f"{series} kernel", True, f"{kernel.release} prepared: {kernel.root}"))
+    else:
+        reqs.append(
+            Requirement(
+                f"{series} kernel",
+                True,
+                f"not prepared yet: the run fetches the newest generic {series} kernel from Debian "
+                f"{sid_kernel.SUITE} (about 290 MB) and prepares its source (about 2 min) "
+                f"in {sid_kernel.cache_root()}",
+            )
+        )
+    return reqs
+
+
 def check_kernel(host: Host, override: str | None = None, kdir: Path | None = None) -> list[Requirement]:
     """Image, build tree, DRM accel support and the kernel's own compiler."""
-    if (override or os.environ.get(KERNEL_ENV)) == debug_kernel.SPEC:
+    spec = override or os.environ.get(KERNEL_ENV) or ""
+    if sid_kernel.is_series(spec):
+        reqs = check_sid_prepare(spec)
+        found = sid_kernel.current(spec)
+        if found is None or not found.is_prepared():
+            return reqs  # the tree's checks below need the tree: the run prepares it
+        return reqs + _check_kernel_files(host, override, kdir)
+    if spec == debug_kernel.SPEC:
         reqs = check_debug_build()
         if not debug_kernel.current().is_built():
             return reqs  # the tree's checks below need the tree: the build makes it as the fragment says
@@ -487,7 +543,7 @@ def _debian_release(text: str) -> str:
         kernel_spec(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    if text == debug_kernel.SPEC:
+    if text == debug_kernel.SPEC or sid_kernel.is_series(text):
         return text
     if "/" in text:
         raise argparse.ArgumentTypeError(f"{text} is a path; apt installs releases (6.12.117+deb12-rt-amd64)")
@@ -504,13 +560,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RELEASE",
         type=_debian_release,
         help="with --apt-packages: this Debian kernel instead of the newest one apt offers; "
-        f"{debug_kernel.SPEC!r}: the newest one plus what the debug kernel's build needs",
+        f"{debug_kernel.SPEC!r}: the newest one plus what the debug kernel's build needs; "
+        f"a series of Debian {sid_kernel.SUITE} ({sid_kernel.CURRENT_SERIES}): the newest one plus what "
+        "fetching and preparing that kernel needs",
     )
     args = p.parse_args(argv)
     if args.apt_packages:
         try:
             debug = args.kernel == debug_kernel.SPEC
-            print("\n".join(debian_packages(release=None if debug else args.kernel, debug=debug)))
+            sid = args.kernel is not None and sid_kernel.is_series(args.kernel)
+            release = None if debug or sid else args.kernel
+            print("\n".join(debian_packages(release=release, debug=debug, sid=sid)))
         except LookupError as e:
             print(f"preflight: {e}", file=sys.stderr)
             return EXIT_MISSING
