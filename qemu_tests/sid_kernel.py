@@ -48,6 +48,8 @@ FALLBACK_ARCHIVE = "http://deb.debian.org/debian"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 JOBS = 2
+# sid's lists are fetched again when older than this: "the newest kernel" is at most a day old.
+LISTS_MAX_AGE = 24 * 3600.0
 # Host tools the fetch and the prepare need (program or file checked, bookworm package). pahole
 # matters beyond BTF: without it Kconfig drops DEBUG_INFO_BTF_MODULES, which changes struct module.
 PREPARE_PACKAGES: tuple[tuple[str, str], ...] = (
@@ -326,6 +328,11 @@ class Apt:
         lists = self.root / "lists"
         return lists.is_dir() and any(lists.glob("*_Packages*"))
 
+    def lists_age(self) -> float:
+        """Seconds since the lists were fetched (infinite without lists)."""
+        fetched = [p.stat().st_mtime for p in (self.root / "lists").glob("*_Packages*")]
+        return time.time() - max(fetched) if fetched else float("inf")
+
     def update(self) -> None:
         (self.root / "lists" / "partial").mkdir(parents=True, exist_ok=True)
         (self.root / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
@@ -406,7 +413,8 @@ def _run_logged(cmd: list[str], log: Path, cwd: Path | None = None) -> None:
 def ensure_prepared(series: str, say: Say = _print_say, refresh: bool = True) -> SidKernel:
     """The newest ``series`` kernel of sid, fetched and prepared first when the cache lacks it.
 
-    ``refresh``: fetch sid's lists first (a few seconds); else the newest prepared kernel.
+    ``refresh``: fetch sid's lists first when they are older than LISTS_MAX_AGE (a few seconds);
+    else the newest prepared kernel, without the network.
     """
     if not refresh:
         prepared = prepared_releases(series)
@@ -424,8 +432,12 @@ def ensure_prepared(series: str, say: Say = _print_say, refresh: bool = True) ->
             + f"; fix: apt-get install {' '.join(sorted({p for _, p in missing}))}"
         )
     apt = Apt()
-    say("lists", f"apt-get update of {SUITE} ({apt.root / 'sources.list'})")
-    apt.update()
+    age = apt.lists_age()
+    if age > LISTS_MAX_AGE:
+        say("lists", f"apt-get update of {SUITE} ({apt.root / 'sources.list'})")
+        apt.update()
+    else:
+        say("lists", f"{SUITE}'s lists from {age / 3600:.1f} h ago ({apt.root / 'lists'})")
     release = pick_release(apt.names(series), series)
     if release is None:
         raise PrepareError(f"{SUITE} offers no generic {series} kernel with all of its packages")

@@ -15,10 +15,12 @@ patches, in order:
    of ``kernel/drivers_accel_stub/``, its ``Kconfig``, and an in-tree ``Makefile`` made from
    ``Kbuild``'s object lists (not the out-of-tree ``Makefile``). In tree the uapi headers are
    ``<drm/NAME>``: ``#include "NAME"`` becomes ``#include <drm/NAME>``, moved into the file's
-   ``<drm/...>`` block. ``Kbuild`` probes the tree for ``struct drm_sched_init_args`` and
-   defines ``VNPU_SCHED_INIT_ARGS``; the series carries the one form that fits the base (its
-   ``include/drm/gpu_scheduler.h``, or ``--sched-init``): the ``#ifdef`` blocks are resolved,
-   and the comment sentence naming the macro is dropped.
+   ``<drm/...>`` block. ``Kbuild`` probes the tree's headers for the APIs that differ between
+   kernels (``$(call vnpu_probe,HEADER,'LINE',MACRO)``: ``VNPU_SCHED_INIT_ARGS``,
+   ``VNPU_SCHED_STAT_NO_HANG``, ``VNPU_IMPORT_NS_STRING``, ``VNPU_SYNCOBJ_XA``); the series
+   carries the one form that fits the base (the same probes on its headers, read from
+   ``Kbuild``, or ``--sched-init`` and ``--probe MACRO=y|n``): each ``#ifdef`` block is
+   resolved, and the comment sentence naming the macro is dropped.
 3. ``accel/vnpu: Hook the driver into the build``: ``source "drivers/accel/vnpu/Kconfig"`` in
    ``drivers/accel/Kconfig`` and ``obj-$(CONFIG_DRM_ACCEL_VNPU) += vnpu/`` in
    ``drivers/accel/Makefile``, in alphabetical order among the other drivers.
@@ -85,20 +87,42 @@ UAPI_TREE_DIR = "include/uapi/drm"
 DOC_DIR = "Documentation/accel/vnpu"
 SCHED_MACRO = "VNPU_SCHED_INIT_ARGS"
 SCHED_HEADER = "include/drm/gpu_scheduler.h"
-SCHED_ARGS_STRUCT = re.compile(r"^struct drm_sched_init_args\s*\{", re.M)
+KBUILD = DRIVER_DIR / "Kbuild"
+# Kbuild's API probes: $(call vnpu_probe,HEADER,'LINE',MACRO) defines MACRO when HEADER has LINE.
+_PROBE = re.compile(r"\$\(call vnpu_probe,([^,]+),'([^']*)',(\w+)\)")
 MAINTAINERS_SECTION = "DRM ACCEL DRIVER FOR VNPU"
 MAILING_LIST = "dri-devel@lists.freedesktop.org"
 # A role address of the project's own: used when neither --signoff nor git's identity is set.
 ROLE_IDENTITY = "vnpu maintainers <vnpu@lists.example.org>"
 
+
+@dataclass(frozen=True)
+class Probe:
+    """One of Kbuild's API probes: ``macro`` is defined when the tree's ``header`` has ``line``."""
+
+    header: str
+    line: str
+    macro: str
+
+
+def kbuild_probes(kbuild: str) -> list[Probe]:
+    """The API probes of a Kbuild file, in order (the one copy of them: Kbuild's)."""
+    return [Probe(m[1].strip(), m[2], m[3]) for m in _PROBE.finditer(kbuild)]
+
+
+PROBES = kbuild_probes(KBUILD.read_text())
 # The files of the base tree that the series changes (or needs to read).
-BASE_FILES = (
-    "Makefile",  # only read: the tree's version, for the cover letter
-    "MAINTAINERS",
-    "drivers/accel/Kconfig",
-    "drivers/accel/Makefile",
-    "Documentation/accel/index.rst",
-    SCHED_HEADER,
+BASE_FILES = tuple(
+    dict.fromkeys(
+        [
+            "Makefile",  # only read: the tree's version, for the cover letter
+            "MAINTAINERS",
+            "drivers/accel/Kconfig",
+            "drivers/accel/Makefile",
+            "Documentation/accel/index.rst",
+            *(p.header for p in PROBES),  # only read: which form of each API the tree has
+        ]
+    )
 )
 
 Say = Callable[[str], None]
@@ -225,7 +249,8 @@ def resolve_macro(text: str, macro: str, defined: bool, spacing: bool = False) -
     the macro, or the macro inside a larger expression, raise UnsupportedConditional.
 
     ``spacing``: where a dropped directive stood between a declaration and a statement, a
-    blank line takes its place (kernel style: a blank line after the declarations).
+    blank line takes its place (kernel style: a blank line after the declarations); where a
+    dropped block stood between two blank lines, one of them goes.
     """
     out: list[str] = []
     stack: list[_Frame] = []
@@ -277,6 +302,8 @@ def resolve_macro(text: str, macro: str, defined: bool, spacing: bool = False) -
         for pos in sorted(set(dropped), reverse=True):
             if 0 < pos < len(out) and _is_declaration(out[pos - 1]) and _is_statement(out[pos]):
                 out.insert(pos, "")
+            elif 0 < pos < len(out) and out[pos - 1] == "" and out[pos] == "":
+                del out[pos]  # a dropped block between blank lines: one blank line stays
     return "\n".join(out)
 
 
@@ -338,14 +365,15 @@ def drop_comment_sentences(text: str, word: str) -> str:
     return "\n".join(line for i, line in enumerate(lines) if i not in out_of)
 
 
-def driver_file(text: str, uapi_names: Iterable[str], sched_args: bool) -> str:
-    """A driver source as it goes in tree."""
+def driver_file(text: str, uapi_names: Iterable[str], macros: dict[str, bool]) -> str:
+    """A driver source as it goes in tree: each probe macro's conditionals resolved as ``macros`` say."""
     text = rewrite_uapi_includes(text, uapi_names)
-    if SCHED_MACRO in text:
-        text = resolve_macro(text, SCHED_MACRO, sched_args, spacing=True)
-        text = drop_comment_sentences(text, SCHED_MACRO)
-        if SCHED_MACRO in text:
-            raise SeriesError(f"{SCHED_MACRO} still named after resolving its conditionals")
+    for macro, defined in macros.items():
+        if macro in text:
+            text = resolve_macro(text, macro, defined, spacing=True)
+            text = drop_comment_sentences(text, macro)
+            if macro in text:
+                raise SeriesError(f"{macro} still named after resolving its conditionals")
     return text
 
 
@@ -398,7 +426,24 @@ def tree_version(base: Path) -> str | None:
 
 def sched_init_takes_args(gpu_scheduler_h: str) -> bool:
     """Whether this tree's drm_sched_init() takes a struct drm_sched_init_args."""
-    return SCHED_ARGS_STRUCT.search(gpu_scheduler_h) is not None
+    (probe,) = [p for p in PROBES if p.macro == SCHED_MACRO]
+    return probe.line in gpu_scheduler_h
+
+
+def probe_macros(base: Path, overrides: dict[str, bool]) -> dict[str, bool]:
+    """Each probe macro, defined or not for the tree ``base`` (as Kbuild's ``grep -F`` finds), unless
+    ``overrides`` says."""
+    macros = {}
+    for probe in PROBES:
+        if probe.macro in overrides:
+            macros[probe.macro] = overrides[probe.macro]
+            continue
+        header = base / probe.header
+        if not header.is_file():
+            how = "--sched-init" if probe.macro == SCHED_MACRO else f"--probe {probe.macro}=y|n"
+            raise SeriesError(f"{header} missing: cannot tell whether {probe.macro} holds (pass {how})")
+        macros[probe.macro] = probe.line in header.read_text(errors="replace")
+    return macros
 
 
 def _insert_sorted(lines: list[str], new: str, matches: Callable[[str], bool]) -> list[str]:
@@ -671,17 +716,17 @@ class Options:
     maintainer: str
     tree_url: str | None = None
     sched_args: bool | None = None  # None: from the base tree
+    probes: dict[str, bool] = field(default_factory=dict)  # other probe macros; missing: from the tree
+
+    def overrides(self) -> dict[str, bool]:
+        extra = {} if self.sched_args is None else {SCHED_MACRO: self.sched_args}
+        return {**self.probes, **extra}
 
 
-def plan(base: Path, opts: Options) -> tuple[list[Patch], bool]:
-    """The patches for base tree ``base`` and whether drm_sched_init takes its args struct."""
-    if opts.sched_args is None:
-        header = base / SCHED_HEADER
-        if not header.is_file():
-            raise SeriesError(f"{header} missing: cannot tell drm_sched_init()'s form (pass --sched-init)")
-        sched_args = sched_init_takes_args(header.read_text())
-    else:
-        sched_args = opts.sched_args
+def plan(base: Path, opts: Options) -> tuple[list[Patch], dict[str, bool]]:
+    """The patches for base tree ``base`` and each probe macro's value for it."""
+    macros = probe_macros(base, opts.overrides())
+    sched_args = macros[SCHED_MACRO]
 
     sources = driver_sources()
     texts = {p.name: p.read_text() for p in sources}
@@ -690,7 +735,7 @@ def plan(base: Path, opts: Options) -> tuple[list[Patch], bool]:
     if "vnpu_accel.h" not in wanted:
         raise SeriesError('the driver does not #include "vnpu_accel.h"')
     uapi = {f"{UAPI_TREE_DIR}/{n}": uapi_all[n].read_text() for n in sorted(wanted)}
-    driver = {f"{IN_TREE_DIR}/{n}": driver_file(t, wanted, sched_args) for n, t in texts.items()}
+    driver = {f"{IN_TREE_DIR}/{n}": driver_file(t, wanted, macros) for n, t in texts.items()}
     kconfig = (DRIVER_DIR / "Kconfig").read_text()
     driver[f"{IN_TREE_DIR}/Kconfig"] = kconfig
     driver[f"{IN_TREE_DIR}/Makefile"] = in_tree_makefile((DRIVER_DIR / "Kbuild").read_text(), texts)
@@ -785,7 +830,7 @@ List it in the accel documentation's toctree.
         _wrap("Add the entry for the vnpu accel driver, its uapi headers and its documentation."),
         {"MAINTAINERS": hook_maintainers((base / "MAINTAINERS").read_text(), entry)},
     )
-    return [p1, p2, p3, p4, p5], sched_args
+    return [p1, p2, p3, p4, p5], macros
 
 
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
@@ -843,14 +888,24 @@ Made against {base_desc}; drm_sched_init() is called with {form}.
 
 
 def write_series(
-    out: Path, base: Path, opts: Options, say: Say = _say, subject_prefix: str = "PATCH", base_desc: str = ""
+    out: Path,
+    base: Path,
+    opts: Options,
+    say: Say = _say,
+    subject_prefix: str = "PATCH",
+    base_desc: str = "",
+    upstream_commit: str | None = None,
 ) -> list[Path]:
-    """Write the series into ``out`` (its old *.patch files go); the patch paths, cover letter first."""
-    patches, sched_args = plan(base, opts)
+    """Write the series into ``out`` (its old *.patch files go); the patch paths, cover letter first.
+
+    ``upstream_commit``: the upstream commit ``base`` is, for the cover letter's ``base-commit:`` line."""
+    patches, macros = plan(base, opts)
+    sched_args = macros[SCHED_MACRO]
     if not base_desc:
         version = tree_version(base)
         base_desc = f"Linux {version}" if version else "the base tree"
     say(f"drm_sched_init() form: {'struct drm_sched_init_args' if sched_args else 'positional'}")
+    say("the base tree's APIs: " + ", ".join(f"{m} {'yes' if v else 'no'}" for m, v in macros.items()))
     name, email = parse_identity(opts.signoff)
     date = _project_date()
     env = {
@@ -903,8 +958,22 @@ def write_series(
             env=env,
         )
     paths = [Path(p) for p in listing.split()]
+    if upstream_commit:
+        # What git format-patch --base writes; the series' own base commit is a synthetic one.
+        with open(paths[0], "a") as cover:
+            cover.write(f"\nbase-commit: {upstream_commit}\n")
+        say(f"base-commit: {upstream_commit} (the base tree's HEAD)")
     say(f"{len(paths)} files in {out}")
     return paths
+
+
+def base_commit_of(base: Path) -> str | None:
+    """The base tree's HEAD commit when it is a git checkout (a Linux clone), else None: a
+    distribution's source tarball has no upstream commit to name."""
+    if not (base / ".git").exists():
+        return None
+    r = subprocess.run(["git", "-C", str(base), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
 
 
 # --- the default base: the files the series touches, from linux-source-6.12 ---------
@@ -1192,6 +1261,14 @@ def _sched_init(text: str) -> bool:
     return text == "args"
 
 
+def _probe(text: str) -> tuple[str, bool]:
+    macro, _, value = text.partition("=")
+    if macro not in {p.macro for p in PROBES} or value not in ("y", "n"):
+        names = ", ".join(p.macro for p in PROBES)
+        raise argparse.ArgumentTypeError(f"MACRO=y or MACRO=n, MACRO one of Kbuild's probes: {names}")
+    return macro, value == "y"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools.upstream", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, help="directory for the .patch files (default: upstream-series)")
@@ -1207,6 +1284,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--sched-init",
         type=_sched_init,
         help="drm_sched_init() form: args or positional (default: from the base tree)",
+    )
+    p.add_argument(
+        "--probe",
+        type=_probe,
+        action="append",
+        default=[],
+        metavar="MACRO=y|n",
+        help="resolve one of Kbuild's API probes (VNPU_*) so, whatever the base tree has; may be repeated",
     )
     p.add_argument("--subject-prefix", default="PATCH")
     p.add_argument(
@@ -1225,7 +1310,13 @@ def main(argv: list[str] | None = None) -> int:
             parse_identity(ident)
         except argparse.ArgumentTypeError as e:
             p.error(str(e))
-    opts = Options(signoff=signoff, maintainer=maintainer, tree_url=args.tree_url, sched_args=args.sched_init)
+    opts = Options(
+        signoff=signoff,
+        maintainer=maintainer,
+        tree_url=args.tree_url,
+        sched_args=args.sched_init,
+        probes=dict(args.probe),
+    )
     out = args.out or Path("upstream-series")
     if args.check_build:
         if args.base_tree:
@@ -1235,10 +1326,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.base_tree:
             if not args.base_tree.is_dir():
                 p.error(f"{args.base_tree}: not a directory")
-            base, desc = args.base_tree, ""
+            base, desc, commit = args.base_tree, "", base_commit_of(args.base_tree)
         else:
-            base, desc = default_base()
-        write_series(out, base, opts, subject_prefix=args.subject_prefix, base_desc=desc)
+            (base, desc), commit = default_base(), None
+        write_series(
+            out, base, opts, subject_prefix=args.subject_prefix, base_desc=desc, upstream_commit=commit
+        )
     except SeriesError as e:
         _say(f"error: {e}")
         return 1

@@ -84,8 +84,7 @@ static int vnpu_count_one(int id, void *p, void *data)
 /*
  * Syncobjs are DRM core objects the driver never sees created or destroyed,
  * so they are counted where they live: in the handle tables of the device's
- * open files. A closed file's syncobjs are released with it. The table is
- * an xarray in later kernels (VNPU_SYNCOBJ_XA), an idr before.
+ * open files. A closed file's syncobjs are released with it.
  */
 static unsigned int vnpu_count_syncobjs(struct vnpu_device *vdev)
 {

@@ -31,7 +31,6 @@
 
 #include "vnpu_gem.h"
 
-/* A string from Linux 6.13 on (VNPU_IMPORT_NS_STRING), a bare word before. */
 #ifdef VNPU_IMPORT_NS_STRING
 MODULE_IMPORT_NS("DMA_BUF");
 #else

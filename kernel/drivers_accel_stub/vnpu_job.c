@@ -787,8 +787,7 @@ void vnpu_job_unquiesce(struct vnpu_device *vdev)
  * drm_sched's own timeout is off (MAX_SCHEDULE_TIMEOUT): it restarts
  * whenever a job is pushed, so a file submitting more often than the
  * timeout could keep a hung job running for ever. The core watchdogs time
- * jobs instead (vnpu_job_watchdog()); this is never called. Linux 6.17
- * renamed the "all is well" answer (VNPU_SCHED_STAT_NO_HANG).
+ * jobs instead (vnpu_job_watchdog()); this is never called.
  */
 static enum drm_gpu_sched_stat vnpu_job_timedout(struct drm_sched_job *sched_job)
 {
@@ -919,7 +918,11 @@ int vnpu_job_init(struct vnpu_device *vdev)
 	 * watchdogs and the cancellation of closed files' jobs run on it
 	 * too), so it must make progress under memory pressure.
 	 */
+#ifdef VNPU_WQ_PERCPU
+	vdev->sched_wq = alloc_workqueue("vnpu-sched", WQ_MEM_RECLAIM | WQ_HIGHPRI | WQ_PERCPU, 0);
+#else
 	vdev->sched_wq = alloc_workqueue("vnpu-sched", WQ_MEM_RECLAIM | WQ_HIGHPRI, 0);
+#endif
 	if (!vdev->sched_wq)
 		return -ENOMEM;
 

@@ -120,16 +120,30 @@ SCHED_POSITIONAL = (
     "\t\t   atomic_t *score, const char *name, struct device *dev);\n"
 )
 SIGNOFF = "Jane Developer <jane@example.org>"
+# The other probed headers in their new (Linux 7.2) and old (Debian's 6.12) forms.
+NEW_APIS = {
+    "include/linux/module.h": "#define MODULE_IMPORT_NS(ns)\tMODULE_INFO(import_ns, ns)\n",
+    "include/drm/drm_file.h": "\tstruct xarray syncobj_xa;\n",
+    "include/linux/workqueue.h": "\tWQ_PERCPU\t\t= 1 << 8,\n",
+}
+OLD_APIS = {
+    "include/linux/module.h": "#define MODULE_IMPORT_NS(ns)\tMODULE_INFO(import_ns, __stringify(ns))\n",
+    "include/drm/drm_file.h": "\tstruct idr syncobj_idr;\n",
+    "include/linux/workqueue.h": "\tWQ_UNBOUND\t\t= 1 << 1,\n",
+}
 
 
 def _base(root: Path, sched_args: bool) -> Path:
+    """A small tree: the sched-args form with the newest other APIs (as 7.2), positional with the old."""
+    sched = SCHED_WITH_ARGS + "\tDRM_GPU_SCHED_STAT_NO_HANG,\n" if sched_args else SCHED_POSITIONAL
     files = {
         "Makefile": "VERSION = 6\nPATCHLEVEL = 12\nSUBLEVEL = 117\n",
         "MAINTAINERS": MAINTAINERS,
         "drivers/accel/Kconfig": KCONFIG,
         "drivers/accel/Makefile": MAKEFILE,
         "Documentation/accel/index.rst": DOC_INDEX,
-        upstream.SCHED_HEADER: SCHED_WITH_ARGS if sched_args else SCHED_POSITIONAL,
+        upstream.SCHED_HEADER: sched,
+        **(NEW_APIS if sched_args else OLD_APIS),
     }
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -201,12 +215,16 @@ def test_the_driver_is_in_tree_form(series: tuple[bool, Path, list[Path]]) -> No
     vnpu = tree / "drivers" / "accel" / "vnpu"
     texts = {p.name: p.read_text() for p in vnpu.iterdir()}
     for name, text in texts.items():
-        assert upstream.SCHED_MACRO not in text, name
+        for probe in upstream.PROBES:
+            assert probe.macro not in text, name
         assert '#include "vnpu_accel.h"' not in text and '#include "vnpu_isa.h"' not in text, name
     assert "#include <drm/vnpu_accel.h>" in texts["vnpu_drv.h"]
     assert "#include <drm/vnpu_isa.h>" in texts["vnpu_validate.c"]
     job = texts["vnpu_job.c"]
     assert ("&args)" in job) == sched_args
+    assert ("DRM_GPU_SCHED_STAT_NO_HANG" in job) == sched_args
+    assert ('MODULE_IMPORT_NS("DMA_BUF")' in texts["vnpu_gem.c"]) == sched_args
+    assert ("syncobj_xa" in texts["vnpu_debugfs.c"]) == sched_args
     assert ("drm_sched_init(&core->sched, &vnpu_sched_ops" in job) == (not sched_args)
     # Only the sched conditionals went: everything else is the project's source, byte for byte.
     assert texts["Kconfig"] == (upstream.DRIVER_DIR / "Kconfig").read_text()
@@ -390,6 +408,29 @@ def test_uapi_includes_join_the_drm_block() -> None:
     )
     no_block = '#include <linux/a.h>\n\n#include "u.h"\n'
     assert upstream.rewrite_uapi_includes(no_block, ["u.h"]) == "#include <linux/a.h>\n\n#include <drm/u.h>\n"
+
+
+def test_the_probes_are_kbuild_s() -> None:
+    kbuild = (upstream.DRIVER_DIR / "Kbuild").read_text()
+    probes = upstream.kbuild_probes(kbuild)
+    assert [p.macro for p in probes] == [p.macro for p in upstream.PROBES]
+    assert len(probes) == kbuild.count("$(call vnpu_probe,") >= 5
+    (sched,) = [p for p in probes if p.macro == upstream.SCHED_MACRO]
+    assert sched == upstream.Probe(
+        upstream.SCHED_HEADER, "struct drm_sched_init_args {", upstream.SCHED_MACRO
+    )
+    (ns,) = [p for p in probes if p.macro == "VNPU_IMPORT_NS_STRING"]
+    assert ns.line == "MODULE_INFO(import_ns, ns)"  # a comma inside the parentheses stays in the line
+    assert set(upstream.BASE_FILES) >= {p.header for p in probes}
+
+
+def test_a_probe_override_wins_over_the_tree(tmp_path: Path) -> None:
+    base = _base(tmp_path / "base", sched_args=False)
+    macros = upstream.probe_macros(base, {"VNPU_SYNCOBJ_XA": True})
+    assert macros["VNPU_SYNCOBJ_XA"] and not macros["VNPU_IMPORT_NS_STRING"]
+    (base / "include/linux/module.h").unlink()
+    with pytest.raises(upstream.SeriesError, match="--probe VNPU_IMPORT_NS_STRING=y"):
+        upstream.probe_macros(base, {})
 
 
 def test_the_sched_form_comes_from_the_tree(tmp_path: Path) -> None:
