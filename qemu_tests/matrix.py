@@ -1,6 +1,7 @@
 """The kernel matrix: one harness run per kernel, summed up as one table and a JSON summary.
 
     python -m qemu_tests --matrix 6.12.107+deb12-amd64,6.12.117+deb12-rt-amd64,/src/linux
+    python -m qemu_tests --matrix 6.12.117+deb12-amd64,7.2     # bookworm's 6.12 and sid's 7.2
     python -m qemu_tests --matrix '6.12.117+deb12-amd64,6.12.117+deb12-amd64[swiotlb=65536,force]'
 
 An entry is a kernel spec, optionally followed by extra kernel command-line

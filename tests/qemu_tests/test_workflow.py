@@ -15,7 +15,7 @@ import shlex
 import pytest
 import yaml
 
-from qemu_tests import harness, preflight
+from qemu_tests import harness, preflight, sid_kernel
 
 WORKFLOW = harness.REPO / ".github" / "workflows" / "kernel-matrix.yml"
 DEBIAN_KERNEL = re.compile(r"^6\.12\.\d+\+deb12-(rt-)?amd64$")  # generic or PREEMPT_RT, never -cloud
@@ -91,6 +91,7 @@ def test_the_workflow_has_one_job_per_kernel_and_covers_rt() -> None:
     plain = [c["kernel"] for c in combos if c.get("variant") == "default"]
     assert len(plain) >= 2 and len(set(plain)) == len(plain)
     assert any("-rt-" in k for k in plain)
+    assert sid_kernel.CURRENT_SERIES in plain  # the current kernel, from Debian unstable
     # Job and artifact names tell every job apart (upload-artifact refuses a name twice in a run).
     names = [_expand(job["name"], c) for _, job, c in _matrix_jobs()]
     assert len(set(names)) == len(names)
@@ -125,8 +126,11 @@ def test_a_swiotlb_force_job_runs_the_driver_facing_suites() -> None:
 @pytest.mark.parametrize(("name", "job", "combo"), _matrix_jobs(), ids=_id)
 def test_every_job_runs_the_harness_on_its_kernel(name: str, job: dict, combo: dict[str, str]) -> None:
     kernel = combo["kernel"]
-    assert DEBIAN_KERNEL.match(kernel), f"{kernel}: not a generic or PREEMPT_RT Debian 6.12 kernel"
-    assert preflight.kernel_from_spec(kernel).debian
+    if sid_kernel.is_series(kernel):
+        assert kernel == sid_kernel.CURRENT_SERIES, f"{kernel}: not the series the project tests"
+    else:
+        assert DEBIAN_KERNEL.match(kernel), f"{kernel}: not a generic or PREEMPT_RT Debian 6.12 kernel"
+        assert preflight.kernel_from_spec(kernel).debian
     runs = _runs(job, combo)
     (argv,) = _module_argv(runs, "qemu_tests")
     args = harness.build_parser().parse_args(argv)  # the harness's own parser: exits on a bad command
@@ -151,7 +155,10 @@ def test_every_job_installs_its_kernel_from_the_preflight_list(
     (argv,) = _module_argv(_runs(job, combo), "qemu_tests.preflight")
     assert preflight.main(argv) == 0  # the preflight's own parser, and the list it prints
     packages = capsys.readouterr().out.split()
-    assert set(preflight.kernel_packages(kernel)) <= set(packages)
+    if sid_kernel.is_series(kernel):  # nothing from sid: what fetching and preparing it takes
+        assert {p for _, p in sid_kernel.PREPARE_PACKAGES} <= set(packages)
+    else:
+        assert set(preflight.kernel_packages(kernel)) <= set(packages)
     assert set(preflight.BASE_PACKAGES) <= set(packages)
 
 
