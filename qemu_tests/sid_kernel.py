@@ -111,6 +111,10 @@ def release_key(release: str, series: str) -> tuple[int, int, int, int] | None:
     return int(m[1]), int(m[2]), int(m[3]), int(m[4])
 
 
+# The binary package kinds of one kernel release: linux-KIND-R (the source is per series).
+PACKAGE_KINDS = ("image", "binary", "modules", "base", "headers")
+
+
 def packages(release: str, series: str) -> dict[str, str]:
     """The sid packages one kernel takes, by what each gives."""
     return {
@@ -347,22 +351,13 @@ class Apt:
             )
 
     def names(self, series: str) -> list[str]:
-        names = []
-        for prefix in ("linux-image-", "linux-binary-", "linux-modules-", "linux-base-", "linux-headers-"):
-            r = subprocess.run(
-                ["apt-cache", *self.options(), "pkgnames", f"{prefix}{series}."],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            names += r.stdout.split()
+        """The package names of sid that a ``series`` kernel may take (one apt-cache run: each reads
+        the whole list)."""
         r = subprocess.run(
-            ["apt-cache", *self.options(), "pkgnames", f"linux-source-{series}"],
-            capture_output=True,
-            text=True,
-            check=False,
+            ["apt-cache", *self.options(), "pkgnames", "linux-"], capture_output=True, text=True, check=False
         )
-        return names + r.stdout.split()
+        wanted = (*(f"linux-{kind}-{series}." for kind in PACKAGE_KINDS), f"linux-source-{series}")
+        return [n for n in r.stdout.split() if n.startswith(wanted)]
 
     def download(self, names: list[str], into: Path, say: Say) -> None:
         into.mkdir(parents=True, exist_ok=True)
