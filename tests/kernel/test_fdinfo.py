@@ -36,9 +36,10 @@ def test_keys_busy_time_and_memory_grow(dev) -> None:
     assert before.client_id is not None
     assert before.pdev is not None and before.pdev.count(":") == 2
     assert set(before.engines) == {"npu"}
-    # Without objects DRM core prints no resident/purgeable keys: it asks objects whether they can tell.
+    # Without objects DRM core prints no resident/purgeable keys: it asks objects whether they can tell
+    # (and 7.2 no active key either, which 6.12 prints regardless).
     assert set(before.memory) == {"memory"}
-    assert set(before.memory["memory"]) == {"total", "shared", "active"}
+    assert {"total", "shared"} <= set(before.memory["memory"]) <= {"total", "shared", "active"}
     assert before.memory_bytes("total") == 0
 
     out = dev.create_bo(256 << 10)
