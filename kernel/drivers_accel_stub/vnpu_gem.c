@@ -131,9 +131,9 @@ static void vnpu_bo_account(struct vnpu_bo *bo, struct vnpu_ctx *ctx)
 /*
  * GEM open hook: a handle to @obj is being made in @file. An imported BO
  * not yet bound becomes this file's: a VA range (with its guard page) in
- * the file's address space, mapped writable (the exporter decides who may
- * write; the importing file's jobs list it READ or WRITE like any BO).
- * Every other case is a no-op: a BO belongs to one file.
+ * the file's address space, mapped with the rights its exporter gave
+ * (vnpu_dmabuf_device_read_only()). Every other case is a no-op: a BO
+ * belongs to one file.
  */
 static int vnpu_gem_open(struct drm_gem_object *obj, struct drm_file *file)
 {
@@ -156,12 +156,32 @@ static int vnpu_gem_open(struct drm_gem_object *obj, struct drm_file *file)
 		return ret;
 	}
 	vnpu_bo_account(bo, ctx);
-	ret = vnpu_vm_map_sgt(&ctx->vm, vnpu_bo_va(bo), bo->base.sgt, vnpu_bo_size(bo), true);
+	ret = vnpu_vm_map_sgt(&ctx->vm, vnpu_bo_va(bo), bo->base.sgt, vnpu_bo_size(bo),
+			      !(bo->flags & DRM_VNPU_BO_DEVICE_READ_ONLY));
 	if (ret)
 		return ret; /* the handle is not made; freeing the object undoes the rest */
 	bo->mapped = true;
 	/* BO_INFO's mmap offset: a CPU mapping through the accel fd goes to dma_buf_mmap(). */
 	return drm_gem_create_mmap_offset(obj);
+}
+
+static const struct drm_gem_object_funcs vnpu_gem_funcs;
+
+/*
+ * The rights an import carries: the strictest of its exporter's. A dma-buf
+ * whose file is not open for writing (exported without DRM_RDWR or
+ * O_RDWR) is read-only to the device, and so is a vnpu BO's own export
+ * when its creator made it DRM_VNPU_BO_DEVICE_READ_ONLY.
+ */
+static bool vnpu_dmabuf_device_read_only(struct dma_buf *dma_buf)
+{
+	struct drm_gem_object *exported = dma_buf->priv;
+
+	if (!(dma_buf->file->f_mode & FMODE_WRITE))
+		return true;
+	/* drm_gem_prime_export() names the exporting driver's module as the owner. */
+	return dma_buf->owner == THIS_MODULE && exported->funcs == &vnpu_gem_funcs &&
+	       to_vnpu_bo(exported)->flags & DRM_VNPU_BO_DEVICE_READ_ONLY;
 }
 
 /**
@@ -176,7 +196,9 @@ static int vnpu_gem_open(struct drm_gem_object *obj, struct drm_file *file)
  * handle is made (vnpu_gem_open()).
  *
  * Return: the new GEM object, or an ERR_PTR: -E2BIG above
- * DRM_VNPU_PARAM_MAX_BO_SIZE, else the exporter's or the DMA API's errno.
+ * DRM_VNPU_PARAM_MAX_BO_SIZE, -EINVAL if its DMA mapping is not whole
+ * pages (the device MMU could not map it exactly), else the exporter's or
+ * the DMA API's errno.
  */
 struct drm_gem_object *vnpu_gem_prime_import(struct drm_device *drm, struct dma_buf *dma_buf)
 {
@@ -199,6 +221,11 @@ struct drm_gem_object *vnpu_gem_prime_import(struct drm_device *drm, struct dma_
 		ret = PTR_ERR(sgt);
 		goto err_detach;
 	}
+	if (!vnpu_sgt_whole_pages(sgt)) {
+		drm_dbg_driver(drm, "dma-buf import: a segment is not whole pages\n");
+		ret = -EINVAL;
+		goto err_unmap;
+	}
 	obj = drm_gem_shmem_prime_import_sg_table(drm, attach, sgt);
 	if (IS_ERR(obj)) {
 		ret = PTR_ERR(obj);
@@ -207,6 +234,8 @@ struct drm_gem_object *vnpu_gem_prime_import(struct drm_device *drm, struct dma_
 	obj->import_attach = attach;
 	obj->resv = dma_buf->resv;
 	to_vnpu_bo(obj)->needs_sync = vnpu_sgt_needs_sync(drm->dev, sgt);
+	if (vnpu_dmabuf_device_read_only(dma_buf))
+		to_vnpu_bo(obj)->flags = DRM_VNPU_BO_DEVICE_READ_ONLY;
 	return obj;
 
 err_unmap:
@@ -366,19 +395,11 @@ void vnpu_bo_set_status(struct vnpu_bo *bo, int status, u64 fault_va)
 	spin_unlock_irqrestore(&bo->status_lock, flags);
 }
 
-/**
- * vnpu_ioctl_bo_create() - DRM_IOCTL_VNPU_BO_CREATE
- * @drm: the DRM device
- * @data: struct drm_vnpu_bo_create
- * @file: the calling file
- *
- * Return: 0 or a negative errno as documented in vnpu_accel.h.
- */
-int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *file)
+static int vnpu_bo_create(struct drm_device *drm, struct drm_vnpu_bo_create *args,
+			  struct drm_file *file)
 {
 	struct vnpu_file_priv *fpriv = file->driver_priv;
 	struct vnpu_ctx *ctx = fpriv->ctx;
-	struct drm_vnpu_bo_create *args = data;
 	struct drm_gem_shmem_object *shmem;
 	struct sg_table *sgt;
 	struct vnpu_bo *bo;
@@ -462,6 +483,26 @@ int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *fi
 out_put:
 	/* On success the handle holds the reference. */
 	drm_gem_object_put(&shmem->base);
+	return ret;
+}
+
+/**
+ * vnpu_ioctl_bo_create() - DRM_IOCTL_VNPU_BO_CREATE
+ * @drm: the DRM device
+ * @data: struct drm_vnpu_bo_create
+ * @file: the calling file
+ *
+ * Return: 0 or a negative errno as documented in vnpu_accel.h.
+ */
+int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *file)
+{
+	int ret, idx;
+
+	/* The BO's DMA mapping goes with an unbind (vnpu_release_dma()): not while one runs. */
+	if (!drm_dev_enter(drm, &idx))
+		return -ENODEV;
+	ret = vnpu_bo_create(drm, data, file);
+	drm_dev_exit(idx);
 	return ret;
 }
 

@@ -100,9 +100,18 @@ static const char *vnpu_fence_driver_name(struct dma_fence *fence)
 	return VNPU_DRIVER_NAME;
 }
 
+static const char * const vnpu_core_names[VNPU_MAX_CORES] = {
+	"vnpu-core0", "vnpu-core1", "vnpu-core2", "vnpu-core3",
+	"vnpu-core4", "vnpu-core5", "vnpu-core6", "vnpu-core7",
+};
+
+/* Each core is a timeline (struct vnpu_core): its fences are named after it. */
 static const char *vnpu_fence_timeline_name(struct dma_fence *fence)
 {
-	return "vnpu-hw";
+	struct vnpu_device *vdev = container_of(fence->lock, struct vnpu_device, fence_lock);
+	u64 core = fence->context - vdev->cores[0].fence_context;
+
+	return core < vdev->num_cores ? vnpu_core_names[core] : "vnpu-hw";
 }
 
 static const struct dma_fence_ops vnpu_fence_ops = {
@@ -110,10 +119,18 @@ static const struct dma_fence_ops vnpu_fence_ops = {
 	.get_timeline_name = vnpu_fence_timeline_name,
 };
 
-/* Free a job that the scheduler never saw or has finished with. */
+static void vnpu_queue_put_from_job(struct vnpu_queue *queue);
+static void vnpu_queue_release_work(struct work_struct *work);
+
+/*
+ * Free a job that the scheduler never saw or has finished with. The job's
+ * queue reference goes last: it holds the device, the schedulers and the
+ * module until the job no longer touches them.
+ */
 static void vnpu_job_free(struct vnpu_job *job)
 {
 	struct vnpu_device *vdev = job->vdev;
+	struct vnpu_queue *queue = job->queue;
 	u32 i;
 
 	if (job->initialised)
@@ -141,6 +158,7 @@ static void vnpu_job_free(struct vnpu_job *job)
 	kfree(job);
 	atomic_dec(&vdev->stats.jobs);
 	wake_up_all(&vdev->idle_wq);
+	vnpu_queue_put_from_job(queue);
 }
 
 /* Write the job's submission-queue entry and kick the device. */
@@ -483,7 +501,7 @@ static struct dma_fence *vnpu_job_run(struct drm_sched_job *sched_job)
 		return NULL;
 	if (!drm_dev_enter(&vdev->drm, &idx))
 		return vnpu_job_cancel_unrun(job);
-	if (READ_ONCE(job->ctx->closed)) {
+	if (READ_ONCE(job->ctx->closed) || READ_ONCE(vdev->wedged)) {
 		drm_dev_exit(idx);
 		return vnpu_job_cancel_unrun(job);
 	}
@@ -544,7 +562,15 @@ static void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, u64 guilty,
 	ret = vnpu_io_reset(vdev, mask);
 	atomic_inc(&vdev->stats.resets);
 	if (ret) {
-		drm_err(&vdev->drm, "reset of cores %#x failed: %d\n", mask, ret);
+		/*
+		 * The cores may still run and write into the BOs of the jobs
+		 * failed below, which are then freed: stop the device's DMA
+		 * before any fence signals.
+		 */
+		pci_clear_master(vdev->pdev);
+		WRITE_ONCE(vdev->wedged, true);
+		drm_err(&vdev->drm, "reset of cores %#x failed: %d; the device is off the bus until the driver is bound again\n",
+			mask, ret);
 		requeue = false;
 	}
 	/* The instructions the hung job had started, as the reset recorded them. */
@@ -604,10 +630,12 @@ static void vnpu_job_recover_hang(struct vnpu_core *core, u64 seqno)
 	vnpu_job_drain_cq(vdev);
 	head = list_first_entry_or_null(&core->active, struct vnpu_job, node);
 	hung = head && head->seqno == seqno;
+	/* Any user can make a job hang: the log line is rate-limited. */
 	if (hung)
-		drm_warn(&vdev->drm,
-			 "job %llu of context %u timed out after %u ms on core %u, resetting it\n",
-			 seqno, head->ctx->id, READ_ONCE(vdev->job_timeout_ms), core->index);
+		dev_warn_ratelimited(vdev->drm.dev,
+				     "job %llu of context %u timed out after %u ms on core %u, resetting it\n",
+				     seqno, head->ctx->id, READ_ONCE(vdev->job_timeout_ms),
+				     core->index);
 	spin_unlock_irq(&vdev->job_lock);
 	if (hung)
 		vnpu_job_reset_hw(vdev, BIT(core->index), seqno, -ETIMEDOUT, true);
@@ -721,24 +749,16 @@ static void vnpu_job_wqueues_start(struct vnpu_device *vdev)
  * vnpu_job_pause() - stop feeding the device and wait until it is idle
  * @vdev: the device
  *
- * For a firmware reload: the caller must not allocate memory or wait for
- * fences until vnpu_job_resume(), since recovery waits for this. Jobs on the
- * device complete as usual; those still there after the job timeout fail
- * with -ECANCELED (a reset). Jobs not yet on the device wait for
- * vnpu_job_resume(), which must follow.
+ * For a firmware reload, as for system sleep (vnpu_job_quiesce()): the jobs
+ * on the device finish, a hung one failed by its watchdog as ever (the
+ * pause holds no lock recovery needs while it waits), the others wait.
+ * Then the reset lock is taken until vnpu_job_resume(), which must follow:
+ * the caller must not allocate memory or wait for fences meanwhile.
  */
 void vnpu_job_pause(struct vnpu_device *vdev)
 {
-	u32 timeout_ms = READ_ONCE(vdev->job_timeout_ms);
-	bool idle;
-
+	vnpu_job_quiesce(vdev);
 	mutex_lock(&vdev->reset_lock);
-	vnpu_job_wqueues_stop(vdev);
-	if (read_poll_timeout(vnpu_job_device_idle, idle, idle, 1000, timeout_ms * 1000ULL, false,
-			      vdev)) {
-		drm_warn(&vdev->drm, "jobs still running after %u ms: cancelled\n", timeout_ms);
-		vnpu_job_reset_hw(vdev, vnpu_all_cores(vdev), 0, 0, false);
-	}
 }
 
 /**
@@ -747,8 +767,8 @@ void vnpu_job_pause(struct vnpu_device *vdev)
  */
 void vnpu_job_resume(struct vnpu_device *vdev)
 {
-	vnpu_job_wqueues_start(vdev);
 	mutex_unlock(&vdev->reset_lock);
+	vnpu_job_unquiesce(vdev);
 }
 
 /**
@@ -768,7 +788,8 @@ void vnpu_job_quiesce(struct vnpu_device *vdev)
 	vnpu_job_wqueues_stop(vdev);
 	if (!read_poll_timeout(vnpu_job_device_idle, idle, idle, 1000, timeout_us, false, vdev))
 		return;
-	drm_warn(&vdev->drm, "jobs still on the device at suspend: cancelled\n");
+	drm_warn(&vdev->drm, "jobs still on the device after %llu ms: cancelled\n",
+		 timeout_us / USEC_PER_MSEC);
 	mutex_lock(&vdev->reset_lock);
 	vnpu_job_reset_hw(vdev, vnpu_all_cores(vdev), 0, 0, false);
 	mutex_unlock(&vdev->reset_lock);
@@ -803,11 +824,6 @@ static const struct drm_sched_backend_ops vnpu_sched_ops = {
 	.run_job = vnpu_job_run,
 	.timedout_job = vnpu_job_timedout,
 	.free_job = vnpu_job_free_cb,
-};
-
-static const char * const vnpu_core_names[VNPU_MAX_CORES] = {
-	"vnpu-core0", "vnpu-core1", "vnpu-core2", "vnpu-core3",
-	"vnpu-core4", "vnpu-core5", "vnpu-core6", "vnpu-core7",
 };
 
 /*
@@ -857,10 +873,15 @@ static void vnpu_sched_fini(struct vnpu_device *vdev, u32 count)
  */
 void vnpu_job_rings_init(struct vnpu_device *vdev)
 {
+	/* The completion interrupt and run_job() use the positions: a resume races both. */
+	mutex_lock(&vdev->hw_lock);
+	spin_lock_irq(&vdev->job_lock);
 	vdev->sq_tail = vnpu_rd32(vdev, VNPU_SQ_HEAD);
 	vnpu_wr32(vdev, VNPU_SQ_TAIL, vdev->sq_tail);
 	vdev->cq_head = vnpu_rd32(vdev, VNPU_CQ_TAIL);
 	vnpu_wr32(vdev, VNPU_CQ_HEAD, vdev->cq_head);
+	spin_unlock_irq(&vdev->job_lock);
+	mutex_unlock(&vdev->hw_lock);
 }
 
 /**
@@ -935,35 +956,104 @@ static void vnpu_job_sched_release(struct kref *ref)
 {
 	struct vnpu_device *vdev = container_of(ref, struct vnpu_device, sched_ref);
 
-	/* drm_sched_fini() frees no job: wait for the last ones to be freed. */
-	if (!wait_event_timeout(vdev->idle_wq, !atomic_read(&vdev->stats.jobs),
-				msecs_to_jiffies(5000)))
-		drm_err(&vdev->drm, "%d jobs still alive at teardown\n",
-			atomic_read(&vdev->stats.jobs));
+	/* Every job holds its queue, and every queue the schedulers: none is left. */
+	drm_WARN_ON(&vdev->drm, atomic_read(&vdev->stats.jobs));
 	vnpu_sched_fini(vdev, vdev->num_cores);
 	destroy_workqueue(vdev->sched_wq);
 	vdev->sched_wq = NULL;
 }
 
-/**
- * vnpu_job_sched_get() - keep the scheduler for a file's entity
- * @vdev: the device
- */
-void vnpu_job_sched_get(struct vnpu_device *vdev)
+static void vnpu_job_sched_put(struct vnpu_device *vdev)
 {
-	kref_get(&vdev->sched_ref);
+	kref_put(&vdev->sched_ref, vnpu_job_sched_release);
 }
 
 /**
- * vnpu_job_sched_put() - drop a reference taken by vnpu_job_sched_get()
- * @vdev: the device; the last reference tears the scheduler down
+ * vnpu_queue_create() - the job queue of a file being opened
+ * @vdev: the device, registered (the caller is inside drm_dev_enter())
  *
- * Called in process context only (remove, postclose), never from the
- * scheduler's own workqueue, which the teardown destroys.
+ * The queue holds the schedulers, a DRM device reference and the module
+ * until its last job has been freed (struct vnpu_queue).
+ *
+ * Return: the queue, or an ERR_PTR.
  */
-void vnpu_job_sched_put(struct vnpu_device *vdev)
+struct vnpu_queue *vnpu_queue_create(struct vnpu_device *vdev)
 {
-	kref_put(&vdev->sched_ref, vnpu_job_sched_release);
+	struct vnpu_queue *queue;
+	int ret;
+
+	queue = kzalloc(sizeof(*queue), GFP_KERNEL);
+	if (!queue)
+		return ERR_PTR(-ENOMEM);
+	/* Any core: vnpu_job_pick_core() chooses one for each job. */
+	ret = drm_sched_entity_init(&queue->entity, DRM_SCHED_PRIORITY_NORMAL, vdev->scheds,
+				    vdev->num_cores, NULL);
+	if (ret) {
+		kfree(queue);
+		return ERR_PTR(ret);
+	}
+	kref_init(&queue->ref);
+	queue->vdev = vdev;
+	mutex_init(&queue->push_lock);
+	INIT_WORK(&queue->release_work, vnpu_queue_release_work);
+	kref_get(&vdev->sched_ref);
+	drm_dev_get(&vdev->drm);
+	/* An open file pins the module already; the queue may outlive the file. */
+	__module_get(THIS_MODULE);
+	return queue;
+}
+
+/* The entity is empty: no job holds the queue any more. Process context. */
+static void vnpu_queue_finish(struct vnpu_queue *queue)
+{
+	struct vnpu_device *vdev = queue->vdev;
+
+	drm_sched_entity_fini(&queue->entity);
+	mutex_destroy(&queue->push_lock);
+	kfree(queue);
+	vnpu_job_sched_put(vdev);
+	drm_dev_put(&vdev->drm);
+}
+
+static void vnpu_queue_release_work(struct work_struct *work)
+{
+	vnpu_queue_finish(container_of(work, struct vnpu_queue, release_work));
+	module_put(THIS_MODULE);
+}
+
+static void vnpu_queue_release_now(struct kref *ref)
+{
+	vnpu_queue_finish(container_of(ref, struct vnpu_queue, ref));
+	module_put(THIS_MODULE);
+}
+
+/*
+ * A job's free_job runs on the schedulers' workqueue, which the last
+ * scheduler reference destroys: its queue is finished on another one.
+ */
+static void vnpu_queue_release_later(struct kref *ref)
+{
+	struct vnpu_queue *queue = container_of(ref, struct vnpu_queue, ref);
+
+	queue_work(system_unbound_wq, &queue->release_work);
+}
+
+static void vnpu_queue_put_from_job(struct vnpu_queue *queue)
+{
+	kref_put(&queue->ref, vnpu_queue_release_later);
+}
+
+/**
+ * vnpu_queue_close() - drop the file's reference on its queue
+ * @queue: the queue of a file being closed, its context marked closed
+ *
+ * Never waits for a job: the file's jobs that still wait for their
+ * dependencies end with -ECANCELED, without running, once those have
+ * signalled, and the queue goes with the last of them.
+ */
+void vnpu_queue_close(struct vnpu_queue *queue)
+{
+	kref_put(&queue->ref, vnpu_queue_release_now);
 }
 
 /**
@@ -994,14 +1084,23 @@ void vnpu_job_stop_device(struct vnpu_device *vdev)
 }
 
 /**
- * vnpu_job_fini() - let the schedulers go
+ * vnpu_job_fini() - wait until no job is left, then let the schedulers go
  * @vdev: the device, stopped (vnpu_job_stop_device())
  *
- * The schedulers go with their last user (vnpu_job_sched_put()): a file
- * still open keeps its entity's until it closes.
+ * Unplugged, the device gets no new job, and every job left ends without
+ * it (vnpu_job_run()) as soon as its dependencies have signalled: only a
+ * fence of another driver that does not signal keeps this waiting, and it
+ * says so every VNPU_TEARDOWN_WARN_MS. No job outlives the device's
+ * binding: its runtime PM reference, its DMA and its coredump need it. The
+ * schedulers go with their last user: a file still open keeps its queue's
+ * until it closes.
  */
 void vnpu_job_fini(struct vnpu_device *vdev)
 {
+	while (!wait_event_timeout(vdev->idle_wq, !atomic_read(&vdev->stats.jobs),
+				   msecs_to_jiffies(VNPU_TEARDOWN_WARN_MS)))
+		drm_warn(&vdev->drm, "unbind waits for %d jobs whose dependencies have not signalled\n",
+			 atomic_read(&vdev->stats.jobs));
 	vnpu_job_sched_put(vdev);
 }
 
@@ -1185,6 +1284,8 @@ static int vnpu_job_create(struct vnpu_device *vdev, struct drm_file *file,
 	job->vdev = vdev;
 	INIT_LIST_HEAD(&job->node);
 	atomic_inc(&vdev->stats.jobs);
+	kref_get(&fpriv->queue->ref);
+	job->queue = fpriv->queue;
 	job->ctx = vnpu_ctx_get(fpriv->ctx);
 	atomic_inc(&job->ctx->jobs_in_flight);
 	job->fence_mem = kzalloc(sizeof(*job->fence_mem), GFP_KERNEL);
@@ -1192,11 +1293,6 @@ static int vnpu_job_create(struct vnpu_device *vdev, struct drm_file *file,
 		ret = -ENOMEM;
 		goto err;
 	}
-	/* Powered from here until the job is freed: run_job() never waits for a resume. */
-	ret = vnpu_pm_get(vdev);
-	if (ret)
-		goto err;
-	job->pm_ref = true;
 
 	ret = vnpu_job_get_bos(job, file, args);
 	if (ret)
@@ -1205,7 +1301,18 @@ static int vnpu_job_create(struct vnpu_device *vdev, struct drm_file *file,
 	if (ret)
 		goto err;
 
-	ret = drm_sched_job_init(&job->base, &fpriv->entity, 1, fpriv, file->client_id);
+	/*
+	 * Powered from here until the job is freed: run_job() never waits for a
+	 * resume. Runtime PM is off while the system suspends or resumes.
+	 */
+	ret = vnpu_pm_get(vdev);
+	if (ret) {
+		ret = ret == -EACCES ? -EBUSY : ret;
+		goto err;
+	}
+	job->pm_ref = true;
+
+	ret = drm_sched_job_init(&job->base, &job->queue->entity, 1, job->queue, file->client_id);
 	if (ret)
 		goto err;
 	job->initialised = true;
@@ -1307,17 +1414,27 @@ static int vnpu_job_add_implicit_deps(struct vnpu_job *job)
  * and leaving each core's caches cold; it also spreads one file's jobs over
  * cores whose throughput it does not gain from.
  */
-static void vnpu_job_pick_core(struct vnpu_file_priv *fpriv)
+static void vnpu_job_pick_core(struct vnpu_queue *queue)
 {
-	struct drm_sched_entity *entity = &fpriv->entity;
-	struct vnpu_device *vdev = fpriv->vdev;
-	struct drm_gpu_scheduler *own = entity->rq ? entity->rq->sched : NULL;
+	struct drm_sched_entity *entity = &queue->entity;
+	struct vnpu_device *vdev = queue->vdev;
+	struct drm_gpu_scheduler *own = NULL;
 	u32 mask = READ_ONCE(vdev->core_mask);
 	unsigned int i, pick = __ffs(mask), best = UINT_MAX;
+	bool on_rq = false;
 
-	lockdep_assert_held(&fpriv->push_lock);
+	lockdep_assert_held(&queue->push_lock);
 	if (vdev->num_cores == 1)
 		return;
+	/* The entity's run queue is the entity's to change, its list entry the run queue's. */
+	spin_lock(&entity->lock);
+	if (entity->rq) {
+		own = entity->rq->sched;
+		spin_lock(&entity->rq->lock);
+		on_rq = !list_empty(&entity->list);
+		spin_unlock(&entity->rq->lock);
+	}
+	spin_unlock(&entity->lock);
 	for (i = 0; i < vdev->num_cores; i++) {
 		struct drm_gpu_scheduler *sched = vdev->scheds[i];
 		unsigned int score = atomic_read(sched->score);
@@ -1326,7 +1443,7 @@ static void vnpu_job_pick_core(struct vnpu_file_priv *fpriv)
 			continue;
 		if (sched == own) {
 			/* Not itself (counted while on the core's run queue); first on a tie. */
-			if (score && !list_empty(&entity->list))
+			if (score && on_rq)
 				score--;
 			if (score <= best) {
 				best = score;
@@ -1341,12 +1458,12 @@ static void vnpu_job_pick_core(struct vnpu_file_priv *fpriv)
 }
 
 /* Arm and queue a fully prepared job; cannot fail. Reservations and the push lock are held. */
-static void vnpu_job_push(struct vnpu_file_priv *fpriv, struct vnpu_job *job)
+static void vnpu_job_push(struct vnpu_queue *queue, struct vnpu_job *job)
 {
 	struct dma_fence *finished;
 	u32 i;
 
-	vnpu_job_pick_core(fpriv);
+	vnpu_job_pick_core(queue);
 	drm_sched_job_arm(&job->base);
 	finished = &job->base.s_fence->finished;
 	for (i = 0; i < job->bo_count; i++)
@@ -1359,39 +1476,21 @@ static void vnpu_job_push(struct vnpu_file_priv *fpriv, struct vnpu_job *job)
 	drm_sched_entity_push_job(&job->base);
 }
 
-/**
- * vnpu_ioctl_submit() - DRM_IOCTL_VNPU_SUBMIT
- * @drm: the DRM device
- * @data: struct drm_vnpu_submit
- * @file: the calling file
- *
+/*
  * All or nothing: every job is built and every fallible step (copies,
  * lookups, validation, dependency collection, locking and fence-slot
  * reservation) is done for all jobs before the first one is armed.
- *
- * Return: 0 or a negative errno as documented in vnpu_accel.h.
  */
-int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file)
+static int vnpu_submit(struct vnpu_device *vdev, struct drm_file *file,
+		       const struct drm_vnpu_submit *args)
 {
-	struct vnpu_device *vdev = to_vnpu_device(drm);
 	struct vnpu_file_priv *fpriv = file->driver_priv;
-	struct drm_vnpu_submit *args = data;
 	struct ww_acquire_ctx acquire;
 	struct drm_gem_object **objs = NULL;
 	struct vnpu_job **jobs;
 	struct drm_vnpu_job ujob;
 	u32 i, n_objs = 0, n_jobs = 0;
 	int ret;
-
-	if (args->flags || args->pad || !args->job_count ||
-	    args->job_count > DRM_VNPU_MAX_JOBS_PER_SUBMIT ||
-	    args->job_struct_size < sizeof(struct drm_vnpu_job) ||
-	    args->job_struct_size > DRM_VNPU_MAX_JOB_STRUCT_SIZE ||
-	    !IS_ALIGNED(args->job_struct_size, 8)) {
-		drm_dbg_driver(drm, "submit flags %#x pad %#x job_count %u job_struct_size %u\n",
-			       args->flags, args->pad, args->job_count, args->job_struct_size);
-		return -EINVAL;
-	}
 
 	jobs = kcalloc(args->job_count, sizeof(*jobs), GFP_KERNEL);
 	if (!jobs)
@@ -1422,10 +1521,10 @@ int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file)
 			goto out_unlock;
 	}
 
-	mutex_lock(&fpriv->push_lock);
+	mutex_lock(&fpriv->queue->push_lock);
 	for (i = 0; i < n_jobs; i++)
-		vnpu_job_push(fpriv, jobs[i]);
-	mutex_unlock(&fpriv->push_lock);
+		vnpu_job_push(fpriv->queue, jobs[i]);
+	mutex_unlock(&fpriv->queue->push_lock);
 	/* The scheduler owns the jobs now. */
 	n_jobs = 0;
 out_unlock:
@@ -1436,5 +1535,69 @@ out_free:
 			vnpu_job_free(jobs[i]);
 	kvfree(objs);
 	kfree(jobs);
+	return ret;
+}
+
+/*
+ * SUBMIT copies each stream from its command BO: first wait for the jobs
+ * that write one. Outside drm_dev_enter(): an unbind (drm_dev_unplug())
+ * waits for the ioctls inside, and only then stops those jobs. A handle
+ * that names no BO is left to vnpu_job_get_cmd() to report.
+ */
+static int vnpu_submit_wait_cmd_writers(struct vnpu_device *vdev, struct drm_file *file,
+					const struct drm_vnpu_submit *args)
+{
+	struct drm_vnpu_job ujob;
+	struct vnpu_bo *cmd_bo;
+	long ret;
+	u32 i;
+
+	for (i = 0; i < args->job_count; i++) {
+		ret = vnpu_job_copy(vdev, args, i, &ujob);
+		if (ret)
+			return ret;
+		cmd_bo = vnpu_bo_lookup(file, ujob.cmd_bo_handle);
+		if (!cmd_bo)
+			continue;
+		ret = dma_resv_wait_timeout(cmd_bo->base.base.resv, DMA_RESV_USAGE_WRITE, true,
+					    MAX_SCHEDULE_TIMEOUT);
+		drm_gem_object_put(&cmd_bo->base.base);
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
+/**
+ * vnpu_ioctl_submit() - DRM_IOCTL_VNPU_SUBMIT
+ * @drm: the DRM device
+ * @data: struct drm_vnpu_submit
+ * @file: the calling file
+ *
+ * Return: 0 or a negative errno as documented in vnpu_accel.h.
+ */
+int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file)
+{
+	struct vnpu_device *vdev = to_vnpu_device(drm);
+	struct drm_vnpu_submit *args = data;
+	int ret, idx;
+
+	if (args->flags || args->pad || !args->job_count ||
+	    args->job_count > DRM_VNPU_MAX_JOBS_PER_SUBMIT ||
+	    args->job_struct_size < sizeof(struct drm_vnpu_job) ||
+	    args->job_struct_size > DRM_VNPU_MAX_JOB_STRUCT_SIZE ||
+	    !IS_ALIGNED(args->job_struct_size, 8)) {
+		drm_dbg_driver(drm, "submit flags %#x pad %#x job_count %u job_struct_size %u\n",
+			       args->flags, args->pad, args->job_count, args->job_struct_size);
+		return -EINVAL;
+	}
+	ret = vnpu_submit_wait_cmd_writers(vdev, file, args);
+	if (ret)
+		return ret;
+	/* The command buffers' DMA mappings and the device go with an unbind. */
+	if (!drm_dev_enter(drm, &idx))
+		return -ENODEV;
+	ret = READ_ONCE(vdev->wedged) ? -ENODEV : vnpu_submit(vdev, file, args);
+	drm_dev_exit(idx);
 	return ret;
 }

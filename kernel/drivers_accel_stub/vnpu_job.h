@@ -17,6 +17,9 @@
 #include "vnpu_drv.h"
 #include "vnpu_gem.h"
 
+/* How often an unbind that waits for jobs says so. */
+#define VNPU_TEARDOWN_WARN_MS	10000
+
 /**
  * struct vnpu_job_bo - one BO a job uses
  * @bo: the BO, with a reference held
@@ -32,6 +35,8 @@ struct vnpu_job_bo {
  * @base: the scheduler job
  * @vdev: the device
  * @ctx: the submitting file's context (keeps its page tables alive)
+ * @queue: the submitting file's queue (keeps the device, the schedulers
+ *	and the module until the job is freed)
  * @core: the core that runs it (its scheduler's), set by run_job
  * @node: entry in its core's &vnpu_core.active while the device owns the job
  * @fence_mem: preallocated storage for @done, so run_job never allocates
@@ -56,6 +61,7 @@ struct vnpu_job {
 	struct drm_sched_job base;
 	struct vnpu_device *vdev;
 	struct vnpu_ctx *ctx;
+	struct vnpu_queue *queue;
 	struct vnpu_core *core;
 	struct list_head node;
 	struct dma_fence *fence_mem;
@@ -77,8 +83,8 @@ struct vnpu_job {
 int vnpu_job_init(struct vnpu_device *vdev);
 void vnpu_job_stop_device(struct vnpu_device *vdev);
 void vnpu_job_fini(struct vnpu_device *vdev);
-void vnpu_job_sched_get(struct vnpu_device *vdev);
-void vnpu_job_sched_put(struct vnpu_device *vdev);
+struct vnpu_queue *vnpu_queue_create(struct vnpu_device *vdev);
+void vnpu_queue_close(struct vnpu_queue *queue);
 irqreturn_t vnpu_job_irq(int irq, void *arg);
 irqreturn_t vnpu_job_irq_thread(int irq, void *arg);
 void vnpu_job_file_closed(struct vnpu_device *vdev);
