@@ -572,6 +572,48 @@ int vnpu_ioctl_bo_wait(struct drm_device *drm, void *data, struct drm_file *file
 	return ret;
 }
 
+/* Sync bytes @offset .. @offset + @size of a BO's DMA mapping, the DMA segments in BO order. */
+static void vnpu_bo_sync_range(struct vnpu_bo *bo, u64 offset, u64 size, bool for_cpu)
+{
+	struct device *dev = bo->base.base.dev->dev;
+	struct sg_table *sgt = vnpu_bo_dma_sgt(bo);
+	u64 pos = 0, end = offset + size;
+	struct scatterlist *sg;
+	unsigned int i;
+
+	if (!bo->needs_sync || !sgt)
+		return;
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		u64 from = max(offset, pos), to = min(end, pos + sg_dma_len(sg));
+
+		if (from < to && for_cpu)
+			dma_sync_single_range_for_cpu(dev, sg_dma_address(sg), from - pos, to - from,
+						      DMA_BIDIRECTIONAL);
+		else if (from < to)
+			dma_sync_single_range_for_device(dev, sg_dma_address(sg), from - pos,
+							 to - from, DMA_BIDIRECTIONAL);
+		pos += sg_dma_len(sg);
+		if (pos >= end)
+			break;
+	}
+}
+
+/*
+ * An import's CPU view is its exporter's to keep coherent: the begin and
+ * end of CPU access (DMA_BUF_IOCTL_SYNC) are of the whole buffer.
+ */
+static int vnpu_bo_sync_exporter(struct vnpu_bo *bo, u32 flags)
+{
+	struct dma_buf *dma_buf = bo->base.base.import_attach->dmabuf;
+	int ret = 0;
+
+	if (flags & DRM_VNPU_BO_SYNC_FOR_CPU)
+		ret = dma_buf_begin_cpu_access(dma_buf, DMA_BIDIRECTIONAL);
+	if (!ret && flags & DRM_VNPU_BO_SYNC_FOR_DEVICE)
+		ret = dma_buf_end_cpu_access(dma_buf, DMA_BIDIRECTIONAL);
+	return ret;
+}
+
 /**
  * vnpu_ioctl_bo_sync() - DRM_IOCTL_VNPU_BO_SYNC
  * @drm: the DRM device
@@ -580,7 +622,8 @@ int vnpu_ioctl_bo_wait(struct drm_device *drm, void *data, struct drm_file *file
  *
  * For memory shared with a running job (the job boundaries are synced by
  * the driver itself): a no-op unless the BO's mapping bounces or the device
- * is not coherent.
+ * is not coherent, or it is an import (its exporter's begin or end of CPU
+ * access). Syncs the requested range only.
  *
  * Return: 0 or a negative errno as documented in vnpu_accel.h.
  */
@@ -588,7 +631,8 @@ int vnpu_ioctl_bo_sync(struct drm_device *drm, void *data, struct drm_file *file
 {
 	struct drm_vnpu_bo_sync *args = data;
 	struct vnpu_bo *bo;
-	int idx;
+	u64 size;
+	int idx, ret = 0;
 
 	if (!args->flags || args->flags & ~DRM_VNPU_BO_SYNC_FLAGS_MASK) {
 		drm_dbg_driver(drm, "bo_sync flags %#x: not 1..%#x\n", args->flags,
@@ -598,16 +642,26 @@ int vnpu_ioctl_bo_sync(struct drm_device *drm, void *data, struct drm_file *file
 	bo = vnpu_bo_lookup(file, args->handle);
 	if (!bo)
 		return -ENOENT;
+	size = args->size ?: vnpu_bo_size(bo) - min_t(u64, args->offset, vnpu_bo_size(bo));
+	if (args->offset >= vnpu_bo_size(bo) || size > vnpu_bo_size(bo) - args->offset) {
+		drm_dbg_driver(drm, "bo_sync range %llu+%llu is not inside the BO's %zu bytes\n",
+			       args->offset, args->size, vnpu_bo_size(bo));
+		ret = -EINVAL;
+		goto out_put;
+	}
 	/* The DMA mapping goes with the device (vnpu_release_dma()). */
 	if (!drm_dev_enter(drm, &idx)) {
-		drm_gem_object_put(&bo->base.base);
-		return -ENODEV;
+		ret = -ENODEV;
+		goto out_put;
 	}
-	if (args->flags & DRM_VNPU_BO_SYNC_FOR_CPU)
-		vnpu_bo_sync_for_cpu(bo);
-	if (args->flags & DRM_VNPU_BO_SYNC_FOR_DEVICE)
-		vnpu_bo_sync_for_device(bo);
+	if (vnpu_bo_imported(bo))
+		ret = vnpu_bo_sync_exporter(bo, args->flags);
+	if (!ret && args->flags & DRM_VNPU_BO_SYNC_FOR_CPU)
+		vnpu_bo_sync_range(bo, args->offset, size, true);
+	if (!ret && args->flags & DRM_VNPU_BO_SYNC_FOR_DEVICE)
+		vnpu_bo_sync_range(bo, args->offset, size, false);
 	drm_dev_exit(idx);
+out_put:
 	drm_gem_object_put(&bo->base.base);
-	return 0;
+	return ret;
 }

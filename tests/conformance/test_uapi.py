@@ -264,6 +264,34 @@ def test_bo_sync_directions_and_errors(device: Device) -> None:
     assert excinfo.value.errno == errno.ENOENT
 
 
+@pytest.mark.parametrize(
+    ("offset", "size", "ok"),
+    [
+        (0, 0, True),  # the whole BO
+        (100, 8, True),
+        (PAGE - 1, 1, True),
+        (0, PAGE, True),
+        (PAGE - 8, 0, True),  # to the end
+        (PAGE, 0, False),  # starts at the end
+        (0, PAGE + 1, False),
+        (8, PAGE, False),
+        (1 << 63, 8, False),
+        (8, (1 << 64) - 8, False),  # offset + size wraps
+    ],
+)
+def test_bo_sync_range_lies_inside_the_bo(device: Device, offset: int, size: int, ok: bool) -> None:
+    """BO_SYNC syncs ``offset .. offset + size`` (size 0: to the end); a range outside is -EINVAL."""
+    bo = device.create_bo(PAGE)
+    a = ffi.new("struct drm_vnpu_bo_sync *")
+    a.handle, a.flags, a.offset, a.size = bo.handle, b.DRM_VNPU_BO_SYNC_FLAGS_MASK, offset, size
+    if ok:
+        device.ioctl("DRM_IOCTL_VNPU_BO_SYNC", a)
+        return
+    with pytest.raises(InvalidArgument) as excinfo:
+        device.ioctl("DRM_IOCTL_VNPU_BO_SYNC", a)
+    assert excinfo.value.errno == errno.EINVAL
+
+
 def test_bo_wait_expired_timeout_then_completes(device: Device) -> None:
     sem, dst = device.create_bo(PAGE), device.create_bo(PAGE)
     stream = wait_stream(sem.va, 5, dst.va)

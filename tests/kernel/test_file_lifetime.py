@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import driver_knobs
 import numpy as np
 import pytest
-from dmabuf_sources import DMA_HEAP_SYSTEM, DMA_HEAP_IOCTL_ALLOC
+from dmabuf_sources import DMA_HEAP_IOCTL_ALLOC, DMA_HEAP_SYSTEM
 from kernel_helpers import INT32, copy_stream, end, fill_stream, vector
 
 from uapi.isa import encode
@@ -96,7 +96,10 @@ def test_close_does_not_wait_for_another_files_held_job(held_timeout, dev, throu
     shared_in = dev.create_bo(PAGE)  # A's held job writes it (the dma-buf dependency)
     syncobj = dev.create_syncobj()
     held = HeldJob(
-        dev, vector(1, shared_in.va, 64) + encode("FILL", dst=1, value=7) + end(), [JobBo(shared_in, write=True)], syncobj
+        dev,
+        vector(1, shared_in.va, 64) + encode("FILL", dst=1, value=7) + end(),
+        [JobBo(shared_in, write=True)],
+        syncobj,
     )
     fds = [target.export_dmabuf(), shared_in.export_dmabuf()]
     other = Device.open("kernel")
@@ -151,7 +154,9 @@ def test_an_import_keeps_its_exporters_rights(dev, exported: str) -> None:
             # Reading it stays allowed.
             out = other.create_bo(PAGE)
             c = copy_stream(imp.va, out.va, 64)
-            other.submit(Job(other.create_bo_with(c, read_only=True), len(c), [JobBo(imp), JobBo(out, write=True)]))
+            other.submit(
+                Job(other.create_bo_with(c, read_only=True), len(c), [JobBo(imp), JobBo(out, write=True)])
+            )
             assert out.wait(timeout=30).status == 0
     finally:
         os.close(fd)
@@ -224,6 +229,22 @@ def test_a_mapping_of_an_import_holds_the_dma_buf_not_the_importing_file(dev) ->
         other.close()
     finally:
         os.close(fd)
-    assert wait_until(lambda: debugfs_counters()["files"] == files, 10), "the mapping holds the importing file"
+    assert wait_until(lambda: debugfs_counters()["files"] == files, 10), (
+        "the mapping holds the importing file"
+    )
     assert bytes(view[:64]) == b"\x05" * 64
     del view
+
+
+def test_a_caller_of_the_eight_byte_bo_sync_still_syncs_the_whole_bo(dev) -> None:
+    """BO_SYNC grew an offset and a size: a caller built against the 8-byte struct (its own ioctl
+    number) still gets the whole BO synced, as before, and the same errors."""
+    from uapi import bindings as b
+
+    old_number = (1 << 30) | (8 << 16) | (ord("d") << 8) | (b.DRM_COMMAND_BASE + b.DRM_VNPU_BO_SYNC)
+    assert old_number != b.IOCTLS["DRM_IOCTL_VNPU_BO_SYNC"]
+    bo = dev.create_bo(PAGE)
+    fcntl.ioctl(dev.backend.fileno(), old_number, struct.pack("II", bo.handle, b.DRM_VNPU_BO_SYNC_FLAGS_MASK))
+    with pytest.raises(OSError) as e:
+        fcntl.ioctl(dev.backend.fileno(), old_number, struct.pack("II", 0xBAD, b.DRM_VNPU_BO_SYNC_FOR_CPU))
+    assert e.value.errno == errno.ENOENT

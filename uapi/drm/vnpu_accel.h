@@ -252,9 +252,19 @@ struct drm_vnpu_bo_wait {
  * coherently (no bounce buffering, a coherent device) it does nothing, and
  * costs one ioctl.
  *
+ * It syncs the bytes @offset .. @offset + @size (@size 0: to the BO's end),
+ * and only those: where the device's view is a copy (bounce buffering),
+ * FOR_DEVICE replaces that copy's range with the CPU's bytes, so a range a
+ * running job writes loses what the job wrote there; sync just what the
+ * CPU wrote (the semaphore, say). For an import the exporter keeps the
+ * buffer coherent (DMA_BUF_IOCTL_SYNC's begin and end of CPU access), and
+ * that is of the whole buffer whatever the range. A caller that knows only
+ * the first 8 bytes of this struct syncs the whole BO.
+ *
  * Errors: -ENOENT if @handle names no BO of this file; -EINVAL if @flags is
- * 0 or has bits outside DRM_VNPU_BO_SYNC_FLAGS_MASK; -ENODEV after the
- * device went away; -EFAULT if the argument cannot be copied.
+ * 0 or has bits outside DRM_VNPU_BO_SYNC_FLAGS_MASK, or the range does not
+ * lie inside the BO; -ENODEV after the device went away; -EFAULT if the
+ * argument cannot be copied; the exporter's errno for an import.
  */
 struct drm_vnpu_bo_sync {
 	/** @handle: in, the GEM handle. */
@@ -264,6 +274,10 @@ struct drm_vnpu_bo_sync {
 	 * the CPU's view first).
 	 */
 	__u32 flags;
+	/** @offset: in, the first byte of the range. */
+	__u64 offset;
+	/** @size: in, the range's bytes; 0 means up to the BO's end. */
+	__u64 size;
 };
 
 /*

@@ -481,7 +481,10 @@ class ShimBackend(Backend):
         if not a.flags or a.flags & ~b.DRM_VNPU_BO_SYNC_FLAGS_MASK:
             raise Errno(errno.EINVAL, f"flags {a.flags:#x} are not 1..{b.DRM_VNPU_BO_SYNC_FLAGS_MASK:#x}")
         with self.dev.lock:
-            self._lookup_bo(a.handle)
+            bo = self._lookup_bo(a.handle)
+        size = a.size or max(bo.size - a.offset, 0)
+        if a.offset >= bo.size or size > bo.size - a.offset:
+            raise Errno(errno.EINVAL, f"range {a.offset}+{a.size} is not inside the BO's {bo.size} bytes")
         # The shim's device works on the very memory the CPU maps: nothing to copy either way.
 
     def _submit(self, a: Any) -> None:
