@@ -585,13 +585,14 @@ static void vnpu_bo_sync_range(struct vnpu_bo *bo, u64 offset, u64 size, bool fo
 		return;
 	for_each_sgtable_dma_sg(sgt, sg, i) {
 		u64 from = max(offset, pos), to = min(end, pos + sg_dma_len(sg));
+		dma_addr_t addr = sg_dma_address(sg);
 
 		if (from < to && for_cpu)
-			dma_sync_single_range_for_cpu(dev, sg_dma_address(sg), from - pos, to - from,
+			dma_sync_single_range_for_cpu(dev, addr, from - pos, to - from,
 						      DMA_BIDIRECTIONAL);
 		else if (from < to)
-			dma_sync_single_range_for_device(dev, sg_dma_address(sg), from - pos,
-							 to - from, DMA_BIDIRECTIONAL);
+			dma_sync_single_range_for_device(dev, addr, from - pos, to - from,
+							 DMA_BIDIRECTIONAL);
 		pos += sg_dma_len(sg);
 		if (pos >= end)
 			break;

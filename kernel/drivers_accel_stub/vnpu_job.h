@@ -2,7 +2,8 @@
 /*
  * Copyright (c) 2026 The vnpu authors
  *
- * Jobs: SUBMIT, scheduling, completion, timeout and reset.
+ * Jobs: SUBMIT (vnpu_submit.c), the scheduler back end and completion
+ * (vnpu_job.c), timeout, reset and cancellation (vnpu_reset.c).
  */
 #ifndef __VNPU_JOB_H__
 #define __VNPU_JOB_H__
@@ -96,6 +97,21 @@ void vnpu_job_rings_init(struct vnpu_device *vdev);
 u64 vnpu_job_busy_ns(struct vnpu_ctx *ctx);
 unsigned int vnpu_job_count_active(struct vnpu_device *vdev);
 int vnpu_ioctl_submit(struct drm_device *drm, void *data, struct drm_file *file);
+
+/* Shared by the job files: vnpu_job.c (the back end), vnpu_reset.c and vnpu_submit.c. */
+void vnpu_job_free(struct vnpu_job *job);
+void vnpu_job_write_sqe(struct vnpu_device *vdev, struct vnpu_job *job);
+void vnpu_job_head_started(struct vnpu_core *core);
+void vnpu_job_stop_clock(struct vnpu_job *job);
+void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, int status,
+		       u64 fault_va, u64 cycles);
+u32 vnpu_job_heads_closed(struct vnpu_device *vdev);
+void vnpu_job_drain_cq(struct vnpu_device *vdev);
+u32 vnpu_all_cores(struct vnpu_device *vdev);
+void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, u64 guilty, int guilty_status,
+		       bool requeue);
+void vnpu_job_watchdog(struct work_struct *work);
+void vnpu_job_cancel_work(struct work_struct *work);
 
 /* vnpu_validate.c */
 int vnpu_validate_stream(struct vnpu_device *vdev, const u8 *stream, u32 size,

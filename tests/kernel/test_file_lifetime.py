@@ -8,8 +8,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
+import mmap
 import gc
 import os
 import struct
@@ -208,9 +210,28 @@ def test_submit_copies_the_stream_after_the_jobs_that_write_its_command_bo(held_
     assert (out.array(np.int8, 64) == 2).all(), "SUBMIT ran the stream as it was before the job wrote it"
 
 
-def test_a_mapping_of_an_import_holds_the_dma_buf_not_the_importing_file(dev) -> None:
-    """The importing file is released while a CPU mapping of its import lives, and the mapping still
-    shows the exporter's pages (dma_buf_mmap() maps the dma-buf's file)."""
+def _raw_mmap(fd: int, offset: int) -> int:
+    """mmap(2) one page of ``fd`` at ``offset``, read-only. Python's mmap.mmap keeps a dup of the fd,
+    which would hold the file open by itself."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    addr = libc.mmap(None, PAGE, mmap.PROT_READ, mmap.MAP_SHARED, fd, offset)
+    assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    return addr
+
+
+def _munmap(addr: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    assert libc.munmap(addr, PAGE) == 0
+
+
+@pytest.mark.parametrize("mapped", ["own_bo", "import"])
+def test_what_a_cpu_mapping_holds_open(dev, mapped: str) -> None:
+    """A mapping of a BO the file created holds the file open; a mapping of an import holds the dma-buf
+    (dma_buf_mmap() maps the dma-buf's file), so the importing file is released while it lives, and
+    the mapping still shows the exporter's pages."""
     from kernel_helpers import debugfs_counters, wait_until
 
     from libaccel import Device
@@ -222,18 +243,22 @@ def test_a_mapping_of_an_import_holds_the_dma_buf_not_the_importing_file(dev) ->
     fd = src.export_dmabuf()
     try:
         other = Device.open("kernel")
-        imp = other.import_dmabuf(fd)
-        view = imp.map()
+        # No libaccel mapping of its own (Python's mmap.mmap keeps a dup of the fd): the raw one only.
+        bo = other.import_dmabuf(fd) if mapped == "import" else other.create_bo(PAGE)
+        addr = _raw_mmap(other.backend.fileno(), bo.mmap_offset)
         assert debugfs_counters()["files"] == files + 1
-        imp.close()
+        bo.close()
+        del bo
         other.close()
     finally:
         os.close(fd)
-    assert wait_until(lambda: debugfs_counters()["files"] == files, 10), (
-        "the mapping holds the importing file"
-    )
-    assert bytes(view[:64]) == b"\x05" * 64
-    del view
+    try:
+        released = wait_until(lambda: debugfs_counters()["files"] == files, 5)
+        assert released == (mapped == "import"), f"{mapped}: the file released: {released}"
+        assert ctypes.string_at(addr, 64) == (b"\x05" if mapped == "import" else b"\x00") * 64
+    finally:
+        _munmap(addr)
+    assert wait_until(lambda: debugfs_counters()["files"] == files, 10)
 
 
 def test_a_caller_of_the_eight_byte_bo_sync_still_syncs_the_whole_bo(dev) -> None:
