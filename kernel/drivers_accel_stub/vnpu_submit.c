@@ -13,7 +13,6 @@
  * first is armed: all or nothing.
  */
 #include <linux/dma-resv.h>
-#include <linux/moduleparam.h>
 #include <linux/overflow.h>
 #include <linux/slab.h>
 #include <linux/sort.h>
@@ -26,23 +25,6 @@
 
 #include "vnpu_job.h"
 #include "vnpu_pm.h"
-
-/*
- * The SUBMIT-time stream check can be turned off only in a debug build
- * (CONFIG_DRM_ACCEL_VNPU_DEBUG), to prove that the device page tables hold
- * by themselves; a production build always checks.
- */
-static bool vnpu_validate_streams = true;
-#if IS_ENABLED(CONFIG_DRM_ACCEL_VNPU_DEBUG)
-module_param_named(validate_streams, vnpu_validate_streams, bool, 0644);
-MODULE_PARM_DESC(validate_streams,
-		 "Validate command streams before queueing (debug builds only; off leaves isolation to the device MMU)");
-#endif
-
-static bool vnpu_job_check_streams(void)
-{
-	return !IS_ENABLED(CONFIG_DRM_ACCEL_VNPU_DEBUG) || READ_ONCE(vnpu_validate_streams);
-}
 
 /* Copy, check and look up a job's BO list. */
 static int vnpu_job_get_bos(struct vnpu_job *job, struct drm_file *file,
@@ -156,9 +138,12 @@ static int vnpu_job_get_cmd(struct vnpu_job *job, struct drm_file *file,
 	job->cmd_size = args->cmd_size;
 	/* Its pages are pinned for its lifetime (vnpu_ioctl_bo_create()). */
 	vnpu_cmdbuf_fill(job->cmdbuf, cmd_bo->base.pages, args->cmd_offset, args->cmd_size);
-	if (vnpu_job_check_streams())
-		ret = vnpu_validate_stream(job->vdev, job->cmdbuf->vaddr, job->cmd_size,
-					   job->bos, job->bo_count);
+	/*
+	 * Always: a file's page tables map every BO of the file, so only the
+	 * check keeps a job to the BOs it lists and the directions it lists them in.
+	 */
+	ret = vnpu_validate_stream(job->vdev, job->cmdbuf->vaddr, job->cmd_size, job->bos,
+				   job->bo_count);
 	if (!ret)
 		vnpu_cmdbuf_sync(job->vdev, job->cmdbuf);
 out:

@@ -595,17 +595,16 @@ def test_runtime_bad_operand_reports_eio_through_bo_wait(device: Device, copy_se
     assert dst.wait(timeout=10).status == 0
 
 
-def test_mmu_fault_reports_efault_and_va(device: Device, stream_check_off) -> None:
+def test_mmu_fault_reports_efault_and_va(device: Device, mmu_fault_next_job) -> None:
+    """A job the device faults (injected: -EFAULT at the job's command-stream VA, which lies in no BO
+    of the file) ends with -EFAULT and that VA on the BOs it writes, and nowhere else."""
     src, dst = device.create_bo(PAGE), device.create_bo(PAGE)
-    # Every BO of the job exists before the faulting address is chosen, so none can cover it.
-    cmd = device.create_bo(len(copy_stream(0, 0, 64)))
-    bad_va = max(bo.va + bo.size for bo in (src, dst, cmd)) + 64 * PAGE
-    s = copy_stream(src.va, bad_va, 64)
-    cmd.write(s)
-    device.submit(Job(cmd, len(s), [JobBo(src), JobBo(dst, read=False, write=True)]))
-    st = dst.wait(timeout=10)
+    s = copy_stream(src.va, dst.va, 64)
+    device.submit(Job(device.create_bo_with(s), len(s), [JobBo(src), JobBo(dst, read=False, write=True)]))
+    st = dst.wait(timeout=30)
     assert st.status == -errno.EFAULT
-    assert st.fault_va == bad_va
+    assert st.fault_va and not any(bo.va <= st.fault_va < bo.va + bo.size for bo in (src, dst))
+    assert src.wait(timeout=10).status == 0  # only BOs the job wrote carry its status
 
 
 def test_hung_job_times_out_and_device_recovers(short_job_timeout, device: Device, copy_setup) -> None:
