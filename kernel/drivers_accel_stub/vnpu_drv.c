@@ -480,6 +480,11 @@ static void vnpu_shutdown(struct pci_dev *pdev)
 	vnpu_quiesce(pci_get_drvdata(pdev));
 }
 
+static const struct dev_pm_ops vnpu_pm_ops = {
+	SYSTEM_SLEEP_PM_OPS(vnpu_pm_suspend, vnpu_pm_resume)
+	RUNTIME_PM_OPS(vnpu_pm_runtime_suspend, vnpu_pm_runtime_resume, NULL)
+};
+
 static const struct pci_device_id vnpu_pci_ids[] = {
 	{ PCI_DEVICE(VNPU_PCI_VENDOR_ID, VNPU_PCI_DEVICE_ID) },
 	{ }
