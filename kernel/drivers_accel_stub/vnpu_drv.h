@@ -142,6 +142,10 @@ struct vnpu_core {
  * @reset_lock: serialises recovery (watchdogs, closed files, teardown) and
  *	firmware reload
  * @hw_lock: serialises submission-queue writes against reset
+ * @complete_lock: with @complete_in_thread, one path at a time ends jobs
+ *	and signals them after job_lock (vnpu_job_end_begin())
+ * @complete_in_thread: the DMA mappings may bounce (or the device is not
+ *	coherent): completions copy back, in process context, outside job_lock
  * @job_lock: protects the cores' active lists, the completion queue and the
  *	running jobs' clocks (&vnpu_job.start_ns); taken in IRQ
  * @fence_lock: lock of the hardware fences
@@ -188,6 +192,8 @@ struct vnpu_device {
 	struct workqueue_struct *sched_wq;
 	struct mutex reset_lock; /* protects recovery: one reset (timeout, close, unbind) at once */
 	struct mutex hw_lock; /* protects the submission queue (entries, SQ_TAIL, @sq_tail) */
+	struct mutex complete_lock; /* serialises ending jobs outside job_lock, see above */
+	bool complete_in_thread;
 	spinlock_t job_lock; /* protects the cores' active lists, @cq_head, the jobs' clocks; IRQ */
 	spinlock_t fence_lock; /* protects the hardware fences (their dma_fence lock) */
 	u32 sq_tail;

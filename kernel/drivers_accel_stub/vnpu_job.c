@@ -279,19 +279,30 @@ static void vnpu_job_account(struct vnpu_device *vdev, struct vnpu_job *job, int
 	}
 }
 
+/* Copy back what an ended job wrote, then signal its hardware fence with its status. */
+static void vnpu_job_signal(struct vnpu_job *job)
+{
+	vnpu_job_sync_for_cpu(job);
+	if (job->end_status)
+		dma_fence_set_error(job->done, job->end_status);
+	dma_fence_signal(job->done);
+}
+
 /*
- * End a job the device no longer owns: copy back what it wrote, record its
- * status, then signal its hardware fence. A core's jobs end in the order
- * they were written to the queue, so its fences signal in seqno order.
- * A fault or a hang is remembered for the coredump, which is taken when
- * the job is freed, in process context. Called with job_lock held.
+ * End a job the device no longer owns: record its status, then signal its
+ * hardware fence, at once or, with @ended, once the caller has dropped
+ * job_lock (vnpu_job_end_finish()): with bounce buffering the signal copies
+ * what the job wrote back to the CPU's pages, which is no work for a
+ * spinlock with interrupts off. A core's jobs end in the order they were
+ * written to the queue, so its fences signal in seqno order. A fault or a
+ * hang is remembered for the coredump, which is taken when the job is
+ * freed, in process context. Called with job_lock held.
  */
 void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, int status,
-		       u64 fault_va, u64 cycles)
+		       u64 fault_va, u64 cycles, struct list_head *ended)
 {
 	lockdep_assert_held(&vdev->job_lock);
 	list_del_init(&job->node);
-	vnpu_job_sync_for_cpu(job);
 	if (status == -EFAULT || status == -ETIMEDOUT) {
 		job->dump_status = status;
 		job->dump_fault_va = fault_va;
@@ -300,9 +311,52 @@ void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, int statu
 	vnpu_job_stop_clock(job);
 	vnpu_job_head_started(job->core);
 	vnpu_job_account(vdev, job, status, fault_va);
-	if (status)
-		dma_fence_set_error(job->done, status);
-	dma_fence_signal(job->done);
+	job->end_status = status;
+	if (ended)
+		list_add_tail(&job->node, ended);
+	else
+		vnpu_job_signal(job);
+}
+
+/**
+ * vnpu_job_end_begin() - start a process-context path that may end jobs
+ * @vdev: the device
+ * @ended: an empty list the path passes to vnpu_job_complete() and
+ *	vnpu_job_drain_cq()
+ *
+ * With bounce buffering (&vnpu_device.complete_in_thread) the jobs the path
+ * ends are signalled by vnpu_job_end_finish(), after job_lock, and one such
+ * path runs at a time (&vnpu_device.complete_lock), so a core's fences still
+ * signal in order; without it they are signalled at once, as the hard
+ * interrupt handler signals them.
+ *
+ * Return: @ended, or NULL for "signal at once".
+ */
+struct list_head *vnpu_job_end_begin(struct vnpu_device *vdev, struct list_head *ended)
+{
+	if (!vdev->complete_in_thread)
+		return NULL;
+	mutex_lock(&vdev->complete_lock);
+	return ended;
+}
+
+/**
+ * vnpu_job_end_finish() - signal the jobs a path ended, job_lock dropped
+ * @vdev: the device
+ * @ended: what vnpu_job_end_begin() returned
+ */
+void vnpu_job_end_finish(struct vnpu_device *vdev, struct list_head *ended)
+{
+	struct vnpu_job *job, *tmp;
+
+	if (!ended)
+		return;
+	/* A signalled job may be freed at once: unlink it first, touch it no more. */
+	list_for_each_entry_safe(job, tmp, ended, node) {
+		list_del_init(&job->node);
+		vnpu_job_signal(job);
+	}
+	mutex_unlock(&vdev->complete_lock);
 }
 
 /* The cores running a closed file's job, as a CMD_RESET mask. Called with job_lock held. */
@@ -329,7 +383,7 @@ static int vnpu_cqe_status(s32 status)
 }
 
 /* Consume every completion-queue entry up to CQ_TAIL. Called with job_lock held. */
-void vnpu_job_drain_cq(struct vnpu_device *vdev)
+void vnpu_job_drain_cq(struct vnpu_device *vdev, struct list_head *ended)
 {
 	u32 tail = vnpu_rd32(vdev, VNPU_CQ_TAIL);
 
@@ -358,7 +412,8 @@ void vnpu_job_drain_cq(struct vnpu_device *vdev)
 		}
 		if (found)
 			vnpu_job_complete(vdev, found, status, fault_va,
-					  status ? vnpu_rd64(vdev, cqe + VNPU_CQE_CYCLES) : 0);
+					  status ? vnpu_rd64(vdev, cqe + VNPU_CQE_CYCLES) : 0,
+					  ended);
 		else
 			drm_dbg_driver(&vdev->drm, "completion of unknown job %llu on core %u\n",
 				       seqno, core);
@@ -367,18 +422,6 @@ void vnpu_job_drain_cq(struct vnpu_device *vdev)
 	/* A closed file's job has started: stop it (vnpu_job_cancel_closed()). */
 	if (vnpu_job_heads_closed(vdev))
 		queue_work(vdev->sched_wq, &vdev->cancel_work);
-}
-
-/*
- * With bounce buffering, completing a job copies what it wrote back to the
- * CPU's pages: that is done by the interrupt thread, not in hard IRQ
- * context. Without it (a coherent device, the usual case) the hard handler
- * completes the jobs itself: a completion costs a few register reads and
- * no thread wake-up.
- */
-static bool vnpu_job_irq_needs_thread(struct vnpu_device *vdev)
-{
-	return dma_dev_need_sync(vdev->drm.dev);
 }
 
 /**
@@ -395,13 +438,19 @@ irqreturn_t vnpu_job_irq(int irq, void *arg)
 	struct vnpu_device *vdev = arg;
 	int idx;
 
-	if (vnpu_job_irq_needs_thread(vdev))
+	/*
+	 * With bounce buffering, completing a job copies what it wrote back to
+	 * the CPU's pages: the interrupt thread does it, outside job_lock.
+	 * Without it (a coherent device, the usual case) this handler completes
+	 * the jobs itself: a few register reads and no thread wake-up.
+	 */
+	if (vdev->complete_in_thread)
 		return IRQ_WAKE_THREAD;
 	/* Unplugged: remove() drains the queue itself before the BARs go. */
 	if (!drm_dev_enter(&vdev->drm, &idx))
 		return IRQ_NONE;
 	spin_lock(&vdev->job_lock);
-	vnpu_job_drain_cq(vdev);
+	vnpu_job_drain_cq(vdev, NULL);
 	spin_unlock(&vdev->job_lock);
 	drm_dev_exit(idx);
 	return IRQ_HANDLED;
@@ -417,13 +466,17 @@ irqreturn_t vnpu_job_irq(int irq, void *arg)
 irqreturn_t vnpu_job_irq_thread(int irq, void *arg)
 {
 	struct vnpu_device *vdev = arg;
+	struct list_head *ended;
+	LIST_HEAD(jobs);
 	int idx;
 
 	if (!drm_dev_enter(&vdev->drm, &idx))
 		return IRQ_NONE;
+	ended = vnpu_job_end_begin(vdev, &jobs);
 	spin_lock_irq(&vdev->job_lock);
-	vnpu_job_drain_cq(vdev);
+	vnpu_job_drain_cq(vdev, ended);
 	spin_unlock_irq(&vdev->job_lock);
+	vnpu_job_end_finish(vdev, ended);
 	drm_dev_exit(idx);
 	return IRQ_HANDLED;
 }
@@ -591,6 +644,11 @@ int vnpu_job_init(struct vnpu_device *vdev)
 	ret = drmm_mutex_init(&vdev->drm, &vdev->hw_lock);
 	if (ret)
 		return ret;
+	ret = drmm_mutex_init(&vdev->drm, &vdev->complete_lock);
+	if (ret)
+		return ret;
+	/* Bounce buffering (swiotlb) or a non-coherent device: set up by the DMA mask, at probe. */
+	vdev->complete_in_thread = dma_dev_need_sync(vdev->drm.dev);
 	spin_lock_init(&vdev->job_lock);
 	spin_lock_init(&vdev->fence_lock);
 	fence_context = dma_fence_context_alloc(vdev->num_cores);

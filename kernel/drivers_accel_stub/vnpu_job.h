@@ -57,6 +57,7 @@ struct vnpu_job_bo {
  * @dump_fault_va: the faulting VA of an -EFAULT
  * @dump_cycles: the instructions the device had started, from the fault's
  *	completion entry or the reset that stopped the hung job
+ * @end_status: the status the job ended with, for its fence's signal
  */
 struct vnpu_job {
 	struct drm_sched_job base;
@@ -79,6 +80,7 @@ struct vnpu_job {
 	int dump_status;
 	u64 dump_fault_va;
 	u64 dump_cycles;
+	int end_status;
 };
 
 int vnpu_job_init(struct vnpu_device *vdev);
@@ -104,9 +106,11 @@ void vnpu_job_write_sqe(struct vnpu_device *vdev, struct vnpu_job *job);
 void vnpu_job_head_started(struct vnpu_core *core);
 void vnpu_job_stop_clock(struct vnpu_job *job);
 void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, int status,
-		       u64 fault_va, u64 cycles);
+		       u64 fault_va, u64 cycles, struct list_head *ended);
+struct list_head *vnpu_job_end_begin(struct vnpu_device *vdev, struct list_head *ended);
+void vnpu_job_end_finish(struct vnpu_device *vdev, struct list_head *ended);
 u32 vnpu_job_heads_closed(struct vnpu_device *vdev);
-void vnpu_job_drain_cq(struct vnpu_device *vdev);
+void vnpu_job_drain_cq(struct vnpu_device *vdev, struct list_head *ended);
 u32 vnpu_all_cores(struct vnpu_device *vdev);
 void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, u64 guilty, int guilty_status,
 		       bool requeue);

@@ -57,14 +57,17 @@ void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, u64 guilty,
 		       int guilty_status, bool requeue)
 {
 	struct vnpu_job *job, *tmp;
+	struct list_head *ended;
 	struct vnpu_core *core;
 	u64 abort_cycles;
 	bool requeued;
 	LIST_HEAD(owned);
+	LIST_HEAD(jobs);
 	u32 i;
 	int ret;
 
 	mutex_lock(&vdev->hw_lock);
+	ended = vnpu_job_end_begin(vdev, &jobs);
 	ret = vnpu_io_reset(vdev, mask);
 	atomic_inc(&vdev->stats.resets);
 	if (ret) {
@@ -84,7 +87,7 @@ void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, u64 guilty,
 
 	spin_lock_irq(&vdev->job_lock);
 	/* Completions written before the reset still count. */
-	vnpu_job_drain_cq(vdev);
+	vnpu_job_drain_cq(vdev, ended);
 	/* The device took every entry; start again from where it stands. */
 	vdev->sq_tail = vnpu_rd32(vdev, VNPU_SQ_HEAD);
 	vnpu_wr32(vdev, VNPU_SQ_TAIL, vdev->sq_tail);
@@ -96,9 +99,10 @@ void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, u64 guilty,
 		list_splice_init(&core->active, &owned);
 		list_for_each_entry_safe(job, tmp, &owned, node) {
 			if (!requeued && guilty && job->seqno == guilty)
-				vnpu_job_complete(vdev, job, guilty_status, 0, abort_cycles);
+				vnpu_job_complete(vdev, job, guilty_status, 0, abort_cycles,
+						  ended);
 			else if (!requeue || (!requeued && READ_ONCE(job->ctx->closed)))
-				vnpu_job_complete(vdev, job, -ECANCELED, 0, 0);
+				vnpu_job_complete(vdev, job, -ECANCELED, 0, 0, ended);
 			else
 				requeued = true;
 		}
@@ -117,6 +121,7 @@ void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, u64 guilty,
 			vnpu_job_write_sqe(vdev, job);
 	}
 	spin_unlock_irq(&vdev->job_lock);
+	vnpu_job_end_finish(vdev, ended);
 	mutex_unlock(&vdev->hw_lock);
 }
 
@@ -128,12 +133,15 @@ void vnpu_job_reset_hw(struct vnpu_device *vdev, u32 mask, u64 guilty,
 static void vnpu_job_recover_hang(struct vnpu_core *core, u64 seqno)
 {
 	struct vnpu_device *vdev = core->vdev;
+	struct list_head *ended;
 	struct vnpu_job *head;
+	LIST_HEAD(jobs);
 	bool hung;
 
 	mutex_lock(&vdev->reset_lock);
+	ended = vnpu_job_end_begin(vdev, &jobs);
 	spin_lock_irq(&vdev->job_lock);
-	vnpu_job_drain_cq(vdev);
+	vnpu_job_drain_cq(vdev, ended);
 	head = list_first_entry_or_null(&core->active, struct vnpu_job, node);
 	hung = head && head->seqno == seqno;
 	/* Any user can make a job hang: the log line is rate-limited. */
@@ -143,6 +151,7 @@ static void vnpu_job_recover_hang(struct vnpu_core *core, u64 seqno)
 				     seqno, head->ctx->id, READ_ONCE(vdev->job_timeout_ms),
 				     core->index);
 	spin_unlock_irq(&vdev->job_lock);
+	vnpu_job_end_finish(vdev, ended);
 	if (hung)
 		vnpu_job_reset_hw(vdev, BIT(core->index), seqno, -ETIMEDOUT, true);
 	mutex_unlock(&vdev->reset_lock);
@@ -193,6 +202,8 @@ void vnpu_job_watchdog(struct work_struct *work)
  */
 static void vnpu_job_cancel_closed(struct vnpu_device *vdev)
 {
+	struct list_head *ended;
+	LIST_HEAD(jobs);
 	bool cookie;
 	u32 mask;
 	int idx;
@@ -202,11 +213,13 @@ static void vnpu_job_cancel_closed(struct vnpu_device *vdev)
 		return;
 	cookie = dma_fence_begin_signalling();
 	mutex_lock(&vdev->reset_lock);
+	ended = vnpu_job_end_begin(vdev, &jobs);
 	spin_lock_irq(&vdev->job_lock);
 	/* The jobs may have completed meanwhile; then there is nothing to stop. */
-	vnpu_job_drain_cq(vdev);
+	vnpu_job_drain_cq(vdev, ended);
 	mask = vnpu_job_heads_closed(vdev);
 	spin_unlock_irq(&vdev->job_lock);
+	vnpu_job_end_finish(vdev, ended);
 	if (mask)
 		vnpu_job_reset_hw(vdev, mask, 0, 0, true);
 	mutex_unlock(&vdev->reset_lock);
