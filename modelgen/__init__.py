@@ -41,6 +41,8 @@ from modelgen.networks import (
     ssd_like_model,
 )
 from modelgen.ops import (
+    PROBE_OPS,
+    accumulator_probe_model,
     activation_model,
     arg_max_model,
     batch_matmul_model,
@@ -76,6 +78,8 @@ from modelgen.ops import (
 from modelgen.reference import random_inputs, reference_interpreter, run_reference
 
 __all__ = [
+    "PROBE_OPS",
+    "accumulator_probe_model",
     "prelu_model",
     "max_min_model",
     "batch_matmul_model",

@@ -15,8 +15,10 @@ import pytest
 import modelgen as g
 from libaccel import Device
 from libaccel.compiler import check_support, float_chain, graph_from_tflite, registry, tables
+from libaccel.compiler import quant as q
 from libaccel.compiler.binary_tables import squared_difference_table
 from tests.compiler.helpers import assert_exact
+from uapi.fixed_point import multiply_by_quantized_multiplier_single_round
 
 
 def _window_case_id(case: tuple, channels: str) -> str:
@@ -205,8 +207,77 @@ def test_strided_slice(dev: Device, shape, begin, end, strides, bmask, emask) ->
     assert_exact(dev, g.strided_slice_model(shape, begin, end, strides, bmask, emask, 43))
 
 
-# --- the layer-norm ops, on both runtimes -------------------------------------------------------
 RUNTIMES = ("tflite_runtime", "ai_edge_litert")
+
+
+# --- the requantization multiplier's derivation, on both runtimes ------------------------------
+# A multiplier from the scales' float product and one from their double product differ by up to
+# ~100 in 2**31, which moves a few outputs in 10**5 of a random layer: too few for a grid case to
+# catch. These cases put every output on an accumulator where the two derivations (under the
+# runtime's rounding) requantize differently, with scales that are not powers of two.
+# (op, dtype, per_channel)
+MULTIPLIER_CASES = [
+    ("CONV_2D", "uint8", False),
+    ("DEPTHWISE_CONV_2D", "uint8", False),
+    ("TRANSPOSE_CONV", "uint8", False),
+    ("FULLY_CONNECTED", "uint8", False),
+    ("FULLY_CONNECTED", "int8", False),
+    ("FULLY_CONNECTED", "int8", True),
+    ("CONV_2D", "int8", False),
+    ("DEPTHWISE_CONV_2D", "int8", True),
+    ("BATCH_MATMUL", "int8", False),
+]
+
+
+def _derivations_disagree(rng: np.random.Generator) -> tuple[tuple[float, float, float], np.ndarray]:
+    """(input, filter, output) scales whose float- and double-product multipliers differ, and
+    accumulators (in BATCH_MATMUL's probe range) that requantize differently under them, with either
+    rounding, within +-100 of the output zero point."""
+    f32 = np.float32
+    best: tuple[int, tuple[float, float, float], list[tuple[int, int]]] = (-1, (0.0, 0.0, 0.0), [])
+    for _ in range(64):  # the scales whose two multipliers lie furthest apart disagree most often
+        s_in, s_w = float(f32(rng.uniform(0.005, 0.05))), float(f32(rng.uniform(0.002, 0.02)))
+        s_out = float(f32(s_in * s_w * 255**3 / rng.uniform(90, 100)))  # the probe range onto ~95 steps
+        # Computed here, not by the compiler's function: the test must see that function change.
+        float_product = float(f32(s_in) * f32(s_w)) / s_out
+        double_product = s_in * s_w / s_out
+        by_product = [q.quantize_multiplier(float_product), q.quantize_multiplier(double_product)]
+        (mf, sf), (md, sd) = by_product
+        gap = abs(mf - md) if sf == sd else 0
+        if gap > best[0]:
+            best = (gap, (s_in, s_w, s_out), by_product)
+    _, scales, by_product = best
+    acc = np.unique(rng.integers(0, 255**3, size=4_000_000, dtype=np.int64))
+    keep = np.zeros(acc.shape, dtype=bool)
+    for rounding in (q.multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_single_round):
+        (mf, sf), (md, sd) = by_product
+        vf, vd = rounding(acc, mf, sf), rounding(acc, md, sd)
+        keep |= (vf != vd) & (np.abs(vd) < 100)
+    return scales, acc[keep][:96]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("case", MULTIPLIER_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{'pc' if c[2] else 'pt'}")
+def test_multiplier_derivation(dev: Device, runtime: str, case: tuple) -> None:
+    op, dtype, per_channel = case
+    rng = np.random.default_rng(sum(map(ord, op + dtype)))
+    for _ in range(2):
+        scales, accumulators = _derivations_disagree(rng)
+        assert accumulators.size >= 8
+        model, inputs = g.accumulator_probe_model(op, dtype, scales, accumulators, per_channel)
+        assert_exact(dev, model, runtime=runtime, inputs=inputs)
+
+
+def test_uint8_multiplier_is_the_float_product() -> None:
+    """GetQuantizedConvolutionMultipler rounds the scales' product to float before dividing."""
+    s_in, s_w, s_out = 0.0235294122248888, 0.0171156171709299, 0.2350099980831146
+    exact = float(np.float32(s_in)) * float(np.float32(s_w))
+    assert float(np.float32(s_in) * np.float32(s_w)) != exact  # a product float cannot hold
+    assert q.convolution_scale(s_in, s_w, s_out, True) == float(np.float32(exact)) / float(np.float32(s_out))
+    assert q.convolution_scale(s_in, s_w, s_out, False) == exact / float(np.float32(s_out))
+
+
+# --- the layer-norm ops, on both runtimes -------------------------------------------------------
 
 
 # (in_shape, axes, keep_dims, dtype, same_quant)
