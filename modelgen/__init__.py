@@ -42,6 +42,7 @@ from modelgen.networks import (
 )
 from modelgen.ops import (
     PROBE_OPS,
+    abs_model,
     accumulator_probe_model,
     activation_model,
     arg_max_model,
@@ -78,6 +79,7 @@ from modelgen.ops import (
 from modelgen.reference import random_inputs, reference_interpreter, run_reference
 
 __all__ = [
+    "abs_model",
     "PROBE_OPS",
     "accumulator_probe_model",
     "prelu_model",

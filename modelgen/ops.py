@@ -751,6 +751,21 @@ def neg_model(shape: Sequence[int], seed: int = 0) -> bytes:
     return m.build([x], [y])
 
 
+def abs_model(shape: Sequence[int], seed: int = 0, same_quant: bool = False) -> bytes:
+    """One int8 ABS; the output quantized like the input with ``same_quant`` (TFLite adds the output
+    zero point to ``|x - zp|``), else with its own scale and zero point (TFLite requantizes)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    iq = activation_quant(rng, "int8", random_scale(rng))
+    # |x| spans half the input's range: an output scale near half the input's keeps it in int8.
+    out_scale = float(np.float32(iq.scales[0] * rng.uniform(0.4, 0.9)))
+    oq = iq if same_quant else Quant.tensor(out_scale, int(rng.integers(-128, -90)))
+    x = m.add_tensor("input", shape, "int8", iq)
+    y = m.add_tensor("output", shape, "int8", oq)
+    m.add_op("ABS", [x], [y])
+    return m.build([x], [y])
+
+
 def float_chain_model(
     shape: Sequence[int],
     float_ops: Sequence[str] = ("NEG",),

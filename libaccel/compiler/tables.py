@@ -109,6 +109,27 @@ def requantize_table(
     return np.clip(vals, lo, hi).astype(np.int32)
 
 
+def abs_needs_rescale(in_scale: float, out_scale: float) -> bool:
+    """GenericPrepare's ``needs_rescale`` for ABS: the float scales differ."""
+    return bool(_f32(in_scale) != _f32(out_scale))
+
+
+def abs_multiplier(in_scale: float, out_scale: float) -> tuple[int, int]:
+    """SetAbsOutputMultiplier: QuantizeMultiplier(input_scale / output_scale), the quotient in float."""
+    return q.quantize_multiplier(float(_f32(in_scale) / _f32(out_scale)))
+
+
+def abs_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype: str) -> np.ndarray:
+    """int8 ABS, ``AbsEvalQuantized`` (elementwise.cc): ``|x - zp_in|``, requantized only where the
+    scales differ, plus ``zp_out``, clamped to the type."""
+    lo, hi = q.QRANGE[dtype]
+    d = np.abs(np.asarray(list(input_values(dtype)), dtype=np.int64) - in_zp)
+    if abs_needs_rescale(in_scale, out_scale):
+        m, shift = abs_multiplier(in_scale, out_scale)
+        d = q.multiply_by_quantized_multiplier(d, m, shift)
+    return np.clip(d + out_zp, lo, hi).astype(np.int32)
+
+
 def leaky_relu_multipliers(in_scale: float, out_scale: float, alpha: float) -> tuple[tuple[int, int], ...]:
     """LeakyReluPrepare: ((identity M, shift), (alpha M, shift)), the reals computed in float as TFLite's
     ``input->params.scale * params->alpha / output->params.scale`` is."""

@@ -385,11 +385,65 @@ def test_neg(dev: Device) -> None:
     assert_exact(dev, g.neg_model((1, 9, 7, 8), 3), 3, "ai_edge_litert")
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("same_quant", [False, True], ids=["rescaled", "same-quant"])
+@pytest.mark.parametrize("shape", [(1, 9, 7, 8), (3, 256), (1, 1)], ids=str)
+def test_abs(dev: Device, runtime: str, same_quant: bool, shape: tuple) -> None:
+    """int8 ABS: one LUT with AbsEvalQuantized's table (requantized where the scales differ)."""
+    for seed in (1, 2):
+        assert_exact(dev, g.abs_model(shape, seed, same_quant), seed, runtime)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_abs_table_on_every_input(runtime: str) -> None:
+    every = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    for seed in range(12):
+        model = g.abs_model((1, 256), seed, same_quant=seed % 3 == 0)
+        graph = graph_from_tflite(model)
+        x, y = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+        assert x.quant and y.quant
+        table = tables.abs_table(x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point, "int8")
+        ref = g.run_reference(model, [every], runtime)[0].reshape(256)
+        np.testing.assert_array_equal(table, ref, err_msg=f"seed {seed}")
+        assert np.unique(ref).size > 32
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize(
+    "scales", [(0.04465152695775032, 0.037415508180856705), (0.029111649841070175, 0.019022181630134583)]
+)
+def test_abs_multiplier_is_the_float_quotient(dev: Device, runtime: str, scales: tuple) -> None:
+    """Scale pairs whose float quotient s_in / s_out gives a multiplier that requantizes one |x - zp|
+    (106 and 148 here) one unit away from the double quotient's: every input byte through the NPU."""
+    s_in, s_out = scales
+    float_quotient = float(np.float32(s_in) / np.float32(s_out))
+    assert q.quantize_multiplier(float_quotient) != q.quantize_multiplier(s_in / s_out)
+    m = g.ModelBuilder()
+    x = m.add_tensor("input", (1, 256), "int8", g.Quant.tensor(s_in, 0))
+    y = m.add_tensor("output", (1, 256), "int8", g.Quant.tensor(s_out, -128))
+    m.add_op("ABS", [x], [y])
+    every = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    assert_exact(dev, m.build([x], [y]), runtime=runtime, inputs=[every])
+
+
+def test_abs_of_uint8_stays_on_cpu() -> None:
+    """Neither runtime has a uint8 ABS kernel ("Type UINT8 is unsupported by op Abs")."""
+    m = g.ModelBuilder()
+    x = m.add_tensor("input", (1, 8), "uint8", g.Quant.tensor(0.1, 128))
+    y = m.add_tensor("output", (1, 8), "uint8", g.Quant.tensor(0.1, 0))
+    m.add_op("ABS", [x], [y])
+    graph = graph_from_tflite(m.build([x], [y]))
+    support = check_support(graph, graph.nodes[0])
+    assert not support.ok and "int8 only" in support.reason
+
+
 # (float ops between DEQUANTIZE and QUANTIZE, input dtype, output dtype)
 FLOAT_CHAIN_CASES = [
     (("NEG",), "int8", "int8"),
     ((), "int8", "int8"),
     (("NEG", "RELU"), "int8", "int8"),
+    (("ABS",), "int8", "int8"),
+    (("NEG", "ABS"), "uint8", "int8"),
     (("RELU6",), "uint8", "int8"),
     (("RELU_N1_TO_1", "NEG"), "int8", "uint8"),
 ]
