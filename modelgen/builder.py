@@ -73,6 +73,7 @@ OPTIONS_TABLES = {
     "BATCH_TO_SPACE_ND": "BatchToSpaceNDOptions",
     "PADV2": "PadV2Options",
     "LEAKY_RELU": "LeakyReluOptions",
+    "GELU": "GeluOptions",
     "TRANSPOSE_CONV": "TransposeConvOptions",
     "SHAPE": "ShapeOptions",
     "PACK": "PackOptions",

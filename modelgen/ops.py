@@ -766,6 +766,21 @@ def abs_model(shape: Sequence[int], seed: int = 0, same_quant: bool = False) -> 
     return m.build([x], [y])
 
 
+def gelu_model(shape: Sequence[int], seed: int = 0, dtype: str = "int8", approximate: bool = False) -> bytes:
+    """One GELU (exact erf form or the tanh approximation); the output's scale and zero point cover
+    GELU's range, about [-0.17, max(x)]."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    iq = activation_quant(rng, dtype, random_scale(rng, 0.01, 0.06))
+    span = iq.scales[0] * (QMAX[dtype] - iq.zero_points[0])  # the largest input, the largest output
+    out_scale = float(np.float32(span / 230 * rng.uniform(0.9, 1.1)))
+    oq = Quant.tensor(out_scale, QMIN[dtype] + int(round(0.17 / out_scale)) + int(rng.integers(1, 4)))
+    x = m.add_tensor("input", shape, dtype, iq)
+    y = m.add_tensor("output", shape, dtype, oq)
+    m.add_op("GELU", [x], [y], approximate=approximate)
+    return m.build([x], [y])
+
+
 def float_chain_model(
     shape: Sequence[int],
     float_ops: Sequence[str] = ("NEG",),

@@ -1,6 +1,6 @@
 """Activations and requantizations of one 8-bit input as 256-entry lookup tables: one LUT instruction
 with the table of TFLite's reference kernel (RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, HARD_SWISH,
-LEAKY_RELU, QUANTIZE, int8 RSQRT, NEG and ABS), and the float ops of a DEQUANTIZE -> QUANTIZE chain
+LEAKY_RELU, GELU, QUANTIZE, int8 RSQRT, NEG and ABS), and the float ops of a DEQUANTIZE -> QUANTIZE chain
 (:mod:`.float_chain`), whose QUANTIZE is one LUT too.
 """
 
@@ -71,6 +71,8 @@ def lut_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
             raise Unsupported(f"{x.dtype} NEG: TFLite negates int8 only")
         # neg.cc negates the stored value, whatever the quantization, in int8 (-(-128) wraps to -128).
         return (-np.arange(-128, 128) + 128) % 256 - 128
+    if node.op == "GELU":
+        return tables.gelu_table(*args, x.dtype, bool(node.option("approximate")))
     if node.op == "ABS":
         if x.dtype != "int8":
             raise Unsupported(f"{x.dtype} ABS: TFLite quantizes ABS for int8 only")
@@ -122,5 +124,6 @@ PLANNERS: dict[str, Planner] = {
         "RSQRT",
         "NEG",
         "ABS",
+        "GELU",
     )
 }

@@ -428,6 +428,33 @@ def test_abs_multiplier_is_the_float_quotient(dev: Device, runtime: str, scales:
     assert_exact(dev, m.build([x], [y]), runtime=runtime, inputs=[every])
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("approximate", [False, True], ids=["erf", "tanh"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_gelu(dev: Device, runtime: str, approximate: bool, dtype: str) -> None:
+    """GELU (a BERT feed-forward's activation): one LUT with GeluPrepare's table."""
+    for seed, shape in ((1, (1, 16, 64)), (2, (2, 7, 9, 5))):
+        assert_exact(dev, g.gelu_model(shape, seed, dtype, approximate), seed, runtime)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_gelu_table_on_every_input(runtime: str, dtype: str) -> None:
+    lo = -128 if dtype == "int8" else 0
+    every = np.arange(lo, lo + 256).astype(dtype).reshape(1, 256)
+    for seed in range(16):
+        approximate = seed % 2 == 1
+        model = g.gelu_model((1, 256), seed, dtype, approximate)
+        graph = graph_from_tflite(model)
+        x, y = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+        assert x.quant and y.quant
+        args = (x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point)
+        table = tables.gelu_table(*args, dtype, approximate)
+        ref = g.run_reference(model, [every], runtime)[0].reshape(256)
+        np.testing.assert_array_equal(table, ref, err_msg=f"seed {seed}")
+        assert np.unique(ref).size > 64
+
+
 # (float ops between DEQUANTIZE and QUANTIZE, input dtype, output dtype)
 FLOAT_CHAIN_CASES = [
     (("NEG",), "int8", "int8"),
