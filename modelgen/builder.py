@@ -96,6 +96,7 @@ INT8_OP_VERSIONS = {
     "RESHAPE": 1,
     "HARD_SWISH": 1,
     "RELU_N1_TO_1": 1,
+    "RELU_0_TO_1": 1,
     "SQUEEZE": 1,
     "EXPAND_DIMS": 1,
     "DEPTH_TO_SPACE": 1,

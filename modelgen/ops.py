@@ -335,7 +335,8 @@ def pool_model(
 
 
 def activation_model(op: str, shape: Sequence[int], seed: int = 0, dtype: str = "int8") -> bytes:
-    """One RELU, RELU6, LOGISTIC, TANH or HARD_SWISH (LOGISTIC/TANH: TFLite's fixed output quantization)."""
+    """One RELU, RELU6, RELU_0_TO_1, LOGISTIC, TANH, HARD_SWISH or EXP (LOGISTIC/TANH: TFLite's fixed
+    output quantization; EXP: an output range up to exp of the largest input)."""
     rng = np.random.default_rng(seed)
     m = ModelBuilder()
     iq = activation_quant(rng, dtype, random_scale(rng, 0.01, 0.08))
@@ -344,6 +345,9 @@ def activation_model(op: str, shape: Sequence[int], seed: int = 0, dtype: str = 
         oq = Quant.tensor(1 / 256, -128 if dtype == "int8" else 0)
     elif op == "TANH":
         oq = Quant.tensor(1 / 128, 0 if dtype == "int8" else 128)
+    elif op == "EXP":
+        top = math.exp(iq.scales[0] * (QMAX[dtype] - iq.zero_points[0]))
+        oq = Quant.tensor(float(np.float32(top / 255 * rng.uniform(0.5, 1.0))), QMIN[dtype])
     else:
         oq = activation_quant(rng, dtype, random_scale(rng, 0.01, 0.08))
     y = m.add_tensor("output", shape, dtype, oq)

@@ -130,6 +130,11 @@ def abs_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype:
     return np.clip(d + out_zp, lo, hi).astype(np.int32)
 
 
+def exp_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype: str) -> np.ndarray:
+    """int8 EXP: exp.cc's ``LUTPopulate`` with ``std::exp`` (libm's ``expf``)."""
+    return lut_populate(lambda x: _f32(_LIBM.expf(float(x))), in_scale, in_zp, out_scale, out_zp, dtype)
+
+
 _SQRT1_2 = 0.70710678118654752440  # M_SQRT1_2
 _SQRT_2_OVER_PI = _f32(1.12837916709551257390 * _SQRT1_2)  # gelu_internal::kSqrt2dPi, a float
 

@@ -14,7 +14,7 @@ import pytest
 
 import modelgen as g
 from libaccel import Device
-from libaccel.compiler import check_support, float_chain, graph_from_tflite, registry, tables
+from libaccel.compiler import activations, check_support, float_chain, graph_from_tflite, registry, tables
 from libaccel.compiler import quant as q
 from libaccel.compiler.binary_tables import squared_difference_table
 from tests.compiler.helpers import assert_exact
@@ -340,9 +340,9 @@ def test_rsqrt_table_on_every_input(runtime: str) -> None:
         assert np.unique(ref).size > 16
 
 
-@pytest.mark.parametrize("op", ["RSQRT", "ABS"])
+@pytest.mark.parametrize("op", ["RSQRT", "ABS", "EXP"])
 def test_uint8_stays_on_cpu(op: str) -> None:
-    """TFLite quantizes RSQRT and ABS for int8 only (neither runtime has a uint8 kernel)."""
+    """TFLite quantizes RSQRT, ABS and EXP for int8 only (neither runtime has a uint8 kernel)."""
     m = g.ModelBuilder()
     x = m.add_tensor("input", (1, 8), "uint8", g.Quant.tensor(0.1, 0))
     y = m.add_tensor("output", (1, 8), "uint8", g.Quant.tensor(0.1, 0))
@@ -453,6 +453,36 @@ def test_gelu_table_on_every_input(runtime: str, dtype: str) -> None:
         ref = g.run_reference(model, [every], runtime)[0].reshape(256)
         np.testing.assert_array_equal(table, ref, err_msg=f"seed {seed}")
         assert np.unique(ref).size > 64
+
+
+# (op, dtype): one-input ops whose tables were added with GELU, checked in both runtimes.
+LUT_CASES = [("EXP", "int8"), ("RELU_0_TO_1", "int8"), ("RELU_0_TO_1", "uint8")]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("case", LUT_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_lut_op(dev: Device, runtime: str, case: tuple) -> None:
+    op, dtype = case
+    for seed in (1, 2):
+        assert_exact(dev, g.activation_model(op, (1, 9, 7, 8), seed, dtype), seed, runtime)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("case", LUT_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_lut_op_table_on_every_input(runtime: str, case: tuple) -> None:
+    op, dtype = case
+    lo = -128 if dtype == "int8" else 0
+    every = np.arange(lo, lo + 256).astype(dtype).reshape(1, 256)
+    for seed in range(16):
+        model = g.activation_model(op, (1, 256), seed, dtype)
+        graph = graph_from_tflite(model)
+        assert check_support(graph, graph.nodes[0]).ok
+        x, y = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+        ref = g.run_reference(model, [every], runtime)[0].reshape(256)
+        np.testing.assert_array_equal(
+            activations.lut_table(graph.nodes[0], x, y), ref, err_msg=f"seed {seed}"
+        )
+        assert np.unique(ref).size > 8
 
 
 # (float ops between DEQUANTIZE and QUANTIZE, input dtype, output dtype)
