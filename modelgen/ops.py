@@ -335,8 +335,8 @@ def pool_model(
 
 
 def activation_model(op: str, shape: Sequence[int], seed: int = 0, dtype: str = "int8") -> bytes:
-    """One RELU, RELU6, RELU_0_TO_1, LOGISTIC, TANH, HARD_SWISH or EXP (LOGISTIC/TANH: TFLite's fixed
-    output quantization; EXP: an output range up to exp of the largest input)."""
+    """One RELU, RELU6, RELU_0_TO_1, LOGISTIC, TANH, HARD_SWISH, EXP or LOG (LOGISTIC/TANH: TFLite's
+    fixed output quantization; EXP and LOG: an output range over the function's values)."""
     rng = np.random.default_rng(seed)
     m = ModelBuilder()
     iq = activation_quant(rng, dtype, random_scale(rng, 0.01, 0.08))
@@ -348,6 +348,10 @@ def activation_model(op: str, shape: Sequence[int], seed: int = 0, dtype: str = 
     elif op == "EXP":
         top = math.exp(iq.scales[0] * (QMAX[dtype] - iq.zero_points[0]))
         oq = Quant.tensor(float(np.float32(top / 255 * rng.uniform(0.5, 1.0))), QMIN[dtype])
+    elif op == "LOG":  # log over the positive inputs [s, s * (qmax - zp)]
+        low, high = math.log(iq.scales[0]), math.log(iq.scales[0] * (QMAX[dtype] - iq.zero_points[0]))
+        scale = float(np.float32((high - low) / 250 * rng.uniform(1.0, 1.2)))
+        oq = Quant.tensor(scale, QMIN[dtype] + 2 - int(round(low / scale)))
     else:
         oq = activation_quant(rng, dtype, random_scale(rng, 0.01, 0.08))
     y = m.add_tensor("output", shape, dtype, oq)

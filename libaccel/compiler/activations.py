@@ -1,6 +1,6 @@
 """Activations and requantizations of one 8-bit input as 256-entry lookup tables: one LUT instruction
 with the table of TFLite's reference kernel (RELU, RELU6, RELU_N1_TO_1, RELU_0_TO_1, LOGISTIC, TANH,
-HARD_SWISH, LEAKY_RELU, GELU, QUANTIZE, int8 EXP, RSQRT, NEG and ABS), and the float ops of a
+HARD_SWISH, LEAKY_RELU, GELU, QUANTIZE, int8 EXP, LOG, RSQRT, NEG and ABS), and the float ops of a
 DEQUANTIZE -> QUANTIZE chain (:mod:`.float_chain`), whose QUANTIZE is one LUT too.
 """
 
@@ -81,6 +81,10 @@ def lut_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
         if x.dtype != "int8":
             raise Unsupported(f"{x.dtype} EXP: TFLite quantizes EXP for int8 only")
         return tables.exp_table(*args, x.dtype)
+    if node.op == "LOG":
+        if x.dtype != "int8":
+            raise Unsupported(f"{x.dtype} LOG: TFLite quantizes LOG for int8 only")
+        return tables.log_table(*args, x.dtype)
     if node.op == "GELU":
         return tables.gelu_table(*args, x.dtype, bool(node.option("approximate")))
     if node.op == "ABS":
@@ -137,5 +141,6 @@ PLANNERS: dict[str, Planner] = {
         "ABS",
         "GELU",
         "EXP",
+        "LOG",
     )
 }

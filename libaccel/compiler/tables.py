@@ -39,7 +39,7 @@ I16_MIN, I16_MAX = -(2**15), 2**15 - 1
 
 def _libm() -> ctypes.CDLL:
     lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-    for name in ("expf", "tanhf", "erfcf"):
+    for name in ("expf", "tanhf", "erfcf", "logf"):
         fn = getattr(lib, name)
         fn.restype = ctypes.c_float
         fn.argtypes = [ctypes.c_float]
@@ -133,6 +133,18 @@ def abs_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype:
 def exp_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype: str) -> np.ndarray:
     """int8 EXP: exp.cc's ``LUTPopulate`` with ``std::exp`` (libm's ``expf``)."""
     return lut_populate(lambda x: _f32(_LIBM.expf(float(x))), in_scale, in_zp, out_scale, out_zp, dtype)
+
+
+def log_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype: str) -> np.ndarray:
+    """int8 LOG (LiteRT's elementwise.cc ``LogLUTPrepare``; TFLite 2.14 has no int8 LOG): the
+    ``LUTPopulate`` table of libm's ``logf``, inputs at or below 0 mapped to the output's lowest
+    value ``(qmin - zp_out) * s_out`` (in float)."""
+    output_min = _f32(q.QRANGE[dtype][0] - out_zp) * _f32(out_scale)
+
+    def log(x: np.float32) -> np.float32:
+        return output_min if x <= 0 else _f32(_LIBM.logf(float(x)))
+
+    return lut_populate(log, in_scale, in_zp, out_scale, out_zp, dtype)
 
 
 _SQRT1_2 = 0.70710678118654752440  # M_SQRT1_2

@@ -340,9 +340,9 @@ def test_rsqrt_table_on_every_input(runtime: str) -> None:
         assert np.unique(ref).size > 16
 
 
-@pytest.mark.parametrize("op", ["RSQRT", "ABS", "EXP"])
+@pytest.mark.parametrize("op", ["RSQRT", "ABS", "EXP", "LOG"])
 def test_uint8_stays_on_cpu(op: str) -> None:
-    """TFLite quantizes RSQRT, ABS and EXP for int8 only (neither runtime has a uint8 kernel)."""
+    """TFLite quantizes RSQRT, ABS, EXP and LOG for int8 only (neither runtime has a uint8 kernel)."""
     m = g.ModelBuilder()
     x = m.add_tensor("input", (1, 8), "uint8", g.Quant.tensor(0.1, 0))
     y = m.add_tensor("output", (1, 8), "uint8", g.Quant.tensor(0.1, 0))
@@ -455,14 +455,27 @@ def test_gelu_table_on_every_input(runtime: str, dtype: str) -> None:
         assert np.unique(ref).size > 64
 
 
-# (op, dtype): one-input ops whose tables were added with GELU, checked in both runtimes.
-LUT_CASES = [("EXP", "int8"), ("RELU_0_TO_1", "int8"), ("RELU_0_TO_1", "uint8")]
+# (op, dtype): one-input ops as one LUT each, checked in every runtime that has the kernel.
+LUT_CASES = [("EXP", "int8"), ("RELU_0_TO_1", "int8"), ("RELU_0_TO_1", "uint8"), ("LOG", "int8")]
+# Ops a runtime has no quantized kernel for (it refuses such a model before any delegate sees it).
+NO_KERNEL = {("LOG", "tflite_runtime")}
+
+
+def _skip_without_kernel(op: str, runtime: str) -> None:
+    if (op, runtime) in NO_KERNEL:
+        pytest.skip(f"{runtime} has no int8 {op} kernel")
+
+
+def test_tflite_runtime_has_no_int8_log() -> None:
+    with pytest.raises(ValueError, match="LOG"):
+        g.run_reference(g.activation_model("LOG", (1, 8), 1), [np.zeros((1, 8), np.int8)], "tflite_runtime")
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("case", LUT_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
 def test_lut_op(dev: Device, runtime: str, case: tuple) -> None:
     op, dtype = case
+    _skip_without_kernel(op, runtime)
     for seed in (1, 2):
         assert_exact(dev, g.activation_model(op, (1, 9, 7, 8), seed, dtype), seed, runtime)
 
@@ -471,6 +484,7 @@ def test_lut_op(dev: Device, runtime: str, case: tuple) -> None:
 @pytest.mark.parametrize("case", LUT_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
 def test_lut_op_table_on_every_input(runtime: str, case: tuple) -> None:
     op, dtype = case
+    _skip_without_kernel(op, runtime)
     lo = -128 if dtype == "int8" else 0
     every = np.arange(lo, lo + 256).astype(dtype).reshape(1, 256)
     for seed in range(16):
