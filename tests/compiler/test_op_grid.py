@@ -9,6 +9,8 @@ per-channel int8, uint8, every fused activation.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -246,23 +248,27 @@ def _derivations_disagree(rng: np.random.Generator) -> tuple[tuple[float, float,
         gap = abs(mf - md) if sf == sd else 0
         if gap > best[0]:
             best = (gap, (s_in, s_w, s_out), by_product)
-    _, scales, by_product = best
+    _, scales, ((mf, sf), (md, sd)) = best
     acc = np.unique(rng.integers(0, 255**3, size=4_000_000, dtype=np.int64))
     keep = np.zeros(acc.shape, dtype=bool)
     for rounding in (q.multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_single_round):
-        (mf, sf), (md, sd) = by_product
         vf, vd = rounding(acc, mf, sf), rounding(acc, md, sd)
         keep |= (vf != vd) & (np.abs(vd) < 100)
     return scales, acc[keep][:96]
+
+
+@functools.cache
+def _probes(seed: int) -> list[tuple[tuple[float, float, float], np.ndarray]]:
+    """Two (scales, accumulators) of :func:`_derivations_disagree`, shared by the runtimes' cases."""
+    rng = np.random.default_rng(seed)
+    return [_derivations_disagree(rng) for _ in range(2)]
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("case", MULTIPLIER_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{'pc' if c[2] else 'pt'}")
 def test_multiplier_derivation(dev: Device, runtime: str, case: tuple) -> None:
     op, dtype, per_channel = case
-    rng = np.random.default_rng(sum(map(ord, op + dtype)))
-    for _ in range(2):
-        scales, accumulators = _derivations_disagree(rng)
+    for scales, accumulators in _probes(sum(map(ord, op + dtype))):
         assert accumulators.size >= 8
         model, inputs = g.accumulator_probe_model(op, dtype, scales, accumulators, per_channel)
         assert_exact(dev, model, runtime=runtime, inputs=inputs)
