@@ -8,6 +8,7 @@ import pytest
 
 import modelgen as gen
 from delegate_teflon import run
+from vnpu_common.cli import ExitCode
 
 
 @pytest.mark.parametrize("runtime", run.RUNTIMES)
@@ -23,7 +24,7 @@ def test_run_own_model(runtime: str, tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_bad_option_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "add.tflite"
     path.write_bytes(gen.elementwise_model("ADD", (1, 4, 4, 4), None, "NONE", 1))
-    assert run.main([str(path), "--option", "speed=fast"]) == 2
+    assert run.main([str(path), "--option", "speed=fast"]) == ExitCode.USAGE
     assert "unknown option 'speed'" in capsys.readouterr().err
-    assert run.main([str(tmp_path / "missing.tflite")]) == 2
+    assert run.main([str(tmp_path / "missing.tflite")]) == ExitCode.BAD_FILE
     assert "cannot read" in capsys.readouterr().err
