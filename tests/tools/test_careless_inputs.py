@@ -71,6 +71,12 @@ CASES: dict[str, tuple[list[str], dict[str, str], ExitCode, str]] = {
         ExitCode.DEVICE,
         "a directory, not a device",
     ),
+    "demo-dir": (
+        ["-m", "libaccel.demo", "--device", "/tmp"],
+        {},
+        ExitCode.DEVICE,
+        "a directory, not a device",
+    ),
     # output paths, checked before the work
     "run-output-nodir": (
         [*ACCEL, "run", "add.tflite", "--output", "/no/such/dir/y.npy"],
@@ -164,6 +170,7 @@ CASES: dict[str, tuple[list[str], dict[str, str], ExitCode, str]] = {
         ExitCode.USAGE,
         "unknown option 'speed'",
     ),
+    "camera-frames": (["-m", "libaccel.camera_demo", "--frames", "-1"], {}, ExitCode.USAGE, "-1 is negative"),
     "delegate-bad-flag": (
         [*RUN, "add.tflite", "--frob"],
         {},

@@ -20,6 +20,8 @@ CLIS = {
     "vnpu-asm": ["-m", "firmware_tools.asm_cli"],
     "vnpu-fw": ["-m", "firmware_tools.fw_cli"],
     "python -m delegate_teflon.run": ["-m", "delegate_teflon.run"],
+    "python -m libaccel.demo": ["-m", "libaccel.demo"],
+    "python -m libaccel.camera_demo": ["-m", "libaccel.camera_demo"],
 }
 
 
