@@ -39,9 +39,12 @@ def test_loads_on_the_shim(interp_mod: Any, lib_path: str) -> None:
         ({"device": "shim", "placement_file": "/no/such/dir/p.json"}, "'placement_file'"),
     ],
 )
-def test_bad_options_raise(interp_mod: Any, lib_path: str, options: dict[str, str], message: str) -> None:
+def test_bad_options_raise(
+    interp_mod: Any, lib_path: str, options: dict[str, str], message: str, capfd: pytest.CaptureFixture
+) -> None:
     with pytest.raises(ValueError, match=message):
         interp_mod.load_delegate(lib_path, options)
+    assert "vnpu delegate" not in capfd.readouterr().err  # said once: in the ValueError
 
 
 def test_nothing_supported_runs_on_cpu(
