@@ -178,7 +178,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except RuntimeError as e:  # an invoke failed: the runtime's first line says which node
         raise _Refused(ExitCode.JOB_FAILED, f"{args.model}: {str(e).splitlines()[0]}") from None
     print(f"model: {args.model} ({len(model)} bytes), runtime {args.runtime}, device {args.device}")
-    print(f"load (delegate prepare + compile): {result.compile_ms:.1f} ms; {result.invoke_times()}")
+    print(result.timing())
     if args.no_compare:
         return ExitCode.OK
     if want is None:

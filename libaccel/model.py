@@ -76,10 +76,16 @@ class ModelResult:
     inputs: dict[str, np.ndarray] = field(default_factory=dict)  # what the model ran on
     runs_ms: list[float] = field(default_factory=list)  # timed invokes after the first (run_tflite's runs)
 
-    def invoke_times(self) -> str:
-        """The invoke times both runners print: the first invoke (it pays for what the first use
-        sets up), then the median of the ``runs_ms`` after it."""
-        text = f"first invoke {self.invoke_ms:.2f} ms"
+    def timing(self, read_ms: float = 0.0) -> str:
+        """The timing line both runners print (``accel run``, ``python -m delegate_teflon.run``): the
+        setup, the first invoke (it pays for what first use sets up), the median of ``runs_ms``.
+        A .tflite model's setup is one figure, the delegate's prepare; an ONNX model's is reading
+        (``read_ms``), compiling and loading."""
+        if self.form == "tflite":
+            setup = f"load (delegate prepare + compile): {self.compile_ms:.1f} ms"
+        else:
+            setup = f"read {read_ms:.1f} ms, compile {self.compile_ms:.1f} ms, load {self.load_ms:.1f} ms"
+        text = f"{setup}; first invoke {self.invoke_ms:.2f} ms"
         if self.runs_ms:
             text += f"; median of {len(self.runs_ms)} invokes {statistics.median(self.runs_ms):.2f} ms"
         return text

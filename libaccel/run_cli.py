@@ -173,8 +173,7 @@ def _print_result(args: argparse.Namespace, result: Any, diff: int | None, read_
     else:
         print(f"model: {args.model} ({result.form}), device {args.device}")
         print(result.report())
-        times = (read_ms, result.compile_ms, result.load_ms)
-        print("read {:.1f} ms, compile {:.1f} ms, load {:.1f} ms; ".format(*times) + result.invoke_times())
+        print(result.timing(read_ms))
         for name, v in result.outputs.items():
             print(f"output {name}: {v.dtype} {list(v.shape)}")
         if diff is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,19 @@ def test_bad_option_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "unknown option 'speed'" in capsys.readouterr().err
     assert run.main([str(tmp_path / "missing.tflite")]) == ExitCode.BAD_FILE
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_accel_run_prints_the_same_timing_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``accel run --runs N`` and this runner time a .tflite model alike: the delegate's prepare,
+    the first invoke, the median of the N after it."""
+    from libaccel import cli
+
+    path = tmp_path / "add.tflite"
+    path.write_bytes(gen.elementwise_model("ADD", (1, 4, 4, 4), None, "NONE", 1))
+    line = re.compile(r"load \(delegate prepare \+ compile\): [\d.]+ ms; first invoke [\d.]+ ms; "
+                      r"median of 2 invokes [\d.]+ ms")  # fmt: skip
+    for main in (lambda: run.main([str(path), "--runs", "2", "--log-level", "quiet"]),
+                 lambda: cli.main(["run", str(path), "--runs", "2", "--device", "shim"])):  # fmt: skip
+        assert main() == ExitCode.OK
+        out = capsys.readouterr().out
+        assert any(line.fullmatch(x) for x in out.splitlines()), out
