@@ -174,7 +174,9 @@ def create_delegate(keys: Any, values: Any, count: int, report_error: Any) -> An
     try:
         device = _open_device(options)
     except Exception as e:  # noqa: BLE001 - any failure to open is a bad 'device' value for the user
-        return fail(f"vnpu delegate: cannot open device {options.device or '(default)'!r}: {e}")
+        # No 'device' option: the error names where the default came from ($VNPU_DEVICE, or none found).
+        which = f"device {options.device!r}" if options.device else "the device"
+        return fail(f"vnpu delegate: cannot open {which}: {e}")
     struct = _ffi.new("TfLiteDelegate *")  # zeroed: no buffer handles, no opaque builder
     struct.Prepare = _lib.vnpu_delegate_prepare
     struct.flags = K_TFLITE_DELEGATE_FLAGS_ALLOW_DYNAMIC_TENSORS

@@ -47,6 +47,14 @@ def test_bad_options_raise(
     assert "vnpu delegate" not in capfd.readouterr().err  # said once: in the ValueError
 
 
+def test_a_bad_vnpu_device_is_named_as_the_variable(
+    interp_mod: Any, lib_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VNPU_DEVICE", "bogus")
+    with pytest.raises(ValueError, match=r"cannot open the device: open \$VNPU_DEVICE='bogus' failed"):
+        interp_mod.load_delegate(lib_path, {"log_level": "quiet"})
+
+
 def test_nothing_supported_runs_on_cpu(
     runtime: str, interp_mod: Any, lib_path: str, capfd: pytest.CaptureFixture
 ) -> None:
