@@ -28,7 +28,15 @@ from libaccel.compiler.tflite_check import ModelError, check_tflite
 from libaccel.device import checked_device
 from libaccel.errors import AccelError
 from libaccel.inputs import random_arrays
-from libaccel.model import RUNTIMES, differing_bytes, invoke, make_interpreter, run_tflite, runtime_module
+from libaccel.model import (
+    RUNTIMES,
+    DelegateError,
+    differing_bytes,
+    invoke,
+    make_interpreter,
+    run_tflite,
+    runtime_module,
+)
 from vnpu_common.cli import ExitCode, OneLineArgumentParser, add_version, non_negative_int, os_error_words
 
 __all__ = [
@@ -173,8 +181,8 @@ def _main(argv: Sequence[str] | None) -> int:
     options = _options(args)
     try:
         result = run_tflite(model, None, args.device, args.runtime, options, args.runs, args.seed)
-    except ValueError as e:  # load_delegate refused (the delegate's own line is on stderr already)
-        raise _Refused(ExitCode.DEVICE, str(e).splitlines()[0]) from None
+    except DelegateError as e:  # load_delegate refused what the checks above could not foresee
+        raise _Refused(ExitCode.DEVICE, str(e)) from None
     except RuntimeError as e:  # an invoke failed: the runtime's first line says which node
         raise _Refused(ExitCode.JOB_FAILED, f"{args.model}: {str(e).splitlines()[0]}") from None
     print(f"model: {args.model} ({len(model)} bytes), runtime {args.runtime}, device {args.device}")

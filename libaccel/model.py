@@ -35,6 +35,7 @@ from libaccel.inputs import random_arrays
 
 __all__ = [
     "RUNTIMES",
+    "DelegateError",
     "ModelResult",
     "OnnxModelError",
     "Placement",
@@ -234,6 +235,16 @@ class OnnxProgram:
 MODEL_SUFFIXES = (".onnx", ".tflite")
 
 
+class DelegateError(ValueError):
+    """``load_delegate`` refused: the message is the delegate's own reason, one line."""
+
+
+def _delegate_reason(e: ValueError) -> str:
+    # TFLite's ValueError is "Failed to load delegate from PATH", then what report_error got.
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    return "; ".join(lines[1:]) or (lines[0] if lines else "the delegate did not load")
+
+
 def is_tflite(path: str | Path) -> bool:
     """Whether ``path`` names a .tflite file (else .onnx); the suffix in any case (model.TFLITE)."""
     return Path(path).suffix.lower() == ".tflite"
@@ -344,7 +355,8 @@ def run_tflite(
     order (None: :func:`random_inputs` of ``seed``). ``compile_ms`` is the delegate's load and the
     interpreter's creation (its prepare: placement, compile, upload), ``invoke_ms`` the first
     invoke, ``runs_ms`` ``runs`` more. Raises :class:`libaccel.compiler.ModelError` for a damaged
-    model (before the runtime reads it) and ValueError for an option the delegate refuses.
+    model (before the runtime reads it) and :class:`DelegateError` (a ValueError) for an option or
+    device the delegate refuses.
     """
     import json
     import tempfile
@@ -359,7 +371,10 @@ def run_tflite(
         opts |= dict(options or {})
         report = Path(opts["placement_file"])
         t0 = time.perf_counter()
-        delegate = mod.load_delegate(library_path(), opts)
+        try:
+            delegate = mod.load_delegate(library_path(), opts)
+        except ValueError as e:
+            raise DelegateError(_delegate_reason(e)) from None
         interp = make_interpreter(mod, model, [delegate])
         compile_ms = 1000 * (time.perf_counter() - t0)
         nodes = json.loads(report.read_text())["nodes"] if report.exists() else []

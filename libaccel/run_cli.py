@@ -113,6 +113,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         code, message = error_code(e)
     except (ModelError, lm.OnnxModelError) as e:  # one line names the node (ONNX) or the damage
         code, message = ExitCode.BAD_FILE, f"{args.model}: {e}"
+    except lm.DelegateError as e:  # what the device check before the run could not foresee
+        code, message = ExitCode.DEVICE, str(e)
+    except ValueError as e:  # any other refusal of the model by a runtime: its first line
+        code, message = ExitCode.BAD_FILE, f"{args.model}: {str(e).splitlines()[0]}"
     except RuntimeError as e:  # the runtime failed an invoke: its first line says why
         code, message = ExitCode.JOB_FAILED, f"{args.model}: {str(e).splitlines()[0]}"
     print(f"accel run: {message}", file=sys.stderr)

@@ -45,3 +45,12 @@ def test_accel_run_prints_the_same_timing_line(tmp_path: Path, capsys: pytest.Ca
         assert main() == ExitCode.OK
         out = capsys.readouterr().out
         assert any(line.fullmatch(x) for x in out.splitlines()), out
+
+
+def test_a_refused_delegate_is_its_own_reason_in_one_line() -> None:
+    from libaccel.model import DelegateError, run_tflite
+
+    model = gen.elementwise_model("ADD", (1, 4, 4, 4), None, "NONE", 1)
+    with pytest.raises(DelegateError) as e:
+        run_tflite(model, options={"colour": "red"})
+    assert str(e.value).startswith("vnpu delegate: unknown option 'colour'") and "\n" not in str(e.value)
