@@ -22,6 +22,7 @@ CLIS = {
     "python -m delegate_teflon.run": ["-m", "delegate_teflon.run"],
     "python -m libaccel.demo": ["-m", "libaccel.demo"],
     "python -m libaccel.camera_demo": ["-m", "libaccel.camera_demo"],
+    "vnpu-device-model": ["-m", "device_model.qemu_server"],
 }
 
 
