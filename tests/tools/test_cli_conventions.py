@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -10,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from vnpu_common.cli import EXIT_MEANINGS, ExitCode, exit_code_table, output_path_problem, package_version
+from vnpu_common.cli import (
+    EXIT_MEANINGS,
+    ExitCode,
+    exit_code_table,
+    non_negative_int,
+    os_error_words,
+    output_path_problem,
+    package_version,
+    positive_float,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,3 +58,20 @@ def test_output_path_problems(tmp_path: Path) -> None:
     assert output_path_problem(tmp_path / "y.npy") is None
     assert "is a directory" in str(output_path_problem(tmp_path))
     assert f"no such directory {tmp_path / 'no'}" in str(output_path_problem(tmp_path / "no" / "y.npy"))
+
+
+def test_counts_and_durations_are_checked_at_parsing() -> None:
+    assert non_negative_int("0") == 0 and positive_float("0.5") == 0.5
+    for parse, text in ((non_negative_int, "-3"), (non_negative_int, "x"), (positive_float, "0"),
+                        (positive_float, "-1"), (positive_float, "nan")):  # fmt: skip
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(text)
+
+
+def test_os_errors_in_words(tmp_path: Path) -> None:
+    with pytest.raises(OSError) as e:
+        (tmp_path / "missing").read_bytes()
+    assert os_error_words(e.value) == "no such file or directory"
+    with pytest.raises(OSError) as e:
+        tmp_path.read_bytes()
+    assert os_error_words(e.value) == "is a directory, not a file"
