@@ -82,7 +82,9 @@ def package_version() -> str:
     """The stack's version: pyproject.toml's in a checkout (the code that runs), else the installed
     distribution's (a wheel carries no pyproject.toml)."""
     try:
-        return tomllib.loads(_PYPROJECT.read_text())["project"]["version"]
+        project = tomllib.loads(_PYPROJECT.read_text())["project"]
+        if project["name"] == "vnpu":  # not another package's file beside ours in site-packages
+            return project["version"]
     except (OSError, KeyError, tomllib.TOMLDecodeError):
         pass
     try:
