@@ -18,6 +18,7 @@ from firmware_tools.image import default_image, dev_private_key
 from uapi import hw_layout as hw
 from uapi import isa
 from uapi.firmware_format import FirmwareImage, Limits, all_opcodes, build_image, parse_image
+from vnpu_common.cli import ExitCode
 
 from .helpers import Machine, program, tensor
 
@@ -219,7 +220,7 @@ def test_device_model_cli_refuses_a_bad_key(tmp_path, capsys: pytest.CaptureFixt
     bad = tmp_path / "bad.pem"
     bad.write_text("not a key\n")
     argv = ["--socket", str(tmp_path / "s"), "--ram", str(tmp_path / "ram"), "--fw-pubkey", str(bad)]
-    assert main(argv) == 2
+    assert main(argv) == ExitCode.BAD_FILE
     err = capsys.readouterr().err
     assert err.startswith("vnpu-device-model: --fw-pubkey:") and err.count("\n") == 1
     assert not (tmp_path / "ram").exists()
