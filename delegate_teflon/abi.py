@@ -234,6 +234,10 @@ typedef struct TfLiteLeakyReluParams {
     float alpha;
 } TfLiteLeakyReluParams;
 
+typedef struct TfLiteGeluParams {
+    _Bool approximate;
+} TfLiteGeluParams;
+
 typedef struct TfLitePackParams {
     int values_count;
     int axis;

@@ -75,6 +75,7 @@ _CORE_OPS = {
     114: "QUANTIZE",
     117: "HARD_SWISH",
     126: "BATCH_MATMUL",
+    150: "GELU",
 }
 
 
@@ -191,6 +192,8 @@ def _options(ffi: Any, op: str, builtin_data: Any) -> dict[str, Any]:
         return {"new_shape": tuple(p.shape[i] for i in range(n))}
     if op == "LEAKY_RELU":
         return {"alpha": ffi.cast("TfLiteLeakyReluParams *", builtin_data).alpha}
+    if op == "GELU":
+        return {"approximate": bool(ffi.cast("TfLiteGeluParams *", builtin_data).approximate)}
     if op in ("DEPTH_TO_SPACE", "SPACE_TO_DEPTH"):
         return {"block_size": ffi.cast("TfLiteDepthToSpaceParams *", builtin_data).block_size}
     if op in ("MEAN", "SUM", "REDUCE_PROD"):

@@ -157,9 +157,10 @@ def _open_device(options: DelegateOptions) -> Any:
 # --- exported entry points ---------------------------------------------------------------
 def create_delegate(keys: Any, values: Any, count: int, report_error: Any) -> Any:
     def fail(message: str) -> Any:
-        # Both: the host's report_error (load_delegate's ValueError in Python) and stderr, which a C
-        # host that passes no report_error still shows.
-        print(message, file=sys.stderr, flush=True)
+        # Once: the host's report_error (load_delegate's ValueError in Python) shows it where the host
+        # gives one; stderr only for a host that passes none (Mesa's harness passes NULL).
+        if report_error == _ffi.NULL:
+            print(message, file=sys.stderr, flush=True)
         _lib.vnpu_call_report_error(report_error, message.encode())
         return _ffi.NULL
 
@@ -173,7 +174,9 @@ def create_delegate(keys: Any, values: Any, count: int, report_error: Any) -> An
     try:
         device = _open_device(options)
     except Exception as e:  # noqa: BLE001 - any failure to open is a bad 'device' value for the user
-        return fail(f"vnpu delegate: cannot open device {options.device or '(default)'!r}: {e}")
+        # No 'device' option: the error names where the default came from ($VNPU_DEVICE, or none found).
+        which = f"device {options.device!r}" if options.device else "the device"
+        return fail(f"vnpu delegate: cannot open {which}: {e}")
     struct = _ffi.new("TfLiteDelegate *")  # zeroed: no buffer handles, no opaque builder
     struct.Prepare = _lib.vnpu_delegate_prepare
     struct.flags = K_TFLITE_DELEGATE_FLAGS_ALLOW_DYNAMIC_TENSORS

@@ -4,8 +4,10 @@
 
 Prints the placement report (which nodes run on the NPU, which stay on the CPU and why), the
 latency of the delegated interpreter, and whether every output equals the same model on
-``OpResolverType.BUILTIN_REF`` alone (the project's spec: 0 differing bytes). Exit status 0 when
-equal, 1 when not, 2 for a bad model or option.
+``OpResolverType.BUILTIN_REF`` alone (the project's spec: 0 differing bytes). Exit status
+(:class:`vnpu_common.cli.ExitCode`, docs/tools.md): 0 when equal, 1 when not, 2 for a bad option, 4
+for a model or reference file that cannot be used, 5 for a device that cannot be opened. The model,
+the reference, the options and the device are checked before the run.
 
 The running is :func:`libaccel.model.run_tflite`'s, the runner ``accel run MODEL.tflite`` uses
 too; this module is its command line with the delegate's options, and keeps the names the
@@ -15,7 +17,6 @@ benches and tests import from it (:func:`make_interpreter`, :func:`invoke`, :fun
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,8 +25,19 @@ from typing import Any
 import numpy as np
 
 from libaccel.compiler.tflite_check import ModelError, check_tflite
+from libaccel.device import checked_device
+from libaccel.errors import AccelError
 from libaccel.inputs import random_arrays
-from libaccel.model import RUNTIMES, differing_bytes, invoke, make_interpreter, run_tflite, runtime_module
+from libaccel.model import (
+    RUNTIMES,
+    DelegateError,
+    differing_bytes,
+    invoke,
+    make_interpreter,
+    run_tflite,
+    runtime_module,
+)
+from vnpu_common.cli import ExitCode, OneLineArgumentParser, add_version, non_negative_int, os_error_words
 
 __all__ = [
     "RUNTIMES",
@@ -54,13 +66,24 @@ def reference_outputs(model: bytes, seed: int, path: Path, runtime: str = "tflit
     np.savez(path, **{f"output{i}": out for i, out in enumerate(outputs)})
 
 
+class UsageError(Exception):
+    """A command line argparse refused (ExitCode.USAGE); the message is one line."""
+
+
+class _Parser(OneLineArgumentParser):
+    usage_error = UsageError
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m delegate_teflon.run",
         description="Run a .tflite model on the vnpu NPU via libteflon.so and compare with BUILTIN_REF.",
     )
+    add_version(parser)
     parser.add_argument("model", type=Path, help="the .tflite file")
-    parser.add_argument("--device", default="shim", help="NPU device: shim, kernel or /dev/accel/accelN")
+    parser.add_argument(
+        "--device", help="NPU device: shim, kernel or /dev/accel/accelN (default: $VNPU_DEVICE, else shim)"
+    )
     parser.add_argument("--runtime", choices=RUNTIMES, default="tflite_runtime")
     parser.add_argument("--log-level", choices=("quiet", "info", "verbose"), default="verbose")
     parser.add_argument(
@@ -70,7 +93,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="another delegate option (allow_ops=..., deny_ops=..., cache_dir=...)",
     )
-    parser.add_argument("--runs", type=int, default=5, help="timed invokes after the first (default 5)")
+    parser.add_argument(
+        "--runs", type=non_negative_int, default=5, help="timed invokes after the first (default 5)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--no-compare", action="store_true", help="skip the BUILTIN_REF comparison")
     parser.add_argument(
@@ -82,53 +107,97 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        model = args.model.read_bytes()
-    except OSError as e:
-        print(f"error: cannot read {args.model}: {e}", file=sys.stderr)
-        return 2
+class _Refused(Exception):
+    """A file, option or device refused before the run: (exit code, one-line message)."""
+
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _options(args: argparse.Namespace) -> dict[str, str]:
+    """The delegate's options, validated here as the delegate would: a bad one is this tool's one
+    line, not the delegate's line, TFLite's "Failed to load delegate" and the line again."""
+    from delegate_teflon.context_reader import KNOWN_OPS
+    from delegate_teflon.options import OptionError, parse_options
+
     options = {"device": args.device, "log_level": args.log_level}
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep:
-            print(f"error: --option {item!r} is not KEY=VALUE", file=sys.stderr)
-            return 2
+            raise _Refused(ExitCode.USAGE, f"--option {item!r} is not KEY=VALUE")
         options[key] = value
     try:
-        result = run_tflite(model, None, args.device, args.runtime, options, args.runs, args.seed)
-    except ModelError as e:  # a damaged file stops before the runtime reads it
-        print(f"error: {args.model}: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:  # an option the delegate refuses
+        parse_options(list(options.items()), KNOWN_OPS)
+    except OptionError as e:
+        raise _Refused(ExitCode.USAGE, str(e)) from None
+    return options
+
+
+def _reference(path: Path) -> list[np.ndarray]:
+    """The outputs saved by :func:`reference_outputs`, read before the run."""
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            return [saved[f"output{i}"] for i in range(len(saved.files))]
+    except OSError as e:
+        message = f"cannot read reference outputs {path}: {os_error_words(e)}"
+    except (ValueError, KeyError, AttributeError):  # not an .npz, or not reference_outputs()'s
+        message = f"{path}: not a reference .npz (write one with delegate_teflon.run.reference_outputs)"
+    raise _Refused(ExitCode.BAD_FILE, message)
+
+
+def _device(which: str | None) -> str:
+    try:
+        return checked_device(which)
+    except AccelError as e:
+        raise _Refused(ExitCode.DEVICE, str(e)) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    times = result.runs_ms
+        return ExitCode.USAGE
+    except _Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        model = args.model.read_bytes()
+    except OSError as e:
+        raise _Refused(ExitCode.BAD_FILE, f"cannot read {args.model}: {os_error_words(e)}") from None
+    try:
+        check_tflite(model)  # a damaged file stops before the runtime reads it
+    except ModelError as e:
+        raise _Refused(ExitCode.BAD_FILE, f"{args.model}: {e}") from None
+    want = _reference(args.reference) if args.reference is not None and not args.no_compare else None
+    args.device = _device(args.device)
+    options = _options(args)
+    try:
+        result = run_tflite(model, None, args.device, args.runtime, options, args.runs, args.seed)
+    except DelegateError as e:  # load_delegate refused what the checks above could not foresee
+        raise _Refused(ExitCode.DEVICE, str(e)) from None
+    except RuntimeError as e:  # an invoke failed: the runtime's first line says which node
+        raise _Refused(ExitCode.JOB_FAILED, f"{args.model}: {str(e).splitlines()[0]}") from None
     print(f"model: {args.model} ({len(model)} bytes), runtime {args.runtime}, device {args.device}")
-    print(
-        f"load (delegate prepare + compile): {result.compile_ms:.1f} ms; "
-        f"first invoke {result.invoke_ms:.2f} ms"
-        + (f"; median of {len(times)} invokes {statistics.median(times):.2f} ms" if times else "")
-    )
+    print(result.timing())
     if args.no_compare:
-        return 0
-    if args.reference is not None:
-        try:
-            with np.load(args.reference) as saved:
-                want = [saved[f"output{i}"] for i in range(len(saved.files))]
-        except (OSError, ValueError, KeyError) as e:
-            print(f"error: cannot read reference outputs {args.reference}: {e}", file=sys.stderr)
-            return 2
-    else:
+        return ExitCode.OK
+    if want is None:
         want = invoke(make_interpreter(runtime_module(args.runtime), model), result.inputs)
     diff = differing_bytes(list(result.outputs.values()), want)
     if diff == 0:
         print("outputs equal TFLite's reference kernels (BUILTIN_REF): yes, 0 differing bytes")
-        return 0
+        return ExitCode.OK
     what = "shapes or types differ" if diff < 0 else f"{diff} differing bytes"
     print(f"outputs equal TFLite's reference kernels (BUILTIN_REF): NO, {what}")
-    return 1
+    return ExitCode.DIFFERENT
 
 
 if __name__ == "__main__":

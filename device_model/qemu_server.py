@@ -34,7 +34,6 @@ starts, so both processes map the same inode whatever the start-up order.
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import mmap
 import os
@@ -50,6 +49,7 @@ from pathlib import Path
 
 from device_model import sq_poll
 from uapi import hw_layout
+from vnpu_common.cli import CommandLineError, ExitCode, OneLineArgumentParser, add_version, os_error_words
 
 log = logging.getLogger("vnpu.qemu_server")
 
@@ -329,10 +329,11 @@ def _default_cores() -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineArgumentParser(
         prog="vnpu-device-model",
         description="Run the vnpu NPU device model as the ivshmem server of one QEMU ivshmem-doorbell.",
     )
+    add_version(p)
     p.add_argument("--socket", required=True, type=Path, help="unix socket path for QEMU's -chardev socket")
     p.add_argument(
         "--ram",
@@ -387,7 +388,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except CommandLineError as e:
+        print(f"vnpu-device-model: {e}", file=sys.stderr)
+        return ExitCode.USAGE
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -397,15 +402,15 @@ def main(argv: list[str] | None = None) -> int:
         ram_size = parse_size(args.ram_size)
     except ValueError as e:
         print(f"vnpu-device-model: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     if args.cores is not None and not 1 <= args.cores <= hw_layout.MAX_CORES:
         print(f"vnpu-device-model: --cores {args.cores} is not 1..{hw_layout.MAX_CORES}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     try:
         sq_poll.check_limit(args.sq_poll_us)
     except ValueError as e:
         print(f"vnpu-device-model: --sq-poll-us: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     fw_pubkey = None
     if args.fw_pubkey is not None:
         from uapi.firmware_format import FirmwareError, load_public_key
@@ -414,16 +419,17 @@ def main(argv: list[str] | None = None) -> int:
             fw_pubkey = load_public_key(args.fw_pubkey)
         except FirmwareError as e:
             print(f"vnpu-device-model: --fw-pubkey: {e}", file=sys.stderr)
-            return 2
+            return ExitCode.BAD_FILE
     try:
         server = DeviceServer(args.socket, args.ram, ram_size, fw_pubkey=fw_pubkey, num_cores=args.cores)
         server.fault_control = args.fault_control
         server.sq_poll_us = args.sq_poll_us
         server.sq_poll_control = args.sq_poll_control
         server.core_processes = args.core_processes
-    except OSError as e:
-        print(f"vnpu-device-model: cannot set up: {e}", file=sys.stderr)
-        return 1 if e.errno != errno.EADDRINUSE else 3
+    except OSError as e:  # the socket or the RAM file
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"vnpu-device-model: cannot set up: {where}{os_error_words(e)}", file=sys.stderr)
+        return ExitCode.BAD_FILE
 
     def on_signal(signum: int, _frame: object) -> None:
         server.request_stop()
@@ -440,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         return server.serve(on_ready=ready)
     except CoreWorkerError as e:
         print(f"vnpu-device-model: {e}", file=sys.stderr)
-        return 1
+        return ExitCode.DEVICE
     finally:
         server.close()
         if not args.keep_ram:

@@ -6,9 +6,10 @@
         broken stream, the valid prefix, then the error
 
 ``-D`` defines a symbol (``va=NAME+0x40`` in the source); ``--region`` names an address
-range, so the disassembly prints ``va=NAME+0x40`` back. Bad input gives a one-line error
-on stderr (``FILE:LINE:COLUMN: message`` for source errors) and exit status 1; a bad
-option exits with 2, as argparse does.
+range, so the disassembly prints ``va=NAME+0x40`` back. Errors are one line on stderr; the
+exit codes are :class:`vnpu_common.cli.ExitCode`'s (docs/tools.md): 2 a bad option, 4 an input
+that cannot be read or assembled (``FILE:LINE:COLUMN: message`` for source errors), a broken
+stream, or an output path that cannot be written (checked before assembling).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 
 from uapi.isa import IsaError
-from vnpu_common.cli import OneLineArgumentParser
+from vnpu_common.cli import ExitCode, OneLineArgumentParser, add_version, os_error_words, output_path_problem
 
 from .asm import AsmError, assemble, disassemble_prefix
 
@@ -57,15 +58,35 @@ class UsageError(ValueError):
     """A bad option value (reported without a file name)."""
 
 
+class BadFile(Exception):
+    """A file that cannot be read or written; the message names it."""
+
+
+def _read(path: str, binary: bool) -> str | bytes:
+    try:
+        if path == "-":
+            return sys.stdin.buffer.read() if binary else sys.stdin.read()
+        return Path(path).read_bytes() if binary else Path(path).read_text()
+    except OSError as e:
+        raise BadFile(f"cannot read {path}: {os_error_words(e)}") from None
+    except UnicodeDecodeError:
+        raise BadFile(f"{path}: not a text file (assemble source text; disassemble a .bin)") from None
+
+
 class _Parser(OneLineArgumentParser):
     usage_error = UsageError
 
 
 def cmd_asm(args: argparse.Namespace) -> int:
     symbols = _symbols(args.define)
-    text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text()
+    if problem := output_path_problem(args.output):
+        raise BadFile(f"-o: {problem}")
+    text = _read(args.input, binary=False)
     data = assemble(text, require_end=not args.fragment, symbols=symbols)
-    Path(args.output).write_bytes(data)
+    try:
+        Path(args.output).write_bytes(data)
+    except OSError as e:
+        raise BadFile(f"cannot write {args.output}: {os_error_words(e)}") from None
     print(f"wrote {args.output} ({len(data)} bytes)")
     return 0
 
@@ -74,7 +95,7 @@ def cmd_disasm(args: argparse.Namespace) -> int:
     # Print every instruction that decodes, then the first problem: a broken stream is
     # exactly when a driver developer needs to see it.
     regions = _regions(args.region)
-    text, error = disassemble_prefix(Path(args.input).read_bytes(), regions, annotate=not args.no_annotate)
+    text, error = disassemble_prefix(_read(args.input, binary=True), regions, annotate=not args.no_annotate)
     sys.stdout.write(text)
     if error is not None:
         raise error
@@ -83,6 +104,7 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="vnpu-asm", description="Assemble and disassemble vnpu command streams.")
+    add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
     a = sub.add_parser("asm", help="assemble source text into a command stream")
     a.add_argument("input", help="source file, or - for stdin")
@@ -112,15 +134,17 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UsageError as e:
         print(f"vnpu-asm: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
+    except BadFile as e:
+        print(f"vnpu-asm: {e}", file=sys.stderr)
     except AsmError as e:
         where = f"{args.input}:{e.line}:{e.column or 1}" if e.line is not None else args.input
         print(f"vnpu-asm: {where}: {e.message}", file=sys.stderr)
     except IsaError as e:
         print(f"vnpu-asm: {args.input}: {e}", file=sys.stderr)
-    except (OSError, UnicodeDecodeError) as e:
-        print(f"vnpu-asm: {args.input}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
-    return 1
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+    return ExitCode.BAD_FILE
 
 
 if __name__ == "__main__":

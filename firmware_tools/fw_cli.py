@@ -11,9 +11,9 @@
 IMAGE defaults to the image the package carries (the committed firmware/vnpu/vnpu_fw.bin);
 ``install`` puts it where the kernel's request_firmware() finds it (DIR: /lib/firmware).
 
-Exit codes: 0 success; 1 the image is rejected (the reason is the boot ROM's); 2 a bad
-command line, or a file (image, manifest, key) that cannot be read or used. Errors are
-one line on stderr.
+Exit codes are :class:`vnpu_common.cli.ExitCode`'s (docs/tools.md): 0 success; 1 the image is
+rejected (the reason is the boot ROM's) or stale; 2 a bad command line; 4 a file (image, manifest,
+key, output) that cannot be read, written or used. Errors are one line on stderr.
 """
 
 from __future__ import annotations
@@ -42,18 +42,18 @@ from uapi.firmware_format import (
     sign_image,
 )
 from uapi.isa import SPEC, IsaError
-from vnpu_common.cli import OneLineArgumentParser
+from vnpu_common.cli import ExitCode, OneLineArgumentParser, add_version, os_error_words
 
 from .image import DEFAULT_IMAGE_PATH, DEFAULT_MANIFEST_PATH, default_image
 from .manifest import load_manifest
 
-EXIT_OK = 0
-EXIT_REJECTED = 1
-EXIT_USAGE = 2
-
 
 class UsageError(Exception):
-    """A bad command line or an unusable input file: exit 2."""
+    """A bad command line (ExitCode.USAGE)."""
+
+
+class BadFile(Exception):
+    """A file that cannot be read, written or used: an image, a manifest, a key (ExitCode.BAD_FILE)."""
 
 
 def _image_from_args(args: argparse.Namespace) -> tuple[FirmwareImage, Path | None]:
@@ -64,7 +64,7 @@ def _image_from_args(args: argparse.Namespace) -> tuple[FirmwareImage, Path | No
         try:
             m = load_manifest(manifest)
         except FirmwareError as e:
-            raise UsageError(str(e)) from None
+            raise BadFile(str(e)) from None
         img, key = m.image, m.key_path
     else:
         img, key = default_image(), None
@@ -95,21 +95,21 @@ def _read(path: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as e:
-        raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+        raise BadFile(f"cannot read {path}: {os_error_words(e)}") from None
 
 
 def _private_key(path: Path | str):  # noqa: ANN202 - cryptography's key type
     try:
         return load_private_key(path)
     except FirmwareError as e:
-        raise UsageError(str(e)) from None
+        raise BadFile(str(e)) from None
 
 
 def _public_key(path: str | None):  # noqa: ANN202
     try:
         return load_public_key(path or DEV_PUBLIC_KEY_PATH)
     except FirmwareError as e:
-        raise UsageError(str(e)) from None
+        raise BadFile(str(e)) from None
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -117,7 +117,7 @@ def _write(path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     except OSError as e:
-        raise UsageError(f"{path}: cannot write: {e.strerror}") from None
+        raise BadFile(f"cannot write {path}: {os_error_words(e)}") from None
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -125,7 +125,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     try:
         data = build_image(img, _private_key(key_path) if key_path else None)
     except FirmwareError as e:
-        raise UsageError(str(e)) from None
+        raise BadFile(str(e)) from None
     if args.check is not None:
         path = Path(args.check)
         if not path.exists() or path.read_bytes() != data:
@@ -134,14 +134,14 @@ def cmd_build(args: argparse.Namespace) -> int:
                 f"vnpu-fw: {path} is stale or missing; rebuild it with: vnpu-fw build {source} -o {path}",
                 file=sys.stderr,
             )
-            return EXIT_REJECTED
+            return ExitCode.DIFFERENT
         print(f"{path}: current")
-        return EXIT_OK
+        return ExitCode.OK
     out = Path(args.output)
     _write(out, data)
     signed = "signed" if key_path else "unsigned: sign it with vnpu-fw sign --key KEY"
     print(f"wrote {out} ({len(data)} bytes, {signed})")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
@@ -152,7 +152,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
     out = Path(args.output or args.path)
     _write(out, data)
     print(f"signed {out} ({len(data)} bytes)")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
@@ -163,12 +163,12 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     private, public = Path(f"{args.name}.key"), Path(f"{args.name}.pub")
     for path in (private, public):
         if path.exists():
-            raise UsageError(f"{path} exists; not overwriting a key")
+            raise BadFile(f"{path} exists; not overwriting a key")
     _write(private, key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption()))
     private.chmod(0o600)  # the signing secret
     _write(public, key.public_key().public_bytes(ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo))
     print(f"wrote {private} (private: keep it secret) and {public}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def record(parsed: ParsedImage, signature: str) -> dict[str, Any]:
@@ -224,7 +224,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 raise
     rec = record(parsed, signature)
     print(json.dumps(rec, indent=2) if args.json else describe(rec))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -234,7 +234,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         f"{args.path}: OK, firmware {img.fw_version_str}, ISA {img.isa_version_str}, build id "
         f"{format_build_id(parsed.build_id)}, {len(img.enabled_opcodes)} opcodes enabled, signature valid"
     )
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_install(args: argparse.Namespace) -> int:
@@ -249,13 +249,13 @@ def cmd_install(args: argparse.Namespace) -> int:
         os.replace(staged, target)  # a concurrent request_firmware() never reads half a file
     except OSError as e:
         staged.unlink(missing_ok=True)
-        raise UsageError(f"{target}: cannot write: {e.strerror}") from None
+        raise BadFile(f"cannot write {target}: {os_error_words(e)}") from None
     img = parsed.image
     print(
         f"installed {target} (firmware {img.fw_version_str}, build id {format_build_id(parsed.build_id)}); "
         f"vnpu.ko requests it as {FIRMWARE_NAME}"
     )
-    return EXIT_OK
+    return ExitCode.OK
 
 
 class _Parser(OneLineArgumentParser):
@@ -264,6 +264,7 @@ class _Parser(OneLineArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="vnpu-fw", description="Build, sign, verify and inspect vnpu firmware images.")
+    add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
     b = sub.add_parser("build", help="build an image from a TOML manifest (default content without one)")
     b.add_argument("manifest", nargs="?", help="TOML manifest (docs/firmware.md)")
@@ -323,11 +324,16 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UsageError as e:
         print(f"vnpu-fw: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
+    except BadFile as e:
+        print(f"vnpu-fw: {e}", file=sys.stderr)
+        return ExitCode.BAD_FILE
     except FirmwareError as e:
         where = f"{args.path}: " if getattr(args, "path", None) else ""
         print(f"vnpu-fw: {where}rejected ({e.reason_name}): {e}", file=sys.stderr)
-        return EXIT_REJECTED
+        return ExitCode.DIFFERENT
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":

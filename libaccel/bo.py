@@ -108,18 +108,22 @@ class BufferObject:
         self.device.ioctl("DRM_IOCTL_VNPU_BO_WAIT", arg)
         return JobStatus(arg.job_status, arg.fault_va)
 
-    def sync(self, for_cpu: bool = False, for_device: bool = False) -> None:
+    def sync(self, for_cpu: bool = False, for_device: bool = False, offset: int = 0, size: int = 0) -> None:
         """BO_SYNC: make the CPU's and the device's view agree while a job that uses the BO runs.
 
         Jobs are synced at their start and end by the kernel; this is for memory shared with a running
         job: ``sync(for_cpu=True)`` before reading what it wrote, ``sync(for_device=True)`` after
-        writing what it waits for. A no-op where the device and the CPU share memory coherently.
+        writing what it waits for. Only bytes ``offset .. offset + size`` (``size`` 0: to the end) are
+        synced: with bounce buffering, ``for_device`` replaces the device's copy of that range, so
+        sync just what the CPU wrote. A no-op where the device and the CPU share memory coherently.
         """
         arg = ffi.new("struct drm_vnpu_bo_sync *")
         arg.handle = self.handle
         arg.flags = (DRM_VNPU_BO_SYNC_FOR_CPU if for_cpu else 0) | (
             DRM_VNPU_BO_SYNC_FOR_DEVICE if for_device else 0
         )
+        arg.offset = offset
+        arg.size = size
         self.device.ioctl("DRM_IOCTL_VNPU_BO_SYNC", arg)
 
     def export_dmabuf(self) -> int:

@@ -16,7 +16,6 @@ Exit status 0 when every frame's outputs match, 1 otherwise, 2 when there is no 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -26,6 +25,7 @@ from libaccel import BufferObject, Device, Job, JobBo
 from libaccel.errors import AccelError
 from libaccel.v4l2 import Capture, Frame, PixFormat, V4l2Error, capture_nodes
 from uapi import isa
+from vnpu_common.cli import CommandLineError, ExitCode, OneLineArgumentParser, add_version, non_negative_int
 
 UINT8 = isa.SPEC.dtypes["UINT8"].code
 INT32 = isa.SPEC.dtypes["INT32"].code
@@ -102,27 +102,33 @@ def run(dev: Device, cap: Capture, frames: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m libaccel.camera_demo", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m libaccel.camera_demo", description=__doc__.split("\n\n")[0])
+    add_version(p)
     p.add_argument("--video", help="the V4L2 capture node (default: the first vivid one, else the first)")
-    p.add_argument("--frames", type=int, default=5)
+    p.add_argument("--frames", type=non_negative_int, default=5)
     p.add_argument("--size", default="320x240", help="WIDTHxHEIGHT, multiples of 4")
-    args = p.parse_args(argv)
-    width, height = (int(v) for v in args.size.split("x"))
+    try:
+        args = p.parse_args(argv)
+        width, height = (int(v) for v in args.size.split("x"))
+    except (CommandLineError, ValueError) as e:
+        message = str(e) if isinstance(e, CommandLineError) else f"--size {args.size!r} is not WIDTHxHEIGHT"
+        print(f"camera_demo: {message}", file=sys.stderr)
+        return ExitCode.USAGE
     nodes = [args.video] if args.video else (capture_nodes("vivid") or capture_nodes())
     if not nodes:
         print(
             "camera_demo: no V4L2 capture node; load a camera driver (modprobe vivid node_types=0x1)",
             file=sys.stderr,
         )
-        return 2
+        return ExitCode.DEVICE
     try:
         with Device.open("kernel") as dev, Capture(nodes[0], width, height) as cap:
             bad = run(dev, cap, args.frames)
     except (AccelError, V4l2Error) as e:
         print(f"camera_demo: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.DEVICE
     print(f"camera_demo: {args.frames - bad} of {args.frames} frames exact")
-    return 1 if bad else 0
+    return ExitCode.DIFFERENT if bad else ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@
 device model); the default is $VNPU_DEVICE, else the first kernel device. ``--json`` prints
 machine-readable output instead of tables.
 
-Exit codes: 0 success; 1 an ioctl or the device failed; 2 a bad command line, file or
-stream source; 3 the job ran and failed, or a wait timed out. Errors are one line on
-stderr.
+Exit codes are :class:`vnpu_common.cli.ExitCode`'s (docs/tools.md has the table): 2 a bad command
+line, 3 the job ran and failed or a wait timed out, 4 a file that cannot be read, written or used,
+5 no device, or the device or an ioctl failed. Errors are one line on stderr.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from libaccel.device import Device
 from libaccel.discovery import SHIM, list_devices
 from libaccel.errors import AccelError
 from libaccel.session import (
-    EXIT_ERROR,
-    EXIT_OK,
     ArgumentParser,
     JobFailed,
     ParseError,
@@ -44,6 +42,7 @@ from libaccel.session import (
     error_code,
     run_session,
 )
+from vnpu_common.cli import ExitCode, add_version, os_error_words
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -100,8 +99,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
         if args.json:  # a list of nothing, for scripts; the hint stays on stderr
             print("[]")
-            return EXIT_OK
-        return EXIT_ERROR
+            return ExitCode.OK
+        return ExitCode.DEVICE
     for node, slot, sys_path in targets:
         with Device.open(node) as dev:
             s = device_summary(dev)
@@ -114,7 +113,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps(records, indent=2))
     else:
         print(table(["DEVICE", "PCI", "DRIVER", "FIRMWARE", "BUILD ID", "ISA", "CORES"], rows))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -122,12 +121,12 @@ def cmd_info(args: argparse.Namespace) -> int:
         s = device_summary(dev)
     if args.json:
         print(json.dumps(s, indent=2))
-        return EXIT_OK
+        return ExitCode.OK
     print(f"device: {s['device']} ({s['kind']})")
     print(f"driver: {s['driver']} {s['driver_version']}")
     for p in s["params"]:
         print(f"{p['name']}: {p['text']}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_session(args: argparse.Namespace) -> int:
@@ -177,6 +176,7 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 def build_parser() -> ArgumentParser:
     ap = ArgumentParser(prog="accel", description="The vnpu NPU at the ioctl level (docs/tools.md).")
+    add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
 
     def device_opts(p: argparse.ArgumentParser) -> None:
@@ -240,11 +240,17 @@ def main(argv: list[str] | None = None) -> int:
             print(message if isinstance(e, ParseError) else f"accel: {message}", file=sys.stderr)
         return code
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
         # The reader went away (accel ... | head): stop quietly, as cat does.
         sys.stdout = open(os.devnull, "w")  # Python flushes stdout at exit: let it flush here
-        return 141
+        return ExitCode.BROKEN_PIPE
+    except OSError as e:
+        if e.filename is None:
+            raise
+        # A file no command checked for (each names its own): still one line, never a traceback.
+        print(f"accel: {e.filename}: {os_error_words(e)}", file=sys.stderr)
+        return ExitCode.BAD_FILE
 
 
 if __name__ == "__main__":

@@ -24,9 +24,10 @@ from typing import Any
 from firmware_tools.asm import disassemble_prefix
 from libaccel import decode
 from libaccel.errors import AccelError
-from libaccel.session import UsageError
+from libaccel.session import BadFile, write_file
 from uapi import hw_layout as hw
 from uapi.bindings import CONSTANTS, ffi
+from vnpu_common.cli import os_error_words, output_path_problem
 
 DEVCOREDUMP = Path("/sys/class/devcoredump")
 MAGIC = CONSTANTS["DRM_VNPU_COREDUMP_MAGIC"]
@@ -38,8 +39,8 @@ SECTION_BOS = CONSTANTS["DRM_VNPU_COREDUMP_BOS"]
 _STATUS_TEXT = {-errno.EFAULT: "MMU fault", -errno.ETIMEDOUT: "hang"}
 
 
-class CoredumpError(UsageError):
-    """A file that is not a well-formed vnpu coredump (exit code 2)."""
+class CoredumpError(BadFile):
+    """A file that is not a well-formed vnpu coredump (ExitCode.BAD_FILE)."""
 
 
 @dataclass(frozen=True)
@@ -241,10 +242,12 @@ def _read(path: Path) -> bytes:
     except PermissionError:
         raise AccelError(errno.EACCES, "coredump", f"{path}: permission denied (run as root)") from None
     except OSError as e:
-        raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+        raise BadFile(f"cannot read {path}: {os_error_words(e)}") from None
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.save and (problem := output_path_problem(args.save)):
+        raise BadFile(f"--save: {problem}")  # before the dump is read: --discard would lose it
     if args.file is not None:
         paths = [Path(args.file)]
     else:
@@ -264,7 +267,7 @@ def main(args: argparse.Namespace) -> int:
         except CoredumpError as e:
             raise CoredumpError(f"{path}: {e}") from None
         if args.save:
-            Path(args.save).write_bytes(data)
+            write_file(args.save, data)
         if args.discard and args.file is None:
             path.write_text("1")  # devcoredump frees the dump on any write
     if args.json:

@@ -13,7 +13,6 @@ padding paths. Exit status 1 on mismatch.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from libaccel.discovery import list_devices
 from libaccel.errors import AccelError
 from uapi import isa
 from uapi.fixed_point import multiply_by_quantized_multiplier, quantize_multiplier
+from vnpu_common.cli import CommandLineError, ExitCode, OneLineArgumentParser, add_version
 
 INT8 = isa.SPEC.dtypes["INT8"].code
 INT32 = isa.SPEC.dtypes["INT32"].code
@@ -184,17 +184,22 @@ def choose_device(which: str | None) -> tuple[Device, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m libaccel.demo", description=__doc__.splitlines()[0])
+    ap = OneLineArgumentParser(prog="python -m libaccel.demo", description=__doc__.splitlines()[0])
+    add_version(ap)
     ap.add_argument(
         "--device", help="device node, 'kernel' or 'shim' (default: kernel device if any, else shim)"
     )
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
+    try:
+        args = ap.parse_args(argv)
+    except CommandLineError as e:
+        print(f"accel demo: {e}", file=sys.stderr)
+        return ExitCode.USAGE
     try:
         dev, note = choose_device(args.device)
     except AccelError as e:
         print(f"accel demo: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.DEVICE
     with dev:
         print(note)
         info = dict(dev.params.describe())
@@ -205,16 +210,16 @@ def main(argv: list[str] | None = None) -> int:
             run = run_conv(dev, p)
         except AccelError as e:
             print(f"accel demo: {e}", file=sys.stderr)
-            return 2
+            return ExitCode.DEVICE
     ref = reference_conv2d(p.x, p.w, p.bias, p.in_zp, p.out_zp, p.mult, p.shift, p.stride, p.pad, p.out_hw)
     print(f"placement: NPU ({dev.kind} backend)")
     print(f"latency: {run.latency_s * 1e3:.2f} ms (submit to completion)")
     mismatches = int(np.count_nonzero(run.output != ref))
     if mismatches:
         print(f"output: MISMATCH in {mismatches} of {ref.size} values vs the TFLite-formula reference")
-        return 1
+        return ExitCode.DIFFERENT
     print(f"output: bit-identical to the TFLite-formula reference ({ref.size} values)")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -238,3 +239,17 @@ class Device:
         self.ioctl("DRM_IOCTL_VERSION", arg)
         n = min(int(arg.name_len), 64)
         return ffi.string(name, n).decode(), (arg.version_major, arg.version_minor, arg.version_patchlevel)
+
+
+def checked_device(which: str | None, default: str = discovery.SHIM) -> str:
+    """What a model runner opens, checked before any work: ``which``, else $VNPU_DEVICE, else
+    ``default``. A node is opened and closed here, so a bad one is one line naming it (or the
+    variable) and not the delegate's error inside the runtime's; a node path comes back absolute,
+    as the delegate's 'device' option takes it."""
+    if which is None and not os.environ.get(discovery.ENV_DEVICE):
+        which = default
+    target = discovery.resolve(which)
+    if target == discovery.SHIM:
+        return target
+    Device.open(target).close()
+    return os.path.abspath(target)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from dataclasses import dataclass
 
 from libaccel.errors import NoDevice
@@ -56,10 +57,13 @@ def resolve(which: str | None = None) -> str:
     """What to open: ``"shim"`` or a device node path.
 
     ``which`` wins; else $VNPU_DEVICE; else the first vnpu kernel device.
-    ``"kernel"`` asks for the first kernel device explicitly.
+    ``"kernel"`` asks for the first kernel device explicitly. A $VNPU_DEVICE that names no device
+    node is reported as the variable's value, for the user who set it and forgot.
     """
     if which is None:
         which = os.environ.get(ENV_DEVICE) or None
+        if which not in (None, SHIM, "kernel"):
+            _check_env_node(which)
     if which == SHIM:
         return SHIM
     if which not in (None, "kernel"):
@@ -73,3 +77,19 @@ def resolve(which: str | None = None) -> str:
             f"vnpu device?); to run without one, use the in-process shim: {ENV_DEVICE}=shim or --device shim",
         )
     return devices[0].node
+
+
+def _check_env_node(value: str) -> None:
+    try:
+        mode = os.stat(value).st_mode
+    except OSError:
+        what = "names no file"
+    else:
+        if stat.S_ISCHR(mode):
+            return
+        what = "is a directory" if stat.S_ISDIR(mode) else "is not a device node"
+    raise NoDevice(
+        errno.ENODEV,
+        f"open ${ENV_DEVICE}={value!r}",
+        f"the environment variable {what}; set it to /dev/accel/accelN, 'kernel' or 'shim', or unset it",
+    )

@@ -20,8 +20,9 @@ ORT_ENABLE_EXTENDED, the QOperator form with all graph optimizations off), for `
 from __future__ import annotations
 
 import importlib
+import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from libaccel.inputs import random_arrays
 
 __all__ = [
     "RUNTIMES",
+    "DelegateError",
     "ModelResult",
     "OnnxModelError",
     "Placement",
@@ -74,6 +76,20 @@ class ModelResult:
     notes: list[str] = field(default_factory=list)
     inputs: dict[str, np.ndarray] = field(default_factory=dict)  # what the model ran on
     runs_ms: list[float] = field(default_factory=list)  # timed invokes after the first (run_tflite's runs)
+
+    def timing(self, read_ms: float = 0.0) -> str:
+        """The timing line both runners print (``accel run``, ``python -m delegate_teflon.run``): the
+        setup, the first invoke (it pays for what first use sets up), the median of ``runs_ms``.
+        A .tflite model's setup is one figure, the delegate's prepare; an ONNX model's is reading
+        (``read_ms``), compiling and loading."""
+        if self.form == "tflite":
+            setup = f"load (delegate prepare + compile): {self.compile_ms:.1f} ms"
+        else:
+            setup = f"read {read_ms:.1f} ms, compile {self.compile_ms:.1f} ms, load {self.load_ms:.1f} ms"
+        text = f"{setup}; first invoke {self.invoke_ms:.2f} ms"
+        if self.runs_ms:
+            text += f"; median of {len(self.runs_ms)} invokes {statistics.median(self.runs_ms):.2f} ms"
+        return text
 
     def report(self) -> str:
         """The placement report, in the delegate's format: a summary line, then one line per node."""
@@ -216,6 +232,24 @@ class OnnxProgram:
                 step[0].close()
 
 
+MODEL_SUFFIXES = (".onnx", ".tflite")
+
+
+class DelegateError(ValueError):
+    """``load_delegate`` refused: the message is the delegate's own reason, one line."""
+
+
+def _delegate_reason(e: ValueError) -> str:
+    # TFLite's ValueError is "Failed to load delegate from PATH", then what report_error got.
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    return "; ".join(lines[1:]) or (lines[0] if lines else "the delegate did not load")
+
+
+def is_tflite(path: str | Path) -> bool:
+    """Whether ``path`` names a .tflite file (else .onnx); the suffix in any case (model.TFLITE)."""
+    return Path(path).suffix.lower() == ".tflite"
+
+
 def load_onnx(path: str | Path | bytes, shapes: dict[str, tuple[int, ...]] | None = None) -> fe.OnnxGraph:
     return fe.graph_from_onnx(path, shapes)
 
@@ -224,8 +258,12 @@ def input_specs(
     model: str | Path | fe.OnnxGraph, shapes: dict[str, tuple[int, ...]] | None = None
 ) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
     """(name, dtype, shape) of each model input, in the file's layout (a path, or a read ONNX graph)."""
-    if isinstance(model, (str, Path)) and str(model).endswith(".tflite"):
-        return _tflite_specs(make_interpreter(runtime_module(), Path(model).read_bytes()))
+    if isinstance(model, (str, Path)) and is_tflite(model):
+        from libaccel.compiler.tflite_check import check_tflite
+
+        data = Path(model).read_bytes()
+        check_tflite(data)  # before the runtime reads it: tflite_runtime 2.14 trusts the flatbuffer
+        return _tflite_specs(make_interpreter(runtime_module(), data))
     og = model if isinstance(model, fe.OnnxGraph) else fe.graph_from_onnx(model, shapes)
     out = []
     for index in og.graph.inputs:
@@ -317,7 +355,8 @@ def run_tflite(
     order (None: :func:`random_inputs` of ``seed``). ``compile_ms`` is the delegate's load and the
     interpreter's creation (its prepare: placement, compile, upload), ``invoke_ms`` the first
     invoke, ``runs_ms`` ``runs`` more. Raises :class:`libaccel.compiler.ModelError` for a damaged
-    model (before the runtime reads it) and ValueError for an option the delegate refuses.
+    model (before the runtime reads it) and :class:`DelegateError` (a ValueError) for an option or
+    device the delegate refuses.
     """
     import json
     import tempfile
@@ -332,7 +371,10 @@ def run_tflite(
         opts |= dict(options or {})
         report = Path(opts["placement_file"])
         t0 = time.perf_counter()
-        delegate = mod.load_delegate(library_path(), opts)
+        try:
+            delegate = mod.load_delegate(library_path(), opts)
+        except ValueError as e:
+            raise DelegateError(_delegate_reason(e)) from None
         interp = make_interpreter(mod, model, [delegate])
         compile_ms = 1000 * (time.perf_counter() - t0)
         nodes = json.loads(report.read_text())["nodes"] if report.exists() else []
@@ -343,15 +385,21 @@ def run_tflite(
     t0 = time.perf_counter()
     outputs = invoke(interp, inputs)
     invoke_ms = 1000 * (time.perf_counter() - t0)
-    times = []
-    for _ in range(max(0, runs)):
-        t0 = time.perf_counter()
-        invoke(interp, inputs)
-        times.append(1000 * (time.perf_counter() - t0))
+    times = _timed_runs(lambda: invoke(interp, inputs), runs)
     placement, partitions = _tflite_placement(nodes)
     return ModelResult(_named_outputs(interp, outputs), placement, partitions, compile_ms, 0.0, invoke_ms,
                        "tflite", ["compile covers the delegate's prepare (compile and load)"], dict(inputs),
                        times)  # fmt: skip
+
+
+def _timed_runs(run: Callable[[], object], runs: int) -> list[float]:
+    """The milliseconds of each of ``runs`` calls of ``run`` (the invokes after the first)."""
+    times = []
+    for _ in range(max(0, runs)):
+        t0 = time.perf_counter()
+        run()
+        times.append(1000 * (time.perf_counter() - t0))
+    return times
 
 
 def _tflite_placement(nodes: list[dict[str, Any]]) -> tuple[list[Placement], int]:
@@ -374,16 +422,18 @@ def run_model(
     shapes: dict[str, tuple[int, ...]] | None = None,
     seed: int = 0,
     graph: fe.OnnxGraph | None = None,
+    runs: int = 0,
 ) -> ModelResult:
     """Run the model at ``path`` (.onnx or .tflite) on ``device`` ("shim", "kernel" or a node).
 
     ``inputs`` maps input names to arrays in the file's layout (None: seeded random inputs);
+    ``runs`` more invokes after the first are timed into ``runs_ms``;
     ``graph`` is the ONNX model already read (``load_onnx``), to read it once. Raises
     :class:`OnnxModelError` for a model that cannot be read (one line naming the node and reason).
     """
     path = Path(path)
-    if path.suffix == ".tflite":
-        return run_tflite(path.read_bytes(), inputs, device, seed=seed)
+    if is_tflite(path):
+        return run_tflite(path.read_bytes(), inputs, device, runs=runs, seed=seed)
     from libaccel import Device
 
     og = graph if graph is not None else fe.graph_from_onnx(path, shapes)
@@ -395,10 +445,11 @@ def run_model(
             t0 = time.perf_counter()
             outputs = program.run(inputs)
             invoke_ms = 1000 * (time.perf_counter() - t0)
+            times = _timed_runs(lambda: program.run(inputs), runs)
         finally:
             program.close()
     return ModelResult(outputs, program.placement, program.partitions, program.compile_ms, program.load_ms,
-                       invoke_ms, og.form)  # fmt: skip
+                       invoke_ms, og.form, inputs=dict(inputs), runs_ms=times)  # fmt: skip
 
 
 def reference_outputs(
@@ -406,7 +457,7 @@ def reference_outputs(
 ) -> dict[str, np.ndarray]:
     """The model's outputs in its reference runtime (see the module docstring)."""
     path = Path(path)
-    if path.suffix == ".tflite":
+    if is_tflite(path):
         interp = make_interpreter(runtime_module(), path.read_bytes())
         return _named_outputs(interp, invoke(interp, inputs))
     import onnx

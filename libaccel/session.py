@@ -38,24 +38,22 @@ from libaccel.device import Device
 from libaccel.errors import AccelError, JobFault, Timeout
 from libaccel.job import Job, JobBo, deadline_after, monotonic_ns
 from uapi.bindings import DRM_VNPU_BO_DEVICE_READ_ONLY
-from vnpu_common.cli import OneLineArgumentParser
-
-# Exit codes of every accel command (docs/tools.md lists them).
-EXIT_OK = 0
-EXIT_ERROR = 1  # an ioctl or the device failed
-EXIT_USAGE = 2  # a bad command line, file or stream source
-EXIT_JOB = 3  # the job ran and failed, or the wait timed out
+from vnpu_common.cli import ExitCode, OneLineArgumentParser, os_error_words, positive_float
 
 _SIZE = re.compile(r"(0[xX][0-9a-fA-F]+|\d+)([kKmM]?)")
 _MODES = {"r": (True, False), "w": (False, True), "rw": (True, True)}
 
 
 class UsageError(Exception):
-    """A bad command line, file or source text (exit code 2)."""
+    """A bad command line or command (exit code ExitCode.USAGE)."""
+
+
+class BadFile(UsageError):
+    """A file named in a command that cannot be read, written or used (ExitCode.BAD_FILE)."""
 
 
 class JobFailed(Exception):
-    """The job ran and failed, or the wait timed out (exit code 3); the result is printed already."""
+    """The job ran and failed, or the wait timed out (ExitCode.JOB_FAILED); the result is printed already."""
 
 
 class ParseError(UsageError):
@@ -98,14 +96,14 @@ def read_file(path: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as e:
-        raise UsageError(f"{path}: {e.strerror or e}") from None
+        raise BadFile(f"cannot read {path}: {os_error_words(e)}") from None
 
 
 def write_file(path: str, data: bytes) -> None:
     try:
         Path(path).write_bytes(data)
     except OSError as e:
-        raise UsageError(f"{path}: {e.strerror or e}") from None
+        raise BadFile(f"cannot write {path}: {os_error_words(e)}") from None
 
 
 def hexdump(data: bytes, base: int = 0) -> str:
@@ -244,7 +242,7 @@ class Session:
             + (", device read-only" if n.bo.read_only else "")
             + (f", from {n.source}" if n.source != "zeros" else ""),
         )
-        return EXIT_OK
+        return ExitCode.OK
 
     def cmd_bo_list(self, a: argparse.Namespace) -> int:
         rows = [
@@ -265,7 +263,7 @@ class Session:
             if rows
             else "no BOs",
         )
-        return EXIT_OK
+        return ExitCode.OK
 
     def cmd_bo_info(self, a: argparse.Namespace) -> int:
         n = self.bo(a.name)
@@ -290,7 +288,7 @@ class Session:
             ]
         )
         self.emit({"command": "bo info", "name": n.name, "length": n.length, **fields}, text)
-        return EXIT_OK
+        return ExitCode.OK
 
     def cmd_bo_write(self, a: argparse.Namespace) -> int:
         n = self.bo(a.name)
@@ -303,14 +301,14 @@ class Session:
             {"command": "bo write", "name": n.name, "bytes": len(data), "offset": a.offset},
             f"{n.name}: wrote {len(data)} bytes at offset {a.offset}",
         )
-        return EXIT_OK
+        return ExitCode.OK
 
     def cmd_bo_close(self, a: argparse.Namespace) -> int:
         n = self.bo(a.name)
         n.bo.close()
         del self.bos[a.name]
         self.emit({"command": "bo close", "name": a.name}, f"{a.name}: closed")
-        return EXIT_OK
+        return ExitCode.OK
 
     def cmd_bo_dump(self, a: argparse.Namespace) -> int:
         n = self.bo(a.name)
@@ -335,19 +333,19 @@ class Session:
                 try:
                     np.save(a.out, array)
                 except OSError as e:
-                    raise UsageError(f"{a.out}: {e.strerror or e}") from None
+                    raise BadFile(f"cannot write {a.out}: {os_error_words(e)}") from None
                 what = f"{array.dtype}{list(array.shape)} as .npy"
             else:
                 write_file(a.out, data if array is None else array.tobytes())
                 what = f"{len(data) if array is None else array.nbytes} bytes"
             self.emit({**record, "out": a.out}, f"wrote {a.out} ({what} of {n.name})")
-            return EXIT_OK
+            return ExitCode.OK
         if array is not None:
             record.update(dtype=str(array.dtype), shape=list(array.shape), values=array.tolist())
             self.emit(record, f"{n.name}: {array.dtype}{list(array.shape)}\n{np.array2string(array)}")
         else:
             self.emit({**record, "hex": data.hex()}, hexdump(data, a.offset))
-        return EXIT_OK
+        return ExitCode.OK
 
     def _stream(self, path: str) -> bytes:
         raw = read_file(path)
@@ -363,7 +361,7 @@ class Session:
             return assemble(text, symbols=self.symbols())
         except AsmError as e:
             where = f"{path}:{e.line}:{e.column or 1}" if e.line is not None else path
-            raise UsageError(f"{where}: {e.message}") from None
+            raise BadFile(f"{where}: {e.message}") from None
 
     def cmd_submit(self, a: argparse.Namespace) -> int:
         specs = [BoSpec.parse(t) for t in a.bo]
@@ -385,7 +383,7 @@ class Session:
             if s.source is None:
                 self.bo(s.name)
             elif parse_size(s.source) is None and not Path(s.source).is_file():
-                raise UsageError(f"--bo {s.name}={s.source}: no such file (a size is 4096, 0x1000 or 4K)")
+                raise BadFile(f"--bo {s.name}={s.source}: no such file (a size is 4096, 0x1000 or 4K)")
         listed: list[tuple[NamedBo, bool, bool]] = []
         for s in specs:
             if s.source is not None:
@@ -417,7 +415,7 @@ class Session:
                 {"command": "submit", "queued": True, "syncobj": a.syncobj},
                 "job queued" + (f"; wait syncobj {a.syncobj}" if a.syncobj else ""),
             )
-            return EXIT_OK
+            return ExitCode.OK
         result: dict[str, Any] = {
             "command": "submit",
             "stream_bytes": len(stream),
@@ -445,7 +443,7 @@ class Session:
         self._report(result, status, elapsed, written)
         if status is not None and not status.ok:
             raise JobFailed()
-        return EXIT_OK
+        return ExitCode.OK
 
     def _report(
         self, record: dict[str, Any], status: JobStatus | None, elapsed_ns: int, written: list[dict[str, Any]]
@@ -489,11 +487,11 @@ class Session:
         elapsed = monotonic_ns() - t0
         if status is None:
             self.emit({**record, "signaled": True, "time_ms": elapsed / 1e6}, f"{a.name}: signaled")
-            return EXIT_OK
+            return ExitCode.OK
         self._report(record, status, elapsed, [])
         if not status.ok:
             raise JobFailed()
-        return EXIT_OK
+        return ExitCode.OK
 
     def close(self) -> None:
         for n in self.bos.values():
@@ -553,7 +551,9 @@ def add_submit_command(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     p.add_argument(
         "--out", action="append", default=[], metavar="NAME=FILE", help="write a BO to FILE afterwards"
     )
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the job (default 10)")
+    p.add_argument(
+        "--timeout", type=positive_float, default=10.0, help="seconds to wait for the job (default 10)"
+    )
     p.add_argument("--no-wait", action="store_true", help="queue and return (then: wait bo|syncobj NAME)")
     p.add_argument("--syncobj", metavar="NAME", help="the job's out-syncobj, by name (created if new)")
     p.add_argument("--disasm", action="store_true", help="print the stream's disassembly first")
@@ -565,7 +565,7 @@ def add_wait_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p = sub.add_parser("wait", help="BO_WAIT on a BO, or SYNCOBJ_WAIT on a syncobj (in a session)")
     p.add_argument("what", choices=["bo", "syncobj"])
     p.add_argument("name")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
+    p.add_argument("--timeout", type=positive_float, default=10.0, help="seconds (default 10)")
     p.set_defaults(run=Session.cmd_wait)
     return p
 
@@ -589,11 +589,13 @@ def run_command(session: Session, argv: list[str], parser: ArgumentParser | None
 def error_code(e: BaseException) -> tuple[int, str | None]:
     """The exit code of an exception from a command, and the one-line message to print (if any)."""
     if isinstance(e, JobFailed):
-        return EXIT_JOB, None
+        return ExitCode.JOB_FAILED, None
+    if isinstance(e, BadFile):
+        return ExitCode.BAD_FILE, str(e)
     if isinstance(e, UsageError):
-        return EXIT_USAGE, str(e)
+        return ExitCode.USAGE, str(e)
     if isinstance(e, AccelError):
-        return EXIT_ERROR, str(e)
+        return ExitCode.DEVICE, str(e)
     raise e
 
 
@@ -606,13 +608,13 @@ def run_script(
 ) -> int:
     """Run (where, line number, text) commands in order; stop at the first failure unless asked not to."""
     parser = command_parser()
-    worst = EXIT_OK
+    worst = ExitCode.OK
     for where, number, text in lines:
         try:
             argv = shlex.split(text, comments=True)
         except ValueError as e:
             argv = None
-            code, message = EXIT_USAGE, f"{e}"
+            code, message = ExitCode.USAGE, f"{e}"
         if argv == []:
             if prompt:
                 prompt()
@@ -647,7 +649,8 @@ def script_lines(path: str | None, commands: list[str]) -> Iterable[tuple[str, i
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: {getattr(e, 'strerror', None) or e}") from None
+        words = os_error_words(e) if isinstance(e, OSError) else "not a text file"
+        raise BadFile(f"cannot read {path}: {words}") from None
     for i, line in enumerate(text.splitlines(), start=1):
         yield path, i, line
 

@@ -37,9 +37,10 @@ from typing import Any, TextIO
 
 from firmware_tools.asm import disassemble_prefix
 from libaccel import decode
-from libaccel.session import UsageError
+from libaccel.session import BadFile, UsageError
 from uapi import bindings
 from vnpu_common.cache import cache_root, content_hash
+from vnpu_common.cli import os_error_words
 
 SOURCE = Path(__file__).with_name("trace_preload.c")
 LIBRARY_NAME = "libvnpu_trace.so"
@@ -339,7 +340,7 @@ def run(program: list[str], out: TextIO, json_mode: bool = False, streams: bool 
         try:
             proc = subprocess.Popen(program, env=env)
         except OSError as e:
-            raise UsageError(f"{program[0]}: {e.strerror or e}") from None
+            raise BadFile(f"cannot run {program[0]}: {os_error_words(e)}") from None
         sel = selectors.DefaultSelector()
         sel.register(server, selectors.EVENT_READ)
 
@@ -391,5 +392,5 @@ def main(args: argparse.Namespace) -> int:
             with open(args.output, "w") as out:
                 return run(program, out, args.json, not args.no_stream)
         except OSError as e:
-            raise UsageError(f"{args.output}: {e.strerror or e}") from None
+            raise BadFile(f"cannot write {args.output}: {os_error_words(e)}") from None
     return run(program, sys.stderr, args.json, not args.no_stream)

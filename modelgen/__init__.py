@@ -41,6 +41,9 @@ from modelgen.networks import (
     ssd_like_model,
 )
 from modelgen.ops import (
+    PROBE_OPS,
+    abs_model,
+    accumulator_probe_model,
     activation_model,
     arg_max_model,
     batch_matmul_model,
@@ -52,6 +55,7 @@ from modelgen.ops import (
     flatten_fc_model,
     float_chain_model,
     fully_connected_model,
+    gelu_model,
     layout_model,
     log_softmax_model,
     max_min_model,
@@ -76,6 +80,9 @@ from modelgen.ops import (
 from modelgen.reference import random_inputs, reference_interpreter, run_reference
 
 __all__ = [
+    "abs_model",
+    "PROBE_OPS",
+    "accumulator_probe_model",
     "prelu_model",
     "max_min_model",
     "batch_matmul_model",
@@ -99,6 +106,7 @@ __all__ = [
     "float_chain_model",
     "fpn_detector_model",
     "fully_connected_model",
+    "gelu_model",
     "layout_model",
     "log_softmax_model",
     "mean_model",

@@ -335,7 +335,8 @@ def pool_model(
 
 
 def activation_model(op: str, shape: Sequence[int], seed: int = 0, dtype: str = "int8") -> bytes:
-    """One RELU, RELU6, LOGISTIC, TANH or HARD_SWISH (LOGISTIC/TANH: TFLite's fixed output quantization)."""
+    """One RELU, RELU6, RELU_0_TO_1, LOGISTIC, TANH, HARD_SWISH, EXP or LOG (LOGISTIC/TANH: TFLite's
+    fixed output quantization; EXP and LOG: an output range over the function's values)."""
     rng = np.random.default_rng(seed)
     m = ModelBuilder()
     iq = activation_quant(rng, dtype, random_scale(rng, 0.01, 0.08))
@@ -344,6 +345,13 @@ def activation_model(op: str, shape: Sequence[int], seed: int = 0, dtype: str = 
         oq = Quant.tensor(1 / 256, -128 if dtype == "int8" else 0)
     elif op == "TANH":
         oq = Quant.tensor(1 / 128, 0 if dtype == "int8" else 128)
+    elif op == "EXP":
+        top = math.exp(iq.scales[0] * (QMAX[dtype] - iq.zero_points[0]))
+        oq = Quant.tensor(float(np.float32(top / 255 * rng.uniform(0.5, 1.0))), QMIN[dtype])
+    elif op == "LOG":  # log over the positive inputs [s, s * (qmax - zp)]
+        low, high = math.log(iq.scales[0]), math.log(iq.scales[0] * (QMAX[dtype] - iq.zero_points[0]))
+        scale = float(np.float32((high - low) / 250 * rng.uniform(1.0, 1.2)))
+        oq = Quant.tensor(scale, QMIN[dtype] + 2 - int(round(low / scale)))
     else:
         oq = activation_quant(rng, dtype, random_scale(rng, 0.01, 0.08))
     y = m.add_tensor("output", shape, dtype, oq)
@@ -751,6 +759,36 @@ def neg_model(shape: Sequence[int], seed: int = 0) -> bytes:
     return m.build([x], [y])
 
 
+def abs_model(shape: Sequence[int], seed: int = 0, same_quant: bool = False) -> bytes:
+    """One int8 ABS; the output quantized like the input with ``same_quant`` (TFLite adds the output
+    zero point to ``|x - zp|``), else with its own scale and zero point (TFLite requantizes)."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    iq = activation_quant(rng, "int8", random_scale(rng))
+    # |x| spans half the input's range: an output scale near half the input's keeps it in int8.
+    out_scale = float(np.float32(iq.scales[0] * rng.uniform(0.4, 0.9)))
+    oq = iq if same_quant else Quant.tensor(out_scale, int(rng.integers(-128, -90)))
+    x = m.add_tensor("input", shape, "int8", iq)
+    y = m.add_tensor("output", shape, "int8", oq)
+    m.add_op("ABS", [x], [y])
+    return m.build([x], [y])
+
+
+def gelu_model(shape: Sequence[int], seed: int = 0, dtype: str = "int8", approximate: bool = False) -> bytes:
+    """One GELU (exact erf form or the tanh approximation); the output's scale and zero point cover
+    GELU's range, about [-0.17, max(x)]."""
+    rng = np.random.default_rng(seed)
+    m = ModelBuilder()
+    iq = activation_quant(rng, dtype, random_scale(rng, 0.01, 0.06))
+    span = iq.scales[0] * (QMAX[dtype] - iq.zero_points[0])  # the largest input, the largest output
+    out_scale = float(np.float32(span / 230 * rng.uniform(0.9, 1.1)))
+    oq = Quant.tensor(out_scale, QMIN[dtype] + int(round(0.17 / out_scale)) + int(rng.integers(1, 4)))
+    x = m.add_tensor("input", shape, dtype, iq)
+    y = m.add_tensor("output", shape, dtype, oq)
+    m.add_op("GELU", [x], [y], approximate=approximate)
+    return m.build([x], [y])
+
+
 def float_chain_model(
     shape: Sequence[int],
     float_ops: Sequence[str] = ("NEG",),
@@ -786,3 +824,72 @@ def float_chain_model(
         m.add_op("MUL", [y, x], [z], fused_activation_function="NONE")
         y = z
     return m.build([x], [y])
+
+
+#: Operators :func:`accumulator_probe_model` builds.
+PROBE_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED", "BATCH_MATMUL")
+PROBE_DEPTH = 257  # BATCH_MATMUL's depth: one unit term plus 256 terms of 255 reach any accumulator < 255**3
+
+
+def accumulator_probe_model(
+    op: str,
+    dtype: str,
+    scales: tuple[float, float, float],
+    accumulators: Sequence[int],
+    per_channel: bool = False,
+) -> tuple[bytes, list[np.ndarray]]:
+    """(model, inputs): one ``op`` whose output channel ``c`` requantizes exactly ``accumulators[c]``,
+    so a test can put every output where two requantizations disagree.
+
+    ``scales`` are (input, filter, output). The window ops and FULLY_CONNECTED are 1x1 layers of one
+    input value (zero point + 1) and a filter of zero point + 1: the accumulator is 1 + bias, the bias
+    ``accumulators - 1``. BATCH_MATMUL has no bias: lhs ``[1, 1, PROBE_DEPTH]`` is (1, 255, 255, ...)
+    above its zero point and the rhs column ``c`` spells ``accumulators[c]`` in base 255 (each
+    accumulator in [0, 255**3)). Output zero points sit mid-range, so the outputs must stay within
+    about +-100 of them not to clip."""
+    if op not in PROBE_OPS:
+        raise ValueError(f"no probe for {op}")
+    s_in, s_w, s_out = (float(np.float32(s)) for s in scales)
+    acc = np.asarray(accumulators, dtype=np.int64)
+    c = len(acc)
+    z = 128 if dtype == "uint8" else 0
+    np_type = NP_TYPES[dtype]
+    m = ModelBuilder()
+    if op == "BATCH_MATMUL":
+        if dtype != "int8" or acc.min() < 0 or acc.max() >= 255**3:
+            raise ValueError("BATCH_MATMUL probes int8 accumulators in [0, 255**3)")
+        digits = np.zeros((PROBE_DEPTH, c), dtype=np.int64)
+        digits[0], rest = acc % 255, acc // 255
+        for k in range(1, PROBE_DEPTH):
+            digits[k] = np.minimum(rest, 255)
+            rest = rest - digits[k]
+        a = m.add_tensor("lhs", (1, 1, PROBE_DEPTH), "int8", Quant.tensor(s_in, -128))
+        b = m.add_tensor("rhs", (1, PROBE_DEPTH, c), "int8", Quant.tensor(s_w, -128))
+        y = m.add_tensor("output", (1, 1, c), "int8", Quant.tensor(s_out, 0))
+        m.add_op("BATCH_MATMUL", [a, b], [y], adj_x=False, adj_y=False)
+        lhs = np.full((1, 1, PROBE_DEPTH), 127, dtype=np.int8)
+        lhs[0, 0, 0] = -127
+        return m.build([a, b], [y]), [lhs, (digits - 128).astype(np.int8).reshape(1, PROBE_DEPTH, c)]
+    n = c if per_channel else 1
+    axis = 3 if op == "DEPTHWISE_CONV_2D" else 0
+    wq = Quant((s_w,) * n, (z,) * n, axis if per_channel else 0)
+    bq = Quant((float(np.float32(np.float32(s_in) * np.float32(s_w))),) * n, (0,) * n, 0)
+    in_shape = {"FULLY_CONNECTED": (1, 1), "DEPTHWISE_CONV_2D": (1, 1, 1, c)}.get(op, (1, 1, 1, 1))
+    w_shape = {"FULLY_CONNECTED": (c, 1), "DEPTHWISE_CONV_2D": (1, 1, 1, c)}.get(op, (c, 1, 1, 1))
+    out_shape = (1, c) if op == "FULLY_CONNECTED" else (1, 1, 1, c)
+    x = m.add_tensor("input", in_shape, dtype, Quant.tensor(s_in, z))
+    w = m.add_const("filter", np.full(w_shape, z + 1, dtype=np_type), dtype, wq)
+    bias = m.add_const("bias", (acc - 1).astype(np.int32), "int32", bq)
+    y = m.add_tensor("output", out_shape, dtype, Quant.tensor(s_out, z))
+    window = dict(padding="VALID", stride_h=1, stride_w=1, fused_activation_function="NONE")
+    dilation = dict(dilation_h_factor=1, dilation_w_factor=1)
+    if op == "FULLY_CONNECTED":
+        m.add_op(op, [x, w, bias], [y], fused_activation_function="NONE")
+    elif op == "CONV_2D":
+        m.add_op(op, [x, w, bias], [y], **window, **dilation)
+    elif op == "DEPTHWISE_CONV_2D":
+        m.add_op(op, [x, w, bias], [y], **window, **dilation, depth_multiplier=1)
+    else:
+        shape = m.add_const("output_shape", np.array(out_shape, dtype=np.int32), "int32")
+        m.add_op(op, [shape, w, x, bias], [y], **window)
+    return m.build([x], [y]), [np.full(in_shape, z + 1, dtype=np_type)]

@@ -4,7 +4,8 @@ Run by tests/qemu_tests/test_device_model_killed.py as
 ``python -m qemu_tests --allow-kill-request --exec 'python -m qemu_tests.device_model_killed'``.
 A first job proves the device works; then the guest asks the harness to SIGKILL the device model
 (a line the harness watches for), submits a second job and waits past the driver's job timeout.
-Exit 0 when that job failed with a timeout or cancellation and every ioctl kept returning.
+Exit 0 when that job failed with a timeout or cancellation, every ioctl kept returning, and the
+device, whose reset found nobody to answer it, refuses new jobs with -ENODEV (its DMA is off).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 import time
 
 from libaccel import Device, Job, JobBo
+from libaccel.errors import AccelError
 from qemu_tests.harness import KILL_REQUEST
 from uapi.isa import SPEC, encode
 
@@ -47,6 +49,15 @@ def main() -> int:
                 return 1
         if status not in (-errno.ETIMEDOUT, -errno.ECANCELED):
             print(f"expected -ETIMEDOUT or -ECANCELED with the device model dead, got {status}")
+            return 1
+        try:
+            dev.submit(Job(cmd, len(stream), [JobBo(out, write=True)]))
+        except AccelError as e:
+            if e.errno != errno.ENODEV:
+                print(f"SUBMIT on the wedged device: expected -ENODEV, got {e}")
+                return 1
+        else:
+            print("SUBMIT after the failed reset was accepted: the device is not wedged")
             return 1
     print("device model killed: the in-flight job failed, the guest is alive")
     return 0

@@ -4,13 +4,13 @@ and the shim's counterparts where a test runs on either backend."""
 from __future__ import annotations
 
 import glob
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
 
-VALIDATE_STREAMS = Path("/sys/module/vnpu/parameters/validate_streams")
 # vnpu.ko's job timeout per device, for jobs that start afterwards (100..600000 ms).
 JOB_TIMEOUT_GLOB = "/sys/kernel/debug/accel/*/job_timeout_ms"
 # What the hang tests wait for: long enough for any innocent job of theirs under TCG, short beside the
@@ -70,17 +70,27 @@ def autosuspend(backend: str, ms: int) -> AbstractContextManager[int]:
 
 
 @contextmanager
-def stream_check_off() -> Iterator[None]:
-    """The driver's SUBMIT-time command-stream check off while the body runs, so the device MMU is the
-    last guard; the test skips on a vnpu.ko without the knob."""
-    if not VALIDATE_STREAMS.exists():
-        pytest.skip("vnpu.ko has no validate_streams module parameter")
-    old = VALIDATE_STREAMS.read_text().strip()
-    VALIDATE_STREAMS.write_text("0")
+def injected_fault(backend: str, kind: str, count: int = 1) -> Iterator[None]:
+    """The device model misbehaves on purpose (device_model.faults): its next ``count`` jobs get fault
+    ``kind`` ("mmu_fault": -EFAULT at the job's command-stream VA, the job not run) while the body
+    runs, then injection is off again. In the guest through the harness's control file ("kernel"; the
+    test skips without one), on the shim's shared device directly ("shim"). The stream check, always
+    on, leaves no other way to make a job of the uapi fault."""
+    from device_model.faults import FaultSpec
+    from qemu_tests.fault_inject import GUEST_CONTROL, ControlFile, shim_control
+
+    if backend == "kernel":
+        if not GUEST_CONTROL.parent.is_dir():
+            pytest.skip(f"no fault-injection control directory {GUEST_CONTROL.parent} (the QEMU harness's)")
+        control = ControlFile()
+    else:
+        control = shim_control()
+    seq = time.monotonic_ns()
+    control(FaultSpec(kind=kind, count=count, seq=seq))
     try:
         yield
     finally:
-        VALIDATE_STREAMS.write_text(old)
+        control(FaultSpec(seq=seq + 1))
 
 
 def core_mask_files() -> list[Path]:

@@ -147,8 +147,10 @@ void vnpu_coredump_capture(struct vnpu_job *job)
 				  cd->job.cmd_size);
 	vnpu_coredump_section(p, DRM_VNPU_COREDUMP_BOS, cd->bos, bos);
 	dev_coredumpv(&vdev->pdev->dev, h, size, GFP_KERNEL | __GFP_NOWARN | __GFP_NORETRY);
-	drm_info(&vdev->drm, "job %llu of context %u: device coredump captured (%zu bytes)\n",
-		 cd->job.seqno, cd->job.context, size);
+	/* Any user can make a job fault: the log line is rate-limited. */
+	dev_info_ratelimited(vdev->drm.dev,
+			     "job %llu of context %u: device coredump captured (%zu bytes)\n",
+			     cd->job.seqno, cd->job.context, size);
 out:
 	kfree(cd);
 	drm_dev_exit(idx);

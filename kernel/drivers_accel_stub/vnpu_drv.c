@@ -36,10 +36,6 @@ unsigned int vnpu_job_timeout_ms = 5000;
 module_param_named(timeout_ms, vnpu_job_timeout_ms, uint, 0444);
 MODULE_PARM_DESC(timeout_ms, "Time in ms after which a running job is failed and its core reset (default 5000; 100..600000)");
 
-static unsigned int vnpu_probe_timeout_ms = 5000;
-module_param_named(probe_timeout_ms, vnpu_probe_timeout_ms, uint, 0444);
-MODULE_PARM_DESC(probe_timeout_ms, "Time in ms to wait for the device model at probe (default 5000)");
-
 static void vnpu_ctx_release(struct kref *ref)
 {
 	struct vnpu_ctx *ctx = container_of(ref, struct vnpu_ctx, ref);
@@ -101,14 +97,12 @@ static int vnpu_open(struct drm_device *drm, struct drm_file *file)
 	ret = vnpu_vm_init(vdev, &ctx->vm);
 	if (ret)
 		goto err_ida;
-	/* Any core: vnpu_job_pick_core() chooses one for each job. */
-	ret = drm_sched_entity_init(&fpriv->entity, DRM_SCHED_PRIORITY_NORMAL, vdev->scheds,
-				    vdev->num_cores, NULL);
-	if (ret)
+	fpriv->queue = vnpu_queue_create(vdev);
+	if (IS_ERR(fpriv->queue)) {
+		ret = PTR_ERR(fpriv->queue);
 		goto err_vm;
-	mutex_init(&fpriv->push_lock);
+	}
 
-	vnpu_job_sched_get(vdev);
 	kref_init(&ctx->ref);
 	ctx->vdev = vdev;
 	spin_lock_init(&ctx->cmdbuf_lock);
@@ -146,16 +140,15 @@ static void vnpu_postclose(struct drm_device *drm, struct drm_file *file)
 
 	/*
 	 * Nobody can see the results of the file's jobs any more: cancel
-	 * them. Marked closed first, the jobs the entity still holds end as
-	 * soon as the scheduler hands them over, so the flush below does not
-	 * wait for the device; a job on the device is stopped by a reset.
-	 * Jobs keep the context alive until they are freed.
+	 * them, without waiting for any. Marked closed first, the jobs the
+	 * queue still holds end as soon as the scheduler hands them over
+	 * (after their dependencies, which may be another file's or another
+	 * driver's fences); a job on the device is stopped by a reset. Jobs
+	 * keep the context and the queue alive until they are freed.
 	 */
 	WRITE_ONCE(fpriv->ctx->closed, true);
 	vnpu_job_file_closed(vdev);
-	drm_sched_entity_destroy(&fpriv->entity);
-	mutex_destroy(&fpriv->push_lock);
-	vnpu_job_sched_put(vdev);
+	vnpu_queue_close(fpriv->queue);
 	vnpu_ctx_put(fpriv->ctx);
 	kfree(fpriv);
 	atomic_dec(&vdev->stats.files);
@@ -237,6 +230,8 @@ static void vnpu_show_fdinfo(struct drm_printer *p, struct drm_file *file)
 	u32 i;
 
 	drm_printf(p, "drm-engine-npu:\t%llu ns\n", vnpu_job_busy_ns(fpriv->ctx));
+	/* The NPU's cores are identical engines: busy time may reach capacity x wall time. */
+	drm_printf(p, "drm-engine-capacity-npu:\t%u\n", fpriv->vdev->num_cores);
 	drm_show_memory_stats(p, file);
 	/* Driver-specific keys (as amdgpu's amd-*): jobs of this file that ended, and by core. */
 	drm_printf(p, "vnpu-jobs:\t%llu\n", (u64)atomic64_read(&fpriv->ctx->jobs_ended));
@@ -288,7 +283,6 @@ static int vnpu_hw_init(struct vnpu_device *vdev)
 {
 	struct pci_dev *pdev = vdev->pdev;
 	u32 magic, id;
-	int ret;
 
 	if (pci_resource_len(pdev, 2) < VNPU_BAR2_SIZE) {
 		drm_info(&vdev->drm, "not a vnpu NPU: BAR2 is %llu bytes, need %u\n",
@@ -302,15 +296,11 @@ static int vnpu_hw_init(struct vnpu_device *vdev)
 	if (IS_ERR(vdev->bar2))
 		return PTR_ERR(vdev->bar2);
 
-	ret = vnpu_io_wait_magic(vdev, vnpu_probe_timeout_ms);
-	if (ret) {
-		magic = vnpu_rd32(vdev, VNPU_REG_MAGIC);
-		if (magic)
-			drm_info(&vdev->drm, "not a vnpu NPU: BAR2 magic %#x\n", magic);
-		else
-			drm_err(&vdev->drm, "no vnpu device model behind this ivshmem device (magic 0 after %u ms)\n",
-				vnpu_probe_timeout_ms);
-		return ret;
+	/* The device model writes it before QEMU can start: nothing to wait for. */
+	magic = vnpu_rd32(vdev, VNPU_REG_MAGIC);
+	if (magic != VNPU_MAGIC) {
+		drm_info(&vdev->drm, "not a vnpu NPU: BAR2 magic %#x\n", magic);
+		return -ENODEV;
 	}
 	id = vnpu_rd32(vdev, VNPU_REG_DEVICE_ID);
 	if (id != VNPU_DEVICE_ID) {
@@ -341,9 +331,13 @@ static int vnpu_irq_init(struct vnpu_device *vdev)
 	}
 	vdev->irq_completion = pci_irq_vector(pdev, VNPU_IRQ_COMPLETION);
 	vdev->irq_control = pci_irq_vector(pdev, VNPU_IRQ_CONTROL);
-	/* The thread drains the queue only when completions must copy back bounce buffers. */
+	/*
+	 * The thread drains the queue only when completions must copy back bounce buffers.
+	 * Off until the cores and their lock exist (vnpu_job_init()), which it uses.
+	 */
 	ret = devm_request_threaded_irq(&pdev->dev, vdev->irq_completion, vnpu_job_irq,
-					vnpu_job_irq_thread, 0, "vnpu-completion", vdev);
+					vnpu_job_irq_thread, IRQF_NO_AUTOEN, "vnpu-completion",
+					vdev);
 	if (ret)
 		return ret;
 	return devm_request_irq(&pdev->dev, vdev->irq_control, vnpu_io_control_irq, 0,
@@ -411,6 +405,7 @@ static int vnpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = vnpu_job_init(vdev);
 	if (ret)
 		goto err_fw;
+	enable_irq(vdev->irq_completion);
 	ret = drm_dev_register(&vdev->drm, 0);
 	if (ret)
 		goto err_job;
@@ -422,8 +417,11 @@ static int vnpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	return 0;
 
 err_job:
+	disable_irq(vdev->irq_completion);
 	vnpu_job_fini(vdev);
 err_fw:
+	/* The device runs from the firmware copy: it stops reading it first. */
+	pci_clear_master(pdev);
 	vnpu_fw_fini(vdev);
 	return ret;
 }
@@ -481,6 +479,11 @@ static void vnpu_shutdown(struct pci_dev *pdev)
 {
 	vnpu_quiesce(pci_get_drvdata(pdev));
 }
+
+static const struct dev_pm_ops vnpu_pm_ops = {
+	SYSTEM_SLEEP_PM_OPS(vnpu_pm_suspend, vnpu_pm_resume)
+	RUNTIME_PM_OPS(vnpu_pm_runtime_suspend, vnpu_pm_runtime_resume, NULL)
+};
 
 static const struct pci_device_id vnpu_pci_ids[] = {
 	{ PCI_DEVICE(VNPU_PCI_VENDOR_ID, VNPU_PCI_DEVICE_ID) },

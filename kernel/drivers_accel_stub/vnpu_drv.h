@@ -135,13 +135,17 @@ struct vnpu_core {
  *	amdgpu_gfx_sched_mask does its rings
  * @cores: the cores, each with the scheduler that feeds it
  * @scheds: the cores' schedulers, the list every file's entity may run on
- * @sched_ref: users of the schedulers: the bound device, and each open file
- *	(its entity); the last one tears them down, so an unbind with files
- *	open leaves their entities live schedulers until they close
+ * @sched_ref: users of the schedulers: the bound device, and each file's
+ *	queue (struct vnpu_queue); the last one tears them down, so an unbind
+ *	with files open leaves their entities live schedulers until they close
  * @sched_wq: per-CPU workqueue of the schedulers' run_job and free_job work
  * @reset_lock: serialises recovery (watchdogs, closed files, teardown) and
  *	firmware reload
  * @hw_lock: serialises submission-queue writes against reset
+ * @complete_lock: with @complete_in_thread, one path at a time ends jobs
+ *	and signals them after job_lock (vnpu_job_end_begin())
+ * @complete_in_thread: the DMA mappings may bounce (or the device is not
+ *	coherent): completions copy back, in process context, outside job_lock
  * @job_lock: protects the cores' active lists, the completion queue and the
  *	running jobs' clocks (&vnpu_job.start_ns); taken in IRQ
  * @fence_lock: lock of the hardware fences
@@ -154,6 +158,8 @@ struct vnpu_core {
  * @contexts_lock: protects @contexts
  * @contexts: the live contexts, so an unbind can release their DMA memory
  * @stats: global counters
+ * @wedged: a reset failed: the device's bus mastering is off and it gets no
+ *	job until the driver is bound again (SUBMIT: -ENODEV)
  * @irq_completion: Linux IRQ number of the completion vector
  * @irq_control: Linux IRQ number of the control vector
  */
@@ -186,6 +192,8 @@ struct vnpu_device {
 	struct workqueue_struct *sched_wq;
 	struct mutex reset_lock; /* protects recovery: one reset (timeout, close, unbind) at once */
 	struct mutex hw_lock; /* protects the submission queue (entries, SQ_TAIL, @sq_tail) */
+	struct mutex complete_lock; /* serialises ending jobs outside job_lock, see above */
+	bool complete_in_thread;
 	spinlock_t job_lock; /* protects the cores' active lists, @cq_head, the jobs' clocks; IRQ */
 	spinlock_t fence_lock; /* protects the hardware fences (their dma_fence lock) */
 	u32 sq_tail;
@@ -198,6 +206,7 @@ struct vnpu_device {
 	struct mutex contexts_lock; /* protects @contexts */
 	struct list_head contexts;
 	struct vnpu_stats stats;
+	bool wedged;
 	int irq_completion;
 	int irq_control;
 };
@@ -279,18 +288,39 @@ struct vnpu_ctx {
 };
 
 /**
- * struct vnpu_file_priv - drm_file driver_priv
- * @vdev: the device
- * @ctx: the file's context
+ * struct vnpu_queue - a file's job queue: its scheduler entity
+ *
+ * The file and each of its jobs hold a reference, so a closed file's jobs
+ * still waiting for their dependencies drain through the entity (each is
+ * cancelled when it would run) while close() returns at once. The last
+ * reference finishes the entity and lets the schedulers go.
+ *
+ * @ref: the file's reference and one per job not yet freed
+ * @vdev: the device (a DRM device reference is held)
  * @entity: scheduler entity of the file's jobs
  * @push_lock: makes choosing the core, arming and pushing one step per job, so
  *             a file's jobs reach the entity in the order of their fences
+ * @release_work: finishes the entity when a job's free_job dropped the last
+ *	reference (the scheduler's own work may not finish an entity)
+ */
+struct vnpu_queue {
+	struct kref ref;
+	struct vnpu_device *vdev;
+	struct drm_sched_entity entity;
+	struct mutex push_lock; /* see above */
+	struct work_struct release_work;
+};
+
+/**
+ * struct vnpu_file_priv - drm_file driver_priv
+ * @vdev: the device
+ * @ctx: the file's context
+ * @queue: the file's job queue
  */
 struct vnpu_file_priv {
 	struct vnpu_device *vdev;
 	struct vnpu_ctx *ctx;
-	struct drm_sched_entity entity;
-	struct mutex push_lock; /* see above */
+	struct vnpu_queue *queue;
 };
 
 /* vnpu_drv.c */
@@ -304,6 +334,7 @@ void vnpu_vm_release(struct vnpu_vm *vm);
 int vnpu_vm_map_sgt(struct vnpu_vm *vm, u64 va, struct sg_table *sgt, size_t size,
 		    bool writable);
 void vnpu_vm_unmap(struct vnpu_vm *vm, u64 va, size_t size);
+bool vnpu_sgt_whole_pages(struct sg_table *sgt);
 
 /* vnpu_fw.c */
 int vnpu_fw_boot(struct vnpu_device *vdev);

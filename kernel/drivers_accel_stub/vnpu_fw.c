@@ -15,10 +15,10 @@
  * copy. The copy stays allocated while the firmware runs.
  *
  * Reload (debugfs fw_reload): the image is requested again and copied;
- * then the schedulers are paused, the jobs on the device finish (or are
- * cancelled after the job timeout), the image is booted, and the
- * schedulers resume; jobs still queued
- * run on the new firmware, or fail with -EIO if the device rejected it.
+ * then the schedulers are paused, the jobs on the device finish (a hung
+ * one fails with its own timeout, vnpu_job_pause()), the image is booted,
+ * and the schedulers resume; jobs still queued run on the new firmware, or
+ * fail with -EIO if the device rejected it.
  */
 #include <linux/debugfs.h>
 #include <linux/dma-mapping.h>
@@ -159,9 +159,9 @@ int vnpu_fw_boot(struct vnpu_device *vdev)
  * vnpu_fw_reload() - boot the firmware file again, the device running
  * @vdev: the device, registered
  *
- * The image is read first; then jobs on the device finish (those still
- * running after the job timeout fail with -ECANCELED), the device boots
- * it, and queued jobs run on the new firmware.
+ * The image is read first; then jobs on the device finish (a hung one
+ * fails with -ETIMEDOUT as ever), the device boots it, and queued jobs run
+ * on the new firmware.
  *
  * Return: 0; the negative errno of reading the image, when the running
  * firmware stays; or that of booting it: then no firmware runs and jobs

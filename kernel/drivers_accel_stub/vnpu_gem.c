@@ -135,9 +135,9 @@ static void vnpu_bo_account(struct vnpu_bo *bo, struct vnpu_ctx *ctx)
 /*
  * GEM open hook: a handle to @obj is being made in @file. An imported BO
  * not yet bound becomes this file's: a VA range (with its guard page) in
- * the file's address space, mapped writable (the exporter decides who may
- * write; the importing file's jobs list it READ or WRITE like any BO).
- * Every other case is a no-op: a BO belongs to one file.
+ * the file's address space, mapped with the rights its exporter gave
+ * (vnpu_dmabuf_device_read_only()). Every other case is a no-op: a BO
+ * belongs to one file.
  */
 static int vnpu_gem_open(struct drm_gem_object *obj, struct drm_file *file)
 {
@@ -160,12 +160,32 @@ static int vnpu_gem_open(struct drm_gem_object *obj, struct drm_file *file)
 		return ret;
 	}
 	vnpu_bo_account(bo, ctx);
-	ret = vnpu_vm_map_sgt(&ctx->vm, vnpu_bo_va(bo), bo->base.sgt, vnpu_bo_size(bo), true);
+	ret = vnpu_vm_map_sgt(&ctx->vm, vnpu_bo_va(bo), bo->base.sgt, vnpu_bo_size(bo),
+			      !(bo->flags & DRM_VNPU_BO_DEVICE_READ_ONLY));
 	if (ret)
 		return ret; /* the handle is not made; freeing the object undoes the rest */
 	bo->mapped = true;
 	/* BO_INFO's mmap offset: a CPU mapping through the accel fd goes to dma_buf_mmap(). */
 	return drm_gem_create_mmap_offset(obj);
+}
+
+static const struct drm_gem_object_funcs vnpu_gem_funcs;
+
+/*
+ * The rights an import carries: the strictest of its exporter's. A dma-buf
+ * whose file is not open for writing (exported without DRM_RDWR or
+ * O_RDWR) is read-only to the device, and so is a vnpu BO's own export
+ * when its creator made it DRM_VNPU_BO_DEVICE_READ_ONLY.
+ */
+static bool vnpu_dmabuf_device_read_only(struct dma_buf *dma_buf)
+{
+	struct drm_gem_object *exported = dma_buf->priv;
+
+	if (!(dma_buf->file->f_mode & FMODE_WRITE))
+		return true;
+	/* drm_gem_prime_export() names the exporting driver's module as the owner. */
+	return dma_buf->owner == THIS_MODULE && exported->funcs == &vnpu_gem_funcs &&
+	       to_vnpu_bo(exported)->flags & DRM_VNPU_BO_DEVICE_READ_ONLY;
 }
 
 /**
@@ -180,7 +200,9 @@ static int vnpu_gem_open(struct drm_gem_object *obj, struct drm_file *file)
  * handle is made (vnpu_gem_open()).
  *
  * Return: the new GEM object, or an ERR_PTR: -E2BIG above
- * DRM_VNPU_PARAM_MAX_BO_SIZE, else the exporter's or the DMA API's errno.
+ * DRM_VNPU_PARAM_MAX_BO_SIZE, -EINVAL if its DMA mapping is not whole
+ * pages (the device MMU could not map it exactly), else the exporter's or
+ * the DMA API's errno.
  */
 struct drm_gem_object *vnpu_gem_prime_import(struct drm_device *drm, struct dma_buf *dma_buf)
 {
@@ -203,6 +225,11 @@ struct drm_gem_object *vnpu_gem_prime_import(struct drm_device *drm, struct dma_
 		ret = PTR_ERR(sgt);
 		goto err_detach;
 	}
+	if (!vnpu_sgt_whole_pages(sgt)) {
+		drm_dbg_driver(drm, "dma-buf import: a segment is not whole pages\n");
+		ret = -EINVAL;
+		goto err_unmap;
+	}
 	obj = drm_gem_shmem_prime_import_sg_table(drm, attach, sgt);
 	if (IS_ERR(obj)) {
 		ret = PTR_ERR(obj);
@@ -211,6 +238,8 @@ struct drm_gem_object *vnpu_gem_prime_import(struct drm_device *drm, struct dma_
 	obj->import_attach = attach;
 	obj->resv = dma_buf->resv;
 	to_vnpu_bo(obj)->needs_sync = vnpu_sgt_needs_sync(drm->dev, sgt);
+	if (vnpu_dmabuf_device_read_only(dma_buf))
+		to_vnpu_bo(obj)->flags = DRM_VNPU_BO_DEVICE_READ_ONLY;
 	return obj;
 
 err_unmap:
@@ -370,19 +399,11 @@ void vnpu_bo_set_status(struct vnpu_bo *bo, int status, u64 fault_va)
 	spin_unlock_irqrestore(&bo->status_lock, flags);
 }
 
-/**
- * vnpu_ioctl_bo_create() - DRM_IOCTL_VNPU_BO_CREATE
- * @drm: the DRM device
- * @data: struct drm_vnpu_bo_create
- * @file: the calling file
- *
- * Return: 0 or a negative errno as documented in vnpu_accel.h.
- */
-int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *file)
+static int vnpu_bo_create(struct drm_device *drm, struct drm_vnpu_bo_create *args,
+			  struct drm_file *file)
 {
 	struct vnpu_file_priv *fpriv = file->driver_priv;
 	struct vnpu_ctx *ctx = fpriv->ctx;
-	struct drm_vnpu_bo_create *args = data;
 	struct drm_gem_shmem_object *shmem;
 	struct sg_table *sgt;
 	struct vnpu_bo *bo;
@@ -470,6 +491,26 @@ out_put:
 }
 
 /**
+ * vnpu_ioctl_bo_create() - DRM_IOCTL_VNPU_BO_CREATE
+ * @drm: the DRM device
+ * @data: struct drm_vnpu_bo_create
+ * @file: the calling file
+ *
+ * Return: 0 or a negative errno as documented in vnpu_accel.h.
+ */
+int vnpu_ioctl_bo_create(struct drm_device *drm, void *data, struct drm_file *file)
+{
+	int ret, idx;
+
+	/* The BO's DMA mapping goes with an unbind (vnpu_release_dma()): not while one runs. */
+	if (!drm_dev_enter(drm, &idx))
+		return -ENODEV;
+	ret = vnpu_bo_create(drm, data, file);
+	drm_dev_exit(idx);
+	return ret;
+}
+
+/**
  * vnpu_ioctl_bo_info() - DRM_IOCTL_VNPU_BO_INFO
  * @drm: the DRM device
  * @data: struct drm_vnpu_bo_info
@@ -535,6 +576,49 @@ int vnpu_ioctl_bo_wait(struct drm_device *drm, void *data, struct drm_file *file
 	return ret;
 }
 
+/* Sync bytes @offset .. @offset + @size of a BO's DMA mapping, the DMA segments in BO order. */
+static void vnpu_bo_sync_range(struct vnpu_bo *bo, u64 offset, u64 size, bool for_cpu)
+{
+	struct device *dev = bo->base.base.dev->dev;
+	struct sg_table *sgt = vnpu_bo_dma_sgt(bo);
+	u64 pos = 0, end = offset + size;
+	struct scatterlist *sg;
+	unsigned int i;
+
+	if (!bo->needs_sync || !sgt)
+		return;
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		u64 from = max(offset, pos), to = min(end, pos + sg_dma_len(sg));
+		dma_addr_t addr = sg_dma_address(sg);
+
+		if (from < to && for_cpu)
+			dma_sync_single_range_for_cpu(dev, addr, from - pos, to - from,
+						      DMA_BIDIRECTIONAL);
+		else if (from < to)
+			dma_sync_single_range_for_device(dev, addr, from - pos, to - from,
+							 DMA_BIDIRECTIONAL);
+		pos += sg_dma_len(sg);
+		if (pos >= end)
+			break;
+	}
+}
+
+/*
+ * An import's CPU view is its exporter's to keep coherent: the begin and
+ * end of CPU access (DMA_BUF_IOCTL_SYNC) are of the whole buffer.
+ */
+static int vnpu_bo_sync_exporter(struct vnpu_bo *bo, u32 flags)
+{
+	struct dma_buf *dma_buf = bo->base.base.import_attach->dmabuf;
+	int ret = 0;
+
+	if (flags & DRM_VNPU_BO_SYNC_FOR_CPU)
+		ret = dma_buf_begin_cpu_access(dma_buf, DMA_BIDIRECTIONAL);
+	if (!ret && flags & DRM_VNPU_BO_SYNC_FOR_DEVICE)
+		ret = dma_buf_end_cpu_access(dma_buf, DMA_BIDIRECTIONAL);
+	return ret;
+}
+
 /**
  * vnpu_ioctl_bo_sync() - DRM_IOCTL_VNPU_BO_SYNC
  * @drm: the DRM device
@@ -543,7 +627,8 @@ int vnpu_ioctl_bo_wait(struct drm_device *drm, void *data, struct drm_file *file
  *
  * For memory shared with a running job (the job boundaries are synced by
  * the driver itself): a no-op unless the BO's mapping bounces or the device
- * is not coherent.
+ * is not coherent, or it is an import (its exporter's begin or end of CPU
+ * access). Syncs the requested range only.
  *
  * Return: 0 or a negative errno as documented in vnpu_accel.h.
  */
@@ -551,7 +636,8 @@ int vnpu_ioctl_bo_sync(struct drm_device *drm, void *data, struct drm_file *file
 {
 	struct drm_vnpu_bo_sync *args = data;
 	struct vnpu_bo *bo;
-	int idx;
+	u64 size;
+	int idx, ret = 0;
 
 	if (!args->flags || args->flags & ~DRM_VNPU_BO_SYNC_FLAGS_MASK) {
 		drm_dbg_driver(drm, "bo_sync flags %#x: not 1..%#x\n", args->flags,
@@ -561,16 +647,26 @@ int vnpu_ioctl_bo_sync(struct drm_device *drm, void *data, struct drm_file *file
 	bo = vnpu_bo_lookup(file, args->handle);
 	if (!bo)
 		return -ENOENT;
+	size = args->size ?: vnpu_bo_size(bo) - min_t(u64, args->offset, vnpu_bo_size(bo));
+	if (args->offset >= vnpu_bo_size(bo) || size > vnpu_bo_size(bo) - args->offset) {
+		drm_dbg_driver(drm, "bo_sync range %llu+%llu is not inside the BO's %zu bytes\n",
+			       args->offset, args->size, vnpu_bo_size(bo));
+		ret = -EINVAL;
+		goto out_put;
+	}
 	/* The DMA mapping goes with the device (vnpu_release_dma()). */
 	if (!drm_dev_enter(drm, &idx)) {
-		drm_gem_object_put(&bo->base.base);
-		return -ENODEV;
+		ret = -ENODEV;
+		goto out_put;
 	}
-	if (args->flags & DRM_VNPU_BO_SYNC_FOR_CPU)
-		vnpu_bo_sync_for_cpu(bo);
-	if (args->flags & DRM_VNPU_BO_SYNC_FOR_DEVICE)
-		vnpu_bo_sync_for_device(bo);
+	if (vnpu_bo_imported(bo))
+		ret = vnpu_bo_sync_exporter(bo, args->flags);
+	if (!ret && args->flags & DRM_VNPU_BO_SYNC_FOR_CPU)
+		vnpu_bo_sync_range(bo, args->offset, size, true);
+	if (!ret && args->flags & DRM_VNPU_BO_SYNC_FOR_DEVICE)
+		vnpu_bo_sync_range(bo, args->offset, size, false);
 	drm_dev_exit(idx);
+out_put:
 	drm_gem_object_put(&bo->base.base);
-	return 0;
+	return ret;
 }

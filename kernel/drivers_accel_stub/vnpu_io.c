@@ -5,7 +5,7 @@
  * The control block: BOOT and RESET commands and their
  * acknowledgment interrupt.
  */
-#include <linux/delay.h>
+#include <linux/err.h>
 #include <linux/interrupt.h>
 #include <linux/jiffies.h>
 
@@ -16,31 +16,19 @@
 /* Time the device model gets to acknowledge a RESET. */
 #define VNPU_RESET_TIMEOUT_MS	2000
 
-/**
- * vnpu_io_wait_magic() - wait until the device model has initialised BAR2
- * @vdev: the device
- * @timeout_ms: how long to wait
- *
- * The device model writes MAGIC last when it sets up the shared memory, so
- * every other identification register is valid once it reads back. Its
- * shared memory starts zeroed and REG_MAGIC holds nothing but zero or MAGIC:
- * any other value is another ivshmem server's memory, refused at once. Only
- * reads: nothing is written to a device before it is known to be ours.
- *
- * Return: 0, or -ENODEV if REG_MAGIC holds another value or MAGIC did not
- * appear in time.
+/*
+ * The device reports 0 or a negative errno. Anything else would reach the
+ * callers as a positive value, which probe() would return as success: it
+ * is the device's fault, -EIO.
  */
-int vnpu_io_wait_magic(struct vnpu_device *vdev, unsigned int timeout_ms)
+static int vnpu_io_status(struct vnpu_device *vdev, u32 cmd, u32 reg)
 {
-	unsigned long deadline = jiffies + msecs_to_jiffies(timeout_ms);
-	u32 magic;
+	s32 status = (s32)reg;
 
-	while ((magic = vnpu_rd32(vdev, VNPU_REG_MAGIC)) != VNPU_MAGIC) {
-		if (magic || time_after(jiffies, deadline))
-			return -ENODEV;
-		msleep(20);
-	}
-	return 0;
+	if (status == 0 || (status < 0 && status >= -MAX_ERRNO))
+		return status;
+	drm_err(&vdev->drm, "command %u: the device answered status %#x, not an errno\n", cmd, reg);
+	return -EIO;
 }
 
 /**
@@ -56,7 +44,8 @@ int vnpu_io_wait_magic(struct vnpu_device *vdev, unsigned int timeout_ms)
  * wakes the waiter; the register is also polled in short slices so that a
  * coalesced or lost interrupt costs latency, not correctness.
  *
- * Return: the device's CMD_STATUS (0 or a negative errno), or -ETIMEDOUT.
+ * Return: the device's CMD_STATUS (0 or a negative errno, anything else
+ * counts as -EIO), or -ETIMEDOUT.
  */
 int vnpu_io_command(struct vnpu_device *vdev, u32 cmd, u64 arg0, u64 arg1,
 		    unsigned int timeout_ms)
@@ -76,7 +65,7 @@ int vnpu_io_command(struct vnpu_device *vdev, u32 cmd, u64 arg0, u64 arg1,
 
 	for (;;) {
 		if (vnpu_rd32(vdev, VNPU_REG_CMD_ACK) == seq) {
-			ret = (s32)vnpu_rd32(vdev, VNPU_REG_CMD_STATUS);
+			ret = vnpu_io_status(vdev, cmd, vnpu_rd32(vdev, VNPU_REG_CMD_STATUS));
 			break;
 		}
 		if (time_after(jiffies, deadline)) {

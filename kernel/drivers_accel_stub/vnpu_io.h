@@ -53,7 +53,6 @@ static inline void vnpu_ring(struct vnpu_device *vdev, u32 vector)
 	writel((vdev->peer << 16) | vector, vdev->bar0 + IVSHMEM_REG_DOORBELL);
 }
 
-int vnpu_io_wait_magic(struct vnpu_device *vdev, unsigned int timeout_ms);
 int vnpu_io_command(struct vnpu_device *vdev, u32 cmd, u64 arg0, u64 arg1,
 		    unsigned int timeout_ms);
 int vnpu_io_reset(struct vnpu_device *vdev, u32 cores);

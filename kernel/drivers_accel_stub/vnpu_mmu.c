@@ -119,6 +119,23 @@ static void vnpu_vm_clear(struct vnpu_vm *vm, u64 va, size_t size)
 }
 
 /**
+ * vnpu_sgt_whole_pages() - whether the device MMU can map a table exactly
+ * @sgt: a DMA-mapped scatter-gather table
+ *
+ * Return: true if every segment starts and ends on a device page boundary.
+ */
+bool vnpu_sgt_whole_pages(struct sg_table *sgt)
+{
+	struct scatterlist *sg;
+	unsigned int i;
+
+	for_each_sgtable_dma_sg(sgt, sg, i)
+		if (!IS_ALIGNED(sg_dma_address(sg) | sg_dma_len(sg), VNPU_PAGE_SIZE))
+			return false;
+	return true;
+}
+
+/**
  * vnpu_vm_map_sgt() - map a BO's pages at a device VA
  * @vm: the address space
  * @va: page-aligned device VA reserved in @vm->mm
@@ -126,8 +143,9 @@ static void vnpu_vm_clear(struct vnpu_vm *vm, u64 va, size_t size)
  * @size: bytes to map (the BO's page-rounded size)
  * @writable: whether the device may write the pages
  *
- * Return: 0, -ENODEV once the device is gone, or -ENOMEM with nothing
- * left mapped.
+ * Return: 0, -ENODEV once the device is gone, -EINVAL for a segment that
+ * is not whole pages (vnpu_sgt_whole_pages()), or -ENOMEM; nothing is left
+ * mapped on error.
  */
 int vnpu_vm_map_sgt(struct vnpu_vm *vm, u64 va, struct sg_table *sgt, size_t size,
 		    bool writable)
@@ -147,6 +165,12 @@ int vnpu_vm_map_sgt(struct vnpu_vm *vm, u64 va, struct sg_table *sgt, size_t siz
 		unsigned int len = sg_dma_len(sg);
 		unsigned int off;
 
+		/* A page entry maps whole pages: a partial one would expose its neighbours. */
+		if (!IS_ALIGNED(addr | len, VNPU_PAGE_SIZE)) {
+			vnpu_vm_clear(vm, va, cur - va);
+			mutex_unlock(&vm->lock);
+			return -EINVAL;
+		}
 		for (off = 0; off < len && cur < end; off += VNPU_PAGE_SIZE) {
 			__le64 *l2 = vnpu_vm_l2(vm, cur);
 

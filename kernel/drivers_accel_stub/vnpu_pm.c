@@ -84,7 +84,7 @@ int vnpu_pm_power_on(struct vnpu_device *vdev)
 	return vnpu_io_command(vdev, VNPU_CMD_POWER, VNPU_POWER_ON, 0, VNPU_POWER_TIMEOUT_MS);
 }
 
-static int vnpu_pm_runtime_suspend(struct device *dev)
+int vnpu_pm_runtime_suspend(struct device *dev)
 {
 	struct vnpu_device *vdev = vnpu_pm_dev(dev);
 	int ret;
@@ -105,7 +105,7 @@ static int vnpu_pm_runtime_suspend(struct device *dev)
 	return 0;
 }
 
-static int vnpu_pm_runtime_resume(struct device *dev)
+int vnpu_pm_runtime_resume(struct device *dev)
 {
 	struct vnpu_device *vdev = vnpu_pm_dev(dev);
 	int ret;
@@ -121,7 +121,7 @@ static int vnpu_pm_runtime_resume(struct device *dev)
 	return 0;
 }
 
-static int vnpu_pm_suspend(struct device *dev)
+int vnpu_pm_suspend(struct device *dev)
 {
 	struct vnpu_device *vdev = vnpu_pm_dev(dev);
 	int ret;
@@ -134,7 +134,7 @@ static int vnpu_pm_suspend(struct device *dev)
 	return ret;
 }
 
-static int vnpu_pm_resume(struct device *dev)
+int vnpu_pm_resume(struct device *dev)
 {
 	struct vnpu_device *vdev = vnpu_pm_dev(dev);
 	int ret;
@@ -144,11 +144,6 @@ static int vnpu_pm_resume(struct device *dev)
 	vnpu_job_unquiesce(vdev);
 	return ret;
 }
-
-const struct dev_pm_ops vnpu_pm_ops = {
-	SYSTEM_SLEEP_PM_OPS(vnpu_pm_suspend, vnpu_pm_resume)
-	RUNTIME_PM_OPS(vnpu_pm_runtime_suspend, vnpu_pm_runtime_resume, NULL)
-};
 
 static int vnpu_pm_debugfs_show(struct seq_file *m, void *data)
 {

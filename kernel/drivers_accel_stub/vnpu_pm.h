@@ -11,7 +11,11 @@
 
 struct vnpu_device;
 
-extern const struct dev_pm_ops vnpu_pm_ops;
+/* The device's dev_pm_ops callbacks (vnpu_drv.c's vnpu_pm_ops). */
+int vnpu_pm_suspend(struct device *dev);
+int vnpu_pm_resume(struct device *dev);
+int vnpu_pm_runtime_suspend(struct device *dev);
+int vnpu_pm_runtime_resume(struct device *dev);
 
 int vnpu_pm_get(struct vnpu_device *vdev);
 void vnpu_pm_put(struct vnpu_device *vdev);

@@ -17,8 +17,9 @@
  *
  * The stream checked is the kernel's copy, the one the device runs
  * (vnpu_cmdbuf.c), so userspace cannot change it after the check. The
- * per-file page tables are the isolation of last resort: they hold even
- * with the check off (the validate_streams module parameter).
+ * check is always on: a file's page tables map all of its BOs, so they
+ * keep a job to its file's memory, and only the check keeps it to the BOs
+ * it lists, in the directions it lists them.
  */
 #include <linux/overflow.h>
 #include <linux/unaligned.h>

@@ -6,11 +6,21 @@ import errno
 import fcntl
 import mmap
 import os
+import stat
 from typing import Any
 
 from libaccel.backends import Backend
 from libaccel.errors import DeviceClosed, NoDevice, from_errno
 from uapi.bindings import ffi, ioctl_name
+from vnpu_common.cli import os_error_words
+
+
+def _not_a_node(path: str, what: str) -> NoDevice:
+    return NoDevice(
+        errno.ENODEV,
+        f"open {path}",
+        f"{what}, not a device node; give /dev/accel/accelN, 'kernel' (the first vnpu node) or 'shim'",
+    )
 
 
 class KernelBackend(Backend):
@@ -28,6 +38,14 @@ class KernelBackend(Backend):
             raise from_errno(
                 errno.EACCES, f"open {path}", "no permission on the node; add yourself to its group (render)"
             ) from None
+        except IsADirectoryError:
+            raise _not_a_node(path, "a directory") from None
+        except OSError as e:  # a path through a file, ...: not a node at all
+            raise _not_a_node(path, os_error_words(e)) from None
+        mode = os.fstat(self._fd).st_mode
+        if not stat.S_ISCHR(mode):
+            self.close()
+            raise _not_a_node(path, "a regular file" if stat.S_ISREG(mode) else "not a character device")
 
     @property
     def closed(self) -> bool:

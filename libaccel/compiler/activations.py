@@ -1,7 +1,7 @@
 """Activations and requantizations of one 8-bit input as 256-entry lookup tables: one LUT instruction
-with the table of TFLite's reference kernel (RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, HARD_SWISH,
-LEAKY_RELU, QUANTIZE, int8 RSQRT and NEG), and the float ops of a DEQUANTIZE -> QUANTIZE chain
-(:mod:`.float_chain`), whose QUANTIZE is one LUT too.
+with the table of TFLite's reference kernel (RELU, RELU6, RELU_N1_TO_1, RELU_0_TO_1, LOGISTIC, TANH,
+HARD_SWISH, LEAKY_RELU, GELU, QUANTIZE, int8 EXP, LOG, RSQRT, NEG and ABS), and the float ops of a
+DEQUANTIZE -> QUANTIZE chain (:mod:`.float_chain`), whose QUANTIZE is one LUT too.
 """
 
 from __future__ import annotations
@@ -33,9 +33,15 @@ def _relu_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
     def bound(f: float) -> int:
         return zo + q.tflite_round(float(np.float32(f) / np.float32(y.quant.scale)))
 
-    bounds = {"RELU": (0.0, None), "RELU6": (0.0, 6.0), "RELU_N1_TO_1": (-1.0, 1.0)}[node.op]
-    act_min = max(lo, bound(bounds[0]))
-    act_max = hi if bounds[1] is None else min(hi, bound(bounds[1]))
+    bounds = {
+        "RELU": (0.0, None),
+        "RELU6": (0.0, 6.0),
+        "RELU_N1_TO_1": (-1.0, 1.0),
+        "RELU_0_TO_1": (0.0, 1.0),
+    }
+    low, high = bounds[node.op]
+    act_min = max(lo, bound(low))
+    act_max = hi if high is None else min(hi, bound(high))
     base = -128 if x.dtype == "int8" else 0
     zi = x.quant.zero_point
     vals = q.multiply_by_quantized_multiplier(np.arange(base, base + 256, dtype=np.int64) - zi, m, shift) + zo
@@ -46,7 +52,7 @@ def lut_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
     """The 256-entry table of TFLite's reference kernel for ``node`` (see :mod:`.tables`)."""
     assert x.quant and y.quant
     args = (x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point)
-    if node.op in ("RELU", "RELU6", "RELU_N1_TO_1"):
+    if node.op in ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1"):
         return _relu_table(node, x, y)
     if node.op == "LOGISTIC":
         return tables.logistic_table(*args, x.dtype)
@@ -71,6 +77,22 @@ def lut_table(node: OpNode, x: TensorInfo, y: TensorInfo) -> np.ndarray:
             raise Unsupported(f"{x.dtype} NEG: TFLite negates int8 only")
         # neg.cc negates the stored value, whatever the quantization, in int8 (-(-128) wraps to -128).
         return (-np.arange(-128, 128) + 128) % 256 - 128
+    if node.op == "EXP":
+        if x.dtype != "int8":
+            raise Unsupported(f"{x.dtype} EXP: TFLite quantizes EXP for int8 only")
+        return tables.exp_table(*args, x.dtype)
+    if node.op == "LOG":
+        if x.dtype != "int8":
+            raise Unsupported(f"{x.dtype} LOG: TFLite quantizes LOG for int8 only")
+        return tables.log_table(*args, x.dtype)
+    if node.op == "GELU":
+        return tables.gelu_table(*args, x.dtype, bool(node.option("approximate")))
+    if node.op == "ABS":
+        if x.dtype != "int8":
+            raise Unsupported(f"{x.dtype} ABS: TFLite quantizes ABS for int8 only")
+        if tables.abs_needs_rescale(x.quant.scale, y.quant.scale):
+            multiplier(float(np.float32(x.quant.scale) / np.float32(y.quant.scale)), "ABS")  # shift limits
+        return tables.abs_table(*args, x.dtype)
     if node.op == "RSQRT":
         if x.dtype != "int8":
             raise Unsupported(f"{x.dtype} RSQRT: TFLite quantizes RSQRT for int8 only")
@@ -107,6 +129,7 @@ PLANNERS: dict[str, Planner] = {
         "RELU",
         "RELU6",
         "RELU_N1_TO_1",
+        "RELU_0_TO_1",
         "LOGISTIC",
         "TANH",
         "HARD_SWISH",
@@ -115,5 +138,9 @@ PLANNERS: dict[str, Planner] = {
         "DEQUANTIZE",
         "RSQRT",
         "NEG",
+        "ABS",
+        "GELU",
+        "EXP",
+        "LOG",
     )
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from libaccel.compiler import quant as q
 from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
 from libaccel.compiler.plan_common import (
@@ -63,10 +64,37 @@ def _float_scale_quant(
     return dict(multiplier=0, shift=0), table
 
 
+def float_scale_product(node: OpNode, x: TensorInfo, w: TensorInfo) -> bool:
+    """Whether TFLite derives this layer's multiplier from the float product of the input and filter
+    scales (:func:`quant.convolution_scale`): where it takes GetQuantizedConvolutionMultipler.
+
+    CONV_2D, DEPTHWISE_CONV_2D and TRANSPOSE_CONV do for uint8 only (the scalar "legacy" multiplier
+    of PopulateConvolutionQuantizationParams; int8 kernels read its per-channel double loop, which
+    broadcasts a per-tensor filter). FULLY_CONNECTED does for every per-tensor filter, unless the
+    runtime's kernel multiplies in double (its ``per_tensor_scale_product`` option, set by
+    :func:`libaccel.compiler.reference.annotate_reference`).
+    """
+    if node.op != "FULLY_CONNECTED":
+        return x.dtype == "uint8"
+    assert w.quant is not None
+    product = node.option("per_tensor_scale_product") or "float"
+    if product not in ("float", "double"):
+        raise Unsupported(f"per-tensor scale product {product!r}")
+    return w.quant.per_tensor and product == "float"
+
+
 def conv_quant(
-    x: TensorInfo, w: TensorInfo, y: TensorInfo, cout: int, axis: int, what: str, float_scale: bool = False
+    x: TensorInfo,
+    w: TensorInfo,
+    y: TensorInfo,
+    cout: int,
+    axis: int,
+    what: str,
+    float_scale: bool = False,
+    float_product: bool = False,
 ) -> tuple[dict, np.ndarray | None]:
-    """(per-tensor fields, per-channel [Cout, 2] table or None); checks the filter's quantization."""
+    """(per-tensor fields, per-channel [Cout, 2] table or None); checks the filter's quantization.
+    ``float_product``: TFLite's multiplier from the scales' float product (:func:`float_scale_product`)."""
     assert x.quant and y.quant
     wq = w.quant
     if wq is None:
@@ -80,8 +108,7 @@ def conv_quant(
         raise Unsupported("uint8 filter quantized per channel")
     if not wq.per_tensor and (wq.axis != axis or len(wq.scales) != cout):
         raise Unsupported(f"filter quantized along axis {wq.axis} with {len(wq.scales)} scales")
-    # TFLite: effective scale = double(input_scale) * double(filter_scale) / double(output_scale).
-    reals = [x.quant.scale * s / y.quant.scale for s in wq.scales]
+    reals = [q.convolution_scale(x.quant.scale, s, y.quant.scale, float_product) for s in wq.scales]
     mults = [multiplier(r, what) for r in reals]
     if len(mults) == 1 and x.dtype == "uint8":
         m, s = mults[0]
@@ -129,7 +156,9 @@ def _plan_conv(graph: Graph, node: OpNode, depthwise: bool) -> OpPlan:
     if on != n:
         raise Unsupported(f"batch {n} -> {on}")
     geo = geometry(node, h, wd, kh, kw, oh, ow, dil=True)
-    fields, table = conv_quant(x, w, y, cout, 3 if depthwise else 0, name, float_scale)
+    fields, table = conv_quant(
+        x, w, y, cout, 3 if depthwise else 0, name, float_scale, float_scale_product(node, x, w)
+    )
     bias = _bias(graph, node, cout)
     act_min, act_max = clamp(node, y)
     op = "DEPTHWISE_CONV2D" if depthwise else "CONV2D"
@@ -170,7 +199,9 @@ def _plan_fully_connected(graph: Graph, node: OpNode) -> OpPlan:
     rows = x.size // k
     if y.size != rows * cout or y.shape[-1] != cout:
         raise Unsupported(f"output shape {list(y.shape)} is not {rows} rows of {cout}")
-    fields, table = conv_quant(x, w, y, cout, 0, "FULLY_CONNECTED", float_scale)
+    fields, table = conv_quant(
+        x, w, y, cout, 0, "FULLY_CONNECTED", float_scale, float_scale_product(node, x, w)
+    )
     bias = _bias(graph, node, cout)
     act_min, act_max = clamp(node, y)
     rounding = node.option("rounding") or "double"  # reference.annotate_reference sets it

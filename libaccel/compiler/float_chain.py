@@ -34,6 +34,7 @@ _f32 = np.float32
 #: Float elementwise ops of one input whose float32 result TFLite's reference kernels compute exactly.
 FLOAT_OPS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "NEG": np.negative,
+    "ABS": np.abs,
     "RELU": lambda v: np.maximum(v, _f32(0)),
     "RELU6": lambda v: np.minimum(np.maximum(v, _f32(0)), _f32(6)),
     "RELU_N1_TO_1": lambda v: np.minimum(np.maximum(v, _f32(-1)), _f32(1)),

@@ -90,6 +90,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "new_axis_mask": 0,
     "shrink_axis_mask": 0,
     "offset": False,
+    "approximate": False,
 }
 
 

@@ -34,7 +34,7 @@ from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo
 from libaccel.compiler.plan_common import OpPlan, Unsupported
 from uapi import isa
 
-COMPILER_VERSION = "1.11.0"  # bump whenever the generated code (or which nodes are supported) can change
+COMPILER_VERSION = "1.16.0"  # bump whenever the generated code (or which nodes are supported) can change
 
 
 class CompileError(ValueError):

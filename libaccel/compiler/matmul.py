@@ -5,8 +5,9 @@ batch of ``out[i, j] = sum_k (lhs[i, k] - zp_lhs) * (rhs[k, j] - zp_rhs)`` is on
 lhs batch as the input rows ``[1, 1, M, K]`` and the rhs batch as the filter ``[1, 1, N, K]``, both
 strided views (``adj_x``/``adj_y`` only swap the strides, TFLite's transposes cost nothing). Batch
 dimensions broadcast by reading the same lhs or rhs batch again. TFLite's reference kernel
-(``reference_ops::BatchMatMul``) requantizes per tensor with QuantizeMultiplier(s_lhs * s_rhs / s_out)
-in double and clamps to the int8 range; no bias, no fused activation.
+(``reference_ops::BatchMatMul``) requantizes per tensor with QuantizeMultiplier(s_lhs * s_rhs / s_out),
+the product in float (GetQuantizedConvolutionMultipler), and clamps to the int8 range; no bias, no
+fused activation.
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ def plan_batch_matmul(graph: Graph, node: OpNode) -> OpPlan:
     if count > MAX_MATMUL_BATCHES:
         raise Unsupported(f"{count} batches (more than {MAX_MATMUL_BATCHES} instructions)")
     assert a.quant and b.quant and y.quant
-    # GetQuantizedConvolutionMultipler: double(s_lhs) * double(s_rhs) / double(s_out).
+    # GetQuantizedConvolutionMultipler (both runtimes): the scales' product in float.
     mult, shift = multiplier(
-        float(a.quant.scale) * float(b.quant.scale) / float(y.quant.scale), "BATCH_MATMUL"
+        q.convolution_scale(a.quant.scale, b.quant.scale, y.quant.scale, float_product=True), "BATCH_MATMUL"
     )
     lo, hi = q.QRANGE[y.dtype]
     rounding = node.option("rounding") or "double"  # reference.annotate_reference sets it

@@ -47,6 +47,25 @@ def quantize_multiplier_smaller_than_one_exp(real: float) -> tuple[int, int]:
     return m, shift
 
 
+def convolution_scale(
+    input_scale: float, filter_scale: float, output_scale: float, float_product: bool
+) -> float:
+    """The real multiplier TFLite quantizes for a convolution-like layer (kernels/kernel_util.cc).
+
+    ``float_product``: GetQuantizedConvolutionMultipler's
+    ``static_cast<double>(input->params.scale * filter->params.scale)`` divided by
+    ``static_cast<double>(output->params.scale)``: the two float scales' product rounded to float,
+    the quotient in double. TFLite takes it for
+    uint8 CONV_2D, DEPTHWISE_CONV_2D and TRANSPOSE_CONV, for per-tensor FULLY_CONNECTED (TFLite
+    2.14) and for BATCH_MATMUL. Otherwise PopulateConvolutionQuantizationParams' per-channel loop:
+    ``double(input_scale) * double(filter_scale) / double(output_scale)``, every step in double.
+    The two differ by up to half a float ulp, enough to move a 31-bit multiplier by ~100.
+    """
+    if float_product:
+        return float(np.float32(input_scale) * np.float32(filter_scale)) / float(np.float32(output_scale))
+    return float(np.float32(input_scale)) * float(np.float32(filter_scale)) / float(np.float32(output_scale))
+
+
 def shift_ok(shift: int) -> bool:
     return SHIFT_MIN <= shift <= SHIFT_MAX
 

@@ -39,7 +39,7 @@ I16_MIN, I16_MAX = -(2**15), 2**15 - 1
 
 def _libm() -> ctypes.CDLL:
     lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-    for name in ("expf", "tanhf"):
+    for name in ("expf", "tanhf", "erfcf", "logf"):
         fn = getattr(lib, name)
         fn.restype = ctypes.c_float
         fn.argtypes = [ctypes.c_float]
@@ -107,6 +107,69 @@ def requantize_table(
     d = np.asarray(list(input_values(in_dtype)), dtype=np.int64) - in_zp
     vals = q.multiply_by_quantized_multiplier(d, m, shift) + out_zp
     return np.clip(vals, lo, hi).astype(np.int32)
+
+
+def abs_needs_rescale(in_scale: float, out_scale: float) -> bool:
+    """GenericPrepare's ``needs_rescale`` for ABS: the float scales differ."""
+    return bool(_f32(in_scale) != _f32(out_scale))
+
+
+def abs_multiplier(in_scale: float, out_scale: float) -> tuple[int, int]:
+    """SetAbsOutputMultiplier: QuantizeMultiplier(input_scale / output_scale), the quotient in float."""
+    return q.quantize_multiplier(float(_f32(in_scale) / _f32(out_scale)))
+
+
+def abs_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype: str) -> np.ndarray:
+    """int8 ABS, ``AbsEvalQuantized`` (elementwise.cc): ``|x - zp_in|``, requantized only where the
+    scales differ, plus ``zp_out``, clamped to the type."""
+    lo, hi = q.QRANGE[dtype]
+    d = np.abs(np.asarray(list(input_values(dtype)), dtype=np.int64) - in_zp)
+    if abs_needs_rescale(in_scale, out_scale):
+        m, shift = abs_multiplier(in_scale, out_scale)
+        d = q.multiply_by_quantized_multiplier(d, m, shift)
+    return np.clip(d + out_zp, lo, hi).astype(np.int32)
+
+
+def exp_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype: str) -> np.ndarray:
+    """int8 EXP: exp.cc's ``LUTPopulate`` with ``std::exp`` (libm's ``expf``)."""
+    return lut_populate(lambda x: _f32(_LIBM.expf(float(x))), in_scale, in_zp, out_scale, out_zp, dtype)
+
+
+def log_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype: str) -> np.ndarray:
+    """int8 LOG (LiteRT's elementwise.cc ``LogLUTPrepare``; TFLite 2.14 has no int8 LOG): the
+    ``LUTPopulate`` table of libm's ``logf``, inputs at or below 0 mapped to the output's lowest
+    value ``(qmin - zp_out) * s_out`` (in float)."""
+    output_min = _f32(q.QRANGE[dtype][0] - out_zp) * _f32(out_scale)
+
+    def log(x: np.float32) -> np.float32:
+        return output_min if x <= 0 else _f32(_LIBM.logf(float(x)))
+
+    return lut_populate(log, in_scale, in_zp, out_scale, out_zp, dtype)
+
+
+_SQRT1_2 = 0.70710678118654752440  # M_SQRT1_2
+_SQRT_2_OVER_PI = _f32(1.12837916709551257390 * _SQRT1_2)  # gelu_internal::kSqrt2dPi, a float
+
+
+def _gelu(x: np.float32) -> np.float32:
+    """reference_ops::GeluTransform: ``0.5f * x * erfc(x * -M_SQRT1_2)`` in float (the erfc form; the
+    older ``0.5f * x * (1 + erf(x * M_SQRT1_2))`` gave the same tables on 6000 random scale pairs)."""
+    return _f32(_f32(0.5) * x) * _f32(_LIBM.erfcf(float(x * _f32(-_SQRT1_2))))
+
+
+def _gelu_approximate(x: np.float32) -> np.float32:
+    """reference_ops::GeluTransformApproximate: ``0.5f * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715f *
+    x * x * x)))``, every step in float, left to right."""
+    cube = _f32(_f32(_f32(0.044715) * x) * x) * x
+    return _f32(_f32(0.5) * x) * (_f32(1) + _f32(_LIBM.tanhf(float(_SQRT_2_OVER_PI * (x + cube)))))
+
+
+def gelu_table(
+    in_scale: float, in_zp: int, out_scale: float, out_zp: int, dtype: str, approximate: bool
+) -> np.ndarray:
+    """GELU: GeluPrepare's lookup table of GeluTransform (or GeluTransformApproximate)."""
+    transform = _gelu_approximate if approximate else _gelu
+    return lut_populate(transform, in_scale, in_zp, out_scale, out_zp, dtype)
 
 
 def leaky_relu_multipliers(in_scale: float, out_scale: float, alpha: float) -> tuple[tuple[int, int], ...]:

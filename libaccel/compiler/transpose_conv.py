@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from libaccel.compiler.convolution import conv_quant
+from libaccel.compiler.convolution import conv_quant, float_scale_product
 from libaccel.compiler.emitter import Emitter
 from libaccel.compiler.graph import Graph, OpNode, TensorInfo
 from libaccel.compiler.plan_common import (
@@ -97,7 +97,7 @@ def plan_transpose_conv(graph: Graph, node: OpNode) -> OpPlan:
     padding = node.option("padding")
     pad_top = kh - 1 - transpose_padding(padding, oh, kh, sh)
     pad_left = kw - 1 - transpose_padding(padding, ow, kw, sw)
-    fields, table = conv_quant(x, w, y, cout, 0, node.op)
+    fields, table = conv_quant(x, w, y, cout, 0, node.op, float_product=float_scale_product(node, x, w))
     bias = _transpose_bias(graph, node, cout)
     act_min, act_max = clamp(node, y)
     assert w.data is not None and x.quant is not None and w.quant is not None

@@ -2,24 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 import modelgen as g
 from libaccel import Device
 from libaccel.compiler import PartitionRunner, check_support, compile_partition, graph_from_tflite
+from libaccel.compiler.reference import annotate_reference
 
 
 def run_both(
-    dev: Device, model: bytes, seed: int = 1, runtime: str = "tflite_runtime"
+    dev: Device,
+    model: bytes,
+    seed: int = 1,
+    runtime: str = "tflite_runtime",
+    inputs: Sequence[np.ndarray] | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(NPU outputs, BUILTIN_REF outputs of ``runtime``) of ``model`` compiled as one partition of all
-    its nodes."""
-    graph = graph_from_tflite(model)
+    its nodes, for the runtime's kernels as the delegate would compile it, on ``inputs`` (default:
+    random ones from ``seed``)."""
+    graph = annotate_reference(graph_from_tflite(model), runtime.replace("_", "-"))
     for node in graph.nodes:
         support = check_support(graph, node)
         assert support.ok, f"node {node.index} ({node.op}) unsupported: {support.reason}"
     compiled = compile_partition(graph, [n.index for n in graph.nodes], dev.params.isa_version)
-    inputs = g.random_inputs(model, seed=seed)
+    if inputs is None:
+        inputs = g.random_inputs(model, seed=seed)
     ref = g.run_reference(model, inputs, runtime)
     with PartitionRunner(dev, compiled) as runner:
         out = runner.run(dict(zip(graph.inputs, inputs, strict=True)))
@@ -27,8 +36,14 @@ def run_both(
     return got, ref
 
 
-def assert_exact(dev: Device, model: bytes, seed: int = 1, runtime: str = "tflite_runtime") -> None:
-    got, ref = run_both(dev, model, seed, runtime)
+def assert_exact(
+    dev: Device,
+    model: bytes,
+    seed: int = 1,
+    runtime: str = "tflite_runtime",
+    inputs: Sequence[np.ndarray] | None = None,
+) -> None:
+    got, ref = run_both(dev, model, seed, runtime, inputs)
     for a, b in zip(got, ref, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
         differing = int(np.count_nonzero(a != b))

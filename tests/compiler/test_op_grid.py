@@ -9,14 +9,18 @@ per-channel int8, uint8, every fused activation.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
 import modelgen as g
 from libaccel import Device
-from libaccel.compiler import check_support, float_chain, graph_from_tflite, registry, tables
+from libaccel.compiler import activations, check_support, float_chain, graph_from_tflite, registry, tables
+from libaccel.compiler import quant as q
 from libaccel.compiler.binary_tables import squared_difference_table
 from tests.compiler.helpers import assert_exact
+from uapi.fixed_point import multiply_by_quantized_multiplier_single_round
 
 
 def _window_case_id(case: tuple, channels: str) -> str:
@@ -205,8 +209,81 @@ def test_strided_slice(dev: Device, shape, begin, end, strides, bmask, emask) ->
     assert_exact(dev, g.strided_slice_model(shape, begin, end, strides, bmask, emask, 43))
 
 
-# --- the layer-norm ops, on both runtimes -------------------------------------------------------
 RUNTIMES = ("tflite_runtime", "ai_edge_litert")
+
+
+# --- the requantization multiplier's derivation, on both runtimes ------------------------------
+# A multiplier from the scales' float product and one from their double product differ by up to
+# ~100 in 2**31, which moves a few outputs in 10**5 of a random layer: too few for a grid case to
+# catch. These cases put every output on an accumulator where the two derivations (under the
+# runtime's rounding) requantize differently, with scales that are not powers of two.
+# (op, dtype, per_channel)
+MULTIPLIER_CASES = [
+    ("CONV_2D", "uint8", False),
+    ("DEPTHWISE_CONV_2D", "uint8", False),
+    ("TRANSPOSE_CONV", "uint8", False),
+    ("FULLY_CONNECTED", "uint8", False),
+    ("FULLY_CONNECTED", "int8", False),
+    ("FULLY_CONNECTED", "int8", True),
+    ("CONV_2D", "int8", False),
+    ("DEPTHWISE_CONV_2D", "int8", True),
+    ("BATCH_MATMUL", "int8", False),
+]
+
+
+def _derivations_disagree(rng: np.random.Generator) -> tuple[tuple[float, float, float], np.ndarray]:
+    """(input, filter, output) scales whose float- and double-product multipliers differ, and
+    accumulators (in BATCH_MATMUL's probe range) that requantize differently under them, with either
+    rounding, within +-100 of the output zero point."""
+    f32 = np.float32
+    best: tuple[int, tuple[float, float, float], list[tuple[int, int]]] = (-1, (0.0, 0.0, 0.0), [])
+    for _ in range(64):  # the scales whose two multipliers lie furthest apart disagree most often
+        s_in, s_w = float(f32(rng.uniform(0.005, 0.05))), float(f32(rng.uniform(0.002, 0.02)))
+        s_out = float(f32(s_in * s_w * 255**3 / rng.uniform(90, 100)))  # the probe range onto ~95 steps
+        # Computed here, not by the compiler's function: the test must see that function change.
+        float_product = float(f32(s_in) * f32(s_w)) / s_out
+        double_product = s_in * s_w / s_out
+        by_product = [q.quantize_multiplier(float_product), q.quantize_multiplier(double_product)]
+        (mf, sf), (md, sd) = by_product
+        gap = abs(mf - md) if sf == sd else 0
+        if gap > best[0]:
+            best = (gap, (s_in, s_w, s_out), by_product)
+    _, scales, ((mf, sf), (md, sd)) = best
+    acc = np.unique(rng.integers(0, 255**3, size=4_000_000, dtype=np.int64))
+    keep = np.zeros(acc.shape, dtype=bool)
+    for rounding in (q.multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_single_round):
+        vf, vd = rounding(acc, mf, sf), rounding(acc, md, sd)
+        keep |= (vf != vd) & (np.abs(vd) < 100)
+    return scales, acc[keep][:96]
+
+
+@functools.cache
+def _probes(seed: int) -> list[tuple[tuple[float, float, float], np.ndarray]]:
+    """Two (scales, accumulators) of :func:`_derivations_disagree`, shared by the runtimes' cases."""
+    rng = np.random.default_rng(seed)
+    return [_derivations_disagree(rng) for _ in range(2)]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("case", MULTIPLIER_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{'pc' if c[2] else 'pt'}")
+def test_multiplier_derivation(dev: Device, runtime: str, case: tuple) -> None:
+    op, dtype, per_channel = case
+    for scales, accumulators in _probes(sum(map(ord, op + dtype))):
+        assert accumulators.size >= 8
+        model, inputs = g.accumulator_probe_model(op, dtype, scales, accumulators, per_channel)
+        assert_exact(dev, model, runtime=runtime, inputs=inputs)
+
+
+def test_uint8_multiplier_is_the_float_product() -> None:
+    """GetQuantizedConvolutionMultipler rounds the scales' product to float before dividing."""
+    s_in, s_w, s_out = 0.0235294122248888, 0.0171156171709299, 0.2350099980831146
+    exact = float(np.float32(s_in)) * float(np.float32(s_w))
+    assert float(np.float32(s_in) * np.float32(s_w)) != exact  # a product float cannot hold
+    assert q.convolution_scale(s_in, s_w, s_out, True) == float(np.float32(exact)) / float(np.float32(s_out))
+    assert q.convolution_scale(s_in, s_w, s_out, False) == exact / float(np.float32(s_out))
+
+
+# --- the layer-norm ops, on both runtimes -------------------------------------------------------
 
 
 # (in_shape, axes, keep_dims, dtype, same_quant)
@@ -269,11 +346,13 @@ def test_rsqrt_table_on_every_input(runtime: str) -> None:
         assert np.unique(ref).size > 16
 
 
-def test_rsqrt_of_uint8_stays_on_cpu() -> None:
+@pytest.mark.parametrize("op", ["RSQRT", "ABS", "EXP", "LOG"])
+def test_uint8_stays_on_cpu(op: str) -> None:
+    """TFLite quantizes RSQRT, ABS, EXP and LOG for int8 only (neither runtime has a uint8 kernel)."""
     m = g.ModelBuilder()
     x = m.add_tensor("input", (1, 8), "uint8", g.Quant.tensor(0.1, 0))
     y = m.add_tensor("output", (1, 8), "uint8", g.Quant.tensor(0.1, 0))
-    m.add_op("RSQRT", [x], [y])
+    m.add_op(op, [x], [y])
     graph = graph_from_tflite(m.build([x], [y]))
     support = check_support(graph, graph.nodes[0])
     assert not support.ok and "int8 only" in support.reason
@@ -314,11 +393,125 @@ def test_neg(dev: Device) -> None:
     assert_exact(dev, g.neg_model((1, 9, 7, 8), 3), 3, "ai_edge_litert")
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("same_quant", [False, True], ids=["rescaled", "same-quant"])
+@pytest.mark.parametrize("shape", [(1, 9, 7, 8), (3, 256), (1, 1)], ids=str)
+def test_abs(dev: Device, runtime: str, same_quant: bool, shape: tuple) -> None:
+    """int8 ABS: one LUT with AbsEvalQuantized's table (requantized where the scales differ)."""
+    for seed in (1, 2):
+        assert_exact(dev, g.abs_model(shape, seed, same_quant), seed, runtime)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_abs_table_on_every_input(runtime: str) -> None:
+    every = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    for seed in range(12):
+        model = g.abs_model((1, 256), seed, same_quant=seed % 3 == 0)
+        graph = graph_from_tflite(model)
+        x, y = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+        assert x.quant and y.quant
+        table = tables.abs_table(x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point, "int8")
+        ref = g.run_reference(model, [every], runtime)[0].reshape(256)
+        np.testing.assert_array_equal(table, ref, err_msg=f"seed {seed}")
+        assert np.unique(ref).size > 32
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize(
+    "scales", [(0.04465152695775032, 0.037415508180856705), (0.029111649841070175, 0.019022181630134583)]
+)
+def test_abs_multiplier_is_the_float_quotient(dev: Device, runtime: str, scales: tuple) -> None:
+    """Scale pairs whose float quotient s_in / s_out gives a multiplier that requantizes one |x - zp|
+    (106 and 148 here) one unit away from the double quotient's: every input byte through the NPU."""
+    s_in, s_out = scales
+    float_quotient = float(np.float32(s_in) / np.float32(s_out))
+    assert q.quantize_multiplier(float_quotient) != q.quantize_multiplier(s_in / s_out)
+    m = g.ModelBuilder()
+    x = m.add_tensor("input", (1, 256), "int8", g.Quant.tensor(s_in, 0))
+    y = m.add_tensor("output", (1, 256), "int8", g.Quant.tensor(s_out, -128))
+    m.add_op("ABS", [x], [y])
+    every = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    assert_exact(dev, m.build([x], [y]), runtime=runtime, inputs=[every])
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("approximate", [False, True], ids=["erf", "tanh"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_gelu(dev: Device, runtime: str, approximate: bool, dtype: str) -> None:
+    """GELU (a BERT feed-forward's activation): one LUT with GeluPrepare's table."""
+    for seed, shape in ((1, (1, 16, 64)), (2, (2, 7, 9, 5))):
+        assert_exact(dev, g.gelu_model(shape, seed, dtype, approximate), seed, runtime)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_gelu_table_on_every_input(runtime: str, dtype: str) -> None:
+    lo = -128 if dtype == "int8" else 0
+    every = np.arange(lo, lo + 256).astype(dtype).reshape(1, 256)
+    for seed in range(16):
+        approximate = seed % 2 == 1
+        model = g.gelu_model((1, 256), seed, dtype, approximate)
+        graph = graph_from_tflite(model)
+        x, y = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+        assert x.quant and y.quant
+        args = (x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point)
+        table = tables.gelu_table(*args, dtype, approximate)
+        ref = g.run_reference(model, [every], runtime)[0].reshape(256)
+        np.testing.assert_array_equal(table, ref, err_msg=f"seed {seed}")
+        assert np.unique(ref).size > 64
+
+
+# (op, dtype): one-input ops as one LUT each, checked in every runtime that has the kernel.
+LUT_CASES = [("EXP", "int8"), ("RELU_0_TO_1", "int8"), ("RELU_0_TO_1", "uint8"), ("LOG", "int8")]
+# Ops a runtime has no quantized kernel for (it refuses such a model before any delegate sees it).
+NO_KERNEL = {("LOG", "tflite_runtime")}
+
+
+def _skip_without_kernel(op: str, runtime: str) -> None:
+    if (op, runtime) in NO_KERNEL:
+        pytest.skip(f"{runtime} has no int8 {op} kernel")
+
+
+def test_tflite_runtime_has_no_int8_log() -> None:
+    with pytest.raises(ValueError, match="LOG"):
+        g.run_reference(g.activation_model("LOG", (1, 8), 1), [np.zeros((1, 8), np.int8)], "tflite_runtime")
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("case", LUT_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_lut_op(dev: Device, runtime: str, case: tuple) -> None:
+    op, dtype = case
+    _skip_without_kernel(op, runtime)
+    for seed in (1, 2):
+        assert_exact(dev, g.activation_model(op, (1, 9, 7, 8), seed, dtype), seed, runtime)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("case", LUT_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_lut_op_table_on_every_input(runtime: str, case: tuple) -> None:
+    op, dtype = case
+    _skip_without_kernel(op, runtime)
+    lo = -128 if dtype == "int8" else 0
+    every = np.arange(lo, lo + 256).astype(dtype).reshape(1, 256)
+    for seed in range(16):
+        model = g.activation_model(op, (1, 256), seed, dtype)
+        graph = graph_from_tflite(model)
+        assert check_support(graph, graph.nodes[0]).ok
+        x, y = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+        ref = g.run_reference(model, [every], runtime)[0].reshape(256)
+        np.testing.assert_array_equal(
+            activations.lut_table(graph.nodes[0], x, y), ref, err_msg=f"seed {seed}"
+        )
+        assert np.unique(ref).size > 8
+
+
 # (float ops between DEQUANTIZE and QUANTIZE, input dtype, output dtype)
 FLOAT_CHAIN_CASES = [
     (("NEG",), "int8", "int8"),
     ((), "int8", "int8"),
     (("NEG", "RELU"), "int8", "int8"),
+    (("ABS",), "int8", "int8"),
+    (("NEG", "ABS"), "uint8", "int8"),
     (("RELU6",), "uint8", "int8"),
     (("RELU_N1_TO_1", "NEG"), "int8", "uint8"),
 ]

@@ -86,16 +86,8 @@ def short_job_timeout(backend: str) -> Iterator[int]:
 
 
 @pytest.fixture
-def stream_check_off(backend: str) -> Iterator[None]:
-    """Turn the driver's command-stream check off (a debug knob), so the device MMU is the last guard."""
-    if backend == "kernel":
-        with driver_knobs.stream_check_off():
-            yield
-    else:
-        from libaccel.backends.shim import ShimBackend
-
-        ShimBackend.validate_streams = False
-        try:
-            yield
-        finally:
-            ShimBackend.validate_streams = True
+def mmu_fault_next_job(backend: str) -> Iterator[None]:
+    """The device faults the next job the test submits (-EFAULT at its command-stream VA), on either
+    backend: the stream check, always on, leaves no other way to make a job fault."""
+    with driver_knobs.injected_fault(backend, "mmu_fault"):
+        yield

@@ -264,6 +264,34 @@ def test_bo_sync_directions_and_errors(device: Device) -> None:
     assert excinfo.value.errno == errno.ENOENT
 
 
+@pytest.mark.parametrize(
+    ("offset", "size", "ok"),
+    [
+        (0, 0, True),  # the whole BO
+        (100, 8, True),
+        (PAGE - 1, 1, True),
+        (0, PAGE, True),
+        (PAGE - 8, 0, True),  # to the end
+        (PAGE, 0, False),  # starts at the end
+        (0, PAGE + 1, False),
+        (8, PAGE, False),
+        (1 << 63, 8, False),
+        (8, (1 << 64) - 8, False),  # offset + size wraps
+    ],
+)
+def test_bo_sync_range_lies_inside_the_bo(device: Device, offset: int, size: int, ok: bool) -> None:
+    """BO_SYNC syncs ``offset .. offset + size`` (size 0: to the end); a range outside is -EINVAL."""
+    bo = device.create_bo(PAGE)
+    a = ffi.new("struct drm_vnpu_bo_sync *")
+    a.handle, a.flags, a.offset, a.size = bo.handle, b.DRM_VNPU_BO_SYNC_FLAGS_MASK, offset, size
+    if ok:
+        device.ioctl("DRM_IOCTL_VNPU_BO_SYNC", a)
+        return
+    with pytest.raises(InvalidArgument) as excinfo:
+        device.ioctl("DRM_IOCTL_VNPU_BO_SYNC", a)
+    assert excinfo.value.errno == errno.EINVAL
+
+
 def test_bo_wait_expired_timeout_then_completes(device: Device) -> None:
     sem, dst = device.create_bo(PAGE), device.create_bo(PAGE)
     stream = wait_stream(sem.va, 5, dst.va)
@@ -567,17 +595,16 @@ def test_runtime_bad_operand_reports_eio_through_bo_wait(device: Device, copy_se
     assert dst.wait(timeout=10).status == 0
 
 
-def test_mmu_fault_reports_efault_and_va(device: Device, stream_check_off) -> None:
+def test_mmu_fault_reports_efault_and_va(device: Device, mmu_fault_next_job) -> None:
+    """A job the device faults (injected: -EFAULT at the job's command-stream VA, which lies in no BO
+    of the file) ends with -EFAULT and that VA on the BOs it writes, and nowhere else."""
     src, dst = device.create_bo(PAGE), device.create_bo(PAGE)
-    # Every BO of the job exists before the faulting address is chosen, so none can cover it.
-    cmd = device.create_bo(len(copy_stream(0, 0, 64)))
-    bad_va = max(bo.va + bo.size for bo in (src, dst, cmd)) + 64 * PAGE
-    s = copy_stream(src.va, bad_va, 64)
-    cmd.write(s)
-    device.submit(Job(cmd, len(s), [JobBo(src), JobBo(dst, read=False, write=True)]))
-    st = dst.wait(timeout=10)
+    s = copy_stream(src.va, dst.va, 64)
+    device.submit(Job(device.create_bo_with(s), len(s), [JobBo(src), JobBo(dst, read=False, write=True)]))
+    st = dst.wait(timeout=30)
     assert st.status == -errno.EFAULT
-    assert st.fault_va == bad_va
+    assert st.fault_va and not any(bo.va <= st.fault_va < bo.va + bo.size for bo in (src, dst))
+    assert src.wait(timeout=10).status == 0  # only BOs the job wrote carry its status
 
 
 def test_hung_job_times_out_and_device_recovers(short_job_timeout, device: Device, copy_setup) -> None:

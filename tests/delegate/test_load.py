@@ -39,9 +39,20 @@ def test_loads_on_the_shim(interp_mod: Any, lib_path: str) -> None:
         ({"device": "shim", "placement_file": "/no/such/dir/p.json"}, "'placement_file'"),
     ],
 )
-def test_bad_options_raise(interp_mod: Any, lib_path: str, options: dict[str, str], message: str) -> None:
+def test_bad_options_raise(
+    interp_mod: Any, lib_path: str, options: dict[str, str], message: str, capfd: pytest.CaptureFixture
+) -> None:
     with pytest.raises(ValueError, match=message):
         interp_mod.load_delegate(lib_path, options)
+    assert "vnpu delegate" not in capfd.readouterr().err  # said once: in the ValueError
+
+
+def test_a_bad_vnpu_device_is_named_as_the_variable(
+    interp_mod: Any, lib_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VNPU_DEVICE", "bogus")
+    with pytest.raises(ValueError, match=r"cannot open the device: open \$VNPU_DEVICE='bogus' failed"):
+        interp_mod.load_delegate(lib_path, {"log_level": "quiet"})
 
 
 def test_nothing_supported_runs_on_cpu(

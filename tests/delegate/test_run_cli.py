@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 import modelgen as gen
 from delegate_teflon import run
+from vnpu_common.cli import ExitCode
 
 
 @pytest.mark.parametrize("runtime", run.RUNTIMES)
@@ -23,7 +25,32 @@ def test_run_own_model(runtime: str, tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_bad_option_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "add.tflite"
     path.write_bytes(gen.elementwise_model("ADD", (1, 4, 4, 4), None, "NONE", 1))
-    assert run.main([str(path), "--option", "speed=fast"]) == 2
+    assert run.main([str(path), "--option", "speed=fast"]) == ExitCode.USAGE
     assert "unknown option 'speed'" in capsys.readouterr().err
-    assert run.main([str(tmp_path / "missing.tflite")]) == 2
+    assert run.main([str(tmp_path / "missing.tflite")]) == ExitCode.BAD_FILE
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_accel_run_prints_the_same_timing_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``accel run --runs N`` and this runner time a .tflite model alike: the delegate's prepare,
+    the first invoke, the median of the N after it."""
+    from libaccel import cli
+
+    path = tmp_path / "add.tflite"
+    path.write_bytes(gen.elementwise_model("ADD", (1, 4, 4, 4), None, "NONE", 1))
+    line = re.compile(r"load \(delegate prepare \+ compile\): [\d.]+ ms; first invoke [\d.]+ ms; "
+                      r"median of 2 invokes [\d.]+ ms")  # fmt: skip
+    for main in (lambda: run.main([str(path), "--runs", "2", "--log-level", "quiet"]),
+                 lambda: cli.main(["run", str(path), "--runs", "2", "--device", "shim"])):  # fmt: skip
+        assert main() == ExitCode.OK
+        out = capsys.readouterr().out
+        assert any(line.fullmatch(x) for x in out.splitlines()), out
+
+
+def test_a_refused_delegate_is_its_own_reason_in_one_line() -> None:
+    from libaccel.model import DelegateError, run_tflite
+
+    model = gen.elementwise_model("ADD", (1, 4, 4, 4), None, "NONE", 1)
+    with pytest.raises(DelegateError) as e:
+        run_tflite(model, options={"colour": "red"})
+    assert str(e.value).startswith("vnpu delegate: unknown option 'colour'") and "\n" not in str(e.value)

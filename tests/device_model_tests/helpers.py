@@ -40,27 +40,38 @@ class Machine:
         self.space = AddressSpace(self.memory, self.allocator)
         self.next_va = 0x10_0000
 
-    def buffer(self, size: int, data: bytes | np.ndarray | None = None, writable: bool = True) -> int:
-        """Map a fresh buffer of ``size`` bytes (rounded to pages) and return its VA."""
+    def new_space(self) -> AddressSpace:
+        """Another address space over the same memory (another file's, as vnpu.ko gives each)."""
+        return AddressSpace(self.memory, self.allocator)
+
+    def buffer(
+        self,
+        size: int,
+        data: bytes | np.ndarray | None = None,
+        writable: bool = True,
+        space: AddressSpace | None = None,
+    ) -> int:
+        """Map a fresh buffer of ``size`` bytes (rounded to pages) in ``space`` (default: the machine's)
+        and return its VA. VAs are never reused across spaces."""
         npages = -(-size // hw.PAGE_SIZE)
         va = self.next_va
         self.next_va += (npages + 1) * hw.PAGE_SIZE  # leave an unmapped guard page
-        self.space.map(va, self.allocator.alloc_pages(npages), writable=writable)
+        (space or self.space).map(va, self.allocator.alloc_pages(npages), writable=writable)
         if data is not None:
-            self.write(va, data)
+            self.write(va, data, space)
         return va
 
-    def write(self, va: int, data: bytes | np.ndarray) -> None:
+    def write(self, va: int, data: bytes | np.ndarray, space: AddressSpace | None = None) -> None:
         raw = data.tobytes() if isinstance(data, np.ndarray) else data
-        mmu = Mmu(self.memory, self.space.root)
+        mmu = Mmu(self.memory, (space or self.space).root)
         # write through the tables without the PTE_WRITE check (read-only buffers get data too)
         pos = 0
         for pa, length in mmu.translate_range(va, len(raw)):
             self.memory.view(pa, length)[:] = raw[pos : pos + length]
             pos += length
 
-    def read(self, va: int, size: int) -> np.ndarray:
-        return Mmu(self.memory, self.space.root).gather(va, size)
+    def read(self, va: int, size: int, space: AddressSpace | None = None) -> np.ndarray:
+        return Mmu(self.memory, (space or self.space).root).gather(va, size)
 
     def array(self, arr: np.ndarray, writable: bool = True) -> int:
         return self.buffer(arr.nbytes, np.ascontiguousarray(arr), writable)

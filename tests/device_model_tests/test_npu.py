@@ -13,10 +13,12 @@ import pytest
 import reference_kernels as ref
 
 from device_model.npu import Npu
+from device_model.page_tables import AddressSpace
 from firmware_tools.image import default_image, dev_private_key
 from uapi import hw_layout as hw
 from uapi import isa
 from uapi.firmware_format import FirmwareImage, Limits, all_opcodes, build_image, parse_image
+from vnpu_common.cli import ExitCode
 
 from .helpers import Machine, program, tensor
 
@@ -73,14 +75,18 @@ class Driver:
         self.m.memory.view(pages[0], len(image))[:] = image
         return self.control(hw.CMD_BOOT, pages[0], len(image))
 
-    def enqueue(self, stream: bytes, kick: bool = True, core: int = 0) -> int:
-        va = self.m.buffer(len(stream), stream)
+    def enqueue(
+        self, stream: bytes, kick: bool = True, core: int = 0, space: AddressSpace | None = None
+    ) -> int:
+        """Queue ``stream`` as a job of address space ``space`` (default: the machine's)."""
+        space = space or self.m.space
+        va = self.m.buffer(len(stream), stream, space=space)
         tail = self.r32(hw.SQ_TAIL)
         assert tail - self.r32(hw.SQ_HEAD) < hw.SQ_ENTRIES
         e = hw.SQ_BASE + (tail % hw.SQ_ENTRIES) * hw.SQ_ENTRY_SIZE
         seqno = self.next_seqno
         self.next_seqno += 1
-        struct.pack_into("<QQQII", self.bar2, e, seqno, self.m.space.root, va, len(stream), 0)
+        struct.pack_into("<QQQII", self.bar2, e, seqno, space.root, va, len(stream), 0)
         self.w32(e + hw.SQE_CORE, core)
         self.w32(hw.SQ_TAIL, tail + 1)
         if kick:
@@ -214,7 +220,7 @@ def test_device_model_cli_refuses_a_bad_key(tmp_path, capsys: pytest.CaptureFixt
     bad = tmp_path / "bad.pem"
     bad.write_text("not a key\n")
     argv = ["--socket", str(tmp_path / "s"), "--ram", str(tmp_path / "ram"), "--fw-pubkey", str(bad)]
-    assert main(argv) == 2
+    assert main(argv) == ExitCode.BAD_FILE
     err = capsys.readouterr().err
     assert err.startswith("vnpu-device-model: --fw-pubkey:") and err.count("\n") == 1
     assert not (tmp_path / "ram").exists()

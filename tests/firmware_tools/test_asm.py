@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from firmware_tools import asm_cli
 from firmware_tools.asm import AsmError, assemble, disassemble, disassemble_prefix
 from uapi.isa import SPEC, FieldSpec, Instruction, InstructionSpec, decode, encode
+from vnpu_common.cli import ExitCode
 
 EXAMPLE = """\
 # A 1x8x8x3 int8 tensor, then a copy of it.
@@ -241,14 +242,23 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
     bad = tmp_path / "bad.s"
     bad.write_text("NOP\nJUMP\nEND\n")
-    assert asm_cli.main(["asm", str(bad), "-o", str(tmp_path / "x.bin")]) == 1
+    assert asm_cli.main(["asm", str(bad), "-o", str(tmp_path / "x.bin")]) == ExitCode.BAD_FILE
     err = capsys.readouterr().err
     assert err == f"vnpu-asm: {bad}:2:1: unknown instruction 'JUMP'\n"
     (tmp_path / "bad.bin").write_bytes(b"\xff" * 8)
-    assert asm_cli.main(["disasm", str(tmp_path / "bad.bin")]) == 1
+    assert asm_cli.main(["disasm", str(tmp_path / "bad.bin")]) == ExitCode.BAD_FILE
     assert "unknown opcode 0xff" in capsys.readouterr().err
-    assert asm_cli.main(["disasm", str(tmp_path / "missing.bin")]) == 1
-    assert "No such file" in capsys.readouterr().err
+    assert asm_cli.main(["disasm", str(tmp_path / "missing.bin")]) == ExitCode.BAD_FILE
+    assert (
+        capsys.readouterr().err
+        == f"vnpu-asm: cannot read {tmp_path / 'missing.bin'}: no such file or directory\n"
+    )
+    # The output path is checked before the source is read: the message blames it, not the source.
+    assert asm_cli.main(["asm", str(bad), "-o", str(tmp_path / "no" / "x.bin")]) == ExitCode.BAD_FILE
+    no = tmp_path / "no"
+    assert capsys.readouterr().err == (
+        f"vnpu-asm: -o: cannot write {no / 'x.bin'}: no such directory {no}; create it first\n"
+    )
 
 
 def test_disassemble_prefix_of_a_broken_stream(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -262,7 +272,7 @@ def test_disassemble_prefix_of_a_broken_stream(capsys: pytest.CaptureFixture[str
     assert text == disassemble(good) and err is not None and "8 bytes after END" in str(err)
     path = tmp_path / "broken.bin"
     path.write_bytes(broken)
-    assert asm_cli.main(["disasm", str(path)]) == 1
+    assert asm_cli.main(["disasm", str(path)]) == ExitCode.BAD_FILE
     out = capsys.readouterr()
     assert out.out == "IRQ value=7  # 0x0000\nNOP  # 0x0008\n"
     assert out.err == f"vnpu-asm: {path}: at byte 16: unknown opcode 0xee\n"

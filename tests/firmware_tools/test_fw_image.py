@@ -41,6 +41,7 @@ from uapi.firmware_format import (
     sign_image,
 )
 from uapi.isa import SPEC
+from vnpu_common.cli import ExitCode
 
 OPCODES = sorted(all_opcodes())
 KEY = dev_private_key()
@@ -324,7 +325,7 @@ def test_cli_build_sign_inspect_verify(tmp_path: Path, capsys: pytest.CaptureFix
     other = tmp_path / "other.key"
     assert other.stat().st_mode & 0o777 == 0o600
     assert load_public_key(other) == load_public_key(tmp_path / "other.pub") != dev_public_key()
-    assert fw_cli.main(["keygen", str(tmp_path / "other")]) == 2  # never overwrites a key
+    assert fw_cli.main(["keygen", str(tmp_path / "other")]) == ExitCode.BAD_FILE  # never overwrites a key
     assert fw_cli.main(["inspect", str(out), "--pubkey", str(other)]) == 0
     assert "INVALID" in capsys.readouterr().out
     assert fw_cli.main(["verify", str(out), "--pubkey", str(other)]) == 1
@@ -364,16 +365,19 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     notkey = tmp_path / "notkey.pem"
     notkey.write_text("hello\n")
     for argv, code in (
-        (["verify", str(bad)], 1),
-        (["inspect", str(bad)], 1),
-        (["sign", str(bad), "--key", str(DEV_PRIVATE_KEY_PATH)], 1),
-        (["verify", str(tmp_path / "missing.bin")], 2),
-        (["verify", str(DEFAULT_IMAGE_PATH), "--pubkey", str(notkey)], 2),
-        (["sign", str(DEFAULT_IMAGE_PATH), "--key", str(notkey), "-o", str(tmp_path / "x")], 2),
-        (["build", "-o", str(tmp_path / "x"), "--disable-op", "NOPE"], 2),
-        (["build", "-o", str(tmp_path / "x"), "--version", "x"], 2),
-        (["build", str(tmp_path / "missing.toml")], 2),
-        (["frobnicate"], 2),
+        (["verify", str(bad)], ExitCode.DIFFERENT),
+        (["inspect", str(bad)], ExitCode.DIFFERENT),
+        (["sign", str(bad), "--key", str(DEV_PRIVATE_KEY_PATH)], ExitCode.DIFFERENT),
+        (["verify", str(tmp_path / "missing.bin")], ExitCode.BAD_FILE),
+        (["verify", str(DEFAULT_IMAGE_PATH), "--pubkey", str(notkey)], ExitCode.BAD_FILE),
+        (
+            ["sign", str(DEFAULT_IMAGE_PATH), "--key", str(notkey), "-o", str(tmp_path / "x")],
+            ExitCode.BAD_FILE,
+        ),
+        (["build", "-o", str(tmp_path / "x"), "--disable-op", "NOPE"], ExitCode.USAGE),
+        (["build", "-o", str(tmp_path / "x"), "--version", "x"], ExitCode.USAGE),
+        (["build", str(tmp_path / "missing.toml")], ExitCode.BAD_FILE),
+        (["frobnicate"], ExitCode.USAGE),
     ):
         assert fw_cli.main(argv) == code, argv
         err = capsys.readouterr().err

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from libaccel.compiler import ModelError, check_tflite, graph_from_tflite
 from modelgen import ModelBuilder, Quant
 from tests.fuzz.budget import budget
+from vnpu_common.cli import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "corpus" / "models"
@@ -109,7 +110,7 @@ def test_delegate_run_refuses_a_cut_model(tmp_path: Path) -> None:
         cwd=ROOT,
         timeout=120,
     )
-    assert r.returncode == 2, r
+    assert r.returncode == ExitCode.BAD_FILE, r
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {cut}: not a valid TFLite model"), r.stderr
 

@@ -28,6 +28,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 from libaccel import model as lm
 from libaccel.compiler.onnx_frontend import OnnxModelError, graph_from_onnx
 from tests.fuzz.budget import budget
+from vnpu_common.cli import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = sorted((ROOT / "tests" / "onnx" / "models").glob("*.onnx"))
@@ -323,5 +324,5 @@ def test_accel_run_prints_one_line(tmp_path: Path) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "libaccel.cli", "run", str(path)], capture_output=True, text=True, cwd=ROOT
     )
-    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.returncode == ExitCode.BAD_FILE and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("accel run: ") and "onnxruntime" in r.stderr and not r.stdout, r.stderr

@@ -86,3 +86,51 @@ def udmabuf_buffer(size: int) -> DmaBuf:
         os.close(dev)
     view = mmap.mmap(memfd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     return DmaBuf(fd, view, memfd)
+
+
+# vgem (drivers/gpu/drm/vgem, a module in Debian's kernel): a GEM device whose buffers carry fences
+# that userspace signals, the kernel's own stand-in for another driver's jobs.
+# struct drm_mode_create_dumb { __u32 height, width, bpp, flags; __u32 handle, pitch; __u64 size; }
+_MODE_CREATE_DUMB = _ioc(_READ | _WRITE, "d", 0xB2, 32)
+# struct drm_prime_handle { __u32 handle; __u32 flags; __s32 fd; }
+_PRIME_HANDLE_TO_FD = _ioc(_READ | _WRITE, "d", 0x2D, 12)
+# struct drm_vgem_fence_attach { __u32 handle, flags, out_fence, pad; }, struct drm_vgem_fence_signal
+_VGEM_FENCE_ATTACH = _ioc(_READ | _WRITE, "d", 0x41, 16)
+_VGEM_FENCE_SIGNAL = _ioc(_WRITE, "d", 0x42, 8)
+_VGEM_FENCE_WRITE = 0x1
+
+
+def vgem_card() -> Path | None:
+    """The DRM card node of vgem (loaded with modprobe if need be), or None where there is no vgem."""
+    import subprocess
+
+    subprocess.run(["modprobe", "vgem"], capture_output=True, check=False)
+    # vgem's card hangs off a platform device of its own name, with no driver bound to it.
+    for name in sorted(Path("/sys/class/drm").glob("card[0-9]*")):
+        if (name / "device").resolve().name == "vgem":
+            return Path("/dev/dri") / name.name
+    return None
+
+
+class VgemBuffer:
+    """A vgem buffer with an unsignalled write fence: a dma-buf whose reservation holds another driver's
+    pending fence (it signals when :meth:`signal` is called, or after vgem's own 10 s timeout)."""
+
+    def __init__(self, card: Path, size: int) -> None:
+        self.card = os.open(card, os.O_RDWR | os.O_CLOEXEC)
+        arg = bytearray(struct.pack("IIIIIIQ", 1, size // 4, 32, 0, 0, 0, 0))
+        fcntl.ioctl(self.card, _MODE_CREATE_DUMB, arg, True)
+        handle = struct.unpack("IIIIIIQ", arg)[4]
+        arg = bytearray(struct.pack("IIII", handle, _VGEM_FENCE_WRITE, 0, 0))
+        fcntl.ioctl(self.card, _VGEM_FENCE_ATTACH, arg, True)
+        self.fence = struct.unpack("IIII", arg)[2]
+        arg = bytearray(struct.pack("IIi", handle, os.O_RDWR | os.O_CLOEXEC, -1))
+        fcntl.ioctl(self.card, _PRIME_HANDLE_TO_FD, arg, True)
+        self.fd = struct.unpack("IIi", arg)[2]
+
+    def signal(self) -> None:
+        fcntl.ioctl(self.card, _VGEM_FENCE_SIGNAL, struct.pack("II", self.fence, 0))
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.close(self.card)

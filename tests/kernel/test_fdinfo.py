@@ -36,6 +36,8 @@ def test_keys_busy_time_and_memory_grow(dev) -> None:
     assert before.client_id is not None
     assert before.pdev is not None and before.pdev.count(":") == 2
     assert set(before.engines) == {"npu"}
+    # Its cores are identical engines: drm-usage-stats' capacity says how many.
+    assert before.other.get("drm-engine-capacity-npu") == str(dev.params.num_cores)
     # Without objects DRM core prints no resident/purgeable keys: it asks objects whether they can tell
     # (and 7.2 no active key either, which 6.12 prints regardless).
     assert set(before.memory) == {"memory"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kernel_helpers import accel_nodes, dmesg, fill_stream, hang_stream, insmod_command, wait_until
+from kernel_helpers import accel_nodes, copy_stream, dmesg, fill_stream, hang_stream, insmod_command, wait_until
 
 pytestmark = pytest.mark.isolated
 
@@ -101,6 +101,50 @@ def test_rmmod_with_a_job_in_flight() -> None:
     assert r.returncode == 0, r.stderr
     assert wait_until(lambda: bool(accel_nodes()), 10)
     assert _job_works(21)
+
+
+def test_a_closed_files_job_behind_a_foreign_fence_holds_the_module_not_close() -> None:
+    """A job waiting on another driver's fence (vgem's, through a dma-buf): closing its file returns at
+    once; the job keeps vnpu loaded (rmmod refuses) until the fence signals, then it ends, unrun, and
+    the module unloads and reloads."""
+    import time
+
+    from dmabuf_sources import VgemBuffer, vgem_card
+
+    from libaccel import Device, Job, JobBo
+
+    card = vgem_card()
+    if card is None:
+        pytest.skip("no vgem in this kernel")
+    gc.collect()
+    foreign = VgemBuffer(card, 4096)
+    try:
+        dev = Device.open("kernel")
+        imp, out = dev.import_dmabuf(foreign.fd), dev.create_bo(4096)
+        s = copy_stream(imp.va, out.va, 64)
+        cmd = dev.create_bo_with(s, read_only=True)
+        dev.submit(Job(cmd, len(s), [JobBo(imp), JobBo(out, write=True)]))  # waits for vgem's fence
+        t0 = time.monotonic()
+        for bo in (imp, out, cmd):
+            bo.close()
+        del imp, out, cmd
+        gc.collect()
+        dev.close()
+        took = time.monotonic() - t0
+        assert took < 5, f"close() took {took:.1f} s behind another driver's fence"
+        r = subprocess.run(["rmmod", "vnpu"], capture_output=True, text=True, check=False)
+        assert r.returncode != 0, "vnpu unloaded while a job of a closed file was alive"
+        foreign.signal()
+    finally:
+        foreign.close()
+    assert wait_until(
+        lambda: subprocess.run(["rmmod", "vnpu"], capture_output=True, check=False).returncode == 0, 30
+    ), holders()
+    assert wait_until(lambda: not accel_nodes(), 10)
+    r = subprocess.run(insmod_command(), capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert wait_until(lambda: bool(accel_nodes()), 10)
+    assert _job_works(31)
 
 
 def test_dmesg_has_no_warnings() -> None:

@@ -140,6 +140,47 @@ def test_system_sleep_with_jobs_in_flight(dev, autosuspend, long_job_timeout, jo
     assert debugfs_counters()["jobs"] == counters["jobs"]
 
 
+def test_submit_during_system_sleep_is_validated_then_refused_with_ebusy(dev, autosuspend) -> None:
+    """While the system-sleep callbacks hold the device off, SUBMIT checks the job first (a bad stream is
+    -ENOEXEC, as ever) and refuses a good one with -EBUSY, not the uapi's -EACCES of a stream out of
+    bounds."""
+    import errno
+    import threading
+
+    from kernel_helpers import fill_stream
+
+    from libaccel import Job, JobBo
+    from libaccel.errors import AccelError
+
+    if not debugfs_file(dev, "sleep_test").exists():
+        pytest.skip("vnpu.ko has no debugfs sleep_test")
+    autosuspend.set(60_000)
+    offs = int(power_state(dev)["power_offs"])
+    out = dev.create_bo(4096)
+    good = fill_stream(out.va, 64, 1)
+    good_cmd = dev.create_bo_with(good, read_only=True)
+    bad_cmd = dev.create_bo_with(b"\xff" * 8, read_only=True)
+    dev.submit(Job(good_cmd, len(good), [JobBo(out, write=True)]))  # powered: the sleep powers it off
+    assert out.wait(timeout=30).status == 0
+    offs = int(power_state(dev)["power_offs"])
+    sleeper = threading.Thread(target=_sleep_test, args=(dev, 5000))
+    sleeper.start()
+    try:
+        assert wait_until(lambda: int(power_state(dev)["power_offs"]) > offs, 30), "the device never slept"
+        with pytest.raises(AccelError) as bad:
+            dev.submit(Job(bad_cmd, 8, [JobBo(out, write=True)]))
+        with pytest.raises(AccelError) as refused:
+            dev.submit(Job(good_cmd, len(good), [JobBo(out, write=True)]))
+        assert sleeper.is_alive(), "the sleep ended before the SUBMITs: the test saw nothing"
+    finally:
+        sleeper.join(timeout=60)
+    assert bad.value.errno == errno.ENOEXEC
+    assert refused.value.errno == errno.EBUSY
+    # After resume the same job runs.
+    dev.submit(Job(good_cmd, len(good), [JobBo(out, write=True)]))
+    assert out.wait(timeout=30).status == 0
+
+
 def test_sleep_test_rejects_a_bad_time(dev) -> None:
     if not debugfs_file(dev, "sleep_test").exists():
         pytest.skip("vnpu.ko has no debugfs sleep_test")

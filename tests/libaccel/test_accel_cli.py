@@ -12,6 +12,7 @@ from libaccel import cli, decode
 from libaccel.session import hexdump
 from uapi import bindings
 from uapi.isa import SPEC
+from vnpu_common.cli import ExitCode
 
 COPY_S = """\
 # dst = src, 64 int8 values
@@ -93,7 +94,7 @@ def test_list_without_devices(capsys: pytest.CaptureFixture[str], monkeypatch: p
     on stderr only."""
     monkeypatch.setattr(cli, "list_devices", lambda: [])
     code, out, err = run(capsys, "list")
-    assert code == 1 and out == "" and "no vnpu devices" in err
+    assert code == ExitCode.DEVICE and out == "" and "no vnpu devices" in err
     code, out, err = run(capsys, "list", "--json")
     assert code == 0 and json.loads(out) == [] and "no vnpu devices" in err
 
@@ -120,7 +121,7 @@ def test_submit_assembles_with_bo_names_and_writes_outputs(
     assert (files / "out.bin").read_bytes() == bytes(range(64))
     # without --out, a BO is listed for reading only: the kernel's stream check refuses the write
     code, _, err = run(capsys, "submit", "copy.s", "--device", "shim", "--bo", "src=in.bin", "--bo", "dst=64")
-    assert code == 1 and err.startswith("accel: DRM_IOCTL_VNPU_SUBMIT failed: EACCES")
+    assert code == ExitCode.DEVICE and err.startswith("accel: DRM_IOCTL_VNPU_SUBMIT failed: EACCES")
     code, out, _ = run(
         capsys, "submit", "copy.s", "--device", "shim", "--bo", "src=in.bin", "--bo", "dst=64:w", "--json"
     )
@@ -140,12 +141,25 @@ def test_submit_failed_job_exits_3_with_the_status(files: Path, capsys: pytest.C
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["submit", "nope.s", "--bo", "src=in.bin"], "nope.s: No such file or directory"),
+        (["submit", "nope.s", "--bo", "src=in.bin"], "cannot read nope.s: no such file or directory"),
         (
             ["submit", "copy.s", "--bo", "src=in.bin"],
             "copy.s:3:29: TENSOR.va: unknown symbol 'dst' (known: src)",
         ),
         (["submit", "copy.s", "--bo", "src=missing.bin"], "--bo src=missing.bin: no such file"),
+    ],
+)
+def test_bad_files_are_one_line_exit_4(
+    files: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, *argv, "--device", "shim")
+    assert code == ExitCode.BAD_FILE, err
+    assert err.count("\n") == 1 and err.startswith("accel") and message in err, err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
         (["submit", "copy.s", "--bo", "1x=4K"], "NAME must be an identifier"),
         (["submit", "copy.s", "--bo", "dst=64:x"], "the mode 'x' is not r, w or rw"),
         (["submit", "copy.s", "--bo", "src=in.bin", "--out", "dst=o.bin"], "no BO named 'dst'"),
@@ -160,7 +174,7 @@ def test_usage_errors_are_one_line_exit_2(
     if argv[0] == "submit":
         argv = [*argv, "--device", "shim"]
     code, out, err = run(capsys, *argv)
-    assert code == 2, err
+    assert code == ExitCode.USAGE, err
     assert err.count("\n") == 1 and err.startswith("accel") and message in err, err
 
 
@@ -296,10 +310,10 @@ def test_state_parses_and_prints_debugfs(
     assert "  isa_version  0x10001 (1.1)" in out and "  sq           head 12 tail 11" in out
     assert "  CTX  PID  BOS  BO_BYTES  JOBS_IN_FLIGHT  COMMAND" in out
     code, _, err = run(capsys, "state", "--device", "shim")
-    assert code == 1 and "the shim has no debugfs" in err
+    assert code == ExitCode.DEVICE and "the shim has no debugfs" in err
     monkeypatch.setattr(debugfs, "DEBUGFS", tmp_path / "none")
     code, _, err = run(capsys, "state")
-    assert code == 1 and "debugfs is not mounted" in err
+    assert code == ExitCode.DEVICE and "debugfs is not mounted" in err
 
 
 def test_job_status_text_names_the_errno_and_fault_va() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from libaccel import cli, errors
 from uapi.isa import SPEC
+from vnpu_common.cli import ExitCode
 
 
 def test_info_on_shim_prints_every_param(capsys: pytest.CaptureFixture[str]) -> None:
@@ -25,7 +26,7 @@ def test_info_on_shim_prints_every_param(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_info_on_missing_node_is_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["info", "--device", "/dev/accel/does-not-exist"]) == 1
+    assert cli.main(["info", "--device", "/dev/accel/does-not-exist"]) == ExitCode.DEVICE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("accel: ")
 

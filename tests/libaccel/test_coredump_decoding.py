@@ -16,6 +16,7 @@ from libaccel.cli import main
 from libaccel.coredump import CoredumpError, parse, render, to_json, vnpu_dumps
 from uapi import hw_layout as hw
 from uapi.bindings import ffi
+from vnpu_common.cli import ExitCode
 
 DATA = Path(__file__).parent / "data"
 FAULT = (DATA / "coredump_fault.bin").read_bytes()
@@ -61,7 +62,7 @@ def test_every_truncation_is_a_clean_error(tmp_path: Path, capsys: pytest.Captur
         assert n >= len(FAULT) - 8, n
     cut = tmp_path / "cut.bin"
     cut.write_bytes(FAULT[:100])
-    assert main(["coredump", str(cut)]) == 2
+    assert main(["coredump", str(cut)]) == ExitCode.BAD_FILE
     err = capsys.readouterr().err
     assert err.startswith(f"accel: {cut}: truncated") and err.count("\n") == 1
 
@@ -104,7 +105,7 @@ def test_dump_listing_keeps_vnpu_and_skips_vanished_or_foreign(tmp_path: Path) -
 
 def test_no_dump_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert vnpu_dumps(tmp_path) == []
-    assert main(["coredump", str(tmp_path / "missing.bin")]) == 2
+    assert main(["coredump", str(tmp_path / "missing.bin")]) == ExitCode.BAD_FILE
     assert "cannot read" in capsys.readouterr().err
 
 

@@ -19,6 +19,7 @@ from trace_helpers import build_uapi_program, json_events, run_trace, trace_env
 
 from libaccel import trace
 from uapi import bindings
+from vnpu_common.cli import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,7 +134,8 @@ def test_a_missing_program_is_a_usage_error(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
     )
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "No such file or directory" in r.stderr
+    assert r.returncode == ExitCode.BAD_FILE and r.stderr.count("\n") == 1
+    assert "cannot run" in r.stderr and "no such file or directory" in r.stderr
     r = subprocess.run(
         [sys.executable, "-m", "libaccel.cli", "trace"], env=trace_env(), capture_output=True, text=True
     )

@@ -19,6 +19,7 @@ import pytest
 from libaccel import model as lm
 from libaccel.compiler.onnx_frontend import OnnxModelError, graph_from_onnx
 from tools.convert import make_onnx_models as M
+from vnpu_common.cli import ExitCode
 
 MODELS = Path(__file__).parent / "models"
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,10 +181,14 @@ def test_bad_models_one_line(tmp_path: Path) -> None:
     for name, (model, message) in cases.items():
         onnx.save(model, tmp_path / name)
         r = _accel(str(tmp_path / name))
-        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+        assert r.returncode == ExitCode.BAD_FILE and r.stderr.count("\n") == 1 and message in r.stderr, (
+            r.stderr
+        )
     (tmp_path / "junk.onnx").write_bytes(b"\x08\x01garbage")
     r = _accel(str(tmp_path / "junk.onnx"))
-    assert r.returncode == 2 and r.stderr.startswith("accel run: ") and r.stderr.count("\n") == 1
+    assert (
+        r.returncode == ExitCode.BAD_FILE and r.stderr.startswith("accel run: ") and r.stderr.count("\n") == 1
+    )
 
 
 def test_dynamic_shape_needs_and_takes_shape(tmp_path: Path) -> None:

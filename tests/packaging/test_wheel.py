@@ -25,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,6 +229,9 @@ def test_accel_info_and_run(venv: Venv) -> None:
     assert "0 differing bytes" in r.stdout
     code = "import libaccel; r = libaccel.run_model({!r}, device='shim'); print(sorted(r.outputs))"
     assert venv.python(code.format(ONNX_MODEL.name)).stdout.strip().startswith("['")
+    # --version from the installed distribution's metadata (a wheel carries no pyproject.toml)
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert venv.run(venv.bin("accel"), "--version").stdout == f"accel {version}\n"
 
 
 C_PROGRAM = r"""

@@ -188,7 +188,12 @@ struct drm_vnpu_bo_info {
 	__u32 pad;
 	/** @size: out, size in bytes (page-rounded). */
 	__u64 size;
-	/** @flags: out, the DRM_VNPU_BO_* flags it was created with. */
+	/**
+	 * @flags: out, the DRM_VNPU_BO_* flags it was created with; for an
+	 * import, DRM_VNPU_BO_DEVICE_READ_ONLY when its exporter does not let
+	 * the device write it (a dma-buf fd not open for writing, or a vnpu BO
+	 * created device-read-only).
+	 */
 	__u32 flags;
 	/** @pad2: out, always zero. */
 	__u32 pad2;
@@ -247,9 +252,19 @@ struct drm_vnpu_bo_wait {
  * coherently (no bounce buffering, a coherent device) it does nothing, and
  * costs one ioctl.
  *
+ * It syncs the bytes @offset .. @offset + @size (@size 0: to the BO's end),
+ * and only those: where the device's view is a copy (bounce buffering),
+ * FOR_DEVICE replaces that copy's range with the CPU's bytes, so a range a
+ * running job writes loses what the job wrote there; sync just what the
+ * CPU wrote (the semaphore, say). For an import the exporter keeps the
+ * buffer coherent (DMA_BUF_IOCTL_SYNC's begin and end of CPU access), and
+ * that is of the whole buffer whatever the range. A caller that knows only
+ * the first 8 bytes of this struct syncs the whole BO.
+ *
  * Errors: -ENOENT if @handle names no BO of this file; -EINVAL if @flags is
- * 0 or has bits outside DRM_VNPU_BO_SYNC_FLAGS_MASK; -ENODEV after the
- * device went away; -EFAULT if the argument cannot be copied.
+ * 0 or has bits outside DRM_VNPU_BO_SYNC_FLAGS_MASK, or the range does not
+ * lie inside the BO; -ENODEV after the device went away; -EFAULT if the
+ * argument cannot be copied; the exporter's errno for an import.
  */
 struct drm_vnpu_bo_sync {
 	/** @handle: in, the GEM handle. */
@@ -259,6 +274,10 @@ struct drm_vnpu_bo_sync {
 	 * the CPU's view first).
 	 */
 	__u32 flags;
+	/** @offset: in, the first byte of the range. */
+	__u64 offset;
+	/** @size: in, the range's bytes; 0 means up to the BO's end. */
+	__u64 size;
 };
 
 /*
@@ -298,8 +317,9 @@ struct drm_vnpu_job_bo {
  * The command stream is @cmd_size bytes at @cmd_offset in BO
  * @cmd_bo_handle, a BO the file created with BO_CREATE (an imported
  * dma-buf cannot hold a stream: -EINVAL). SUBMIT copies it into memory of the kernel's that
- * userspace cannot map, validates the copy, and the device executes that
- * copy: every instruction must be well formed, and every tensor it reads or
+ * userspace cannot map, once the jobs that write the command BO have ended
+ * (SUBMIT waits for them, interruptibly), validates the copy, and the device
+ * executes that copy: every instruction must be well formed, and every tensor it reads or
  * writes must lie inside a BO of @bos used in that direction. Once SUBMIT
  * has returned, the command BO may be rewritten, reused or closed; what
  * runs is the stream as it was at SUBMIT. The command BO need not be listed
@@ -353,9 +373,12 @@ struct drm_vnpu_job {
  * zero.
  *
  * Closing the file (its last reference: the descriptor and every mmap() of
- * its BOs) cancels its jobs that have not ended: a running one is stopped by
- * a reset of its core (other files' jobs queued on that core are queued
- * again, other cores go on), queued ones never run; all end with -ECANCELED.
+ * the BOs it created) cancels its jobs that have not ended, and waits for
+ * none of them: a running one is stopped by a reset of its core (other
+ * files' jobs queued on that core are queued again, other cores go on),
+ * queued ones never run; all end with -ECANCELED. A job still waiting for
+ * its dependencies (another file's job, another driver's fence) ends when
+ * they have signalled, without running.
  *
  * Errors: -EINVAL for a zero or too large @job_count, a bad
  * @job_struct_size, non-zero flags/pad/unknown trailing bytes, a command
@@ -364,9 +387,14 @@ struct drm_vnpu_job {
  * than DRM_VNPU_MAX_IN_SYNCOBJS in-syncobjs, an in-syncobj without a fence;
  * -ENOENT for an unknown BO or syncobj handle; -ENOEXEC for a malformed
  * command stream; -EACCES if the stream touches memory outside the listed
- * BOs or writes a BO listed read-only; -ENOSPC if the file's device
- * address space has no room for the stream's copy; -ENOMEM; -EFAULT if an
- * array cannot be copied.
+ * BOs or writes a BO listed read-only, or a job lists a device-read-only
+ * BO (an import included) for writing; -ENOSPC if the file's device
+ * address space has no room for the stream's copy; -EBUSY while the system
+ * suspends or resumes (submit again after resume; the jobs are checked
+ * first); -ENODEV after the device went away, or when a failed reset took
+ * it off the bus (bind the driver again); -EINTR/-ERESTARTSYS if a signal
+ * arrived while SUBMIT waited for the jobs that write a command BO;
+ * -ENOMEM; -EFAULT if an array cannot be copied.
  */
 struct drm_vnpu_submit {
 	/** @jobs: user pointer to @job_count jobs of @job_struct_size bytes. */

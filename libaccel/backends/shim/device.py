@@ -48,11 +48,6 @@ ENV_CORE_PROCESSES = "VNPU_SHIM_CORE_PROCESSES"
 # "0": every job is run by its core's thread, woken by the doorbell (the default runs a lone job
 # for an idle core in the submitting thread: see ShimDevice.queue_job).
 ENV_INLINE = "VNPU_SHIM_INLINE"
-# Debug knob, the shim's twin of vnpu.ko's module parameter
-# /sys/module/vnpu/parameters/validate_streams: with it off, streams are only
-# decoded, not checked against the listed BOs, so the device MMU is what stops
-# a stray access (the conformance suite uses it to test MMU-fault reporting).
-VALIDATE_STREAMS_PARAM = Path("/sys/module/vnpu/parameters/validate_streams")
 
 # A submission entry as hw_layout lays it out: seqno, pt_root, cmd_va, cmd_size, flags, context,
 # core, and the reserved rest of the entry (zero).

@@ -165,8 +165,6 @@ class ShimBackend(Backend):
 
     kind = "shim"
     path = "shim"
-    #: see VALIDATE_STREAMS_PARAM; class-wide, like a module parameter
-    validate_streams = True
 
     def __init__(self, device: ShimDevice | None = None) -> None:
         try:
@@ -481,7 +479,10 @@ class ShimBackend(Backend):
         if not a.flags or a.flags & ~b.DRM_VNPU_BO_SYNC_FLAGS_MASK:
             raise Errno(errno.EINVAL, f"flags {a.flags:#x} are not 1..{b.DRM_VNPU_BO_SYNC_FLAGS_MASK:#x}")
         with self.dev.lock:
-            self._lookup_bo(a.handle)
+            bo = self._lookup_bo(a.handle)
+        size = a.size or max(bo.size - a.offset, 0)
+        if a.offset >= bo.size or size > bo.size - a.offset:
+            raise Errno(errno.EINVAL, f"range {a.offset}+{a.size} is not inside the BO's {bo.size} bytes")
         # The shim's device works on the very memory the CPU maps: nothing to copy either way.
 
     def _submit(self, a: Any) -> None:
@@ -567,20 +568,20 @@ class ShimBackend(Backend):
             raise Errno(errno.ENOENT, p + f"no syncobj {j.out_syncobj}")
         # Copy the stream before checking it, so userspace cannot change it afterwards.
         stream = bytes(self.dev.memory.view(cmd_bo.pa + j.cmd_offset, j.cmd_size))
-        validate = ShimBackend.validate_streams
-        waits = self._checked.get((stream, raw_bos)) if validate else None
+        # Always checked, as vnpu.ko checks: the device MMU keeps a job to its file's memory, only
+        # the check keeps it to the BOs it lists.
+        waits = self._checked.get((stream, raw_bos))
         if waits is None:
             try:
-                program = check_stream(stream, ranges) if validate else isa.decode(stream)
+                program = check_stream(stream, ranges)
             except StreamRejected as e:
                 raise Errno(e.errno, p + str(e)) from None
             except isa.IsaError as e:
                 raise Errno(errno.ENOEXEC, p + str(e)) from None
             waits = any(ins.op == "WAIT" for ins in program)
-            if validate:
-                if len(self._checked) >= CHECKED_STREAMS:
-                    self._checked.clear()
-                self._checked[(stream, raw_bos)] = waits
+            if len(self._checked) >= CHECKED_STREAMS:
+                self._checked.clear()
+            self._checked[(stream, raw_bos)] = waits
         return bos, stream, in_fences, j.out_syncobj, waits
 
     def _bo_list(self, p: str, raw: bytes, count: int) -> tuple[list[tuple[ShimBo, int]], list[BoRange]]:

@@ -1,6 +1,7 @@
 /* A host without Python: dlopen libteflon.so as TFLite's external delegate loader does
    (RTLD_LAZY | RTLD_LOCAL), create and destroy a delegate, then check that a bad option is
-   reported through report_error (the 4th argument of tflite_plugin_create_delegate).
+   reported through report_error (the 4th argument of tflite_plugin_create_delegate), and with
+   no report_error (NULL, as Mesa's harness passes) on stderr.
    Usage: plugin_dlopen LIBTEFLON DEVICE; exit 0 when all holds. */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -51,5 +52,9 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("report_error: %s\n", last_report);
+    if (create(bad_keys, bad_values, 1, NULL) || reports != 1) {
+        fprintf(stderr, "bad option without report_error: a delegate, or %d reports\n", reports);
+        return 1;
+    }
     return 0;
 }
