@@ -62,7 +62,12 @@ static const char * const vnpu_core_names[VNPU_MAX_CORES] = {
 /* Each core is a timeline (struct vnpu_core): its fences are named after it. */
 static const char *vnpu_fence_timeline_name(struct dma_fence *fence)
 {
-	struct vnpu_device *vdev = container_of(fence->lock, struct vnpu_device, fence_lock);
+#ifdef VNPU_DMA_FENCE_SPINLOCK
+	spinlock_t *lock = dma_fence_spinlock(fence);
+#else
+	spinlock_t *lock = fence->lock;
+#endif
+	struct vnpu_device *vdev = container_of(lock, struct vnpu_device, fence_lock);
 	u64 core = fence->context - vdev->cores[0].fence_context;
 
 	return core < vdev->num_cores ? vnpu_core_names[core] : "vnpu-hw";
