@@ -17,7 +17,7 @@ patches, in order:
    ``<drm/NAME>``: ``#include "NAME"`` becomes ``#include <drm/NAME>``, moved into the file's
    ``<drm/...>`` block. ``Kbuild`` probes the tree's headers for the APIs that differ between
    kernels (``$(call vnpu_probe,HEADER,'LINE',MACRO)``: ``VNPU_SCHED_INIT_ARGS``,
-   ``VNPU_SCHED_STAT_NO_HANG``, ``VNPU_IMPORT_NS_STRING``, ``VNPU_SYNCOBJ_XA``); the series
+   ``VNPU_SCHED_STAT_NO_HANG``, ``VNPU_IMPORT_NS_STRING``, ...); the series
    carries the one form that fits the base (the same probes on its headers, read from
    ``Kbuild``, or ``--sched-init`` and ``--probe MACRO=y|n``): each ``#ifdef`` block is
    resolved, and the comment sentence naming the macro is dropped.

@@ -125,11 +125,13 @@ NEW_APIS = {
     "include/linux/module.h": "#define MODULE_IMPORT_NS(ns)\tMODULE_INFO(import_ns, ns)\n",
     "include/drm/drm_file.h": "\tstruct xarray syncobj_xa;\n",
     "include/linux/workqueue.h": "\tWQ_PERCPU\t\t= 1 << 8,\n",
+    "include/linux/dma-fence.h": "static inline spinlock_t *dma_fence_spinlock(struct dma_fence *fence)\n",
 }
 OLD_APIS = {
     "include/linux/module.h": "#define MODULE_IMPORT_NS(ns)\tMODULE_INFO(import_ns, __stringify(ns))\n",
     "include/drm/drm_file.h": "\tstruct idr syncobj_idr;\n",
     "include/linux/workqueue.h": "\tWQ_UNBOUND\t\t= 1 << 1,\n",
+    "include/linux/dma-fence.h": "\tspinlock_t *lock;\n",
 }
 
 
@@ -225,6 +227,7 @@ def test_the_driver_is_in_tree_form(series: tuple[bool, Path, list[Path]]) -> No
     assert ("DRM_GPU_SCHED_STAT_NO_HANG" in job) == sched_args
     assert ('MODULE_IMPORT_NS("DMA_BUF")' in texts["vnpu_gem.c"]) == sched_args
     assert ("syncobj_xa" in texts["vnpu_debugfs.c"]) == sched_args
+    assert ("dma_fence_spinlock(fence)" in job) == sched_args
     assert ("drm_sched_init(&core->sched, &vnpu_sched_ops" in job) == (not sched_args)
     # Only the sched conditionals went: everything else is the project's source, byte for byte.
     assert texts["Kconfig"] == (upstream.DRIVER_DIR / "Kconfig").read_text()
