@@ -46,7 +46,10 @@ def test_keys_busy_time_and_memory_grow(dev) -> None:
 
     out = dev.create_bo(256 << 10)
     after_bo = _stats(dev)
-    assert set(after_bo.memory["memory"]) == {"total", "shared", "active", "resident", "purgeable"}
+    # 6.12 prints active and purgeable with any object; 7.2 active only while an object is busy, and
+    # purgeable only for objects that could be purged.
+    keys = {"total", "shared", "active", "resident", "purgeable"}
+    assert {"total", "shared", "resident"} <= set(after_bo.memory["memory"]) <= keys
     # BO_CREATE pins the pages: the new BO is counted in total and resident at once.
     assert after_bo.memory_bytes("total") - before.memory_bytes("total") == out.size
     assert after_bo.memory_bytes("resident") - before.memory_bytes("resident") == out.size

@@ -186,10 +186,14 @@ def test_a_debug_kernel_job_runs_fail_nth(capsys: pytest.CaptureFixture[str]) ->
         assert str(args.out / name_) in paths
 
 
-def test_ci_keeps_one_default_kernel() -> None:
-    """run.sh test runs the harness once, on the default kernel; the matrix is the workflow's."""
+def test_ci_runs_the_default_and_the_current_kernel() -> None:
+    """run.sh test runs the harness on the default kernel and on the current one (sid's series), each
+    whatever the other's outcome; the matrix is the workflow's."""
     run_sh = (harness.REPO / "run.sh").read_text()
-    assert "python -m qemu_tests\n" in run_sh and "--matrix" not in run_sh
+    assert "--matrix" not in run_sh
+    assert "python -m qemu_tests || rc=$?\n" in run_sh
+    assert f"python -m qemu_tests --kernel {sid_kernel.CURRENT_SERIES} || rc=$?\n" in run_sh
+    assert 'exit "$rc"' in run_sh
 
 
 def test_the_matrix_expands_as_github_does() -> None:
