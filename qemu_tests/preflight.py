@@ -381,7 +381,7 @@ def check_sid_prepare(series: str) -> list[Requirement]:
                 f"{series} kernel",
                 True,
                 f"not prepared yet: the run fetches the newest generic {series} kernel from Debian "
-                f"{sid_kernel.SUITE} (about 290 MB) and prepares its source (2-4 min) "
+                f"{sid_kernel.SUITE} (about 290 MB) and prepares its source (1-4 min) "
                 f"in {sid_kernel.cache_root()}",
             )
         )
