@@ -13,6 +13,8 @@ mmu_fault  does not run the job; completes it with -EFAULT at the job's command-
 garbage_cq writes a completion-queue entry of random bytes (no such job) instead of the job's
 kill       the device-model process dies (SIGKILL) with the job in flight
 slow       runs the job, then stays busy for ``slow_factor - 1`` times as long
+bad_cmd    answers a control command (BOOT, RESET, POWER) with status 1, outside the contract (0
+           or a negative errno), without running it: a job-less fault, counted per command
 ========== ===================================================================================
 
 Faults are switched by a :class:`FaultSpec` ("the next ``count`` jobs", or each job with
@@ -37,7 +39,9 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-KINDS = ("drop_irq", "hang", "bad_status", "mmu_fault", "garbage_cq", "kill", "slow")
+KINDS = ("drop_irq", "hang", "bad_status", "mmu_fault", "garbage_cq", "kill", "slow", "bad_cmd")
+# The kinds that fault a control command instead of a job.
+COMMAND_KINDS = frozenset({"bad_cmd"})
 
 
 class FaultSpecError(ValueError):
@@ -124,10 +128,17 @@ class FaultInjector:
 
     def next_job(self) -> str | None:
         """The fault the next job gets (None: run it normally). Counts it as injected."""
+        return self._next(commands=False)
+
+    def next_command(self) -> str | None:
+        """The fault the next control command gets (None: run it normally). Counts it as injected."""
+        return self._next(commands=True)
+
+    def _next(self, commands: bool) -> str | None:
         with self._lock:
             self._poll()
             spec = self._spec
-            if not spec.kind:
+            if not spec.kind or (spec.kind in COMMAND_KINDS) != commands:
                 return None
             if spec.count:
                 if self._left == 0:

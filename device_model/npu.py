@@ -367,7 +367,9 @@ class Npu:
         if seq == self._r32(hw.REG_CMD_ACK):
             return  # a coalesced or spurious kick: nothing new
         cmd = self._r32(hw.REG_CMD)
-        if cmd == hw.CMD_BOOT:
+        if self.faults is not None and self.faults.next_command() == "bad_cmd":
+            status = 1  # outside the contract: the driver must not take it for success
+        elif cmd == hw.CMD_BOOT:
             status = self._boot(self._r64(hw.REG_CMD_ARG0), self._r64(hw.REG_CMD_ARG1))
         elif cmd == hw.CMD_RESET:
             status = self._reset(self._r64(hw.REG_CMD_ARG0))

@@ -12,6 +12,8 @@ from libaccel.errors import NoDevice
 DRIVER_NAME = "vnpu"
 SHIM = "shim"
 ENV_DEVICE = "VNPU_DEVICE"
+# The runtime-PM autosuspend delay (ms) of every accel device: the PCI device's standard attribute.
+AUTOSUSPEND_GLOB = "/sys/class/accel/accel*/device/power/autosuspend_delay_ms"
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,13 @@ device, whose reset found nobody to answer it, refuses new jobs with -ENODEV (it
 from __future__ import annotations
 
 import errno
+import glob
 import sys
 import time
+from pathlib import Path
 
 from libaccel import Device, Job, JobBo
+from libaccel.discovery import AUTOSUSPEND_GLOB
 from libaccel.errors import AccelError
 from qemu_tests.harness import KILL_REQUEST
 from uapi.isa import SPEC, encode
@@ -31,6 +34,10 @@ def fill_stream(va: int, count: int, value: int) -> bytes:
 
 
 def main() -> int:
+    # Powered throughout: the kill may come before or after the second SUBMIT (the harness reads the
+    # console when it can), and that job must reach the device either way, not need a power-up.
+    for delay in glob.glob(AUTOSUSPEND_GLOB):
+        Path(delay).write_text("600000")
     with Device.open("kernel") as dev:
         timeout_s = dev.params.job_timeout_ms / 1000
         out = dev.create_bo(4096)

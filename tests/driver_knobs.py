@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from libaccel.discovery import AUTOSUSPEND_GLOB
+
 # vnpu.ko's job timeout per device, for jobs that start afterwards (100..600000 ms).
 JOB_TIMEOUT_GLOB = "/sys/kernel/debug/accel/*/job_timeout_ms"
 # What the hang tests wait for: long enough for any innocent job of theirs under TCG, short beside the
 # defaults (vnpu.ko 5 s, the shim 2 s), so a hang costs about a second.
 SHORT_JOB_TIMEOUT_MS = 1000
-# The runtime-PM autosuspend delay of every vnpu device (the PCI device's standard attribute).
-AUTOSUSPEND_GLOB = "/sys/class/accel/accel*/device/power/autosuspend_delay_ms"
 
 
 def job_timeout_files() -> list[Path]:

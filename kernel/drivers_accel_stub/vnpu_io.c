@@ -13,8 +13,12 @@
 
 #include "vnpu_io.h"
 
-/* Time the device model gets to acknowledge a RESET. */
-#define VNPU_RESET_TIMEOUT_MS	2000
+/*
+ * Time the device model gets to acknowledge a RESET. A reset it does not
+ * acknowledge wedges the device (vnpu_reset.c): long enough for a device
+ * model on a loaded host, whose threads may stall for seconds.
+ */
+#define VNPU_RESET_TIMEOUT_MS	5000
 
 /*
  * The device reports 0 or a negative errno. Anything else would reach the

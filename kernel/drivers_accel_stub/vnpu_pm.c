@@ -38,7 +38,8 @@
 #include "vnpu_job.h"
 #include "vnpu_pm.h"
 
-#define VNPU_POWER_TIMEOUT_MS		2000
+/* As long as a BOOT may take: a loaded host's device model may stall for seconds. */
+#define VNPU_POWER_TIMEOUT_MS		5000
 #define VNPU_SLEEP_TEST_MAX_MS		10000
 
 static struct vnpu_device *vnpu_pm_dev(struct device *dev)

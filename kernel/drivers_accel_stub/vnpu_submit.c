@@ -228,11 +228,12 @@ static int vnpu_job_create(struct vnpu_device *vdev, struct drm_file *file,
 
 	/*
 	 * Powered from here until the job is freed: run_job() never waits for a
-	 * resume. Runtime PM is off while the system suspends or resumes.
+	 * resume. Runtime PM is off while the system suspends or resumes; any
+	 * other failure is a device that did not power up (logged).
 	 */
 	ret = vnpu_pm_get(vdev);
 	if (ret) {
-		ret = ret == -EACCES ? -EBUSY : ret;
+		ret = ret == -EACCES ? -EBUSY : -EIO;
 		goto err;
 	}
 	job->pm_ref = true;

@@ -419,3 +419,19 @@ def test_one_core_device() -> None:
         assert [(c.seqno, c.core) for c in d.drain()] == [(s, 0) for s in seqnos]
     finally:
         d.npu.close()
+
+
+def test_an_injected_bad_command_status_leaves_jobs_alone(drv: Driver) -> None:
+    """bad_cmd faults control commands only: the next command answers 1 without running, jobs run."""
+    from device_model.faults import FaultInjector, FaultSpec
+
+    image = build_image(default_image(), dev_private_key())
+    drv.npu.faults = FaultInjector()
+    drv.npu.faults.set(FaultSpec(kind="bad_cmd", count=1))
+    assert drv.boot(image) == 1
+    assert not drv.npu.ready  # not run
+    assert drv.boot(image) == 0  # the count is spent
+    seqno = drv.enqueue(NOP_JOB)
+    drv.wait_cq(1)
+    assert [(c.seqno, c.status) for c in drv.drain()] == [(seqno, 0)]
+    assert drv.npu.faults.injected == {"bad_cmd": 1}

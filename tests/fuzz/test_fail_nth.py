@@ -39,11 +39,13 @@ def test_errnos_come_from_the_uapi_header() -> None:
     assert {errno.ENOMEM, errno.ENOSPC, errno.E2BIG, errno.EINVAL} <= documented["DRM_IOCTL_VNPU_BO_CREATE"]
     assert {errno.ENOMEM, errno.ENOEXEC, errno.EACCES} <= documented["DRM_IOCTL_VNPU_SUBMIT"]
     assert errno.ENOMEM not in documented["DRM_IOCTL_VNPU_BO_INFO"]
-    # ENOMEM is allowed everywhere, an interrupted wait only for the waits.
+    # ENOMEM is allowed everywhere, an interrupted wait only for the ioctls that wait (SUBMIT waits
+    # for the jobs that write a command BO).
     assert errno.ENOMEM in fail_nth.allowed_errnos("DRM_IOCTL_VNPU_BO_INFO")
     assert errno.EINTR in fail_nth.allowed_errnos("DRM_IOCTL_VNPU_BO_WAIT")
     assert errno.EINTR in fail_nth.allowed_errnos("DRM_IOCTL_SYNCOBJ_WAIT")
-    assert errno.EINTR not in fail_nth.allowed_errnos("DRM_IOCTL_VNPU_SUBMIT")
+    assert errno.EINTR in fail_nth.allowed_errnos("DRM_IOCTL_VNPU_SUBMIT")
+    assert errno.EINTR not in fail_nth.allowed_errnos("DRM_IOCTL_VNPU_BO_INFO")
     assert errno.EIO not in fail_nth.allowed_errnos("DRM_IOCTL_SYNCOBJ_CREATE")
 
 

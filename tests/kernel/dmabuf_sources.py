@@ -60,15 +60,20 @@ class DmaBuf:
             os.close(self._extra_fd)
 
 
-def heap_buffer(size: int) -> DmaBuf:
-    """``size`` bytes from the system dma-heap."""
+def heap_fd(size: int, fd_flags: int = os.O_RDWR | os.O_CLOEXEC) -> int:
+    """A dma-buf fd of ``size`` bytes from the system dma-heap, opened with ``fd_flags``."""
     heap = os.open(DMA_HEAP_SYSTEM, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        arg = bytearray(struct.pack("QIIQ", size, 0, os.O_RDWR | os.O_CLOEXEC, 0))
+        arg = bytearray(struct.pack("QIIQ", size, 0, fd_flags, 0))
         fcntl.ioctl(heap, DMA_HEAP_IOCTL_ALLOC, arg, True)
     finally:
         os.close(heap)
-    fd = struct.unpack("QIIQ", arg)[1]
+    return struct.unpack("QIIQ", arg)[1]
+
+
+def heap_buffer(size: int) -> DmaBuf:
+    """``size`` bytes from the system dma-heap."""
+    fd = heap_fd(size)
     return DmaBuf(fd, mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE))
 
 

@@ -116,3 +116,26 @@ def test_hang_leaves_a_dump_marking_the_wait(
     assert regs["REG_ABORT_CYCLES"] == rec["job"]["cycles"] == 3
     assert [b["va"] for b in rec["bos"]] == [sem.va, out.va]
     assert not np.any(out.array(np.int8, 1))
+
+
+def test_a_user_who_faults_many_jobs_cannot_flood_the_kernel_log(dev) -> None:
+    """Any user can make jobs fault: the coredump line each faulting job logs is rate-limited."""
+    from kernel_helpers import debugfs_counters, dmesg, wait_until
+
+    from libaccel import Job, JobBo
+
+    jobs = 25  # the kernel's default rate limit lets 10 lines through in 5 s
+    live = debugfs_counters()["jobs"]
+    out = dev.create_bo(4096)
+    stream = copy_stream(out.va, out.va + 2048, 16)
+    cmd = dev.create_bo_with(stream, read_only=True)
+    before = len(dmesg().splitlines())
+    with injected_fault("kernel", "mmu_fault", count=jobs):
+        for _ in range(jobs):
+            dev.submit(Job(cmd, len(stream), [JobBo(out, write=True)]))
+        assert out.wait(timeout=120).status == -errno.EFAULT
+    # Each job logs when it is freed, after its fence: wait until all of them are.
+    assert wait_until(lambda: debugfs_counters()["jobs"] <= live, 30)
+    lines = [line for line in dmesg().splitlines()[before:] if "device coredump captured" in line]
+    assert 1 <= len(lines) <= 10, lines
+    discard_dumps()

@@ -33,3 +33,4 @@ def test_stdlib_ioctl_example_runs() -> None:
 def test_libaccel_example_runs() -> None:
     # The example asserts its own result; it raises (JobFault, AssertionError, OSError) otherwise.
     exec(compile(python_blocks()[1], str(DOC), "exec"), {})
+

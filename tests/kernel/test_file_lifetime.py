@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import driver_knobs
 import numpy as np
 import pytest
-from dmabuf_sources import DMA_HEAP_IOCTL_ALLOC, DMA_HEAP_SYSTEM
+from dmabuf_sources import DMA_HEAP_SYSTEM, heap_fd
 from kernel_helpers import INT32, copy_stream, end, fill_stream, vector
 
 from uapi.isa import encode
@@ -167,13 +167,7 @@ def test_an_import_keeps_its_exporters_rights(dev, exported: str) -> None:
 @pytest.mark.skipif(not DMA_HEAP_SYSTEM.exists(), reason="no /dev/dma_heap/system in this kernel")
 def test_a_read_only_heap_buffer_imports_read_only(dev) -> None:
     """Another exporter's dma-buf opened read-only: the device may read it, never write it."""
-    heap = os.open(DMA_HEAP_SYSTEM, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        arg = bytearray(struct.pack("QIIQ", PAGE, 0, os.O_RDONLY | os.O_CLOEXEC, 0))
-        fcntl.ioctl(heap, DMA_HEAP_IOCTL_ALLOC, arg, True)
-    finally:
-        os.close(heap)
-    fd = struct.unpack("QIIQ", arg)[1]
+    fd = heap_fd(PAGE, os.O_RDONLY | os.O_CLOEXEC)
     try:
         assert dev.import_dmabuf(fd).read_only
     finally:

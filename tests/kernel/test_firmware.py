@@ -150,6 +150,25 @@ def test_reload_with_a_tampered_image_is_rejected_then_recovers(dev, tmp_path: P
     assert out.wait(timeout=30).status == 0 and (out.array(np.int8, 4096) == 2).all()
 
 
+def test_a_device_status_outside_the_contract_is_an_errno(dev) -> None:
+    """The device answers BOOT with status 1 (neither 0 nor a negative errno; injected): the reload
+    fails with EIO instead of passing the positive value on (a probe would have taken it for
+    success), and a good reload recovers."""
+    from driver_knobs import autosuspend, injected_fault
+
+    with autosuspend("kernel", 60_000):
+        assert _fill(dev, 3).wait(timeout=30).status == 0  # powered: BOOT is the reload's one command
+        try:
+            with injected_fault("kernel", "bad_cmd"), pytest.raises(OSError) as e:
+                reload()
+            assert e.value.errno == errno.EIO
+            assert "answered status 0x1, not an errno" in dmesg()
+        finally:
+            reload()
+    out = _fill(dev, 4)
+    assert out.wait(timeout=30).status == 0 and (out.array(np.int8, 4096) == 4).all()
+
+
 def _catch(errors: list[BaseException], fn) -> None:  # noqa: ANN001
     try:
         fn()

@@ -391,8 +391,9 @@ struct drm_vnpu_job {
  * BO (an import included) for writing; -ENOSPC if the file's device
  * address space has no room for the stream's copy; -EBUSY while the system
  * suspends or resumes (submit again after resume; the jobs are checked
- * first); -ENODEV after the device went away, or when a failed reset took
- * it off the bus (bind the driver again); -EINTR/-ERESTARTSYS if a signal
+ * first); -EIO if the NPU did not power up for the job (the device does
+ * not answer); -ENODEV after the device went away, or when a failed reset
+ * took it off the bus (bind the driver again); -EINTR/-ERESTARTSYS if a signal
  * arrived while SUBMIT waited for the jobs that write a command BO;
  * -ENOMEM; -EFAULT if an array cannot be copied.
  */
