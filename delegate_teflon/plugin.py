@@ -158,7 +158,7 @@ def _open_device(options: DelegateOptions) -> Any:
 def create_delegate(keys: Any, values: Any, count: int, report_error: Any) -> Any:
     def fail(message: str) -> Any:
         # Once: the host's report_error (load_delegate's ValueError in Python) shows it where the host
-        # gives one; stderr only for a host that passes none (Mesa's harness passes NULL).
+        # gives one; stderr only for a host that passes NULL for it.
         if report_error == _ffi.NULL:
             print(message, file=sys.stderr, flush=True)
         _lib.vnpu_call_report_error(report_error, message.encode())

@@ -1,7 +1,7 @@
 /* A host without Python: dlopen libteflon.so as TFLite's external delegate loader does
    (RTLD_LAZY | RTLD_LOCAL), create and destroy a delegate, then check that a bad option is
    reported through report_error (the 4th argument of tflite_plugin_create_delegate), and with
-   no report_error (NULL, as Mesa's harness passes) on stderr.
+   report_error NULL on stderr.
    Usage: plugin_dlopen LIBTEFLON DEVICE; exit 0 when all holds. */
 #include <dlfcn.h>
 #include <stdio.h>
