@@ -747,7 +747,7 @@ class _Reader:
     def _read_MaxPool(self, node: Any) -> bool:  # noqa: N802
         attrs = _attrs(node)
         x = self.info.get(node.input[0])
-        if x is None or x[0] not in ("int8", "uint8") or len(x[1]) != 4 or len(node.output) != 1:
+        if x is None or x[0] not in ("int8", "uint8") or len(x[1]) != 4:
             return False
         if len(node.output) > 1 and node.output[1]:
             self._refused = "MaxPool's Indices output: the NPU's MAXPOOL writes the maxima only"
