@@ -97,7 +97,7 @@ class VnpuBackendRep(BackendRep):
             m = fe.load_model(model)
             self.fallback = _Fallback(fe.reference_session(m), str(e))
             self.placement = [
-                Placement(k, n.op_type, n.name, False, None, f"{e}; the model runs in onnxruntime")
+                Placement(k, n.op_type, False, reason=f"{e}; the model runs in onnxruntime", name=n.name)
                 for k, n in enumerate(m.graph.node)
             ]
             self.partitions = 0
