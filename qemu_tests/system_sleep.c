@@ -102,11 +102,12 @@ static int fail(const char *fmt, ...)
 	return 1;
 }
 
+/* Seconds on CLOCK_BOOTTIME, which goes on counting while the system sleeps. */
 static double now_s(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 

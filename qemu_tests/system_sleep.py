@@ -85,11 +85,23 @@ def module_name(path: str | Path) -> str:
     return name.partition(".ko")[0].replace("-", "_")
 
 
+def builtin_modules(release: str, root: Path = Path("/")) -> set[str]:
+    """The names in ``/lib/modules/R/modules.builtin``: built into the kernel, nothing to load."""
+    path = root / "lib" / "modules" / release / "modules.builtin"
+    try:
+        return {module_name(line) for line in path.read_text().split()}
+    except OSError:
+        return set()
+
+
 def module_chain(release: str, vnpu_ko: Path, root: Path = Path("/")) -> list[GuestModule]:
     """The modules to insmod, dependencies first: guest_run's DEPENDENCIES, then vnpu.ko."""
     dep = modules_dep(release, root)
+    builtin = builtin_modules(release, root)
     order: list[Path] = []
     for wanted in guest_run.DEPENDENCIES:
+        if module_name(wanted) in builtin:
+            continue
         files = dep.get(module_name(wanted))
         if files is None:
             raise ScenarioError(f"{wanted} is not in {root}lib/modules/{release}/modules.dep")

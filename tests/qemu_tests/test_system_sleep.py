@@ -70,6 +70,15 @@ def test_module_chain_loads_each_dependency_once_before_its_users(tmp_path: Path
     assert chain[-1].params == system_sleep.MODULE_PARAMS and chain[-1].path == tmp_path / "vnpu.ko"
 
 
+def test_a_built_in_dependency_is_not_loaded(tmp_path: Path) -> None:
+    fake_modules(tmp_path, "kernel/drivers/gpu/drm/drm_shmem_helper.ko.xz:\n")
+    (tmp_path / "lib/modules" / RELEASE / "modules.builtin").write_text(
+        "kernel/drivers/gpu/drm/drm.ko\nkernel/drivers/gpu/drm/scheduler/gpu-sched.ko\n"
+    )
+    chain = system_sleep.module_chain(RELEASE, tmp_path / "vnpu.ko", root=tmp_path)
+    assert [m.name for m in chain] == ["drm_shmem_helper.ko", "vnpu.ko"]
+
+
 def test_a_dependency_missing_from_modules_dep_is_named(tmp_path: Path) -> None:
     fake_modules(tmp_path, "kernel/drivers/gpu/drm/drm.ko.xz:\n")
     with pytest.raises(system_sleep.ScenarioError, match="drm_shmem_helper is not in .*modules.dep"):
@@ -175,7 +184,7 @@ def test_a_bad_level_is_refused() -> None:
 @pytest.mark.boots_guest
 @pytest.mark.skipif(
     any(not r.ok for r in system_sleep.check()),
-    reason="host requirements missing: see python -m qemu_tests.system_sleep --check (./run.sh installs them)",
+    reason="host requirements missing: python -m qemu_tests.system_sleep --check (./run.sh installs them)",
 )
 def test_jobs_in_flight_survive_a_system_sleep_through_the_pm_core(tmp_path: Path) -> None:
     proc = subprocess.run(
