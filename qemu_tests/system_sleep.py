@@ -221,12 +221,15 @@ def check(host: preflight.Host | None = None, kernel: str | None = None) -> list
         k = None
     if k is not None:
         dep = host.root / "lib" / "modules" / k.release / "modules.dep"
-        fix = (
-            ""
-            if k.debian
-            else "boot an installed Debian kernel (--kernel RELEASE): its modules are in /lib/modules"
-        )
-        reqs.append(preflight.Requirement("kernel modules", dep.is_file(), str(dep), fix))
+        if k.debian:
+            image = preflight.kernel_packages(k.release)[0]  # it ships /lib/modules/R
+            fix, packages = f"apt-get install {image}", (image,)
+        else:
+            fix, packages = (
+                "boot an installed Debian kernel (--kernel RELEASE): its modules are in /lib/modules",
+                (),
+            )
+        reqs.append(preflight.Requirement("kernel modules", dep.is_file(), str(dep), fix, packages))
     gcc = host.which("gcc")
     reqs.append(
         preflight.Requirement(

@@ -171,6 +171,13 @@ def test_check_names_what_is_missing_with_its_fix(tmp_path: Path) -> None:
     assert not lines["gcc"].ok and "apt-get install gcc" in lines["gcc"].line()
     assert not lines["qemu"].ok and not lines["busybox"].ok
     assert "libc6-dev" in preflight.BASE_PACKAGES  # run.sh installs it
+    # A kernel whose image and headers are there but not its modules.
+    (tmp_path / "boot").mkdir()
+    (tmp_path / "boot" / f"vmlinuz-{RELEASE}").write_bytes(b"")
+    (tmp_path / "lib" / "modules" / RELEASE / "build").mkdir(parents=True)
+    lines = {r.name: r for r in system_sleep.check(host, RELEASE)}
+    assert not lines["kernel modules"].ok
+    assert lines["kernel modules"].packages == (f"linux-image-{RELEASE}-unsigned",)
 
 
 def test_a_bad_level_is_refused() -> None:
