@@ -151,7 +151,7 @@ def test_qemu_boots_the_initramfs_with_the_npu_and_no_9p() -> None:
     assert cmd[cmd.index("-initrd") + 1] == "/o/initramfs.cpio"
     assert "rdinit=/init" in cmd[cmd.index("-append") + 1]
     assert "-device ivshmem-doorbell,chardev=vnpu-ivs" in text
-    assert "mem-path=/dev/shm/r" in text and "accel=tcg" in text
+    assert "mem-path=/dev/shm/r" in text and cmd[cmd.index("-accel") + 1] == "tcg,thread=single"
     assert "9p" not in text
 
 
