@@ -5,15 +5,15 @@
 
 The series is made in a temporary git repository: a base commit holding the files of the
 base tree that the series changes, then one commit per patch, then ``git format-patch
---cover-letter``. The base is ``--base-tree`` (a kernel source tree), else those files from
-Debian's ``/usr/src/linux-source-6.12.tar.xz`` (unpacked once into the project's cache). The
-patches, in order:
+--cover-letter``. The base is ``--base-tree`` (a kernel source tree), else the Linux 7.2 tree
+``python -m qemu_tests.sid_kernel 7.2`` prepares. The patches, in order:
 
 1. ``accel/vnpu: Add the uapi headers``: ``uapi/drm/vnpu_accel.h`` (and every other
    project header the driver includes, ``vnpu_isa.h``) as ``include/uapi/drm/``.
-2. ``accel/vnpu: Add a driver for the vnpu NPU``: ``drivers/accel/vnpu/``: every ``.c``/``.h``
-   of ``kernel/drivers_accel_stub/``, its ``Kconfig``, and an in-tree ``Makefile`` made from
-   ``Kbuild``'s object lists (not the out-of-tree ``Makefile``). In tree the uapi headers are
+2. The driver, ``drivers/accel/vnpu/``, in the steps of ``DRIVER_PARTS`` (one concern each):
+   every ``.c``/``.h`` of ``kernel/drivers_accel_stub/`` in exactly one of them, its ``Kconfig``
+   in the first, and an in-tree ``Makefile`` made from ``Kbuild``'s object list (not the
+   out-of-tree ``Makefile``) that each step extends with the objects it adds. In tree the uapi headers are
    ``<drm/NAME>``: ``#include "NAME"`` becomes ``#include <drm/NAME>``, moved into the file's
    ``<drm/...>`` block. ``Kbuild`` probes the tree's headers for the APIs that differ between
    kernels (``$(call vnpu_probe,HEADER,'LINE',MACRO)``: ``VNPU_SCHED_INIT_ARGS``,
@@ -1343,7 +1343,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools.upstream", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, help="directory for the .patch files (default: upstream-series)")
     p.add_argument(
-        "--base-tree", type=Path, help="the kernel tree the series is for (default: linux-source-6.12)"
+        "--base-tree", type=Path, help="the kernel tree the series is for (default: the prepared 7.2 tree)"
     )
     p.add_argument(
         "--signoff", help="'Name <email>' (default: git's user.name/user.email, else a role address)"
