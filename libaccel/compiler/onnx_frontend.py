@@ -457,7 +457,7 @@ class _Reader:
         self.add(node, f"ONNX:{node.op_type}", inputs)
 
     def read(self) -> None:
-        from libaccel.compiler.registry import check_support
+        from libaccel.compiler.partition import check_support
 
         self.collect_quant()
         for node in self.model.graph.node:
