@@ -364,7 +364,8 @@ class Npu:
         if seq == self._r32(hw.REG_CMD_ACK):
             return  # a coalesced or spurious kick: nothing new
         cmd = self._r32(hw.REG_CMD)
-        if self.faults is not None and self.faults.next_command() == "bad_cmd":
+        fault = self.faults.next_command() if self.faults is not None else None
+        if fault == "bad_cmd":
             status = 1  # outside the contract: the driver must not take it for success
         elif cmd == hw.CMD_BOOT:
             status = self._boot(self._r64(hw.REG_CMD_ARG0), self._r64(hw.REG_CMD_ARG1))
@@ -377,10 +378,25 @@ class Npu:
         else:
             log.warning("unknown control command %d", cmd)
             status = -errno.EINVAL
+        if fault == "early_cq":
+            self._phantom_completions()
         self._update_powered_us()
         self._w32(hw.REG_CMD_STATUS, status)
         self._w32(hw.REG_CMD_ACK, seq)
         self._irq(hw.IRQ_CONTROL)
+
+    def _phantom_completions(self) -> None:
+        """The "early_cq" fault: a completion of seqno 1 (a driver's first job) on every core, for
+        no job, and the completion interrupt, while the driver waits for a control command."""
+        with self._cq_lock:
+            for core in self.cores:
+                tail = self._r32(hw.CQ_TAIL)
+                if (tail - self._r32(hw.CQ_HEAD)) & _U32 >= hw.CQ_ENTRIES:
+                    break
+                entry = hw.CQ_BASE + (tail % hw.CQ_ENTRIES) * hw.CQ_ENTRY_SIZE
+                _CQE.pack_into(self._bar, entry, 1, 0, core.index, 0, 0)
+                self._w32(hw.CQ_TAIL, tail + 1)
+        self._irq(hw.IRQ_COMPLETION)
 
     def _boot(self, pa: int, size: int) -> int:
         """The boot ROM: check the image (signature included) and run it, or stay rejected.

@@ -84,8 +84,8 @@ static int vnpu_open(struct drm_device *drm, struct drm_file *file)
 	/* The scheduler reference below must not race with remove() dropping the device's. */
 	if (!drm_dev_enter(drm, &idx))
 		return -ENODEV;
-	fpriv = kzalloc(sizeof(*fpriv), GFP_KERNEL);
-	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+	fpriv = kzalloc_obj(*fpriv, GFP_KERNEL);
+	ctx = kzalloc_obj(*ctx, GFP_KERNEL);
 	if (!fpriv || !ctx) {
 		ret = -ENOMEM;
 		goto err_free;

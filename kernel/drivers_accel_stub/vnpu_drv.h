@@ -13,6 +13,7 @@
 #include <linux/list.h>
 #include <linux/mutex.h>
 #include <linux/pci.h>
+#include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
@@ -25,6 +26,11 @@
 #include "vnpu_accel.h"
 #include "vnpu_hw.h"
 #include "vnpu_limits.h"
+
+#ifndef VNPU_KZALLOC_OBJ
+/* One zeroed object of obj's type, for kernels without kzalloc_obj(). */
+#define kzalloc_obj(obj, gfp)	kzalloc(sizeof(obj), gfp)
+#endif
 
 #define VNPU_DRIVER_NAME	"vnpu"
 #define VNPU_DRIVER_DESC	"vnpu emulated NPU"

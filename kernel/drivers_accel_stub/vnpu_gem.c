@@ -281,7 +281,7 @@ static const struct drm_gem_object_funcs vnpu_gem_funcs = {
  */
 struct drm_gem_object *vnpu_gem_create_object(struct drm_device *drm, size_t size)
 {
-	struct vnpu_bo *bo = kzalloc(sizeof(*bo), GFP_KERNEL);
+	struct vnpu_bo *bo = kzalloc_obj(*bo, GFP_KERNEL);
 
 	if (!bo)
 		return ERR_PTR(-ENOMEM);

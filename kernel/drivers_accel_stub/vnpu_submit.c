@@ -203,7 +203,7 @@ static int vnpu_job_create(struct vnpu_device *vdev, struct drm_file *file,
 		return -EINVAL;
 	}
 
-	job = kzalloc(sizeof(*job), GFP_KERNEL);
+	job = kzalloc_obj(*job, GFP_KERNEL);
 	if (!job)
 		return -ENOMEM;
 	job->vdev = vdev;
@@ -213,7 +213,7 @@ static int vnpu_job_create(struct vnpu_device *vdev, struct drm_file *file,
 	job->queue = fpriv->queue;
 	job->ctx = vnpu_ctx_get(fpriv->ctx);
 	atomic_inc(&job->ctx->jobs_in_flight);
-	job->fence_mem = kzalloc(sizeof(*job->fence_mem), GFP_KERNEL);
+	job->fence_mem = kzalloc_obj(*job->fence_mem, GFP_KERNEL);
 	if (!job->fence_mem) {
 		ret = -ENOMEM;
 		goto err;
