@@ -314,11 +314,14 @@ class Bindings:
         entry = self.plans.get(offset)
         if entry is not None and entry[1] is None and entry[0] in (REFUSED, DYNAMIC):
             return None
+        numpy_plan = entry is not None and isinstance(entry[1], nm.GemmPlan)
+        if activation is not None and not numpy_plan and activation():
+            self.plans[offset] = (DYNAMIC, None)  # an activation's bytes are never digested
+            return None
         digest = param_digest(*params)
         if entry is not None and entry[0] == digest:
             return entry[1]
-        changed = entry is not None and isinstance(entry[1], nm.GemmPlan)  # this path's, made from others
-        if activation is not None and (changed or activation()):
+        if activation is not None and numpy_plan:  # made from other parameters: they change
             self.plans[offset] = (DYNAMIC, None)
             return None
         plan = build()
