@@ -429,7 +429,7 @@ def reference_outputs(
     model = onnx.ModelProto()
     model.CopyFrom(fe.load_model(path))
     fe.fix_shapes(model, shapes)
-    sess = fe._session(model, "extended" if fe._is_qdq(model) else "disable")
+    sess = fe.reference_session(model)
     names = [o.name for o in sess.get_outputs()]
     try:
         values = sess.run(names, dict(inputs))

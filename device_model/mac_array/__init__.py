@@ -99,6 +99,12 @@ def library() -> ModuleType | None:
     return _module
 
 
+def build_failure() -> str | None:
+    """Why the C kernels could not be built (None when they were, or were not tried yet)."""
+    library()
+    return _failed
+
+
 def cpu_isas() -> list[int]:
     """The C variants this host can run (empty when the library cannot be built)."""
     mod = library()

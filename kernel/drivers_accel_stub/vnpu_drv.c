@@ -32,7 +32,7 @@
 #include "vnpu_job.h"
 #include "vnpu_pm.h"
 
-unsigned int vnpu_job_timeout_ms = 5000;
+unsigned int vnpu_job_timeout_ms = VNPU_JOB_TIMEOUT_MS;
 module_param_named(timeout_ms, vnpu_job_timeout_ms, uint, 0444);
 MODULE_PARM_DESC(timeout_ms, "Time in ms after which a running job is failed and its core reset (default 5000; 100..600000)");
 
@@ -268,8 +268,9 @@ static const struct drm_driver vnpu_drm_driver = {
 	.fops = &vnpu_fops,
 	.name = VNPU_DRIVER_NAME,
 	.desc = VNPU_DRIVER_DESC,
-	.major = 1,
-	.minor = 0,
+	.major = VNPU_DRIVER_MAJOR,
+	.minor = VNPU_DRIVER_MINOR,
+	.patchlevel = VNPU_DRIVER_PATCHLEVEL,
 };
 
 /*

@@ -106,7 +106,7 @@ static int vnpu_job_get_cmd(struct vnpu_job *job, struct drm_file *file,
 
 	if (!args->cmd_size || args->cmd_size > VNPU_MAX_JOB_SIZE ||
 	    !IS_ALIGNED(args->cmd_offset, 8) || !IS_ALIGNED(args->cmd_size, 8)) {
-		drm_dbg_driver(drm, "job cmd_offset %u cmd_size %u: not 1..%lu, 8-aligned\n",
+		drm_dbg_driver(drm, "job cmd_offset %u cmd_size %u: not 1..%u, 8-aligned\n",
 			       args->cmd_offset, args->cmd_size, VNPU_MAX_JOB_SIZE);
 		return -EINVAL;
 	}
