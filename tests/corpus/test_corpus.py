@@ -121,3 +121,42 @@ def test_golden_placement_agrees_with_an_independent_reading(name: str) -> None:
     assert recorded["nodes"] == graph.OperatorsLength()
     assert recorded["cpu_ops"] == on_float_edge
     assert recorded["npu_nodes"] == graph.OperatorsLength() - sum(on_float_edge.values())
+
+
+def _mac_variants() -> list[object]:
+    from device_model import mac_array as ma
+
+    runs = {ma.ISA_NAMES[i] for i in ma.cpu_isas()}
+    return [
+        pytest.param(
+            name,
+            marks=()
+            if name == "numpy" or name in runs
+            else pytest.mark.skip(reason=f"this CPU cannot run {name}"),
+        )
+        for name in ("numpy", *ma.ISA_NAMES.values())
+    ]
+
+
+@pytest.mark.skipif(DEVICE != "shim", reason="the MAC array variant is chosen in the device model's process")
+@pytest.mark.parametrize("variant", _mac_variants())
+def test_attention_with_a_new_input_each_invoke(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformer_block's attention (BATCH_MATMUL of two activations) with a new input before each
+    invoke of one delegated interpreter, as an application runs it: 0 differing bytes from
+    BUILTIN_REF at every invoke, on each MAC array variant this CPU runs and on numpy."""
+    import ai_edge_litert.interpreter as litert
+
+    import delegate_teflon
+    from delegate_teflon.run import invoke, random_inputs
+    from libaccel.model import make_interpreter
+
+    monkeypatch.setenv("VNPU_MAC_ARRAY", variant)
+    model = corpus.model_bytes("transformer_block")
+    reference = make_interpreter(litert, model)
+    delegate = litert.load_delegate(delegate_teflon.library_path(), {"device": DEVICE, "log_level": "quiet"})
+    npu = make_interpreter(litert, model, [delegate])
+    for seed in range(6):
+        inputs = random_inputs(reference.get_input_details(), seed)
+        want, got = invoke(reference, inputs), invoke(npu, inputs)
+        for a, b in zip(got, want, strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b), f"invoke {seed}: outputs differ"
