@@ -394,7 +394,7 @@ class Npu:
                 if (tail - self._r32(hw.CQ_HEAD)) & _U32 >= hw.CQ_ENTRIES:
                     break
                 entry = hw.CQ_BASE + (tail % hw.CQ_ENTRIES) * hw.CQ_ENTRY_SIZE
-                _CQE.pack_into(self._bar, entry, 1, 0, core.index, 0, 0)
+                CQE.pack_into(self._bar, entry, 1, 0, core.index, 0, 0)
                 self._w32(hw.CQ_TAIL, tail + 1)
         self._irq(hw.IRQ_COMPLETION)
 

@@ -143,7 +143,7 @@ class DriverPart:
 DRIVER_PARTS = (
     DriverPart(
         "accel/vnpu: Add the PCI driver and the device's control interface",
-        ("vnpu_drv.c", "vnpu_drv.h", "vnpu_hw.h", "vnpu_io.c", "vnpu_io.h", "vnpu_fw.c"),
+        ("vnpu_drv.c", "vnpu_drv.h", "vnpu_hw.h", "vnpu_limits.h", "vnpu_io.c", "vnpu_io.h", "vnpu_fw.c"),
         """
 Add the DRM accel driver for vnpu, an NPU emulated behind QEMU's
 ivshmem-doorbell PCI device. The device's registers and rings live in
