@@ -38,10 +38,15 @@ from qemu_tests import (
     sid_kernel,
 )
 from uapi import hw_layout
+from vnpu_common import cache
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
 GUEST_OUT = "/tmp/vnpu-out"  # where the --rwdir appears inside the guest
+# Where the host's cache root (vnpu_common.cache.cache_root(): what the host built, libteflon.so and
+# the MAC array) appears read-only inside the guest, whatever HOME, XDG_CACHE_HOME or VNPU_CACHE_DIR
+# made it on the host: the guest's own HOME is root's and its /tmp a tmpfs.
+GUEST_CACHE = "/tmp/vnpu-cache"
 GUEST_RAM = "1G"
 # In the results directory: the guest's /proc/cmdline, and the harness's record of the boot.
 CMDLINE = guest_run.CMDLINE
@@ -416,10 +421,15 @@ def vng_command(
     foreign_sock: Path | None = None,
     extra_kernel_args: Sequence[str] = (),
     kvm: bool = False,
+    host_cache: Path | None = None,
 ) -> list[str]:
     """The vng command line; ``extra_kernel_args`` go on the guest kernel's command line (vng --append);
-    ``kvm``: let vng use KVM (accel.choose decided it works), else TCG (--disable-kvm)."""
+    ``kvm``: let vng use KVM (accel.choose decided it works), else TCG (--disable-kvm); ``host_cache``
+    (default: the cache root) appears at GUEST_CACHE."""
     cached = cached_trees()
+    host_cache = cache.cache_root() if host_cache is None else host_cache
+    if "," in str(host_cache) or "=" in str(host_cache):  # vng's --rodir and QEMU's -fsdev split there
+        raise HarnessError(f"the cache directory {str(host_cache)!r} has a ',' or '=': set {cache.ENV}")
     # One "--opt=value" word, as for --qemu-opts; vng splits it shell-style into one --kopt per word.
     words = [f"modprobe.blacklist={','.join(GUEST_MODULE_BLACKLIST)}", *extra_kernel_args]
     append = [f"--append={kernel_args.join(words)}"]
@@ -434,6 +444,7 @@ def vng_command(
         str(cpus),
         "--rwdir",
         f"{GUEST_OUT}={outdir}",
+        f"--rodir={GUEST_CACHE}={host_cache}",
         # One "--opt=value" word: vng's argparse rejects a separate value starting with "-".
         f"--qemu-opts={qemu_opts(sock, ram, cached, foreign_sock)}",
         *append,
@@ -445,6 +456,7 @@ def vng_command(
 def guest_command(args: argparse.Namespace, module: Path | None = None) -> list[str]:
     """The in-guest command: the venv's python (the guest's /usr/bin/python3 lacks our packages)."""
     cmd = [sys.executable, "-m", "qemu_tests.guest_run", "--out", GUEST_OUT, "--repo", str(REPO)]
+    cmd += ["--cache-dir", GUEST_CACHE]
     if args.no_module:
         cmd.append("--no-module")
     elif module is not None:
