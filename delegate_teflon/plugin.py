@@ -158,9 +158,12 @@ def _report(context: Any, message: str) -> None:
 
 
 def _open_device(options: DelegateOptions) -> Any:
+    """The 'device' option's device, else the rule every tool has (libaccel.discovery.resolve):
+    $VNPU_DEVICE, else the first kernel device, else the shim, said on stderr unless quiet. So a
+    host that gives no options at all (Mesa's test harness) gets a working delegate."""
     from libaccel import Device
 
-    return Device.open(options.device)
+    return Device.open(options.device, quiet=options.quiet)
 
 
 # --- exported entry points ---------------------------------------------------------------
