@@ -1,7 +1,6 @@
 """The delegate's contract with the compiler: every call the delegate makes into libaccel.compiler,
 typed, in one place (what Mesa's pipe_context ``ml_*`` callbacks are between Teflon and a driver).
 
-- :func:`check`: whether a node runs on the NPU bit-exactly, and if not, why (the placement);
 - :func:`model_key`: the compile-cache key of a whole model for a device;
 - :class:`SupportChecks`: the support checks of one model, memoized in the compile cache;
 - :func:`compile_partition`: one partition compiled for a device, through the compile cache;
@@ -19,17 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from libaccel.compiler import CompileCache, PartitionRunner, check_support, compile_cached
+from libaccel.compiler import CompileCache, PartitionRunner, compile_cached
 from libaccel.compiler import cache as compile_cache
 from libaccel.compiler.graph import Graph, OpNode
 from libaccel.compiler.lower import CompiledPartition
+from libaccel.compiler.partition import check_node
+from libaccel.compiler.plan_common import Support
 from libaccel.device import Device
-
-
-def check(graph: Graph, node: OpNode) -> tuple[bool, str]:
-    """(runs on the NPU, why not) for one node, from the compiler's own support check."""
-    result = check_support(graph, node)
-    return bool(result.ok), str(result.reason or "")
 
 
 class SupportChecks:
@@ -41,19 +36,22 @@ class SupportChecks:
     key (:func:`model_key`) and read back on the next load.
     """
 
-    def __init__(self, key: str, cache_dir: Path | None) -> None:
+    def __init__(self, key: str, cache_dir: Path | None, strict: bool = False) -> None:
         self.key = key
+        self.strict = strict
         self.cache = CompileCache(cache_dir)
         self.results: dict[int, tuple[bool, str]] = self.cache.get_support(key)
         self.cached = len(self.results)
         self._dirty = False
 
-    def check(self, graph: Graph, node: OpNode) -> tuple[bool, str]:
+    def check(self, graph: Graph, node: OpNode) -> Support:
+        """:func:`libaccel.compiler.partition.check_node`'s answer, from the cache where it has it."""
         hit = self.results.get(node.index)
         if hit is None:
-            hit = self.results[node.index] = check(graph, node)
+            support = check_node(graph, node, self.strict)
+            hit = self.results[node.index] = (support.ok, support.reason)
             self._dirty = True
-        return hit
+        return Support(*hit)
 
     def save(self) -> None:
         """Store the results if any were computed (an unwritable cache only costs time)."""

@@ -33,62 +33,20 @@ K_TFLITE_DYNAMIC = 4  # TfLiteAllocationType: sized by its producer at run time
 K_TFLITE_AFFINE_QUANTIZATION = 1
 K_TFLITE_OPTIONAL_TENSOR = -1
 
-# BuiltinOperator codes of the ops the delegate decodes options for (schema.fbs).
-_CORE_OPS = {
-    0: "ADD",
-    1: "AVERAGE_POOL_2D",
-    2: "CONCATENATION",
-    3: "CONV_2D",
-    4: "DEPTHWISE_CONV_2D",
-    5: "DEPTH_TO_SPACE",
-    6: "DEQUANTIZE",
-    9: "FULLY_CONNECTED",
-    14: "LOGISTIC",
-    17: "MAX_POOL_2D",
-    18: "MUL",
-    19: "RELU",
-    21: "RELU6",
-    22: "RESHAPE",
-    23: "RESIZE_BILINEAR",
-    25: "SOFTMAX",
-    26: "SPACE_TO_DEPTH",
-    28: "TANH",
-    34: "PAD",
-    36: "GATHER",
-    39: "TRANSPOSE",
-    40: "MEAN",
-    41: "SUB",
-    45: "STRIDED_SLICE",
-    51: "DELEGATE",
-    54: "PRELU",
-    55: "MAXIMUM",
-    56: "ARG_MAX",
-    57: "MINIMUM",
-    60: "PADV2",
-    67: "TRANSPOSE_CONV",
-    74: "SUM",
-    77: "SHAPE",
-    81: "REDUCE_PROD",
-    83: "PACK",
-    97: "RESIZE_NEAREST_NEIGHBOR",
-    98: "LEAKY_RELU",
-    114: "QUANTIZE",
-    117: "HARD_SWISH",
-    126: "BATCH_MATMUL",
-    150: "GELU",
-}
-
 
 def _all_op_names() -> dict[int, str]:
-    names = dict(_CORE_OPS)
-    try:  # every builtin's name, for the placement report, when a schema module is at hand
-        from ai_edge_litert import schema_py_generated as schema
+    """BuiltinOperator code -> name: the schema of the ``tflite`` package (a dependency), and the
+    newer codes of ai_edge_litert's schema where it is installed (names for the placement report)."""
+    import tflite
 
-        for name, code in vars(schema.BuiltinOperator).items():
-            if not name.startswith("_") and isinstance(code, int):
-                names.setdefault(code, name)
-    except Exception:  # noqa: BLE001 - names are cosmetic; the core table covers the NPU's ops
-        pass
+    names = dict(tflite.BUILTIN_OPCODE2NAME)
+    try:
+        from ai_edge_litert import schema_py_generated as schema
+    except ImportError:
+        return names
+    for name, code in vars(schema.BuiltinOperator).items():
+        if not name.startswith("_") and isinstance(code, int):
+            names.setdefault(code, name)
     return names
 
 

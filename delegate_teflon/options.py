@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from libaccel.compiler import partition
+
 LOG_LEVELS = ("quiet", "info", "verbose")
 #: The log level when the ``log_level`` option is absent (for hosts whose options you cannot change).
 LOG_LEVEL_ENV = "VNPU_DELEGATE_LOG_LEVEL"
@@ -21,6 +23,9 @@ OPTION_HELP = {
     f"else verbose when ${TEFLON_DEBUG_ENV} has 'verbose', else info",
     "allow_ops": "comma list of TFLite op names; only these may run on the NPU",
     "deny_ops": "comma list of TFLite op names that stay on the CPU",
+    "strict": "true | false: a planner or compile error fails the delegate's Prepare (the interpreter is "
+    f"not created) instead of leaving those nodes on the CPU; for tests; default ${partition.STRICT_ENV}, "
+    "else false",
     "placement_file": "file the placement is written to as JSON at every Prepare (node, op, npu, reason), "
     "for tools that run a model and report where its nodes ran; its directory must exist",
 }
@@ -38,6 +43,7 @@ class DelegateOptions:
     allow_ops: frozenset[str] | None = None
     deny_ops: frozenset[str] = field(default_factory=frozenset)
     placement_file: Path | None = None
+    strict: bool = False
 
     @property
     def verbose(self) -> bool:
@@ -111,6 +117,11 @@ def parse_options(
             if not path.parent.is_dir():
                 raise OptionError(f"vnpu delegate: option 'placement_file' = {value!r}: no such directory")
             values[key] = path
+        elif key == "strict":
+            try:
+                values[key] = partition.parse_strict(value, "option 'strict'")
+            except ValueError as e:
+                raise OptionError(f"vnpu delegate: {e}") from None
         elif key == "log_level":
             if value not in LOG_LEVELS:
                 raise OptionError(
@@ -121,6 +132,11 @@ def parse_options(
             values[key] = _op_list(key, value, known_ops)
     if "log_level" not in values:
         values["log_level"] = default_log_level(environ)
+    if "strict" not in values:
+        try:
+            values["strict"] = partition.strict_default(environ)
+        except ValueError as e:
+            raise OptionError(f"vnpu delegate: {e}") from None
     opts = DelegateOptions(**values)  # type: ignore[arg-type]
     if opts.allow_ops is not None and opts.allow_ops & opts.deny_ops:
         both = ", ".join(sorted(opts.allow_ops & opts.deny_ops))

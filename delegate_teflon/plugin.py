@@ -42,15 +42,15 @@ from typing import Any
 from delegate_teflon import compiler_bridge
 from delegate_teflon.context_reader import K_TFLITE_DYNAMIC, KNOWN_OPS, dynamic_tensors, read_context
 from delegate_teflon.options import DelegateOptions, OptionError, parse_options
-from delegate_teflon.placement import Placement, format_report, place, write_placement
+from delegate_teflon.placement import write_placement
 from delegate_teflon.runtime_abi import RuntimeLayout, identify
 from libaccel.backends.kernel import KernelBackend
 from libaccel.bo import JobStatus
-from libaccel.compiler import float_chain
-from libaccel.compiler.graph import Graph, OpNode
-from libaccel.compiler.plan_common import Unsupported
+from libaccel.compiler import partition
+from libaccel.compiler.graph import Graph
+from libaccel.compiler.partition import Placement
 from libaccel.compiler.reference import annotate_reference
-from libaccel.compiler.shape_folding import fold_shapes, is_folded
+from libaccel.compiler.shape_folding import fold_shapes
 from libaccel.errors import from_errno
 from uapi.bindings import ioctl_name
 from vnpu_common import probe
@@ -220,6 +220,10 @@ def _delegate_prepare(context: Any, delegate: Any) -> int:
     try:
         prepared, npu_nodes = _plan_delegation(state, context)
     except Exception as e:  # noqa: BLE001 - nothing is delegated yet: the CPU runs the whole graph
+        if state.options.strict:  # tests: a planner or compile error fails the interpreter's creation
+            traceback.print_exc(file=sys.stderr)
+            _report(context, f"vnpu delegate: Prepare failed in strict mode: {type(e).__name__}: {e}")
+            return K_TFLITE_ERROR
         state.log(
             "info",
             f"vnpu delegate: Prepare failed ({type(e).__name__}: {e}); the whole graph runs on the CPU",
@@ -258,16 +262,10 @@ def _plan_delegation(state: DelegateState, context: Any) -> tuple[PreparedGraph,
     folded = fold_shapes(raw, dynamic_tensors(context, raw))
     graph = annotate_reference(folded.graph, layout.distribution)
     key = compiler_bridge.model_key(graph, state.device)
-    checks = compiler_bridge.SupportChecks(key, state.options.cache_dir)
-
-    def check(g: Graph, node: OpNode) -> tuple[bool, str]:
-        for t in (*node.inputs, *node.outputs):
-            if t in folded.dynamic:
-                return False, f"tensor {t} ({g.tensors[t].name}) has a shape known only at run time"
-        return checks.check(g, node)
-
-    placements = _keep_chains_whole(graph, place(graph, state.options, check))
-    placements = _keep_shape_values_inside(graph, placements)
+    checks = compiler_bridge.SupportChecks(key, state.options.cache_dir, state.options.strict)
+    opts = state.options
+    rules = partition.Rules(opts.allow_ops, opts.deny_ops, frozenset(folded.dynamic), strict=opts.strict)
+    placements = partition.place(graph, rules, checks.check)
     checks.save()
     _last_prepare = PrepareRecord(graph if keep_last_graph else None, layout, placements)
     state.log("verbose", f"vnpu delegate: runtime {layout.describe()}")
@@ -282,6 +280,8 @@ def _plan_delegation(state: DelegateState, context: Any) -> tuple[PreparedGraph,
             try:
                 prepared.partitions[nodes] = _prepare_partition(state, prepared, nodes, inputs, outputs)
             except Exception as e:  # noqa: BLE001 - any failure: these nodes stay on the CPU
+                if opts.strict:
+                    raise
                 failed = (nodes, f"{type(e).__name__}: {e}")
                 break
         if failed is None:
@@ -289,15 +289,11 @@ def _plan_delegation(state: DelegateState, context: Any) -> tuple[PreparedGraph,
         nodes, reason = failed
         ops = ", ".join(sorted({graph.node(n).op for n in nodes}))
         state.log("info", f"vnpu delegate: nodes {list(nodes)} ({ops}) stay on the CPU: {reason}")
-        placements = [
-            dataclasses.replace(p, npu=False, reason=f"its partition failed: {reason}")
-            if p.node in nodes
-            else p
-            for p in placements
-        ]
+        placements = partition.demote(placements, nodes, f"its partition failed: {reason}")
         npu = [n for n in npu if n not in nodes]
     _last_prepare = PrepareRecord(graph if keep_last_graph else None, layout, placements)
-    state.log("verbose", format_report(placements, layout.distribution))
+    title = f"vnpu delegate: placement ({layout.distribution})"
+    state.log("verbose", partition.format_report(placements, title))
     if state.options.placement_file is not None:
         try:
             write_placement(state.options.placement_file, placements, layout.distribution)
@@ -310,56 +306,6 @@ def _plan_delegation(state: DelegateState, context: Any) -> tuple[PreparedGraph,
             "NPU; the whole model runs on the CPU (log_level=verbose says why)",
         )
     return prepared, npu
-
-
-def _keep_chains_whole(graph: Graph, placements: list[Placement]) -> list[Placement]:
-    """A DEQUANTIZE -> float ops -> QUANTIZE chain goes to the NPU whole or not at all.
-
-    The NPU runs such a chain as one table and never stores its float values, so none of them can
-    cross a partition's edge; a chain with a node on the CPU (an op list, a failed check) stays there.
-    """
-    npu = {p.node for p in placements if p.npu}
-    off: dict[int, str] = {}
-    for n in graph.nodes:
-        if n.index not in npu or not float_chain.is_float_node(graph, n):
-            continue
-        try:
-            chain = [c.index for c in float_chain.chain_nodes(graph, n)]
-        except Unsupported:
-            continue
-        cpu = [i for i in chain if i not in npu]
-        if cpu:
-            off[n.index] = f"its DEQUANTIZE -> QUANTIZE chain has node(s) {cpu} on the CPU"
-    return [dataclasses.replace(p, npu=False, reason=off[p.node]) if p.node in off else p for p in placements]
-
-
-def _keep_shape_values_inside(graph: Graph, placements: list[Placement]) -> list[Placement]:
-    """Folded shape computations go to the NPU only where NPU nodes alone read their values.
-
-    A folded node computes nothing on the device, so a value it makes cannot leave a partition; its
-    node stays on the CPU (where TFLite computes it) when a CPU node reads it.
-    """
-    npu = {p.node for p in placements if p.npu}
-    readers: dict[int, list[int]] = {}
-    for n in graph.nodes:
-        for t in n.inputs:
-            readers.setdefault(t, []).append(n.index)
-    folded = [n for n in graph.nodes if n.index in npu and is_folded(graph, n)]
-    changed = True
-    while changed:
-        changed = False
-        for n in folded:
-            if n.index not in npu:
-                continue
-            outside = [r for t in n.outputs for r in readers.get(t, []) if r not in npu]
-            if outside or any(t in graph.outputs for t in n.outputs):
-                npu.discard(n.index)
-                changed = True
-    reason = "a shape computation whose value a CPU node reads"
-    return [
-        dataclasses.replace(p, npu=False, reason=reason) if p.npu and p.node not in npu else p
-        for p in placements
-    ]
 
 
 def _preview_partitions(

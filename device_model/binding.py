@@ -26,6 +26,9 @@ from .tensor_access import Loader, Tensor, TensorAccess, Translations, overlap
 # changed), and the instruction then takes the general path.
 Bound = Callable[[Any], bool]
 REFUSED = b"refused"  # the digest slot of a layer whose plan was refused (never a SHA-1 digest)
+# The digest slot of a numpy FULLY_CONNECTED whose filter is an activation: no plan, no digest, the
+# general path at every job (a plan keyed on an activation's bytes would never be reused).
+DYNAMIC = b"dynamic"
 
 
 def c_unit(bound: Bound, unit: mac_array.BoundUnit, mac_isa: int | None = None) -> Bound:
@@ -284,7 +287,13 @@ class Bindings:
 
         self.binding = c_unit(run_copy, copy)
 
-    def plan(self, offset: int, build: Callable[[], object], *params: np.ndarray | int | None) -> object:
+    def plan(
+        self,
+        offset: int,
+        build: Callable[[], object],
+        *params: np.ndarray | int | None,
+        activation: Callable[[], bool] | None = None,
+    ) -> object:
         """The layer plan (numerics.plan_*; may be None) of the instruction at ``offset``, rebuilt
         only when a parameter changed.
 
@@ -296,13 +305,25 @@ class Bindings:
         A refused plan (None: the layer's bounds do not allow one) stays refused without a digest
         per job: the general path it falls back to is exact for any parameters, and hashing a
         large layer's weights only to learn that cost more than its GEMV.
+
+        ``activation`` (a FULLY_CONNECTED's): whether the filter is written by an earlier
+        instruction of the stream. Such a layer, or one whose parameters changed since its plan was
+        made (an input, or an earlier job's output), is :data:`DYNAMIC` from then on: no plan and no
+        digest, the general path at every job.
         """
         entry = self.plans.get(offset)
-        if entry is not None and entry[1] is None and entry[0] == REFUSED:
+        if entry is not None and entry[1] is None and entry[0] in (REFUSED, DYNAMIC):
+            return None
+        numpy_plan = entry is not None and isinstance(entry[1], nm.GemmPlan)
+        if activation is not None and not numpy_plan and activation():
+            self.plans[offset] = (DYNAMIC, None)  # an activation's bytes are never digested
             return None
         digest = param_digest(*params)
         if entry is not None and entry[0] == digest:
             return entry[1]
+        if activation is not None and numpy_plan:  # made from other parameters: they change
+            self.plans[offset] = (DYNAMIC, None)
+            return None
         plan = build()
         self.plans[offset] = (digest if plan is not None else REFUSED, plan)
         return plan
@@ -310,23 +331,37 @@ class Bindings:
     def mac_plan(
         self,
         offset: int,
-        build: Callable[[], mac_array.MacPlan],
+        build: Callable[..., mac_array.MacPlan],
         filt: np.ndarray,
         bias: np.ndarray | None,
         multiplier: np.ndarray | int,
         shift: np.ndarray | int,
+        activation: Callable[[], bool] | None = None,
     ) -> mac_array.MacPlan:
         """The C MAC array plan of the instruction at ``offset``, rebuilt only when a parameter changed.
 
         Unlike :meth:`plan` no digest is taken: the plan keeps a copy of its parameters and compares
         them with memory byte for byte (a memcmp, about five times cheaper than SHA-1 of the weights,
         and exact). A numpy plan in the slot (another ``VNPU_MAC_ARRAY``) is replaced, and vice versa.
+
+        With ``activation`` (a FULLY_CONNECTED's: whether an earlier instruction of the stream writes
+        the filter), ``build(dynamic=True)`` makes a dynamic plan, which keeps no copy of the filter
+        and packs it from memory at each run, for a filter the stream writes, and for one that changed
+        between jobs while the layer's other parameters did not (an input, or an earlier job's
+        output); a dynamic plan stays dynamic.
         """
         entry = self.plans.get(offset)
-        if entry is not None and isinstance(entry[1], mac_array.MacPlan):
-            if entry[1].matches(filt, bias, multiplier, shift):
-                return entry[1]
-        plan = build()
+        old = entry[1] if entry is not None and isinstance(entry[1], mac_array.MacPlan) else None
+        if old is not None and old.matches(filt, bias, multiplier, shift):
+            return old
+        dynamic = activation is not None and (
+            (
+                old is not None
+                and (old.dynamic or old.matches(filt, bias, multiplier, shift, filter_values=False))
+            )
+            or activation()
+        )
+        plan = build(dynamic=True) if dynamic else build()
         self.plans[offset] = (b"", plan)  # no digest matches b"": plan() rebuilds its own
         return plan
 
@@ -385,8 +420,13 @@ class Bindings:
         Where every operand is one physical run and the output overlaps none of the others, the
         binding is a :class:`mac_array.BoundRun`: one C call per job compares the parameters in
         memory with the plan's copies and writes the output straight into memory. Otherwise the
-        bound layer loads its operands and the plan compares its parameters itself.
+        bound layer loads its operands and the plan compares its parameters itself. A dynamic plan
+        binds as a :class:`mac_array.BoundDynamic` (:meth:`_bound_dynamic`), or loads its operands
+        and runs :func:`mac_array.run_dynamic`.
         """
+        if plan.dynamic:
+            self._bind_dynamic(offset, params, inp, filt, out, filter_shape, mac_isa, plan, in_shape)
+            return
         direct = self._bound_run(inp, filt, out, params, plan, mac_isa)
         if direct is not None:
 
@@ -412,6 +452,85 @@ class Bindings:
             return mac_array.run(plan, x if in_shape is None else x.reshape(in_shape), mac_isa)
 
         self.bind_layer(inp, filt, out, out.shape[3], params, compute)
+
+    def _bind_dynamic(
+        self,
+        offset: int,
+        params: LayerParams,
+        inp: Tensor,
+        filt: Tensor,
+        out: Tensor,
+        filter_shape: tuple[int, ...],
+        mac_isa: int,
+        plan: mac_array.MacPlan,
+        in_shape: tuple[int, ...] | None,
+    ) -> None:
+        """:meth:`bind_mac` of a dynamic plan: one C call into memory where the operands allow it
+        (:meth:`_bound_dynamic`), else a loading binding that packs the loaded filter in C."""
+        direct = self._bound_dynamic(inp, filt, out, params, plan, mac_isa)
+        if direct is not None:
+
+            def run_direct(job: Any) -> bool:
+                return job.mac_isa == mac_isa and direct.run()  # else the general path
+
+            self.binding = c_unit(run_direct, direct, mac_isa)
+            return
+
+        def compute(job: Any, a: LayerArgs) -> np.ndarray | None:
+            if job.mac_isa != mac_isa:
+                return None
+            weights = a.filt.reshape(filter_shape)
+            entry = job.bindings.plans.get(offset)
+            plan = entry[1] if entry is not None else None
+            if not isinstance(plan, mac_array.MacPlan) or not plan.dynamic:
+                return None
+            if not plan.matches(weights, a.bias, a.multiplier, a.shift):
+                return None
+            x = a.load()
+            return mac_array.run_dynamic(
+                plan, x if in_shape is None else x.reshape(in_shape), weights, mac_isa
+            )
+
+        self.bind_layer(inp, filt, out, out.shape[3], params, compute)
+
+    def _bound_dynamic(
+        self,
+        inp: Tensor,
+        filt: Tensor,
+        out: Tensor,
+        params: LayerParams,
+        plan: mac_array.MacPlan,
+        mac_isa: int,
+    ) -> mac_array.BoundDynamic | None:
+        """A dynamic plan's operands fixed to their memory, or None where they cannot be (as
+        :meth:`_bound_run`): the filter may be strided (read at its strides within its extent), the
+        others dense, each one physical run, the output overlapping none of the others."""
+        operands = {"input": (inp, False), "filter": (filt, False), "output": (out, True)}
+        if params.quant is not None:
+            operands["quant"] = (params.quant, False)
+        if params.bias is not None:
+            operands["bias"] = (params.bias, False)
+        if not all(t.dense for name, (t, _) in operands.items() if name != "filter"):
+            return None
+        found = self.access.physical_spans(list(operands.values()), strided_reads=True)
+        if found is None:
+            return None
+        spans = dict(zip(operands, found, strict=True))
+        if any(overlap(span, spans["output"]) for name, span in spans.items() if name != "output"):
+            return None
+        view = self.access.memory.view
+        checks = []
+        for name in ("bias", "quant"):
+            if name in spans:
+                mem = view(*spans[name])
+                checks.append((mem, np.frombuffer(mem, np.uint8).copy()))
+        try:
+            return mac_array.BoundDynamic(
+                plan, view(*spans["input"]), view(*spans["filter"]), filt.shape, filt.strides,
+                view(*spans["output"]), checks, mac_isa,
+            )  # fmt: skip
+        except ValueError:  # sizes that do not match the plan: the loading binding handles the layer
+            return None
 
     def _bound_run(
         self,
@@ -479,7 +598,8 @@ class Bindings:
         rq: nm.Requant,
     ) -> None:
         """Bind the FULLY_CONNECTED at ``offset`` that just ran on numpy: its plan's while the digest
-        matches, or the general path's if the plan was refused (refused stays refused, as in plan())."""
+        matches, or the general path's if the plan was refused or the filter is dynamic (either
+        stays so, as in plan())."""
         rows, k = shape
         cout = filt.shape[0] * filt.shape[1] * filt.shape[2]
 
@@ -488,7 +608,7 @@ class Bindings:
                 return None
             weights = a.filt.reshape(cout, k)
             entry = job.bindings.plans.get(offset)
-            if entry is not None and entry[1] is None and entry[0] == REFUSED:
+            if entry is not None and entry[1] is None and entry[0] in (REFUSED, DYNAMIC):
                 now = replace(rq, multiplier=a.multiplier, shift=a.shift)  # as in memory now
                 return nm.fully_connected(a.load().reshape(rows, k), weights, a.bias, now, fast=False)
             if entry is None or not isinstance(entry[1], nm.GemmPlan):

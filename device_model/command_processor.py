@@ -153,6 +153,7 @@ class _Job:
         self.max_tensor_elements = max_tensor_elements
         self.enabled = enabled_opcodes
         self.tensors: dict[int, Tensor | str] = {}  # TENSOR decoded per stream offset (shared per stream)
+        self.program: list[isa.Instruction] = []  # the decoded stream
         self.abort = abort
         self.on_irq = on_irq
         self.slots: list[Tensor | None] = [None] * isa.SPEC.slots
@@ -260,6 +261,29 @@ class _Job:
             self.tensor("quant") if flags & isa.SPEC.flags["PER_CHANNEL"] else None,
             self.tensor("bias") if flags & isa.SPEC.flags["HAS_BIAS"] else None,
         )
+
+    def written_before(self, t: Tensor) -> bool:
+        """Whether an instruction before the running one in the stream writes a byte of ``t``'s
+        extent (device VAs, from the stream's TENSOR descriptors and its instructions' ``out``
+        operands): ``t`` is then an activation, not a constant. Asked only while a plan is made."""
+        assert self.ins is not None
+        start, end = t.extent
+        slots: dict[int, Tensor] = {}
+        for ins in self.program:
+            if ins.offset == self.ins.offset:
+                break
+            if ins.op == "TENSOR":
+                got = self.tensors.get(ins.offset)
+                if isinstance(got, Tensor):
+                    slots[ins["slot"]] = got
+                else:
+                    slots.pop(ins["slot"], None)
+                continue
+            for f in ins.spec.operands:
+                written = slots.get(ins[f.name]) if f.type == "out" else None
+                if written is not None and written.extent[0] < end and start < written.extent[1]:
+                    return True
+        return False
 
     def load(self, t: Tensor) -> np.ndarray:
         return self.access.load(t)
@@ -433,23 +457,33 @@ class _Job:
             self.store(out, nm.fully_connected(x, weights, bias, rq, fast=False))
             return
         mac_isa = self.mac_isa
+        # Attention's Q.K^T and scores.V: a filter the stream writes is an activation (see also
+        # Bindings.mac_plan and Bindings.plan: one that changes between jobs)
+        activation = partial(self.written_before, filt)
         if mac_isa is not None:  # the C MAC array: a 1x1 convolution of rows x 1 x 1 x K
+            filt4 = weights.reshape(cout, 1, 1, k)
             mac = self.bindings.mac_plan(
                 ins.offset,
-                lambda: mac_array.plan_layer(
-                    mac_array.KIND_CONV, weights.reshape(cout, 1, 1, k), bias, rq, in_shape=(rows, 1, 1, k),
-                    in_dtype=inp.np_dtype,
+                lambda dynamic=False: mac_array.plan_layer(
+                    mac_array.KIND_CONV, filt4, bias, rq, in_shape=(rows, 1, 1, k), in_dtype=inp.np_dtype,
+                    dynamic=dynamic,
                 ),
-                weights.reshape(cout, 1, 1, k), bias, rq.multiplier, rq.shift,
+                filt4, bias, rq.multiplier, rq.shift, activation,
             )  # fmt: skip
-            self.store(out, mac_array.run(mac, self.load(inp).reshape(rows, 1, 1, k), mac_isa))
+            x = self.load(inp).reshape(rows, 1, 1, k)
+            if mac.dynamic:
+                self.store(out, mac_array.run_dynamic(mac, x, filt4, mac_isa))
+            else:
+                self.store(out, mac_array.run(mac, x, mac_isa))
             params = self.layer_params()
             self.bindings.bind_mac(
                 ins.offset, params, inp, filt, out, (cout, 1, 1, k), mac_isa, mac, (rows, 1, 1, k)
             )
             return
         build = partial(nm.plan_gemm, weights, bias, rq, in_dtype=inp.np_dtype)
-        plan = self.bindings.plan(ins.offset, build, weights, bias, rq.multiplier, rq.shift)
+        plan = self.bindings.plan(
+            ins.offset, build, weights, bias, rq.multiplier, rq.shift, activation=activation
+        )
         x = self.load(inp).reshape(rows, k)
         if plan is not None:
             assert isinstance(plan, nm.GemmPlan)
@@ -789,6 +823,7 @@ class CommandProcessor:
             view = self.memory.view
             stream = bytes(view(*runs[0])) if len(runs) == 1 else b"".join(view(*r) for r in runs)
             program, job.tensors, job.plans = self._decode(stream)
+            job.program = program
             bound = job.bound = stream_bindings(translations, program, PROGRAM_CACHE_ENTRIES)
             resume = 0
             runner = None if profile is not None else self._bound_stream(program, bound, job)

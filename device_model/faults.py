@@ -15,6 +15,9 @@ kill       the device-model process dies (SIGKILL) with the job in flight
 slow       runs the job, then stays busy for ``slow_factor - 1`` times as long
 bad_cmd    answers a control command (BOOT, RESET, POWER) with status 1, outside the contract (0
            or a negative errno), without running it: a job-less fault, counted per command
+early_cq   runs a control command, then writes a completion for seqno 1 on every core (no job
+           has it) and raises the completion interrupt before answering: an interrupt that
+           reaches a driver still probing, and a phantom completion for its first job
 ========== ===================================================================================
 
 Faults are switched by a :class:`FaultSpec` ("the next ``count`` jobs", or each job with
@@ -39,9 +42,9 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-KINDS = ("drop_irq", "hang", "bad_status", "mmu_fault", "garbage_cq", "kill", "slow", "bad_cmd")
+KINDS = ("drop_irq", "hang", "bad_status", "mmu_fault", "garbage_cq", "kill", "slow", "bad_cmd", "early_cq")
 # The kinds that fault a control command instead of a job.
-COMMAND_KINDS = frozenset({"bad_cmd"})
+COMMAND_KINDS = frozenset({"bad_cmd", "early_cq"})
 
 
 class FaultSpecError(ValueError):

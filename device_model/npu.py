@@ -47,7 +47,6 @@ import errno
 import logging
 import os
 import select
-import struct
 import sys
 import threading
 import time
@@ -59,8 +58,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from uapi import bindings as b
 from uapi import hw_layout as hw
 from uapi import isa
+from uapi.queue_entries import CQE, SQE
 from vnpu_common import probe
 
 from . import mac_array
@@ -82,15 +83,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CAPS = (1 << 0) | (1 << 1) | (1 << 2)  # uapi DRM_VNPU_CAP_READ_ONLY_BO | PER_CHANNEL_QUANT | RESET_RECOVERY
+# What the device offers (REG_CAPS), in the uapi's bits.
+CAPS = b.DRM_VNPU_CAP_READ_ONLY_BO | b.DRM_VNPU_CAP_PER_CHANNEL_QUANT | b.DRM_VNPU_CAP_RESET_RECOVERY
 _U32 = 0xFFFF_FFFF
 _CQ_POLL_S = 0.001
-# A submission entry's fields up to SQE_CORE, and a completion entry, as hw_layout lays them out.
-_SQE = struct.Struct("<QQQIIII")
-_CQE = struct.Struct("<QiIQQ")
 _SQ_HEAD_WORD, _SQ_TAIL_WORD = hw.SQ_HEAD >> 2, hw.SQ_TAIL >> 2  # indexes of the 32-bit register view
-assert (_SQE.size, hw.SQE_CMD_SIZE, hw.SQE_CONTEXT) == (hw.SQE_CORE + 4, 0x18, 0x20)
-assert (_CQE.size, hw.CQE_CORE, hw.CQE_FAULT_VA) == (hw.CQ_ENTRY_SIZE, 0x0C, 0x10)
 DEFAULT_CORES = 2  # like an RK3588's NPU (three cores) scaled to the 2-CPU hosts this runs on
 
 
@@ -367,7 +364,8 @@ class Npu:
         if seq == self._r32(hw.REG_CMD_ACK):
             return  # a coalesced or spurious kick: nothing new
         cmd = self._r32(hw.REG_CMD)
-        if self.faults is not None and self.faults.next_command() == "bad_cmd":
+        fault = self.faults.next_command() if self.faults is not None else None
+        if fault == "bad_cmd":
             status = 1  # outside the contract: the driver must not take it for success
         elif cmd == hw.CMD_BOOT:
             status = self._boot(self._r64(hw.REG_CMD_ARG0), self._r64(hw.REG_CMD_ARG1))
@@ -380,10 +378,25 @@ class Npu:
         else:
             log.warning("unknown control command %d", cmd)
             status = -errno.EINVAL
+        if fault == "early_cq":
+            self._phantom_completions()
         self._update_powered_us()
         self._w32(hw.REG_CMD_STATUS, status)
         self._w32(hw.REG_CMD_ACK, seq)
         self._irq(hw.IRQ_CONTROL)
+
+    def _phantom_completions(self) -> None:
+        """The "early_cq" fault: a completion of seqno 1 (a driver's first job) on every core, for
+        no job, and the completion interrupt, while the driver waits for a control command."""
+        with self._cq_lock:
+            for core in self.cores:
+                tail = self._r32(hw.CQ_TAIL)
+                if (tail - self._r32(hw.CQ_HEAD)) & _U32 >= hw.CQ_ENTRIES:
+                    break
+                entry = hw.CQ_BASE + (tail % hw.CQ_ENTRIES) * hw.CQ_ENTRY_SIZE
+                CQE.pack_into(self._bar, entry, 1, 0, core.index, 0, 0)
+                self._w32(hw.CQ_TAIL, tail + 1)
+        self._irq(hw.IRQ_COMPLETION)
 
     def _boot(self, pa: int, size: int) -> int:
         """The boot ROM: check the image (signature included) and run it, or stay rejected.
@@ -561,7 +574,7 @@ class Npu:
         while head != tail:
             # The entry was written whole before the tail moved past it: one read of its fields.
             entry = hw.SQ_BASE + (head % hw.SQ_ENTRIES) * hw.SQ_ENTRY_SIZE
-            seqno, pt_root, cmd_va, cmd_size, flags, _, core = _SQE.unpack_from(self._bar, entry)
+            seqno, pt_root, cmd_va, cmd_size, flags, _, core = SQE.unpack_from(self._bar, entry)
             sqe = SqEntry(seqno, pt_root, cmd_va, cmd_size, flags, core)
             # A core the device lacks: core 0 fails the job (_run), in the queue's order.
             target = self.cores[sqe.core] if sqe.core < len(self.cores) else self.cores[0]
@@ -733,7 +746,7 @@ class Npu:
             for off, word in enumerate(np.frombuffer(self.faults.garbage(hw.CQ_ENTRY_SIZE), "<u8")):
                 self._w64(entry + 8 * off, int(word))
         else:  # the whole entry, before the tail moves past it
-            _CQE.pack_into(self._bar, entry, seqno, result.status, core.index, result.fault_va, result.cycles)
+            CQE.pack_into(self._bar, entry, seqno, result.status, core.index, result.fault_va, result.cycles)
         core.busy = False  # idle as soon as the driver can see the completion
         self._w32(hw.CQ_TAIL, tail + 1)
         self._w32(hw.REG_JOBS_DONE, self._r32(hw.REG_JOBS_DONE) + 1)

@@ -30,7 +30,9 @@ from typing import Any
 import numpy as np
 
 from libaccel.compiler import onnx_frontend as fe
+from libaccel.compiler import partition
 from libaccel.compiler.onnx_frontend import OnnxModelError
+from libaccel.compiler.partition import Placement
 from libaccel.inputs import random_arrays
 
 __all__ = [
@@ -50,18 +52,6 @@ __all__ = [
 ]
 
 RUNTIMES = ("tflite_runtime", "ai_edge_litert")  # the TFLite runtimes libteflon.so loads into
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where one node ran: ``npu`` with its partition, or the CPU with the ``reason``."""
-
-    node: int
-    op: str
-    name: str
-    npu: bool
-    partition: int | None = None
-    reason: str = ""
 
 
 @dataclass
@@ -93,17 +83,7 @@ class ModelResult:
 
     def report(self) -> str:
         """The placement report, in the delegate's format: a summary line, then one line per node."""
-        npu = [p for p in self.placement if p.npu]
-        lines = [
-            f"placement: {len(npu)} of {len(self.placement)} nodes on the NPU, "
-            f"{len(self.placement) - len(npu)} on the CPU, {self.partitions} NPU partition(s)"
-        ]
-        width = max((len(p.op) for p in self.placement), default=0)
-        for p in self.placement:
-            where = f"NPU{p.partition}" if p.npu else "CPU"
-            line = f"  node {p.node:4d} {p.op:<{width}}  {where:<5}" + (f" ({p.reason})" if p.reason else "")
-            lines.append(line.rstrip())
-        return "\n".join(lines)
+        return partition.format_report(self.placement, "placement", self.partitions)
 
 
 class _CpuNode:
@@ -122,73 +102,63 @@ class _CpuNode:
 
 
 class OnnxProgram:
-    """A model compiled for a device: NPU partitions loaded, CPU nodes as onnxruntime sessions."""
+    """A model compiled for a device: NPU partitions loaded, CPU nodes as onnxruntime sessions.
 
-    def __init__(self, og: fe.OnnxGraph, device: Any, cache: bool = True) -> None:
-        from libaccel.compiler import PartitionRunner, check_support, compile_cached, compile_partition
+    The placement is :func:`libaccel.compiler.partition.place`'s; ``strict`` (default
+    ``$VNPU_STRICT_PLACEMENT``) makes a planner error raise instead of leaving its node on the CPU."""
+
+    def __init__(self, og: fe.OnnxGraph, device: Any, cache: bool = True, strict: bool | None = None) -> None:
+        from libaccel.compiler import PartitionRunner, compile_cached, compile_partition
 
         self.og = og
         graph = og.graph
-        self.placement: list[Placement] = []
         self.steps: list[tuple[str, Any]] = []  # ("npu", (runner, compiled)) / ("cpu", (node, _CpuNode))
-        info = og.info
         t0 = time.perf_counter()
-        runs: list[list[int]] = []
-        reasons: dict[int, str] = {}
-        for node in graph.nodes:
-            if node.op.startswith("ONNX:"):
-                why = og.cpu_reasons.get(node.index, f"{node.op[5:]} has no NPU lowering")
-                ok, reason = False, f"{why}; runs in onnxruntime"
-            else:
-                s = check_support(graph, node)
-                ok, reason = s.ok, s.reason
-            if ok and runs and runs[-1] and runs[-1][-1] == node.index - 1 and runs[-1][0] >= 0:
-                runs[-1].append(node.index)
-            elif ok:
-                runs.append([node.index])
-            else:
-                reasons[node.index] = reason
-                runs.append([-1 - node.index])  # a CPU step
-        compiled_runs = []
-        for run in runs:
-            if run[0] < 0:
-                compiled_runs.append(None)
-                continue
+        # One ONNX node may be several IR nodes (a layout TRANSPOSE and a RESHAPE): they go together.
+        members: dict[int, list[int]] = {}
+        for index, node in og.onnx_nodes.items():
+            members.setdefault(id(node), []).append(index)
+        cpu = {
+            n.index: f"{og.cpu_reasons.get(n.index, f'{n.op[5:]} has no NPU lowering')}; runs in onnxruntime"
+            for n in graph.nodes
+            if n.op.startswith("ONNX:")
+        }
+        if strict is None:
+            strict = partition.strict_default()
+        rules = partition.Rules(cpu=cpu, groups=[g for g in members.values() if len(g) > 1], strict=strict)
+        placed = partition.numbered(partition.place(graph, rules))
+        runs = {run[0]: run for run in partition.partition_runs(placed)}
+        compiled_runs = {}
+        for first, run in runs.items():
             if cache:
-                compiled, _ = compile_cached(graph, run, device.params.isa_version)
+                compiled_runs[first], _ = compile_cached(graph, list(run), device.params.isa_version)
             else:
-                compiled = compile_partition(graph, run, device.params.isa_version)
-            compiled_runs.append(compiled)
+                compiled_runs[first] = compile_partition(graph, list(run), device.params.isa_version)
         self.compile_ms = 1000 * (time.perf_counter() - t0)
         t0 = time.perf_counter()
-        self.partitions = 0
-        # The report is per ONNX node (its position in the model): one ONNX node may be several IR
-        # nodes (a layout TRANSPOSE and a RESHAPE), always all on the NPU or all on the CPU.
+        self.partitions = len(runs)
+        # Steps in execution order: a partition at its first node, a CPU ONNX node at its first IR node.
+        seen: set[int] = set()
+        for p in placed:
+            node = og.onnx_nodes[p.node]
+            if p.node in compiled_runs:
+                compiled = compiled_runs[p.node]
+                self.steps.append(("npu", (PartitionRunner(device, compiled), compiled)))
+            elif not p.npu and id(node) not in seen:
+                self.steps.append(("cpu", (graph.node(p.node), _CpuNode(og.model, node, og.info))))
+            seen.add(id(node))
+        self.load_ms = 1000 * (time.perf_counter() - t0)
+        # The report is per ONNX node (its position in the model), where its first IR node is placed.
         position = {id(n): k for k, n in enumerate(og.model.graph.node)}
         reported: set[int] = set()
-
-        def report(i: int, npu: bool, partition: int | None, reason: str = "") -> None:
-            node = og.onnx_nodes[i]
+        self.placement: list[Placement] = []
+        for p in placed:
+            node = og.onnx_nodes[p.node]
             if id(node) not in reported:
                 reported.add(id(node))
                 self.placement.append(
-                    Placement(position[id(node)], node.op_type, node.name, npu, partition, reason)
+                    Placement(position[id(node)], node.op_type, p.npu, p.reason, p.partition, node.name)
                 )
-
-        for run, compiled in zip(runs, compiled_runs, strict=True):
-            if compiled is None:
-                index = -1 - run[0]
-                self.steps.append(
-                    ("cpu", (graph.node(index), _CpuNode(og.model, og.onnx_nodes[index], info)))
-                )
-                report(index, False, None, reasons[index])
-                continue
-            runner = PartitionRunner(device, compiled)
-            self.steps.append(("npu", (runner, compiled)))
-            for i in run:
-                report(i, True, self.partitions)
-            self.partitions += 1
-        self.load_ms = 1000 * (time.perf_counter() - t0)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         og, graph = self.og, self.og.graph
@@ -405,14 +375,8 @@ def _timed_runs(run: Callable[[], object], runs: int) -> list[float]:
 def _tflite_placement(nodes: list[dict[str, Any]]) -> tuple[list[Placement], int]:
     """The delegate's placement records, NPU nodes numbered by partition: TFLite groups maximal runs
     of delegated nodes in execution order into one kernel each."""
-    out, partitions, previous = [], 0, False
-    for n in nodes:
-        npu = bool(n["npu"])
-        if npu and not previous:
-            partitions += 1
-        previous = npu
-        out.append(Placement(n["node"], n["op"], "", npu, partitions - 1 if npu else None, n["reason"]))
-    return out, partitions
+    placed = partition.numbered([Placement(n["node"], n["op"], bool(n["npu"]), n["reason"]) for n in nodes])
+    return placed, len(partition.partition_runs(placed))
 
 
 def run_model(
@@ -465,7 +429,7 @@ def reference_outputs(
     model = onnx.ModelProto()
     model.CopyFrom(fe.load_model(path))
     fe.fix_shapes(model, shapes)
-    sess = fe._session(model, "extended" if fe._is_qdq(model) else "disable")
+    sess = fe.reference_session(model)
     names = [o.name for o in sess.get_outputs()]
     try:
         values = sess.run(names, dict(inputs))

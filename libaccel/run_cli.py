@@ -1,6 +1,6 @@
 """``accel run MODEL.{onnx,tflite}``: a model file on the NPU, its placement, times and exactness.
 
-    accel run model.onnx [--input x.npy|random] [--output y.npy] [--device NODE|shim] [--compare]
+    accel run model.onnx [--input [NAME=]x.npy|random]... [--output y.npy] [--device NODE|shim] [--compare]
                          [--json] [--shape name=1x3x224x224] [--runs N]
 
 Prints the placement (which node ran on the NPU, in which partition, which stayed on the CPU and
@@ -50,7 +50,13 @@ def _shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
 def add_run_command(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a .onnx or .tflite model on the NPU (placement, times, --compare)")
     p.add_argument("model", type=Path, help="the .onnx or .tflite file")
-    p.add_argument("--input", default="random", help="x.npy (the first input) or 'random' (default)")
+    p.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="[NAME=]x.npy",
+        help="an input's data (repeatable, one per input; x.npy alone: the first input); default random",
+    )
     p.add_argument("--output", type=Path, help="write the first output to this file (.npy format)")
     p.add_argument("--device", help=DEVICE_HELP)
     p.add_argument("--compare", action="store_true", help="differing bytes against the reference runtime")
@@ -78,6 +84,24 @@ def _checked_model(path: Path) -> None:
         raise BadFile(f"{path}: no such file")
     if path.suffix.lower() not in MODEL_SUFFIXES:
         raise BadFile(f"{path}: not a .onnx or .tflite file (the suffix says which reader reads it)")
+
+
+def _inputs(items: list[str]) -> list[tuple[str, str]]:
+    """(input name, .npy path) of each ``--input``: NAME=PATH, or a bare PATH for the first input
+    ("" as its name); "random" (the default) gives none. A name given twice is refused."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        if item == "random":
+            continue
+        name, sep, path = item.partition("=")
+        if not sep or Path(item).is_file():  # a file whose name holds "=" is a file
+            name, path = "", item
+        elif not name or not path:
+            raise UsageError(f"--input {item!r} is not NAME=FILE.npy")
+        if any(name == seen for seen, _ in out):
+            raise UsageError(f"--input {name or '(the first input)'} is given twice")
+        out.append((name, path))
+    return out
 
 
 def _load_input(path: str) -> np.ndarray:
@@ -130,7 +154,7 @@ def _run(args: argparse.Namespace, lm: Any) -> int:
     if args.output is not None and (problem := output_path_problem(args.output)):
         raise BadFile(f"--output: {problem}")
     shapes = _shapes(args.shape)
-    given = _load_input(args.input) if args.input != "random" else None
+    given = [(name, _load_input(path)) for name, path in _inputs(args.input)]
     onnx_model = not lm.is_tflite(args.model)
     if onnx_model:  # imported first: "read" times the front end, not the imports
         import onnx  # noqa: F401
@@ -140,12 +164,20 @@ def _run(args: argparse.Namespace, lm: Any) -> int:
     read_ms = 1000 * (time.perf_counter() - t0)
     specs = lm.input_specs(graph if graph is not None else args.model, shapes)
     inputs = lm.random_inputs(specs, args.seed)
-    if given is not None:
-        name, dtype, shape = specs[0]
-        if given.dtype != dtype or tuple(given.shape) != shape:
-            got = f"{given.dtype} {list(given.shape)}"
-            raise BadFile(f"--input {args.input}: {got}, input {name!r} is {dtype} {list(shape)}")
-        inputs[name] = given
+    by_name = {name: (dtype, shape) for name, dtype, shape in specs}
+    seen: set[str] = set()
+    for name, array in given:
+        name = name or specs[0][0]  # a bare file: the first input
+        if name in seen:
+            raise UsageError(f"--input {name} is given twice")
+        seen.add(name)
+        if name not in by_name:
+            raise BadFile(f"--input {name}=: the model has no input {name!r} (it has {', '.join(by_name)})")
+        dtype, shape = by_name[name]
+        if array.dtype != dtype or tuple(array.shape) != shape:
+            got = f"{array.dtype} {list(array.shape)}"
+            raise BadFile(f"--input {name}: {got}, input {name!r} is {dtype} {list(shape)}")
+        inputs[name] = array
     # The device last: its rule's notice (a default device) follows the checks, not a refusal.
     args.device = checked_device(args.device)
     result = lm.run_model(args.model, inputs, device=args.device, shapes=shapes, graph=graph, runs=args.runs)

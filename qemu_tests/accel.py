@@ -120,7 +120,7 @@ def cache_file(identity: dict[str, str]) -> Path:
 # --- the probe guest ---------------------------------------------------------------------------
 
 
-def _cpio_entry(name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0)) -> bytes:
+def cpio_entry(name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0)) -> bytes:
     """One entry of a "newc" cpio archive (the initramfs format), owned by root."""
     fields = [0, mode, 0, 0, 1, 0, len(data), 0, 0, rdev[0], rdev[1], len(name) + 1, 0]
     header = b"070701" + b"".join(b"%08X" % f for f in fields)
@@ -130,19 +130,24 @@ def _cpio_entry(name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] =
     return out
 
 
+def cpio_archive(entries: list[bytes]) -> bytes:
+    """``entries`` (cpio_entry's) and the trailer, padded to a 512-byte block."""
+    archive = b"".join([*entries, cpio_entry("TRAILER!!!", 0)])
+    return archive + b"\0" * (-len(archive) % 512)
+
+
 def initramfs(busybox: bytes) -> bytes:
     """A tiny initramfs: a static busybox and an /init that prints PROBE_MARK and powers off."""
     init = f"#!/bin/busybox sh\n/bin/busybox echo {PROBE_MARK}\n/bin/busybox poweroff -f\n".encode()
-    entries = [
-        _cpio_entry("bin", 0o040755),
-        _cpio_entry("dev", 0o040755),
-        _cpio_entry("dev/console", 0o020600, rdev=(5, 1)),
-        _cpio_entry("bin/busybox", 0o100755, busybox),
-        _cpio_entry("init", 0o100755, init),
-        _cpio_entry("TRAILER!!!", 0),
-    ]
-    archive = b"".join(entries)
-    return archive + b"\0" * (-len(archive) % 512)
+    return cpio_archive(
+        [
+            cpio_entry("bin", 0o040755),
+            cpio_entry("dev", 0o040755),
+            cpio_entry("dev/console", 0o020600, rdev=(5, 1)),
+            cpio_entry("bin/busybox", 0o100755, busybox),
+            cpio_entry("init", 0o100755, init),
+        ]
+    )
 
 
 def probe_command(qemu: str, image: Path, initrd: Path, accel: str = "kvm") -> list[str]:

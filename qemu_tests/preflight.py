@@ -41,6 +41,7 @@ EXIT_MISSING = 3
 # Debian packages besides the kernel image and headers, and why each is needed.
 BASE_PACKAGES = (
     "gcc",  # cffi builds (libteflon.so, the device model's MAC array)
+    "libc6-dev",  # libc.a: the system-sleep guest's client is linked -static (qemu_tests/system_sleep.py)
     "make",  # the out-of-tree vnpu.ko build
     "python3-venv",  # run.sh's .venv
     "kmod",  # modprobe/insmod: the guest runs the host's binaries

@@ -5,15 +5,15 @@
 
 The series is made in a temporary git repository: a base commit holding the files of the
 base tree that the series changes, then one commit per patch, then ``git format-patch
---cover-letter``. The base is ``--base-tree`` (a kernel source tree), else those files from
-Debian's ``/usr/src/linux-source-6.12.tar.xz`` (unpacked once into the project's cache). The
-patches, in order:
+--cover-letter``. The base is ``--base-tree`` (a kernel source tree), else the Linux 7.2 tree
+``python -m qemu_tests.sid_kernel 7.2`` prepares. The patches, in order:
 
 1. ``accel/vnpu: Add the uapi headers``: ``uapi/drm/vnpu_accel.h`` (and every other
    project header the driver includes, ``vnpu_isa.h``) as ``include/uapi/drm/``.
-2. ``accel/vnpu: Add a driver for the vnpu NPU``: ``drivers/accel/vnpu/``: every ``.c``/``.h``
-   of ``kernel/drivers_accel_stub/``, its ``Kconfig``, and an in-tree ``Makefile`` made from
-   ``Kbuild``'s object lists (not the out-of-tree ``Makefile``). In tree the uapi headers are
+2. The driver, ``drivers/accel/vnpu/``, in the steps of ``DRIVER_PARTS`` (one concern each):
+   every ``.c``/``.h`` of ``kernel/drivers_accel_stub/`` in exactly one of them, its ``Kconfig``
+   in the first, and an in-tree ``Makefile`` made from ``Kbuild``'s object list (not the
+   out-of-tree ``Makefile``) that each step extends with the objects it adds. In tree the uapi headers are
    ``<drm/NAME>``: ``#include "NAME"`` becomes ``#include <drm/NAME>``, moved into the file's
    ``<drm/...>`` block. ``Kbuild`` probes the tree's headers for the APIs that differ between
    kernels (``$(call vnpu_probe,HEADER,'LINE',MACRO)``: ``VNPU_SCHED_INIT_ARGS``,
@@ -126,6 +126,97 @@ BASE_FILES = tuple(
 )
 
 Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class DriverPart:
+    """One patch of the driver: the files it adds (the in-tree Makefile builds those added so far)."""
+
+    subject: str
+    files: tuple[str, ...]
+    body: str
+    sched: bool = False  # says which drm_sched_init() form the tree takes
+
+
+# The driver in reviewable steps, each a concern of docs/kernel.md's file table. The driver is not
+# built before the hook patch, so every step of the series builds.
+DRIVER_PARTS = (
+    DriverPart(
+        "accel/vnpu: Add the PCI driver and the device's control interface",
+        ("vnpu_drv.c", "vnpu_drv.h", "vnpu_hw.h", "vnpu_limits.h", "vnpu_io.c", "vnpu_io.h", "vnpu_fw.c"),
+        """
+Add the DRM accel driver for vnpu, an NPU emulated behind QEMU's
+ivshmem-doorbell PCI device. The device's registers and rings live in
+BAR2, the doorbell in BAR0, and completions arrive as MSI-X interrupts.
+
+Probe checks BAR2's identification block before writing anything (the
+PCI id is every ivshmem-doorbell function's), requests the interrupts
+disabled until the queues are ready, powers the NPU on and boots the
+signed firmware image loaded with request_firmware(). A control command
+the device answers outside its contract is -EIO. Remove quiesces the
+device (bus mastering off) before anything it may read is freed.
+""",
+    ),
+    DriverPart(
+        "accel/vnpu: Add buffer objects and per-file device address spaces",
+        ("vnpu_gem.c", "vnpu_gem.h", "vnpu_mmu.c"),
+        """
+Buffer objects are GEM shmem objects, pinned and mapped into per-file
+device page tables at creation, read-only for the device when asked, with
+an unmapped guard page after each. dma-buf imports carry the strictest of
+their exporter's access rights. So a job can touch only its own file's
+memory.
+""",
+    ),
+    DriverPart(
+        "accel/vnpu: Add job submission and command-stream validation",
+        ("vnpu_submit.c", "vnpu_validate.c", "vnpu_isa_table.h", "vnpu_cmdbuf.c", "vnpu_cmdbuf.h"),
+        """
+SUBMIT copies each command stream into a kernel buffer the user cannot
+map, validates the copy against the instruction set and the job's buffer
+list, and queues the jobs all or nothing; syncobjs carry the fences in
+and out, and the buffers' reservations order jobs that share them.
+""",
+    ),
+    DriverPart(
+        "accel/vnpu: Add the scheduler back end, timeouts and core reset",
+        ("vnpu_job.c", "vnpu_job.h", "vnpu_reset.c"),
+        """
+Jobs run on a DRM scheduler per NPU core, fed from one submission and one
+completion ring. A per-core watchdog fails a job that runs longer than
+the timeout with -ETIMEDOUT and resets only its core; the other jobs on
+that core are written to the queue again. A reset the device does not
+answer wedges it. Closing a file cancels its jobs without waiting.
+""",
+        sched=True,
+    ),
+    DriverPart(
+        "accel/vnpu: Add runtime and system power management",
+        ("vnpu_pm.c", "vnpu_pm.h"),
+        """
+Every job holds a runtime PM reference; the NPU is powered off after the
+autosuspend delay once the last job is gone, and resumes from the
+firmware copy the driver keeps. System sleep waits for the jobs on the
+device and keeps the queued ones for the resume.
+""",
+    ),
+    DriverPart(
+        "accel/vnpu: Add devcoredump and debugfs",
+        ("vnpu_coredump.c", "vnpu_coredump.h", "vnpu_debugfs.c"),
+        """
+A job that faults or times out leaves a devcoredump of the device's state
+and its command stream. debugfs shows the device's state and counters and
+takes the job timeout, the cores new jobs may use and a firmware reload.
+""",
+    ),
+)
+SCHED_SENTENCE = """
+drm_sched_init() is called with {form}, as this tree's scheduler takes.
+"""
+
+
+def _sched_form(sched_args: bool) -> str:
+    return "struct drm_sched_init_args" if sched_args else "positional arguments"
 
 
 def _say(msg: str) -> None:
@@ -392,18 +483,22 @@ def _logical_lines(text: str) -> list[str]:
 
 
 def in_tree_makefile(kbuild: str, sources: Iterable[str]) -> str:
-    """drivers/accel/vnpu/Makefile: Kbuild's ``vnpu-*`` object lists under the module's obj line."""
+    """drivers/accel/vnpu/Makefile for ``sources`` (the driver's files a patch has added so far): the
+    module's obj line and the objects of Kbuild's ``vnpu-y`` list that those sources build."""
     spdx = kbuild.split("\n", 1)[0]
     if "SPDX-License-Identifier" not in spdx:
         raise SeriesError("Kbuild does not start with an SPDX line")
-    lists = [ln for ln in _logical_lines(kbuild) if re.match(rf"^{NAME}-\S+\s*[:+]?=", ln)]
+    lists = [ln for ln in _logical_lines(kbuild) if re.match(rf"^{NAME}-y\s*:?=", ln)]
     if not lists:
         raise SeriesError(f"Kbuild has no {NAME}-y object list")
-    objects = set(re.findall(r"(\w+)\.o\b", " ".join(lists)))
+    objects = re.findall(r"(\w+)\.o\b", " ".join(lists))
+    sources = list(sources)
     missing = sorted(s for s in sources if s.endswith(".c") and s[:-2] not in objects)
     if missing:
         raise SeriesError(f"Kbuild's object lists leave out {', '.join(missing)}")
-    return "\n".join([spdx, "", f"obj-$(CONFIG_{SYMBOL}) := {NAME}.o", "", *lists, ""])
+    present = [f"{o}.o" for o in objects if f"{o}.c" in sources]
+    listing = " \\\n".join([f"{NAME}-y :=", *(f"\t{o}" for o in present)])
+    return "\n".join([spdx, "", f"obj-$(CONFIG_{SYMBOL}) := {NAME}.o", "", listing, ""])
 
 
 def has_kernel_doc(text: str) -> bool:
@@ -736,9 +831,12 @@ def plan(base: Path, opts: Options) -> tuple[list[Patch], dict[str, bool]]:
         raise SeriesError('the driver does not #include "vnpu_accel.h"')
     uapi = {f"{UAPI_TREE_DIR}/{n}": uapi_all[n].read_text() for n in sorted(wanted)}
     driver = {f"{IN_TREE_DIR}/{n}": driver_file(t, wanted, macros) for n, t in texts.items()}
-    kconfig = (DRIVER_DIR / "Kconfig").read_text()
-    driver[f"{IN_TREE_DIR}/Kconfig"] = kconfig
-    driver[f"{IN_TREE_DIR}/Makefile"] = in_tree_makefile((DRIVER_DIR / "Kbuild").read_text(), texts)
+    parted = [n for part in DRIVER_PARTS for n in part.files]
+    if sorted(parted) != sorted(texts):
+        left, unknown = sorted(set(texts) - set(parted)), sorted(set(parted) - set(texts))
+        raise SeriesError(
+            f"DRIVER_PARTS leave out {left or 'nothing'} and name {unknown or 'nothing'} unknown"
+        )
 
     headers = ", ".join(f"<drm/{Path(p).name}>" for p in uapi)
     ioctls = _ioctls(uapi[f"{UAPI_TREE_DIR}/vnpu_accel.h"])
@@ -768,31 +866,17 @@ driver validates every job's stream against it before queueing.
         ),
         uapi,
     )
-    form = "struct drm_sched_init_args" if sched_args else "positional arguments"
-    p2 = Patch(
-        "accel/vnpu: Add a driver for the vnpu NPU",
-        _wrap(
-            f"""
-Add the DRM accel driver for vnpu, an NPU emulated behind QEMU's
-ivshmem-doorbell PCI device. The device's registers and rings live in
-BAR2, the doorbell in BAR0, and completions arrive as MSI-X interrupts.
-
-- Buffer objects are GEM shmem objects, pinned and mapped into per-file
-device page tables, so a job can touch only its own file's memory.
-- SUBMIT copies each command stream into a kernel buffer the user cannot
-map, validates the copy and queues the job on a DRM scheduler, one per
-NPU core; syncobjs carry the fences in and out.
-- A job that times out fails with -ETIMEDOUT and only its core is reset;
-the other jobs on that core are written to the queue again.
-- The signed firmware image is loaded with request_firmware() at probe.
-- Faulting and timed-out jobs leave a devcoredump; fdinfo carries DRM usage
-stats; debugfs shows device state and counters.
-
-drm_sched_init() is called with {form}, as this tree's scheduler takes.
-"""
-        ),
-        driver,
-    )
+    kbuild = (DRIVER_DIR / "Kbuild").read_text()
+    kconfig = (DRIVER_DIR / "Kconfig").read_text()
+    driver_patches, present = [], []
+    for part in DRIVER_PARTS:
+        files = {f"{IN_TREE_DIR}/{n}": driver[f"{IN_TREE_DIR}/{n}"] for n in part.files}
+        if part is DRIVER_PARTS[0]:
+            files[f"{IN_TREE_DIR}/Kconfig"] = kconfig
+        present += part.files
+        files[f"{IN_TREE_DIR}/Makefile"] = in_tree_makefile(kbuild, present)
+        body = part.body + (SCHED_SENTENCE.format(form=_sched_form(sched_args)) if part.sched else "")
+        driver_patches.append(Patch(part.subject, _wrap(body), files))
     p3 = Patch(
         "accel/vnpu: Hook the driver into the build",
         _wrap(
@@ -830,7 +914,7 @@ List it in the accel documentation's toctree.
         _wrap("Add the entry for the vnpu accel driver, its uapi headers and its documentation."),
         {"MAINTAINERS": hook_maintainers((base / "MAINTAINERS").read_text(), entry)},
     )
-    return [p1, p2, p3, p4, p5], macros
+    return [p1, *driver_patches, p3, p4, p5], macros
 
 
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
@@ -962,7 +1046,7 @@ def write_series(
         # What git format-patch --base writes; the series' own base commit is a synthetic one.
         with open(paths[0], "a") as cover:
             cover.write(f"\nbase-commit: {upstream_commit}\n")
-        say(f"base-commit: {upstream_commit} (the base tree's HEAD)")
+        say(f"base-commit: {upstream_commit}")
     say(f"{len(paths)} files in {out}")
     return paths
 
@@ -983,35 +1067,21 @@ def _safe(version: str) -> str:
     return re.sub(r"[^\w.+-]", "_", version)
 
 
+BASE_SERIES = "7.2"  # the kernel the series is for
+
+
 def default_base(say: Say = _say) -> tuple[Path, str]:
-    """A directory with BASE_FILES from Debian's linux-source-6.12, unpacked once into the cache."""
-    if not SOURCE_TARBALL.is_file():
-        raise SeriesError(f"no base tree: pass --base-tree, or install {debug_kernel.SOURCE_PACKAGE}")
-    version = debug_kernel.source_version() or "unknown"
-    root = cache_root() / "upstream" / f"base-{_safe(version)}"
-    desc = f"Debian's {debug_kernel.SOURCE_PACKAGE} {version}"
+    """The prepared Linux 7.2 tree of Debian sid (python -m qemu_tests.sid_kernel 7.2) and its name."""
+    from qemu_tests import sid_kernel
 
-    def complete() -> bool:
-        return all((root / f).is_file() for f in BASE_FILES)
-
-    if complete():
-        return root, desc
-    say(f"unpacking the files the series touches from {SOURCE_TARBALL}")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(root.parent / f"{root.name}.lock"):
-        if complete():
-            return root, desc
-        shutil.rmtree(root, ignore_errors=True)
-        partial = root.with_name(root.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir()
-        members = [f"{SOURCE_TOP}/{f}" for f in BASE_FILES]
-        subprocess.run(
-            ["tar", "-xJf", str(SOURCE_TARBALL), "-C", str(partial), "--strip-components=1", *members],
-            check=True,
+    prepared = sid_kernel.prepared_releases(BASE_SERIES)
+    if not prepared:
+        raise SeriesError(
+            f"no Linux {BASE_SERIES} tree: run python -m qemu_tests.sid_kernel {BASE_SERIES}"
+            " (or pass --base-tree)"
         )
-        partial.rename(root)
-    return root, desc
+    kernel = sid_kernel.SidKernel(prepared[-1], BASE_SERIES)
+    return kernel.source, f"Debian's linux-source-{BASE_SERIES} (Linux {tree_version(kernel.source)})"
 
 
 @contextmanager
@@ -1273,7 +1343,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools.upstream", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, help="directory for the .patch files (default: upstream-series)")
     p.add_argument(
-        "--base-tree", type=Path, help="the kernel tree the series is for (default: linux-source-6.12)"
+        "--base-tree", type=Path, help="the kernel tree the series is for (default: the prepared 7.2 tree)"
     )
     p.add_argument(
         "--signoff", help="'Name <email>' (default: git's user.name/user.email, else a role address)"

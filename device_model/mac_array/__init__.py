@@ -19,6 +19,11 @@ A plan (:func:`plan_layer`) holds the packed weights and per-channel constants o
 copy of the parameters it was built from: the command processor keeps it while
 :meth:`MacPlan.matches` finds the layer's parameters in memory unchanged (a byte comparison, about
 five times faster than the SHA-1 digest numpy's plans are kept by, and exact).
+
+A FULLY_CONNECTED whose filter is an activation (attention's Q.K^T and scores.V, written by the job
+itself or by the one before) has a *dynamic* plan (``plan_layer(..., dynamic=True)``): everything
+but the filter, which the C kernels pack from memory at each run (:func:`run_dynamic`,
+``mac_run_dynamic``); nothing of the filter is kept or compared.
 """
 
 from __future__ import annotations
@@ -94,6 +99,12 @@ def library() -> ModuleType | None:
     return _module
 
 
+def build_failure() -> str | None:
+    """Why the C kernels could not be built (None when they were, or were not tried yet)."""
+    library()
+    return _failed
+
+
 def cpu_isas() -> list[int]:
     """The C variants this host can run (empty when the library cannot be built)."""
     mod = library()
@@ -147,6 +158,7 @@ class MacPlan:
     out_dtype: np.dtype
     params: tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]  # filter, bias, mult., shift
     filter_zp: int = 0
+    dynamic: bool = False  # the filter is packed from memory at each run; params[0] holds no values
 
     @property
     def packed_filter(self) -> bool:
@@ -166,17 +178,25 @@ class MacPlan:
         )
 
     def matches(
-        self, filt: np.ndarray, bias: np.ndarray | None, multiplier: nm.ArrayLike, shift: nm.ArrayLike
+        self,
+        filt: np.ndarray,
+        bias: np.ndarray | None,
+        multiplier: nm.ArrayLike,
+        shift: nm.ArrayLike,
+        filter_values: bool = True,
     ) -> bool:
-        """True if these parameters are byte for byte the ones the plan was built from."""
+        """True if these parameters are byte for byte the ones the plan was built from (a dynamic
+        plan's filter: its shape and dtype only); with ``filter_values`` False, the filter's values
+        are not compared either (whether only the filter changed)."""
         f0, b0, m0, s0 = self.params
-        f = np.ascontiguousarray(filt)  # the layer's weights in memory: a view, no copy
-        if f.shape != f0.shape or f.dtype != f0.dtype or (bias is None) != (b0 is None):
+        if filt.shape != f0.shape or filt.dtype != f0.dtype or (bias is None) != (b0 is None):
             return False
         mod = library()
         assert mod is not None
-        if f.size and not mod.lib.mac_equal(mod.ffi.from_buffer(f), mod.ffi.from_buffer(f0), f.nbytes):
-            return False
+        if filter_values and not self.dynamic and filt.size:
+            f = np.ascontiguousarray(filt)  # the layer's weights in memory: a view, no copy
+            if not mod.lib.mac_equal(mod.ffi.from_buffer(f), mod.ffi.from_buffer(f0), f.nbytes):
+                return False
         return (bias is None or _same(mod, bias, b0)) and _same(mod, multiplier, m0) and _same(mod, shift, s0)
 
 
@@ -297,6 +317,7 @@ def plan_layer(
     in_dtype: np.dtype,
     geometry: tuple[int, int, int, int, int, int, int, int] = (1, 1, 1, 1, 0, 0, 1, 1),
     depth_multiplier: int = 1,
+    dynamic: bool = False,
 ) -> MacPlan:
     """The plan of a CONV2D (filter [Cout, KH, KW, Cin]; FULLY_CONNECTED: [Cout, 1, 1, K] with the
     input as [rows, 1, 1, K]) or DEPTHWISE_CONV2D (filter [1, KH, KW, Cout]) layer, with ``rq``'s
@@ -304,7 +325,11 @@ def plan_layer(
     MAC array has no ``float_scale``).
 
     ``geometry`` is (stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w).
-    Bad parameters raise ValueError with the numpy path's checks and messages."""
+    Bad parameters raise ValueError with the numpy path's checks and messages.
+
+    ``dynamic`` (FULLY_CONNECTED only): the filter is an activation, read from memory at each run
+    (:func:`run_dynamic`); ``filt`` gives its shape and dtype, and the operands' width is worked out
+    from the dtypes' ranges, not from the values."""
     input_zp, filter_zp, output_zp = rq.input_zp, rq.filter_zp, rq.output_zp
     multiplier, shift, act_min, act_max = rq.multiplier, rq.shift, rq.act_min, rq.act_max
     name = "DEPTHWISE_CONV2D" if kind == KIND_DEPTHWISE else "CONV2D"
@@ -325,17 +350,27 @@ def plan_layer(
         _, kh, kw, cout = filt.shape
     else:
         cout, kh, kw, _ = filt.shape
-    wq = filt.astype(np.int32).reshape(filt.shape[0], kh * kw * filt.shape[3]) - np.int32(
-        filter_zp
-    )  # [Cout, K] / [1, T*C]
     in_lo, in_hi = _RANGES[in_dtype]
+    if dynamic:
+        if kind != KIND_CONV or (kh, kw, n * h * w) != (1, 1, n) or filt.dtype not in _RANGES:
+            raise ValueError(f"{name}: a dynamic filter is a FULLY_CONNECTED's int8 or uint8 [Cout, 1, 1, K]")
+        f_lo, f_hi = _RANGES[np.dtype(filt.dtype)]
+        wq = np.array([[f_lo - filter_zp, f_hi - filter_zp]], np.int32)  # the range any filter spans
+    else:
+        wq = filt.astype(np.int32).reshape(filt.shape[0], kh * kw * filt.shape[3]) - np.int32(
+            filter_zp
+        )  # [Cout, K] / [1, T*C]
     narrow = (
         _I16[0] <= in_lo - input_zp
         and in_hi - input_zp <= _I16[1]
         and (wq.size == 0 or (_I16[0] <= int(wq.min()) and int(wq.max()) <= _I16[1]))
     )
     elem = np.int16 if narrow else np.int32
-    if kind == KIND_DEPTHWISE:
+    if dynamic:
+        kpad = cin + cin % 2
+        cout_pad = -(-cout // NR) * NR
+        packed = np.zeros(0, elem)  # mac_run_dynamic packs the filter at each run
+    elif kind == KIND_DEPTHWISE:
         taps = kh * kw
         kpad = taps + taps % 2
         cout_pad = -(-cout // DW_BLOCK) * DW_BLOCK
@@ -382,7 +417,7 @@ def plan_layer(
     layer.shift = ffi.cast("const int32_t *", shifts.ctypes.data)
     layer.dw_bias = ffi.cast("const int32_t *", dw_bias.ctypes.data)
     vnni: tuple[np.ndarray, ...] = ()
-    if depth_multiplier == 1 and ISA_AVX512VNNI in cpu_isas():  # the VNNI depthwise needs dm 1
+    if not dynamic and depth_multiplier == 1 and ISA_AVX512VNNI in cpu_isas():  # VNNI depthwise: dm 1
         vnni = _pack_vnni(kind, wq, bias32, mult, shifts, input_zp, in_dtype, output_zp, rq.single_rounding)
         if vnni:
             packed8, bias8, rq = vnni
@@ -392,13 +427,16 @@ def plan_layer(
             layer.rq_n = rq.shape[1]
             layer.k4 = packed8.shape[0 if kind == KIND_DEPTHWISE else 1] * 4  # taps or K, rounded up to 4
     params = (
-        np.array(filt, order="C"),
+        # a dynamic plan keeps the filter's shape and dtype, no values (a read-only broadcast of one zero)
+        np.broadcast_to(np.zeros((), filt.dtype), filt.shape) if dynamic else np.array(filt, order="C"),
         None if bias is None else np.array(bias),
         np.array(multiplier),
         np.array(shift),
     )
     keep = (packed, bias32, mult, shifts, dw_bias, *vnni)
-    return MacPlan(layer, keep, tuple(in_shape), (n, oh, ow, cout), out_dtype, params, int(filter_zp))
+    return MacPlan(
+        layer, keep, tuple(in_shape), (n, oh, ow, cout), out_dtype, params, int(filter_zp), dynamic
+    )
 
 
 def run(plan: MacPlan, inp: np.ndarray, isa: int) -> np.ndarray:
@@ -413,6 +451,65 @@ def run(plan: MacPlan, inp: np.ndarray, isa: int) -> np.ndarray:
         return out
     ffi = mod.ffi
     if mod.lib.mac_run(plan.layer, ffi.from_buffer(x), ffi.from_buffer(out), isa) != 0:
+        raise MemoryError("MAC array: out of memory for the layer's buffers")
+    return out
+
+
+def dynamic_spec(
+    plan: MacPlan, filt: np.ndarray | memoryview, shape: tuple[int, ...], strides: tuple[int, ...]
+) -> Any:
+    """The ``struct mac_dynamic`` of a dynamic ``plan`` whose filter is the bytes of ``filt`` (kept
+    alive by the caller): a 4-d ``shape`` [d0, d1, d2, K] of d0 * d1 * d2 = Cout rows (the
+    FULLY_CONNECTED's filter tensor) at byte ``strides``; ValueError when they do not fit the plan
+    or the buffer."""
+    mod = library()
+    if mod is None:
+        raise RuntimeError("the MAC array's C kernels are not available")
+    f0 = plan.params[0]
+    buf = filt if isinstance(filt, np.ndarray) else np.frombuffer(filt, np.uint8)
+    if (
+        not plan.dynamic
+        or len(shape) != 4
+        or (shape[0] * shape[1] * shape[2], shape[3]) != (f0.shape[0], f0.shape[3])
+    ):
+        raise ValueError(f"dynamic layer: a filter of shape {tuple(shape)}, the plan's is {f0.shape}")
+    if (
+        len(strides) != 4
+        or min(strides) < 0
+        or sum((d - 1) * s for d, s in zip(shape, strides, strict=True)) >= max(buf.nbytes, 1)
+    ):
+        raise ValueError(
+            f"dynamic layer: strides {tuple(strides)} of {tuple(shape)} leave {buf.nbytes} bytes"
+        )
+    ffi = mod.ffi
+    spec = ffi.new("struct mac_dynamic *")
+    spec.layer = plan.layer
+    spec.filter = ffi.cast("const void *", buf.ctypes.data)
+    spec.shape = list(shape)
+    spec.strides = list(strides)
+    spec.zp = plan.filter_zp
+    spec.filter_signed = int(f0.dtype == np.int8)
+    return spec
+
+
+def run_dynamic(plan: MacPlan, inp: np.ndarray, filt: np.ndarray, isa: int) -> np.ndarray:
+    """The output of a dynamic ``plan`` (:func:`plan_layer` with ``dynamic``) on its input and the
+    filter ``filt`` of the plan's shape and dtype (either of any strides: gathered first), the
+    filter packed in C for this run alone."""
+    if inp.shape != plan.in_shape:
+        raise ValueError(f"input shape {inp.shape} is not the planned {plan.in_shape}")
+    if filt.dtype != plan.params[0].dtype:
+        raise ValueError(f"dynamic layer: a {filt.dtype} filter, the plan's is {plan.params[0].dtype}")
+    mod = library()
+    assert mod is not None  # a plan exists only when the library does
+    x = np.ascontiguousarray(inp)
+    out = np.empty(plan.out_shape, dtype=plan.out_dtype)
+    if out.size == 0:
+        return out
+    f = np.ascontiguousarray(filt)  # the loaded filter already is (a view of memory, or a gather)
+    spec = dynamic_spec(plan, f.reshape(-1).view(np.uint8), f.shape, f.strides)
+    ffi = mod.ffi
+    if mod.lib.mac_run_dynamic(spec, ffi.from_buffer(x), ffi.from_buffer(out), isa, ffi.NULL, 0) < 0:
         raise MemoryError("MAC array: out of memory for the layer's buffers")
     return out
 
@@ -500,6 +597,7 @@ def resize_bilinear(
 # The units bound to memory (one C call per job), re-exported here for the command processor.
 from .bound import POOL_MAX_TAPS as POOL_MAX_TAPS  # noqa: E402
 from .bound import BoundCopy as BoundCopy  # noqa: E402
+from .bound import BoundDynamic as BoundDynamic  # noqa: E402
 from .bound import BoundLookup as BoundLookup  # noqa: E402
 from .bound import BoundPool as BoundPool  # noqa: E402
 from .bound import BoundRun as BoundRun  # noqa: E402

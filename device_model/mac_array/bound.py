@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 
 from .. import numerics as nm
-from . import _RANGES, MacPlan, _check_positive, _softmax_tables32, cpu_isas, library
+from . import _RANGES, MacPlan, _check_positive, _softmax_tables32, cpu_isas, dynamic_spec, library
 
 POOL_MAX_TAPS = 1 << 23  # window taps the pooling unit's int32 sums take (255 * taps < 2**31)
 # struct mac_unit's kinds (MAC_UNIT_* in C)
-UNIT_LAYER, UNIT_LOOKUP, UNIT_POOL, UNIT_COPY, UNIT_SOFTMAX = 0, 1, 2, 3, 4
+UNIT_LAYER, UNIT_LOOKUP, UNIT_POOL, UNIT_COPY, UNIT_SOFTMAX, UNIT_DYNAMIC = 0, 1, 2, 3, 4, 5
 CHECK_PACKED, CHECK_REPACK = 1, 2  # struct mac_check's packed (MAC_CHECK_* in C)
 
 
@@ -101,6 +101,80 @@ class BoundRun:
 
     def run(self) -> bool:
         """True when the layer ran, False when a parameter no longer matches the plan."""
+        if self._empty:
+            return True
+        rc = self._run(*self._args)
+        if rc < 0:
+            raise MemoryError("MAC array: out of memory for the layer's buffers")
+        return rc == 0
+
+
+class BoundDynamic:
+    """A dynamic plan (a FULLY_CONNECTED whose filter is an activation) fixed to its operands'
+    memory: ``run()`` compares the ``checks`` (bias, per-channel quantization: each region of memory
+    with the plan's copy) and computes the layer straight into the output's memory in one C call
+    (``mac_run_dynamic``), the filter packed from ``filt`` (its extent's bytes, the filter's ``shape``
+    at byte ``strides`` within them) as it is at that run. The output must not overlap the input,
+    the filter or a checked region. The buffers stay referenced while this object lives."""
+
+    def __init__(
+        self,
+        plan: MacPlan,
+        inp: memoryview,
+        filt: memoryview,
+        shape: tuple[int, ...],
+        strides: tuple[int, ...],
+        out: memoryview,
+        checks: list[tuple[memoryview, np.ndarray]],
+        isa: int,
+    ) -> None:
+        mod = library()
+        if mod is None:
+            raise RuntimeError("the MAC array's C kernels are not available")
+        in_bytes = int(np.prod(plan.in_shape))
+        out_bytes = int(np.prod(plan.out_shape)) * plan.out_dtype.itemsize
+        if inp.nbytes != in_bytes or out.nbytes != out_bytes:
+            raise ValueError(
+                f"dynamic layer: {inp.nbytes} input and {out.nbytes} output bytes, "
+                f"the plan has {in_bytes} and {out_bytes}"
+            )
+        ffi = mod.ffi
+        self._plan = plan
+        self._keep: list[np.ndarray] = []
+        f = np.frombuffer(filt, dtype=np.uint8)
+        self._keep.append(f)
+        self._spec = dynamic_spec(plan, f, shape, strides)
+        x, y = _address(ffi, inp, self._keep), _address(ffi, out, self._keep, writable=True)
+        self._checks = ffi.new("struct mac_check[]", max(len(checks), 1))
+        for i, (mem, copy) in enumerate(checks):
+            if mem.nbytes != copy.nbytes or not copy.flags.c_contiguous:
+                raise ValueError(f"dynamic layer: check {i} compares {mem.nbytes} bytes with {copy.nbytes}")
+            c = self._checks[i]
+            c.mem, c.copy, c.n = _address(ffi, mem, self._keep), _address(ffi, copy, self._keep), mem.nbytes
+        self._args = (self._spec, x, y, isa, self._checks, len(checks))
+        self._run = mod.lib.mac_run_dynamic
+        self._empty = out_bytes == 0
+        self.groupable = not self._empty
+
+    def fill_unit(self, u: Any) -> bool:
+        """Describe this layer in ``u`` (a ``struct mac_unit``) for :class:`UnitGroup`; False for an
+        empty output, which :meth:`run` skips."""
+        if self._empty:
+            return False
+        spec, x, y, isa, checks, nchecks = self._args
+        u.kind, u.spec, u.a, u.out, u.isa, u.checks, u.nchecks = (
+            UNIT_DYNAMIC,
+            spec,
+            x,
+            y,
+            isa,
+            checks,
+            nchecks,
+        )
+        return True
+
+    def run(self) -> bool:
+        """True when the layer ran, False when a checked parameter no longer matches the plan."""
         if self._empty:
             return True
         rc = self._run(*self._args)
@@ -364,7 +438,7 @@ class BoundSoftmax:
         return True
 
 
-BoundUnit = BoundRun | BoundLookup | BoundPool | BoundCopy | BoundSoftmax
+BoundUnit = BoundRun | BoundDynamic | BoundLookup | BoundPool | BoundCopy | BoundSoftmax
 
 
 class UnitGroup:

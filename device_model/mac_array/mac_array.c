@@ -67,6 +67,20 @@ struct mac_check {
     int32_t zp;
 };
 
+/* A FULLY_CONNECTED whose filter is an activation (mac_run_dynamic): the plan's layer (geometry,
+ * requantization, bias: its packed weights are not read) and the filter as it lies in memory, a
+ * [rows][K] matrix with rows = shape[0] * shape[1] * shape[2] (the layer's cout) and K = shape[3]
+ * (its cin), element (i0, i1, i2, k) at filter + i0 * strides[0] + ... + k * strides[3] bytes
+ * (attention's keys read transposed, say). */
+struct mac_dynamic {
+    const struct mac_layer *layer;
+    const void *filter;
+    int64_t shape[4];
+    int64_t strides[4];
+    int32_t zp;
+    int32_t filter_signed;
+};
+
 /* A pooling layer (mac_pool below). */
 struct mac_pool {
     int64_t n, h, w, c;
@@ -90,6 +104,8 @@ int mac_equal(const void *a, const void *b, size_t n);
 int mac_filter_equals_packed(const struct mac_layer *L, const void *mem, int32_t zp);
 int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int isa, const struct mac_check *checks,
                     int nchecks);
+int mac_run_dynamic(const struct mac_dynamic *D, const void *in, void *out, int isa, const struct mac_check *checks,
+                    int nchecks);
 int mac_pool(const struct mac_pool *P, const void *in, void *out);
 void mac_lookup(const uint8_t *a, const uint8_t *b, const void *table, void *out, size_t n, int esize, int fa,
                 int fb);
@@ -103,13 +119,14 @@ void mac_resize_bilinear(const void *in, void *out, const int64_t *dims, const i
 void mac_copy_strided(const uint8_t *src, const int64_t *ss, uint8_t *dst, const int64_t *ds, const int64_t *shape,
                       int esize);
 
-/* One bound unit of a stream (mac_run_units): a layer (mac_run_checked), a lookup (mac_lookup, or
+/* One bound unit of a stream (mac_run_units): a layer (mac_run_checked; spec a struct mac_dynamic for
+ * MAC_UNIT_DYNAMIC, mac_run_dynamic), a lookup (mac_lookup, or
  * mac_lookup_strided when shape is set), a pool (mac_pool), a strided copy (mac_copy_strided) or a
  * softmax (mac_softmax, spec a struct mac_softmax_unit), with that function's arguments. */
 struct mac_unit {
     int32_t kind; /* MAC_UNIT_* */
     int32_t isa;  /* a layer's variant */
-    const void *spec; /* struct mac_layer * (layer) or struct mac_pool * (pool) */
+    const void *spec; /* struct mac_layer * (layer), struct mac_dynamic * (dynamic) or struct mac_pool * (pool) */
     const void *a, *b, *table;
     void *out;
     const struct mac_check *checks;
@@ -127,6 +144,7 @@ int64_t mac_run_units(const struct mac_unit *units, int64_t n, int *status);
 #define MAC_UNIT_POOL 2
 #define MAC_UNIT_COPY 3
 #define MAC_UNIT_SOFTMAX 4
+#define MAC_UNIT_DYNAMIC 5
 
 #define MAC_CHECK_PACKED 1
 #define MAC_CHECK_REPACK 2
@@ -1579,6 +1597,58 @@ int mac_run_checked(const struct mac_layer *L, const void *in, void *out, int is
     return mac_run(L, in, out, isa);
 }
 
+/* The dynamic filter less its zero point in the layer's GEMM packing, [panel][K pair][NR][2] of
+ * int16 (int32 when wide) with zeros past K and cout: the order plan_layer packs a constant
+ * filter in (__init__.py), so the same kernels run it. */
+static void pack_dynamic(const struct mac_dynamic *D, const struct mac_layer *L, void *packed)
+{
+    int64_t K = D->shape[3], kpad = L->kpad, c = 0;
+    const int64_t *st = D->strides;
+    int wide = L->wide;
+    memset(packed, 0, (size_t)(L->cout_pad * kpad) * (wide ? 4 : 2));
+    for (int64_t i0 = 0; i0 < D->shape[0]; i0++)
+        for (int64_t i1 = 0; i1 < D->shape[1]; i1++)
+            for (int64_t i2 = 0; i2 < D->shape[2]; i2++, c++) {
+                const uint8_t *row = (const uint8_t *)D->filter + i0 * st[0] + i1 * st[1] + i2 * st[2];
+                int64_t at = (c / NR) * kpad * NR + (c % NR) * 2; /* element (c, k): at + k / 2 * 2 NR + k % 2 */
+                for (int64_t k = 0; k < K; k++) {
+                    uint8_t byte = row[k * st[3]];
+                    int32_t v = (D->filter_signed ? (int32_t)(int8_t)byte : (int32_t)byte) - D->zp;
+                    int64_t i = at + (k >> 1) * 2 * NR + (k & 1);
+                    if (wide)
+                        ((int32_t *)packed)[i] = v;
+                    else
+                        ((int16_t *)packed)[i] = (int16_t)v;
+                }
+            }
+}
+
+/* A FULLY_CONNECTED whose filter is an activation: every check (bias, per-channel quantization)
+ * compared as mac_run_checked does, the filter packed from memory as it is now, then the layer run
+ * on that packing with the int16 (or int32) kernels of isa (an activation less its zero point need
+ * not be an int8, which the VNNI byte kernels need). Nothing is kept between runs: no copy of
+ * the filter, no comparison of it. 0 when it ran, 1 when a check's parameter changed, -1 when out
+ * of memory. */
+int mac_run_dynamic(const struct mac_dynamic *D, const void *in, void *out, int isa, const struct mac_check *checks,
+                    int nchecks)
+{
+    const struct mac_layer *L = D->layer;
+    for (int i = 0; i < nchecks; i++)
+        if (checks[i].n && memcmp(checks[i].mem, checks[i].copy, checks[i].n) != 0)
+            return 1;
+    size_t bytes = (size_t)(L->cout_pad * L->kpad) * (L->wide ? 4 : 2);
+    void *packed = aligned_alloc(64, (bytes + 64) / 64 * 64);
+    if (!packed)
+        return -1;
+    pack_dynamic(D, L, packed);
+    struct mac_layer LD = *L;
+    LD.packed = packed;
+    LD.packed8 = NULL;
+    int rc = mac_run(&LD, in, out, isa);
+    free(packed);
+    return rc;
+}
+
 /* The elementwise unit's table lookups (ADD, SUB and MUL of bytes through their 65536-entry
  * tables, LUT, LUT2): out[i] = table[a[i] ^ fa], or with b, table[((a[i] ^ fa) << 8) | (b[i] ^ fb)],
  * elements of esize bytes (1, 2 or 4). out may be a itself (esize 1): element i is read before it
@@ -2081,6 +2151,10 @@ int64_t mac_run_units(const struct mac_unit *units, int64_t n, int *status)
         switch (u->kind) {
         case MAC_UNIT_LAYER:
             rc = mac_run_checked((const struct mac_layer *)u->spec, u->a, u->out, u->isa, u->checks,
+                                 (int)u->nchecks);
+            break;
+        case MAC_UNIT_DYNAMIC:
+            rc = mac_run_dynamic((const struct mac_dynamic *)u->spec, u->a, u->out, u->isa, u->checks,
                                  (int)u->nchecks);
             break;
         case MAC_UNIT_LOOKUP:

@@ -67,7 +67,7 @@ static struct vnpu_cmdbuf *vnpu_cmdbuf_alloc(struct vnpu_ctx *ctx, size_t size)
 	unsigned int i;
 	int ret;
 
-	cb = kzalloc(sizeof(*cb), GFP_KERNEL);
+	cb = kzalloc_obj(*cb, GFP_KERNEL);
 	if (!cb)
 		return ERR_PTR(-ENOMEM);
 	atomic_inc(&ctx->vdev->stats.cmdbufs);

@@ -123,7 +123,7 @@ void vnpu_coredump_capture(struct vnpu_job *job)
 	/* After an unplug the device the dump would hang under is going away. */
 	if (!drm_dev_enter(&vdev->drm, &idx))
 		return;
-	cd = kzalloc(sizeof(*cd), GFP_KERNEL | __GFP_NOWARN | __GFP_NORETRY);
+	cd = kzalloc_obj(*cd, GFP_KERNEL | __GFP_NOWARN | __GFP_NORETRY);
 	if (!cd)
 		goto out;
 	vnpu_coredump_snapshot(vdev, job, cd);

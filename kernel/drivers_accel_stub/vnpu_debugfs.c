@@ -13,8 +13,7 @@
  *           doorbell -> device -> MSI-X -> waiter round trip, the floor of
  *           a job's round trip
  * firmware, fw_reload  firmware state and reload (vnpu_fw.c)
- * power, sleep_test  power state and counters, a run of the system-sleep
- *           callbacks (vnpu_pm.c)
+ * power     power state and counters (vnpu_pm.c)
  */
 #include <linux/debugfs.h>
 #include <linux/idr.h>

@@ -32,7 +32,7 @@
 #include "vnpu_job.h"
 #include "vnpu_pm.h"
 
-unsigned int vnpu_job_timeout_ms = 5000;
+unsigned int vnpu_job_timeout_ms = VNPU_JOB_TIMEOUT_MS;
 module_param_named(timeout_ms, vnpu_job_timeout_ms, uint, 0444);
 MODULE_PARM_DESC(timeout_ms, "Time in ms after which a running job is failed and its core reset (default 5000; 100..600000)");
 
@@ -84,8 +84,8 @@ static int vnpu_open(struct drm_device *drm, struct drm_file *file)
 	/* The scheduler reference below must not race with remove() dropping the device's. */
 	if (!drm_dev_enter(drm, &idx))
 		return -ENODEV;
-	fpriv = kzalloc(sizeof(*fpriv), GFP_KERNEL);
-	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+	fpriv = kzalloc_obj(*fpriv, GFP_KERNEL);
+	ctx = kzalloc_obj(*ctx, GFP_KERNEL);
 	if (!fpriv || !ctx) {
 		ret = -ENOMEM;
 		goto err_free;
@@ -268,8 +268,9 @@ static const struct drm_driver vnpu_drm_driver = {
 	.fops = &vnpu_fops,
 	.name = VNPU_DRIVER_NAME,
 	.desc = VNPU_DRIVER_DESC,
-	.major = 1,
-	.minor = 0,
+	.major = VNPU_DRIVER_MAJOR,
+	.minor = VNPU_DRIVER_MINOR,
+	.patchlevel = VNPU_DRIVER_PATCHLEVEL,
 };
 
 /*

@@ -13,6 +13,7 @@
 #include <linux/list.h>
 #include <linux/mutex.h>
 #include <linux/pci.h>
+#include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
@@ -24,22 +25,23 @@
 
 #include "vnpu_accel.h"
 #include "vnpu_hw.h"
+#include "vnpu_limits.h"
+
+#ifndef VNPU_KZALLOC_OBJ
+/* One zeroed object of obj's type, for kernels without kzalloc_obj(). */
+#define kzalloc_obj(obj, gfp)	kzalloc(sizeof(obj), gfp)
+#endif
 
 #define VNPU_DRIVER_NAME	"vnpu"
 #define VNPU_DRIVER_DESC	"vnpu emulated NPU"
 
-/* Limits reported through DRM_VNPU_PARAM_*. */
-#define VNPU_MAX_JOB_SIZE	BIT(20)
-#define VNPU_MAX_JOB_BOS	64U
+/* Limits reported through DRM_VNPU_PARAM_* are in vnpu_limits.h; this one the uapi fixes. */
 #define VNPU_MAX_IN_SYNCOBJS	DRM_VNPU_MAX_IN_SYNCOBJS
-#define VNPU_MAX_BO_SIZE	(256ULL << 20)
 
 /* Capabilities the driver implements whatever the device reports. */
 #define VNPU_DRIVER_CAPS	(DRM_VNPU_CAP_READ_ONLY_BO | DRM_VNPU_CAP_RESET_RECOVERY)
 
-/* The job timeout's bounds (module parameter timeout_ms, debugfs job_timeout_ms). */
-#define VNPU_JOB_TIMEOUT_MIN_MS	100U
-#define VNPU_JOB_TIMEOUT_MAX_MS	600000U
+/* The job timeout's default and bounds are in vnpu_limits.h. */
 extern unsigned int vnpu_job_timeout_ms;
 
 /**

@@ -212,7 +212,7 @@ struct drm_gem_object *vnpu_gem_prime_import(struct drm_device *drm, struct dma_
 	int ret;
 
 	if (dma_buf->size > VNPU_MAX_BO_SIZE) {
-		drm_dbg_driver(drm, "dma-buf import: %zu bytes, above %llu\n", dma_buf->size,
+		drm_dbg_driver(drm, "dma-buf import: %zu bytes, above %u\n", dma_buf->size,
 			       VNPU_MAX_BO_SIZE);
 		return ERR_PTR(-E2BIG);
 	}
@@ -281,7 +281,7 @@ static const struct drm_gem_object_funcs vnpu_gem_funcs = {
  */
 struct drm_gem_object *vnpu_gem_create_object(struct drm_device *drm, size_t size)
 {
-	struct vnpu_bo *bo = kzalloc(sizeof(*bo), GFP_KERNEL);
+	struct vnpu_bo *bo = kzalloc_obj(*bo, GFP_KERNEL);
 
 	if (!bo)
 		return ERR_PTR(-ENOMEM);
@@ -420,7 +420,7 @@ static int vnpu_bo_create(struct drm_device *drm, struct drm_vnpu_bo_create *arg
 		return -EINVAL;
 	}
 	if (args->size > VNPU_MAX_BO_SIZE) {
-		drm_dbg_driver(drm, "bo_create size %llu above %llu\n", args->size,
+		drm_dbg_driver(drm, "bo_create size %llu above %u\n", args->size,
 			       VNPU_MAX_BO_SIZE);
 		return -E2BIG;
 	}

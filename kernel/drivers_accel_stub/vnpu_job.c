@@ -733,7 +733,7 @@ struct vnpu_queue *vnpu_queue_create(struct vnpu_device *vdev)
 	struct vnpu_queue *queue;
 	int ret;
 
-	queue = kzalloc(sizeof(*queue), GFP_KERNEL);
+	queue = kzalloc_obj(*queue, GFP_KERNEL);
 	if (!queue)
 		return ERR_PTR(-ENOMEM);
 	/* Any core: vnpu_job_pick_core() chooses one for each job. */

@@ -24,8 +24,6 @@
  * runtime suspend. Jobs not yet on the device wait in their queues and run
  * after resume. So no job is aborted or run twice by a suspend.
  */
-#include <linux/debugfs.h>
-#include <linux/delay.h>
 #include <linux/pci.h>
 #include <linux/pm_runtime.h>
 #include <linux/seq_file.h>
@@ -40,7 +38,6 @@
 
 /* As long as a BOOT may take: a loaded host's device model may stall for seconds. */
 #define VNPU_POWER_TIMEOUT_MS		5000
-#define VNPU_SLEEP_TEST_MAX_MS		10000
 
 static struct vnpu_device *vnpu_pm_dev(struct device *dev)
 {
@@ -168,48 +165,6 @@ static int vnpu_pm_debugfs_show(struct seq_file *m, void *data)
 	return 0;
 }
 
-/*
- * debugfs sleep_test: write a time in ms (0..VNPU_SLEEP_TEST_MAX_MS) to run
- * this device's system-sleep callbacks with that much sleep in between,
- * framed as the PM core frames them (device_prepare(), device_complete()).
- * Processes are not frozen: a SUBMIT meanwhile fails with -EACCES. It is
- * how a guest tests them when its root file system cannot survive a real
- * suspend of its other devices (virtio 9p has no freeze callbacks).
- */
-static ssize_t vnpu_pm_sleep_test_write(struct file *file, const char __user *buf, size_t len,
-					loff_t *pos)
-{
-	struct vnpu_device *vdev = file->private_data;
-	struct device *dev = vdev->drm.dev;
-	unsigned int ms;
-	int ret, idx;
-
-	ret = kstrtouint_from_user(buf, len, 0, &ms);
-	if (ret)
-		return ret;
-	if (ms > VNPU_SLEEP_TEST_MAX_MS)
-		return -EINVAL;
-	if (!drm_dev_enter(&vdev->drm, &idx))
-		return -ENODEV;
-	pm_runtime_get_noresume(dev);
-	pm_runtime_barrier(dev);
-	ret = vnpu_pm_suspend(dev);
-	if (!ret) {
-		msleep(ms);
-		ret = vnpu_pm_resume(dev);
-	}
-	pm_runtime_put(dev);
-	drm_dev_exit(idx);
-	return ret ?: len;
-}
-
-static const struct file_operations vnpu_pm_sleep_test_fops = {
-	.owner = THIS_MODULE,
-	.open = simple_open,
-	.write = vnpu_pm_sleep_test_write,
-	.llseek = noop_llseek,
-};
-
 /**
  * vnpu_pm_init() - enable runtime PM, once the device is up
  * @vdev: the device, booted and registered
@@ -223,8 +178,6 @@ void vnpu_pm_init(struct vnpu_device *vdev)
 	struct device *dev = vdev->drm.dev;
 
 	drm_debugfs_add_file(&vdev->drm, "power", vnpu_pm_debugfs_show, NULL);
-	debugfs_create_file("sleep_test", 0200, vdev->drm.debugfs_root, vdev,
-			    &vnpu_pm_sleep_test_fops);
 	pm_runtime_set_autosuspend_delay(dev, VNPU_AUTOSUSPEND_DELAY_MS);
 	pm_runtime_use_autosuspend(dev);
 	pm_runtime_allow(dev);

@@ -106,7 +106,7 @@ static int vnpu_job_get_cmd(struct vnpu_job *job, struct drm_file *file,
 
 	if (!args->cmd_size || args->cmd_size > VNPU_MAX_JOB_SIZE ||
 	    !IS_ALIGNED(args->cmd_offset, 8) || !IS_ALIGNED(args->cmd_size, 8)) {
-		drm_dbg_driver(drm, "job cmd_offset %u cmd_size %u: not 1..%lu, 8-aligned\n",
+		drm_dbg_driver(drm, "job cmd_offset %u cmd_size %u: not 1..%u, 8-aligned\n",
 			       args->cmd_offset, args->cmd_size, VNPU_MAX_JOB_SIZE);
 		return -EINVAL;
 	}
@@ -203,7 +203,7 @@ static int vnpu_job_create(struct vnpu_device *vdev, struct drm_file *file,
 		return -EINVAL;
 	}
 
-	job = kzalloc(sizeof(*job), GFP_KERNEL);
+	job = kzalloc_obj(*job, GFP_KERNEL);
 	if (!job)
 		return -ENOMEM;
 	job->vdev = vdev;
@@ -213,7 +213,7 @@ static int vnpu_job_create(struct vnpu_device *vdev, struct drm_file *file,
 	job->queue = fpriv->queue;
 	job->ctx = vnpu_ctx_get(fpriv->ctx);
 	atomic_inc(&job->ctx->jobs_in_flight);
-	job->fence_mem = kzalloc(sizeof(*job->fence_mem), GFP_KERNEL);
+	job->fence_mem = kzalloc_obj(*job->fence_mem, GFP_KERNEL);
 	if (!job->fence_mem) {
 		ret = -ENOMEM;
 		goto err;

@@ -5,7 +5,8 @@ Entry points (the contract with the TFLite delegate, delegate_teflon):
 * :mod:`libaccel.compiler.graph`: the graph IR (:class:`Graph`, :class:`OpNode`,
   :class:`TensorInfo`, :class:`QuantParams`) and :func:`graph_from_tflite`;
 * :func:`check_support(graph, node) -> Support`: whether one node runs exactly
-  on the NPU, with the reason when it does not;
+  on the NPU, with the reason when it does not; :func:`place(graph, rules)`: the
+  whole graph's placement (:mod:`libaccel.compiler.partition`, the one partitioner);
 * :func:`compile_partition(graph, node_indices, isa_version) -> CompiledPartition`:
   one job for a set of supported nodes (raises :class:`CompileError`);
   :func:`compile_cached` does the same through the on-disk :class:`CompileCache`;
@@ -24,8 +25,8 @@ from libaccel.compiler.lower import (
     IoBinding,
     compile_partition,
 )
+from libaccel.compiler.partition import Placement, PlannerError, Rules, check_support, place
 from libaccel.compiler.plan_common import Support
-from libaccel.compiler.registry import check_support
 from libaccel.compiler.runner import PartitionRunner
 from libaccel.compiler.tflite_check import ModelError, check_tflite
 
@@ -39,7 +40,10 @@ __all__ = [
     "ModelError",
     "OpNode",
     "PartitionRunner",
+    "Placement",
+    "PlannerError",
     "QuantParams",
+    "Rules",
     "Support",
     "TensorInfo",
     "check_support",
@@ -47,4 +51,5 @@ __all__ = [
     "compile_cached",
     "compile_partition",
     "graph_from_tflite",
+    "place",
 ]

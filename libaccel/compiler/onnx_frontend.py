@@ -21,7 +21,7 @@ leaves the whole ONNX node to the CPU with the compiler's reason. Every other no
 named ``ONNX:<op_type>`` that the compiler does not lower; :mod:`libaccel.model` runs it on the CPU
 in onnxruntime, in ONNX's own layout.
 
-Shapes and element types of every tensor are taken from onnxruntime running the model once on zeros
+Shapes and element types of every tensor are taken from onnxruntime running the model once on ones
 (contrib ops such as QLinearAdd are unknown to ``onnx.shape_inference``); ``shapes`` fixes dynamic
 input dimensions first. Bad models raise :class:`OnnxModelError` with a one-line message naming the
 node (or input) and the reason.
@@ -38,7 +38,9 @@ import numpy as np
 
 from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo
 
-OPSETS = range(13, 22)  # default-domain opsets read (13 to 21)
+OPSETS = range(13, 22)  # the default-domain opsets whose ops are read as they are (13 to 21)
+QUANTIZED_TYPES = ("int8", "uint8", "int16", "uint16")  # a tensor of these makes a model quantized
+FLOAT_TYPES = ("float16", "float32", "float64", "bfloat16")
 NCHW_TO_NHWC = (0, 2, 3, 1)
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
 _PASS_THROUGH = (
@@ -126,14 +128,20 @@ def _check_quant_inputs(model: Any) -> None:
             if value is not None:
                 sizes[n.output[0]] = int(np.prod(value.dims))
     for n in model.graph.node:
-        ins, outs = _Reader._QIO.get(n.op_type, ([], []))
-        params = [p for _, s, z in (*ins, *outs) for p in (s, z)]
-        if n.op_type == "QLinearConcat":  # y_scale, y_zp, then (x, scale, zp) triples
-            params = [0, 1] + [p for k in range(2, len(n.input), 3) for p in (k + 1, k + 2)]
-        for p in params:
-            name = n.input[p] if p < len(n.input) else ""
+        for name in _qparam_names(n):
             if sizes.get(name) == 0:
                 raise OnnxModelError(f"{_label(n)}: quantization parameter {name!r} is empty")
+
+
+def _qparam_names(node: Any) -> list[str]:
+    """The scale and zero-point inputs of a quantized op (its activations' and its weight's)."""
+    ins, outs = _Reader._QIO.get(node.op_type, ([], []))
+    params = [p for _, s, z in (*ins, *outs) for p in (s, z)]
+    if node.op_type == "QLinearConv":  # the filter's scale and zero point
+        params += [4, 5]
+    if node.op_type == "QLinearConcat":  # y_scale, y_zp, then (x, scale, zp) triples
+        params = [0, 1] + [p for k in range(2, len(node.input), 3) for p in (k + 1, k + 2)]
+    return [node.input[p] for p in params if p < len(node.input) and node.input[p]]
 
 
 def _check_text(msg: Any, where: str) -> None:
@@ -170,13 +178,54 @@ def _check_text(msg: Any, where: str) -> None:
                 _check_text(item, f"{where}.{fd.name}[{i}]")
 
 
-def _check_opset(model: Any) -> None:
+def model_opset(model: Any) -> int:
+    """The model's default-domain opset; OnnxModelError when it imports none."""
     versions = {o.domain or "ai.onnx": o.version for o in model.opset_import}
     v = versions.get("ai.onnx")
     if v is None:
         raise OnnxModelError("the model imports no default-domain opset")
-    if v not in OPSETS:
-        raise OnnxModelError(f"model opset {v}: opsets {OPSETS.start} to {OPSETS.stop - 1} are supported")
+    return int(v)
+
+
+def _schema_key(schema: Any) -> tuple[Any, ...]:
+    """What an op's meaning is read from: its attributes (with defaults), its inputs and outputs."""
+    attrs = tuple(sorted((k, int(a.type), a.required, a.default_value.SerializeToString())
+                         for k, a in schema.attributes.items()))  # fmt: skip
+    params = tuple((p.name, p.type_str, int(p.option)) for p in (*schema.inputs, *schema.outputs))
+    return attrs, params, schema.min_input, schema.max_input, schema.min_output, schema.max_output
+
+
+def opset_change(op_type: str, opset: int) -> str:
+    """Why a default-domain ``op_type`` at ``opset`` is not read as it is ("" when it is).
+
+    Outside :data:`OPSETS` an op is read when onnx.defs gives it, at the model's opset, the schema
+    it has at the nearest end of that window: the same version, or a later one that only allows
+    more types (as opset 22 did for many ops: bfloat16) with the same attributes, inputs and outputs.
+    """
+    import onnx.defs
+
+    if opset in OPSETS:
+        return ""
+    bound = OPSETS.start if opset < OPSETS.start else OPSETS.stop - 1
+    window = f"opsets {OPSETS.start} to {OPSETS.stop - 1}"
+    try:
+        here = onnx.defs.get_schema(op_type, opset)
+    except onnx.defs.SchemaError:
+        return f"{op_type} has no schema at opset {opset}"
+    try:
+        there = onnx.defs.get_schema(op_type, bound)
+    except onnx.defs.SchemaError:
+        return f"{op_type} of opset {opset} is not in {window}"
+    if here.since_version == there.since_version:
+        return ""
+    old, new = (there, here) if opset > bound else (here, there)
+    types_old = {t.type_param_str: set(t.allowed_type_strs) for t in old.type_constraints}
+    types_new = {t.type_param_str: set(t.allowed_type_strs) for t in new.type_constraints}
+    if _schema_key(old) == _schema_key(new) and types_old.keys() == types_new.keys():
+        if all(types_old[k] <= types_new[k] for k in types_old):
+            return ""
+    since = here.since_version
+    return f"{op_type} of opset {opset} (its schema of opset {since}) is not the {op_type} of {window}"
 
 
 def fix_shapes(model: Any, shapes: dict[str, tuple[int, ...]] | None) -> None:
@@ -196,10 +245,13 @@ def fix_shapes(model: Any, shapes: dict[str, tuple[int, ...]] | None) -> None:
                     raise OnnxModelError(f"--shape {inp.name}: dimension {d.dim_value} is fixed, not {v}")
                 d.dim_value = int(v)
         for i, d in enumerate(dims):
-            if not d.HasField("dim_value") or d.dim_value <= 0:
+            if d.HasField("dim_value") and d.dim_value < 0:
+                raise OnnxModelError(f"input {inp.name!r}: dimension {i} is {d.dim_value}, not a size")
+            if not d.HasField("dim_value"):  # a dim_value of 0 is a size: an empty tensor
                 raise OnnxModelError(
                     f"input {inp.name!r} has a dynamic dimension {i} ({d.dim_param or '?'}): "
-                    f"fix it with --shape {inp.name}=" + "x".join(str(max(x.dim_value, 1)) for x in dims)
+                    f"fix it with --shape {inp.name}="
+                    + "x".join(str(x.dim_value if x.HasField("dim_value") else 1) for x in dims)
                 )
     if shapes:
         raise OnnxModelError(f"--shape names no model input: {', '.join(sorted(shapes))}")
@@ -252,6 +304,12 @@ def _session(model: Any, level: str = "disable", optimized: Path | None = None) 
         raise OnnxModelError(f"onnxruntime rejects the model: {str(e).splitlines()[0]}") from None
 
 
+def reference_session(model: Any) -> Any:
+    """The model in onnxruntime as the reference runs it: a QDQ model with its QDQ fusion
+    (ORT_ENABLE_EXTENDED), a QOperator one with every graph optimization off."""
+    return _session(model, "extended" if _is_qdq(model) else "disable")
+
+
 def node_session(
     model: Any, node: Any, info: dict[str, tuple[str, tuple[int, ...]]]
 ) -> tuple[Any, list[str]]:
@@ -295,7 +353,8 @@ def qoperator_form(model: Any) -> Any:
 
 
 def _probe(model: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """(dtype, shape) of every node output, from onnxruntime running the model once on zeros."""
+    """(dtype, shape) of every node output, from onnxruntime running the model once on ones: a
+    run-time scale of one is valid where zero is not, and an integer Div or Mod divides by one."""
     import onnx
 
     m = onnx.ModelProto()
@@ -310,7 +369,7 @@ def _probe(model: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
     feeds = {}
     for i in sess.get_inputs():
         dtype = _ort_dtype(i.type)
-        feeds[i.name] = np.zeros([int(d) for d in i.shape], dtype=dtype)
+        feeds[i.name] = np.ones([int(d) for d in i.shape], dtype=dtype)
     names = [o.name for o in sess.get_outputs()]
     try:
         values = sess.run(names, feeds)
@@ -325,8 +384,10 @@ def _probe(model: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 
 def _ort_dtype(type_str: str) -> np.dtype:
-    names = {"tensor(float)": np.float32, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8,
-             "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_}  # fmt: skip
+    names = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+             "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(uint16)": np.uint16,
+             "tensor(int16)": np.int16, "tensor(uint32)": np.uint32, "tensor(int32)": np.int32,
+             "tensor(uint64)": np.uint64, "tensor(int64)": np.int64, "tensor(bool)": np.bool_}  # fmt: skip
     if type_str not in names:
         raise OnnxModelError(f"input type {type_str} is not supported")
     return np.dtype(names[type_str])
@@ -340,6 +401,7 @@ class _Reader:
 
         self.model = model
         self.info = info
+        self.opset = model_opset(model)
         self.consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
         for n in model.graph.node:  # Constant nodes are constants too
             if n.op_type == "Constant" and "value" in _attrs(n):
@@ -427,6 +489,8 @@ class _Reader:
         """Every 8-bit activation's (scale, zero point) from the Q* ops that read or write it, carried
         through the ops that only move bytes (MaxPool, Flatten, ...)."""
         for n in self.model.graph.node:
+            if self._runtime_qparam(n):
+                continue  # its tensors get no quantization: the node stays on the CPU
             ins, outs = self._QIO.get(n.op_type, ([], []))
             for t, s, z in ins:
                 if t < len(n.input) and n.input[t] not in self.consts:
@@ -444,6 +508,30 @@ class _Reader:
             for n in reversed(self.model.graph.node):
                 if n.op_type in _PASS_THROUGH and n.output[0] in self.quant:
                     self.quant.setdefault(n.input[0], self.quant[n.output[0]])
+        # 8-bit integers that no Q-op gives a scale (plain int8/uint8 data) stand for themselves:
+        # scale 1, zero point 0; the byte-moving and byte-comparing ops do not depend on it
+        identity = QuantParams((1.0,), (0,), 0)
+        for n in self.model.graph.node:
+            if n.op_type in _PASS_THROUGH:
+                for name in (n.input[0], n.output[0]):
+                    if self.info.get(name, ("",))[0] in ("int8", "uint8"):
+                        self.quant.setdefault(name, identity)
+
+    def _runtime_qparam(self, node: Any) -> str:
+        """A scale or zero point of ``node`` fed at run time (not a constant), or ""."""
+        return next((name for name in _qparam_names(node) if name not in self.consts), "")
+
+    def _cpu_only(self, node: Any) -> str:
+        """Why ``node`` stays on the CPU before any lowering is tried ("" when it may not)."""
+        if (not node.domain or node.domain == "ai.onnx") and hasattr(self, f"_read_{node.op_type}"):
+            if why := opset_change(node.op_type, self.opset):
+                return why
+        if name := self._runtime_qparam(node):
+            return f"quantization parameter {name!r} is fed at run time (the NPU's is compiled in)"
+        for name in [*node.input, *node.output]:
+            if name and name in self.info and 0 in self.info[name][1]:
+                return f"tensor {name!r} is empty ({list(self.info[name][1])}): nothing for the NPU to do"
+        return ""
 
     # --- nodes ----------------------------------------------------------------------------------
     def add(self, node: Any, op: str, inputs: list[int], options: dict[str, Any] | None = None) -> None:
@@ -457,15 +545,15 @@ class _Reader:
         self.add(node, f"ONNX:{node.op_type}", inputs)
 
     def read(self) -> None:
-        from libaccel.compiler.registry import check_support
+        from libaccel.compiler.partition import check_support
 
         self.collect_quant()
         for node in self.model.graph.node:
             if node.op_type == "Constant":
                 continue
-            reader = getattr(self, f"_read_{node.op_type}", None)
+            reason = self._cpu_only(node)
+            reader = None if reason else getattr(self, f"_read_{node.op_type}", None)
             mark = (len(self.nodes), dict(self.names), dict(self.tensors), dict(self.layouts))
-            reason = ""
             if reader is not None and reader(node):
                 made = self.nodes[mark[0] :]
                 refused = [r for r in (check_support(self.graph(), n) for n in made) if not r.ok]
@@ -496,10 +584,33 @@ class _Reader:
         quant = QuantParams(q.scales, q.zero_points, axis)
         return self._new(t.name + ":nhwc", str(data.dtype), data.shape, quant, np.ascontiguousarray(data))
 
-    def _pads(self, node: Any, attrs: dict[str, Any], k: int) -> dict[str, Any] | None:
-        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-            return None  # SAME_UPPER/SAME_LOWER/VALID: leave to the CPU (rare in quantized exports)
-        pads = list(attrs.get("pads", [0] * (2 * k)))
+    def _pads(self, node: Any, attrs: dict[str, Any], kernel: list[int]) -> dict[str, Any] | None:
+        """Explicit 2-D pads: ONNX's ``pads``, or those ``auto_pad`` implies (SAME_UPPER puts the odd
+        one at the end, SAME_LOWER at the start; VALID none), for a ``kernel`` of [KH, KW]."""
+        auto = attrs.get("auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            shape = self.info.get(node.input[0], ("", ()))[1]
+            if len(shape) != 4:
+                return None
+            strides = list(attrs.get("strides", [1, 1]))
+            dil = list(attrs.get("dilations", [1, 1]))
+            pads = [0, 0, 0, 0]
+            for i in range(2):
+                size = shape[2 + i]
+                out = -(-size // strides[i])
+                total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - size)
+                small = total // 2
+                pads[i], pads[2 + i] = (
+                    (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
+                )
+        elif auto == "VALID":
+            pads = [0, 0, 0, 0]
+        elif auto == "NOTSET":
+            pads = list(attrs.get("pads", [0, 0, 0, 0]))
+        else:
+            self._refused = f"auto_pad {auto!r} is not one of ONNX's"
+            return None
         if len(pads) != 4:
             return None
         return dict(
@@ -508,12 +619,16 @@ class _Reader:
 
     def _read_QLinearConv(self, node: Any) -> bool:  # noqa: N802
         attrs = _attrs(node)
-        if node.input[3] not in self.consts or len(self.info.get(node.input[0], ("", ()))[1]) != 4:
+        if node.input[3] not in self.consts:
+            self._refused = f"the filter {node.input[3]!r} is not a constant"
+            return False
+        if len(self.info.get(node.input[0], ("", ()))[1]) != 4:
+            self._refused = "not a 2-D convolution (the input is not 4-D)"
             return False
         w = self._filter(node, node.input[3], node.input[4], _get(node.input, 5), 0)
         if len(w.shape) != 4:
             return False
-        pads = self._pads(node, attrs, 2)
+        pads = self._pads(node, attrs, list(w.shape[2:]))
         if pads is None:
             return False
         cout, cin_g, kh, kw = w.shape
@@ -578,7 +693,13 @@ class _Reader:
 
     def _fc(self, node: Any, a: str, b_data: np.ndarray, w: TensorInfo, bias: str | None) -> bool:
         """A [K, N] constant right operand as FULLY_CONNECTED's [N, K] filter."""
-        if b_data.ndim != 2 or a in self.consts:
+        if a in self.consts:
+            self._refused = "a constant left operand (not lowered)"
+            return False
+        if b_data.ndim != 2:
+            self._refused = (
+                f"a {b_data.ndim}-D right operand (a batched MatMul): FULLY_CONNECTED's weight is 2-D"
+            )
             return False
         if len(self.info.get(a, ("", ()))[1]) == 4 or len(self.info.get(node.output[0], ("", ()))[1]) == 4:
             # rows of a 4-D (NCHW) operand are not rows of its NHWC bytes: left to the CPU
@@ -598,6 +719,9 @@ class _Reader:
 
     def _read_QLinearMatMul(self, node: Any) -> bool:  # noqa: N802
         if node.input[3] not in self.consts:
+            self._refused = (
+                f"the right operand {node.input[3]!r} is not a constant (FULLY_CONNECTED's weight)"
+            )
             return False
         w = self._filter(node, node.input[3], node.input[4], node.input[5], 1)
         assert w.data is not None
@@ -623,15 +747,27 @@ class _Reader:
     def _read_MaxPool(self, node: Any) -> bool:  # noqa: N802
         attrs = _attrs(node)
         x = self.info.get(node.input[0])
-        if x is None or x[0] not in ("int8", "uint8") or len(x[1]) != 4 or len(node.output) != 1:
+        if x is None or x[0] not in ("int8", "uint8") or len(x[1]) != 4:
             return False
-        if any(d != 1 for d in attrs.get("dilations", [1, 1])) or attrs.get("ceil_mode", 0):
+        if len(node.output) > 1 and node.output[1]:
+            self._refused = "MaxPool's Indices output: the NPU's MAXPOOL writes the maxima only"
             return False
-        pads = self._pads(node, attrs, 2)
-        if pads is None:
+        if any(d != 1 for d in attrs.get("dilations", [1, 1])):
+            self._refused = f"MaxPool with dilations {list(attrs['dilations'])}: the NPU's MAXPOOL has none"
             return False
         k = list(attrs["kernel_shape"])
         s = list(attrs.get("strides", [1, 1]))
+        pads = self._pads(node, attrs, k)
+        if pads is None:
+            return False
+        # ceil_mode: the extra last window (onnxruntime's output shape says which) is padding at the
+        # end, which never wins a max; the planner refuses a window that covers no input
+        out = self.info.get(node.output[0], ("", ()))[1]
+        if len(out) == 4:
+            for i, (begin, end) in enumerate((("pad_top", "pad_bottom"), ("pad_left", "pad_right"))):
+                short = (out[2 + i] - 1) * s[i] + k[i] - (x[1][2 + i] + pads[begin] + pads[end])
+                if short > 0:
+                    pads[end] += short
         options = dict(filter_height=k[0], filter_width=k[1], stride_h=s[0], stride_w=s[1], **pads)
         self.add(node, "MAX_POOL_2D", [self.tensor(node.input[0])], options)
         return True
@@ -858,7 +994,14 @@ class _Reader:
     _read_QLinearSigmoid = _read_unary  # noqa: N815
     _read_QLinearLeakyRelu = _read_unary  # noqa: N815
     _read_Relu = _read_unary  # noqa: N815  (8-bit Relu and Clip compare stored values)
-    _read_Clip = _read_unary  # noqa: N815
+
+    def _read_Clip(self, node: Any) -> bool:  # noqa: N802
+        """Clip as a LOOKUP of onnxruntime's kernel: its bounds must be constants to be tabulated."""
+        for bound, name in zip(("min", "max"), node.input[1:3], strict=False):
+            if name and name not in self.consts:
+                self._refused = f"Clip's {bound} {name!r} is fed at run time (the NPU's table is compiled in)"
+                return False
+        return self._read_unary(node)
 
     def _read_QLinearGlobalAveragePool(self, node: Any) -> bool:  # noqa: N802
         """MEAN over H, W with onnxruntime's scale (the compiler's MEAN with ``requant`` "float")."""
@@ -919,7 +1062,7 @@ def graph_from_onnx(
 
     m = onnx.ModelProto()
     m.CopyFrom(load_model(model))
-    _check_opset(m)
+    model_opset(m)
     fix_shapes(m, shapes)
     form = "qdq" if _is_qdq(m) else "qoperator"
     if form == "qdq":
@@ -927,13 +1070,20 @@ def graph_from_onnx(
     info = _probe(m)
     reader = _Reader(m, info)
     reader.read()
-    quantized = [n for n in m.graph.node if any(info.get(o, ("",))[0] in ("int8", "uint8") for o in n.output)]
-    if not quantized:
-        first = next((n for n in m.graph.node if n.op_type != "Constant"), None)
-        where = f"{_label(first)} computes in float" if first is not None else "the graph is empty"
-        raise OnnxModelError(
-            f"float-only model: {where}; quantize it first (onnxruntime.quantization.quantize_static)"
-        )
+    types = {name: dtype for name, (dtype, _) in info.items()}
+    types |= {name: str(v.dtype) for name, v in reader.consts.items()}
+    computing = [n for n in m.graph.node if n.op_type != "Constant"]
+    if not computing:
+        raise OnnxModelError("the graph is empty")
+    # a model with an 8- or 16-bit integer tensor anywhere (an activation or a weight, as with
+    # MatMulInteger or a lone DequantizeLinear) is quantized, even where its nodes stay on the CPU
+    if not any(t in QUANTIZED_TYPES for t in types.values()):
+        first = next((n for n in computing if any(types.get(o) in FLOAT_TYPES for o in n.output)), None)
+        if first is not None:
+            raise OnnxModelError(
+                f"float-only model: {_label(first)} computes in float; "
+                "quantize it first (onnxruntime.quantization.quantize_static)"
+            )
     inputs = tuple(reader.tensor(i.name) for i in m.graph.input if i.name not in reader.consts)
     outputs = tuple(reader.tensor(o.name) for o in m.graph.output)
     graph = Graph(reader.tensors, reader.nodes, inputs, outputs)

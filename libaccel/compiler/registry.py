@@ -4,7 +4,7 @@ Every op family's module (:mod:`.convolution`, :mod:`.elementwise`, :mod:`.pooli
 :mod:`.activations`, :mod:`.movement`, :mod:`.resize`, ...) holds its planners and a ``PLANNERS``
 table of its own; this module merges them into :data:`PLANNERS`. :func:`check_support` and the
 compiler (:mod:`.lower`) call the same :func:`plan_node`, so what the partitioner accepts is exactly
-what the compiler can lower.
+what the compiler can lower (:mod:`.partition` holds the rest of the partitioning rules).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from libaccel.compiler import (
     transpose_conv,
 )
 from libaccel.compiler.graph import Graph, OpNode
-from libaccel.compiler.plan_common import OpPlan, Planner, Support, Unsupported
+from libaccel.compiler.plan_common import OpPlan, Planner, Unsupported
 
 FAMILIES = (
     convolution,
@@ -62,8 +62,12 @@ PLANNERS: dict[str, Planner] = _merge()
 MULTI_OUTPUT = frozenset({"SPLIT", "SPLIT_V"})
 
 
-def plan_node(graph: Graph, node: OpNode) -> OpPlan:
-    """The lowering of ``node``; raises :class:`Unsupported` with the reason it cannot be exact."""
+def plan_node(graph: Graph, node: OpNode, strict: bool = False) -> OpPlan:
+    """The lowering of ``node``; raises :class:`Unsupported` with the reason it cannot be exact.
+
+    A malformed node (a wrong input count, an option of the wrong type) shows as an IndexError,
+    KeyError or TypeError in its planner: an Unsupported naming it, or in ``strict`` mode the error
+    itself (tests cannot tell it from a planner bug otherwise)."""
     if shape_folding.is_folded(graph, node):
         return OpPlan(fused=True)  # a shape computation folded into constants: nothing runs
     planner = PLANNERS.get(node.op)
@@ -73,14 +77,7 @@ def plan_node(graph: Graph, node: OpNode) -> OpPlan:
         raise Unsupported(f"{node.op} with {len(node.outputs)} outputs")
     try:
         return planner(graph, node)
-    except (IndexError, KeyError, TypeError) as e:  # malformed node: wrong input count, option types
+    except (IndexError, KeyError, TypeError) as e:
+        if strict:
+            raise
         raise Unsupported(f"malformed {node.op}: {e}") from None
-
-
-def check_support(graph: Graph, node: OpNode) -> Support:
-    """Whether ``node`` runs on the NPU bit-exactly, and if not, why (for the placement report)."""
-    try:
-        plan_node(graph, node)
-    except Unsupported as e:
-        return Support(False, str(e))
-    return Support(True, "")

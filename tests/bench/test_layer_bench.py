@@ -6,12 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from c_kernels import c_variants, needs_c
 
 from bench import layer_bench
 from device_model import mac_array as ma
 
-ISAS = ma.cpu_isas()
-pytestmark = pytest.mark.skipif(not ISAS, reason="the MAC array's C kernels could not be built here")
+ISAS = c_variants()  # a build failure fails this module
+pytestmark = needs_c
 
 
 def test_layer_bench_runs_every_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import modelgen as m
+from device_model import mac_array as ma
 from libaccel import Device
 from libaccel.compiler import check_support, graph_from_tflite
 from libaccel.compiler.reference import annotate_reference
@@ -112,6 +113,40 @@ def test_batch_matmul(dev: Device, runtime: str, case: tuple) -> None:
     lhs, rhs, adj_x, adj_y, const = case
     model = m.batch_matmul_model(lhs, rhs, adj_x, adj_y, seed=len(lhs) + lhs[-1], const_rhs=const)
     assert_exact(dev, model, runtime=runtime)
+
+
+MAC_VARIANTS = [
+    pytest.param(
+        name,
+        marks=()
+        if name == "numpy" or any(ma.ISA_NAMES[i] == name for i in ma.cpu_isas())
+        else pytest.mark.skip(reason=f"this CPU cannot run the {name} kernels"),
+    )
+    for name in ("numpy", *ma.ISA_NAMES.values())
+]
+
+
+@pytest.mark.parametrize("variant", MAC_VARIANTS)
+@pytest.mark.parametrize("case", [c for c in MATMUL_CASES if not c[-1]][:4], ids=str)
+def test_batch_matmul_new_inputs_on_every_variant(
+    dev: Device, case: tuple, variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both operands run-time tensors, new ones at every invoke of one compiled partition (the
+    device packs the right-hand operand at each job, no plan kept from the last): 0 differing bytes
+    against BUILTIN_REF at every invoke, on each MAC array variant this CPU runs and on numpy."""
+    from libaccel.compiler import PartitionRunner, compile_partition
+
+    monkeypatch.setenv(ma.ENV, variant)
+    lhs, rhs, adj_x, adj_y, _ = case
+    model = m.batch_matmul_model(lhs, rhs, adj_x, adj_y, seed=len(lhs) + lhs[-1])
+    graph = annotate_reference(graph_from_tflite(model), "ai-edge-litert")
+    compiled = compile_partition(graph, [n.index for n in graph.nodes], dev.params.isa_version)
+    with PartitionRunner(dev, compiled) as runner:
+        for seed in range(4):
+            inputs = m.random_inputs(model, seed=seed)
+            want = m.run_reference(model, inputs, "ai_edge_litert")[0]
+            got = runner.run(dict(zip(graph.inputs, inputs, strict=True)))[graph.outputs[0]]
+            assert np.array_equal(got.reshape(want.shape), want), f"invoke {seed} differs"
 
 
 # --- ARG_MAX ---------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 
 import modelgen as gen
 from libaccel.compiler import compile_partition, graph_from_tflite
-from libaccel.compiler.registry import check_support
+from libaccel.compiler.partition import check_support
 from libaccel.compiler.shape_folding import NotFoldable, fold_shapes, infer_shapes, reshape_output_shape
 
 IN_SHAPE = (2, 5, 6, 7)

@@ -327,8 +327,14 @@ def test_each_blocked_waiter_wakes_with_its_own_job(device: Device) -> None:
         )
     results: dict[tuple[str, int], object] = {}
 
+    started: list[threading.Event] = []
+
     def waiter(key: tuple[str, int], wait: object) -> threading.Thread:
+        entered = threading.Event()
+        started.append(entered)
+
         def run() -> None:
+            entered.set()
             try:
                 results[key] = wait()  # type: ignore[operator]
             except Exception as e:  # noqa: BLE001 - the test reports what the wait raised
@@ -348,8 +354,9 @@ def test_each_blocked_waiter_wakes_with_its_own_job(device: Device) -> None:
     threads["submit", 0] = waiter(
         ("submit", 0), lambda: device.wait_syncobjs([late], timeout=20, wait_for_submit=True) and 0
     )
-    time.sleep(0.2)
-    assert results == {}  # every one blocked
+    assert all(e.wait(10) for e in started), "a waiter thread never started"
+    time.sleep(0.2)  # room for a wait that does not block to return (it would show below)
+    assert results == {} and all(t.is_alive() for t in threads.values()), results  # every one blocked
     for i in range(2):  # release the jobs one by one: the first job's waiters return, the second's wait
         sems[i].array(np.int32, 1)[0] = 5
         sems[i].sync(for_device=True)

@@ -90,3 +90,73 @@ def test_model_exact_and_placed(name: str, runtime: str) -> None:
     assert run.differing_bytes == 0, f"{run.differing_bytes} bytes differ from BUILTIN_REF"
     expected = json.loads(corpus.PLACEMENT_FILE.read_text())[name]
     assert asdict(run.placement) == expected, f"placement changed; CPU reasons: {run.reasons}"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_golden_placement_agrees_with_an_independent_reading(name: str) -> None:
+    """placement.json is written by the code it checks; read each model here with the ``tflite``
+    flatbuffer package instead (not the delegate's reader nor the compiler) and hold the file to what
+    the docs say of this corpus: every operator counted, and the only nodes on the CPU are those that
+    touch a float32 model input or output (the float edges; docs/compiler.md)."""
+    import tflite
+    from tflite.utils import opcode2name
+
+    recorded = json.loads(corpus.PLACEMENT_FILE.read_text()).get(name)
+    if recorded is None:
+        pytest.skip(f"{name} does not load in every runtime (KNOWN_FAILURES)")
+    model = tflite.Model.GetRootAsModel(corpus.model_bytes(name), 0)
+    graph = model.Subgraphs(0)
+    edges = {graph.Inputs(i) for i in range(graph.InputsLength())}
+    edges |= {graph.Outputs(i) for i in range(graph.OutputsLength())}
+    float_edges = {t for t in edges if graph.Tensors(t).Type() == tflite.TensorType.FLOAT32}
+    on_float_edge: dict[str, int] = {}
+    for i in range(graph.OperatorsLength()):
+        op = graph.Operators(i)
+        tensors = [op.Inputs(j) for j in range(op.InputsLength())]
+        tensors += [op.Outputs(j) for j in range(op.OutputsLength())]
+        if float_edges & set(tensors):
+            code = model.OperatorCodes(op.OpcodeIndex())
+            builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+            on_float_edge[opcode2name(builtin)] = on_float_edge.get(opcode2name(builtin), 0) + 1
+    assert recorded["nodes"] == graph.OperatorsLength()
+    assert recorded["cpu_ops"] == on_float_edge
+    assert recorded["npu_nodes"] == graph.OperatorsLength() - sum(on_float_edge.values())
+
+
+def _mac_variants() -> list[object]:
+    from device_model import mac_array as ma
+
+    runs = {ma.ISA_NAMES[i] for i in ma.cpu_isas()}
+    return [
+        pytest.param(
+            name,
+            marks=()
+            if name == "numpy" or name in runs
+            else pytest.mark.skip(reason=f"this CPU cannot run {name}"),
+        )
+        for name in ("numpy", *ma.ISA_NAMES.values())
+    ]
+
+
+@pytest.mark.skipif(DEVICE != "shim", reason="the MAC array variant is chosen in the device model's process")
+@pytest.mark.parametrize("variant", _mac_variants())
+def test_attention_with_a_new_input_each_invoke(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformer_block's attention (BATCH_MATMUL of two activations) with a new input before each
+    invoke of one delegated interpreter, as an application runs it: 0 differing bytes from
+    BUILTIN_REF at every invoke, on each MAC array variant this CPU runs and on numpy."""
+    import ai_edge_litert.interpreter as litert
+
+    import delegate_teflon
+    from delegate_teflon.run import invoke, random_inputs
+    from libaccel.model import make_interpreter
+
+    monkeypatch.setenv("VNPU_MAC_ARRAY", variant)
+    model = corpus.model_bytes("transformer_block")
+    reference = make_interpreter(litert, model)
+    delegate = litert.load_delegate(delegate_teflon.library_path(), {"device": DEVICE, "log_level": "quiet"})
+    npu = make_interpreter(litert, model, [delegate])
+    for seed in range(6):
+        inputs = random_inputs(reference.get_input_details(), seed)
+        want, got = invoke(reference, inputs), invoke(npu, inputs)
+        for a, b in zip(got, want, strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b), f"invoke {seed}: outputs differ"

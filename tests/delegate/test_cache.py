@@ -52,13 +52,13 @@ def test_second_load_hits_the_cache(
 ) -> None:
     model = gen.conv2d_model((1, 8, 8, 4), 8, 3, 1, "SAME", True, "RELU", 21)
     checks: list[int] = []
-    real_check = compiler_bridge.check
+    real_check = compiler_bridge.check_node
 
-    def counting_check(graph: Any, node: Any) -> tuple[bool, str]:
+    def counting_check(graph: Any, node: Any, strict: bool = False) -> Any:
         checks.append(node.index)
-        return real_check(graph, node)
+        return real_check(graph, node, strict)
 
-    monkeypatch.setattr(compiler_bridge, "check", counting_check)
+    monkeypatch.setattr(compiler_bridge, "check_node", counting_check)
     logs, outputs = [], []
     for _ in range(2):
         interp = _load(runtime, interp_mod, lib_path, model, tmp_path)

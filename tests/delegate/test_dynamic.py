@@ -130,7 +130,9 @@ def test_a_failing_partition_stays_on_the_cpu(
         raise CompilerBroken("compiler broken on purpose")
 
     monkeypatch.setattr(compiler_bridge, "compile_partition", failing_compile)
-    got, want = _run_both(runtime, interp_mod, lib_path, model, {"cache_dir": str(tmp_path)})
+    got, want = _run_both(
+        runtime, interp_mod, lib_path, model, {"cache_dir": str(tmp_path), "strict": "false"}
+    )
     _assert_equal(got, want)
     lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("vnpu delegate:")]
     assert lines[0] == (
@@ -139,6 +141,24 @@ def test_a_failing_partition_stays_on_the_cpu(
     )
     assert not any(npu for _, npu, _ in _placement().values())
     assert all("compiler broken on purpose" in why for _, _, why in _placement().values())
+
+
+def test_strict_mode_fails_where_a_partition_would_fall_back(
+    runtime: str, interp_mod: Any, lib_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """strict=true (the suite's default): the same compile error fails the interpreter's creation,
+    naming the error, instead of leaving the nodes on the CPU."""
+    model = gen.flatten_fc_model((1, 3, 3, 4), 6, seed=7)
+
+    def failing_compile(graph: Any, *args: Any, **kwargs: Any) -> Any:
+        raise ArithmeticError("compiler broken on purpose")
+
+    monkeypatch.setattr(compiler_bridge, "compile_partition", failing_compile)
+    delegate = interp_mod.load_delegate(
+        lib_path, {"device": "shim", "cache_dir": str(tmp_path), "strict": "true"}
+    )
+    with pytest.raises(RuntimeError, match="strict mode: ArithmeticError: compiler broken on purpose"):
+        gen.run_reference(model, gen.random_inputs(model, seed=5), runtime, [delegate])
 
 
 def test_one_of_two_partitions_fails(
@@ -164,7 +184,11 @@ def test_one_of_two_partitions_fails(
 
     monkeypatch.setattr(compiler_bridge, "compile_partition", compile_fails_on_node_2)
     got, want = _run_both(
-        runtime, interp_mod, lib_path, model, {"cache_dir": str(tmp_path), "deny_ops": "LOGISTIC"}
+        runtime,
+        interp_mod,
+        lib_path,
+        model,
+        {"cache_dir": str(tmp_path), "deny_ops": "LOGISTIC", "strict": "0"},
     )
     _assert_equal(got, want)
     placed = _placement()
@@ -185,7 +209,7 @@ def test_prepare_failure_leaves_the_whole_graph_on_the_cpu(
     monkeypatch.setattr(plugin, "read_context", broken_reader)
     assert plugin.read_context is broken_reader and context_reader.read_context is not broken_reader
     model = gen.flatten_fc_model((1, 2, 2, 4), 3, seed=9)
-    got, want = _run_both(runtime, interp_mod, lib_path, model)
+    got, want = _run_both(runtime, interp_mod, lib_path, model, {"strict": "false"})
     _assert_equal(got, want)
     err = capfd.readouterr().err
     want = "vnpu delegate: Prepare failed (ValueError: unreadable graph on purpose); the whole graph runs on "

@@ -80,7 +80,7 @@ def test_verbose_placement_report(
     gen.run_reference(model, gen.random_inputs(model, 0), runtime, [delegate])
     err = capfd.readouterr().err
     assert "placement" in err and "0 of 1 nodes on the NPU" in err
-    assert "SOFTMAX" in err and "CPU  (not in the allow_ops option)" in err
+    assert "SOFTMAX" in err and "CPU   (not in the allow_ops option)" in err
 
 
 def test_placement_file(runtime: str, interp_mod: Any, lib_path: str, tmp_path: Path) -> None:

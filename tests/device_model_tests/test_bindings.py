@@ -9,7 +9,8 @@ import errno
 import numpy as np
 import pytest
 
-from device_model import mac_array
+from device_model import binding, mac_array
+from device_model import numerics as nm
 from device_model.command_processor import CommandProcessor, JobResult
 from uapi import hw_layout as hw
 from uapi import isa
@@ -478,3 +479,126 @@ def test_layer_writing_over_its_own_input_is_not_computed_in_place() -> None:
         assert m.read(buf, size).tobytes() == want
     if mac_array.selected_isa() is not None:
         assert bound_offsets(warm, m) and not direct_offsets(warm, m)
+
+
+VARIANTS = [
+    pytest.param(
+        name,
+        marks=()
+        if name == "numpy" or any(mac_array.ISA_NAMES[i] == name for i in mac_array.cpu_isas())
+        else pytest.mark.skip(reason=f"this CPU cannot run the {name} kernels"),
+    )
+    for name in ("numpy", *mac_array.ISA_NAMES.values())
+]
+
+
+def fc_plan(cp: CommandProcessor, m: Machine, offset: int) -> tuple[bytes, object]:
+    """The plan slot (digest, plan) of the layer at ``offset`` in the stream's plans."""
+    (entry,) = cp._programs.values()
+    return entry[2][offset]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_attention_filter_the_stream_writes_is_packed_at_each_run(
+    variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attention's Q.K^T: one FULLY_CONNECTED writes the keys, the next reads them transposed as its
+    filter. From the first job that layer's plan is dynamic (no copy of the keys, no digest of them:
+    the C kernels pack them at each run), the keys' projection keeps its constant-weight plan, and
+    every job with a new input equals a fresh processor's."""
+    monkeypatch.setenv(mac_array.ENV, variant)
+    m = Machine()
+    rng = np.random.default_rng(21)
+    rows, k, heads = 16, 32, 16
+    x, q = m.buffer(rows * k), m.buffer(rows * heads)
+    wk = m.array(rng.integers(-127, 128, size=(heads, k), dtype=np.int8))
+    keys, scores = m.buffer(rows * heads), m.buffer(rows * rows)
+    stream = program(
+        tensor(0, "INT8", x, (1, 1, rows, k), zp=2),
+        tensor(1, "INT8", wk, (1, 1, heads, k)),
+        tensor(2, "INT8", keys, (1, 1, rows, heads), zp=-11),
+        isa.encode("FULLY_CONNECTED", input=0, filter=1, output=2, multiplier=1 << 30, shift=-8,
+                   act_min=-128, act_max=127),
+        tensor(3, "INT8", q, (1, 1, rows, heads), zp=-9),
+        tensor(4, "INT8", keys, (1, 1, rows, heads), strides=(0, 0, heads, 1), zp=-11),
+        tensor(5, "INT8", scores, (1, 1, rows, rows), zp=-1),
+        isa.encode("FULLY_CONNECTED", input=3, filter=4, output=5, multiplier=1 << 30, shift=-7,
+                   act_min=-128, act_max=127),
+    )  # fmt: skip
+    cmd = m.buffer(len(stream), stream)
+    project, attend = [i.offset for i in isa.decode(stream) if i.op == "FULLY_CONNECTED"]
+    warm = CommandProcessor(m.memory)
+    digests = []
+    real_digest = binding.param_digest
+    monkeypatch.setattr(binding, "param_digest", lambda *p: digests.append(p[0].nbytes) or real_digest(*p))
+    for _ in range(4):
+        m.write(x, rng.integers(-128, 128, rows * k, dtype=np.int8))
+        m.write(q, rng.integers(-128, 128, rows * heads, dtype=np.int8))
+        m.write(scores, bytes(rows * rows))
+        want = CommandProcessor(m.memory).run(m.space.root, cmd, len(stream))
+        expected = m.read(scores, rows * rows).tobytes()
+        m.write(scores, bytes(rows * rows))
+        digests.clear()
+        assert warm.run(m.space.root, cmd, len(stream)) == want and want.status == 0
+        assert m.read(scores, rows * rows).tobytes() == expected
+        slot = fc_plan(warm, m, attend)
+        if variant == "numpy":
+            assert slot == (binding.DYNAMIC, None)
+            assert digests == [heads * k]  # the projection's constant weights alone
+        else:
+            assert isinstance(slot[1], mac_array.MacPlan) and slot[1].dynamic
+            assert not fc_plan(warm, m, project)[1].dynamic
+            assert digests == []
+    if variant != "numpy":
+        assert unit_offsets(warm, m, mac_array.BoundDynamic) == {attend}
+        assert unit_offsets(warm, m, mac_array.BoundRun) == {project}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_filter_that_changes_between_jobs_becomes_dynamic(
+    variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter no instruction of the stream writes (an input, an earlier job's output) has a
+    constant-weight plan until it changes between jobs; from then on the layer's plan is dynamic and
+    runs bound on every new filter without a rebuild. A filter that does not change keeps its plan."""
+    monkeypatch.setenv(mac_array.ENV, variant)
+    m = Machine()
+    rng = np.random.default_rng(22)
+    rows, k, cout = 5, 24, 20
+    x, filt, const, out, out2 = (
+        m.buffer(size) for size in (rows * k, cout * k, cout * k, rows * cout, rows * cout)
+    )
+    m.write(const, rng.integers(-128, 128, cout * k, dtype=np.int8))
+    stream = program(
+        tensor(0, "INT8", x, (1, 1, rows, k), zp=4),
+        tensor(1, "INT8", filt, (1, 1, cout, k), strides=(0, 0, 1, cout), zp=-3),  # [k, cout] transposed
+        tensor(2, "INT8", out, (1, 1, rows, cout), zp=1),
+        isa.encode("FULLY_CONNECTED", input=0, filter=1, output=2, multiplier=1 << 30, shift=-9,
+                   act_min=-128, act_max=127),
+        tensor(3, "INT8", const, (1, 1, cout, k), zp=0),
+        tensor(4, "INT8", out2, (1, 1, rows, cout), zp=1),
+        isa.encode("FULLY_CONNECTED", input=0, filter=3, output=4, multiplier=1 << 30, shift=-9,
+                   act_min=-128, act_max=127),
+    )  # fmt: skip
+    cmd = m.buffer(len(stream), stream)
+    changing, constant = [i.offset for i in isa.decode(stream) if i.op == "FULLY_CONNECTED"]
+    warm = CommandProcessor(m.memory)
+    kept = None
+    for job in range(5):
+        m.write(x, rng.integers(-128, 128, rows * k, dtype=np.int8))
+        m.write(filt, rng.integers(-128, 128, cout * k, dtype=np.int8))
+        want = CommandProcessor(m.memory).run(m.space.root, cmd, len(stream))
+        expected = m.read(out, rows * cout).tobytes() + m.read(out2, rows * cout).tobytes()
+        assert warm.run(m.space.root, cmd, len(stream)) == want and want.status == 0
+        assert m.read(out, rows * cout).tobytes() + m.read(out2, rows * cout).tobytes() == expected
+        slot = fc_plan(warm, m, changing)
+        if variant == "numpy":
+            assert (slot[0] == binding.DYNAMIC) == (job > 0)
+            assert isinstance(fc_plan(warm, m, constant)[1], nm.GemmPlan)
+            continue
+        assert slot[1].dynamic == (job > 0)
+        assert not fc_plan(warm, m, constant)[1].dynamic
+        if job == 1:
+            kept = slot[1]
+        elif job > 1:
+            assert slot[1] is kept  # no rebuild for a new filter

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from c_kernels import c_variants, needs_c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,8 +23,8 @@ from .helpers import split_requant
 
 ROOT = Path(__file__).resolve().parents[2]
 
-ISAS = ma.cpu_isas()
-pytestmark = pytest.mark.skipif(not ISAS, reason="the MAC array's C kernels could not be built here")
+ISAS = c_variants()  # a build failure fails this module
+pytestmark = needs_c
 _RANGE = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 #: Every C variant, one test each; those this CPU cannot run show as skipped, with the reason.
 ISA_PARAMS = [
@@ -1071,3 +1072,84 @@ def test_resize_bilinear_in_c_refuses_as_numpy() -> None:
             nm.resize_bilinear(x, out_h, out_w, False, False)
         with pytest.raises(ValueError, match=str(want.value)):
             ma.resize_bilinear(x, out_h, out_w, False, False)
+
+
+# (input dtype, filter dtype, input zp, filter zp, rows, K, cout, transposed): MR and NR tails, odd K,
+# zero points far from the dtype's (int16 operands still) and past int16 (int32 operands)
+DYNAMIC_CASES = [
+    (np.int8, np.int8, -9, -11, 16, 16, 16, True),  # attention's Q.K^T of the corpus transformer
+    (np.int8, np.int8, -128, -10, 16, 16, 16, True),  # scores.V: softmax output as the input
+    (np.int8, np.int8, 3, 0, 7, 33, 19, False),
+    (np.uint8, np.uint8, 128, 131, 13, 5, 40, True),
+    (np.int8, np.uint8, -1, 255, 1, 64, 17, False),  # one row
+    (np.uint8, np.int8, 7, 300, 9, 31, 3, True),
+    (np.int8, np.int8, 5, -32768, 6, 12, 18, True),  # w - zp leaves int16: the int32 kernels
+]
+
+
+@pytest.mark.parametrize("isa", ISA_PARAMS)
+@pytest.mark.parametrize("single", [False, True], ids=["two-roundings", "single-rounding"])
+@pytest.mark.parametrize(("in_dt", "f_dt", "in_zp", "f_zp", "rows", "k", "cout", "transposed"), DYNAMIC_CASES)
+def test_dynamic_filter_matches_numpy(
+    isa: int, single: bool, in_dt: type, f_dt: type, in_zp: int, f_zp: int, rows: int, k: int, cout: int,
+    transposed: bool,
+) -> None:  # fmt: skip
+    """A dynamic plan (the filter an activation, packed in C at each run) gives numpy's bytes for
+    every new filter, read at its strides (transposed: the [K, Cout] matrix in memory), and the
+    constant-filter plan's bytes for the same filter; the plan keeps no filter values."""
+    rng = np.random.default_rng(rows * k + cout)
+    bias = rng.integers(-5000, 5000, cout).astype(np.int32)
+    rq = nm.Requant(
+        input_zp=in_zp, filter_zp=f_zp, multiplier=rng.integers(2**30, 2**31, cout),
+        shift=rng.integers(-12, 1, cout), output_zp=int(rng.integers(-20, 20)), act_min=-100, act_max=110,
+        out_dtype=np.dtype(np.int8), single_rounding=single,
+    )  # fmt: skip
+    f_like = np.zeros((cout, 1, 1, k), f_dt)
+    plan = ma.plan_layer(
+        ma.KIND_CONV, f_like, bias, rq, in_shape=(rows, 1, 1, k), in_dtype=np.dtype(in_dt), dynamic=True
+    )
+    assert plan.dynamic and plan.params[0].shape == (cout, 1, 1, k) and not any(plan.params[0].strides)
+    assert bool(plan.layer.wide) == (f_zp == -32768)
+    for _ in range(3):  # a new filter and input each run, as attention's from invoke to invoke
+        x = _values(rng, np.dtype(in_dt), (rows, k))
+        stored = _values(rng, np.dtype(f_dt), (k, cout) if transposed else (cout, k))
+        f = stored.T if transposed else stored  # a strided view of the bytes in memory
+        want = _saturate(nm.fully_connected(x, np.ascontiguousarray(f), bias, rq, fast=False), rq.out_dtype)
+        got = ma.run_dynamic(plan, x.reshape(rows, 1, 1, k), f.reshape(cout, 1, 1, k), isa)
+        assert np.array_equal(got.reshape(rows, cout), want)
+        static = ma.plan_layer(
+            ma.KIND_CONV, np.ascontiguousarray(f).reshape(cout, 1, 1, k), bias, rq, in_shape=(rows, 1, 1, k),
+            in_dtype=np.dtype(in_dt),
+        )  # fmt: skip
+        assert np.array_equal(ma.run(static, x.reshape(rows, 1, 1, k), isa), got)
+        # the bound unit, on "device memory" holding the filter as stored
+        memory = bytearray(x.tobytes() + stored.tobytes() + bytes(rows * cout))
+        view = memoryview(memory)
+        fbytes = stored.nbytes
+        item = np.dtype(f_dt).itemsize
+        strides = (item, 0, 0, cout * item) if transposed else (k * item, 0, 0, item)
+        unit = ma.BoundDynamic(
+            plan, view[: x.nbytes], view[x.nbytes : x.nbytes + fbytes], (cout, 1, 1, k), strides,
+            view[x.nbytes + fbytes :], [], isa,
+        )  # fmt: skip
+        assert unit.run()
+        assert bytes(view[x.nbytes + fbytes :]) == got.tobytes()
+
+
+def test_dynamic_plan_refuses_what_it_cannot_run() -> None:
+    """A dynamic plan is a FULLY_CONNECTED's; its bound unit takes only a filter that fits it."""
+    rq = RQ_INT8
+    with pytest.raises(ValueError, match="dynamic filter"):
+        ma.plan_layer(
+            ma.KIND_CONV, np.zeros((4, 3, 3, 8), np.int8), None, rq, in_shape=(1, 5, 5, 8),
+            in_dtype=np.dtype(np.int8), geometry=(1, 1, 1, 1, 1, 1, 5, 5), dynamic=True,
+        )  # fmt: skip
+    plan = ma.plan_layer(
+        ma.KIND_CONV, np.zeros((4, 1, 1, 8), np.int8), None, rq, in_shape=(2, 1, 1, 8),
+        in_dtype=np.dtype(np.int8), dynamic=True,
+    )  # fmt: skip
+    memory = memoryview(bytearray(64))
+    with pytest.raises(ValueError, match="shape"):
+        ma.BoundDynamic(plan, memory[:16], memory[16:48], (4, 1, 1, 9), (9, 0, 0, 1), memory[48:56], [], 0)
+    with pytest.raises(ValueError, match="leave 31 bytes"):
+        ma.BoundDynamic(plan, memory[:16], memory[16:47], (4, 1, 1, 8), (8, 0, 0, 1), memory[48:56], [], 0)

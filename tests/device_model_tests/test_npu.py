@@ -435,3 +435,20 @@ def test_an_injected_bad_command_status_leaves_jobs_alone(drv: Driver) -> None:
     drv.wait_cq(1)
     assert [(c.seqno, c.status) for c in drv.drain()] == [(seqno, 0)]
     assert drv.npu.faults.injected == {"bad_cmd": 1}
+
+
+def test_an_injected_early_completion_names_seqno_1_on_every_core(drv: Driver) -> None:
+    """early_cq: the command runs and answers as usual, but first a completion of seqno 1 for each
+    core (no job has it) and a completion interrupt arrive; no job ran, the next command is clean."""
+    from device_model.faults import FaultInjector, FaultSpec
+
+    image = build_image(default_image(), dev_private_key())
+    drv.npu.faults = FaultInjector()
+    drv.npu.faults.set(FaultSpec(kind="early_cq", count=1))
+    assert drv.boot(image) == 0 and drv.npu.ready  # run, unlike bad_cmd
+    assert drv.irqs[hw.IRQ_COMPLETION] == 1
+    assert [(c.seqno, c.status, c.core) for c in drv.drain()] == [(1, 0, 0), (1, 0, 1)]
+    assert drv.r32(hw.REG_JOBS_DONE) == 0
+    assert drv.boot(image) == 0  # the count is spent
+    assert drv.irqs[hw.IRQ_COMPLETION] == 1 and drv.r32(hw.CQ_TAIL) == drv.r32(hw.CQ_HEAD)
+    assert drv.npu.faults.injected == {"early_cq": 1}

@@ -18,6 +18,11 @@ from uapi.isa import SPEC, encode
 REPO = Path(__file__).resolve().parents[2]
 MODULE = Path(os.environ.get("VNPU_MODULE", REPO / "kernel" / "drivers_accel_stub" / "vnpu.ko"))
 DEBUGFS = Path("/sys/kernel/debug")
+PCI_DRIVER = Path("/sys/bus/pci/drivers/vnpu")  # its bind and unbind files take a PCI address
+BAD_DMESG = re.compile(
+    r"WARNING:|BUG:|Oops|general protection fault|Call Trace:|UBSAN|KASAN|refcount_t:"
+    r"|list_(add|del) corruption"
+)
 INT8 = SPEC.dtypes["INT8"].code
 INT32 = SPEC.dtypes["INT32"].code
 
@@ -29,6 +34,43 @@ def insmod_command() -> list[str]:
 
 def accel_nodes() -> list[str]:
     return sorted(glob.glob("/dev/accel/accel*"))
+
+
+def npu_address() -> str:
+    """The PCI address of the first vnpu device (accel0), as sysfs bind/unbind take it."""
+    return Path("/sys/class/accel/accel0/device").resolve().name
+
+
+def write_once(path: Path, text: str) -> None:
+    """One write(2): a buffered file would write again when it closes after an error."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def holders() -> str:
+    """Who keeps vnpu loaded: its refcount, debugfs's open files, processes with the node open or mapped."""
+    lines = [f"refcnt {Path('/sys/module/vnpu/refcnt').read_text().strip()}"]
+    for f in glob.glob("/sys/kernel/debug/accel/*/files") + glob.glob("/sys/kernel/debug/accel/*/counters"):
+        lines.append(Path(f).read_text().strip())
+    for pid in glob.glob("/proc/[0-9]*"):
+        try:
+            fds = [os.readlink(fd) for fd in glob.glob(f"{pid}/fd/*")]
+            maps = Path(f"{pid}/maps").read_text()
+        except OSError:
+            continue
+        held = [fd for fd in fds if "accel" in fd] + (["mapped"] if "accel" in maps else [])
+        if held:
+            cmdline = Path(f"{pid}/cmdline").read_text().replace("\0", " ")[:120]
+            lines.append(f"pid {pid[6:]} {held} {cmdline}")
+    return "\n".join(lines)
+
+
+def bad_dmesg_lines(since: int = 0) -> list[str]:
+    """The kernel log's splats (WARNING, BUG, Oops, ...) after its first ``since`` lines."""
+    return [line for line in dmesg().splitlines()[since:] if BAD_DMESG.search(line)]
 
 
 def vector(slot: int, va: int, count: int, dtype: int = INT8) -> bytes:

@@ -19,7 +19,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kernel_helpers import REPO, accel_nodes, dmesg, fill_stream, hang_stream, insmod_command, wait_until
+from kernel_helpers import (
+    REPO,
+    accel_nodes,
+    debugfs_counters,
+    dmesg,
+    fill_stream,
+    hang_stream,
+    insmod_command,
+    wait_until,
+)
 
 from uapi.firmware_format import parse_image
 from firmware_tools.image import DEFAULT_IMAGE_PATH
@@ -90,15 +99,26 @@ def test_reload_lets_a_running_job_finish(long_job_timeout, dev) -> None:
         Job(dev.create_bo_with(stream, read_only=True), len(stream), [JobBo(sem), JobBo(out, write=True)])
     )
     queued = _fill(dev, 5)  # behind the WAIT: it runs after the reload
+    assert wait_until(lambda: debugfs_counters()["jobs_on_device"] >= 1, 30), "the job never started"
     errors: list[BaseException] = []
-    t = threading.Thread(target=lambda: _catch(errors, reload))
+    writing = threading.Event()
+    returned: list[float] = []
+
+    def reload_in_thread() -> None:
+        writing.set()
+        _catch(errors, reload)
+        returned.append(time.monotonic())
+
+    t = threading.Thread(target=reload_in_thread)
     t.start()
-    time.sleep(0.5)
-    assert t.is_alive(), "the reload did not wait for the job on the device"
+    assert writing.wait(30)
+    time.sleep(0.5)  # room for a reload that does not wait to return (it would fail below)
+    released = time.monotonic()
     sem.array(np.int32, 1)[0] = 1  # release the WAIT: the job finishes, the reload proceeds
     sem.sync(for_device=True)
     t.join(timeout=30)
     assert not t.is_alive() and not errors, errors
+    assert returned[0] > released, "the reload returned before the job on the device finished"
     assert out.wait(timeout=30).status == 0 and out.array(np.int8, 1)[0] == 7
     assert queued.wait(timeout=30).status == 0 and (queued.array(np.int8, 4096) == 5).all()
     st = fw_state()
@@ -120,7 +140,7 @@ def test_reload_lets_a_hung_job_time_out_and_runs_the_jobs_behind_it(short_job_t
     )
     queued = _fill(dev, 6)
     log_before = len(dmesg().splitlines())
-    time.sleep(0.2)
+    assert wait_until(lambda: debugfs_counters()["jobs_on_device"] >= 1, 30), "the job never started"
     reload()  # waits for the job timeout (short here)
     assert out.wait(timeout=30).status == -errno.ETIMEDOUT
     assert queued.wait(timeout=30).status == 0 and (queued.array(np.int8, 4096) == 6).all()

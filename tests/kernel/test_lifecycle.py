@@ -3,41 +3,22 @@
 from __future__ import annotations
 
 import gc
-import glob
-import os
-import re
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
-from kernel_helpers import accel_nodes, copy_stream, dmesg, fill_stream, hang_stream, insmod_command, wait_until
-
-pytestmark = pytest.mark.isolated
-
-BAD = re.compile(
-    r"WARNING:|BUG:|Oops|general protection fault|Call Trace:|UBSAN|KASAN|refcount_t:"
-    r"|list_(add|del) corruption"
+from kernel_helpers import (
+    accel_nodes,
+    bad_dmesg_lines,
+    copy_stream,
+    fill_stream,
+    hang_stream,
+    holders,
+    insmod_command,
+    wait_until,
 )
 
-
-def holders() -> str:
-    """Who keeps vnpu loaded: its refcount, debugfs's open files, processes with the node open or mapped."""
-    lines = [f"refcnt {Path('/sys/module/vnpu/refcnt').read_text().strip()}"]
-    for f in glob.glob("/sys/kernel/debug/accel/*/files") + glob.glob("/sys/kernel/debug/accel/*/counters"):
-        lines.append(Path(f).read_text().strip())
-    for pid in glob.glob("/proc/[0-9]*"):
-        try:
-            fds = [os.readlink(fd) for fd in glob.glob(f"{pid}/fd/*")]
-            maps = Path(f"{pid}/maps").read_text()
-        except OSError:
-            continue
-        held = [fd for fd in fds if "accel" in fd] + (["mapped"] if "accel" in maps else [])
-        if held:
-            cmdline = Path(f"{pid}/cmdline").read_text().replace("\0", " ")[:120]
-            lines.append(f"pid {pid[6:]} {held} {cmdline}")
-    return "\n".join(lines)
-
+pytestmark = pytest.mark.isolated
 
 def _job_works(value: int) -> bool:
     """Open the device, run one FILL job, check it. Returns with no file or mapping left open.
@@ -148,5 +129,5 @@ def test_a_closed_files_job_behind_a_foreign_fence_holds_the_module_not_close() 
 
 
 def test_dmesg_has_no_warnings() -> None:
-    bad = [line for line in dmesg().splitlines() if BAD.search(line)]
+    bad = bad_dmesg_lines()
     assert not bad, "\n".join(bad[:40])

@@ -39,6 +39,7 @@ def test_check_mode_names_a_stale_file(tmp_path: Path) -> None:
         "uapi",
         "kernel/drivers_accel_stub/vnpu_isa_table.h",
         "kernel/drivers_accel_stub/vnpu_hw.h",
+        "kernel/drivers_accel_stub/vnpu_limits.h",
     ):
         src = ROOT / rel
         dst = tmp_path / rel

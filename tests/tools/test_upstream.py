@@ -126,12 +126,14 @@ NEW_APIS = {
     "include/drm/drm_file.h": "\tstruct xarray syncobj_xa;\n",
     "include/linux/workqueue.h": "\tWQ_PERCPU\t\t= 1 << 8,\n",
     "include/linux/dma-fence.h": "static inline spinlock_t *dma_fence_spinlock(struct dma_fence *fence)\n",
+    "include/linux/slab.h": "#define kzalloc_obj(P, ...) \\\n",
 }
 OLD_APIS = {
     "include/linux/module.h": "#define MODULE_IMPORT_NS(ns)\tMODULE_INFO(import_ns, __stringify(ns))\n",
     "include/drm/drm_file.h": "\tstruct idr syncobj_idr;\n",
     "include/linux/workqueue.h": "\tWQ_UNBOUND\t\t= 1 << 1,\n",
     "include/linux/dma-fence.h": "\tspinlock_t *lock;\n",
+    "include/linux/slab.h": "static inline void *kzalloc(size_t size, gfp_t flags)\n",
 }
 
 
@@ -178,13 +180,16 @@ def series(
     return sched_args, applied, paths
 
 
-def test_the_series_has_a_cover_letter_and_five_patches(series: tuple[bool, Path, list[Path]]) -> None:
+PATCHES = 4 + len(upstream.DRIVER_PARTS)
+
+
+def test_the_series_has_a_cover_letter_and_its_patches(series: tuple[bool, Path, list[Path]]) -> None:
     _, _, paths = series
-    assert [p.name[:4] for p in paths] == ["0000", "0001", "0002", "0003", "0004", "0005"]
+    assert [p.name[:4] for p in paths] == [f"{n:04}" for n in range(PATCHES + 1)]
     subjects = [re.search(r"^Subject: (.*)$", p.read_text(), re.M)[1] for p in paths]
-    assert subjects[0] == "[PATCH 0/5] accel/vnpu: Add a driver for the vnpu NPU"
+    assert subjects[0] == f"[PATCH 00/{PATCHES}] accel/vnpu: Add a driver for the vnpu NPU"
     for n, s in enumerate(subjects[1:], 1):
-        assert re.fullmatch(rf"\[PATCH {n}/5\] (accel/vnpu|MAINTAINERS): [A-Z]\w+ .+", s), s
+        assert re.fullmatch(rf"\[PATCH {n:02}/{PATCHES}\] (accel/vnpu|MAINTAINERS): [A-Z]\w+ .+", s), s
     for p in paths[1:]:
         text = p.read_text()
         assert f"\nSigned-off-by: {SIGNOFF}\n" in text
@@ -195,13 +200,17 @@ def test_the_series_has_a_cover_letter_and_five_patches(series: tuple[bool, Path
 
 def test_each_patch_holds_its_files(series: tuple[bool, Path, list[Path]]) -> None:
     _, _, paths = series
-    uapi, driver, hooks, docs, maintainers = (_patch_files(p) for p in paths[1:])
+    uapi, *parts, hooks, docs, maintainers = (_patch_files(p) for p in paths[1:])
     assert uapi == ["include/uapi/drm/vnpu_accel.h", "include/uapi/drm/vnpu_isa.h"]
-    names = sorted(Path(f).name for f in driver)
+    assert len(parts) == len(upstream.DRIVER_PARTS)
+    added: list[str] = []
+    for n, (files, part) in enumerate(zip(parts, upstream.DRIVER_PARTS, strict=True)):
+        assert all(f.startswith("drivers/accel/vnpu/") for f in files)
+        names = sorted(Path(f).name for f in files)
+        assert names == sorted([*part.files, "Makefile", *(["Kconfig"] if n == 0 else [])])
+        added += part.files
     sources = sorted(p.name for p in upstream.driver_sources())
-    assert names == sorted([*sources, "Kconfig", "Makefile"])
-    assert all(f.startswith("drivers/accel/vnpu/") for f in driver)
-    assert "Kbuild" not in names
+    assert sorted(added) == sources  # every source in exactly one patch
     assert hooks == ["drivers/accel/Kconfig", "drivers/accel/Makefile"]
     assert sorted(docs) == [
         "Documentation/accel/index.rst",
@@ -210,6 +219,15 @@ def test_each_patch_holds_its_files(series: tuple[bool, Path, list[Path]]) -> No
         "Documentation/accel/vnpu/uapi.rst",
     ]
     assert maintainers == ["MAINTAINERS"]
+
+
+def test_each_driver_patch_s_makefile_builds_what_it_has_added(tmp_path: Path) -> None:
+    patches, _ = upstream.plan(_base(tmp_path, True), upstream.Options(signoff=SIGNOFF, maintainer=SIGNOFF))
+    added: list[str] = []
+    for patch, part in zip(patches[1 : 1 + len(upstream.DRIVER_PARTS)], upstream.DRIVER_PARTS, strict=True):
+        added += part.files
+        objects = re.findall(r"^\t(\w+)\.o", patch.files["drivers/accel/vnpu/Makefile"], re.M)
+        assert set(objects) == {f[:-2] for f in added if f.endswith(".c")}, part.subject
 
 
 def test_the_driver_is_in_tree_form(series: tuple[bool, Path, list[Path]]) -> None:
@@ -228,6 +246,9 @@ def test_the_driver_is_in_tree_form(series: tuple[bool, Path, list[Path]]) -> No
     assert ('MODULE_IMPORT_NS("DMA_BUF")' in texts["vnpu_gem.c"]) == sched_args
     assert ("syncobj_xa" in texts["vnpu_debugfs.c"]) == sched_args
     assert ("dma_fence_spinlock(fence)" in job) == sched_args
+    # kzalloc_obj() everywhere; the fallback definition only for a tree without it.
+    assert ("#define kzalloc_obj" in texts["vnpu_drv.h"]) == (not sched_args)
+    assert not any(re.search(r"\bkzalloc\(sizeof", t) for n, t in texts.items() if n.endswith(".c"))
     assert ("drm_sched_init(&core->sched, &vnpu_sched_ops" in job) == (not sched_args)
     # Only the sched conditionals went: everything else is the project's source, byte for byte.
     assert texts["Kconfig"] == (upstream.DRIVER_DIR / "Kconfig").read_text()
@@ -269,7 +290,7 @@ def test_checkpatch_strict_finds_nothing_but_the_maintainers_notice(
 ) -> None:
     sched_args, _, paths = series
     # The two forms differ only in the driver patch: check the whole series once.
-    patches = paths[1:] if sched_args else [paths[2]]
+    patches = paths[1:] if sched_args else paths[2 : 2 + len(upstream.DRIVER_PARTS)]
     out, findings = upstream.run_checkpatch(_checkpatch(), patches)
     assert findings == [], out
     # The notice appears only for the patches that add files before the MAINTAINERS entry.
@@ -296,21 +317,40 @@ def test_the_documentation_pulls_warning_free_kernel_doc(series: tuple[bool, Pat
                 assert len(line) >= len(lines[i - 1].rstrip()), lines[i - 1]
 
 
-def test_the_series_applies_to_linux_source_6_12(tmp_path: Path) -> None:
-    """The default base: the files the series changes, from Debian's linux-source-6.12."""
-    if not upstream.SOURCE_TARBALL.is_file():
-        pytest.skip(f"{upstream.SOURCE_TARBALL} missing")
+def _sid_tree() -> Path:
+    from qemu_tests import sid_kernel
+
+    prepared = sid_kernel.prepared_releases(upstream.BASE_SERIES)
+    if not prepared:
+        pytest.skip(f"no prepared {upstream.BASE_SERIES} tree (python -m qemu_tests.sid_kernel 7.2)")
+    return sid_kernel.SidKernel(prepared[-1], upstream.BASE_SERIES).source
+
+
+def test_the_series_applies_to_linux_7_2_and_passes_its_checkpatch(tmp_path: Path) -> None:
+    """The default base: Debian's prepared linux-source-7.2. Every probe holds there, so the series
+    has no conditional but include guards and the uapi headers' C++ guard, and 7.2's own
+    checkpatch --strict finds nothing but the MAINTAINERS notice (it asks for kzalloc_obj())."""
+    tree = _sid_tree()
     base, desc = upstream.default_base(say=_quiet)
+    assert base == tree and "linux-source-7.2" in desc
     opts = upstream.Options(signoff=SIGNOFF, maintainer=SIGNOFF)
     paths = upstream.write_series(tmp_path / "out", base, opts, say=_quiet, base_desc=desc)
     applied = tmp_path / "tree"
-    shutil.copytree(base, applied)
+    for rel in upstream.BASE_FILES:
+        (applied / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(base / rel, applied / rel)
     for p in paths[1:]:
         subprocess.run(["git", "apply", str(p)], cwd=applied, check=True, capture_output=True)
-    maintainers = (applied / "MAINTAINERS").read_text()
-    at = maintainers.index("\nDRM ACCEL DRIVER FOR VNPU\n")
-    assert maintainers.index("\nDRM ACCEL DRIVERS FOR INTEL VPU\n") > at
-    assert "linux-source-6.12" in paths[0].read_text()
+    assert "linux-source-7.2" in paths[0].read_text()
+    for p in paths[1:]:
+        for line in re.findall(r"^\+#\s*if.*$", p.read_text(), re.M):
+            assert re.fullmatch(r"\+#ifndef __VNPU_\w+_H__|\+#if defined\(__cplusplus\)", line), (
+                p.name,
+                line,
+            )
+    out, findings = upstream.run_checkpatch(tree / "scripts" / "checkpatch.pl", paths[1:], cwd=tree)
+    assert findings == [], out
+    assert "kzalloc_obj" not in out
 
 
 # --- the pieces ------------------------------------------------------------------
@@ -458,8 +498,8 @@ def test_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     ]
     assert upstream.main(argv) == 0
     err = capsys.readouterr().err
-    assert "upstream: drm_sched_init() form: positional" in err and "6 files in" in err
-    assert "+T:\tgit https://example.org/v.git\n" in next(out.glob("0005-*")).read_text()
+    assert "upstream: drm_sched_init() form: positional" in err and f"{PATCHES + 1} files in" in err
+    assert "+T:\tgit https://example.org/v.git\n" in next(out.glob(f"{PATCHES:04}-*")).read_text()
     assert "Linux 6.12.117" in next(out.glob("0000-*")).read_text()
     with pytest.raises(SystemExit):
         upstream.main(["--out", str(out), "--base-tree", str(base), "--signoff", "no address"])

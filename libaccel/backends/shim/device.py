@@ -29,9 +29,11 @@ from typing import TYPE_CHECKING
 from device_model.memory import AnonymousMemory, MemfdMemory
 from device_model.page_tables import PageAllocator
 from uapi import bindings as b
+from uapi import driver_limits as limits
 from uapi import hw_layout as hw
 from uapi.bindings import ffi
 from uapi.firmware_format import DEFAULT_IMAGE_PATH
+from uapi.queue_entries import CQE, SQE
 from vnpu_common import probe
 
 if TYPE_CHECKING:
@@ -49,14 +51,9 @@ ENV_CORE_PROCESSES = "VNPU_SHIM_CORE_PROCESSES"
 # for an idle core in the submitting thread: see ShimDevice.queue_job).
 ENV_INLINE = "VNPU_SHIM_INLINE"
 
-# A submission entry as hw_layout lays it out: seqno, pt_root, cmd_va, cmd_size, flags, context,
-# core, and the reserved rest of the entry (zero).
-_SQE = struct.Struct(f"<QQQIIII{hw.SQ_ENTRY_SIZE - 0x28}x")
-_CQE_HEAD = struct.Struct("<QiIQ")  # a completion entry's seqno, status, core and fault VA
-assert (hw.SQE_CMD_SIZE, hw.SQE_FLAGS, hw.SQE_CONTEXT, hw.SQE_CORE) == (0x18, 0x1C, 0x20, 0x24)
 
 DRIVER_NAME = "vnpu"
-DRIVER_VERSION = (1, 0, 0)
+DRIVER_VERSION = (limits.DRIVER_MAJOR, limits.DRIVER_MINOR, limits.DRIVER_PATCHLEVEL)
 DEVICE_PEER = 1
 
 # "Physical" memory layout of the shim's system memory (lazily backed).
@@ -65,14 +62,14 @@ FW_PA = 0x10_0000  # firmware image load address (FW_MAX_SIZE bytes)
 PT_BASE, PT_LIMIT = 0x20_0000, 0x400_0000  # page-table pages
 DATA_BASE = 0x400_0000  # BOs and private command-stream copies, physically contiguous
 
-# Limits the shim reports through GET_PARAM (the kernel reports its own).
-MAX_BO_SIZE = 256 << 20
-MAX_JOB_SIZE = 1 << 20
-MAX_JOB_BOS = 64
+# Limits the shim reports through GET_PARAM: vnpu.ko's (uapi/driver_limits.py, their one source).
+MAX_BO_SIZE = limits.MAX_BO_SIZE
+MAX_JOB_SIZE = limits.MAX_JOB_SIZE
+MAX_JOB_BOS = limits.MAX_JOB_BOS
 # Limits the uapi header fixes for every driver.
 MAX_IN_SYNCOBJS = b.DRM_VNPU_MAX_IN_SYNCOBJS
 MAX_JOB_STRUCT_SIZE = b.DRM_VNPU_MAX_JOB_STRUCT_SIZE
-DEFAULT_JOB_TIMEOUT_MS = 2000
+DEFAULT_JOB_TIMEOUT_MS = limits.JOB_TIMEOUT_MS
 INLINE_IRQ_WAIT_S = 0.002  # how long a core waits for the device lock to complete its job itself
 CONTROL_TIMEOUT_S = 10.0
 CONTROL_CHECK_S = 0.05  # a control command's wait looks at CMD_ACK at least this often
@@ -571,7 +568,7 @@ class ShimDevice:
         # The whole entry (its reserved bytes zero) in one write, flags 0.
         file = job.file
         root, ctx = file.aspace.root, file.file_id
-        _SQE.pack_into(self.bar2, slot, job.seqno, root, job.cmd_va, job.cmd_size, 0, ctx, core)
+        SQE.pack_into(self.bar2, slot, job.seqno, root, job.cmd_va, job.cmd_size, 0, ctx, core)
         job.core = core
         file.last_core = core
         job.pushed_ns = _now()
@@ -583,7 +580,7 @@ class ShimDevice:
         tail = self.r32(hw.CQ_TAIL)
         while self.cq_head != tail:
             e = hw.CQ_BASE + (self.cq_head % hw.CQ_ENTRIES) * hw.CQ_ENTRY_SIZE
-            seqno, status, core, fault_va = _CQE_HEAD.unpack_from(self.bar2, e)
+            seqno, status, core, fault_va, _ = CQE.unpack_from(self.bar2, e)
             self.cq_head = (self.cq_head + 1) & 0xFFFFFFFF
             job = self.jobs.get(seqno)
             if job is not None and job.core == core:
