@@ -10,6 +10,7 @@ handlers and its main thread are its own).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -69,14 +70,16 @@ except KeyboardInterrupt as e:
     while tb is not None:
         frames.append(tb.tb_frame.f_code.co_name)
         tb = tb.tb_next
-    print("KeyboardInterrupt from", frames[-1], "after", invokes, "invokes", flush=True)
+    where = "invoke" if "invoke" in frames else "the loop"
+    print("KeyboardInterrupt from", where, "after", invokes, "invokes", flush=True)
     check()
     print("exact after the interrupt", flush=True)
     raise
 """
 
-# A handler of the program's own (SIGALRM every millisecond) raising its own exception: it lands at
-# every point of an invoke in turn, and each time comes out of invoke() as itself.
+# A handler of the program's own (SIGALRM every millisecond) raising its own exception while the
+# program is in invoke(): it lands at every point of an invoke in turn, and each time comes out of
+# invoke() as itself. (Armed only around the call: the loop's own lines are not what is tested.)
 ALARMS = """
 import signal
 
@@ -84,11 +87,12 @@ class Tick(Exception):
     pass
 
 ticks = 0
+armed = False
 
 def on_alarm(signum, frame):
     global ticks
     ticks += 1
-    if ticks % 7 == 0:
+    if armed and ticks % 7 == 0:
         raise Tick(ticks)
 
 signal.signal(signal.SIGALRM, on_alarm)
@@ -97,8 +101,11 @@ raised = 0
 feed()
 while raised < 40:
     try:
+        armed = True
         npu.invoke()
+        armed = False
     except Tick:
+        armed = False
         raised += 1
 signal.setitimer(signal.ITIMER_REAL, 0, 0)
 check()
@@ -135,7 +142,9 @@ def test_ctrl_c_is_a_keyboard_interrupt_from_invoke(runtime: str, lib_path: str)
         pytest.fail(f"the child did not end within 20 s of SIGINT: {child.communicate()}")
     took = time.monotonic() - sent
     assert child.returncode == -signal.SIGINT, (child.returncode, out, err)
-    assert "KeyboardInterrupt from invoke after" in out, (out, err)
+    # From invoke() (the loop is almost all invoke), or, when the signal came between two
+    # invokes, from the loop's line, as without the delegate.
+    assert re.search(r"KeyboardInterrupt from (invoke|the loop) after \d+ invokes", out), (out, err)
     assert "exact after the interrupt" in out, (out, err)
     assert "RuntimeError" not in err and "cffi callback" not in err, err
     assert err.count("Traceback (most recent call last)") == 1, err
