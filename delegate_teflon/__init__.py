@@ -8,8 +8,10 @@ Load it like Mesa's Teflon::
     delegate = load_delegate(delegate_teflon.library_path(), {"device": "shim", "log_level": "verbose"})
     interpreter = Interpreter(model_path="model.tflite", experimental_delegates=[delegate])
 
-:func:`library_path` builds the library on first use (into a cache directory keyed by its sources)
-and returns its absolute path. docs/delegate.md describes the options and the placement report.
+:func:`library_path` returns the library's absolute path: the one an installed wheel carries
+(``delegate_teflon/libteflon.so``, built with the wheel), else, in a checkout, a build made on first
+use into a cache directory keyed by its sources. docs/delegate.md describes the options and the
+placement report.
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from vnpu_common.cache import build_once, cache_root
+from vnpu_common.cbuild import prebuilt, sweep
 
-__all__ = ["default_build_dir", "library_path"]
+__all__ = ["PREBUILT", "default_build_dir", "library_path"]
+
+# Where a wheel carries the library (setup.py builds it there); a checkout has none.
+PREBUILT = Path(__file__).resolve().with_name("libteflon.so")
 
 
 def default_build_dir() -> Path:
@@ -29,7 +35,14 @@ def default_build_dir() -> Path:
 
 
 def library_path() -> str:
-    """The absolute path of libteflon.so, built now if this version of the sources has no build yet."""
+    """The absolute path of libteflon.so: the wheel's, else the cache's, built now if this version of
+    the sources has no build yet."""
+    if (path := prebuilt(PREBUILT)) is not None:
+        return str(path)
     from delegate_teflon.build import LIBRARY_NAME, build
 
-    return str(build_once(default_build_dir() / LIBRARY_NAME, build).resolve())
+    def sweep_and_build(out_dir: Path) -> Path:
+        sweep(out_dir)
+        return build(out_dir)
+
+    return str(build_once(default_build_dir() / LIBRARY_NAME, sweep_and_build).resolve())

@@ -1,9 +1,13 @@
 """Build libteflon.so with cffi's embedding mode: ``python -m delegate_teflon.build [--out DIR]``.
 
-The library is a thin C surface (the plugin entry points, the by-value registration call, dladdr,
-and the invoke Python prepared: copies, SUBMIT and BO_WAIT) whose logic is Python: the first call
-into it starts (or joins) the Python interpreter, imports :mod:`delegate_teflon.plugin` and binds
-the callbacks. It includes the ioctl ABI's header, ``uapi/drm/vnpu_accel.h``.
+The library is a thin C surface (``c/embedding_host.c``: the plugin entry points; ``c/prepared_invoke.c``:
+the by-value registration call, dladdr, and the invoke Python prepared: copies, SUBMIT and BO_WAIT)
+whose logic is Python: the first call into it starts (or joins) the Python interpreter, imports
+:mod:`delegate_teflon.plugin` and binds the callbacks. It includes the ioctl ABI's header,
+``uapi/drm/vnpu_accel.h``, and ``c/teflon_abi.h``, whose interface block is also the cdef.
+
+A checkout builds it on first use into the cache (:func:`delegate_teflon.library_path`); a wheel
+carries it built as ``delegate_teflon/libteflon.so`` (``setup.py`` calls :func:`build`).
 """
 
 from __future__ import annotations
@@ -11,20 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import site
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
 import cffi
 
-from delegate_teflon import abi
+from delegate_teflon import PREBUILT, abi
 from uapi.bindings import HEADER_DIR
 from vnpu_common.cache import content_hash, publish
+from vnpu_common.cbuild import WARNINGS, staging
 
-LIBRARY_NAME = "libteflon.so"
+LIBRARY_NAME = PREBUILT.name
 MODULE_NAME = "_vnpu_teflon"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,117 +37,50 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 PYTHON_HOME = sys.base_prefix
 SITE_DIRS = tuple(d for d in site.getsitepackages() if os.path.isdir(d))
 
-# Runs inside the process that loaded libteflon.so, on the first call of an entry point. The package
-# root goes on sys.path so a host that is not the project's Python still finds delegate_teflon; a
-# host without Python (sys._vnpu_teflon_embedded, set by HOST_SOURCE) also gets the site-packages.
+# Runs inside the process that loaded libteflon.so, on the first call of an entry point. The
+# directory that holds delegate_teflon goes on sys.path so a host that is not the project's Python
+# still finds it: for the library a wheel carries (delegate_teflon/libteflon.so) the site-packages it
+# sits in, found from the library's own path; for a build in the cache, the package root it was
+# built from. A host without Python (sys._vnpu_teflon_embedded, set by c/embedding_host.c) also gets
+# that site-packages' .pth files, or the build's.
 INIT_CODE = f"""
-import sys
+import os, sys
+from {MODULE_NAME} import ffi, lib
+_here = os.path.dirname(ffi.string(lib.vnpu_object_of(ffi.cast("void *", ffi.addressof(lib, "vnpu_report"))))
+                        .decode())
+_installed = os.path.basename(_here) == "delegate_teflon"
+_root = os.path.dirname(_here) if _installed else {str(PACKAGE_ROOT)!r}
 if getattr(sys, "_vnpu_teflon_embedded", False):
     import site
-    for _dir in {SITE_DIRS!r}:
+    for _dir in [_root] if _installed else {SITE_DIRS!r}:
         if _dir not in sys.path:
             site.addsitedir(_dir)
-_root = {str(PACKAGE_ROOT)!r}
 if _root not in sys.path:
     sys.path.append(_root)
-from {MODULE_NAME} import ffi, lib
 from delegate_teflon import plugin
 plugin.install(ffi, lib)
 """
 
-# The exported entry points. In a host without Python they first start the interpreter the library
-# was built for; every failure on the way goes to stderr and to the host's report_error.
-HOST_SOURCE = (
-    r"""
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
+# cffi's generated code takes the callbacks' parameters it does not use; the rest of -Wextra stays.
+COMPILE_ARGS = ["-O2", *WARNINGS, "-Wno-unused-parameter"]
 
-#define VNPU_PYTHON_HOME """
-    + json.dumps(PYTHON_HOME)
-    + r"""
 
-static pthread_mutex_t vnpu_start_lock = PTHREAD_MUTEX_INITIALIZER;
-static int vnpu_started;                 /* 0 not yet, 1 running, -1 failed */
-static char vnpu_start_error[1024];
-
-/* Python's own start, for a host that has none. */
-static int vnpu_start_python(void)
-{
-    Dl_info info;
-    PyConfig config;
-    PyStatus status;
-    const char *home = getenv("PYTHONHOME") ? getenv("PYTHONHOME") : VNPU_PYTHON_HOME;
-
-    if (Py_IsInitialized())
-        return 0;                        /* a Python host: the delegate joins its interpreter */
-    /* A host that dlopen()s us RTLD_LOCAL loads libpython as our private dependency, but Python's
-       extension modules (_cffi_backend, numpy) look up the Py* symbols globally: make them global. */
-    if (!dladdr((void *)&Py_IsInitialized, &info) || !info.dli_fname ||
-        !dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL)) {
-        snprintf(vnpu_start_error, sizeof vnpu_start_error,
-                 "vnpu delegate: cannot make libpython's symbols global: %s", dlerror());
-        return -1;
-    }
-    PyConfig_InitPythonConfig(&config);
-    config.install_signal_handlers = 0;  /* the host's signals stay the host's */
-    config.parse_argv = 0;
-    status = PyConfig_SetBytesString(&config, &config.home, home);
-    if (!PyStatus_Exception(status))
-        status = Py_InitializeFromConfig(&config);
-    PyConfig_Clear(&config);
-    if (PyStatus_Exception(status)) {
-        snprintf(vnpu_start_error, sizeof vnpu_start_error,
-                 "vnpu delegate: cannot start Python (home %s): %s", home,
-                 status.err_msg ? status.err_msg : "exit requested");
-        return -1;
-    }
-    PySys_SetObject("_vnpu_teflon_embedded", Py_True);
-    PyEval_SaveThread();                 /* the callbacks take the GIL when they run */
-    return 0;
-}
-
-TfLiteDelegate *tflite_plugin_create_delegate(char **options_keys, char **options_values,
-                                              size_t num_options, void (*report_error)(const char *))
-{
-    pthread_mutex_lock(&vnpu_start_lock);
-    if (vnpu_started == 0) {
-        vnpu_started = vnpu_start_python() == 0 ? 1 : -1;
-        if (vnpu_started == 1 && cffi_start_python() != 0) {
-            snprintf(vnpu_start_error, sizeof vnpu_start_error,
-                     "vnpu delegate: the delegate's Python code did not load (Python home %s; "
-                     "the traceback is on stderr)", VNPU_PYTHON_HOME);
-            vnpu_started = -1;
-        }
-    }
-    pthread_mutex_unlock(&vnpu_start_lock);
-    if (vnpu_started < 0) {
-        fprintf(stderr, "%s\n", vnpu_start_error);
-        if (report_error)
-            report_error(vnpu_start_error);
-        return NULL;
-    }
-    return vnpu_plugin_create(options_keys, options_values, num_options, report_error);
-}
-
-void tflite_plugin_destroy_delegate(TfLiteDelegate *delegate)
-{
-    if (delegate && vnpu_started > 0)
-        vnpu_plugin_destroy(delegate);
-}
-"""
-)
+def c_source() -> str:
+    """The C files as one unit: cffi compiles set_source's text after its own prologue."""
+    return "\n".join(path.read_text() for path in abi.SOURCES)
 
 
 def make_ffi() -> cffi.FFI:
     ffi = cffi.FFI()
-    ffi.cdef(abi.CDEF)
+    ffi.cdef(abi.cdef())
     ffi.set_source(
         MODULE_NAME,
-        abi.C_SOURCE + HOST_SOURCE,
+        c_source(),
         libraries=["dl", "pthread"],
-        include_dirs=[str(HEADER_DIR.parent)],  # "drm/vnpu_accel.h": the ioctl ABI
-        extra_compile_args=["-O2", "-Wall"],
+        # "drm/vnpu_accel.h": the ioctl ABI; "teflon_abi.h": the TFLite ABI
+        include_dirs=[str(HEADER_DIR.parent), str(abi.C_DIR)],
+        define_macros=[("VNPU_PYTHON_HOME", json.dumps(PYTHON_HOME))],
+        extra_compile_args=COMPILE_ARGS,
     )
     ffi.embedding_init_code(INIT_CODE)
     return ffi
@@ -154,10 +90,11 @@ def source_hash() -> str:
     """A key over everything that goes into the binary (sources, cffi and Python versions)."""
     return content_hash(
         (
-            abi.CDEF,
-            abi.C_SOURCE,
-            abi.EXPORTS,
-            HOST_SOURCE,
+            abi.cdef(),
+            c_source(),
+            *(path.read_text() for path in sorted(abi.C_DIR.glob("*.h"))),
+            PYTHON_HOME,
+            " ".join(COMPILE_ARGS),
             INIT_CODE,
             *(header.read_text() for header in sorted(HEADER_DIR.glob("*.h"))),
             cffi.__version__,
@@ -167,14 +104,16 @@ def source_hash() -> str:
     )
 
 
-def build(out_dir: Path) -> Path:
-    """Compile libteflon.so into ``out_dir`` (atomically replaced) and return its path."""
+def build(out_dir: Path, build_id: bool = True) -> Path:
+    """Compile libteflon.so into ``out_dir`` (atomically replaced) and return its path; ``build_id``:
+    also write the source hash beside it as ``BUILD_ID`` (a cache directory's record)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / LIBRARY_NAME
-    with tempfile.TemporaryDirectory(prefix="vnpu-teflon-build-") as tmp:
+    with staging(out_dir) as tmp:
         ffi = make_ffi()
-        publish(Path(ffi.compile(tmpdir=tmp, target=LIBRARY_NAME, verbose=False)), target)
-    (out_dir / "BUILD_ID").write_text(source_hash() + "\n")
+        publish(Path(ffi.compile(tmpdir=str(tmp), target=LIBRARY_NAME, verbose=False)), target)
+    if build_id:
+        (out_dir / "BUILD_ID").write_text(source_hash() + "\n")
     return target
 
 
@@ -208,11 +147,8 @@ def install(prefix: Path) -> Path:
     lib_dir = prefix / "lib"
     lib_dir.mkdir(parents=True, exist_ok=True)
     target = lib_dir / LIBRARY_NAME
-    with tempfile.TemporaryDirectory(prefix="vnpu-teflon-install-") as tmp:
-        built = build(Path(tmp))
-        staged = lib_dir / f".{LIBRARY_NAME}.{os.getpid()}"
-        shutil.copy2(built, staged)
-        os.replace(staged, target)
+    with staging(lib_dir) as tmp:
+        os.replace(build(tmp), target)  # staging sits in lib_dir: a rename, never half a file
     return target
 
 

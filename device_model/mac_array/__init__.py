@@ -83,10 +83,10 @@ def library() -> ModuleType | None:
 
             try:
                 out_dir = build.default_build_dir()
-                if not build._library_file(out_dir).exists():
+                if build.installed() is None and not build._library_file(out_dir).exists():
                     log.info("building the MAC array's C kernels into %s (first use, a few seconds)", out_dir)
                 t0 = time.perf_counter()
-                path = build.ensure_built(out_dir)
+                path = build.ensure_built()
                 _module = build.load(path)
                 log.debug("MAC array library %s ready in %.2f s", path, time.perf_counter() - t0)
             except Exception as e:  # no compiler, no Python headers, a read-only cache...

@@ -1,11 +1,14 @@
 """Build the MAC array's C kernels with cffi: ``python -m device_model.mac_array.build [--out DIR]``.
 
-The extension is built on first use into a cache directory keyed by a hash of everything that goes
+A wheel carries the extension built (``device_model/mac_array/_vnpu_mac_array*.so``, by
+``setup.py``), which an installed package loads and never compiles. In a checkout it is built on
+first use into a cache directory keyed by a hash of everything that goes
 into the binary (``mac-array-<hash>`` under ``$VNPU_CACHE_DIR``, else ``$XDG_CACHE_HOME/vnpu`` or
 ``~/.cache/vnpu``), so an edit rebuilds and hosts sharing the cache share the build. The binary is
 portable across x86-64 CPUs: it is compiled for the baseline ISA, and the AVX2 and AVX-512 VNNI
 kernels carry their own ``target(...)`` attributes and run only when the CPU reports those
-features (``mac_cpu_isa``). Running
+features (``mac_cpu_isa``): the one binary holds the generic, AVX2 and AVX-512 VNNI variants, and
+the CPU picks among them at run time. Running
 this module builds now and prints the library's path, or the compiler's error.
 """
 
@@ -17,31 +20,22 @@ import importlib.util
 import platform
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 from types import ModuleType
 
 import cffi
 
 from vnpu_common.cache import build_once, cache_root, content_hash, publish
+from vnpu_common.cbuild import WARNINGS, interface, prebuilt, staging, sweep
 
 MODULE_NAME = "_vnpu_mac_array"
-SOURCE_PATH = Path(__file__).resolve().parent / "mac_array.c"
+PACKAGE_DIR = Path(__file__).resolve().parent
+SOURCE_PATH = PACKAGE_DIR / "mac_array.c"
 # -O3 for the vectoriser; no -march: the AVX2 and VNNI code is selected at run time, not at build time.
-COMPILE_ARGS = ["-O3", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+# cffi's generated wrappers leave parameters unused; mac_array.c turns that warning back on itself.
+COMPILE_ARGS = ["-O3", "-std=gnu11", *WARNINGS, "-Wno-unused-parameter"]
 
-INTERFACE_BEGIN = "/* --- interface: begin"
-INTERFACE_END = "/* --- interface: end --- */"
-
-
-def interface(source: str) -> str:
-    """The block of mac_array.c between its interface markers: the declarations cffi's cdef reads, so
-    the structs and functions Python calls are written once (comments are cffi's to skip)."""
-    start = source.index(INTERFACE_BEGIN)
-    start = source.index("*/", start) + 2
-    return source[start : source.index(INTERFACE_END, start)]
-
-
+# The declarations cffi's cdef reads: mac_array.c's interface block.
 CDEF = interface(SOURCE_PATH.read_text())
 
 
@@ -69,6 +63,11 @@ def _library_file(out_dir: Path) -> Path:
     return out_dir / f"{MODULE_NAME}{suffix}"
 
 
+def installed() -> Path | None:
+    """The extension a wheel carries beside this module, or None (a checkout)."""
+    return prebuilt(_library_file(PACKAGE_DIR))
+
+
 def build(out_dir: Path) -> Path:
     """Compile the extension into ``out_dir`` (atomically replaced) and return its path.
 
@@ -78,14 +77,22 @@ def build(out_dir: Path) -> Path:
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
     ffi.set_source(MODULE_NAME, SOURCE_PATH.read_text(), extra_compile_args=COMPILE_ARGS)
-    with tempfile.TemporaryDirectory(prefix="vnpu-mac-array-build-") as tmp:
-        publish(Path(ffi.compile(tmpdir=tmp, verbose=False)), target)
+    with staging(out_dir) as tmp:
+        publish(Path(ffi.compile(tmpdir=str(tmp), verbose=False)), target)
     return target
 
 
+def _sweep_and_build(out_dir: Path) -> Path:
+    sweep(out_dir)
+    return build(out_dir)
+
+
 def ensure_built(out_dir: Path | None = None) -> Path:
-    """The extension's path, built now (one builder at a time) if this source hash has none yet."""
-    return build_once(_library_file(out_dir or default_build_dir()), build)
+    """The extension's path: the wheel's, else the cache's, built now (one builder at a time) if
+    this source hash has none yet. ``out_dir`` names the cache directory (never the wheel's)."""
+    if out_dir is None and (path := installed()) is not None:
+        return path
+    return build_once(_library_file(out_dir or default_build_dir()), _sweep_and_build)
 
 
 def load(path: Path) -> ModuleType:

@@ -17,6 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The build passes -Wno-unused-parameter for cffi's generated wrappers; here it is an error. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wunused-parameter"
+
 /* --- interface: begin (build.py hands this block to cffi's cdef: the one declaration of the types
  * and functions Python calls) --- */
 struct mac_layer {
@@ -2188,3 +2192,5 @@ int64_t mac_run_units(const struct mac_unit *units, int64_t n, int *status)
     *status = 0;
     return n;
 }
+
+#pragma GCC diagnostic pop
