@@ -42,6 +42,9 @@ from vnpu_common import cache
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
+# What a run needs beside the package: the module's sources, which it builds, and the suites the
+# guest runs. An installed wheel has neither; main() checks for them before it installs or writes.
+CHECKOUT_FILES = (MODULE_DIR / "Makefile", REPO / "tests" / "kernel")
 GUEST_OUT = "/tmp/vnpu-out"  # where the --rwdir appears inside the guest
 # Where the host's cache root (vnpu_common.cache.cache_root(): what the host built, libteflon.so and
 # the MAC array) appears read-only inside the guest, whatever HOME, XDG_CACHE_HOME or VNPU_CACHE_DIR
@@ -745,6 +748,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if (missing := checkout_missing()) is not None:
+        print(missing, file=sys.stderr)
+        return preflight.EXIT_MISSING
     if args.kdir is not None and args.kernel is None:
         parser.error("--kdir goes with --kernel (a bzImage path)")
     if args.module is not None and (args.no_module or args.matrix is not None):
@@ -760,6 +766,17 @@ def main(argv: list[str] | None = None) -> int:
     rc = run_kernel(args, args.kernel, args.kdir, outdir, clock, record).rc
     write_kcidb(args.kcidb, [record], clock)
     return rc
+
+
+def checkout_missing() -> str | None:
+    """The one-line reason this package cannot boot the guest (it is not in a checkout), or None."""
+    absent = next((path for path in CHECKOUT_FILES if not path.exists()), None)
+    if absent is None:
+        return None
+    return (
+        f"python -m qemu_tests needs a checkout of vnpu ({absent} is missing: it builds vnpu.ko from "
+        "kernel/ and runs tests/ in the guest); run it from a clone of the repository"
+    )
 
 
 def write_kcidb(path: Path | None, records: list[kcidb.Run], clock: Clock) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 import delegate_teflon
 from device_model.qemu_server import parse_size
-from qemu_tests import guest_run, harness
+from qemu_tests import guest_run, harness, preflight
 from uapi import hw_layout
 from vnpu_common import cache
 
@@ -195,3 +195,21 @@ def test_a_cache_path_qemu_would_split_is_refused(monkeypatch: pytest.MonkeyPatc
     kernel = Path("/boot/vmlinuz-6.12.117+deb12-amd64")
     with pytest.raises(harness.HarnessError, match="VNPU_CACHE_DIR"):
         harness.vng_command(["true"], Path("/tmp/s.sock"), Path("/dev/shm/r"), Path("/tmp/o"), 2, kernel)
+
+
+def test_outside_a_checkout_main_says_so_and_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(harness, "CHECKOUT_FILES", (tmp_path / "kernel" / "drivers_accel_stub" / "Makefile",))
+
+    def must_not_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the harness went on outside a checkout")
+
+    for name in ("install", "results_dir", "run_kernel", "run_matrix"):
+        monkeypatch.setattr(harness, name, must_not_run)
+    assert harness.main([]) == preflight.EXIT_MISSING
+    err = capsys.readouterr().err
+    assert err.startswith("python -m qemu_tests needs a checkout of vnpu (") and err.count("\n") == 1
+    assert harness.checkout_missing() is not None
+    monkeypatch.undo()
+    assert harness.checkout_missing() is None  # this checkout has them
