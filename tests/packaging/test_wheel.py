@@ -1,18 +1,24 @@
-"""The wheel works outside the checkout: build the sdist and the wheel, install the wheel into a new
-venv, and run the userspace stack's commands from a temporary directory.
+"""The wheel works outside the checkout, on a machine without a compiler: build the sdist and the
+wheel, install the wheel into a new venv, and run the userspace stack's commands from a temporary
+directory with gcc out of reach.
 
 Offline and fast on a machine where ``./run.sh`` made ``.venv``:
 
 - ``python -m build --no-isolation`` builds the sdist, then the wheel from the sdist, with this
-  venv's setuptools (the dev extras carry ``build``, ``setuptools`` and ``twine``);
+  venv's setuptools and cffi (the dev extras carry ``build``, ``setuptools`` and ``twine``); setup.py
+  compiles libteflon.so and the MAC array into it (about 30 s of gcc), so it is a platform wheel;
 - the new venv gets the wheel alone (``pip install --no-deps --no-index``) and finds the wheel's
   dependencies through one ``.pth`` line naming this venv's site-packages. A directory added that way
   is a plain ``sys.path`` entry: its own ``.pth`` files (the editable install's finder among them) do
   not run, so the project's packages can come only from the wheel, which the test checks, with the
   wheel's ``Requires-Dist`` against the versions that directory provides;
-- the commands run with ``$VNPU_CACHE_DIR`` in a temporary directory, so libteflon.so and accel
-  trace's interposer are compiled from the wheel's files; only the MAC array's build (about 30 s of
-  gcc) is copied in from this venv's cache, under the key the wheel's own ``mac_array.c`` hashes to.
+- the commands run with ``PATH`` holding the venv's ``bin/`` alone and ``CC=false`` (no gcc, no cc)
+  and ``$VNPU_CACHE_DIR`` in an empty temporary directory: the delegate and the MAC array are the
+  wheel's own builds, and nothing is compiled into the cache. Only ``accel trace``, whose interposer
+  is compiled on first use, and the C program it traces get gcc.
+
+Every subprocess gets an environment without ``PYTHON*`` and ``VNPU_*`` variables, so a
+``PYTHONPATH`` naming the checkout cannot put the checkout's packages in front of the wheel's.
 """
 
 from __future__ import annotations
@@ -54,16 +60,34 @@ DATA = (
     "uapi/firmware/keys/dev-ed25519.pub",
     "libaccel/trace_preload.c",
     "device_model/mac_array/mac_array.c",
+    "delegate_teflon/c/teflon_abi.h",
+    "delegate_teflon/c/prepared_invoke.c",
+    "delegate_teflon/c/embedding_host.c",
 )
 TFLITE_MODEL = ROOT / "tests" / "corpus" / "models" / "ds_cnn_kws.tflite"
 ONNX_MODEL = ROOT / "tests" / "onnx" / "models" / "mobilenet_like_qdq.onnx"
 TIMEOUT = 600.0  # one command, on a loaded 2-core machine
+WHEEL_TAG = "cp311-cp311-linux_x86_64"
+# What the wheel carries built, beside the modules that load it.
+BUILT = (
+    "delegate_teflon/libteflon.so",
+    "device_model/mac_array/_vnpu_mac_array.cpython-311-x86_64-linux-gnu.so",
+)
+# The environment of every subprocess: this one without what would reach into the checkout.
+CLEAN_ENV = {
+    k: v
+    for k, v in os.environ.items()
+    if not k.startswith(("VNPU_", "PYTHON")) and k not in ("VIRTUAL_ENV", "LD_PRELOAD")
+}
 
 
 def _run(
     argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(argv, cwd=cwd, env=env, input=input, capture_output=True, text=True, timeout=TIMEOUT)
+    r = subprocess.run(
+        argv, cwd=cwd, env=CLEAN_ENV if env is None else env, input=input, capture_output=True, text=True,
+        timeout=TIMEOUT,
+    )  # fmt: skip
     if r.returncode != 0:
         pytest.fail(f"{shlex.join(argv)} exited {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     return r
@@ -83,7 +107,7 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
         pytest.fail("the venv lacks the build frontend: ./run.sh reinstalls it (pyproject.toml's dev extras)")
     out = tmp_path_factory.mktemp("dist")
     _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)])
-    (wheel,) = out.glob("vnpu-*.whl")
+    (wheel,) = out.glob(f"vnpu-*-{WHEEL_TAG}.whl")
     (sdist,) = out.glob("vnpu-*.tar.gz")
     return Dists(wheel, sdist)
 
@@ -93,7 +117,7 @@ class Venv:
     root: Path
     site: Path
     cwd: Path
-    env: dict[str, str]
+    env: dict[str, str]  # no compiler on PATH
 
     def bin(self, name: str) -> str:
         return str(self.root / "bin" / name)
@@ -103,6 +127,11 @@ class Venv:
 
     def python(self, code: str, *args: str) -> subprocess.CompletedProcess[str]:
         return self.run(self.bin("python"), "-c", code, *args)
+
+    def with_gcc(self) -> dict[str, str]:
+        env = dict(self.env, PATH=f"{self.root / 'bin'}:/usr/local/bin:/usr/bin:/bin")
+        del env["CC"]
+        return env
 
 
 @pytest.fixture(scope="module")
@@ -120,22 +149,23 @@ def venv(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Venv:
         + ["--no-cache-dir", str(dists.wheel)]
     )
     cache = base / "cache"
-    from device_model.mac_array.build import default_build_dir, ensure_built
-
-    ensure_built()  # this venv's build, in its own cache (the other tests use it too)
-    mac_array = default_build_dir()
-    shutil.copytree(mac_array, cache / mac_array.name, ignore=shutil.ignore_patterns(".*"))
+    cache.mkdir()
     cwd = base / "work"
     cwd.mkdir()
     for model in (TFLITE_MODEL, ONNX_MODEL):
         shutil.copy(model, cwd / model.name)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("VNPU_", "PYTHON")) and k not in ("VIRTUAL_ENV", "LD_PRELOAD")
-    }
-    env.update(PATH=f"{root / 'bin'}:/usr/local/bin:/usr/bin:/bin", VNPU_CACHE_DIR=str(cache))
+    # No compiler: PATH is the venv's bin/ alone (no gcc, no cc), and CC names a command that fails.
+    env = dict(CLEAN_ENV, PATH=str(root / "bin"), CC="false", VNPU_CACHE_DIR=str(cache))
     return Venv(root, site, cwd, env)
+
+
+def test_the_wheel_is_a_platform_wheel_with_its_libraries_built(dists: Dists) -> None:
+    names = set(zipfile.ZipFile(dists.wheel).namelist())
+    assert set(BUILT) <= names
+    wheel_meta = zipfile.ZipFile(dists.wheel).read("vnpu-0.1.0.dist-info/WHEEL").decode()
+    assert "Root-Is-Purelib: false" in wheel_meta and f"Tag: {WHEEL_TAG}" in wheel_meta
+    with tarfile.open(dists.sdist) as tar:
+        assert not [n for n in tar.getnames() if n.endswith(".so")], "a compiled library in the sdist"
 
 
 def test_the_archives_carry_the_run_time_files_and_leave_out_keys_and_tests(dists: Dists) -> None:
@@ -186,12 +216,17 @@ def test_the_packages_come_from_the_wheel_and_its_requirements_are_met(venv: Ven
     assert r["unmet"] == [], "the wheel's requirements"
     assert r["mac_array"] == source_hash()  # the wheel's mac_array.c is this checkout's
     assert r["ioctls"] > 0 and Path(r["dist"]) == venv.site
+    assert (
+        shutil.which("gcc", path=venv.env["PATH"]) is None
+        and shutil.which("cc", path=venv.env["PATH"]) is None
+    )
 
 
 DELEGATE = """
 import sys
 import numpy as np
 import delegate_teflon
+from device_model import mac_array
 from tflite_runtime.interpreter import Interpreter, OpResolverType, load_delegate
 
 model = sys.argv[1]
@@ -210,6 +245,7 @@ for interp in (npu, ref):
     outputs.append([interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()])
 diff = sum(int(np.count_nonzero(a.view(np.uint8) != b.view(np.uint8))) for a, b in zip(*outputs))
 print("library", delegate_teflon.library_path())
+print("mac array", mac_array.library().__file__, mac_array.build_failure())
 print("differing bytes", diff)
 """
 
@@ -217,9 +253,11 @@ print("differing bytes", diff)
 def test_the_delegate_runs_a_corpus_model_exactly(venv: Venv) -> None:
     out = venv.python(DELEGATE, TFLITE_MODEL.name).stdout
     assert "differing bytes 0" in out
-    assert f"library {venv.env['VNPU_CACHE_DIR']}/" in out  # built from the wheel's sources
+    assert f"library {venv.site / BUILT[0]}\n" in out  # the wheel's build
+    assert f"mac array {venv.site / BUILT[1]} None\n" in out  # the C kernels, no numpy fallback
     r = venv.run(venv.bin("python"), "-m", "delegate_teflon.run", TFLITE_MODEL.name, "--device", "shim")
     assert "0 differing bytes" in r.stdout
+    assert list(Path(venv.env["VNPU_CACHE_DIR"]).glob("*/*.so")) == []  # nothing compiled on first use
 
 
 def test_accel_info_and_run(venv: Venv) -> None:
@@ -256,11 +294,11 @@ def test_accel_trace_builds_its_interposer_from_the_wheel(venv: Venv) -> None:
     cflags = venv.run(venv.bin("python"), "-m", "uapi", "cflags").stdout.strip()
     assert cflags == f"-I{venv.site / 'uapi'}"
     (venv.cwd / "prog.c").write_text(C_PROGRAM)
-    venv.run("gcc", "-Wall", "-Werror", cflags, "prog.c", "-o", "prog")
+    _run(["gcc", "-Wall", "-Werror", cflags, "prog.c", "-o", "prog"], cwd=venv.cwd, env=venv.with_gcc())
     r = subprocess.run(
         [venv.bin("accel"), "trace", "--json", "-o", "trace.jsonl", "--", "./prog"],
         cwd=venv.cwd,
-        env=venv.env,
+        env=venv.with_gcc(),
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -291,3 +329,17 @@ def test_firmware_and_stream_tools(venv: Venv) -> None:
     text = venv.run(venv.bin("vnpu-asm"), "disasm", "a.bin", "--no-annotate").stdout
     venv.run(venv.bin("vnpu-asm"), "asm", "-", "-o", "b.bin", input=text)
     assert (venv.cwd / "a.bin").read_bytes() == (venv.cwd / "b.bin").read_bytes()
+
+
+def test_qemu_tests_outside_a_checkout_says_so_and_changes_nothing(venv: Venv) -> None:
+    before = sorted(p.name for p in (venv.root / "bin").iterdir())
+    r = subprocess.run(
+        [venv.bin("python"), "-m", "qemu_tests"], cwd=venv.cwd, env=venv.env, capture_output=True, text=True,
+        timeout=TIMEOUT,
+    )  # fmt: skip
+    assert r.returncode == 3, r.stderr
+    assert (
+        r.stderr.startswith("python -m qemu_tests needs a checkout of vnpu (") and r.stderr.count("\n") == 1
+    )
+    assert not (venv.site / "build").exists()  # no results or module build beside the package
+    assert sorted(p.name for p in (venv.root / "bin").iterdir()) == before  # no pip install of virtme-ng
