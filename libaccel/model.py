@@ -119,6 +119,26 @@ class _CpuNode:
             raise OnnxModelError(f"onnxruntime cannot run {self.label}: {str(e).splitlines()[0]}") from None
 
 
+def onnx_placement(og: fe.OnnxGraph, strict: bool | None = None) -> list[Placement]:
+    """Where each IR node of an ONNX model runs: :func:`partition.place` with the front end's rules
+    (its CPU nodes with their reasons; the IR nodes of one ONNX node placed together), numbered by
+    partition. Every ONNX runner (``OnnxProgram``, the onnxruntime EP) places through this."""
+    graph = og.graph
+    # One ONNX node may be several IR nodes (a layout TRANSPOSE and a RESHAPE): they go together.
+    members: dict[int, list[int]] = {}
+    for index, node in og.onnx_nodes.items():
+        members.setdefault(id(node), []).append(index)
+    cpu = {
+        n.index: f"{og.cpu_reasons.get(n.index, f'{n.op[5:]} has no NPU lowering')}; runs in onnxruntime"
+        for n in graph.nodes
+        if n.op.startswith("ONNX:")
+    }
+    if strict is None:
+        strict = partition.strict_default()
+    rules = partition.Rules(cpu=cpu, groups=[g for g in members.values() if len(g) > 1], strict=strict)
+    return partition.numbered(partition.place(graph, rules))
+
+
 class OnnxProgram:
     """A model compiled for a device: NPU partitions loaded, CPU nodes as onnxruntime sessions.
 
@@ -132,19 +152,7 @@ class OnnxProgram:
         graph = og.graph
         self.steps: list[tuple[str, Any]] = []  # ("npu", (runner, compiled)) / ("cpu", (node, _CpuNode))
         t0 = time.perf_counter()
-        # One ONNX node may be several IR nodes (a layout TRANSPOSE and a RESHAPE): they go together.
-        members: dict[int, list[int]] = {}
-        for index, node in og.onnx_nodes.items():
-            members.setdefault(id(node), []).append(index)
-        cpu = {
-            n.index: f"{og.cpu_reasons.get(n.index, f'{n.op[5:]} has no NPU lowering')}; runs in onnxruntime"
-            for n in graph.nodes
-            if n.op.startswith("ONNX:")
-        }
-        if strict is None:
-            strict = partition.strict_default()
-        rules = partition.Rules(cpu=cpu, groups=[g for g in members.values() if len(g) > 1], strict=strict)
-        placed = partition.numbered(partition.place(graph, rules))
+        placed = onnx_placement(og, strict)
         runs = {run[0]: run for run in partition.partition_runs(placed)}
         compiled_runs = {}
         for first, run in runs.items():

@@ -39,6 +39,7 @@ PACKAGES = (
     "device_model",
     "firmware_tools",
     "delegate_teflon",
+    "vnpu_ort_ep",
     "vnpu_common",
     "modelgen",
 )
@@ -47,6 +48,7 @@ DATA = (
     "uapi/abi_generated.json",
     "uapi/vnpu_isa.toml",
     "uapi/drm/vnpu_accel.h",
+    "vnpu_ort_ep/vnpu_ort_abi.h",
     "uapi/drm/vnpu_isa.h",
     "uapi/drm/drm.h",
     "uapi/firmware/vnpu/vnpu_fw.bin",
