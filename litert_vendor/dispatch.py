@@ -1,0 +1,2 @@
+"""placeholder"""
+def install(ffi, lib): pass
