@@ -52,6 +52,7 @@ from delegate_teflon import plugin
 plugin.install(ffi, lib)
 """
 
+
 def python_start_source(label: str, flag: str) -> str:
     """C for ``static int vnpu_start_python(void)``: start the Python this library was built for in a
     host that has none (a C or C++ program), or return 0 at once in a Python host. Errors land in

@@ -67,11 +67,11 @@ extern "Python" LiteRtStatus vnpu_dispatch_get_input_requirements(
 extern "Python" LiteRtStatus vnpu_dispatch_get_output_requirements(
     LiteRtDispatchInvocationContext invocation_context, int output_index,
     const LiteRtRankedTensorType *tensor_type, LiteRtTensorBufferRequirements *tensor_buffer_requirements);
-extern "Python" LiteRtStatus vnpu_dispatch_register_tensor_buffer(LiteRtDispatchDeviceContext device_context,
-                                                                  LiteRtTensorBuffer tensor_buffer,
-                                                                  LiteRtTensorBufferHandle *tensor_buffer_handle);
-extern "Python" LiteRtStatus vnpu_dispatch_unregister_tensor_buffer(LiteRtDispatchDeviceContext device_context,
-                                                                    LiteRtTensorBufferHandle handle);
+extern "Python" LiteRtStatus vnpu_dispatch_register_tensor_buffer(
+    LiteRtDispatchDeviceContext device_context, LiteRtTensorBuffer tensor_buffer,
+    LiteRtTensorBufferHandle *tensor_buffer_handle);
+extern "Python" LiteRtStatus vnpu_dispatch_unregister_tensor_buffer(
+    LiteRtDispatchDeviceContext device_context, LiteRtTensorBufferHandle handle);
 extern "Python" LiteRtStatus vnpu_dispatch_invocation_context_create(
     const LiteRtRuntimeContext *runtime_context, LiteRtDispatchDeviceContext device_context,
     LiteRtDispatchExecutableType exec_type, const LiteRtMemBuffer *exec_bytecode_buffer,
@@ -117,8 +117,7 @@ static int vnpu_ensure_python(void)
 }
 """
 
-PLUGIN_SOURCE = (
-    r"""
+PLUGIN_SOURCE = r"""
 /* The plugin handle LiteRT holds: the Python plugin's number. */
 struct LiteRtCompilerPluginT {
     int handle;
@@ -200,7 +199,8 @@ LiteRtStatus LiteRtGetNumCompilerPluginSupportedSocModels(LiteRtCompilerPlugin p
     return kLiteRtStatusOk;
 }
 
-LiteRtStatus LiteRtGetCompilerPluginSupportedSocModel(LiteRtCompilerPlugin plugin, LiteRtParamIndex soc_model_idx,
+LiteRtStatus LiteRtGetCompilerPluginSupportedSocModel(LiteRtCompilerPlugin plugin,
+    LiteRtParamIndex soc_model_idx,
                                                       const char **soc_model_name)
 {
     if (!plugin || !soc_model_name)
@@ -258,7 +258,8 @@ LiteRtStatus LiteRtCompiledResultNumByteCodeModules(LiteRtCompiledResult compile
     return kLiteRtStatusOk;
 }
 
-LiteRtStatus LiteRtGetCompiledResultByteCode(LiteRtCompiledResult compiled_result, LiteRtParamIndex byte_code_idx,
+LiteRtStatus LiteRtGetCompiledResultByteCode(LiteRtCompiledResult compiled_result,
+    LiteRtParamIndex byte_code_idx,
                                              const void **byte_code, size_t *byte_code_size)
 {
     const vnpu_compiled_result *r = (const vnpu_compiled_result *)compiled_result;
@@ -272,7 +273,8 @@ LiteRtStatus LiteRtGetCompiledResultByteCode(LiteRtCompiledResult compiled_resul
     return kLiteRtStatusOk;
 }
 
-LiteRtStatus LiteRtGetNumCompiledResultCalls(LiteRtCompiledResult compiled_result, LiteRtParamIndex *num_calls)
+LiteRtStatus LiteRtGetNumCompiledResultCalls(LiteRtCompiledResult compiled_result,
+    LiteRtParamIndex *num_calls)
 {
     const vnpu_compiled_result *r = (const vnpu_compiled_result *)compiled_result;
 
@@ -308,7 +310,8 @@ LiteRtStatus LiteRtGetCompiledResultHandle(LiteRtCompiledResult compiled_result,
     return kLiteRtStatusErrorUnsupported;
 }
 
-LiteRtStatus LiteRtCompilerPluginRegisterAllTransformations(LiteRtCompilerPlugin plugin, void **transformations,
+LiteRtStatus LiteRtCompilerPluginRegisterAllTransformations(LiteRtCompilerPlugin plugin,
+    void **transformations,
                                                             LiteRtParamIndex *num_patterns)
 {
     if (!plugin || !transformations || !num_patterns)
@@ -318,8 +321,10 @@ LiteRtStatus LiteRtCompilerPluginRegisterAllTransformations(LiteRtCompilerPlugin
     return kLiteRtStatusOk;
 }
 
-LiteRtStatus LiteRtCompilerPluginCheckCompilerCompatibility(LiteRtApiVersion api_version, LiteRtCompilerPlugin plugin,
-                                                            LiteRtEnvironmentOptions env, LiteRtOptions options,
+LiteRtStatus LiteRtCompilerPluginCheckCompilerCompatibility(LiteRtApiVersion api_version,
+    LiteRtCompilerPlugin plugin,
+                                                            LiteRtEnvironmentOptions env,
+                                                                LiteRtOptions options,
                                                             const char *soc_model_name)
 {
     (void)env;
@@ -333,7 +338,6 @@ LiteRtStatus LiteRtCompilerPluginCheckCompilerCompatibility(LiteRtApiVersion api
     return kLiteRtStatusOk;
 }
 """
-)
 
 DISPATCH_SOURCE = r"""
 static LiteRtStatus vnpu_get_vendor_id(const char **vendor_id)
@@ -360,7 +364,8 @@ static LiteRtStatus vnpu_get_capabilities(int *capabilities)
     return kLiteRtStatusOk;
 }
 
-static LiteRtStatus vnpu_check_runtime_compatibility(LiteRtApiVersion api_version, LiteRtEnvironmentOptions env,
+static LiteRtStatus vnpu_check_runtime_compatibility(LiteRtApiVersion api_version,
+    LiteRtEnvironmentOptions env,
                                                      LiteRtOptions options)
 {
     (void)env;
@@ -374,7 +379,8 @@ static LiteRtStatus vnpu_check_runtime_compatibility(LiteRtApiVersion api_versio
     return kLiteRtStatusOk;
 }
 
-static LiteRtStatus vnpu_set_options(LiteRtDispatchInvocationContext invocation_context, LiteRtOptions options)
+static LiteRtStatus vnpu_set_options(LiteRtDispatchInvocationContext invocation_context,
+    LiteRtOptions options)
 {
     (void)options;
     return invocation_context ? kLiteRtStatusOk : kLiteRtStatusErrorInvalidArgument;

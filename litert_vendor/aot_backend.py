@@ -43,7 +43,11 @@ class VnpuTarget(aot_types.Target):
         return f"{self.soc_manufacturer}_{self.soc_model}"
 
     def flatten(self) -> dict[str, Any]:
-        return {"backend_id": BACKEND_ID, "soc_manufacturer": self.soc_manufacturer, "soc_model": self.soc_model}
+        return {
+            "backend_id": BACKEND_ID,
+            "soc_manufacturer": self.soc_manufacturer,
+            "soc_model": self.soc_model,
+        }
 
     @classmethod
     def backend_id(cls) -> str:
@@ -83,23 +87,36 @@ class VnpuBackend(aot_types.Backend):
 
 @functools.singledispatch
 def _call_component(
-    component: aot_types.Component, backend: VnpuBackend, input_model: aot_types.Model, output_model: aot_types.Model
+    component: aot_types.Component,
+    backend: VnpuBackend,
+    input_model: aot_types.Model,
+    output_model: aot_types.Model,
 ) -> Any:
     raise NotImplementedError(f"the {backend.id()} backend has no {component.component_name} component")
 
 
 @_call_component.register
 def _apply_plugin(
-    component: components.ApplyPluginT, backend: VnpuBackend, input_model: aot_types.Model, output_model: aot_types.Model
+    component: components.ApplyPluginT,
+    backend: VnpuBackend,
+    input_model: aot_types.Model,
+    output_model: aot_types.Model,
 ) -> Any:
     # ApplyPlugin turns extra keywords into flags: --libs points apply_plugin_main at the plugin.
     return component(
-        input_model, output_model, backend.target.soc_manufacturer, backend.target.soc_model, libs=library_dir()
+        input_model,
+        output_model,
+        backend.target.soc_manufacturer,
+        backend.target.soc_model,
+        libs=library_dir(),
     )
 
 
 @_call_component.register
 def _mlir_transforms(
-    component: components.MlirTransformsT, backend: VnpuBackend, input_model: aot_types.Model, output_model: aot_types.Model
+    component: components.MlirTransformsT,
+    backend: VnpuBackend,
+    input_model: aot_types.Model,
+    output_model: aot_types.Model,
 ) -> Any:
     return component(input_model, output_model, [])

@@ -1,4 +1,6 @@
-"""Build the LiteRT vendor libraries with cffi's embedding mode: ``python -m litert_vendor.build [--out DIR]``.
+"""Build the LiteRT vendor libraries with cffi's embedding mode.
+
+``python -m litert_vendor.build [--out DIR]``.
 
 Two libraries in one directory, the way LiteRT looks for them:
 
@@ -69,7 +71,12 @@ def _parts(library: str) -> tuple[str, str, str, str]:
     cdef = abi.LITERT_CDEF + abi.RESULT_TYPES + callbacks
     # The callbacks' prototypes, for the C that calls them (cffi defines them static, after it).
     prototypes = callbacks.replace('extern "Python" ', "static ")
-    return module, cdef, abi.common_source(library, SDK_VERSION) + abi.RESULT_TYPES + prototypes + source, init
+    return (
+        module,
+        cdef,
+        abi.common_source(library, SDK_VERSION) + abi.RESULT_TYPES + prototypes + source,
+        init,
+    )
 
 
 def make_ffi(library: str) -> cffi.FFI:
@@ -93,7 +100,13 @@ def source_hash() -> str:
     for library in (PLUGIN_LIBRARY, DISPATCH_LIBRARY):
         parts.extend(_parts(library))
     return content_hash(
-        (*parts, abi.HEADER.read_text(), cffi.__version__, sys.version, sysconfig.get_config_var("SOABI") or "")
+        (
+            *parts,
+            abi.HEADER.read_text(),
+            cffi.__version__,
+            sys.version,
+            sysconfig.get_config_var("SOABI") or "",
+        )
     )
 
 
@@ -111,7 +124,10 @@ def build(out_dir: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build vnpu's LiteRT compiler plugin and dispatch library.")
     parser.add_argument(
-        "--out", type=Path, default=None, help="output directory (default: the cache directory library_dir() uses)"
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default: the cache directory library_dir() uses)",
     )
     args = parser.parse_args(argv)
     from litert_vendor import default_build_dir

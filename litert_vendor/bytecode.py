@@ -45,7 +45,9 @@ class Bytecode:
     compiled: CompiledPartition
 
 
-def pack(function: str, inputs: tuple[int, ...], outputs: tuple[int, ...], compiled: CompiledPartition) -> bytes:
+def pack(
+    function: str, inputs: tuple[int, ...], outputs: tuple[int, ...], compiled: CompiledPartition
+) -> bytes:
     """The bytecode of ``compiled``, run as DISPATCH_OP function ``function`` with these I/O tensors."""
     partition = compiled.to_bytes()
     header = json.dumps(
@@ -69,7 +71,9 @@ def unpack(data: bytes | memoryview) -> Bytecode:
         raise BytecodeError(f"vnpu bytecode is {len(mv)} bytes, shorter than its {_PREFIX.size}-byte prefix")
     magic, version, header_size = _PREFIX.unpack_from(mv)
     if magic != MAGIC:
-        raise BytecodeError(f"not vnpu bytecode (magic {bytes(magic)!r}, expected {MAGIC!r}): another vendor's?")
+        raise BytecodeError(
+            f"not vnpu bytecode (magic {bytes(magic)!r}, expected {MAGIC!r}): another vendor's?"
+        )
     if version != FORMAT_VERSION:
         raise BytecodeError(
             f"vnpu bytecode format version {version}; this library reads version {FORMAT_VERSION}: "

@@ -69,7 +69,9 @@ def partition_subgraph(reader: SubgraphReader, subgraph: Any) -> list[tuple[Any,
     rules = partition.Rules(dynamic=dynamic, strict=partition.strict_default())
     placed = partition.numbered(partition.place(graph, rules))
     if os.environ.get(ENV_REPORT) == "1":
-        report = partition.format_report(placed, "vnpu LiteRT placement", len(partition.partition_runs(placed)))
+        report = partition.format_report(
+            placed, "vnpu LiteRT placement", len(partition.partition_runs(placed))
+        )
         print(report, file=sys.stderr, flush=True)
     return [(ops[p.node], p.partition) for p in placed if p.npu and p.partition is not None]
 
@@ -155,7 +157,9 @@ def _new_result(ffi: Any, codes: list[bytes], names: list[str]) -> Any:
     keep: list[Any] = [codes, code_bufs, name_bufs]
     r = ffi.new("vnpu_compiled_result *")
     arrays = {
-        "byte_code": ffi.new("const void *[]", [ffi.cast("const void *", b) for b in code_bufs] or [ffi.NULL]),
+        "byte_code": ffi.new(
+            "const void *[]", [ffi.cast("const void *", b) for b in code_bufs] or [ffi.NULL]
+        ),
         "byte_code_size": ffi.new("size_t[]", [len(c) for c in codes] or [0]),
         "call_info": ffi.new("const char *[]", name_bufs or [ffi.NULL]),
         "call_info_size": ffi.new("size_t[]", [len(s) for s in names] or [0]),

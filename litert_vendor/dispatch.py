@@ -164,7 +164,9 @@ def install(ffi: Any, lib: Any) -> None:
 
     def requirements(inv: Invocation, tensor: int, what: str, tensor_type: Any, out: Any) -> None:
         try:
-            binding = inv.runner.compiled.input(tensor) if what == "input" else inv.runner.compiled.output(tensor)
+            binding = (
+                inv.runner.compiled.input(tensor) if what == "input" else inv.runner.compiled.output(tensor)
+            )
             nbytes = binding.nbytes
         except KeyError:
             nbytes = 0  # an input the partition does not read: any buffer does
@@ -230,14 +232,18 @@ def install(ffi: Any, lib: Any) -> None:
     ) -> None:
         ctx = device_of(handle)
         if exec_type != ffi.integer_const("kLiteRtDispatchExecutableTypeMlModel"):
-            raise DispatchError(f"executable type {exec_type} is not vnpu bytecode (2, an ML model)", STATUS_UNSUPPORTED)
+            raise DispatchError(
+                f"executable type {exec_type} is not vnpu bytecode (2, an ML model)", STATUS_UNSUPPORTED
+            )
         if mem == ffi.NULL or mem.base_addr == ffi.NULL:
             raise DispatchError("no bytecode buffer", STATUS_INVALID_ARGUMENT)
         data = ffi.buffer(ffi.cast("const char *", mem.base_addr) + mem.offset, mem.size)
         code = bytecode.unpack(memoryview(data))
         name = ffi.string(function).decode(errors="replace") if function != ffi.NULL else ""
         if name != code.function:
-            raise DispatchError(f"the bytecode holds function {code.function!r}, not {name!r}", STATUS_NOT_FOUND)
+            raise DispatchError(
+                f"the bytecode holds function {code.function!r}, not {name!r}", STATUS_NOT_FOUND
+            )
         if (n_in, n_out) != (len(code.inputs), len(code.outputs)):
             raise DispatchError(
                 f"{name}: the DISPATCH_OP has {n_in} inputs and {n_out} outputs, the bytecode "
@@ -290,7 +296,10 @@ def install(ffi: Any, lib: Any) -> None:
         rt = inv.device.runtime
         buffer = inv.device.buffers[number]
         size, addr = ffi.new("size_t *"), ffi.new("void **")
-        if rt.get_tensor_buffer_packed_size(buffer, size) != 0 or rt.lock_tensor_buffer(buffer, addr, mode) != 0:
+        if (
+            rt.get_tensor_buffer_packed_size(buffer, size) != 0
+            or rt.lock_tensor_buffer(buffer, addr, mode) != 0
+        ):
             raise DispatchError(f"LiteRT could not lock tensor buffer {number}")
         return buffer, ffi.buffer(addr[0], size[0])
 
@@ -303,7 +312,9 @@ def install(ffi: Any, lib: Any) -> None:
             i for i in range(len(inv.code.outputs)) if i not in inv.outputs
         ]
         if missing:
-            raise DispatchError(f"{inv.code.function}: inputs/outputs {missing} have no tensor buffer attached", 4)
+            raise DispatchError(
+                f"{inv.code.function}: inputs/outputs {missing} have no tensor buffer attached", 4
+            )
         for index, number in inv.inputs.items():
             tensor = inv.code.inputs[index]
             try:

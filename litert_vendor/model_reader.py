@@ -24,7 +24,16 @@ class ReaderError(RuntimeError):
 
 
 # LiteRtElementType values (TfLiteType's) -> the graph's dtype names.
-ELEMENT_TYPES = {1: "float32", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8", 10: "float16"}
+ELEMENT_TYPES = {
+    1: "float32",
+    2: "int32",
+    3: "uint8",
+    4: "int64",
+    6: "bool",
+    7: "int16",
+    9: "int8",
+    10: "float16",
+}
 
 # Per op: (option key, accessor suffix, kind). The accessor is get_<prefix>_<suffix>_option.
 _CONV = (
@@ -156,14 +165,20 @@ class SubgraphReader:
             return numbers[key]
 
         n_in = self._get("get_num_subgraph_inputs", "LiteRtParamIndex", subgraph)
-        inputs = tuple(number(self._get("get_subgraph_input", "LiteRtTensor", subgraph, i)) for i in range(n_in))
+        inputs = tuple(
+            number(self._get("get_subgraph_input", "LiteRtTensor", subgraph, i)) for i in range(n_in)
+        )
         ops, nodes = [], []
         for i in range(self._get("get_num_subgraph_ops", "LiteRtParamIndex", subgraph)):
             op = self._get("get_subgraph_op", "LiteRtOp", subgraph, i)
             n_op_in = self._get("get_num_op_inputs", "LiteRtParamIndex", op)
-            op_inputs = tuple(number(self._get("get_op_input", "LiteRtTensor", op, j)) for j in range(n_op_in))
+            op_inputs = tuple(
+                number(self._get("get_op_input", "LiteRtTensor", op, j)) for j in range(n_op_in)
+            )
             n_op_out = self._get("get_num_op_outputs", "LiteRtParamIndex", op)
-            op_outputs = tuple(number(self._get("get_op_output", "LiteRtTensor", op, j)) for j in range(n_op_out))
+            op_outputs = tuple(
+                number(self._get("get_op_output", "LiteRtTensor", op, j)) for j in range(n_op_out)
+            )
             name = self._op_name(op)
             options = self._options(name, op)
             if name == "REDUCE_PROD" and op_inputs and op_outputs:
@@ -172,7 +187,9 @@ class SubgraphReader:
             ops.append(op)
             nodes.append(OpNode(i, name, op_inputs, op_outputs, options))
         n_out = self._get("get_num_subgraph_outputs", "LiteRtParamIndex", subgraph)
-        outputs = tuple(number(self._get("get_subgraph_output", "LiteRtTensor", subgraph, i)) for i in range(n_out))
+        outputs = tuple(
+            number(self._get("get_subgraph_output", "LiteRtTensor", subgraph, i)) for i in range(n_out)
+        )
         return Graph(tensors, nodes, inputs, outputs), ops, frozenset(dynamic)
 
     def subgraphs(self, model: Any) -> list[Any]:
@@ -185,7 +202,9 @@ class SubgraphReader:
         name = self.enums["op"].get(code, f"BUILTIN_{code}")
         if name == "CUSTOM":
             custom = self._get("get_custom_code", "const char *", op)
-            name = "CUSTOM:" + (self.ffi.string(custom).decode(errors="replace") if custom != self.ffi.NULL else "")
+            name = "CUSTOM:" + (
+                self.ffi.string(custom).decode(errors="replace") if custom != self.ffi.NULL else ""
+            )
         return name
 
     def _options(self, name: str, op: Any) -> dict[str, Any]:
@@ -230,7 +249,9 @@ class SubgraphReader:
             element = int(self._get("get_unranked_tensor_type", "LiteRtUnrankedTensorType", t).element_type)
             shape, is_dynamic = (), True
         dtype = ELEMENT_TYPES.get(element, f"type{element}")
-        return TensorInfo(index, name, dtype, shape, self._quant(t), self._weights(t, dtype, shape)), is_dynamic
+        return TensorInfo(
+            index, name, dtype, shape, self._quant(t), self._weights(t, dtype, shape)
+        ), is_dynamic
 
     def _quant(self, t: Any) -> QuantParams | None:
         kind = self._get("get_quantization_type_id", "LiteRtQuantizationTypeId", t)
@@ -257,4 +278,3 @@ class SubgraphReader:
             return None
         raw = bytes(self.ffi.buffer(addr[0], size[0]))
         return np.frombuffer(raw, dtype=DTYPES[dtype]).reshape(shape).copy()
-

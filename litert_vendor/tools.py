@@ -41,7 +41,9 @@ def apply_plugin(model: str | os.PathLike[str], out: str | os.PathLike[str], lib
     return log
 
 
-def run_compiled(model: str | os.PathLike[str], inputs: list[np.ndarray], libs: str | None = None) -> list[np.ndarray]:
+def run_compiled(
+    model: str | os.PathLike[str], inputs: list[np.ndarray], libs: str | None = None
+) -> list[np.ndarray]:
     """Run ``model`` (AOT-compiled) once with LiteRT's CompiledModel on the NPU accelerator alone,
     the dispatch library from ``libs``; returns the outputs of its first signature."""
     from ai_edge_litert.compiled_model import CompiledModel
