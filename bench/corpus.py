@@ -6,7 +6,8 @@ TensorFlow converter) through ``libteflon.so`` and prints one table:
 * differing bytes against TFLite's reference kernels (BUILTIN_REF), the CPU nodes on BUILTIN_REF too;
 * the placement: nodes on the NPU out of all nodes, NPU partitions, the ops left on the CPU;
 * the median invoke through the delegate next to LiteRT's default CPU path (XNNPACK, one thread),
-  measured in the same run (CPU nodes of the delegated model run TFLite's default kernels here).
+  measured in the same run, a new input before every invoke of both (:mod:`bench.input_feed`;
+  CPU nodes of the delegated model run TFLite's default kernels here).
 
 ::
 
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from bench.doc_block import replace_block
+from bench.input_feed import InputFeed
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS_DIR = ROOT / "tests" / "corpus" / "models"
@@ -117,14 +119,15 @@ def run_exact(model: bytes, runtime: str, device: str, lib_path: str | None = No
 MIN_GROUP_SECONDS = 0.2  # a timing group lasts at least this long: small models get enough invokes
 
 
-def _median_invoke_ms(interp: Any, inputs: Sequence[np.ndarray], runs: int) -> float:
-    """Median of at least ``runs`` invokes, and of as many more as fit in ``MIN_GROUP_SECONDS``."""
-    from delegate_teflon.run import invoke
-
-    invoke(interp, inputs)  # warm-up: first-touch of the arena and the plans
+def _median_invoke_ms(interp: Any, feed: InputFeed, runs: int) -> float:
+    """Median of at least ``runs`` invokes, and of as many more as fit in ``MIN_GROUP_SECONDS``, each
+    after a new input (:mod:`bench.input_feed`, not timed)."""
+    feed.feed(interp)
+    interp.invoke()  # warm-up: first-touch of the arena and the plans
     samples: list[float] = []
     start = time.perf_counter()
     while len(samples) < runs or time.perf_counter() - start < MIN_GROUP_SECONDS:
+        feed.feed(interp)
         t0 = time.perf_counter()
         interp.invoke()
         samples.append(1000 * (time.perf_counter() - t0))
@@ -132,23 +135,23 @@ def _median_invoke_ms(interp: Any, inputs: Sequence[np.ndarray], runs: int) -> f
 
 
 def time_invokes(model: bytes, device: str, runs: int) -> tuple[float, float]:
-    """Median invoke (ms) through the delegate and on LiteRT's default CPU path, one thread each."""
+    """Median invoke (ms) through the delegate and on LiteRT's default CPU path, one thread each, a
+    new input before every invoke of both."""
     import ai_edge_litert.interpreter as litert
 
     import delegate_teflon
-    from delegate_teflon.run import random_inputs
 
     cpu = litert.Interpreter(model_content=model, num_threads=1)
     cpu.allocate_tensors()
-    inputs = random_inputs(cpu.get_input_details(), INPUT_SEED)
+    feed = InputFeed(cpu.get_input_details(), INPUT_SEED)
     delegate = litert.load_delegate(delegate_teflon.library_path(), {"device": device, "log_level": "quiet"})
     npu = litert.Interpreter(model_content=model, num_threads=1, experimental_delegates=[delegate])
     npu.allocate_tensors()
     # Interleave the two so that a change in the machine's load hits both alike.
     npu_ms, cpu_ms = [], []
     for _ in range(3):
-        npu_ms.append(_median_invoke_ms(npu, inputs, max(1, runs // 3)))
-        cpu_ms.append(_median_invoke_ms(cpu, inputs, max(1, runs // 3)))
+        npu_ms.append(_median_invoke_ms(npu, feed, max(1, runs // 3)))
+        cpu_ms.append(_median_invoke_ms(cpu, feed, max(1, runs // 3)))
     return float(np.median(npu_ms)), float(np.median(cpu_ms))
 
 
