@@ -39,6 +39,7 @@ PACKAGES = (
     "device_model",
     "firmware_tools",
     "delegate_teflon",
+    "litert_vendor",
     "vnpu_common",
     "modelgen",
 )
@@ -48,6 +49,7 @@ DATA = (
     "uapi/vnpu_isa.toml",
     "uapi/drm/vnpu_accel.h",
     "uapi/drm/vnpu_isa.h",
+    "litert_vendor/include/vnpu_litert.h",
     "uapi/drm/drm.h",
     "uapi/firmware/vnpu/vnpu_fw.bin",
     "uapi/firmware/vnpu/vnpu_fw.toml",
