@@ -52,17 +52,22 @@ from delegate_teflon import plugin
 plugin.install(ffi, lib)
 """
 
-# The exported entry points. In a host without Python they first start the interpreter the library
-# was built for; every failure on the way goes to stderr and to the host's report_error.
-HOST_SOURCE = (
-    r"""
+
+def python_start_source(label: str, flag: str) -> str:
+    """C for ``static int vnpu_start_python(void)``: start the Python this library was built for in a
+    host that has none (a C or C++ program), or return 0 at once in a Python host. Errors land in
+    ``vnpu_start_error``, prefixed with ``label``; ``sys.<flag>`` tells the init code it runs embedded.
+    Every vnpu library built with cffi's embedding mode (libteflon.so, the LiteRT vendor libraries)
+    starts Python this way."""
+    return (
+        r"""
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #define VNPU_PYTHON_HOME """
-    + json.dumps(PYTHON_HOME)
-    + r"""
+        + json.dumps(PYTHON_HOME)
+        + r"""
 
 static pthread_mutex_t vnpu_start_lock = PTHREAD_MUTEX_INITIALIZER;
 static int vnpu_started;                 /* 0 not yet, 1 running, -1 failed */
@@ -77,13 +82,13 @@ static int vnpu_start_python(void)
     const char *home = getenv("PYTHONHOME") ? getenv("PYTHONHOME") : VNPU_PYTHON_HOME;
 
     if (Py_IsInitialized())
-        return 0;                        /* a Python host: the delegate joins its interpreter */
+        return 0;                        /* a Python host: the library joins its interpreter */
     /* A host that dlopen()s us RTLD_LOCAL loads libpython as our private dependency, but Python's
        extension modules (_cffi_backend, numpy) look up the Py* symbols globally: make them global. */
     if (!dladdr((void *)&Py_IsInitialized, &info) || !info.dli_fname ||
         !dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL)) {
         snprintf(vnpu_start_error, sizeof vnpu_start_error,
-                 "vnpu delegate: cannot make libpython's symbols global: %s", dlerror());
+                 "LABEL: cannot make libpython's symbols global: %s", dlerror());
         return -1;
     }
     PyConfig_InitPythonConfig(&config);
@@ -95,15 +100,23 @@ static int vnpu_start_python(void)
     PyConfig_Clear(&config);
     if (PyStatus_Exception(status)) {
         snprintf(vnpu_start_error, sizeof vnpu_start_error,
-                 "vnpu delegate: cannot start Python (home %s): %s", home,
+                 "LABEL: cannot start Python (home %s): %s", home,
                  status.err_msg ? status.err_msg : "exit requested");
         return -1;
     }
-    PySys_SetObject("_vnpu_teflon_embedded", Py_True);
+    PySys_SetObject("FLAG", Py_True);
     PyEval_SaveThread();                 /* the callbacks take the GIL when they run */
     return 0;
 }
+""".replace("LABEL", label).replace("FLAG", flag)
+    )
 
+
+# The exported entry points. In a host without Python they first start the interpreter the library
+# was built for; every failure on the way goes to stderr and to the host's report_error.
+HOST_SOURCE = (
+    python_start_source("vnpu delegate", "_vnpu_teflon_embedded")
+    + r"""
 TfLiteDelegate *tflite_plugin_create_delegate(char **options_keys, char **options_values,
                                               size_t num_options, void (*report_error)(const char *))
 {

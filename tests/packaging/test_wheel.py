@@ -40,6 +40,7 @@ PACKAGES = (
     "firmware_tools",
     "delegate_teflon",
     "vnpu_ort_ep",
+    "litert_vendor",
     "vnpu_common",
     "modelgen",
 )
@@ -50,6 +51,7 @@ DATA = (
     "uapi/drm/vnpu_accel.h",
     "vnpu_ort_ep/vnpu_ort_abi.h",
     "uapi/drm/vnpu_isa.h",
+    "litert_vendor/include/vnpu_litert.h",
     "uapi/drm/drm.h",
     "uapi/firmware/vnpu/vnpu_fw.bin",
     "uapi/firmware/vnpu/vnpu_fw.toml",
