@@ -1,8 +1,9 @@
 """A command run with its default output paths leaves the checkout's tracked files as they were.
 
-Every bench CLI's default output (read from its argparse defaults) and the QEMU harness's results
-directories are under the checkout's ``build/``, which git ignores; only an explicit option
-(``--markdown``, ``--plots``, ``--out``, ``--json``) writes anywhere else.
+Every bench CLI's default output (read from its argparse defaults), the QEMU harness's results
+directories and the tools' default output directories are under the checkout's ``build/``, which
+git ignores; only an explicit option (``--markdown``, ``--plots``, ``--out``, ``--json``) writes
+anywhere else.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 import bench
 from qemu_tests import harness, main_job
-from tools import dkms
+from tools import dkms, upstream
 
 ROOT = bench.ROOT
 BUILD = ROOT / "build"
@@ -85,8 +86,8 @@ def test_the_bench_results_directory_is_ignored() -> None:
     _check_in_build(bench.RESULTS / "performance" / "summary.json")
 
 
-def test_the_harness_results_are_under_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for path in (harness.RESULTS, main_job.WORKDIR, dkms.DEFAULT_OUT, dkms.TEST_DIR):
+def test_harness_and_tool_outputs_are_under_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for path in (harness.RESULTS, main_job.WORKDIR, dkms.DEFAULT_OUT, dkms.TEST_DIR, upstream.DEFAULT_OUT):
         _check_in_build(path)
     monkeypatch.setattr(harness, "RESULTS", tmp_path)
     run = harness.results_dir(None)  # without --out: a new directory under RESULTS
