@@ -330,6 +330,8 @@ void vnpu_report(TfLiteContext *context, const char *message);
 const char *vnpu_object_of(const void *address);
 void vnpu_call_report_error(void (*report_error)(const char *), const char *message);
 TfLiteStatus vnpu_resize_tensor(TfLiteContext *context, int tensor, int rank, const int *dims);
+/* Set by Python (plugin._defer) when a signal handler's work waits for the invoke's end. */
+extern int vnpu_deferred;
 """
 
 # Callbacks implemented in Python (cffi extern "Python": each takes the GIL, which Invoke released).
@@ -449,6 +451,48 @@ static int vnpu_ioctl(int fd, unsigned long request, void *arg)
     return ret == -1 ? errno : 0;
 }
 
+/* A signal's Python handler that a callback of the invoke held back (vnpu_deferred, set by
+   plugin._defer) runs here, in the caller's frame, once the runtime's invoke has returned to Python:
+   a pending call runs at the first bytecode the main thread executes, and while it is pending the
+   invoke's remaining vnpu kernels make no Python call that could run it earlier. */
+int vnpu_deferred;                       /* 0 none, 1 held back, 2 its pending call is queued */
+
+static int vnpu_run_deferred(void *unused)
+{
+    PyObject *plugin, *result = NULL;
+
+    (void)unused;
+    vnpu_deferred = 0;
+    plugin = PyImport_ImportModule("delegate_teflon.plugin");
+    if (plugin) {
+        result = PyObject_CallMethod(plugin, "_run_deferred", NULL);
+        Py_DECREF(plugin);
+    }
+    if (!result) {
+        /* The handler's exception, raised in the caller's frame without the delegate's frames. */
+        PyObject *type, *value, *traceback;
+
+        PyErr_Fetch(&type, &value, &traceback);
+        PyErr_NormalizeException(&type, &value, &traceback);
+        Py_XDECREF(traceback);
+        if (value)
+            PyException_SetTraceback(value, Py_None);
+        PyErr_Restore(type, value, NULL);
+        return -1;
+    }
+    Py_DECREF(result);
+    return 0;
+}
+
+/* After a Python callback of the invoke: a held-back handler ends the invoke (its outputs are
+   left as they are; the runtime's nodes after it still run) and runs once it has returned. */
+static TfLiteStatus vnpu_after_python(TfLiteStatus status)
+{
+    if (vnpu_deferred == 1 && Py_AddPendingCall(vnpu_run_deferred, NULL) == 0)
+        vnpu_deferred = 2;
+    return vnpu_deferred ? 0 : status;
+}
+
 /* A kernel's invoke. Once Python has run one and prepared the next (the arena's copies, the
    SUBMIT and BO_WAIT arguments), an invoke whose tensors are still where they were is this
    function alone: copy in, SUBMIT and BO_WAIT on the accel node (on another backend, one call into
@@ -460,20 +504,24 @@ static TfLiteStatus vnpu_invoke(TfLiteContext *context, TfLiteNode *node)
     struct timespec now;
     int i, error;
 
+    if (vnpu_deferred)
+        return vnpu_after_python(0);     /* an interrupted invoke: the rest is skipped */
     if (!p || !p->ready)
-        return vnpu_kernel_invoke(context, node);
+        return vnpu_after_python(vnpu_kernel_invoke(context, node));
     for (i = 0; i < p->io_count; i++)
         if (context->tensors[p->io_tensors[i]].data != p->io_data[i])
-            return vnpu_kernel_invoke(context, node);
+            return vnpu_after_python(vnpu_kernel_invoke(context, node));
     for (i = 0; i < p->in_count; i++)
         memcpy(p->copies_in[i].dst, p->copies_in[i].src, p->copies_in[i].size);
     if (p->fd < 0) {
-        if (vnpu_kernel_run(context, p->handle) != 0)
-            return 1;
+        error = vnpu_kernel_run(context, p->handle);
+        if (error || vnpu_deferred)
+            return vnpu_after_python(error);
     } else {
         error = vnpu_ioctl(p->fd, DRM_IOCTL_VNPU_SUBMIT, p->submit);
         if (error)
-            return vnpu_kernel_failed(context, p->handle, DRM_IOCTL_VNPU_SUBMIT, error, 0, 0);
+            return vnpu_after_python(
+                vnpu_kernel_failed(context, p->handle, DRM_IOCTL_VNPU_SUBMIT, error, 0, 0));
         wait = p->wait;
         clock_gettime(CLOCK_MONOTONIC, &now);
         wait->timeout_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec + p->timeout_ns;
@@ -481,8 +529,9 @@ static TfLiteStatus vnpu_invoke(TfLiteContext *context, TfLiteNode *node)
         wait->fault_va = 0;
         error = vnpu_ioctl(p->fd, DRM_IOCTL_VNPU_BO_WAIT, wait);
         if (error || wait->job_status)
-            return vnpu_kernel_failed(context, p->handle, DRM_IOCTL_VNPU_BO_WAIT, error,
-                                      error ? 0 : wait->job_status, error ? 0 : wait->fault_va);
+            return vnpu_after_python(
+                vnpu_kernel_failed(context, p->handle, DRM_IOCTL_VNPU_BO_WAIT, error,
+                                   error ? 0 : wait->job_status, error ? 0 : wait->fault_va));
     }
     for (i = 0; i < p->out_count; i++)
         memcpy(p->copies_out[i].dst, p->copies_out[i].src, p->copies_out[i].size);

@@ -17,7 +17,7 @@ TEFLON_DEBUG_ENV = "TEFLON_DEBUG"
 
 OPTION_HELP = {
     "device": "the NPU: a device node path (/dev/accel/accel0), 'shim' (in-process), or 'kernel' "
-    "(the first kernel device); default: $VNPU_DEVICE, else the first kernel device",
+    "(the first kernel device); default: $VNPU_DEVICE, else the first kernel device, else the shim",
     "cache_dir": "directory of the compile cache (default: $VNPU_COMPILE_CACHE, else ~/.cache/vnpu/compile)",
     "log_level": f"quiet | info | verbose (verbose prints the placement report); default ${LOG_LEVEL_ENV}, "
     f"else verbose when ${TEFLON_DEBUG_ENV} has 'verbose', else info",

@@ -16,13 +16,22 @@ Life cycle (TFLite's, as in Mesa's teflon ``tfl_device.c``):
 Every callback is a cffi ``extern "Python"`` function, so it takes the GIL itself: TFLite's Python
 ``invoke()`` releases the GIL before calling into the runtime. An exception never crosses into C:
 it becomes ``kTfLiteError`` plus a message through the runtime's ``ReportError``.
+
+Signals: Python runs a signal's handler in the main thread at its next bytecode, which during a
+delegated invoke is one of the invoke's callbacks. There the handler (``KeyboardInterrupt`` for
+Ctrl-C) would break off the job midway, and its exception could only become ``kTfLiteError`` (a
+``RuntimeError`` from ``invoke()``). So the invoke's callbacks hold the handlers back
+(:func:`_holding_signals`), the invoke ends, and the handlers run in the caller's frame once
+``invoke()`` has returned, as they would without the delegate (libteflon.so's ``vnpu_deferred``).
 """
 
 from __future__ import annotations
 
+import _signal  # signal's functions without the enum conversions, which cost 2-10x more
 import ctypes
 import dataclasses
 import itertools
+import signal
 import sys
 import threading
 import time
@@ -149,9 +158,12 @@ def _report(context: Any, message: str) -> None:
 
 
 def _open_device(options: DelegateOptions) -> Any:
+    """The 'device' option's device, else the rule every tool has (libaccel.discovery.resolve):
+    $VNPU_DEVICE, else the first kernel device, else the shim, said on stderr unless quiet. So a
+    host that gives no options at all (Mesa's test harness) gets a working delegate."""
     from libaccel import Device
 
-    return Device.open(options.device)
+    return Device.open(options.device, quiet=options.quiet)
 
 
 # --- exported entry points ---------------------------------------------------------------
@@ -591,6 +603,78 @@ def prepared_invokes() -> dict[int, int]:
         return {h: int(k.partition.c_invokes) for h, k in _kernels.items() if k.partition is not None}
 
 
+# --- signals during an invoke -----------------------------------------------------------------
+_MAIN_THREAD = threading.main_thread().ident
+_SIGNALS = tuple(sorted(int(s) for s in signal.valid_signals()))
+# What waits for the end of the invoke: a signal whose handler was held back, or the exception a
+# handler raised as a callback began. Only the main thread (the one that runs handlers) adds to it.
+_held: list[int | BaseException] = []
+_holding = False  # the main thread is inside an invoke callback
+_originals: dict[int, Any] = {}  # signal -> the handler _hold stands in for
+
+
+def _defer(what: int | BaseException) -> None:
+    """Keep ``what`` for :func:`_run_deferred`; libteflon.so ends the invoke and calls it after."""
+    _held.append(what)
+    if not _lib.vnpu_deferred:
+        _lib.vnpu_deferred = 1
+
+
+def _hold(signum: int, frame: Any) -> None:
+    """The handler of every signal Python handles while an invoke callback runs."""
+    if _holding:
+        _defer(signum)
+    else:  # its original's restore was itself interrupted: stand in for it
+        _originals[signum](signum, frame)
+
+
+def _run_deferred() -> None:
+    """Run what the invoke held back, in the caller's frame (libteflon.so's pending call, after the
+    runtime's invoke returned): each signal's handler as it is now, or the exception."""
+    held = list(_held)
+    _held.clear()
+    for what in held:
+        if isinstance(what, BaseException):
+            raise what
+        handler = signal.getsignal(what)
+        if callable(handler):
+            handler(what, sys._getframe(1))
+
+
+def _defer_exception(kind: Any, value: BaseException, tb: Any) -> None:
+    """cffi's onerror for the invoke callbacks: an exception outside :func:`_guarded`'s, which is a
+    signal handler's as the callback began (its first bytecode runs the handlers due)."""
+    _defer(value)
+
+
+def _holding_signals(fn: Any) -> Any:
+    """Run ``fn`` with every Python signal handler replaced by :func:`_hold`, so no handler runs in
+    the middle of the job (an interrupted shim job would leave its core busy and its file waiting)."""
+
+    def wrapper(context: Any, *args: Any) -> Any:
+        global _holding
+        if threading.get_ident() != _MAIN_THREAD:  # no handler runs in this thread
+            return fn(context, *args)
+        swapped: list[int] = []
+        try:
+            for signum in _SIGNALS:
+                handler = _signal.getsignal(signum)
+                if handler is _hold:  # left by an interrupted restore: _originals has the handler
+                    swapped.append(signum)
+                elif callable(handler):
+                    _originals[signum] = handler
+                    _signal.signal(signum, _hold)
+                    swapped.append(signum)
+            _holding = True
+            return fn(context, *args)
+        finally:
+            _holding = False
+            for signum in swapped:
+                _signal.signal(signum, _originals[signum])
+
+    return wrapper
+
+
 # --- binding ------------------------------------------------------------------------------------
 def _guarded(name: str, fn: Any, failure: Any) -> Any:
     """Wrap a callback so no exception reaches C: report it to the runtime and return ``failure``."""
@@ -640,12 +724,12 @@ def install(ffi: Any, lib: Any) -> None:
     ffi.def_extern(name="vnpu_kernel_prepare", error=K_TFLITE_ERROR)(
         _guarded("prepare", _kernel_prepare, K_TFLITE_ERROR)
     )
-    ffi.def_extern(name="vnpu_kernel_invoke", error=K_TFLITE_ERROR)(
-        _guarded("invoke", _kernel_invoke, K_TFLITE_ERROR)
-    )
-    ffi.def_extern(name="vnpu_kernel_run", error=K_TFLITE_ERROR)(
-        _guarded("invoke", _kernel_run, K_TFLITE_ERROR)
-    )
-    ffi.def_extern(name="vnpu_kernel_failed", error=K_TFLITE_ERROR)(
-        _guarded("invoke", _kernel_failed, K_TFLITE_ERROR)
-    )
+    # The invoke's callbacks: a signal's handler runs after the invoke (see "Signals" above).
+    for name, fn in (
+        ("vnpu_kernel_invoke", _kernel_invoke),
+        ("vnpu_kernel_run", _kernel_run),
+        ("vnpu_kernel_failed", _kernel_failed),
+    ):
+        ffi.def_extern(name=name, error=K_TFLITE_ERROR, onerror=_defer_exception)(
+            _holding_signals(_guarded("invoke", fn, K_TFLITE_ERROR))
+        )

@@ -26,6 +26,7 @@ import numpy as np
 
 from libaccel.compiler.tflite_check import ModelError, check_tflite
 from libaccel.device import checked_device
+from libaccel.discovery import DEVICE_HELP
 from libaccel.errors import AccelError
 from libaccel.inputs import random_arrays
 from libaccel.model import (
@@ -81,9 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_version(parser)
     parser.add_argument("model", type=Path, help="the .tflite file")
-    parser.add_argument(
-        "--device", help="NPU device: shim, kernel or /dev/accel/accelN (default: $VNPU_DEVICE, else shim)"
-    )
+    parser.add_argument("--device", help=f"the NPU device: {DEVICE_HELP}")
     parser.add_argument("--runtime", choices=RUNTIMES, default="tflite_runtime")
     parser.add_argument("--log-level", choices=("quiet", "info", "verbose"), default="verbose")
     parser.add_argument(
@@ -121,7 +120,9 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
     from delegate_teflon.context_reader import KNOWN_OPS
     from delegate_teflon.options import OptionError, parse_options
 
-    options = {"device": args.device, "log_level": args.log_level}
+    options = {"log_level": args.log_level}
+    if args.device is not None:
+        options["device"] = args.device
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep:
@@ -177,8 +178,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except ModelError as e:
         raise _Refused(ExitCode.BAD_FILE, f"{args.model}: {e}") from None
     want = _reference(args.reference) if args.reference is not None and not args.no_compare else None
-    args.device = _device(args.device)
     options = _options(args)
+    # The device last: its rule's notice (a default device) follows the checks, not a refusal.
+    args.device = options["device"] = _device(args.device)
     try:
         result = run_tflite(model, None, args.device, args.runtime, options, args.runs, args.seed)
     except DelegateError as e:  # load_delegate refused what the checks above could not foresee

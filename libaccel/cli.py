@@ -28,7 +28,7 @@ from typing import Any
 
 from libaccel import decode
 from libaccel.device import Device
-from libaccel.discovery import SHIM, list_devices
+from libaccel.discovery import DEVICE_HELP, SHIM, list_devices
 from libaccel.errors import AccelError
 from libaccel.session import (
     ArgumentParser,
@@ -180,7 +180,7 @@ def build_parser() -> ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
 
     def device_opts(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--device", help="node path, 'kernel' or 'shim' (default: $VNPU_DEVICE, else first)")
+        p.add_argument("--device", help=DEVICE_HELP)
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("list", help="list vnpu devices")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from libaccel import Device, Job, JobBo
-from libaccel.discovery import list_devices
+from libaccel.discovery import DEVICE_HELP
 from libaccel.errors import AccelError
 from uapi import isa
 from uapi.fixed_point import multiply_by_quantized_multiplier, quantize_multiplier
@@ -174,21 +174,10 @@ def run_conv(dev: Device, p: ConvProblem) -> ConvRun:
     return ConvRun(out, latency)
 
 
-def choose_device(which: str | None) -> tuple[Device, str]:
-    if which is None and not list_devices():
-        return Device.open(
-            "shim"
-        ), "no vnpu kernel device found: using the in-process shim (VNPU_DEVICE=shim)"
-    dev = Device.open(which)
-    return dev, f"using the {dev.kind} device {dev.path}"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineArgumentParser(prog="python -m libaccel.demo", description=__doc__.splitlines()[0])
     add_version(ap)
-    ap.add_argument(
-        "--device", help="device node, 'kernel' or 'shim' (default: kernel device if any, else shim)"
-    )
+    ap.add_argument("--device", help=DEVICE_HELP)
     ap.add_argument("--seed", type=int, default=0)
     try:
         args = ap.parse_args(argv)
@@ -196,12 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"accel demo: {e}", file=sys.stderr)
         return ExitCode.USAGE
     try:
-        dev, note = choose_device(args.device)
+        dev = Device.open(args.device)
     except AccelError as e:
         print(f"accel demo: {e}", file=sys.stderr)
         return ExitCode.DEVICE
     with dev:
-        print(note)
+        print(f"using the {dev.kind} device {dev.path}")
         info = dict(dev.params.describe())
         print(f"device: id {info['device_id']}, firmware {info['fw_version']}, ISA {info['isa_version']}")
         p = make_problem(args.seed)

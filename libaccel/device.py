@@ -92,9 +92,10 @@ class Device:
         self._one_wait = _OneSyncobjWait()
 
     @classmethod
-    def open(cls, which: str | None = None) -> Device:
-        """Open ``which``: a node path, "shim", "kernel" or None ($VNPU_DEVICE, else the first kernel)."""
-        target = discovery.resolve(which)
+    def open(cls, which: str | None = None, quiet: bool = False) -> Device:
+        """Open ``which``: a node path, "shim", "kernel" or None: $VNPU_DEVICE, else the first kernel
+        device, else the shim, said on stderr unless ``quiet`` (:func:`libaccel.discovery.resolve`)."""
+        target = discovery.resolve(which, quiet)
         if target == discovery.SHIM:
             from libaccel.backends.shim import ShimBackend
 
@@ -241,13 +242,12 @@ class Device:
         return ffi.string(name, n).decode(), (arg.version_major, arg.version_minor, arg.version_patchlevel)
 
 
-def checked_device(which: str | None, default: str = discovery.SHIM) -> str:
-    """What a model runner opens, checked before any work: ``which``, else $VNPU_DEVICE, else
-    ``default``. A node is opened and closed here, so a bad one is one line naming it (or the
-    variable) and not the delegate's error inside the runtime's; a node path comes back absolute,
-    as the delegate's 'device' option takes it."""
-    if which is None and not os.environ.get(discovery.ENV_DEVICE):
-        which = default
+def checked_device(which: str | None) -> str:
+    """What a model runner opens, checked before any work: ``which``, else the device rule's
+    (:func:`libaccel.discovery.resolve`: $VNPU_DEVICE, else the first kernel device, else the shim).
+    A node is opened and closed here, so a bad one is one line naming it (or the variable) and not
+    the delegate's error inside the runtime's; a node path comes back absolute, as the delegate's
+    'device' option takes it."""
     target = discovery.resolve(which)
     if target == discovery.SHIM:
         return target

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 from dataclasses import dataclass
 
 from libaccel.errors import NoDevice
@@ -12,6 +13,10 @@ from libaccel.errors import NoDevice
 DRIVER_NAME = "vnpu"
 SHIM = "shim"
 ENV_DEVICE = "VNPU_DEVICE"
+# Every tool's --device help: the rule of resolve().
+DEVICE_HELP = (
+    "node path, 'kernel' or 'shim' (default: $VNPU_DEVICE, else the first vnpu kernel device, else the shim)"
+)
 # The runtime-PM autosuspend delay (ms) of every accel device: the PCI device's standard attribute.
 AUTOSUSPEND_GLOB = "/sys/class/accel/accel*/device/power/autosuspend_delay_ms"
 
@@ -55,12 +60,15 @@ def list_devices(driver: str = DRIVER_NAME) -> list[AccelDevice]:
     return sorted(found, key=lambda d: (len(d.node), d.node))
 
 
-def resolve(which: str | None = None) -> str:
-    """What to open: ``"shim"`` or a device node path.
+def resolve(which: str | None = None, quiet: bool = False) -> str:
+    """What to open: ``"shim"`` or a device node path. The one device rule of every tool and the
+    delegate:
 
-    ``which`` wins; else $VNPU_DEVICE; else the first vnpu kernel device.
-    ``"kernel"`` asks for the first kernel device explicitly. A $VNPU_DEVICE that names no device
-    node is reported as the variable's value, for the user who set it and forgot.
+    ``which`` (a tool's --device, the delegate's 'device' option) wins; else $VNPU_DEVICE; else the
+    first vnpu kernel device if there is one, else the in-process shim, said in one line on stderr
+    (once per process and choice; not with ``quiet``). ``"kernel"`` asks for the first kernel device:
+    none is an error. A $VNPU_DEVICE that names no device node is reported as the variable's value,
+    for the user who set it and forgot.
     """
     if which is None:
         which = os.environ.get(ENV_DEVICE) or None
@@ -71,14 +79,30 @@ def resolve(which: str | None = None) -> str:
     if which not in (None, "kernel"):
         return which
     devices = list_devices()
-    if not devices:
-        raise NoDevice(
-            errno.ENODEV,
-            "open",
-            "no vnpu device found under /sys/class/accel (is vnpu.ko loaded, in a QEMU guest with the "
-            f"vnpu device?); to run without one, use the in-process shim: {ENV_DEVICE}=shim or --device shim",
-        )
-    return devices[0].node
+    if devices:
+        if which is None and not quiet:
+            _notice(f"vnpu: using {devices[0].node}, the first vnpu kernel device")
+        return devices[0].node
+    if which is None:
+        if not quiet:
+            _notice("vnpu: using the in-process shim: no vnpu kernel device found")
+        return SHIM
+    raise NoDevice(
+        errno.ENODEV,
+        "open",
+        "no vnpu device found under /sys/class/accel (is vnpu.ko loaded, in a QEMU guest with the "
+        f"vnpu device?); to run without one, use the in-process shim: {ENV_DEVICE}=shim or --device shim",
+    )
+
+
+_noticed: set[str] = set()
+
+
+def _notice(line: str) -> None:
+    """The default device, said once per process (a tool that opens it twice says it once)."""
+    if line not in _noticed:
+        _noticed.add(line)
+        print(f"{line} ({ENV_DEVICE} or a device option chooses another)", file=sys.stderr, flush=True)
 
 
 def _check_env_node(value: str) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from libaccel.device import checked_device
+from libaccel.discovery import DEVICE_HELP
 from libaccel.errors import AccelError
 from libaccel.session import BadFile, UsageError, error_code
 from vnpu_common.cli import ExitCode, non_negative_int, os_error_words, output_path_problem
@@ -57,7 +58,7 @@ def add_run_command(sub: Any) -> argparse.ArgumentParser:
         help="an input's data (repeatable, one per input; x.npy alone: the first input); default random",
     )
     p.add_argument("--output", type=Path, help="write the first output to this file (.npy format)")
-    p.add_argument("--device", help="node path, 'kernel' or 'shim' (default: $VNPU_DEVICE, else shim)")
+    p.add_argument("--device", help=DEVICE_HELP)
     p.add_argument("--compare", action="store_true", help="differing bytes against the reference runtime")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(
@@ -148,13 +149,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, lm: Any) -> int:
-    # Every file and the device first: a mistake costs a line, not a run.
+    # Every file, then the device, before the run: a mistake costs a line, not a run.
     _checked_model(args.model)
     if args.output is not None and (problem := output_path_problem(args.output)):
         raise BadFile(f"--output: {problem}")
     shapes = _shapes(args.shape)
     given = [(name, _load_input(path)) for name, path in _inputs(args.input)]
-    args.device = checked_device(args.device)
     onnx_model = not lm.is_tflite(args.model)
     if onnx_model:  # imported first: "read" times the front end, not the imports
         import onnx  # noqa: F401
@@ -178,6 +178,8 @@ def _run(args: argparse.Namespace, lm: Any) -> int:
             got = f"{array.dtype} {list(array.shape)}"
             raise BadFile(f"--input {name}: {got}, input {name!r} is {dtype} {list(shape)}")
         inputs[name] = array
+    # The device last: its rule's notice (a default device) follows the checks, not a refusal.
+    args.device = checked_device(args.device)
     result = lm.run_model(args.model, inputs, device=args.device, shapes=shapes, graph=graph, runs=args.runs)
     diff = None
     if args.compare:

@@ -948,7 +948,7 @@ def run(
     if unknown:
         raise ValueError(f"no case {sorted(unknown)}; the cases are {', '.join(NAMES)}")
     results: list[CaseStats] = []
-    node = discovery.resolve(device)
+    node = discovery.resolve(device or "kernel")  # a kernel device: the shim has no fault injection
     with armed_kernel(stack_filter, dry) as knobs:
         ctx = Context(node)
         fail, kmsg = NoFailNth() if dry else FailNth(), Kmsg()

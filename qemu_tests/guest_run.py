@@ -15,9 +15,11 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 
 from qemu_tests.kernel_oops import KmsgWatch, wait_unless_oops
+from vnpu_common import cache
 
 PCI_VENDOR = "0x1af4"
 PCI_DEVICE = "0x1110"
@@ -216,6 +218,25 @@ def mount_debugfs() -> None:
         subprocess.run(["mount", "-t", "debugfs", "debugfs", "/sys/kernel/debug"], check=False)
 
 
+def set_environment(
+    env: MutableMapping[str, str], venv_bin: Path, module: Path, cache_dir: Path | None
+) -> None:
+    """The guest's environment for the command and the suites (``env``: os.environ)."""
+    env["PATH"] = f"{venv_bin}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+    # The root is read-only: no bytecode or pytest cache writes.
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["VNPU_GUEST"] = "1"
+    if cache_dir is not None:  # what the host built (libteflon.so, the MAC array), wherever its cache is
+        env[cache.ENV] = str(cache_dir)
+    # The host's cache is read-only in the guest: compile caches go to the guest's /tmp.
+    env.setdefault("VNPU_COMPILE_CACHE", "/tmp/vnpu-compile-cache")
+    # Device-agnostic suites (the compiler's op grid, networks) run on the kernel device here.
+    env.setdefault("VNPU_TEST_DEVICE", "kernel")
+    # Entry-point plugin discovery scans every installed distribution: seconds under TCG.
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env["VNPU_MODULE"] = str(module)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--args-file"] and len(argv) == 2:
@@ -229,23 +250,13 @@ def main(argv: list[str] | None = None) -> int:
     # The host builds vnpu.ko per kernel (build/kmod-<release>/); the in-tree build is the default.
     p.add_argument("--module", type=Path, help="the vnpu.ko to load")
     p.add_argument("--exec", dest="exec_cmd")
+    p.add_argument("--cache-dir", type=Path, help="the host's cache root, as the guest sees it")
     p.add_argument("--suites", nargs="*", default=[])
     p.add_argument("--pytest-args", default="")
     args = p.parse_args(argv)
 
-    venv_bin = Path(sys.executable).parent
-    os.environ["PATH"] = f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
-    # The root is read-only: no bytecode or pytest cache writes.
-    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
-    os.environ["VNPU_GUEST"] = "1"
-    # The host's home is read-only in the guest: compile caches go to the guest's /tmp.
-    os.environ.setdefault("VNPU_COMPILE_CACHE", "/tmp/vnpu-compile-cache")
-    # Device-agnostic suites (the compiler's op grid, networks) run on the kernel device here.
-    os.environ.setdefault("VNPU_TEST_DEVICE", "kernel")
-    # Entry-point plugin discovery scans every installed distribution: seconds under TCG.
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     module = args.module or args.repo / "kernel" / "drivers_accel_stub" / "vnpu.ko"
-    os.environ["VNPU_MODULE"] = str(module)
+    set_environment(os.environ, Path(sys.executable).parent, module, args.cache_dir)
     save_cmdline(args.out)
     mount_debugfs()
     os.chdir(args.repo)

@@ -28,20 +28,25 @@ from qemu_tests import (
     accel,
     debug_kernel,
     foreign_ivshmem,
+    guest_end,
     guest_run,
     kcidb,
     kernel_args,
-    kernel_oops,
     ktap,
     matrix,
     preflight,
     sid_kernel,
 )
 from uapi import hw_layout
+from vnpu_common import cache
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
 GUEST_OUT = "/tmp/vnpu-out"  # where the --rwdir appears inside the guest
+# Where the host's cache root (vnpu_common.cache.cache_root(): what the host built, libteflon.so and
+# the MAC array) appears read-only inside the guest, whatever HOME, XDG_CACHE_HOME or VNPU_CACHE_DIR
+# made it on the host: the guest's own HOME is root's and its /tmp a tmpfs.
+GUEST_CACHE = "/tmp/vnpu-cache"
 GUEST_RAM = "1G"
 # In the results directory: the guest's /proc/cmdline, and the harness's record of the boot.
 CMDLINE = guest_run.CMDLINE
@@ -105,14 +110,15 @@ class HarnessError(RuntimeError):
 
 @dataclass
 class Clock:
-    """Prints each phase with the time since the harness started."""
+    """Prints each phase with the host time since the harness started (``[host  12.3s]``)."""
 
     start: float = field(default_factory=time.monotonic)
     quiet: bool = False
 
     def say(self, phase: str, msg: str) -> None:
         if not self.quiet:
-            print(f"[{time.monotonic() - self.start:6.1f}s] {phase}: {msg}", flush=True)
+            # Host time since the harness started; guest_run's lines carry the guest's uptime.
+            print(f"[host {time.monotonic() - self.start:6.1f}s] {phase}: {msg}", flush=True)
 
 
 def venv_bin() -> Path:
@@ -275,6 +281,8 @@ class DeviceModelProcess:
         self.proc: subprocess.Popen[str] | None = None
         self._log = None
         self._pump: threading.Thread | None = None
+        self.killed = False  # by kill(), as the guest asked
+        self.forced = ""  # the signal stop() had to send: it did not exit after QEMU
 
     def start(self, timeout: float = 30.0) -> None:
         cmd = [
@@ -331,6 +339,7 @@ class DeviceModelProcess:
     def kill(self) -> None:
         """SIGKILL the server, as a crash would: the guest's driver must time its jobs out."""
         if self.proc is not None and self.proc.poll() is None:
+            self.killed = True
             self.proc.kill()
 
     def stop(self, timeout: float = 10.0) -> int | None:
@@ -340,10 +349,12 @@ class DeviceModelProcess:
             try:
                 rc = self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
+                self.forced = "SIGTERM"
                 self.proc.send_signal(signal.SIGTERM)
                 try:
                     rc = self.proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
+                    self.forced = "SIGKILL"
                     self.proc.kill()
                     rc = self.proc.wait()
         if self._pump:
@@ -416,10 +427,15 @@ def vng_command(
     foreign_sock: Path | None = None,
     extra_kernel_args: Sequence[str] = (),
     kvm: bool = False,
+    host_cache: Path | None = None,
 ) -> list[str]:
     """The vng command line; ``extra_kernel_args`` go on the guest kernel's command line (vng --append);
-    ``kvm``: let vng use KVM (accel.choose decided it works), else TCG (--disable-kvm)."""
+    ``kvm``: let vng use KVM (accel.choose decided it works), else TCG (--disable-kvm); ``host_cache``
+    (default: the cache root) appears at GUEST_CACHE."""
     cached = cached_trees()
+    host_cache = cache.cache_root() if host_cache is None else host_cache
+    if "," in str(host_cache) or "=" in str(host_cache):  # vng's --rodir and QEMU's -fsdev split there
+        raise HarnessError(f"the cache directory {str(host_cache)!r} has a ',' or '=': set {cache.ENV}")
     # One "--opt=value" word, as for --qemu-opts; vng splits it shell-style into one --kopt per word.
     words = [f"modprobe.blacklist={','.join(GUEST_MODULE_BLACKLIST)}", *extra_kernel_args]
     append = [f"--append={kernel_args.join(words)}"]
@@ -434,6 +450,7 @@ def vng_command(
         str(cpus),
         "--rwdir",
         f"{GUEST_OUT}={outdir}",
+        f"--rodir={GUEST_CACHE}={host_cache}",
         # One "--opt=value" word: vng's argparse rejects a separate value starting with "-".
         f"--qemu-opts={qemu_opts(sock, ram, cached, foreign_sock)}",
         *append,
@@ -445,6 +462,7 @@ def vng_command(
 def guest_command(args: argparse.Namespace, module: Path | None = None) -> list[str]:
     """The in-guest command: the venv's python (the guest's /usr/bin/python3 lacks our packages)."""
     cmd = [sys.executable, "-m", "qemu_tests.guest_run", "--out", GUEST_OUT, "--repo", str(REPO)]
+    cmd += ["--cache-dir", GUEST_CACHE]
     if args.no_module:
         cmd.append("--no-module")
     elif module is not None:
@@ -472,8 +490,8 @@ def boot(
     clock: Clock,
     log_path: Path,
     on_line: Callable[[bytes], None] | None = None,
-) -> int:
-    """Run vng; returns the guest command's exit code.
+) -> BootResult:
+    """Run vng; returns the guest command's exit code (matrix.EXIT_TIMEOUT when the timer killed it).
 
     The guest's output is copied line by line to our stdout and to
     ``log_path``. vng must write into a pipe: QEMU opens its output chardevs
@@ -499,22 +517,31 @@ def boot(
         previous = signal.signal(signal.SIGTERM, on_sigterm)
     proc: subprocess.Popen[bytes] | None = None
     timer: threading.Timer | None = None
+    expired: list[bool] = []
     try:
-        proc = subprocess.Popen(
-            cmd,
-            env=host_env(),
-            cwd=REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                env=host_env(),
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise HarnessError(f"cannot start the guest ({cmd[0]}): {e.strerror or e}") from e
         starting = False
         if pending:
             raise Terminated(128 + pending[0])
         assert proc.stdout is not None
         pid = proc.pid
-        timer = threading.Timer(timeout, lambda: os.killpg(pid, signal.SIGKILL))
+
+        def expire() -> None:
+            expired.append(True)
+            os.killpg(pid, signal.SIGKILL)
+
+        timer = threading.Timer(timeout, expire)
         timer.daemon = True
         timer.start()
         with open(log_path, "wb") as log:
@@ -535,10 +562,18 @@ def boot(
             timer.cancel()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    if rc == -signal.SIGKILL:
+    if expired:
         clock.say("boot", f"guest killed after {timeout:.0f}s")
-        return matrix.EXIT_TIMEOUT
-    return rc
+        return BootResult(matrix.EXIT_TIMEOUT, True)
+    return BootResult(rc, False)
+
+
+@dataclass(frozen=True)
+class BootResult:
+    """How vng ended: the guest command's exit code, and whether the harness's timer killed it."""
+
+    rc: int
+    timed_out: bool
 
 
 # --- main ------------------------------------------------------------------
@@ -978,7 +1013,9 @@ def _run_kernel(
         record.npu_cores, record.exec_cmd = args.npu_cores or default_npu_cores(), args.exec_cmd
         record.qemu = accel.qemu_version()
         record.boot_start, t0 = kcidb.now(), time.monotonic()
-        rc = boot(cmd, guest_timeout(args, spec), clock, outdir / "console.log", on_line)
+        timeout = guest_timeout(args, spec)
+        booted = boot(cmd, timeout, clock, outdir / "console.log", on_line)
+        rc = booted.rc
         record.guest_rc, record.guest_seconds = rc, time.monotonic() - t0
     except HarnessError as e:
         print(f"qemu_tests: {e}", file=sys.stderr)
@@ -987,9 +1024,7 @@ def _run_kernel(
         server_rc = server.stop()
         foreign.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    clock.say("guest", f"exit code {rc}; device model exit code {server_rc}")
-    if rc == kernel_oops.OOPS_EXIT:
-        clock.say("guest", f"the guest kernel oopsed and the tests were stopped: see {outdir / 'dmesg.txt'}")
+    say_guest_end(clock, outdir, booted, timeout, server, server_rc)
     lost = record_boot(outdir, spec, kernel, words, choice)
     if words and not lost and (outdir / CMDLINE).exists():
         clock.say("guest", f"/proc/cmdline has {kernel_args.join(words)}")
@@ -1011,6 +1046,45 @@ def _run_kernel(
         },
     )
     return Outcome(report(outdir, rc, clock), build, release)
+
+
+def say_guest_end(
+    clock: Clock,
+    outdir: Path,
+    booted: BootResult,
+    timeout: float,
+    server: DeviceModelProcess,
+    server_rc: int | None,
+) -> guest_end.GuestEnd:
+    """Say how the guest ended and why (guest_end.diagnose), with the lines that show it."""
+    end = guest_end.diagnose(
+        booted.rc,
+        _read(outdir / "console.log"),
+        timed_out=booted.timed_out,
+        timeout=timeout,
+        model_rc=None if server.forced else server_rc,
+        model_log=_read(server.log_path),
+        model_killed_on_request=server.killed,
+    )
+    model = f"stopped by the harness ({server.forced})" if server.forced else guest_end.exit_status(server_rc)
+    clock.say("guest", f"{guest_end.exit_status(booted.rc)}; device model {model}")
+    if not end.ok:
+        clock.say("guest", end.headline)
+        for line in end.details:
+            print(f"  | {line}", flush=True)
+        clock.say("guest", f"console: {outdir / 'console.log'}; device model log: {server.log_path}")
+    if server.forced:
+        clock.say(
+            "server", f"the device model did not exit after the guest: the harness sent {server.forced}"
+        )
+    return end
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def run_matrix(args: argparse.Namespace) -> int:

@@ -8,16 +8,30 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from libaccel.backends import Backend
 from libaccel.bo import BufferObject, JobStatus
 from libaccel.compiler.emitter import REGION_ARENA, REGION_WEIGHTS
 from libaccel.compiler.lower import CompiledPartition, IoBinding, WeightsFile
 from libaccel.device import Device
+from libaccel.errors import Interrupted
 from libaccel.job import Job, JobBo, deadline_after
 from uapi.bindings import IOCTLS, ffi
 from vnpu_common import probe
 
 _SUBMIT = IOCTLS["DRM_IOCTL_VNPU_SUBMIT"]
 _BO_WAIT = IOCTLS["DRM_IOCTL_VNPU_BO_WAIT"]
+
+
+def _restarted(backend: Backend, request: int, arg: object) -> None:
+    """The ioctl, made again when a signal interrupted it (libdrm's rule, and libteflon.so's C:
+    SUBMIT queues nothing before it can be interrupted and BO_WAIT's deadline is absolute). Between
+    the tries Python runs the signal's handler, which may raise (KeyboardInterrupt)."""
+    while True:
+        try:
+            backend.ioctl(request, arg)
+            return
+        except Interrupted:
+            continue
 
 
 def _upload_weights(device: Device, weights: bytes | bytearray | memoryview | WeightsFile) -> BufferObject:
@@ -124,13 +138,13 @@ class PartitionRunner:
         and no allocation."""
         probe.mark("delegate.submit")
         backend = self.device.backend
-        backend.ioctl(_SUBMIT, self._job.submit_args.submit)
+        _restarted(backend, _SUBMIT, self._job.submit_args.submit)
         probe.mark("libaccel.wait")
         wait = self._wait
         wait.timeout_ns = deadline_after(self.timeout)
         wait.job_status = 0
         wait.fault_va = 0
-        backend.ioctl(_BO_WAIT, wait)
+        _restarted(backend, _BO_WAIT, wait)
         probe.mark("delegate.waited")
         if wait.job_status:
             JobStatus(wait.job_status, wait.fault_va).raise_for_status()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+import delegate_teflon
 from device_model.qemu_server import parse_size
-from qemu_tests import harness
+from qemu_tests import guest_run, harness
 from uapi import hw_layout
+from vnpu_common import cache
 
 
 def _qemu_options(opts: str) -> list[tuple[str, str, dict[str, str]]]:
@@ -153,3 +156,42 @@ def test_guest_run_reads_its_arguments_from_a_file(tmp_path: Path, monkeypatch: 
     with pytest.raises(AttributeError):  # parse_args returned None: enough to see what it was given
         guest_run.main(["--args-file", str(args)])
     assert seen == [["--out", "/tmp/o", "--repo", "/r", "--suites", "tests/kernel"]]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"HOME": "/tmp/somehome"}, "/tmp/somehome/.cache/vnpu"),
+        ({"HOME": "/tmp/somehome", "XDG_CACHE_HOME": "/srv/xdg"}, "/srv/xdg/vnpu"),
+        ({"HOME": "/tmp/somehome", "XDG_CACHE_HOME": "/srv/xdg", "VNPU_CACHE_DIR": "/srv/c"}, "/srv/c"),
+    ],
+)
+def test_the_guest_uses_the_hosts_cache_whatever_home(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
+) -> None:
+    for name in ("HOME", "XDG_CACHE_HOME", "VNPU_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    kernel = Path("/boot/vmlinuz-6.12.117+deb12-amd64")
+    cmd = harness.vng_command(["true"], Path("/tmp/s.sock"), Path("/dev/shm/r"), Path("/tmp/o"), 2, kernel)
+    # The host's cache root appears read-only at one place in the guest (its /tmp is a tmpfs, its
+    # HOME root's), and guest_run is told where.
+    assert f"--rodir={harness.GUEST_CACHE}={expected}" in cmd
+    guest = harness.guest_command(harness.build_parser().parse_args(["--exec", "true"]))
+    assert guest[guest.index("--cache-dir") + 1] == harness.GUEST_CACHE
+    # In the guest: every cache_root() (libteflon.so's, the MAC array's) is that directory, whatever
+    # the guest's HOME; the compile cache stays writable in the guest's /tmp.
+    guest_env = {"HOME": "/root"}
+    guest_run.set_environment(guest_env, Path("/venv/bin"), Path("/m/vnpu.ko"), Path(harness.GUEST_CACHE))
+    monkeypatch.setattr(os, "environ", guest_env)
+    assert cache.cache_root() == Path(harness.GUEST_CACHE)
+    assert guest_env["VNPU_COMPILE_CACHE"] == "/tmp/vnpu-compile-cache"
+    assert delegate_teflon.default_build_dir().parent == Path(harness.GUEST_CACHE)
+
+
+def test_a_cache_path_qemu_would_split_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VNPU_CACHE_DIR", "/srv/a,b")
+    kernel = Path("/boot/vmlinuz-6.12.117+deb12-amd64")
+    with pytest.raises(harness.HarnessError, match="VNPU_CACHE_DIR"):
+        harness.vng_command(["true"], Path("/tmp/s.sock"), Path("/dev/shm/r"), Path("/tmp/o"), 2, kernel)
