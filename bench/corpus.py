@@ -16,7 +16,7 @@ TensorFlow converter) through ``libteflon.so`` and prints one table:
     python -m bench.corpus --markdown docs/models.md        # rewrite the table in docs/models.md
     python -m bench.corpus --update-placement               # rewrite tests/corpus/placement.json
 
-Writes JSON to ``bench/results/corpus.json`` (``--json`` to change).
+Writes JSON to ``build/bench/corpus.json`` (``--json`` to change).
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
+from bench import RESULTS, ROOT
 from bench.doc_block import replace_block
 from bench.input_feed import InputFeed
 
-ROOT = Path(__file__).resolve().parent.parent
 CORPUS_DIR = ROOT / "tests" / "corpus" / "models"
 PLACEMENT_FILE = ROOT / "tests" / "corpus" / "placement.json"
-DEFAULT_JSON = ROOT / "bench" / "results" / "corpus.json"
+DEFAULT_JSON = RESULTS / "corpus.json"
 MARK_BEGIN = "<!-- corpus table: begin (python -m bench.corpus --markdown docs/models.md) -->"
 MARK_END = "<!-- corpus table: end -->"
 INPUT_SEED = 11
@@ -216,7 +216,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--only", action="append", help="a model name (repeatable)")
     parser.add_argument("--runtime", default="ai_edge_litert", choices=("ai_edge_litert", "tflite_runtime"))
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument(
+        "--json", type=Path, default=DEFAULT_JSON, help=f"JSON output (default {DEFAULT_JSON})"
+    )
     parser.add_argument("--markdown", type=Path, help="rewrite the table between the markers of this file")
     parser.add_argument("--update-placement", action="store_true", help=f"rewrite {PLACEMENT_FILE.name}")
     args = parser.parse_args(argv)

@@ -35,10 +35,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench import RESULTS
 from bench import cores as core_bench
 from bench.clients import EmptyJob, collect_results, percentile, wait_until_ready, wall_seconds
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
+DEFAULT_OUT = RESULTS / "bench.json"
 FLOOR_READS = 4  # the kernel's doorbell floor, read before each quarter of the round trips
 
 

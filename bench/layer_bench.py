@@ -4,7 +4,8 @@ Each layer (random int8 data and per-channel requantization, TFLite's shapes for
 V2 at 224 x 224, width 1.0) is planned once and run ``--reps`` times per variant this CPU has,
 the variants interleaved layer by layer so that a change in the host's load touches them alike;
 the table shows the fastest run of each (kernel time only: no command processor, no tensor
-copies) and whether every variant wrote the same bytes. ``--out FILE`` writes the figures as JSON.
+copies) and whether every variant wrote the same bytes; the figures go to ``build/bench/layer_bench.json`` as
+JSON (``--out FILE`` elsewhere).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import RESULTS
 from device_model.mac_array import ISA_NAMES, KIND_CONV, KIND_DEPTHWISE, cpu_isas, plan_layer, run
 from device_model.numerics import Requant
 from modelgen.networks import MOBILENET_V1_BLOCKS, MOBILENET_V2_BLOCKS
@@ -86,6 +88,8 @@ def mobilenet_v2() -> list[Layer]:
     return layers
 
 
+DEFAULT_OUT = RESULTS / "layer_bench.json"
+
 MODELS = {"mobilenet_v1": mobilenet_v1, "mobilenet_v2": mobilenet_v2}
 
 
@@ -122,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
     parser.add_argument("--reps", type=int, default=15, help="runs per layer and variant (default 15)")
     parser.add_argument("--layers", type=int, default=0, help="only the first N layers of each model")
-    parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"the figures as JSON (default {DEFAULT_OUT})"
+    )
     parser.add_argument("--per-layer", action="store_true", help="print every layer, not only the totals")
     try:
         args = parser.parse_args(argv)
@@ -156,13 +162,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{model:13s} {kind:10s}" + "".join(f"{sum(r.ms[n] for r in sel):11.2f}" for n in names))
     differing = [f"{r.model} {r.name}" for r in rows if not r.identical]
     print("identical bytes in every variant: " + ("yes" if not differing else "NO: " + ", ".join(differing)))
-    if args.out:
-        report = {"variants": names, "reps": args.reps, "load": load, "layers": [asdict(r) for r in rows]}
-        try:
-            args.out.write_text(json.dumps(report, indent=1))
-        except OSError as e:
-            print(f"layer_bench: cannot write {args.out}: {e.strerror}", file=sys.stderr)
-            return 1
+    report = {"variants": names, "reps": args.reps, "load": load, "layers": [asdict(r) for r in rows]}
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1))
+    except OSError as e:
+        print(f"layer_bench: cannot write {args.out}: {e.strerror}", file=sys.stderr)
+        return 1
+    print(f"results: {args.out}")
     return 0 if not differing else 1
 
 

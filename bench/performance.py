@@ -1,8 +1,8 @@
 """Every published performance figure from one run: model speed against XNNPACK, cores, round trip.
 
-    python -m bench.performance [--markdown docs/performance.md] [--out bench/results/performance]
+    python -m bench.performance [--markdown docs/performance.md --plots docs/img] [--out DIR]
     python -m bench.performance --quick        # a few invokes and jobs each: checks the run works
-    python -m bench.performance --plot-only bench/results/performance/summary.json   # the pictures again
+    python -m bench.performance --plot-only build/bench/performance/summary.json   # the pictures again
 
 Runs, one after another and each in its own process (so one part's threads and caches do not
 colour the next), on the machine as it is:
@@ -19,15 +19,17 @@ colour the next), on the machine as it is:
    cores table with both cores and with core 0 alone (the driver's debugfs ``core_mask``),
    alternating run by run.
 
-Each part's JSON goes to ``--out``; ``summary.json`` and the printed summary hold the published
-figures, each target of docs/performance.md's table (bench.targets) that they check with met or
-missed, and the host's load average around every part (a figure measured beside other work is not
-comparable). ``--markdown`` replaces the block between this module's markers; ``--from-summary``
-renders a stored run's ``summary.json`` again, measuring nothing.
+Each part's JSON goes to ``--out`` (default ``build/bench/performance``, which git ignores);
+``summary.json`` and the printed summary hold the published figures, each target of
+docs/performance.md's table (bench.targets) that they check with met or missed, and the host's load
+average around every part (a figure measured beside other work is not comparable). ``--markdown``
+replaces the block between this module's markers; ``--from-summary JSON`` renders a run's
+``summary.json`` again, measuring nothing.
 
-Every run (and ``--from-summary``) also draws the pictures docs/performance.md shows into
-``--plots`` (default docs/img; ``--no-plots`` leaves them): :mod:`bench.plots`, from the summary
-alone. ``--plot-only JSON`` draws them from a stored summary.json and does nothing else.
+Every run (and ``--from-summary``) also draws the pictures docs/performance.md shows
+(:mod:`bench.plots`, from the summary alone) into ``--out``'s ``img/``; ``--plots docs/img``
+publishes them, ``--no-plots`` draws none. ``--plot-only JSON`` draws them from a summary.json and
+does nothing else. Only ``--markdown`` and ``--plots`` write into the checkout's tracked files.
 """
 
 from __future__ import annotations
@@ -46,13 +48,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import RESULTS, ROOT
 from bench.doc_block import replace_block
 from bench.targets import target
 from qemu_tests.harness import GUEST_OUT  # the guest's view of the results directory
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = ROOT / "bench" / "results" / "performance"
-DEFAULT_PLOTS = ROOT / "docs" / "img"
+DEFAULT_OUT = RESULTS / "performance"
+PLOTS_SUBDIR = "img"  # the pictures of a run, under its --out
 MARK_BEGIN = (
     "<!-- performance summary: begin (python -m bench.performance --markdown docs/performance.md) -->"
 )
@@ -430,22 +432,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="draw the pictures of this stored summary.json; nothing else",
     )
     p.add_argument(
-        "--plots", type=Path, default=DEFAULT_PLOTS, help=f"where the SVGs go (default {DEFAULT_PLOTS})"
+        "--plots", type=Path, help="where the SVGs go (default: --out's img/; docs/img publishes them)"
     )
     p.add_argument("--no-plots", action="store_true", help="draw no pictures")
     args = p.parse_args(argv)
+    if args.plots is None:
+        args.plots = args.out / PLOTS_SUBDIR
     plots = None if args.no_plots else args.plots
     if args.plot_only is not None:
-        return plot(json.loads(args.plot_only.read_text()), args.plots)
+        return plot(read_summary(args.plot_only), args.plots)
     if args.from_summary is not None:
-        return publish(json.loads(args.from_summary.read_text()), args.markdown, plots)
+        return publish(read_summary(args.from_summary), args.markdown, plots)
     sizes = QUICK if args.quick else FULL
     args.out.mkdir(parents=True, exist_ok=True)
     info = machine()
     say(f"{info['cpu']}, {info['cpus']} CPUs, host load {load()}")
     parts: dict[str, dict[str, Any]] = {}
     todo = [(n, c) for n, c in plan(args.out, sizes, args.guest_cores) if n.split("_")[0] not in args.skip]
-    commit = source_commit()  # before the parts write their results into the checkout
+    commit = source_commit()  # before the parts run: what was measured, not what a part changed
     for i, (name, cmd) in enumerate(todo, 1):
         say(f"part {i} of {len(todo)}")
         parts[name] = run_part(name, cmd, args.out / f"{name}.log")
@@ -456,6 +460,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary["commit"] = commit
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
     return publish(summary, args.markdown, plots)
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    """A run's summary.json, or SystemExit naming the file and what is wrong with it."""
+    try:
+        summary = json.loads(path.read_text())
+    except OSError as e:
+        raise SystemExit(f"bench.performance: cannot read {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise SystemExit(f"bench.performance: {path} is not JSON: {e}") from None
+    if not isinstance(summary, dict) or "models" not in summary:
+        raise SystemExit(f"bench.performance: {path} is not a bench.performance summary.json")
+    return summary
 
 
 def plot(summary: dict[str, Any], out: Path) -> int:

@@ -1,6 +1,6 @@
 """The pictures of docs/performance.md, drawn from one ``bench.performance`` summary.json alone.
 
-    python -m bench.performance --plot-only bench/results/performance/summary.json [--plots docs/img]
+    python -m bench.performance --plot-only build/bench/performance/summary.json [--plots docs/img]
 
 :func:`figures` is a pure function of the summary (the dict ``bench.performance`` writes as
 summary.json): it measures nothing and reads nothing else, so a committed result draws the same

@@ -9,7 +9,7 @@ the ioctl fuzzer (random and structure-aware, 2 processes x 2 threads, dmesg che
 batch, leak accounting at the end), the fault-injection campaign, stress, a last leak and splat
 check, and the device model killed mid-job. The budget is split 58/28/14 between the three (each
 part's long-run target needs about that share at the rates measured under TCG). It
-prints the figures table, writes JSON (bench/results/reliability.json) and, with --markdown,
+prints the figures table, writes JSON (build/bench/reliability.json) and, with --markdown,
 replaces the table in that file between its markers.
 """
 
@@ -26,12 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import RESULTS
 from bench.doc_block import replace_block
 from bench.targets import target
 from qemu_tests.leak_check import count_leaks
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_JSON = ROOT / "bench" / "results" / "reliability.json"
+DEFAULT_JSON = RESULTS / "reliability.json"
 MARK_BEGIN = (
     "<!-- reliability figures: begin (python -m bench.reliability --markdown docs/reliability.md) -->"
 )
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="kernel", choices=("kernel", "shim"))
     p.add_argument("--kernel", metavar="SPEC", help="the guest kernel (as python -m qemu_tests --kernel)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"JSON output (default {DEFAULT_JSON})")
     p.add_argument("--markdown", type=Path, help="replace the figures table in this file")
     p.add_argument("--in-guest", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench import ROOT
+
 DOC = ROOT / "docs" / "performance.md"
 MARK_BEGIN = "<!-- targets: begin (bench/targets.py reads this table) -->"
 MARK_END = "<!-- targets: end -->"

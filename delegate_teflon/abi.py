@@ -27,7 +27,9 @@ from vnpu_common.cbuild import interface
 C_DIR = Path(__file__).resolve().with_name("c")
 HEADER = C_DIR / "teflon_abi.h"
 # The C files of libteflon.so, in the order they are compiled as one unit after cffi's prologue.
-SOURCES = (C_DIR / "prepared_invoke.c", C_DIR / "embedding_host.c")
+SOURCES = (C_DIR / "prepared_invoke.c", C_DIR / "python_start.c", C_DIR / "embedding_host.c")
+# Python's start, which every library built with cffi's embedding mode shares (litert_vendor too).
+PYTHON_START = C_DIR / "python_start.c"
 
 # The callbacks implemented in Python: cffi's own syntax (extern "Python"; each takes the GIL, which
 # Invoke released), so the minimal cdef stays here; prepared_invoke.c declares their C side.

@@ -65,6 +65,22 @@ plugin.install(ffi, lib)
 COMPILE_ARGS = ["-O2", *WARNINGS, "-Wno-unused-parameter"]
 
 
+def python_start_source() -> str:
+    """The C of ``vnpu_start_python`` (``c/python_start.c``), for any library built with cffi's
+    embedding mode; compile it with :func:`python_start_macros`."""
+    return abi.PYTHON_START.read_text()
+
+
+def python_start_macros(label: str, flag: str) -> list[tuple[str, str]]:
+    """python_start.c's macros: this Python's home, ``label`` (the library in messages) and ``flag``
+    (the ``sys`` attribute the init code checks to know it runs embedded)."""
+    return [
+        ("VNPU_PYTHON_HOME", json.dumps(PYTHON_HOME)),
+        ("VNPU_START_LABEL", json.dumps(label)),
+        ("VNPU_START_FLAG", json.dumps(flag)),
+    ]
+
+
 def c_source() -> str:
     """The C files as one unit: cffi compiles set_source's text after its own prologue."""
     return "\n".join(path.read_text() for path in abi.SOURCES)
@@ -79,7 +95,7 @@ def make_ffi() -> cffi.FFI:
         libraries=["dl", "pthread"],
         # "drm/vnpu_accel.h": the ioctl ABI; "teflon_abi.h": the TFLite ABI
         include_dirs=[str(HEADER_DIR.parent), str(abi.C_DIR)],
-        define_macros=[("VNPU_PYTHON_HOME", json.dumps(PYTHON_HOME))],
+        define_macros=python_start_macros("vnpu delegate", "_vnpu_teflon_embedded"),
         extra_compile_args=COMPILE_ARGS,
     )
     ffi.embedding_init_code(INIT_CODE)

@@ -16,8 +16,8 @@ that doorbell. Threads serve it:
   compute, so two cores' convolutions use two host CPUs. With
   ``core_processes`` the command processor of each core runs in a worker
   process of its own (``device_model.core_worker``): the core thread stays
-  the core's owner and only hands each job over, so the command processor's
-  Python no longer shares one GIL between cores.
+  the core's owner and only hands each job over, so the cores' command
+  processors do not share one GIL.
 
 A queue kick wakes a core thread directly: every thread hand-off is a
 wake-up plus a GIL transfer, tens of microseconds on a busy host, and the

@@ -13,7 +13,7 @@ the window stops paying for the spin:
 A limit of 0 turns polling off (the core sleeps on the doorbell at once). The limit is a device
 model option (``vnpu-device-model --sq-poll-us``) and can be changed while a guest runs through
 a control file holding one integer (``--sq-poll-control``), so that an A/B comparison can be
-made in one boot; docs/performance.md has the decision, bench/results/HISTORY.md the measurements.
+made in one boot; docs/performance.md ("Polling the submission ring") has the decision and its figures.
 """
 
 from __future__ import annotations

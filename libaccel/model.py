@@ -78,12 +78,30 @@ class ModelResult:
             setup = f"read {read_ms:.1f} ms, compile {self.compile_ms:.1f} ms, load {self.load_ms:.1f} ms"
         text = f"{setup}; first invoke {self.invoke_ms:.2f} ms"
         if self.runs_ms:
-            text += f"; median of {len(self.runs_ms)} invokes {statistics.median(self.runs_ms):.2f} ms"
+            p = self.percentiles()
+            text += (
+                f"; median of {len(self.runs_ms)} invokes {p['median']:.2f} ms "
+                f"(min {p['min']:.2f}, p90 {p['p90']:.2f}, p99 {p['p99']:.2f})"
+            )
         return text
 
-    def report(self) -> str:
-        """The placement report, in the delegate's format: a summary line, then one line per node."""
-        return partition.format_report(self.placement, "placement", self.partitions)
+    def percentiles(self) -> dict[str, float]:
+        """min, median, p90 and p99 of ``runs_ms`` (empty when there were no timed runs)."""
+        if not self.runs_ms:
+            return {}
+        runs = sorted(self.runs_ms)
+
+        def at(q: float) -> float:  # nearest rank: a figure one of the invokes took
+            return runs[min(len(runs) - 1, max(0, round(q * len(runs) + 0.5) - 1))]
+
+        return {"min": runs[0], "median": statistics.median(runs), "p90": at(0.9), "p99": at(0.99)}
+
+    def report(self, nodes: bool = False) -> str:
+        """The placement report, in the delegate's format: the summary (counts, ops by type and the
+        reasons for the CPU ones), or with ``nodes`` one line per node."""
+        if nodes:
+            return partition.format_report(self.placement, "placement", self.partitions)
+        return partition.format_summary(self.placement, "placement", self.partitions)
 
 
 class _CpuNode:
@@ -101,6 +119,26 @@ class _CpuNode:
             raise OnnxModelError(f"onnxruntime cannot run {self.label}: {str(e).splitlines()[0]}") from None
 
 
+def onnx_placement(og: fe.OnnxGraph, strict: bool | None = None) -> list[Placement]:
+    """Where each IR node of an ONNX model runs: :func:`partition.place` with the front end's rules
+    (its CPU nodes with their reasons; the IR nodes of one ONNX node placed together), numbered by
+    partition. Every ONNX runner (``OnnxProgram``, the onnxruntime EP) places through this."""
+    graph = og.graph
+    # One ONNX node may be several IR nodes (a layout TRANSPOSE and a RESHAPE): they go together.
+    members: dict[int, list[int]] = {}
+    for index, node in og.onnx_nodes.items():
+        members.setdefault(id(node), []).append(index)
+    cpu = {
+        n.index: f"{og.cpu_reasons.get(n.index, f'{n.op[5:]} has no NPU lowering')}; runs in onnxruntime"
+        for n in graph.nodes
+        if n.op.startswith("ONNX:")
+    }
+    if strict is None:
+        strict = partition.strict_default()
+    rules = partition.Rules(cpu=cpu, groups=[g for g in members.values() if len(g) > 1], strict=strict)
+    return partition.numbered(partition.place(graph, rules))
+
+
 class OnnxProgram:
     """A model compiled for a device: NPU partitions loaded, CPU nodes as onnxruntime sessions.
 
@@ -114,19 +152,7 @@ class OnnxProgram:
         graph = og.graph
         self.steps: list[tuple[str, Any]] = []  # ("npu", (runner, compiled)) / ("cpu", (node, _CpuNode))
         t0 = time.perf_counter()
-        # One ONNX node may be several IR nodes (a layout TRANSPOSE and a RESHAPE): they go together.
-        members: dict[int, list[int]] = {}
-        for index, node in og.onnx_nodes.items():
-            members.setdefault(id(node), []).append(index)
-        cpu = {
-            n.index: f"{og.cpu_reasons.get(n.index, f'{n.op[5:]} has no NPU lowering')}; runs in onnxruntime"
-            for n in graph.nodes
-            if n.op.startswith("ONNX:")
-        }
-        if strict is None:
-            strict = partition.strict_default()
-        rules = partition.Rules(cpu=cpu, groups=[g for g in members.values() if len(g) > 1], strict=strict)
-        placed = partition.numbered(partition.place(graph, rules))
+        placed = onnx_placement(og, strict)
         runs = {run[0]: run for run in partition.partition_runs(placed)}
         compiled_runs = {}
         for first, run in runs.items():

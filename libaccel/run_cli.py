@@ -62,6 +62,9 @@ def add_run_command(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true", help="differing bytes against the reference runtime")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(
+        "--nodes", action="store_true", help="the placement node by node (default: a summary by op type)"
+    )
+    p.add_argument(
         "--shape", action="append", default=[], metavar="NAME=1x3x224x224", help="fix an input shape"
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
@@ -203,14 +206,16 @@ def _print_result(args: argparse.Namespace, result: Any, diff: int | None, read_
             "read_ms": round(read_ms, 3), "compile_ms": round(result.compile_ms, 3),
             "load_ms": round(result.load_ms, 3),
             "invoke_ms": round(result.invoke_ms, 3),
-            "runs_ms": [round(t, 3) for t in result.runs_ms], "partitions": result.partitions,
+            "runs_ms": [round(t, 3) for t in result.runs_ms],
+            "runs_percentiles_ms": {k: round(v, 3) for k, v in result.percentiles().items()},
+            "partitions": result.partitions,
             "placement": [vars(p) for p in result.placement],
             "outputs": {k: [str(v.dtype), list(v.shape)] for k, v in result.outputs.items()},
             "differing_bytes": diff, "reference": reference if args.compare else None,
         }, indent=1))  # fmt: skip
     else:
         print(f"model: {args.model} ({result.form}), device {args.device}")
-        print(result.report())
+        print(result.report(nodes=args.nodes))
         print(result.timing(read_ms))
         for name, v in result.outputs.items():
             print(f"output {name}: {v.dtype} {list(v.shape)}")

@@ -1,7 +1,7 @@
 """vnpu.ko as an upstream patch series: ``git format-patch`` output for a Linux tree.
 
-    python -m tools.upstream --out DIR [--base-tree SRC]   write the series into DIR
-    python -m tools.upstream --check-build [--out DIR]     write it and prove it in a full 6.12 tree
+    python -m tools.upstream [--out DIR] [--base-tree SRC]  write the series (build/upstream-series)
+    python -m tools.upstream --check-build [--out DIR]      write it and prove it in a full 6.12 tree
 
 The series is made in a temporary git repository: a base commit holding the files of the
 base tree that the series changes, then one commit per patch, then ``git format-patch
@@ -76,6 +76,7 @@ from tools.headers_install import VENDORED  # noqa: E402
 from vnpu_common.cache import cache_root  # noqa: E402
 
 DRIVER_DIR = ROOT / "kernel" / "drivers_accel_stub"
+DEFAULT_OUT = ROOT / "build" / "upstream-series"  # ignored by git, like every default output
 UAPI_DIR = ROOT / "uapi" / "drm"
 SOURCE_TARBALL = debug_kernel.SOURCE_TARBALL
 SOURCE_TOP = debug_kernel.SOURCE_PACKAGE  # the tarball's top directory
@@ -1341,7 +1342,12 @@ def _probe(text: str) -> tuple[str, bool]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools.upstream", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, help="directory for the .patch files (default: upstream-series)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="the .patch files' directory (default build/upstream-series)",
+    )
     p.add_argument(
         "--base-tree", type=Path, help="the kernel tree the series is for (default: the prepared 7.2 tree)"
     )
@@ -1387,7 +1393,7 @@ def main(argv: list[str] | None = None) -> int:
         sched_args=args.sched_init,
         probes=dict(args.probe),
     )
-    out = args.out or Path("upstream-series")
+    out = args.out
     if args.check_build:
         if args.base_tree:
             p.error("--check-build makes its own tree from linux-source-6.12; drop --base-tree")

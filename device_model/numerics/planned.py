@@ -72,7 +72,7 @@ class RequantPlan:
     scale: np.ndarray  # [C] m * 2**(l - 31 - e)
     offset: np.ndarray  # [C] the rest: bias, -zp * sum w, rounding constants, output zp + B
     fix: np.ndarray | None  # [C] 2**-(e+1) (0 where e == 0) when negative h can reach the output
-    threshold: np.ndarray | None  # [C] values below it had h < 0 (before the fix)
+    threshold: np.ndarray | None  # [C] values below it had h < 0 (before ``fix`` is added)
     shift_byte: int  # (output zp - D) mod 256: added to the output bytes (wrapping)
     lo: int  # clamp of floor(value): [act_min - zp + D, act_max - zp + D]
     hi: int

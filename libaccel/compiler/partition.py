@@ -217,15 +217,37 @@ def numbered(placements: Sequence[Placement]) -> list[Placement]:
     return [dataclasses.replace(p, partition=which.get(p.node)) for p in placements]
 
 
+def _counts_line(placements: Sequence[Placement], title: str, partitions: int | None) -> str:
+    npu = sum(p.npu for p in placements)
+    return f"{title}: {npu} of {len(placements)} nodes on the NPU, {len(placements) - npu} on the CPU" + (
+        f", {partitions} NPU partition(s)" if partitions is not None else ""
+    )
+
+
+def format_summary(placements: Sequence[Placement], title: str, partitions: int | None = None) -> str:
+    """The placement in a few lines, whatever the model's size: the counts, the ops on the NPU by
+    type, and the ops on the CPU by type and reason (most frequent first)."""
+    lines = [_counts_line(placements, title, partitions)]
+    on_npu: dict[str, int] = {}
+    on_cpu: dict[tuple[str, str], int] = {}
+    for p in placements:
+        if p.npu:
+            on_npu[p.op] = on_npu.get(p.op, 0) + 1
+        else:
+            on_cpu[p.op, p.reason] = on_cpu.get((p.op, p.reason), 0) + 1
+    if on_npu:
+        ops = sorted(on_npu.items(), key=lambda kv: (-kv[1], kv[0]))
+        lines.append("  on the NPU: " + ", ".join(f"{op} x{n}" for op, n in ops))
+    for (op, reason), n in sorted(on_cpu.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"  on the CPU: {op} x{n}" + (f" ({reason})" if reason else ""))
+    return "\n".join(lines)
+
+
 def format_report(placements: Sequence[Placement], title: str, partitions: int | None = None) -> str:
     """The placement report every tool prints: ``title``'s summary line (with the partition count
     where known), then one line per node: ``NPUk`` for partition k where numbered, ``NPU`` otherwise,
     ``CPU`` with the reason."""
-    npu = sum(p.npu for p in placements)
-    lines = [
-        f"{title}: {npu} of {len(placements)} nodes on the NPU, {len(placements) - npu} on the CPU"
-        + (f", {partitions} NPU partition(s)" if partitions is not None else "")
-    ]
+    lines = [_counts_line(placements, title, partitions)]
     width = max((len(p.op) for p in placements), default=0)
     for p in placements:
         where = "CPU" if not p.npu else "NPU" if p.partition is None else f"NPU{p.partition}"

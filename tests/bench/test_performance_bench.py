@@ -2,49 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from bench_parts import PARTS, machine, part_record, write_parts
 
 from bench import performance
 from bench.doc_block import replace_block
 
 
-def _write(out: Path) -> None:
-    model = {"name": "mobilenet_v1", "invoke_ms": 9.0, "device_ms": 8.5, "exact": True}
-    model["cpu_runtime_ms"] = {"ai_edge_litert": 4.5}
-    (out / "model_bench.json").write_text(json.dumps({"models": [model]}))
-    corpus = {"name": "unet", "vnpu_ms": 6.0, "xnnpack_ms": 0.5, "differing_bytes": 0}
-    corpus |= {"npu_nodes": 9, "nodes": 10, "partitions": 2}
-    block = corpus | {"name": "transformer_block", "vnpu_ms": 0.1, "xnnpack_ms": 0.05, "partitions": 1}
-    (out / "corpus.json").write_text(json.dumps({"models": [corpus, block]}))
-    parts_us = {"the shim's ioctl handling": 20.0, "device model (the job)": 10.0}
-    splits = [
-        {"name": "empty job", "nodes": 0, "plain_invoke_us": 35.0, "parts_us": parts_us},
-        {"name": "1 node", "nodes": 1, "plain_invoke_us": 45.5, "parts_us": parts_us},
-    ]
-    (out / "invoke_split.json").write_text(json.dumps({"invoke_split": splits}))
-    rt = {"p50_us": 400.0, "p90_us": 500.0, "p99_us": 900.0, "min_us": 200.0, "submit_p50_us": 150.0}
-    cores = [
-        {"mode": "", "cores": 2, "clients": 2, "workload": "empty job", "per_s": 3000.0, "exact": True},
-        {"mode": "", "cores": 2, "clients": 2, "workload": "model invoke", "per_s": 40.0, "exact": True},
-    ]
-    (out / "guest_cores2").mkdir()
-    floor = {"p50_us": 100.0, "min_us": 10.0, "p99_us": 300.0}
-    guest = {"round_trip": rt, "doorbell_floor": floor, "throughput_by_cores": cores}
-    (out / "guest_cores2" / "bench.json").write_text(json.dumps(guest))
-    shim_cores = [dict(c, mode="processes") for c in cores]
-    (out / "shim.json").write_text(json.dumps({"round_trip": rt, "throughput_by_cores": shim_cores}))
-
-
 def test_summary_has_ratios_round_trip_over_floor_and_the_cores_table(tmp_path: Path) -> None:
-    _write(tmp_path)
-    part = {"seconds": 1.0, "load_before": [0.1, 0, 0], "load_after": [0.2, 0, 0], "command": "x"}
-    parts = {name: part for name in ("model_bench", "corpus", "invoke_split", "shim", "guest_cores2")}
-    info = {"cpu": "CPU", "cpus": 2, "simd": ["avx2"], "kernel": "k", "python": "3", "numpy": "1"}
-    info["qemu"] = "q"
-    s = performance.summarize(tmp_path, parts, info)
+    write_parts(tmp_path)
+    s = performance.summarize(tmp_path, {name: part_record() for name in PARTS}, machine())
     ratios = [(m["name"], m["ratio"]) for m in s["models"]]
     assert ratios == [("mobilenet_v1", 2.0), ("unet", 12.0), ("transformer_block", 2.0)]
     guest = next(r for r in s["round_trip"] if r["where"] == "guest_cores2")

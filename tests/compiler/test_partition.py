@@ -126,3 +126,20 @@ def test_demote_and_the_report() -> None:
 def test_placement_is_a_plain_record() -> None:
     p = Placement(3, "ADD", False, "why")
     assert (p.partition, p.name) == (None, "")
+
+
+def test_the_summary_counts_ops_by_type_and_reason() -> None:
+    placed = [
+        Placement(0, "CONV_2D", True, partition=0),
+        Placement(1, "CONV_2D", True, partition=0),
+        Placement(2, "SHAPE", False, "SHAPE is not an NPU operator"),
+        Placement(3, "ADD", True, partition=1),
+        Placement(4, "SHAPE", False, "SHAPE is not an NPU operator"),
+        Placement(5, "MEAN", False, "denied by the deny_ops option"),
+    ]
+    assert partition.format_summary(placed, "placement", 2).splitlines() == [
+        "placement: 3 of 6 nodes on the NPU, 3 on the CPU, 2 NPU partition(s)",
+        "  on the NPU: CONV_2D x2, ADD x1",
+        "  on the CPU: SHAPE x2 (SHAPE is not an NPU operator)",
+        "  on the CPU: MEAN x1 (denied by the deny_ops option)",
+    ]

@@ -39,7 +39,7 @@ def test_accel_run_prints_the_same_timing_line(tmp_path: Path, capsys: pytest.Ca
     path = tmp_path / "add.tflite"
     path.write_bytes(gen.elementwise_model("ADD", (1, 4, 4, 4), None, "NONE", 1))
     line = re.compile(r"load \(delegate prepare \+ compile\): [\d.]+ ms; first invoke [\d.]+ ms; "
-                      r"median of 2 invokes [\d.]+ ms")  # fmt: skip
+                      r"median of 2 invokes [\d.]+ ms \(min [\d.]+, p90 [\d.]+, p99 [\d.]+\)")  # fmt: skip
     for main in (lambda: run.main([str(path), "--runs", "2", "--log-level", "quiet"]),
                  lambda: cli.main(["run", str(path), "--runs", "2", "--device", "shim"])):  # fmt: skip
         assert main() == ExitCode.OK

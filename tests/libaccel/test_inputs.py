@@ -30,3 +30,12 @@ def test_the_runners_draw_the_same_inputs() -> None:
     (y,) = run_inputs([{"dtype": x.dtype, "shape": x.shape}], 5)
     named = model_inputs([("input", x.dtype, x.shape)], seed=5)
     assert np.array_equal(x, y) and np.array_equal(x, named["input"])
+
+
+def test_timing_reports_the_spread_of_the_runs() -> None:
+    from libaccel.model import ModelResult
+
+    result = ModelResult({}, [], 1, 1.0, 0.0, 5.0, "tflite", runs_ms=[float(t) for t in range(1, 101)])
+    assert result.percentiles() == {"min": 1.0, "median": 50.5, "p90": 90.0, "p99": 99.0}
+    assert result.timing().endswith("median of 100 invokes 50.50 ms (min 1.00, p90 90.00, p99 99.00)")
+    assert ModelResult({}, [], 0, 0.0, 0.0, 0.0).percentiles() == {}

@@ -145,8 +145,11 @@ def test_accel_run_text_report() -> None:
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[1] == "placement: 12 of 14 nodes on the NPU, 2 on the CPU, 1 NPU partition(s)"
+    assert "  on the NPU: QLinearConv x6, QLinearAdd x2, " in r.stdout  # the summary, by op type
     assert "QuantizeLinear has no NPU lowering" in r.stdout  # float -> int8 at the edge: the CPU's
-    assert [line.split()[3] for line in lines if "QLinearAdd" in line] == ["NPU0", "NPU0"]
+    assert not any(line.startswith("  node ") for line in lines)
+    nodes = _accel(str(MODELS / "resnet_like_qop.onnx"), "--nodes").stdout.splitlines()
+    assert [line.split()[3] for line in nodes if "QLinearAdd" in line] == ["NPU0", "NPU0"]
     assert lines[-1] == "compare with onnxruntime: equal, 0 differing bytes"
     assert all(line == line.rstrip() for line in lines)
 

@@ -1,6 +1,6 @@
 """What the ONNX front end reads rather than refuses: run-time operands, integer-only and 16-bit
-models, empty tensors, opsets outside 13-21, and the lowerings whose reasons used to say "no NPU
-lowering" (MaxPool ceil_mode, auto_pad SAME). Each model runs exact against onnxruntime."""
+models, empty tensors, opsets outside 13-21, and MaxPool with ceil_mode or auto_pad SAME on the NPU.
+Each model runs exact against onnxruntime."""
 
 from __future__ import annotations
 

@@ -45,6 +45,8 @@ PACKAGES = (
     "device_model",
     "firmware_tools",
     "delegate_teflon",
+    "vnpu_ort_ep",
+    "litert_vendor",
     "vnpu_common",
     "modelgen",
 )
@@ -53,7 +55,9 @@ DATA = (
     "uapi/abi_generated.json",
     "uapi/vnpu_isa.toml",
     "uapi/drm/vnpu_accel.h",
+    "vnpu_ort_ep/vnpu_ort_abi.h",
     "uapi/drm/vnpu_isa.h",
+    "litert_vendor/include/vnpu_litert.h",
     "uapi/drm/drm.h",
     "uapi/firmware/vnpu/vnpu_fw.bin",
     "uapi/firmware/vnpu/vnpu_fw.toml",

@@ -1,0 +1,141 @@
+"""Build the LiteRT vendor libraries with cffi's embedding mode.
+
+``python -m litert_vendor.build [--out DIR]``.
+
+Two libraries in one directory, the way LiteRT looks for them:
+
+* ``libLiteRtCompilerPlugin_Vnpu.so``: the compiler plugin (``apply_plugin_main --libs DIR``, the
+  ``ai_edge_litert.aot`` backend ``vnpu``, or a CompiledModel's compiler plugin path);
+* ``libLiteRtDispatch_Vnpu.so``: the dispatch library (``--dispatch_library_path DIR``, a
+  CompiledModel's dispatch library path).
+
+Each is a C surface (``litert_vendor.abi``) over Python: the first call that needs Python starts it
+(in a C host such as ``apply_plugin_main``) or joins it (in a Python host), as libteflon.so does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import cffi
+
+from delegate_teflon.build import PACKAGE_ROOT, SITE_DIRS, python_start_macros
+from libaccel.compiler.lower import COMPILER_VERSION
+from litert_vendor import abi
+from vnpu_common.cache import content_hash, publish
+
+PLUGIN_LIBRARY = "libLiteRtCompilerPlugin_Vnpu.so"
+DISPATCH_LIBRARY = "libLiteRtDispatch_Vnpu.so"
+SDK_VERSION = f"vnpu compiler {COMPILER_VERSION}"
+
+# Runs in the process that loaded the library, at its first Python call (see delegate_teflon.build).
+_INIT_CODE = """
+import sys
+if getattr(sys, "_vnpu_litert_embedded", False):
+    import site
+    for _dir in {sites!r}:
+        if _dir not in sys.path:
+            site.addsitedir(_dir)
+_root = {root!r}
+if _root not in sys.path:
+    sys.path.append(_root)
+from {module} import ffi, lib
+from litert_vendor import {python}
+{python}.install(ffi, lib)
+"""
+
+
+def _parts(library: str) -> tuple[str, str, str, str]:
+    """(cffi module name, cdef, C source, init code) of ``library``."""
+    if library == PLUGIN_LIBRARY:
+        module, python, callbacks, source = (
+            "_vnpu_litert_plugin",
+            "compiler_plugin",
+            abi.PLUGIN_CALLBACKS,
+            abi.PLUGIN_SOURCE,
+        )
+    elif library == DISPATCH_LIBRARY:
+        module, python, callbacks, source = (
+            "_vnpu_litert_dispatch",
+            "dispatch",
+            abi.DISPATCH_CALLBACKS,
+            abi.DISPATCH_SOURCE,
+        )
+    else:
+        raise ValueError(f"no LiteRT vendor library {library!r}: {PLUGIN_LIBRARY} or {DISPATCH_LIBRARY}")
+    init = _INIT_CODE.format(sites=SITE_DIRS, root=str(PACKAGE_ROOT), module=module, python=python)
+    cdef = abi.LITERT_CDEF + abi.RESULT_TYPES + callbacks
+    # The callbacks' prototypes, for the C that calls them (cffi defines them static, after it).
+    prototypes = callbacks.replace('extern "Python" ', "static ")
+    return (
+        module,
+        cdef,
+        abi.common_source(library, SDK_VERSION) + abi.RESULT_TYPES + prototypes + source,
+        init,
+    )
+
+
+def make_ffi(library: str) -> cffi.FFI:
+    module, cdef, source, init = _parts(library)
+    ffi = cffi.FFI()
+    ffi.cdef(cdef)
+    ffi.set_source(
+        module,
+        source,
+        libraries=["dl", "pthread"],
+        include_dirs=[str(abi.INCLUDE_DIR)],
+        define_macros=python_start_macros("vnpu LiteRT vendor library", "_vnpu_litert_embedded"),
+        extra_compile_args=["-O2", "-Wall"],
+    )
+    ffi.embedding_init_code(init)
+    return ffi
+
+
+def source_hash() -> str:
+    """A key over everything that goes into both binaries (sources, cffi and Python versions)."""
+    parts: list[str] = []
+    for library in (PLUGIN_LIBRARY, DISPATCH_LIBRARY):
+        parts.extend(_parts(library))
+    return content_hash(
+        (
+            *parts,
+            abi.HEADER.read_text(),
+            cffi.__version__,
+            sys.version,
+            sysconfig.get_config_var("SOABI") or "",
+        )
+    )
+
+
+def build(out_dir: Path) -> Path:
+    """Compile both libraries into ``out_dir`` (each atomically replaced); returns ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for library in (PLUGIN_LIBRARY, DISPATCH_LIBRARY):
+        with tempfile.TemporaryDirectory(prefix="vnpu-litert-build-") as tmp:
+            built = make_ffi(library).compile(tmpdir=tmp, target=library, verbose=False)
+            publish(Path(built), out_dir / library)
+    (out_dir / "BUILD_ID").write_text(source_hash() + "\n")
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build vnpu's LiteRT compiler plugin and dispatch library.")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default: the cache directory library_dir() uses)",
+    )
+    args = parser.parse_args(argv)
+    from litert_vendor import default_build_dir
+
+    print(build(args.out or default_build_dir()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

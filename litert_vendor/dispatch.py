@@ -1,0 +1,342 @@
+"""The Python half of libLiteRtDispatch_Vnpu.so: LiteRT's dispatch API on a vnpu device.
+
+* device context: one open :class:`~libaccel.device.Device`: ``$VNPU_DEVICE`` (a node path, ``shim``
+  or ``kernel``) when set, else the first kernel device if there is one, else the in-process shim;
+* invocation context: a DISPATCH_OP's bytecode (:mod:`litert_vendor.bytecode`) loaded once into a
+  :class:`~libaccel.compiler.runner.PartitionRunner` (weights, arena and command stream BOs);
+* tensor buffers: host memory, copied into the arena before the job and out of it after.
+
+Errors go to stderr as one line and LiteRT gets an error status; nothing raises into C.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from libaccel import discovery
+from libaccel.compiler.runner import PartitionRunner
+from libaccel.device import Device
+from litert_vendor import bytecode
+
+LIBRARY = "libLiteRtDispatch_Vnpu.so"
+
+STATUS_OK = 0
+STATUS_INVALID_ARGUMENT = 1
+STATUS_RUNTIME_FAILURE = 3
+STATUS_UNSUPPORTED = 5
+STATUS_NOT_FOUND = 6
+STATUS_INCOMPATIBLE_BYTECODE = 4002
+_HOST_MEMORY = 1  # kLiteRtTensorBufferTypeHostMemory
+_LOCK_READ, _LOCK_WRITE = 0, 1
+
+
+def default_device() -> str:
+    """What a device context opens: $VNPU_DEVICE, else a kernel device if there is one, else the shim."""
+    if os.environ.get(discovery.ENV_DEVICE):
+        return discovery.resolve(None)
+    return "kernel" if discovery.list_devices() else discovery.SHIM
+
+
+@dataclass
+class DeviceContext:
+    device: Device
+    runtime: Any  # const LiteRtRuntimeContext *
+    buffers: dict[int, Any] = field(default_factory=dict)  # handle -> LiteRtTensorBuffer
+    next_buffer: int = 1
+
+
+@dataclass
+class Invocation:
+    device: DeviceContext
+    code: bytecode.Bytecode
+    runner: PartitionRunner
+    inputs: dict[int, int] = field(default_factory=dict)  # DISPATCH_OP input -> buffer handle
+    outputs: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class _State:
+    devices: dict[int, DeviceContext] = field(default_factory=dict)
+    invocations: dict[int, Invocation] = field(default_factory=dict)
+    next_handle: int = 1
+
+
+_state = _State()
+
+
+class DispatchError(Exception):
+    def __init__(self, message: str, status: int = STATUS_RUNTIME_FAILURE) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"{LIBRARY}: {message}", file=sys.stderr, flush=True)
+    return status
+
+
+def _guarded(fn: Any) -> Any:
+    """Run ``fn``; turn any exception into one stderr line and a LiteRT status."""
+
+    def wrapper(*args: Any) -> int:
+        try:
+            fn(*args)
+        except DispatchError as e:
+            return _fail(str(e), e.status)
+        except bytecode.BytecodeError as e:
+            return _fail(str(e), STATUS_INCOMPATIBLE_BYTECODE)
+        except Exception as e:  # noqa: BLE001 - nothing may raise into LiteRT
+            return _fail(f"{fn.__name__}: {type(e).__name__}: {e}", STATUS_RUNTIME_FAILURE)
+        return STATUS_OK
+
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+def _new_handle() -> int:
+    handle = _state.next_handle
+    _state.next_handle += 1
+    return handle
+
+
+def _key(ffi: Any, handle: Any) -> int:
+    return int(ffi.cast("uintptr_t", handle))
+
+
+def install(ffi: Any, lib: Any) -> None:
+    """Bind the extern "Python" callbacks (run once, by the library's init code)."""
+    del lib
+
+    def device_of(handle: Any) -> DeviceContext:
+        ctx = _state.devices.get(_key(ffi, handle))
+        if ctx is None:
+            raise DispatchError("no such device context", STATUS_INVALID_ARGUMENT)
+        return ctx
+
+    def invocation_of(handle: Any) -> Invocation:
+        inv = _state.invocations.get(_key(ffi, handle))
+        if inv is None:
+            raise DispatchError("no such invocation context", STATUS_INVALID_ARGUMENT)
+        return inv
+
+    def check_runtime(runtime: Any) -> None:
+        header = runtime.abi_header
+        if header.major_version != 1 or header.struct_size < 400:
+            raise DispatchError(
+                f"LiteRT's runtime context is ABI {header.major_version}.{header.minor_version}, "
+                f"{header.struct_size} bytes; this library needs ABI 1.x, at least 400 bytes (LiteRT 2.3)",
+                4000,
+            )
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_initialize(runtime: Any, environment: Any, options: Any) -> None:
+        check_runtime(runtime)
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_device_context_create(runtime: Any, options: Any, out: Any) -> None:
+        check_runtime(runtime)
+        which = default_device()
+        try:
+            device = Device.open(which)
+        except OSError as e:
+            raise DispatchError(f"cannot open the vnpu device {which!r}: {e}", STATUS_NOT_FOUND) from None
+        handle = _new_handle()
+        _state.devices[handle] = DeviceContext(device, runtime)
+        out[0] = ffi.cast("LiteRtDispatchDeviceContext", handle)
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_device_context_destroy(handle: Any) -> None:
+        ctx = _state.devices.pop(_key(ffi, handle), None)
+        if ctx is not None:
+            for key, inv in list(_state.invocations.items()):
+                if inv.device is ctx:
+                    inv.runner.close()
+                    del _state.invocations[key]
+            ctx.device.close()
+
+    def requirements(inv: Invocation, tensor: int, what: str, tensor_type: Any, out: Any) -> None:
+        try:
+            binding = (
+                inv.runner.compiled.input(tensor) if what == "input" else inv.runner.compiled.output(tensor)
+            )
+            nbytes = binding.nbytes
+        except KeyError:
+            nbytes = 0  # an input the partition does not read: any buffer does
+        if tensor_type != ffi.NULL and nbytes:
+            layout = tensor_type.layout
+            shape = tuple(int(layout.dimensions[i]) for i in range(layout.rank))
+            if int(np.prod(shape, dtype=np.int64)) != int(np.prod(binding.shape, dtype=np.int64)):
+                raise DispatchError(
+                    f"{inv.code.function} {what} tensor {tensor} has shape {list(shape)}; it was compiled "
+                    f"for {list(binding.shape)} (compile the model again for the new shape)",
+                    STATUS_UNSUPPORTED,
+                )
+        types = ffi.new("LiteRtTensorBufferType[1]", [_HOST_MEMORY])
+        status = inv.device.runtime.create_tensor_buffer_requirements(1, types, nbytes, 0, ffi.NULL, out)
+        if status != 0:
+            raise DispatchError(f"LiteRT's create_tensor_buffer_requirements failed with status {status}")
+
+    def io_tensor(inv: Invocation, index: int, what: str) -> int:
+        order = inv.code.inputs if what == "input" else inv.code.outputs
+        if not 0 <= index < len(order):
+            raise DispatchError(f"{inv.code.function} has {len(order)} {what}s, no {what} {index}", 1000)
+        return order[index]
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_get_input_requirements(handle: Any, index: int, tensor_type: Any, out: Any) -> None:
+        inv = invocation_of(handle)
+        requirements(inv, io_tensor(inv, index, "input"), "input", tensor_type, out)
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_get_output_requirements(handle: Any, index: int, tensor_type: Any, out: Any) -> None:
+        inv = invocation_of(handle)
+        requirements(inv, io_tensor(inv, index, "output"), "output", tensor_type, out)
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_register_tensor_buffer(handle: Any, buffer: Any, out: Any) -> None:
+        ctx = device_of(handle)
+        kind = ffi.new("LiteRtTensorBufferType *")
+        if ctx.runtime.get_tensor_buffer_type(buffer, kind) != 0:
+            raise DispatchError("LiteRT's get_tensor_buffer_type failed")
+        if kind[0] != _HOST_MEMORY:
+            raise DispatchError(
+                f"tensor buffer type {int(kind[0])} is not supported: this library takes host memory (1)",
+                STATUS_UNSUPPORTED,
+            )
+        number = ctx.next_buffer
+        ctx.next_buffer += 1
+        ctx.buffers[number] = buffer
+        out[0] = number
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_unregister_tensor_buffer(handle: Any, buffer: int) -> None:
+        if device_of(handle).buffers.pop(int(buffer), None) is None:
+            raise DispatchError(f"no tensor buffer {int(buffer)} is registered", STATUS_NOT_FOUND)
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_invocation_context_create(
+        runtime: Any, handle: Any, exec_type: int, mem: Any, function: Any, n_in: int, n_out: int, out: Any
+    ) -> None:
+        ctx = device_of(handle)
+        if exec_type != ffi.integer_const("kLiteRtDispatchExecutableTypeMlModel"):
+            raise DispatchError(
+                f"executable type {exec_type} is not vnpu bytecode (2, an ML model)", STATUS_UNSUPPORTED
+            )
+        if mem == ffi.NULL or mem.base_addr == ffi.NULL:
+            raise DispatchError("no bytecode buffer", STATUS_INVALID_ARGUMENT)
+        data = ffi.buffer(ffi.cast("const char *", mem.base_addr) + mem.offset, mem.size)
+        code = bytecode.unpack(memoryview(data))
+        name = ffi.string(function).decode(errors="replace") if function != ffi.NULL else ""
+        if name != code.function:
+            raise DispatchError(
+                f"the bytecode holds function {code.function!r}, not {name!r}", STATUS_NOT_FOUND
+            )
+        if (n_in, n_out) != (len(code.inputs), len(code.outputs)):
+            raise DispatchError(
+                f"{name}: the DISPATCH_OP has {n_in} inputs and {n_out} outputs, the bytecode "
+                f"{len(code.inputs)} and {len(code.outputs)}",
+                STATUS_INVALID_ARGUMENT,
+            )
+        try:
+            runner = PartitionRunner(ctx.device, code.compiled)
+        except ValueError as e:
+            raise DispatchError(f"{name}: {e}", STATUS_INCOMPATIBLE_BYTECODE) from None
+        number = _new_handle()
+        _state.invocations[number] = Invocation(ctx, code, runner)
+        out[0] = ffi.cast("LiteRtDispatchInvocationContext", number)
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_invocation_context_destroy(handle: Any) -> None:
+        inv = _state.invocations.pop(_key(ffi, handle), None)
+        if inv is not None:
+            inv.runner.close()
+
+    def attach(handle: Any, index: int, buffer: int, what: str) -> None:
+        inv = invocation_of(handle)
+        io_tensor(inv, index, what)
+        if int(buffer) not in inv.device.buffers:
+            raise DispatchError(f"no tensor buffer {int(buffer)} is registered", STATUS_NOT_FOUND)
+        (inv.inputs if what == "input" else inv.outputs)[index] = int(buffer)
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_attach_input(handle: Any, index: int, buffer: int) -> None:
+        attach(handle, index, buffer, "input")
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_attach_output(handle: Any, index: int, buffer: int) -> None:
+        attach(handle, index, buffer, "output")
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_detach_input(handle: Any, index: int, buffer: int) -> None:
+        invocation_of(handle).inputs.pop(index, None)
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_detach_output(handle: Any, index: int, buffer: int) -> None:
+        invocation_of(handle).outputs.pop(index, None)
+
+    def locked(inv: Invocation, number: int, mode: int) -> tuple[Any, Any]:
+        rt = inv.device.runtime
+        buffer = inv.device.buffers[number]
+        size, addr = ffi.new("size_t *"), ffi.new("void **")
+        if (
+            rt.get_tensor_buffer_packed_size(buffer, size) != 0
+            or rt.lock_tensor_buffer(buffer, addr, mode) != 0
+        ):
+            raise DispatchError(f"LiteRT could not lock tensor buffer {number}")
+        return buffer, ffi.buffer(addr[0], size[0])
+
+    @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
+    @_guarded
+    def vnpu_dispatch_invoke(handle: Any) -> None:
+        inv = invocation_of(handle)
+        rt = inv.device.runtime
+        missing = [i for i in range(len(inv.code.inputs)) if i not in inv.inputs] + [
+            i for i in range(len(inv.code.outputs)) if i not in inv.outputs
+        ]
+        if missing:
+            raise DispatchError(
+                f"{inv.code.function}: inputs/outputs {missing} have no tensor buffer attached", 4
+            )
+        for index, number in inv.inputs.items():
+            tensor = inv.code.inputs[index]
+            try:
+                view = inv.runner.input_view(tensor)
+            except KeyError:
+                continue  # an input the partition does not read
+            buffer, data = locked(inv, number, _LOCK_READ)
+            try:
+                flat = view.reshape(-1).view(np.uint8)
+                if len(data) < flat.nbytes:
+                    raise DispatchError(f"input {index}: buffer of {len(data)} bytes, needs {flat.nbytes}")
+                flat[...] = np.frombuffer(data, dtype=np.uint8, count=flat.nbytes)
+            finally:
+                rt.unlock_tensor_buffer(buffer)
+        inv.runner.submit_and_wait()
+        for index, number in inv.outputs.items():
+            view = inv.runner.output_view(inv.code.outputs[index])
+            buffer, data = locked(inv, number, _LOCK_WRITE)
+            try:
+                flat = view.reshape(-1).view(np.uint8)
+                if len(data) < flat.nbytes:
+                    raise DispatchError(f"output {index}: buffer of {len(data)} bytes, needs {flat.nbytes}")
+                np.frombuffer(data, dtype=np.uint8, count=flat.nbytes)[...] = flat
+            finally:
+                rt.unlock_tensor_buffer(buffer)
