@@ -88,7 +88,15 @@ def run_ep(model: Path | str, options: dict[str, str], runs: int = 1) -> dict:
     """``model`` in a fresh onnxruntime-only interpreter with the vnpu EP: the script's result."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, vnpu_ort_ep.library_path(), str(model), json.dumps(options), str(runs)],
+        [
+            sys.executable,
+            "-c",
+            SCRIPT,
+            vnpu_ort_ep.library_path(),
+            str(model),
+            json.dumps(options),
+            str(runs),
+        ],
         capture_output=True,
         text=True,
         timeout=900,
