@@ -133,7 +133,8 @@ def test_groups_that_would_change_a_cpu_fusion_stay_on_the_cpu(tmp_path: Path) -
     from tools.convert.make_onnx_models import attention_block, quantize
     from vnpu_ort_ep.plugin import edge_plan, keep_cpu_fusions, npu_groups
 
-    model = onnx.shape_inference.infer_shapes(quantize(attention_block(), "qdq", "int8"))  # types, as ORT gives
+    # with its tensors' types, as onnxruntime's graph gives them
+    model = onnx.shape_inference.infer_shapes(quantize(attention_block(), "qdq", "int8"))
     og = fe.graph_from_onnx(model)
     placed = onnx_placement(og, True)
     groups = npu_groups(model, og, placed)
