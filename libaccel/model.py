@@ -183,9 +183,11 @@ class OnnxProgram:
             node = og.onnx_nodes[p.node]
             if id(node) not in reported:
                 reported.add(id(node))
-                self.placement.append(
-                    Placement(position[id(node)], node.op_type, p.npu, p.reason, p.partition, node.name)
-                )
+                # a QDQ group's DequantizeLinear/QuantizeLinear nodes are where its op is
+                for n in [node, *og.absorbed.get(id(node), [])]:
+                    self.placement.append(
+                        Placement(position[id(n)], n.op_type, p.npu, p.reason, p.partition, n.name)
+                    )
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         og, graph = self.og, self.og.graph

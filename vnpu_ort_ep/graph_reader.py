@@ -1,9 +1,10 @@
 """An onnxruntime OrtGraph (the EP's view of a model or of a fused subgraph) as an onnx ModelProto.
 
 Read through OrtApi's graph accessors (``vnpu_ort_abi.h``): the nodes in onnxruntime's topological
-order with their attributes, the graph's inputs and outputs with their types and shapes, the
-opsets, and every constant initializer a node reads, with its value. The ModelProto is what
-:func:`libaccel.compiler.onnx_frontend.graph_from_onnx` reads.
+order with their attributes, the graph's inputs and outputs with their types and shapes, every node
+output's type and shape as onnxruntime inferred it (as value_info: onnx shape inference knows no
+``com.microsoft`` op), the opsets, and every constant initializer a node reads, with its value. The
+ModelProto is what :func:`libaccel.compiler.onnx_frontend.graph_from_onnx` reads.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ def model_from_graph(api: Api, graph: Any) -> tuple[Any, list[Any]]:
     nodes = api.array(ort.Graph_GetNumNodes, ort.Graph_GetNodes, graph, "const OrtNode *", "Graph_GetNodes")
     initializers: dict[str, Any] = {}
     node_protos = []
+    value_infos: list[Any] = []
     for node in nodes:
         op = api.string(ort.Node_GetOperatorType, node, "Node_GetOperatorType")
         domain = api.string(ort.Node_GetDomain, node, "Node_GetDomain")
@@ -161,6 +163,12 @@ def model_from_graph(api: Api, graph: Any) -> tuple[Any, list[Any]]:
                 api.check(ort.ValueInfo_GetInitializerValue(vi, value), f"initializer {vname}")
                 initializers[vname] = onnx.numpy_helper.from_array(api.value_array(value[0]), vname)
         out_names = ["" if vi == ffi.NULL else api.string(ort.GetValueInfoName, vi, "name") for vi in outs]
+        for vi in outs:  # onnxruntime's own types and shapes, contrib ops' included
+            if vi != ffi.NULL:
+                try:
+                    value_infos.append(_value_info(api, vi))
+                except OrtCallError:
+                    pass  # not a tensor (a sequence, a map): left without a type
         proto = onnx.helper.make_node(op, in_names, out_names, name=name or None, domain=domain or None)
         proto.attribute.extend(_attribute(api, a) for a in attrs)
         node_protos.append(proto)
@@ -184,6 +192,8 @@ def model_from_graph(api: Api, graph: Any) -> tuple[Any, list[Any]]:
     g = onnx.helper.make_graph(
         node_protos, "vnpu_ep", graph_inputs, graph_outputs, list(initializers.values())
     )
+    outputs_named = {v.name for v in graph_outputs}
+    g.value_info.extend(v for v in value_infos if v.name not in outputs_named)
     model = onnx.helper.make_model(g, opset_imports=opsets)
     model.ir_version = int(ir[0])
     return model, nodes

@@ -52,12 +52,13 @@ class Factory:
 
 @dataclass
 class Program:
-    """A compiled fused node: its onnxruntime input/output names and the loaded program."""
+    """A compiled fused node: its onnxruntime input/output names, its plan and its loaded partition."""
 
     name: str
     input_names: list[str]
     output_names: list[str]
-    program: Any
+    plan: Any  # Plan
+    runner: Any  # libaccel.compiler.PartitionRunner
     npu_nodes: int
 
 
@@ -70,6 +71,7 @@ class Ep:
     target: str
     strict: bool
     programs: dict[str, Program] = field(default_factory=dict)  # fused node name -> program
+    plans: dict[frozenset[str], Any] = field(default_factory=dict)  # group key -> Plan, for Compile
     infos: dict[int, tuple[Any, Program]] = field(default_factory=dict)  # OrtNodeComputeInfo address
     claimed: list[str] = field(default_factory=list)  # names of the nodes GetCapability claimed
     report: str = ""
@@ -249,7 +251,7 @@ def release_ep(this: Any, struct: Any) -> None:
     if ep is None:
         return
     for p in ep.programs.values():
-        p.program.close()
+        p.runner.close()
     ep.device.close()
 
 
@@ -291,47 +293,166 @@ def npu_groups(model: Any, og: Any, placed: list[Any]) -> list[list[int]]:
     return [sorted(g) for _, g in sorted(runs.items())]
 
 
-def group_model(model: Any, typed: Any, group: list[int]) -> Any:
-    """The sub-model of ``model``'s nodes ``group``, as onnxruntime hands a fused node to Compile:
-    its inputs the tensors it reads and no node of it computes, its outputs the ones read outside
-    it or by the graph; shapes from ``typed`` (``model`` after onnx shape inference)."""
+@dataclass
+class Edge:
+    """A tensor at a fused node's edge: onnxruntime's name for it, the IR tensor holding it in the
+    whole-model program, and how its bytes differ (onnxruntime's QDQ fusion on x86 turns an int8
+    Q/DQ pair into uint8 with the zero point moved by 128: the same values, each byte XOR 0x80)."""
+
+    name: str
+    ir: int
+    flip: bool
+
+
+@dataclass
+class Plan:
+    """A claimed group: the IR nodes of its NPU partition in the whole model's front-end graph, and
+    the fused node's inputs and outputs in onnxruntime's names and types."""
+
+    og: Any
+    run: tuple[int, ...]
+    inputs: dict[str, Edge]
+    outputs: dict[str, Edge]
+
+
+def _original_tensor(model: Any, og: Any, fused_name: str, types: dict[str, Any]) -> str:
+    """The tensor of onnxruntime's graph ``model`` that the front end's (fused) tensor stands for.
+
+    The fusion keeps node names and renames tensors: the fused tensor's producer has the name of an
+    original node; its output is that tensor, or, when it is float (a fused QLinear op stands for
+    its float op), the output of the one QuantizeLinear that reads it."""
+    producer = {o: n for n in og.model.graph.node for o in n.output if o}
+    if fused_name not in producer:
+        if fused_name in {i.name for i in model.graph.input}:
+            return fused_name
+        raise ValueError(f"the front end's tensor {fused_name!r} is no output and no graph input")
+    fused_node = producer[fused_name]
+    by_name = {n.name: n for n in model.graph.node if n.name}
+    if fused_node.name not in by_name:
+        raise ValueError(
+            f"the front end's node {fused_node.name!r} has no node of that name in onnxruntime's graph"
+        )
+    original = by_name[fused_node.name]
+    tensor = original.output[list(fused_node.output).index(fused_name)]
+    if types.get(tensor) in ("int8", "uint8"):
+        return tensor
+    readers = [n for n in model.graph.node if tensor in n.input]
+    if len(readers) != 1 or readers[0].op_type != "QuantizeLinear":
+        raise ValueError(
+            f"tensor {tensor!r} of node {original.name!r} is not quantized by one QuantizeLinear"
+        )
+    return readers[0].output[0]
+
+
+def edge_plan(model: Any, og: Any, run: tuple[int, ...], group: list[int]) -> Plan:
+    """How the fused node of ``group`` (original node indices) runs ``run`` (IR nodes): each of its
+    partition's inputs and outputs tied to a tensor at the group's edge; ValueError when one is not."""
     import onnx
 
-    nodes = [model.graph.node[k] for k in group]
-    inits = {t.name: t for t in model.graph.initializer}
-    produced = {o for n in nodes for o in n.output if o}
-    outside = {t for k, n in enumerate(model.graph.node) if k not in group for t in n.input}
-    outside |= {o.name for o in model.graph.output}
-    infos = {
-        v.name: v for v in list(typed.graph.value_info) + list(typed.graph.input) + list(typed.graph.output)
+    types = {
+        v.name: onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name
+        for v in [*model.graph.input, *model.graph.output, *model.graph.value_info]
+        if v.type.tensor_type.elem_type
     }
-    reads = [t for n in nodes for t in n.input if t]
-    ins = list(dict.fromkeys(t for t in reads if t not in produced and t not in inits))
-    outs = [o for n in nodes for o in n.output if o and o in outside]
-    missing = [t for t in ins + outs if t not in infos]
-    if missing:
-        raise ValueError(f"no type and shape for tensor {missing[0]!r}")
-    g = onnx.helper.make_graph(
-        nodes,
-        "vnpu_group",
-        [infos[t] for t in ins],
-        [infos[t] for t in outs],
-        [inits[t] for t in dict.fromkeys(reads) if t in inits],
-    )
-    sub = onnx.helper.make_model(g, opset_imports=model.opset_import)
-    sub.ir_version = model.ir_version
-    return sub
+    nodes = [model.graph.node[k] for k in group]
+    inits = {t.name for t in model.graph.initializer}
+    produced = {o for n in nodes for o in n.output if o}
+    members = set(group)
+    outside = {t for k, n in enumerate(model.graph.node) if k not in members for t in n.input}
+    outside |= {o.name for o in model.graph.output}
+    ins = {t for n in nodes for t in n.input if t and t not in produced and t not in inits}
+    outs = {o for o in produced if o in outside}
+    graph = og.graph
+    in_run = set(run)
+    made = {t for k in run for t in graph.node(k).outputs}
+    read = {t for k in run for t in graph.node(k).inputs if t >= 0}
+    read_after = {t for n in graph.nodes if n.index not in in_run for t in n.inputs} | set(graph.outputs)
+    part_ins = sorted(t for t in read - made if graph.tensors[t].data is None)
+    part_outs = sorted(t for t in made if t in read_after)
+
+    def edge(index: int) -> Edge:
+        fused = graph.tensors[index].name
+        name = _original_tensor(model, og, fused, types)
+        mine, theirs = og.info[fused][0], types.get(name)
+        if mine != theirs and {mine, theirs} != {"int8", "uint8"}:
+            raise ValueError(f"tensor {name!r} is {theirs} in onnxruntime's graph, {mine} in the front end's")
+        return Edge(name, index, mine != theirs)
+
+    inputs = {e.name: e for e in map(edge, part_ins)}
+    outputs = {e.name: e for e in map(edge, part_outs) if e.name in outs}
+    if missing := sorted(set(inputs) - ins):
+        raise ValueError(f"the NPU partition reads {missing[0]!r}, which is not an input of the group")
+    if missing := sorted(outs - set(outputs)):
+        raise ValueError(f"the group's output {missing[0]!r} is not an output of its NPU partition")
+    return Plan(og, tuple(run), inputs, outputs)
 
 
-def runs_on_npu(sub: Any, strict: bool) -> str | None:
-    """None when the front end reads ``sub`` alone with every node on the NPU, else the reason:
-    Compile reads each fused node's subgraph by itself, so a group is claimed only if it can."""
-    from libaccel.compiler import onnx_frontend as fe
-    from libaccel.model import onnx_placement
+def _group_key(names: Any) -> frozenset[str]:
+    """A group by its nodes' output tensors: unique in a graph, and the same in GetCapability's
+    graph and in the fused node's subgraph that Compile gets."""
+    return frozenset(o for n in names for o in n.output if o)
 
-    og = fe.graph_from_onnx(sub)
-    cpu = [p for p in onnx_placement(og, strict) if not p.npu]
-    return f"{cpu[0].op}: {cpu[0].reason}" if cpu else None
+
+def _left(ep: Ep, model: Any, group: list[int], reason: str) -> None:
+    names = ", ".join(model.graph.node[k].name or model.graph.node[k].op_type for k in group)
+    ep.log("warning", f"vnpu EP: nodes [{names}] stay on the CPU: {reason}")
+
+
+def keep_cpu_fusions(model: Any, og: Any, groups: list[list[int]], plans: dict[int, Plan]) -> dict[int, str]:
+    """The planned groups not to claim (by index, with the reason), so that every node left to the
+    CPU EP computes as in the CPU EP's own run of the model.
+
+    On x86 onnxruntime fuses an int8 QDQ group into its integer kernel (QLinearMatMul, QLinearConv,
+    ...) only after converting the group's input Q/DQ pair to uint8, which needs the QuantizeLinear:
+    a claimed group that holds it would leave that CPU group in float, and its result would change.
+    A group whose int8 output (a converted pair: ``Edge.flip``) feeds such a fused CPU node stays on
+    the CPU too, and so does one whose converted input a fused CPU node quantizes; dropping one
+    group can expose another, so this repeats until nothing changes."""
+    nodes = list(model.graph.node)
+    fused_ops = {n.name: n.op_type for n in og.model.graph.node if n.name}
+    consumers: dict[str, list[int]] = {}
+    for k, n in enumerate(nodes):
+        for t in n.input:
+            consumers.setdefault(t, []).append(k)
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    dropped: dict[int, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        claimed = {k for g, plan in plans.items() if g not in dropped for k in groups[g]}
+        for g, plan in plans.items():
+            if g in dropped:
+                continue
+            for name, edge in plan.outputs.items():
+                if not edge.flip:
+                    continue
+                readers = [r for r in consumers.get(name, []) if r not in claimed]
+                ops = [c for r in readers for c in (consumers.get(nodes[r].output[0], [])
+                       if nodes[r].op_type == "DequantizeLinear" else [r])]  # fmt: skip
+                for c in ops:
+                    fused = fused_ops.get(nodes[c].name, nodes[c].op_type)
+                    if c not in claimed and fused != nodes[c].op_type:
+                        dropped[g] = (
+                            f"its output {name!r} feeds {nodes[c].name!r}, which the CPU EP runs as {fused} "
+                            "only with the QuantizeLinear of that tensor in its own graph"
+                        )
+                        changed = True
+                        break
+                if g in dropped:
+                    break
+            for name, edge in plan.inputs.items():  # the same for the CPU group that quantizes an input
+                q = producer.get(name)
+                if g in dropped or not edge.flip or q is None or nodes[q].op_type != "QuantizeLinear":
+                    continue
+                p = producer.get(nodes[q].input[0])
+                fused = fused_ops.get(nodes[p].name, nodes[p].op_type) if p is not None else ""
+                if p is not None and p not in claimed and fused != nodes[p].op_type:
+                    dropped[g] = (
+                        f"its input {name!r} comes from {nodes[p].name!r}, which the CPU EP runs as {fused} "
+                        "only with the DequantizeLinear of that tensor in its own graph"
+                    )
+                    changed = True
+    return dropped
 
 
 def get_capability(this: Any, graph: Any, support: Any) -> Any:
@@ -351,86 +472,70 @@ def get_capability(this: Any, graph: Any, support: Any) -> Any:
             raise
         ep.log("warning", f"vnpu EP: the graph stays on the CPU: {type(e).__name__}: {e}")
         return _ffi.NULL
-    import onnx
-
-    runs = len(partition.partition_runs(placed))
-    ep.report = partition.format_report(placed, "vnpu EP placement (front end)", runs)
+    runs = partition.partition_runs(placed)
+    ep.report = partition.format_report(placed, "vnpu EP placement (front end)", len(runs))
     ep.log("info", ep.report)
-    typed = onnx.shape_inference.infer_shapes(model)
-    for group in groups:
-        if not group:
-            continue
+    plans: dict[int, Plan] = {}
+    for k, (run, group) in enumerate(zip(runs, groups, strict=True)):
         try:
-            reason = runs_on_npu(group_model(model, typed, group), ep.strict)
-        except Exception as e:  # noqa: BLE001 - such a group stays on the CPU EP
-            reason = f"{type(e).__name__}: {e}"
-        if reason is not None:
-            names = ", ".join(model.graph.node[k].name or model.graph.node[k].op_type for k in group)
-            ep.log("warning", f"vnpu EP: nodes [{names}] stay on the CPU: their subgraph alone: {reason}")
-            continue
+            plans[k] = edge_plan(model, og, run, group)
+        except ValueError as e:  # such a group stays on the CPU EP
+            _left(ep, model, group, str(e))
+    for k, reason in keep_cpu_fusions(model, og, groups, plans).items():
+        del plans[k]
+        _left(ep, model, groups[k], reason)
+    for k, plan in plans.items():
+        group = groups[k]
         array = _ffi.new("const OrtNode *[]", [nodes[k] for k in group])
         api.check(
             ep.factory.ep_api.EpGraphSupportInfo_AddNodesToFuse(support, array, len(group), _ffi.NULL),
             "EpGraphSupportInfo_AddNodesToFuse",
         )
+        ep.plans[_group_key(model.graph.node[k] for k in group)] = plan
         ep.claimed.extend(model.graph.node[k].name for k in group)
     ep.log("info", f"vnpu EP: claimed {len(ep.claimed)} of {len(model.graph.node)} nodes")
     return _ffi.NULL
 
 
 def compile_graphs(this: Any, graphs: Any, fused_nodes: Any, count: int, infos: Any, ctx_nodes: Any) -> Any:
-    from libaccel.compiler import onnx_frontend as fe
-    from libaccel.model import OnnxProgram
+    """Each fused node runs the NPU partition GetCapability planned for it, compiled from the whole
+    model's front-end graph: the group's QDQ context (the QuantizeLinear upstream, the fusion's
+    int8-to-uint8 conversion) is the whole model's, as onnxruntime's CPU EP runs it."""
+    from libaccel.compiler import PartitionRunner, compile_cached
 
     ep = _eps[_addr(this)]
     api = ep.factory.api
     for i in range(count):
         name = api.string(api.ort.Node_GetName, fused_nodes[i], "Node_GetName")
-        ins = api.array(
-            api.ort.Node_GetNumInputs,
-            api.ort.Node_GetInputs,
-            fused_nodes[i],
-            "const OrtValueInfo *",
-            "fused node inputs",
+        ins = api.array(api.ort.Node_GetNumInputs, api.ort.Node_GetInputs, fused_nodes[i],
+                        "const OrtValueInfo *", "fused node inputs")  # fmt: skip
+        outs = api.array(api.ort.Node_GetNumOutputs, api.ort.Node_GetOutputs, fused_nodes[i],
+                         "const OrtValueInfo *", "fused node outputs")  # fmt: skip
+        sub, _ = model_from_graph(api, graphs[i])
+        plan = ep.plans.get(_group_key(sub.graph.node))
+        if plan is None:
+            return _error(
+                api, "ORT_EP_FAIL", f"vnpu EP: fused node {name!r} is no group GetCapability claimed"
+            )
+        input_names = [api.string(api.ort.GetValueInfoName, v, "name") for v in ins]
+        output_names = [api.string(api.ort.GetValueInfoName, v, "name") for v in outs]
+        if missing := [n for n in output_names if n not in plan.outputs]:
+            return _error(
+                api, "ORT_EP_FAIL", f"vnpu EP: fused node {name!r}: no NPU value for output {missing[0]!r}"
+            )
+        compiled, _ = compile_cached(plan.og.graph, list(plan.run), ep.device.params.isa_version)
+        program = Program(
+            name, input_names, output_names, plan, PartitionRunner(ep.device, compiled), len(plan.run)
         )
-        outs = api.array(
-            api.ort.Node_GetNumOutputs,
-            api.ort.Node_GetOutputs,
-            fused_nodes[i],
-            "const OrtValueInfo *",
-            "fused node outputs",
-        )
-        model, _ = model_from_graph(api, graphs[i])
-        og = fe.graph_from_onnx(model)
-        program = OnnxProgram(og, ep.device, strict=ep.strict)
-        npu = sum(p.npu for p in program.placement)
-        if npu == 0:
-            program.close()
-            return _error(api, "ORT_EP_FAIL", f"vnpu EP: fused node {name!r} has no node the NPU runs")
-        if npu != len(program.placement):
-            # onnxruntime's fusion of the subgraph alone can leave boundary Q/DQ nodes in float
-            cpu = ", ".join(p.op for p in program.placement if not p.npu)
-            ep.log("warning", f"vnpu EP: {name}: {cpu} run in onnxruntime inside the fused node")
-        compiled = Program(
-            name,
-            [api.string(api.ort.GetValueInfoName, v, "name") for v in ins],
-            [api.string(api.ort.GetValueInfoName, v, "name") for v in outs],
-            program,
-            npu,
-        )
-        ep.programs[name] = compiled
+        ep.programs[name] = program
         info = _ffi.new("OrtNodeComputeInfo *")
         info.ort_version_supported = _ffi.integer_const("VNPU_ORT_API_VERSION")
         info.CreateState = _lib.vnpu_compute_create_state
         info.Compute = _lib.vnpu_compute
         info.ReleaseState = _lib.vnpu_compute_release_state
-        ep.infos[_addr(info)] = (info, compiled)
+        ep.infos[_addr(info)] = (info, program)
         infos[i] = info
-        ep.log(
-            "info",
-            f"vnpu EP: {name}: {npu} node(s) in {program.partitions} NPU job(s), "
-            f"compiled in {program.compile_ms:.1f} ms",
-        )
+        ep.log("info", f"vnpu EP: {name}: {len(plan.run)} IR node(s) in one NPU job")
     return _ffi.NULL
 
 
@@ -454,6 +559,11 @@ def create_state(this: Any, context: Any, state: Any) -> Any:
     return _ffi.NULL
 
 
+def _flip(value: np.ndarray, flip: bool, dtype: str) -> np.ndarray:
+    """``value``'s bytes as ``dtype`` (int8 <-> uint8: each byte XOR 0x80, the same quantized value)."""
+    return (value.view(np.uint8) ^ np.uint8(0x80)).view(dtype) if flip else value.view(dtype)
+
+
 def compute(this: Any, state: Any, context: Any) -> Any:
     import onnx
 
@@ -461,11 +571,12 @@ def compute(this: Any, state: Any, context: Any) -> Any:
     ep = next(e for e in _eps.values() if _addr(this) in e.infos)
     api = ep.factory.api
     ffi, ort = _ffi, api.ort
-    feeds: dict[str, np.ndarray] = {}
-    wanted = {p.program.og.graph.tensors[i].name for i in p.program.og.graph.inputs}
+    og, graph = p.plan.og, p.plan.og.graph
+    feeds: dict[int, np.ndarray] = {}
     for k, name in enumerate(p.input_names):
-        if name not in wanted:
-            continue  # a constant the program holds
+        edge = p.plan.inputs.get(name)
+        if edge is None:
+            continue  # read by the group's nodes the NPU partition stands for (a constant, a DQ)
         value = ffi.new("const OrtValue **")
         api.check(ort.KernelContext_GetInput(context, k, value), f"input {name}")
         info = ffi.new("OrtTensorTypeAndShapeInfo **")
@@ -478,10 +589,16 @@ def compute(this: Any, state: Any, context: Any) -> Any:
         api.check(ort.GetTensorData(value[0], data), "GetTensorData")
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
         count = int(np.prod(dims)) if dims else 1
-        feeds[name] = np.frombuffer(ffi.buffer(data[0], count * dtype.itemsize), dtype).reshape(dims)
-    results = p.program.run(feeds)
+        arr = np.frombuffer(ffi.buffer(data[0], count * dtype.itemsize), dtype).reshape(dims)
+        t = graph.tensors[edge.ir]
+        feeds[edge.ir] = og.to_ir(edge.ir, _flip(arr, edge.flip, t.dtype))
+    values = p.runner.run(feeds)
     for k, name in enumerate(p.output_names):
-        result = np.ascontiguousarray(results[name])
+        edge = p.plan.outputs[name]
+        t = graph.tensors[edge.ir]
+        ir_value = values[edge.ir].reshape(t.shape)
+        own = np.dtype("int8" if t.dtype == "uint8" else "uint8") if edge.flip else np.dtype(t.dtype)
+        result = np.ascontiguousarray(_flip(og.to_onnx(edge.ir, ir_value), edge.flip, own.name))
         dims = ffi.new("int64_t[]", list(result.shape) or [0])
         value = ffi.new("OrtValue **")
         api.check(ort.KernelContext_GetOutput(context, k, dims, result.ndim, value), f"output {name}")

@@ -17,9 +17,11 @@ FULLY_CONNECTED, all with the ``requant`` option "float": the ISA's FLOAT_SCALE;
 Sigmoid/LeakyRelu, 8-bit Relu/Clip -> LOOKUP/LOOKUP2 tables of onnxruntime's own kernel;
 QLinearGlobalAveragePool -> MEAN; QLinearConcat, MaxPool, Transpose, Pad, nearest Resize, Flatten/
 Reshape -> their data-movement ops; docs/onnx.md has the table). A lowering the compiler refuses
-leaves the whole ONNX node to the CPU with the compiler's reason. Every other node becomes an IR node
-named ``ONNX:<op_type>`` that the compiler does not lower; :mod:`libaccel.model` runs it on the CPU
-in onnxruntime, in ONNX's own layout.
+leaves the whole ONNX node to the CPU with the compiler's reason. The QDQ groups the fusion leaves in
+float around Add, Mul, MaxPool and Concat (:func:`select_qdq_groups`) become tables of that float
+computation; float Conv/MatMul/Gemm groups stay on the CPU (float32 sums are not the NPU's). Every
+other node becomes an IR node named ``ONNX:<op_type>`` that the compiler does not lower;
+:mod:`libaccel.model` runs it on the CPU in onnxruntime, in ONNX's own layout.
 
 Shapes and element types of every tensor are taken from onnxruntime running the model once on ones
 (contrib ops such as QLinearAdd are unknown to ``onnx.shape_inference``); ``shapes`` fixes dynamic
@@ -73,6 +75,8 @@ class OnnxGraph:
     form: str = "qoperator"  # the form the file was in: "qoperator" or "qdq"
     info: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)  # ONNX name -> (dtype, shape)
     cpu_reasons: dict[int, str] = field(default_factory=dict)  # IR node -> why its lowering was refused
+    # id(op node) -> the DequantizeLinear/QuantizeLinear nodes of its QDQ group, read with it
+    absorbed: dict[int, list[Any]] = field(default_factory=dict)
 
     def to_ir(self, index: int, value: np.ndarray) -> np.ndarray:
         """An ONNX-layout value of IR tensor ``index`` in the IR's layout."""
@@ -393,6 +397,69 @@ def _ort_dtype(type_str: str) -> np.dtype:
     return np.dtype(names[type_str])
 
 
+QDQ_GROUP_OPS = ("Add", "Mul", "MaxPool", "Concat")  # float ops a QDQ group is lowered around
+_FLOAT_SUMS = ("Conv", "MatMul", "Gemm", "GlobalAveragePool", "AveragePool")  # float QDQ ops left alone
+
+
+@dataclass
+class QdqGroup:
+    """DequantizeLinear nodes -> a float ``op`` -> one QuantizeLinear, as onnxruntime's QDQ fusion
+    leaves it (on x86 it fuses int8 groups only where it can convert their Q/DQ pairs to uint8)."""
+
+    op: Any
+    dqs: list[Any]  # the DequantizeLinear feeding each non-constant input of ``op``, in input order
+    q: Any
+
+
+def select_qdq_groups(
+    model: Any, consts: dict[str, np.ndarray], info: dict[str, tuple[str, tuple[int, ...]]]
+) -> dict[int, QdqGroup]:
+    """The QDQ groups of a QOperator-form model around an op of :data:`QDQ_GROUP_OPS`, by id(op).
+
+    onnxruntime computes such a group in float between its DequantizeLinear and QuantizeLinear; the
+    op is elementwise or selects its inputs' values (Add, Mul, MaxPool, Concat), so the group is a
+    function of one or two stored bytes per element, and the reader lowers it as tables of that
+    very float computation (:meth:`_Reader._read_group`). A group's DequantizeLinear outputs and
+    its op's output are read by the group alone; its scales and zero points are constants, one each."""
+    nodes = [n for n in model.graph.node if n.op_type != "Constant"]
+    producer = {o: n for n in nodes for o in n.output if o}
+    consumers: dict[str, list[Any]] = {}
+    for n in nodes:
+        for t in n.input:
+            consumers.setdefault(t, []).append(n)
+    graph_outputs = {o.name for o in model.graph.output}
+
+    def per_tensor(node: Any) -> bool:
+        params = [t for t in node.input[1:3] if t]
+        return all(t in consts and np.asarray(consts[t]).size == 1 for t in params)
+
+    groups: dict[int, QdqGroup] = {}
+    for n in nodes:
+        if n.op_type not in QDQ_GROUP_OPS or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
+            continue
+        readers = consumers.get(n.output[0], [])
+        if len(readers) != 1 or readers[0].op_type != "QuantizeLinear" or n.output[0] in graph_outputs:
+            continue
+        q = readers[0]
+        if not per_tensor(q) or info.get(q.output[0], ("",))[0] not in ("int8", "uint8"):
+            continue
+        dqs = []
+        for t in n.input:
+            if not t or t in consts:
+                continue
+            p = producer.get(t)
+            if p is None or p.op_type != "DequantizeLinear" or len(consumers[t]) != 1 or t in graph_outputs:
+                break
+            if not per_tensor(p) or info.get(p.input[0], ("",))[0] not in ("int8", "uint8"):
+                if p.input[0] not in consts:
+                    break
+            dqs.append(p)
+        else:
+            if any(d.input[0] not in consts for d in dqs):
+                groups[id(n)] = QdqGroup(n, dqs, q)
+    return groups
+
+
 class _Reader:
     """One pass over a QOperator-form model, building the IR."""
 
@@ -413,6 +480,8 @@ class _Reader:
         self.onnx_nodes: dict[int, Any] = {}
         self.quant: dict[str, QuantParams] = {}
         self.cpu_reasons: dict[int, str] = {}
+        self.groups: dict[int, QdqGroup] = {}
+        self.absorbed: dict[int, list[Any]] = {}  # id(op node) -> the DQ/Q nodes read with it
         self._refused = ""
 
     # --- tensors ---------------------------------------------------------------------------
@@ -545,30 +614,65 @@ class _Reader:
         self.add(node, f"ONNX:{node.op_type}", inputs)
 
     def read(self) -> None:
+        self.collect_quant()
+        self.groups = select_qdq_groups(self.model, self.consts, self.info)
+        members = {id(m): g for g in self.groups.values() for m in (*g.dqs, g.q)}
+        done: set[int] = set()
+        dequantized = {n.output[0]: True for n in self.model.graph.node if n.op_type == "DequantizeLinear"}
+        for node in self.model.graph.node:
+            if node.op_type == "Constant" or id(node) in done:
+                continue
+            if id(node) in members:
+                continue  # read with its group's op (or on the CPU right before and after it)
+            group = self.groups.get(id(node))
+            if group is None:
+                reason = ""
+                if node.op_type in _FLOAT_SUMS and any(dequantized.get(t) for t in node.input):
+                    reason = (
+                        f"onnxruntime computes this QDQ {node.op_type} in float32 (its int8 Q/DQ pair is "
+                        "not converted to uint8 for a fused kernel): the NPU's integer sums are not "
+                        "bit-exact with float32 sums"
+                    )
+                self._read_node(node, getattr(self, f"_read_{node.op_type}", None), reason=reason)
+                continue
+            if self._read_node(node, lambda n, g=group: self._read_group(g), cpu=False):
+                self.absorbed[id(node)] = [*group.dqs, group.q]
+                done.add(id(group.q))
+                continue
+            reason = self._refused
+            self._refused = ""
+            for m in group.dqs:  # the group runs on the CPU as onnxruntime's nodes, in order
+                self._read_node(m, None)
+            self._read_node(node, None, reason=reason)
+            self._read_node(group.q, None)
+            done.add(id(group.q))
+
+    def _read_node(self, node: Any, reader: Any, cpu: bool = True, reason: str = "") -> bool:
+        """Lower ``node`` with ``reader`` (True when the compiler takes every IR node it made); else,
+        with ``cpu``, add it as a CPU node with the reason. A refused lowering leaves no trace."""
         from libaccel.compiler.partition import check_support
 
-        self.collect_quant()
-        for node in self.model.graph.node:
-            if node.op_type == "Constant":
-                continue
-            reason = self._cpu_only(node)
-            reader = None if reason else getattr(self, f"_read_{node.op_type}", None)
-            mark = (len(self.nodes), dict(self.names), dict(self.tensors), dict(self.layouts))
-            if reader is not None and reader(node):
-                made = self.nodes[mark[0] :]
-                refused = [r for r in (check_support(self.graph(), n) for n in made) if not r.ok]
-                if not refused:
-                    continue
-                reason = refused[0].reason
-                # a lowering the compiler refuses: the ONNX node runs on the CPU as a whole
-                del self.nodes[mark[0] :]
-                for i in [i for i in self.onnx_nodes if i >= mark[0]]:
-                    del self.onnx_nodes[i]
-                self.names, self.tensors, self.layouts = mark[1], mark[2], mark[3]
-            self.cpu(node)
-            if reason or self._refused:
-                self.cpu_reasons[len(self.nodes) - 1] = reason or self._refused
-            self._refused = ""
+        reason = reason or self._cpu_only(node)
+        mark = (len(self.nodes), dict(self.names), dict(self.tensors), dict(self.layouts))
+        if not reason and reader is not None and reader(node):
+            made = self.nodes[mark[0] :]
+            refused = [r for r in (check_support(self.graph(), n) for n in made) if not r.ok]
+            if not refused:
+                return True
+            reason = refused[0].reason
+            # a lowering the compiler refuses: the ONNX node runs on the CPU as a whole
+            del self.nodes[mark[0] :]
+            for i in [i for i in self.onnx_nodes if i >= mark[0]]:
+                del self.onnx_nodes[i]
+            self.names, self.tensors, self.layouts = mark[1], mark[2], mark[3]
+        if not cpu:
+            self._refused = reason or self._refused
+            return False
+        self.cpu(node)
+        if reason or self._refused:
+            self.cpu_reasons[len(self.nodes) - 1] = reason or self._refused
+        self._refused = ""
+        return False
 
     def graph(self) -> Graph:
         return Graph(self.tensors, self.nodes, (), ())
@@ -1049,9 +1153,165 @@ class _Reader:
         self.add(node, "CONCATENATION", inputs, {"axis": ir_axis})
         return True
 
+    # --- QDQ groups onnxruntime computes in float ----------------------------------------------
+    def _run_nodes(self, nodes: list[Any], feeds: dict[str, np.ndarray], out: str) -> np.ndarray:
+        """``nodes`` (with the constants they read) run in onnxruntime, no graph optimization: the
+        float kernels the reference runs them with; ``out`` flattened."""
+        import onnx
+        from onnx import helper, numpy_helper
+
+        produced = {o for n in nodes for o in n.output}
+        reads = dict.fromkeys(t for n in nodes for t in n.input if t and t not in produced)
+        inits = [numpy_helper.from_array(np.asarray(self.consts[t]), t) for t in reads if t not in feeds]
+        inputs = [
+            helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+            for t, v in feeds.items()
+        ]
+        graph = helper.make_graph(list(nodes), "qdq_group", inputs, [onnx.ValueInfoProto(name=out)], inits)
+        m = helper.make_model(graph, opset_imports=list(self.model.opset_import))
+        m.ir_version = self.model.ir_version
+        return np.asarray(_session(m).run([out], feeds)[0]).reshape(-1)
+
+    def _requant_table(self, dq: Any, q: Any) -> np.ndarray:
+        """Q(DQ(v)) for every byte v of ``dq``'s input: the value a selecting op (MaxPool, Concat)
+        passes through, requantized as the float group does."""
+        from onnx import helper
+
+        dtype = self.info[dq.input[0]][0]
+        requant = helper.make_node("QuantizeLinear", [dq.output[0], *q.input[1:]], [q.output[0]])
+        requant.attribute.extend(q.attribute)
+        return self._run_nodes([dq, requant], {dq.input[0]: _bytes(dtype)}, q.output[0])
+
+    def _requantized(self, g: QdqGroup, dq: Any, src: int, dst: int | None) -> int:
+        """``src`` (``dq``'s input in the IR) requantized into the group's output type and scale: a
+        LOOKUP, or ``src`` itself when the table is the identity."""
+        y = g.q.output[0]
+        table = self._requant_table(dq, g.q)
+        same = self.tensors[src].dtype == self.info[y][0] and np.array_equal(table, _bytes(self.info[y][0]))
+        if same and dst is None:
+            return src
+        if dst is None:
+            dst = self._new(f"{self.tensors[src].name}:requant", self.info[y][0], self.tensors[src].shape,
+                            self.quant.get(y), None)  # fmt: skip
+        table_index = self._table_tensor(f"{y}:{self.tensors[src].name}", self.info[y][0], table)
+        self.nodes.append(OpNode(len(self.nodes), "LOOKUP", (src, table_index), (dst,)))
+        return dst
+
+    def _read_group(self, g: QdqGroup) -> bool:
+        """A :class:`QdqGroup` on the NPU, every IR node mapped to the group's op."""
+        start = len(self.nodes)
+        reader = {"MaxPool": self._group_pool, "Concat": self._group_concat}.get(
+            g.op.op_type, self._group_binary
+        )
+        if not reader(g):
+            return False
+        for i in range(start, len(self.nodes)):
+            self.onnx_nodes[i] = g.op
+        return True
+
+    def _group_pool(self, g: QdqGroup) -> bool:
+        """MAX_POOL_2D on the stored bytes (a dequantization keeps their order), then the requantization."""
+        from onnx import helper
+
+        (dq,) = g.dqs
+        x, y = dq.input[0], g.q.output[0]
+        mid = f"{g.op.output[0]}:bytes"
+        self.info[mid] = (self.info[x][0], self.info[g.op.output[0]][1])
+        if x in self.quant:
+            self.quant[mid] = self.quant[x]
+        pool = helper.make_node("MaxPool", [x], [mid], name=g.op.name)
+        pool.attribute.extend(g.op.attribute)
+        if len(g.op.output) > 1 or not self._read_MaxPool(pool):
+            return False
+        table = self._requant_table(dq, g.q)
+        if self.info[x][0] == self.info[y][0] and np.array_equal(table, _bytes(self.info[y][0])):
+            self.nodes[-1] = OpNode(self.nodes[-1].index, "MAX_POOL_2D", self.nodes[-1].inputs,
+                                    (self.tensor(y),), self.nodes[-1].options)  # fmt: skip
+        else:
+            self._requantized(g, dq, self.tensor(mid), self.tensor(y))
+        return True
+
+    def _group_concat(self, g: QdqGroup) -> bool:
+        """Each input requantized by its table (Q(DQ_i(v))), then CONCATENATION."""
+        if len(g.dqs) != len([t for t in g.op.input if t]) or any(d.input[0] in self.consts for d in g.dqs):
+            self._refused = "a constant input of a QDQ Concat (not lowered)"
+            return False
+        y = g.q.output[0]
+        rank = len(self.info[y][1])
+        axis = int(_attrs(g.op).get("axis", 0))
+        axis = axis + rank if axis < 0 else axis
+        ir_axis = NCHW_TO_NHWC.index(axis) if rank == 4 else axis
+        inputs = [self._requantized(g, dq, self.tensor(dq.input[0]), None) for dq in g.dqs]
+        self.nodes.append(
+            OpNode(len(self.nodes), "CONCATENATION", tuple(inputs), (self.tensor(y),), {"axis": ir_axis})
+        )
+        return True
+
+    def _group_binary(self, g: QdqGroup) -> bool:
+        """Add / Mul as LOOKUP (one activation and a one-value constant) or LOOKUP2 (two operands,
+        a constant one as its stored bytes): the float group's result for every byte (pair)."""
+        y = g.q.output[0]
+        rank = len(self.info[y][1])
+        dq_of = {d.output[0]: d for d in g.dqs}
+        operands = []  # (the byte tensor's name, is it a constant)
+        for t in g.op.input:
+            d = dq_of.get(t)
+            if d is None:
+                if np.asarray(self.consts[t]).size != 1:
+                    self._refused = f"a float constant operand {t!r} of more than one value"
+                    return False
+                continue  # a one-value float constant: part of the table
+            operands.append((d.input[0], d.input[0] in self.consts))
+        nodes = [*g.dqs, g.op, g.q]
+        activations = list(dict.fromkeys(n for n, c in operands if not c))
+        one_byte = [n for n, c in operands if c and np.asarray(self.consts[n]).size == 1]
+        if len(activations) == 1 and all(not c or n in one_byte for n, c in operands):
+            # x op x, or x op a one-value constant: a function of x's byte alone
+            (x,) = activations
+            table = self._run_nodes(nodes, {x: _bytes(self.info[x][0])}, y)
+            table_index = self._table_tensor(y, self.info[y][0], table)
+            self.nodes.append(
+                OpNode(len(self.nodes), "LOOKUP", (self.tensor(x), table_index), (self.tensor(y),))
+            )
+            return True
+        (a, _), (b, _) = operands
+        types = [str(self.consts[n].dtype) if c else self.info[n][0] for n, c in operands]
+        va, vb = _bytes(types[0]), _bytes(types[1])
+        feeds = {a: np.repeat(va, 256), b: np.tile(vb, 256)}
+        table = self._run_nodes(nodes, feeds, y).reshape(256, 256)
+        inputs = []
+        for (name, const), d in zip(operands, [dq_of[t] for t in g.op.input if t in dq_of], strict=True):
+            if not const:
+                if len(self.info[name][1]) != rank:
+                    self._refused = f"operands of rank {len(self.info[name][1])} and {rank}"
+                    return False
+                inputs.append(self.tensor(name))
+                continue
+            data = np.asarray(self.consts[name])
+            if rank == 4:
+                data = data.reshape((1,) * (4 - data.ndim) + data.shape).transpose(NCHW_TO_NHWC)
+            q = self.qparams(d, d.input[1], _get(d.input, 2))
+            inputs.append(
+                self._new(f"{name}:bytes", str(data.dtype), data.shape, q, np.ascontiguousarray(data))
+            )
+        self.nodes.append(
+            OpNode(
+                len(self.nodes),
+                "LOOKUP2",
+                (*inputs, self._table_tensor(y, self.info[y][0], table)),
+                (self.tensor(y),),
+            )
+        )
+        return True
+
 
 def _get(seq: Any, i: int) -> str | None:
     return seq[i] if i < len(seq) and seq[i] else None
+
+
+def _bytes(dtype: str) -> np.ndarray:
+    """Every value of an 8-bit type, in the order the ISA's LUT indexes a table."""
+    return (np.arange(256) + (-128 if dtype == "int8" else 0)).astype(dtype)
 
 
 def graph_from_onnx(
@@ -1088,5 +1348,13 @@ def graph_from_onnx(
     outputs = tuple(reader.tensor(o.name) for o in m.graph.output)
     graph = Graph(reader.tensors, reader.nodes, inputs, outputs)
     return OnnxGraph(
-        graph, m, reader.onnx_nodes, reader.names, reader.layouts, form, info, reader.cpu_reasons
+        graph,
+        m,
+        reader.onnx_nodes,
+        reader.names,
+        reader.layouts,
+        form,
+        info,
+        reader.cpu_reasons,
+        reader.absorbed,
     )

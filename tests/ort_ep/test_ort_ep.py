@@ -8,10 +8,6 @@ unregisters the library and exits.
 from __future__ import annotations
 
 import ctypes
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,55 +16,14 @@ import onnxruntime
 import pytest
 
 import vnpu_ort_ep
+from vnpu_ort_ep import measure
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "tests" / "onnx" / "models"
 
-SCRIPT = r"""
-import json, sys
-import numpy as np
-import onnxruntime as ort
-
-lib, model, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-ort.register_execution_provider_library("vnpu", lib)
-devices = [d for d in ort.get_ep_devices() if d.ep_name == "VnpuExecutionProvider"]
-so = ort.SessionOptions()
-so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-so.add_provider_for_devices(devices, options)
-result = {"vendor": devices[0].ep_vendor, "metadata": dict(devices[0].ep_metadata)}
-try:
-    session = ort.InferenceSession(model, so)
-except Exception as e:
-    result["error"] = str(e)
-    print(json.dumps(result))
-    sys.exit(0)
-inp = session.get_inputs()[0]
-shape = [d if isinstance(d, int) else 1 for d in inp.shape]
-x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-y = session.run(None, {inp.name: x})[0]
-ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {inp.name: x})[0]
-result["differing_bytes"] = int((y.view(np.uint8) != ref.view(np.uint8)).sum())
-result["assigned"] = {}
-for a in session.get_provider_graph_assignment_info():
-    result["assigned"][a.ep_name] = result["assigned"].get(a.ep_name, 0) + len(a.get_nodes())
-del session
-ort.unregister_execution_provider_library("vnpu")
-print(json.dumps(result))
-"""
-
 
 def run_ep(model: Path, options: dict[str, str]) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, vnpu_ort_ep.library_path(), str(model), json.dumps(options)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd="/",
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]  # a clean exit: the library unloads cleanly
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return measure.run_ep(model, options)
 
 
 def test_abi_mirror_against_the_installed_onnxruntime() -> None:
@@ -109,9 +64,93 @@ def test_int8_quantize_static_model_runs_exactly(tmp_path: Path) -> None:
     onnx.save(quantize(resnet_like(), "qdq", "int8"), path)
     result = run_ep(path, {"device": "shim"})
     assert result["differing_bytes"] == 0
-    # int8 activations: onnxruntime's fusion of a group alone leaves it in float (its s8->u8
-    # conversion needs the group's QuantizeLinear producer), so the EP claims nothing yet
-    assert result["assigned"].get("VnpuExecutionProvider", 0) == 0
+    # each group compiled from the whole model, where the fusion sees the int8 Q/DQ context
+    assert result["assigned"] == {"VnpuExecutionProvider": 36, "CPUExecutionProvider": 17}
+
+
+# (vnpu EP nodes, all nodes) of onnxruntime's graph, quantize_static's defaults and uint8 activations
+NETWORK_COUNTS = {
+    "int8": {"odd_cnn": (37, 54), "attention_block": (0, 56), "ffn": (16, 22)},
+    "uint8": {"odd_cnn": (52, 54), "attention_block": (23, 56), "ffn": (12, 22)},
+}
+
+
+@pytest.mark.parametrize("activations", ["int8", "uint8"])
+def test_quantize_static_networks_placed_and_exact(tmp_path: Path, activations: str) -> None:
+    paths = measure.quantized_networks(tmp_path, activations)
+    counts = {}
+    for name, path in paths.items():
+        m = measure.measure(name, path, {"device": "shim"}, runs=3)
+        assert m.differing_bytes == 0, (name, m)
+        counts[name] = (m.vnpu, m.total)
+    assert counts == NETWORK_COUNTS[activations]
+
+
+def test_qoperator_model_claimed_with_onnxruntimes_shapes() -> None:
+    # com.microsoft ops (QLinearAdd, QLinearGlobalAveragePool) have no onnx shape inference: the
+    # EP reads their shapes from onnxruntime's graph
+    result = run_ep(MODELS / "resnet_like_qop.onnx", {"device": "shim"})
+    assert result["differing_bytes"] == 0
+    assert result["assigned"] == {"VnpuExecutionProvider": 12, "CPUExecutionProvider": 2}
+
+
+def test_float_qdq_groups_on_the_npu_exact_and_float_sums_left_with_the_reason(tmp_path: Path) -> None:
+    """The front end lowers DQ -> Add/Mul/MaxPool/Concat -> Q groups that onnxruntime computes in
+    float as tables of that float computation; a float Conv/MatMul group stays on the CPU, saying why."""
+    from libaccel import Device
+    from libaccel.compiler import onnx_frontend as fe
+    from libaccel.model import OnnxProgram
+    from tools.convert.make_onnx_models import ffn, odd_cnn, quantize
+
+    device = Device.open("shim")
+    rng = np.random.default_rng(3)
+    for build in (odd_cnn, ffn):
+        model = quantize(build(), "qdq", "int8")
+        og = fe.graph_from_onnx(model)
+        program = OnnxProgram(og, device)
+        npu = {p.op for p in program.placement if p.npu}
+        assert {"Add", "DequantizeLinear", "QuantizeLinear"} <= npu
+        if build is odd_cnn:
+            assert "MaxPool" in npu  # its Concat is a QLinearConcat: onnxruntime fuses that group
+        float_sums = [p for p in program.placement if not p.npu and p.op in ("Conv", "MatMul")]
+        assert float_sums and all("not bit-exact with float32 sums" in p.reason for p in float_sums)
+        ref = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        name = model.graph.input[0].name
+        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+        for _ in range(4):
+            x = (2 * rng.standard_normal(shape)).astype(np.float32)
+            (want,) = ref.run(None, {name: x})
+            (got,) = program.run({name: x}).values()
+            assert got.tobytes() == want.tobytes()
+        program.close()
+    device.close()
+
+
+def test_groups_that_would_change_a_cpu_fusion_stay_on_the_cpu(tmp_path: Path) -> None:
+    from libaccel.compiler import onnx_frontend as fe
+    from libaccel.compiler import partition
+    from libaccel.model import onnx_placement
+    from tools.convert.make_onnx_models import attention_block, quantize
+    from vnpu_ort_ep.plugin import edge_plan, keep_cpu_fusions, npu_groups
+
+    # with its tensors' types, as onnxruntime's graph gives them
+    model = onnx.shape_inference.infer_shapes(quantize(attention_block(), "qdq", "int8"))
+    og = fe.graph_from_onnx(model)
+    placed = onnx_placement(og, True)
+    groups = npu_groups(model, og, placed)
+    runs = partition.partition_runs(placed)
+    plans = {}
+    for k, (run, g) in enumerate(zip(runs, groups, strict=True)):
+        try:
+            plans[k] = edge_plan(model, og, run, g)
+        except ValueError:
+            pass  # a DequantizeLinear shared with a CPU node: onnxruntime's graph has it duplicated
+    assert plans and any(e.flip for p in plans.values() for e in p.inputs.values())
+    dropped = keep_cpu_fusions(model, og, groups, plans)
+    # QK^T and the attention-weighted V are QLinearMatMul on the CPU EP only with their int8
+    # inputs' Q/DQ pairs converted to uint8: every group around them stays on the CPU
+    assert set(dropped) == set(plans)
+    assert any("QLinearMatMul" in reason for reason in dropped.values())
 
 
 def test_bad_device_option_is_a_clear_error() -> None:

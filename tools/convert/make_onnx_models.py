@@ -191,6 +191,55 @@ def resnet_like(size: int = 32, seed: int = 0) -> onnx.ModelProto:
     return b.model([("input", [1, 3, size, size])], [b.node("MatMul", [y, b.const(w)])])
 
 
+def odd_cnn(seed: int = 0) -> onnx.ModelProto:
+    """An odd-shaped CNN (3x29x23 input, 5/7/10/12 channels): strided conv, depthwise conv, grouped
+    conv, max pool, a residual Add, a channel Concat, global pool, Gemm."""
+    b = _Builder(seed)
+    y = b.conv("input", 3, 10, 3, stride=2)
+    y = b.node("MaxPool", [y], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    d = b.conv(y, 10, 10, 3, group=10)
+    g = b.conv(d, 10, 10, 3, group=2, relu=False)
+    y = b.node("Relu", [b.node("Add", [g, y])])
+    a = b.conv(y, 10, 5, 1)
+    c = b.conv(y, 10, 7, 3, stride=1)
+    y = b.node("Concat", [a, c], axis=1)
+    y = b.conv(y, 12, 12, 3, stride=2)
+    y = b.node("GlobalAveragePool", [y])
+    y = b.node("Flatten", [y], axis=1)
+    w = b.rng.normal(0, 1 / np.sqrt(12), size=(7, 12)).astype(np.float32)
+    bias = b.rng.normal(0, 0.1, size=7).astype(np.float32)
+    return b.model(
+        [("input", [1, 3, 29, 23])], [b.node("Gemm", [y, b.const(w), b.const(bias, "b")], transB=1)]
+    )
+
+
+def _dense(b: _Builder, x: str, k: int, n: int) -> str:
+    """MatMul by a [k, n] weight then the bias Add, as exporters write a Linear layer."""
+    w = b.rng.normal(0, 1 / np.sqrt(k), size=(k, n)).astype(np.float32)
+    bias = b.rng.normal(0, 0.1, size=n).astype(np.float32)
+    return b.node("Add", [b.node("MatMul", [x, b.const(w)]), b.const(bias, "b")])
+
+
+def attention_block(tokens: int = 12, dim: int = 16, seed: int = 0) -> onnx.ModelProto:
+    """One head of self-attention on [tokens, dim]: Q, K, V projections, softmax(Q K^T / sqrt(d)) V,
+    the output projection and the residual Add."""
+    b = _Builder(seed)
+    q, k, v = (_dense(b, "input", dim, dim) for _ in range(3))
+    kt = b.node("Transpose", [k], perm=[1, 0])
+    s = b.node("Mul", [b.node("MatMul", [q, kt]), b.const(np.array(1 / np.sqrt(dim), np.float32), "scale")])
+    p = b.node("Softmax", [s], axis=-1)
+    y = _dense(b, b.node("MatMul", [p, v]), dim, dim)
+    return b.model([("input", [tokens, dim])], [b.node("Add", [y, "input"])])
+
+
+def ffn(tokens: int = 10, dim: int = 24, hidden: int = 40, seed: int = 0) -> onnx.ModelProto:
+    """A transformer's feed-forward block on [tokens, dim]: Linear, Relu, Linear, residual Add."""
+    b = _Builder(seed)
+    h = b.node("Relu", [_dense(b, "input", dim, hidden)])
+    y = _dense(b, h, hidden, dim)
+    return b.model([("input", [tokens, dim])], [b.node("Add", [y, "input"])])
+
+
 # --- quantization ----------------------------------------------------------------------------------
 def calibration(model: onnx.ModelProto, seed: int, count: int = 8) -> Iterator[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
