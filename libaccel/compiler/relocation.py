@@ -62,15 +62,16 @@ def relocate(stream: bytes, relocations: Iterable[Relocation], bases: Mapping[Re
     ValueError (a corrupt compiled partition), as is an address beyond 64 bits.
     """
     out = bytearray(stream)
+    field, align, end = _VA.offset, isa.SPEC.align, len(out) - _VA_FORMAT.size  # hoisted: hundreds a load
     for r in relocations:
-        start = r.at - _VA.offset
-        if start < 0 or start % isa.SPEC.align or r.at + _VA_FORMAT.size > len(out):
+        at = r.at
+        if at < field or (at - field) % align or at > end:
             raise ValueError(
-                f"relocation at byte {r.at} is not a TENSOR va field of the {len(out)}-byte stream"
+                f"relocation at byte {at} is not a TENSOR va field of the {len(out)}-byte stream"
             )
-        (offset,) = _VA_FORMAT.unpack_from(out, r.at)
+        (offset,) = _VA_FORMAT.unpack_from(out, at)
         va = bases[r.region] + offset
         if va >= 1 << 64:
-            raise ValueError(f"relocation at byte {r.at}: {r.region.name} base + {offset:#x} exceeds 64 bits")
-        _VA_FORMAT.pack_into(out, r.at, va)
+            raise ValueError(f"relocation at byte {at}: {r.region.name} base + {offset:#x} exceeds 64 bits")
+        _VA_FORMAT.pack_into(out, at, va)
     return bytes(out)
