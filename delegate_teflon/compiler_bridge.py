@@ -20,8 +20,8 @@ import numpy as np
 
 from libaccel.compiler import CompileCache, PartitionRunner, compile_cached
 from libaccel.compiler import cache as compile_cache
+from libaccel.compiler.compiled import CompiledPartition
 from libaccel.compiler.graph import Graph, OpNode
-from libaccel.compiler.lower import CompiledPartition
 from libaccel.compiler.partition import check_node
 from libaccel.compiler.plan_common import Support
 from libaccel.device import Device

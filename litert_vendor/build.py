@@ -24,7 +24,7 @@ from pathlib import Path
 import cffi
 
 from delegate_teflon.build import PACKAGE_ROOT, SITE_DIRS, python_start_macros
-from libaccel.compiler.lower import COMPILER_VERSION
+from libaccel.compiler.compiled import COMPILER_VERSION
 from litert_vendor import abi
 from vnpu_common.cache import content_hash, publish
 

@@ -9,7 +9,7 @@ library loads it (the payload of a DISPATCH_OP). Format version 1, little-endian
                     "inputs": [tensor of each DISPATCH_OP input, in order], "outputs": [...],
                     "compiler_version": "1.16.0", "isa_version": (major << 16) | minor,
                     "partition_size": P, "partition_crc32": zlib.crc32 of the partition}
-    16+H    P     the compiled partition: libaccel.compiler.lower.CompiledPartition's serialization
+    16+H    P     the compiled partition: libaccel.compiler.compiled.CompiledPartition's serialization
                   (the compile cache's; magic VNPUCP01: streams, weights, relocations, arena plan)
 
 The tensors are numbered as :mod:`litert_vendor.model_reader` numbers a partition's. A bytecode that
@@ -24,7 +24,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from libaccel.compiler.lower import COMPILER_VERSION, CompiledPartition
+from libaccel.compiler.compiled import COMPILER_VERSION, CompiledPartition
 
 MAGIC = b"VNPULRT\0"
 FORMAT_VERSION = 1

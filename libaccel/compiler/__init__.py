@@ -17,14 +17,9 @@ docs/compiler.md lists the supported ops and their exact conditions.
 """
 
 from libaccel.compiler.cache import CompileCache, compile_cached
+from libaccel.compiler.compiled import COMPILER_VERSION, CompiledPartition, IoBinding
 from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo, graph_from_tflite
-from libaccel.compiler.lower import (
-    COMPILER_VERSION,
-    CompiledPartition,
-    CompileError,
-    IoBinding,
-    compile_partition,
-)
+from libaccel.compiler.lower import CompileError, compile_partition
 from libaccel.compiler.partition import Placement, PlannerError, Rules, check_support, place
 from libaccel.compiler.plan_common import Support
 from libaccel.compiler.runner import PartitionRunner

@@ -10,8 +10,9 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from libaccel.compiler.compiled import COMPILER_VERSION, CompiledPartition
 from libaccel.compiler.graph import Graph
-from libaccel.compiler.lower import COMPILER_VERSION, CompiledPartition, compile_partition
+from libaccel.compiler.lower import compile_partition
 from vnpu_common.cache import cache_root
 
 ENV_CACHE_DIR = "VNPU_COMPILE_CACHE"

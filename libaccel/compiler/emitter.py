@@ -3,6 +3,8 @@ emits through.
 
 It sits below the op planners and the compiler entry point
 (:mod:`libaccel.compiler.lower`): ops and their planner modules import it, it imports neither.
+Every TENSOR descriptor it writes addresses a region offset and gets a
+:class:`~libaccel.compiler.relocation.Relocation`.
 """
 
 from __future__ import annotations
@@ -13,13 +15,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from libaccel.compiler.graph import Graph, TensorInfo
+from libaccel.compiler.relocation import Region, Relocation
 from uapi import isa
 
 ALIGN = 64
-REGION_WEIGHTS, REGION_ARENA = 0, 1
 _ISA_DTYPES = {"int8": "INT8", "uint8": "UINT8", "int32": "INT32"}
-_TENSOR_SPEC = isa.SPEC.by_name("TENSOR")
-_VA_OFFSET = _TENSOR_SPEC.field("va").offset
 
 
 def align_up(n: int, a: int = ALIGN) -> int:
@@ -54,7 +54,7 @@ class Emitter:
         self.scratch_tensors = scratch or {}  # plans' scratch tensors, indexed past the graph's
         self.current_scratch: tuple[int, ...] = ()  # those of the plan being emitted
         self.stream = bytearray()
-        self.relocations: list[tuple[int, int]] = []
+        self.relocations: list[Relocation] = []
         self.weights = bytearray()
         self.weight_offsets: dict[int, int] = {}
         self.slots: OrderedDict[tuple, int] = OrderedDict()  # descriptor -> slot, least recent first
@@ -79,12 +79,12 @@ class Emitter:
         self.weights.extend(data)
         return offset
 
-    def _location(self, t: TensorInfo) -> tuple[int, int]:
+    def _location(self, t: TensorInfo) -> tuple[Region, int]:
         if t.data is not None:
             if t.index not in self.weight_offsets:
                 self.weight_offsets[t.index] = self._add_weight(np.ascontiguousarray(t.data).tobytes())
-            return REGION_WEIGHTS, self.weight_offsets[t.index]
-        return REGION_ARENA, self.arena_offsets[t.index]
+            return Region.WEIGHTS, self.weight_offsets[t.index]
+        return Region.ARENA, self.arena_offsets[t.index]
 
     def tensor(
         self,
@@ -140,7 +140,7 @@ class Emitter:
         offset = self._add_weight(data.tobytes())
         shape = data.shape
         strides = dense_strides(shape, data.itemsize)
-        return self._slot((dtype, REGION_WEIGHTS, offset, shape, strides, zero_point))
+        return self._slot((dtype, Region.WEIGHTS, offset, shape, strides, zero_point))
 
     def _slot(self, desc: tuple) -> int:
         if desc in self.slots:
@@ -158,7 +158,7 @@ class Emitter:
         self.slots[desc] = slot
         self.pinned.add(slot)
         dtype, region, offset, shape, strides, zp = desc
-        self.relocations.append((len(self.stream) + _VA_OFFSET, region))
+        self.relocations.append(Relocation.tensor_va(len(self.stream), region))
         self._emit(
             "TENSOR",
             slot=slot,
@@ -213,3 +213,7 @@ class Emitter:
         self.pinned.clear()
         # The op's output changed memory other slots may describe: the descriptors stay valid
         # (they are addresses, not contents), so nothing is invalidated.
+
+    def end(self) -> None:
+        """Close the stream with END, the job's last instruction (after every plan has emitted)."""
+        self._emit("END")

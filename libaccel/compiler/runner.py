@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import struct
 from collections.abc import Mapping
 
 import numpy as np
 
 from libaccel.backends import Backend
 from libaccel.bo import BufferObject, JobStatus
-from libaccel.compiler.emitter import REGION_ARENA, REGION_WEIGHTS
-from libaccel.compiler.lower import CompiledPartition, IoBinding, WeightsFile
+from libaccel.compiler.compiled import CompiledPartition, IoBinding, WeightsFile
+from libaccel.compiler.relocation import Region, relocate
 from libaccel.device import Device
 from libaccel.errors import Interrupted
 from libaccel.job import Job, JobBo, deadline_after
@@ -76,12 +75,9 @@ class PartitionRunner:
         try:
             self.weights = self._bo(_upload_weights(device, compiled.weights))
             self.arena = self._bo(device.create_bo(compiled.arena_size))
-            stream = bytearray(compiled.stream)
-            bases = {REGION_WEIGHTS: self.weights.va, REGION_ARENA: self.arena.va}
-            for pos, region in compiled.relocations:
-                (offset,) = struct.unpack_from("<Q", stream, pos)
-                struct.pack_into("<Q", stream, pos, bases[region] + offset)
-            self.cmd = self._bo(device.create_bo_with(bytes(stream), read_only=True))
+            bases = {Region.WEIGHTS: self.weights.va, Region.ARENA: self.arena.va}
+            stream = relocate(compiled.stream, compiled.relocations, bases)
+            self.cmd = self._bo(device.create_bo_with(stream, read_only=True))
         except BaseException:
             self.close()
             raise

@@ -18,8 +18,9 @@ from libaccel.compiler import (
     graph_from_tflite,
 )
 from libaccel.compiler.cache import model_key, partition_key
+from libaccel.compiler.compiled import WeightsFile
 from libaccel.compiler.graph import QuantParams
-from libaccel.compiler.lower import WeightsFile, plan_arena
+from libaccel.compiler.memory_plan import plan_arena
 
 ISA = 1 << 16
 
