@@ -13,13 +13,13 @@ import argparse
 import re
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
 import cffi
 
 from delegate_teflon.build import PACKAGE_ROOT
 from vnpu_common.cache import content_hash, publish
+from vnpu_common.cbuild import WARNINGS, staging, sweep
 from vnpu_ort_ep import LIBRARY_NAME
 
 MODULE_NAME = "_vnpu_ort_ep"
@@ -86,25 +86,8 @@ extern "Python" void vnpu_compute_release_state(OrtNodeComputeInfo *this_ptr, vo
 """
 
 
-# unregister_execution_provider_library dlclose()s the library, but the Python module it holds
-# (sys.modules["_vnpu_ort_ep"], whose code and callbacks are this library) outlives that: the
-# library pins itself in memory (RTLD_NODELETE) when it is loaded, so a later call into it or
-# Python's own teardown never jumps into an unmapped object.
-PIN_SOURCE = r"""
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <dlfcn.h>
-#include "vnpu_ort_abi.h"
-
-__attribute__((constructor)) static void vnpu_ort_pin(void)
-{
-    Dl_info info;
-
-    if (dladdr((void *)&vnpu_ort_pin, &info) && info.dli_fname)
-        dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-}
-"""
+# The library's own C (pinning itself in memory at load: see the file).
+PIN_SOURCE = Path(__file__).resolve().parent / "ort_ep_pin.c"
 
 
 def abi_cdef() -> str:
@@ -122,10 +105,11 @@ def make_ffi() -> cffi.FFI:
     ffi.embedding_api(EXPORTS)
     ffi.set_source(
         MODULE_NAME,
-        PIN_SOURCE,
+        PIN_SOURCE.read_text(),
         libraries=["dl"],
         include_dirs=[str(HEADER.parent)],
-        extra_compile_args=["-O2", "-Wall"],
+        # cffi's generated code has unused parameters; the rest of the warnings are errors.
+        extra_compile_args=["-O2", *WARNINGS, "-Wno-unused-parameter"],
     )
     ffi.embedding_init_code(INIT_CODE)
     return ffi
@@ -136,7 +120,7 @@ def source_hash() -> str:
     return content_hash(
         (
             HEADER.read_text(),
-            PIN_SOURCE,
+            PIN_SOURCE.read_text(),
             EXPORTS,
             CALLBACKS,
             INIT_CODE,
@@ -151,9 +135,10 @@ def build(out_dir: Path) -> Path:
     """Compile libvnpu_ort_ep.so into ``out_dir`` (atomically replaced) and return its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / LIBRARY_NAME
-    with tempfile.TemporaryDirectory(prefix="vnpu-ort-ep-build-") as tmp:
+    sweep(out_dir)  # what an interrupted build left
+    with staging(out_dir) as tmp:  # in the cache, not /tmp: a killed build leaves nothing there
         ffi = make_ffi()
-        publish(Path(ffi.compile(tmpdir=tmp, target=LIBRARY_NAME, verbose=False)), target)
+        publish(Path(ffi.compile(tmpdir=str(tmp), target=LIBRARY_NAME, verbose=False)), target)
     (out_dir / "BUILD_ID").write_text(source_hash() + "\n")
     return target
 

@@ -56,6 +56,7 @@ DATA = (
     "uapi/vnpu_isa.toml",
     "uapi/drm/vnpu_accel.h",
     "vnpu_ort_ep/vnpu_ort_abi.h",
+    "vnpu_ort_ep/ort_ep_pin.c",
     "uapi/drm/vnpu_isa.h",
     "litert_vendor/include/vnpu_litert.h",
     "uapi/drm/drm.h",
