@@ -1,7 +1,8 @@
 """The Python half of libLiteRtDispatch_Vnpu.so: LiteRT's dispatch API on a vnpu device.
 
-* device context: one open :class:`~libaccel.device.Device`: ``$VNPU_DEVICE`` (a node path, ``shim``
-  or ``kernel``) when set, else the first kernel device if there is one, else the in-process shim;
+* device context: one open :class:`~libaccel.device.Device`, chosen by the one device rule
+  (:func:`libaccel.discovery.resolve`): the ``device`` of the ``vnpu`` opaque options LiteRT passes
+  (:func:`vendor_options`), else ``$VNPU_DEVICE``, else the first kernel device, else the shim;
 * invocation context: a DISPATCH_OP's bytecode (:mod:`litert_vendor.bytecode`) loaded once into a
   :class:`~libaccel.compiler.runner.PartitionRunner` (weights, arena and command stream BOs);
 * tensor buffers: host memory, copied into the arena before the job and out of it after.
@@ -11,7 +12,6 @@ Errors go to stderr as one line and LiteRT gets an error status; nothing raises 
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,11 +35,35 @@ _HOST_MEMORY = 1  # kLiteRtTensorBufferTypeHostMemory
 _LOCK_READ, _LOCK_WRITE = 0, 1
 
 
-def default_device() -> str:
-    """What a device context opens: $VNPU_DEVICE, else a kernel device if there is one, else the shim."""
-    if os.environ.get(discovery.ENV_DEVICE):
-        return discovery.resolve(None)
-    return "kernel" if discovery.list_devices() else discovery.SHIM
+# The payload identifier of vnpu's entry in LiteRT's opaque options (LiteRtCreateOpaqueOptions).
+OPTIONS_IDENTIFIER = "vnpu"
+OPTION_KEYS = ("device",)
+
+
+@dataclass(frozen=True)
+class VendorOptions:
+    """vnpu's per-model options: the TFLite delegate's keys, with the same meaning."""
+
+    device: str | None = None  # a node path, "kernel" or "shim"; None: the device rule's default
+
+
+def parse_options(text: str) -> VendorOptions:
+    """The payload of the ``vnpu`` opaque options: a NUL-terminated string of ``key=value`` items,
+    separated by ``;`` or newlines (``"device=/dev/accel/accel0"``). Raises ValueError naming an
+    unknown key or an item without ``=``."""
+    values: dict[str, str] = {}
+    for item in text.replace("\n", ";").split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq:
+            raise ValueError(f"vnpu option {item!r} is not key=value")
+        if key not in OPTION_KEYS:
+            raise ValueError(f"unknown vnpu option {key!r} (known: {', '.join(OPTION_KEYS)})")
+        values[key] = value.strip()
+    return VendorOptions(device=values.get("device") or None)
 
 
 @dataclass
@@ -64,6 +88,7 @@ class _State:
     devices: dict[int, DeviceContext] = field(default_factory=dict)
     invocations: dict[int, Invocation] = field(default_factory=dict)
     next_handle: int = 1
+    options: VendorOptions = field(default_factory=VendorOptions)
 
 
 _state = _State()
@@ -133,20 +158,41 @@ def install(ffi: Any, lib: Any) -> None:
                 4000,
             )
 
+    def vendor_options(runtime: Any, options: Any) -> VendorOptions:
+        """The ``vnpu`` entry of ``options``' opaque options, parsed; none there: the defaults."""
+        if options == ffi.NULL:
+            return VendorOptions()
+        opaque = ffi.new("LiteRtOpaqueOptions *")
+        if runtime.get_opaque_options(options, opaque) != 0 or opaque[0] == ffi.NULL:
+            return VendorOptions()
+        payload = ffi.new("void **")
+        if runtime.find_opaque_options_data(opaque[0], OPTIONS_IDENTIFIER.encode(), payload) != 0:
+            return VendorOptions()  # kLiteRtStatusErrorNotFound: no vnpu entry
+        if payload[0] == ffi.NULL:
+            raise DispatchError("the vnpu opaque options have no payload (give a key=value string)", 1)
+        try:
+            return parse_options(ffi.string(ffi.cast("const char *", payload[0])).decode())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise DispatchError(str(e), STATUS_INVALID_ARGUMENT) from None
+
     @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
     @_guarded
     def vnpu_dispatch_initialize(runtime: Any, environment: Any, options: Any) -> None:
         check_runtime(runtime)
+        _state.options = vendor_options(runtime, options)
 
     @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
     @_guarded
     def vnpu_dispatch_device_context_create(runtime: Any, options: Any, out: Any) -> None:
         check_runtime(runtime)
-        which = default_device()
+        # The device context's own options win over those LiteRT gave at initialization.
+        chosen = vendor_options(runtime, options)
+        which = chosen.device if chosen.device is not None else _state.options.device
         try:
-            device = Device.open(which)
+            device = Device.open(discovery.resolve(which))
         except OSError as e:
-            raise DispatchError(f"cannot open the vnpu device {which!r}: {e}", STATUS_NOT_FOUND) from None
+            named = f" {which!r}" if which else ""
+            raise DispatchError(f"cannot open the vnpu device{named}: {e}", STATUS_NOT_FOUND) from None
         handle = _new_handle()
         _state.devices[handle] = DeviceContext(device, runtime)
         out[0] = ffi.cast("LiteRtDispatchDeviceContext", handle)

@@ -303,8 +303,8 @@ typedef struct LiteRtRuntimeContext {
     void *external_litert_buffer_context_get_environment;
     void *external_litert_buffer_context_is_async_execution_mode;
     void *external_litert_buffer_context_destroy;
-    void *get_opaque_options;
-    void *find_opaque_options_data;
+    LiteRtStatus (*get_opaque_options)(LiteRtOptions options, LiteRtOpaqueOptions* opaque_options);
+    LiteRtStatus (*find_opaque_options_data)(LiteRtOpaqueOptions options, const char* payload_identifier, void** payload_data);
     void *destroy_options;
     void *get_environment_options;
     void *get_environment_options_value;
