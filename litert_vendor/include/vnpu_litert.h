@@ -320,7 +320,7 @@ typedef struct LiteRtRuntimeContext {
     void *get_tensor_buffer_tensor_type;
     void *get_tensor_buffer_size;
     LiteRtStatus (*get_tensor_buffer_packed_size)(LiteRtTensorBuffer tensor_buffer, size_t* size);
-    void *get_tensor_buffer_offset;
+    LiteRtStatus (*get_tensor_buffer_offset)(LiteRtTensorBuffer tensor_buffer, size_t* offset);
     LiteRtStatus (*lock_tensor_buffer)(LiteRtTensorBuffer tensor_buffer, void** host_mem_addr, LiteRtTensorBufferLockMode mode);
     LiteRtStatus (*unlock_tensor_buffer)(LiteRtTensorBuffer tensor_buffer);
     void *get_tensor_buffer_host_memory;
