@@ -1,17 +1,20 @@
 """The Python half of libLiteRtDispatch_Vnpu.so: LiteRT's dispatch API on a vnpu device.
 
-* device context: one open :class:`~libaccel.device.Device`: ``$VNPU_DEVICE`` (a node path, ``shim``
-  or ``kernel``) when set, else the first kernel device if there is one, else the in-process shim;
+* device context: one open :class:`~libaccel.device.Device`, chosen by the one device rule
+  (:func:`libaccel.discovery.resolve`): the ``device`` of the ``vnpu`` opaque options LiteRT passes
+  (:func:`vendor_options`), else ``$VNPU_DEVICE``, else the first kernel device, else the shim;
 * invocation context: a DISPATCH_OP's bytecode (:mod:`litert_vendor.bytecode`) loaded once into a
   :class:`~libaccel.compiler.runner.PartitionRunner` (weights, arena and command stream BOs);
-* tensor buffers: host memory, copied into the arena before the job and out of it after.
+* tensor buffers: host memory, copied into the arena before the job and out of it after; a
+  dma-buf (vnpu.ko only) imported by PRIME once at registration, its bytes never touched by the CPU:
+  the invoke's job itself starts by COPYing each dma-buf input into the arena and ends by COPYing
+  each output into its dma-buf (:func:`dmabuf_stream`). The shim has no PRIME import: it refuses them.
 
 Errors go to stderr as one line and LiteRT gets an error status; nothing raises into C.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,9 +22,12 @@ from typing import Any
 import numpy as np
 
 from libaccel import discovery
+from libaccel.bo import BufferObject
 from libaccel.compiler.runner import PartitionRunner
 from libaccel.device import Device
+from libaccel.job import Job, JobBo
 from litert_vendor import bytecode
+from uapi import isa
 
 LIBRARY = "libLiteRtDispatch_Vnpu.so"
 
@@ -32,22 +38,86 @@ STATUS_UNSUPPORTED = 5
 STATUS_NOT_FOUND = 6
 STATUS_INCOMPATIBLE_BYTECODE = 4002
 _HOST_MEMORY = 1  # kLiteRtTensorBufferTypeHostMemory
+_DMA_BUF = 4  # kLiteRtTensorBufferTypeDmaBuf
+_UINT8 = isa.SPEC.dtypes["UINT8"].code
 _LOCK_READ, _LOCK_WRITE = 0, 1
 
 
-def default_device() -> str:
-    """What a device context opens: $VNPU_DEVICE, else a kernel device if there is one, else the shim."""
-    if os.environ.get(discovery.ENV_DEVICE):
-        return discovery.resolve(None)
-    return "kernel" if discovery.list_devices() else discovery.SHIM
+# The payload identifier of vnpu's entry in LiteRT's opaque options (LiteRtCreateOpaqueOptions).
+OPTIONS_IDENTIFIER = "vnpu"
+OPTION_KEYS = ("device",)
+
+
+@dataclass(frozen=True)
+class VendorOptions:
+    """vnpu's per-model options: the TFLite delegate's keys, with the same meaning."""
+
+    device: str | None = None  # a node path, "kernel" or "shim"; None: the device rule's default
+
+
+def parse_options(text: str) -> VendorOptions:
+    """The payload of the ``vnpu`` opaque options: a NUL-terminated string of ``key=value`` items,
+    separated by ``;`` or newlines (``"device=/dev/accel/accel0"``). Raises ValueError naming an
+    unknown key or an item without ``=``."""
+    values: dict[str, str] = {}
+    for item in text.replace("\n", ";").split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq:
+            raise ValueError(f"vnpu option {item!r} is not key=value")
+        if key not in OPTION_KEYS:
+            raise ValueError(f"unknown vnpu option {key!r} (known: {', '.join(OPTION_KEYS)})")
+        values[key] = value.strip()
+    return VendorOptions(device=values.get("device") or None)
+
+
+@dataclass
+class Registered:
+    """A registered tensor buffer: LiteRT's, and for a dma-buf the BO imported over its pages."""
+
+    buffer: Any  # LiteRtTensorBuffer
+    imported: BufferObject | None = None
+    offset: int = 0  # where the tensor starts in the dma-buf
 
 
 @dataclass
 class DeviceContext:
     device: Device
     runtime: Any  # const LiteRtRuntimeContext *
-    buffers: dict[int, Any] = field(default_factory=dict)  # handle -> LiteRtTensorBuffer
+    buffers: dict[int, Registered] = field(default_factory=dict)  # by LiteRtTensorBufferHandle
     next_buffer: int = 1
+
+
+def _span_tensor(slot: int, va: int, nbytes: int) -> bytes:
+    # ``nbytes`` contiguous bytes as one [1, 1, 1, nbytes] uint8 tensor: COPY moves them as they are.
+    return isa.encode(
+        "TENSOR", slot=slot, dtype=_UINT8, va=va, n=1, h=1, w=1, c=nbytes,
+        stride_n=nbytes, stride_h=nbytes, stride_w=nbytes, stride_c=1, zero_point=0,
+    )  # fmt: skip
+
+
+def dmabuf_stream(
+    stream: bytes, copies_in: list[tuple[int, int, int]], copies_out: list[tuple[int, int, int]]
+) -> bytes:
+    """``stream`` (VAs patched in, ending in END) with COPYs around it: each (src VA, dst VA, bytes)
+    of ``copies_in`` before it, of ``copies_out`` after its last instruction. The partition's own
+    instructions define every slot they use before using it, so slots 0 and 1 are free here."""
+    end = isa.encode("END")
+    if not stream.endswith(end):
+        raise DispatchError(
+            "the partition's command stream does not end in END", STATUS_INCOMPATIBLE_BYTECODE
+        )
+
+    def copies(spans: list[tuple[int, int, int]]) -> bytes:
+        return b"".join(
+            _span_tensor(0, src, n) + _span_tensor(1, dst, n) + isa.encode("COPY", src=0, dst=1)
+            for src, dst, n in spans
+        )
+
+    return copies(copies_in) + stream[: -len(end)] + copies(copies_out) + end
 
 
 @dataclass
@@ -64,6 +134,7 @@ class _State:
     devices: dict[int, DeviceContext] = field(default_factory=dict)
     invocations: dict[int, Invocation] = field(default_factory=dict)
     next_handle: int = 1
+    options: VendorOptions = field(default_factory=VendorOptions)
 
 
 _state = _State()
@@ -133,20 +204,41 @@ def install(ffi: Any, lib: Any) -> None:
                 4000,
             )
 
+    def vendor_options(runtime: Any, options: Any) -> VendorOptions:
+        """The ``vnpu`` entry of ``options``' opaque options, parsed; none there: the defaults."""
+        if options == ffi.NULL:
+            return VendorOptions()
+        opaque = ffi.new("LiteRtOpaqueOptions *")
+        if runtime.get_opaque_options(options, opaque) != 0 or opaque[0] == ffi.NULL:
+            return VendorOptions()
+        payload = ffi.new("void **")
+        if runtime.find_opaque_options_data(opaque[0], OPTIONS_IDENTIFIER.encode(), payload) != 0:
+            return VendorOptions()  # kLiteRtStatusErrorNotFound: no vnpu entry
+        if payload[0] == ffi.NULL:
+            raise DispatchError("the vnpu opaque options have no payload (give a key=value string)", 1)
+        try:
+            return parse_options(ffi.string(ffi.cast("const char *", payload[0])).decode())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise DispatchError(str(e), STATUS_INVALID_ARGUMENT) from None
+
     @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
     @_guarded
     def vnpu_dispatch_initialize(runtime: Any, environment: Any, options: Any) -> None:
         check_runtime(runtime)
+        _state.options = vendor_options(runtime, options)
 
     @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
     @_guarded
     def vnpu_dispatch_device_context_create(runtime: Any, options: Any, out: Any) -> None:
         check_runtime(runtime)
-        which = default_device()
+        # The device context's own options win over those LiteRT gave at initialization.
+        chosen = vendor_options(runtime, options)
+        which = chosen.device if chosen.device is not None else _state.options.device
         try:
-            device = Device.open(which)
+            device = Device.open(discovery.resolve(which))
         except OSError as e:
-            raise DispatchError(f"cannot open the vnpu device {which!r}: {e}", STATUS_NOT_FOUND) from None
+            named = f" {which!r}" if which else ""
+            raise DispatchError(f"cannot open the vnpu device{named}: {e}", STATUS_NOT_FOUND) from None
         handle = _new_handle()
         _state.devices[handle] = DeviceContext(device, runtime)
         out[0] = ffi.cast("LiteRtDispatchDeviceContext", handle)
@@ -209,21 +301,50 @@ def install(ffi: Any, lib: Any) -> None:
         kind = ffi.new("LiteRtTensorBufferType *")
         if ctx.runtime.get_tensor_buffer_type(buffer, kind) != 0:
             raise DispatchError("LiteRT's get_tensor_buffer_type failed")
-        if kind[0] != _HOST_MEMORY:
+        if kind[0] == _HOST_MEMORY:
+            registered = Registered(buffer)
+        elif kind[0] == _DMA_BUF:
+            registered = import_dmabuf(ctx, buffer)
+        else:
             raise DispatchError(
-                f"tensor buffer type {int(kind[0])} is not supported: this library takes host memory (1)",
+                f"tensor buffer type {int(kind[0])} is not supported: this library takes host memory (1) "
+                "and, on vnpu.ko, dma-buf (4)",
                 STATUS_UNSUPPORTED,
             )
         number = ctx.next_buffer
         ctx.next_buffer += 1
-        ctx.buffers[number] = buffer
+        ctx.buffers[number] = registered
         out[0] = number
+
+    def import_dmabuf(ctx: DeviceContext, buffer: Any) -> Registered:
+        if ctx.device.kind == discovery.SHIM:
+            raise DispatchError(
+                "a dma-buf tensor buffer needs PRIME import, which the in-process shim does not have (its "
+                "device reaches only its own memory): use vnpu.ko (a /dev/accel node) or host-memory buffers",
+                STATUS_UNSUPPORTED,
+            )
+        addr, fd, offset = ffi.new("void **"), ffi.new("int *"), ffi.new("size_t *")
+        status = ctx.runtime.get_tensor_buffer_dma_buf_buffer(buffer, addr, fd)
+        if status != 0:
+            raise DispatchError(f"LiteRT's get_tensor_buffer_dma_buf_buffer failed with status {status}")
+        if ctx.runtime.get_tensor_buffer_offset(buffer, offset) != 0:
+            raise DispatchError("LiteRT's get_tensor_buffer_offset failed")
+        try:
+            bo = ctx.device.import_dmabuf(int(fd[0]))
+        except OSError as e:
+            raise DispatchError(
+                f"PRIME import of dma-buf fd {int(fd[0])} failed: {e}", STATUS_RUNTIME_FAILURE
+            ) from None
+        return Registered(buffer, bo, int(offset[0]))
 
     @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
     @_guarded
     def vnpu_dispatch_unregister_tensor_buffer(handle: Any, buffer: int) -> None:
-        if device_of(handle).buffers.pop(int(buffer), None) is None:
+        registered = device_of(handle).buffers.pop(int(buffer), None)
+        if registered is None:
             raise DispatchError(f"no tensor buffer {int(buffer)} is registered", STATUS_NOT_FOUND)
+        if registered.imported is not None:
+            registered.imported.close()
 
     @ffi.def_extern(error=STATUS_RUNTIME_FAILURE)
     @_guarded
@@ -294,7 +415,7 @@ def install(ffi: Any, lib: Any) -> None:
 
     def locked(inv: Invocation, number: int, mode: int) -> tuple[Any, Any]:
         rt = inv.device.runtime
-        buffer = inv.device.buffers[number]
+        buffer = inv.device.buffers[number].buffer
         size, addr = ffi.new("size_t *"), ffi.new("void **")
         if (
             rt.get_tensor_buffer_packed_size(buffer, size) != 0
@@ -307,7 +428,6 @@ def install(ffi: Any, lib: Any) -> None:
     @_guarded
     def vnpu_dispatch_invoke(handle: Any) -> None:
         inv = invocation_of(handle)
-        rt = inv.device.runtime
         missing = [i for i in range(len(inv.code.inputs)) if i not in inv.inputs] + [
             i for i in range(len(inv.code.outputs)) if i not in inv.outputs
         ]
@@ -315,7 +435,23 @@ def install(ffi: Any, lib: Any) -> None:
             raise DispatchError(
                 f"{inv.code.function}: inputs/outputs {missing} have no tensor buffer attached", 4
             )
+        buffers = inv.device.buffers
+        with_dmabufs = any(
+            buffers[n].imported is not None for n in (*inv.inputs.values(), *inv.outputs.values())
+        )
+        copy_inputs(inv)
+        if with_dmabufs:
+            run_with_dmabufs(inv)
+        else:
+            inv.runner.submit_and_wait()
+        copy_outputs(inv)
+
+    def copy_inputs(inv: Invocation) -> None:
+        """Host-memory inputs into the arena (dma-buf ones are the job's to copy)."""
+        rt = inv.device.runtime
         for index, number in inv.inputs.items():
+            if inv.device.buffers[number].imported is not None:
+                continue
             tensor = inv.code.inputs[index]
             try:
                 view = inv.runner.input_view(tensor)
@@ -329,8 +465,57 @@ def install(ffi: Any, lib: Any) -> None:
                 flat[...] = np.frombuffer(data, dtype=np.uint8, count=flat.nbytes)
             finally:
                 rt.unlock_tensor_buffer(buffer)
-        inv.runner.submit_and_wait()
+
+    def dmabuf_span(inv: Invocation, number: int, nbytes: int, what: str) -> tuple[BufferObject, int]:
+        registered = inv.device.buffers[number]
+        bo = registered.imported
+        assert bo is not None
+        if registered.offset + nbytes > bo.size:
+            raise DispatchError(
+                f"{what}: dma-buf of {bo.size} bytes from offset {registered.offset}, needs {nbytes}",
+                STATUS_INVALID_ARGUMENT,
+            )
+        return bo, bo.va + registered.offset
+
+    def run_with_dmabufs(inv: Invocation) -> None:
+        """One job: COPY the dma-buf inputs into the arena, the partition, COPY the outputs out."""
+        runner, arena_va = inv.runner, inv.runner.arena.va
+        copies_in: list[tuple[int, int, int]] = []
+        copies_out: list[tuple[int, int, int]] = []
+        bos = [JobBo(runner.cmd), JobBo(runner.weights), JobBo(runner.arena, read=True, write=True)]
+        for index, number in inv.inputs.items():
+            if inv.device.buffers[number].imported is None:
+                continue
+            try:
+                offset, nbytes = runner.io_span(inv.code.inputs[index])
+            except KeyError:
+                continue  # an input the partition does not read
+            bo, va = dmabuf_span(inv, number, nbytes, f"input {index}")
+            copies_in.append((va, arena_va + offset, nbytes))
+            bos.append(JobBo(bo))
         for index, number in inv.outputs.items():
+            if inv.device.buffers[number].imported is None:
+                continue
+            offset, nbytes = runner.io_span(inv.code.outputs[index])
+            bo, va = dmabuf_span(inv, number, nbytes, f"output {index}")
+            copies_out.append((arena_va + offset, va, nbytes))
+            bos.append(JobBo(bo, read=False, write=True))
+        stream = dmabuf_stream(bytes(runner.cmd.read(len(runner.compiled.stream))), copies_in, copies_out)
+        device = inv.device.device
+        cmd = device.create_bo_with(stream, read_only=True)
+        try:
+            bos[0] = JobBo(cmd)
+            device.submit(Job(cmd, len(stream), bos))
+            cmd.wait(timeout=runner.timeout).raise_for_status()
+        finally:
+            cmd.close()
+
+    def copy_outputs(inv: Invocation) -> None:
+        """The arena's outputs into host-memory buffers (the job wrote the dma-buf ones)."""
+        rt = inv.device.runtime
+        for index, number in inv.outputs.items():
+            if inv.device.buffers[number].imported is not None:
+                continue
             view = inv.runner.output_view(inv.code.outputs[index])
             buffer, data = locked(inv, number, _LOCK_WRITE)
             try:

@@ -1,5 +1,6 @@
 """Drive the wheel's own LiteRT tools with vnpu's libraries: AOT compile with ``apply_plugin_main``
-and run a compiled model with LiteRT's CompiledModel API on the NPU accelerator."""
+and run a model with LiteRT's CompiledModel API on the NPU accelerator (AOT-compiled, or compiled
+just in time)."""
 
 from __future__ import annotations
 
@@ -44,13 +45,17 @@ def apply_plugin(model: str | os.PathLike[str], out: str | os.PathLike[str], lib
 def run_compiled(
     model: str | os.PathLike[str], inputs: list[np.ndarray], libs: str | None = None
 ) -> list[np.ndarray]:
-    """Run ``model`` (AOT-compiled) once with LiteRT's CompiledModel on the NPU accelerator alone,
-    the dispatch library from ``libs``; returns the outputs of its first signature."""
+    """Run ``model`` once with LiteRT's CompiledModel on the NPU accelerator alone, with vnpu's
+    libraries from ``libs``; returns the outputs of its first signature. ``model`` is AOT-compiled
+    (its DISPATCH_OP nodes go to the dispatch library) or a plain .tflite, which LiteRT compiles
+    just in time through the compiler plugin."""
     from ai_edge_litert.compiled_model import CompiledModel
     from ai_edge_litert.environment import Environment
     from ai_edge_litert.hardware_accelerator import HardwareAccelerator
 
-    env = Environment.create(dispatch_library_path=libs or library_dir())
+    libs = libs or library_dir()
+    # Given no compiler plugin directory, the Environment would take the first vendor's in the wheel.
+    env = Environment.create(dispatch_library_path=libs, compiler_plugin_path=libs)
     cm = CompiledModel.from_file(str(model), hardware_accel=HardwareAccelerator.NPU, environment=env)
     try:
         key = next(iter(cm.get_signature_list()))

@@ -303,8 +303,8 @@ typedef struct LiteRtRuntimeContext {
     void *external_litert_buffer_context_get_environment;
     void *external_litert_buffer_context_is_async_execution_mode;
     void *external_litert_buffer_context_destroy;
-    void *get_opaque_options;
-    void *find_opaque_options_data;
+    LiteRtStatus (*get_opaque_options)(LiteRtOptions options, LiteRtOpaqueOptions* opaque_options);
+    LiteRtStatus (*find_opaque_options_data)(LiteRtOpaqueOptions options, const char* payload_identifier, void** payload_data);
     void *destroy_options;
     void *get_environment_options;
     void *get_environment_options_value;
@@ -320,7 +320,7 @@ typedef struct LiteRtRuntimeContext {
     void *get_tensor_buffer_tensor_type;
     void *get_tensor_buffer_size;
     LiteRtStatus (*get_tensor_buffer_packed_size)(LiteRtTensorBuffer tensor_buffer, size_t* size);
-    void *get_tensor_buffer_offset;
+    LiteRtStatus (*get_tensor_buffer_offset)(LiteRtTensorBuffer tensor_buffer, size_t* offset);
     LiteRtStatus (*lock_tensor_buffer)(LiteRtTensorBuffer tensor_buffer, void** host_mem_addr, LiteRtTensorBufferLockMode mode);
     LiteRtStatus (*unlock_tensor_buffer)(LiteRtTensorBuffer tensor_buffer);
     void *get_tensor_buffer_host_memory;

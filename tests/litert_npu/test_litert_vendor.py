@@ -17,17 +17,11 @@ pytest.importorskip("ai_edge_litert")
 
 from ai_edge_litert import interpreter  # noqa: E402
 
-import litert_vendor  # noqa: E402
 from delegate_teflon.run import invoke, make_interpreter, random_inputs  # noqa: E402
 from libaccel.model import differing_bytes  # noqa: E402
 from litert_vendor import abi, bytecode, tools  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[1] / "corpus" / "models"
-
-
-@pytest.fixture(scope="module")
-def libs() -> str:
-    return litert_vendor.library_dir()
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +105,33 @@ def test_compiled_model_on_the_npu_equals_builtin_ref(
     want = invoke(interp, inputs)
     got = tools.run_compiled(compiled, inputs, libs)
     assert [differing_bytes(w, g.reshape(w.shape)) for w, g in zip(want, got, strict=True)] == [0] * len(want)
+
+
+@pytest.mark.parametrize("model", ["resnet_small", "ds_cnn_kws"])
+def test_compiled_model_jit_of_a_plain_model_equals_builtin_ref(
+    model: str, libs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A plain .tflite: LiteRT's CompiledModel applies the compiler plugin in ``libs`` itself.
+    monkeypatch.setenv("VNPU_DEVICE", "shim")
+    source = MODELS / f"{model}.tflite"
+    assert not _dispatch_ops(source)
+    interp = make_interpreter(interpreter, source.read_bytes(), [], None)  # BUILTIN_REF
+    inputs = random_inputs(interp.get_input_details(), seed=5)
+    want = invoke(interp, inputs)
+    got = tools.run_compiled(source, inputs, libs)
+    assert [differing_bytes(w, g.reshape(w.shape)) for w, g in zip(want, got, strict=True)] == [0] * len(want)
+
+
+def test_vendor_options_parse() -> None:
+    from litert_vendor.dispatch import VendorOptions, parse_options
+
+    assert parse_options("") == VendorOptions()
+    assert parse_options("device=/dev/accel/accel0") == VendorOptions(device="/dev/accel/accel0")
+    assert parse_options(" device = shim ;\n") == VendorOptions(device="shim")
+    with pytest.raises(ValueError, match="unknown vnpu option 'colour' \\(known: device\\)"):
+        parse_options("colour=red")
+    with pytest.raises(ValueError, match="'device' is not key=value"):
+        parse_options("device")
 
 
 def test_benchmark_tool_runs_the_compiled_model(compiled_resnet: Path, libs: str) -> None:
