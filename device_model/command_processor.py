@@ -785,20 +785,25 @@ class CommandProcessor:
             return None
         program, tensors, plans = entry
         got = translations.bindings.get(id(program))
-        if got is None or got[0] is not program or not isinstance(got[1].runner, BoundStream):
+        if got is None or got[0] is not program:
             return None
-        prepared = PreparedJob(self, pt_root, translations, program, tensors, plans, got[1], got[1].runner)
+        runner = self._bound_stream(program, got[1], mac_array.selected_isa())
+        if runner is None:
+            return None
+        prepared = PreparedJob(self, pt_root, translations, program, tensors, plans, got[1], runner)
         return prepared if prepared.current() else None
 
     @staticmethod
-    def _bound_stream(program: list[isa.Instruction], bound: StreamBindings, job: _Job) -> BoundStream | None:
+    def _bound_stream(
+        program: list[isa.Instruction], bound: StreamBindings, mac_isa: int | None
+    ) -> BoundStream | None:
         """The stream's :class:`BoundStream` once every instruction is bound (kept with the
-        bindings until one changes), else None; rebuilt when the job's MAC array variant is not
-        the one the stream's C units were built for."""
+        bindings until one changes), else None; rebuilt when the job's MAC array variant
+        ``mac_isa`` is not the one the stream's C units were built for."""
         runner = bound.runner
-        stale = isinstance(runner, BoundStream) and runner.groups and runner.mac_isa != job.mac_isa
+        stale = isinstance(runner, BoundStream) and runner.groups and runner.mac_isa != mac_isa
         if runner is None or stale:
-            runner = bound.runner = BoundStream.build(program, bound, job.mac_isa) or _NOT_BOUND
+            runner = bound.runner = BoundStream.build(program, bound, mac_isa) or _NOT_BOUND
         return runner if isinstance(runner, BoundStream) else None
 
     def _new_job(
@@ -840,7 +845,7 @@ class CommandProcessor:
             program, job.tensors, job.plans = self._decode(stream)
             job.program = program
             bound = job.bound = stream_bindings(translations, program, PROGRAM_CACHE_ENTRIES)
-            runner = None if profile is not None else self._bound_stream(program, bound, job)
+            runner = None if profile is not None else self._bound_stream(program, bound, job.mac_isa)
             return self._execute(job, runner, abort, profile)
         except Exception as e:  # noqa: BLE001 - every outcome is a JobResult (_failed)
             return _failed(e, job)

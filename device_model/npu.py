@@ -658,10 +658,10 @@ class Npu:
         core's queue here, under the core's lock, exactly as that thread would (in order, one job
         at a time, each completed through the CQ and the interrupt). False, and nothing run, when
         the core's thread or another caller holds the core (the driver then rings the doorbell),
-        when a worker process runs the core's jobs, or while faults are injected (a hang must not
+        when a worker process runs the core's jobs, or while faults may be injected (a hang must not
         block the caller)."""
         core = self.cores[index]
-        if core.worker is not None or self.faults is not None or self._stop.is_set():
+        if core.worker is not None or self._injecting() or self._stop.is_set():
             return False
         if not core.lock.acquire(blocking=False):
             return False
@@ -677,6 +677,11 @@ class Npu:
         finally:
             core.lock.release()
         return True
+
+    def _injecting(self) -> bool:
+        """Faults may be injected into the next job (which then must not run in a driver's thread:
+        a hang would block it)."""
+        return self.faults is not None and not self.faults.off
 
     def prepare(self, index: int, pt_root: int, stream: bytes) -> PreparedJob | None:
         """Core ``index``'s :class:`PreparedJob` of ``stream`` in the space at ``pt_root`` (None
@@ -698,7 +703,7 @@ class Npu:
         nothing run, when any of it does not hold: the driver then submits through the ring. A
         RESET during the run aborts it as any job (its result is returned, no counter moves)."""
         core = self.cores[index]
-        if core.worker is not None or self.faults is not None or self._stop.is_set():
+        if core.worker is not None or self._injecting() or self._stop.is_set():
             return None
         if not core.lock.acquire(blocking=False):
             return None

@@ -59,6 +59,7 @@ class _Validated:
     prepared: PreparedJob
     bo_changes: int
     pt_changes: int
+    out_syncobj: int
 
 
 class ShimReplay(PreparedSubmit):
@@ -70,38 +71,48 @@ class ShimReplay(PreparedSubmit):
         self.file = backend
         self._validated: _Validated | None = None
         self._running: ShimJob | None = None
-        # The job's BO list as SUBMIT reads it: the key of the file's cache of checked lists.
-        cjob = job.submit_args.jobs[0]
-        self._raw_bos = bytes(ffi.buffer(ffi.cast("char *", cjob.bos), len(job.bos) * _JOB_BO_SIZE))
+        # What SUBMIT reads: its struct, and the block of the job array and BO list (libaccel.job's
+        # build_submit). A replay is of these bytes as they were validated: a change is a new SUBMIT.
+        args = job.submit_args
+        self._block = args.keepalive[0]
+        self._args = (ffi.buffer(self.submit_arg), ffi.buffer(self._block))
+        self._validated_args: tuple[bytes, bytes] = (b"", b"")
 
     def run(self) -> None:
         v = self._validated
         if v is not None and self._replay(v):
             return
+        args = (bytes(self._args[0]), bytes(self._args[1]))
         super().run()
-        self._validate()
+        self._validate(args)
 
     def close(self) -> None:
         self._validated = None
 
-    def _validate(self) -> None:
-        """After a successful submission: keep what it checked, if the job can be replayed (no
-        in-syncobjs, no WAIT) and the device model prepared its stream."""
+    def _validate(self, args: tuple[bytes, bytes]) -> None:
+        """After a successful submission of ``args``: keep what it checked, if the job can be
+        replayed (one job, its BO list in the block, no in-syncobjs, no WAIT) and the device model
+        prepared its stream."""
         self._validated = None
-        f, job = self.file, self.job
-        if job.in_syncobjs or f.closed:
+        f, submit = self.file, self.submit_arg
+        if submit.job_count != 1 or f.closed or args != (bytes(self._args[0]), bytes(self._args[1])):
             return
+        cjob = ffi.cast("struct drm_vnpu_job *", submit.jobs)
+        bos_at = int(ffi.cast("uintptr_t", self._block)) + ffi.sizeof(cjob[0])
+        if cjob.in_syncobj_count or cjob.bos != bos_at or cjob.bo_count * _JOB_BO_SIZE > len(args[1]):
+            return
+        raw_bos = args[1][ffi.sizeof(cjob[0]) : ffi.sizeof(cjob[0]) + cjob.bo_count * _JOB_BO_SIZE]
         dev = f.dev
         with dev.lock:
-            cmd_bo = f.bos.get(job.cmd_handle)
+            cmd_bo = f.bos.get(cjob.cmd_bo_handle)
             wait_bo = f.bos.get(self.wait_arg.handle)
-            if cmd_bo is None or wait_bo is None:
+            if cmd_bo is None or wait_bo is None or cjob.cmd_offset + cjob.cmd_size > cmd_bo.size:
                 return
-            cmd = dev.memory.view(cmd_bo.pa + job.cmd_offset, job.cmd_size)
+            cmd = dev.memory.view(cmd_bo.pa + cjob.cmd_offset, cjob.cmd_size)
             stream = bytes(cmd)
             # The file's caches of what SUBMIT checked, emptied by any change of the BO table.
-            listed = f._bo_lists.get(self._raw_bos)
-            waits = f._checked.get((stream, self._raw_bos))
+            listed = f._bo_lists.get(raw_bos)
+            waits = f._checked.get((stream, raw_bos))
             if listed is None or waits is None or waits or all(bo is not wait_bo for bo, _ in listed[0]):
                 return
             core = f.last_core
@@ -109,8 +120,17 @@ class ShimReplay(PreparedSubmit):
             if prepared is None:
                 return
             self._validated = _Validated(
-                listed[0], stream, cmd, wait_bo, core, prepared, f.bo_changes, f.aspace.changes
+                listed[0],
+                stream,
+                cmd,
+                wait_bo,
+                core,
+                prepared,
+                f.bo_changes,
+                f.aspace.changes,
+                cjob.out_syncobj,
             )
+            self._validated_args = args
 
     def _replay(self, v: _Validated) -> bool:
         """Run the job from ``v``; False, with nothing done, when it must be submitted instead."""
@@ -119,6 +139,9 @@ class ShimReplay(PreparedSubmit):
             self._validated = None
             return False
         probe.mark("shim.ioctl")
+        if (bytes(self._args[0]), bytes(self._args[1])) != self._validated_args:
+            self._validated = None
+            return False
         dev = f.dev
         result = dev.npu.run_prepared(v.core, v.prepared, self._admit)
         job = self._running
@@ -148,7 +171,7 @@ class ShimReplay(PreparedSubmit):
         if v is None or not dev.lock.acquire(timeout=INLINE_IRQ_WAIT_S):
             return False
         try:
-            out = self.job.out_syncobj
+            out = v.out_syncobj
             if (
                 dev.jobs
                 or dev.backlog
