@@ -8,6 +8,8 @@
     accel state [--json]                        vnpu.ko's debugfs, pretty-printed
     accel coredump [FILE] [--json]              the device coredump of a failed job, decoded
     accel top [--once] [--json] [--interval S]  NPU busy share, jobs/s and memory per client and device
+    accel run MODEL [--compare] [--runs N]      a .tflite or .onnx model on the NPU (placement, times)
+    accel cache [--clear [NAME...]] [--json]    what the stack keeps in ~/.cache/vnpu; clear it
 
 ``--device`` takes a node path, ``kernel`` (the first vnpu node) or ``shim`` (the in-process
 device model); the default is $VNPU_DEVICE, else the first kernel device. ``--json`` prints
@@ -222,9 +224,11 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--count", type=int, metavar="N", help="N samples, then exit (default: until Ctrl-C)")
     p.add_argument("--json", action="store_true", help="one JSON object per sample")
     p.set_defaults(func=cmd_top)
+    from libaccel.cache_cli import add_cache_command, cmd_cache
     from libaccel.run_cli import add_run_command, cmd_run
 
     add_run_command(sub).set_defaults(func=cmd_run)
+    add_cache_command(sub).set_defaults(func=cmd_cache)
     return ap
 
 

@@ -20,6 +20,7 @@ ORT_ENABLE_EXTENDED, the QOperator form with all graph optimizations off), for `
 from __future__ import annotations
 
 import importlib
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -92,7 +93,7 @@ class ModelResult:
         runs = sorted(self.runs_ms)
 
         def at(q: float) -> float:  # nearest rank: a figure one of the invokes took
-            return runs[min(len(runs) - 1, max(0, round(q * len(runs) + 0.5) - 1))]
+            return runs[min(len(runs), max(1, math.ceil(q * len(runs)))) - 1]
 
         return {"min": runs[0], "median": statistics.median(runs), "p90": at(0.9), "p99": at(0.99)}
 

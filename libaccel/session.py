@@ -12,6 +12,7 @@ inside one session, which keeps one device open while it reads commands from a s
     submit STREAM --bo NAME[=SIZE|FILE][:r|w|rw] ... [--out NAME=FILE] [--timeout S]
            [--no-wait] [--syncobj NAME] [--disasm]
     wait bo NAME | wait syncobj NAME [--timeout S]
+    help | exit
 
 ``accel submit`` on the command line is the same ``submit`` in a session of its own.
 The parser of each command is built once here and used by both.
@@ -622,6 +623,11 @@ def run_script(
         if argv is not None:
             if argv[0] in ("exit", "quit"):
                 break
+            if argv[0] in ("help", "?"):
+                print(session_help(), file=session.out)
+                if prompt:
+                    prompt()
+                continue
             try:
                 code, message = run_command(session, argv, parser), None
             except (UsageError, JobFailed, AccelError) as e:
@@ -635,6 +641,35 @@ def run_script(
         if prompt:
             prompt()
     return worst
+
+
+def session_help() -> str:
+    """The session's commands, as this module's docstring lists them (``help`` prints it)."""
+    doc = __doc__ or ""
+    block = doc[doc.index("::\n") + 3 : doc.index("``accel submit``")].strip("\n")
+    lines = [line[4:] if line.startswith("    ") else line for line in block.splitlines()]
+    return "\n".join([*lines, "(a command's own options: COMMAND --help; exit or Ctrl-D ends a prompt)"])
+
+
+def interactive_lines() -> Iterable[tuple[str, int, str]]:
+    """Lines typed at the ``accel>`` prompt, with line editing and history (readline) where Python
+    has it; Ctrl-D ends them, Ctrl-C drops the line being typed."""
+    try:
+        import readline  # noqa: F401 - importing it gives input() line editing and history
+    except ImportError:
+        pass
+    number = 0
+    while True:
+        try:
+            text = input("accel> ")
+        except EOFError:
+            print()
+            return
+        except KeyboardInterrupt:
+            print()
+            continue
+        number += 1
+        yield "stdin", number, text
 
 
 def script_lines(path: str | None, commands: list[str]) -> Iterable[tuple[str, int, str]]:
@@ -663,14 +698,7 @@ def run_session(
     interactive = path is None and not commands and sys.stdin.isatty()
     try:
         if interactive:
-
-            def prompt() -> None:
-                print("accel> ", end="", flush=True)
-
-            prompt()
-            code = run_script(session, script_lines("-", []), interactive=True, prompt=prompt)
-            print()
-            return code
+            return run_script(session, interactive_lines(), interactive=True)
         if path is None and not commands:
             path = "-"  # a pipe: read the commands from it
         return run_script(session, script_lines(path, commands), keep_going)

@@ -344,7 +344,11 @@ def run(program: list[str], out: TextIO, json_mode: bool = False, streams: bool 
         sel = selectors.DefaultSelector()
         sel.register(server, selectors.EVENT_READ)
 
+        seen = 0
+
         def emit(data: bytes) -> None:
+            nonlocal seen
+            seen += 1
             try:
                 event = decoder.decode(parse_message(data))
             except (ValueError, struct.error) as e:
@@ -379,6 +383,14 @@ def run(program: list[str], out: TextIO, json_mode: bool = False, streams: bool 
             for key in list(sel.get_map().values()):
                 key.fileobj.close()  # type: ignore[union-attr]
             sel.close()
+    if not seen:
+        # The shim is a device model inside the traced process: its "ioctls" are calls, not syscalls.
+        print(
+            "accel trace: the program made no DRM ioctl. The shim (--device shim, VNPU_DEVICE=shim, "
+            "or no vnpu kernel device) runs in the process and makes none: trace a program that "
+            "opens /dev/accel/accelN",
+            file=sys.stderr,
+        )
     code = proc.returncode
     return code if code >= 0 else 128 - code
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -151,7 +152,16 @@ def test_firmware_parser_on_damaged_images(data: st.DataObject) -> None:
 
 # --- command lines ---------------------------------------------------------------------------------
 def _run_cli(main: Callable[[list[str]], int], argv: list[str]) -> tuple[int, str]:
+    """``main(argv)`` with an empty stdin (a command that reads it, ``accel session``, gets EOF)."""
     err = io.StringIO()
+    stdin, sys.stdin = sys.stdin, io.StringIO()
+    try:
+        return _run_cli_captured(main, argv, err)
+    finally:
+        sys.stdin = stdin
+
+
+def _run_cli_captured(main: Callable[[list[str]], int], argv: list[str], err: io.StringIO) -> tuple[int, str]:
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
             code = main(argv)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +18,8 @@ from libaccel.session import hexdump
 from uapi import bindings
 from uapi.isa import SPEC
 from vnpu_common.cli import ExitCode
+
+ROOT = Path(__file__).resolve().parents[2]
 
 COPY_S = """\
 # dst = src, 64 int8 values
@@ -324,3 +331,55 @@ def test_job_status_text_names_the_errno_and_fault_va() -> None:
     assert status_text(-14, 0x101000).endswith("at device VA 0x101000)")
     assert status_text(-5) == "failed: EIO (the device found a bad instruction or operand at run time)"
     assert status_text(None).startswith("unknown")
+
+
+def test_session_help_lists_every_command() -> None:
+    from libaccel.session import command_parser, session_help
+
+    text = session_help()
+    parser = command_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert all(any(line.startswith(name) for line in text.splitlines()) for name in commands), text
+
+
+def test_the_prompt_edits_lines_and_recalls_history(tmp_path: Path) -> None:
+    """At a terminal, ``accel session`` reads lines with readline: the up arrow brings back the last
+    command (here run twice: the second ``bo create`` of the same name is refused), ``help`` answers,
+    and Ctrl-D ends the session, whose exit code is its worst command's (the refusal's, 2)."""
+    import pty
+    import select
+
+    main, sub = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "libaccel.cli", "session", "--device", "shim"],
+        stdin=sub, stdout=sub, stderr=sub, env=env, cwd=tmp_path, close_fds=True,
+    )  # fmt: skip
+    os.close(sub)
+    out = b""
+
+    def read_until(marker: bytes, timeout: float = 60.0) -> None:
+        nonlocal out
+        deadline = time.monotonic() + timeout
+        while marker not in out:
+            left = deadline - time.monotonic()
+            assert left > 0, out
+            if select.select([main], [], [], left)[0]:
+                try:
+                    out += os.read(main, 4096)
+                except OSError:
+                    break
+
+    try:
+        read_until(b"accel> ")
+        os.write(main, b"bo create a 4096\r")
+        read_until(b"a: handle 1")
+        os.write(main, b"\x1b[A\r")  # up arrow: the same line again
+        read_until(b"exists")
+        os.write(main, b"help\r")
+        read_until(b"wait bo NAME")
+        os.write(main, b"\x04")  # Ctrl-D at an empty line
+        assert proc.wait(timeout=60) == ExitCode.USAGE
+    finally:
+        proc.kill()
+        os.close(main)

@@ -142,6 +142,20 @@ def test_a_missing_program_is_a_usage_error(tmp_path: Path) -> None:
     assert r.returncode == 2 and "give the program to run" in r.stderr
 
 
+def test_a_program_on_the_shim_is_told_the_shim_makes_no_ioctls() -> None:
+    """``accel info --device shim`` reads the device without a syscall to a DRM node: the trace says why
+    it is empty instead of printing nothing."""
+    program = [sys.executable, "-m", "libaccel.cli", "info", "--device", "shim"]
+    r = subprocess.run(
+        [sys.executable, "-m", "libaccel.cli", "trace", "--", *program],
+        env=trace_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (
+        r.stderr.strip().splitlines()[-1].startswith("accel trace: the program made no DRM ioctl. The shim")
+    )
+
+
 def test_decoder_disassembles_a_submitted_stream() -> None:
     """A record as the interposer sends it for a SUBMIT, with the stream it read from the BO."""
     from firmware_tools.asm import assemble
