@@ -159,6 +159,7 @@ class _Job:
         self.slots: list[Tensor | None] = [None] * isa.SPEC.slots
         self.ins: isa.Instruction | None = None
         self.cursor = 0  # the running instruction's index while a BoundStream runs the job
+        self.cycles = 0  # instructions executed, for the result of a job that fails
 
     @cached_property
     def access(self) -> TensorAccess:
@@ -770,24 +771,51 @@ class CommandProcessor:
         start = time.perf_counter()
         profile = JobProfile(0.0, 0, 0)
         result = self._run(pt_root, cmd_va, cmd_size, abort, on_irq, profile if _per_op_sinks else None)
-        profile.seconds = time.perf_counter() - start
-        profile.status = result.status
-        profile.cycles = result.cycles
-        with _profile_lock:
-            for sink in _profile_sinks:
-                sink.append(profile)
+        _record(profile, start, result)
         return result
 
+    def prepare(self, pt_root: int, stream: bytes) -> PreparedJob | None:
+        """``stream``, as a job in the address space at ``pt_root`` already ran it, ready to run
+        again without its fetch, decode and binding look-ups (:class:`PreparedJob`); None unless
+        an earlier job left every instruction of it bound in these unchanged page tables."""
+        with self._programs_lock:
+            entry = self._programs.get(stream)
+            translations = self._translations.get(pt_root)
+        if entry is None or isinstance(entry[0], str) or translations is None:
+            return None
+        program, tensors, plans = entry
+        got = translations.bindings.get(id(program))
+        if got is None or got[0] is not program:
+            return None
+        runner = self._bound_stream(program, got[1], mac_array.selected_isa())
+        if runner is None:
+            return None
+        prepared = PreparedJob(self, pt_root, translations, program, tensors, plans, got[1], runner)
+        return prepared if prepared.current() else None
+
     @staticmethod
-    def _bound_stream(program: list[isa.Instruction], bound: StreamBindings, job: _Job) -> BoundStream | None:
+    def _bound_stream(
+        program: list[isa.Instruction], bound: StreamBindings, mac_isa: int | None
+    ) -> BoundStream | None:
         """The stream's :class:`BoundStream` once every instruction is bound (kept with the
-        bindings until one changes), else None; rebuilt when the job's MAC array variant is not
-        the one the stream's C units were built for."""
+        bindings until one changes), else None; rebuilt when the job's MAC array variant
+        ``mac_isa`` is not the one the stream's C units were built for."""
         runner = bound.runner
-        stale = isinstance(runner, BoundStream) and runner.groups and runner.mac_isa != job.mac_isa
+        stale = isinstance(runner, BoundStream) and runner.groups and runner.mac_isa != mac_isa
         if runner is None or stale:
-            runner = bound.runner = BoundStream.build(program, bound, job.mac_isa) or _NOT_BOUND
+            runner = bound.runner = BoundStream.build(program, bound, mac_isa) or _NOT_BOUND
         return runner if isinstance(runner, BoundStream) else None
+
+    def _new_job(
+        self,
+        pt_root: int,
+        abort: threading.Event,
+        on_irq: Callable[[int], None] | None,
+        translations: Translations,
+    ) -> _Job:
+        return _Job(
+            self.memory, pt_root, self.enabled_opcodes, abort, on_irq, translations, self.max_tensor_elements
+        )
 
     def _run(
         self,
@@ -799,21 +827,13 @@ class CommandProcessor:
         profile: JobProfile | None,
     ) -> JobResult:
         abort = abort if abort is not None else _NEVER_ABORTED
-        cycles = 0
+        job = None
         try:
             if pt_root % 4096 or not 0 <= pt_root < self.memory.size:
                 raise JobError(f"page-table root {pt_root:#x} is not a page of system memory")
             if not 0 < cmd_size <= self.max_cmd_size:
                 raise JobError(f"command stream size {cmd_size} is not in (0, {self.max_cmd_size}]")
-            job = _Job(
-                self.memory,
-                pt_root,
-                self.enabled_opcodes,
-                abort,
-                on_irq,
-                self._translations_for(pt_root),
-                self.max_tensor_elements,
-            )
+            job = self._new_job(pt_root, abort, on_irq, self._translations_for(pt_root))
             # The stream's runs come from the address space's translation cache (an unchanged
             # stream of an unchanged space is not walked again) and are read as plain bytes.
             translations = job.translations
@@ -825,43 +845,122 @@ class CommandProcessor:
             program, job.tensors, job.plans = self._decode(stream)
             job.program = program
             bound = job.bound = stream_bindings(translations, program, PROGRAM_CACHE_ENTRIES)
-            resume = 0
-            runner = None if profile is not None else self._bound_stream(program, bound, job)
-            if runner is not None:
-                try:
-                    stop = runner.run(job, abort)
-                except BaseException:
-                    cycles = job.cursor + 1
-                    raise
-                if stop is None:
-                    return JobResult(0, 0, runner.end_index + 1)
-                for ins in program[:stop]:  # the slots the stream had defined by then
-                    if ins.op == "TENSOR":
-                        bound[ins.offset](job)
-                resume = cycles = stop
-            for ins in program[resume:] if resume else program:
-                if abort.is_set():
-                    raise JobCancelled()
-                cycles += 1
-                if ins.op == "END":
-                    return JobResult(0, 0, cycles)
-                if profile is None:
-                    job.step(ins)
-                    continue
-                t0 = time.perf_counter()
-                try:
-                    job.step(ins)
-                finally:
-                    op = ins.op
-                    profile.op_seconds[op] = profile.op_seconds.get(op, 0.0) + time.perf_counter() - t0
-                    profile.op_counts[op] = profile.op_counts.get(op, 0) + 1
-            raise JobError("command stream ended without END")  # decode() guarantees END; be safe
-        except MmuFault as e:
-            return JobResult(-errno.EFAULT, e.va, cycles, str(e))
-        except JobError as e:
-            return JobResult(-errno.EIO, 0, cycles, str(e))
-        except JobCancelled:
-            return JobResult(-errno.ECANCELED, 0, cycles, "aborted by a device reset")
-        except Exception as e:  # a model bug must fail the job, not kill the device
-            log.exception("command processor: unexpected error")
-            return JobResult(-errno.EIO, 0, cycles, f"internal error: {e!r}")
+            runner = None if profile is not None else self._bound_stream(program, bound, job.mac_isa)
+            return self._execute(job, runner, abort, profile)
+        except Exception as e:  # noqa: BLE001 - every outcome is a JobResult (_failed)
+            return _failed(e, job)
+
+    def _execute(
+        self, job: _Job, runner: BoundStream | None, abort: threading.Event, profile: JobProfile | None
+    ) -> JobResult:
+        """Run the decoded, looked-up job: its bound stream if it has one, instruction by
+        instruction from where that stopped (or from the start). Raises what _failed turns into
+        the job's result."""
+        program, bound = job.program, job.bound
+        resume = 0
+        if runner is not None:
+            try:
+                stop = runner.run(job, abort)
+            except BaseException:
+                job.cycles = job.cursor + 1
+                raise
+            if stop is None:
+                return JobResult(0, 0, runner.end_index + 1)
+            for ins in program[:stop]:  # the slots the stream had defined by then
+                if ins.op == "TENSOR":
+                    bound[ins.offset](job)
+            resume = job.cycles = stop
+        for ins in program[resume:] if resume else program:
+            if abort.is_set():
+                raise JobCancelled()
+            job.cycles += 1
+            if ins.op == "END":
+                return JobResult(0, 0, job.cycles)
+            if profile is None:
+                job.step(ins)
+                continue
+            t0 = time.perf_counter()
+            try:
+                job.step(ins)
+            finally:
+                op = ins.op
+                profile.op_seconds[op] = profile.op_seconds.get(op, 0.0) + time.perf_counter() - t0
+                profile.op_counts[op] = profile.op_counts.get(op, 0) + 1
+        raise JobError("command stream ended without END")  # decode() guarantees END; be safe
+
+
+@dataclass(eq=False)
+class PreparedJob:
+    """A stream that ran in an address space with every instruction bound, kept to run again as
+    it is: its decoded program, bindings and bound stream, without the command fetch, the decode
+    cache's and the binding cache's look-ups of a job from the ring.
+
+    The driver that asks for it (the shim's replayed jobs) hands over the same stream bytes each
+    time; what the device worked out itself is checked at every run (:meth:`current`): the space's
+    page tables byte for byte, as for any job, the same translation cache and bindings, and the
+    MAC array variant the bound stream was built for. When any of it moved on, the job is not
+    run this way, and the driver submits it through the ring."""
+
+    processor: CommandProcessor
+    pt_root: int
+    translations: Translations
+    program: list[isa.Instruction]
+    tensors: dict[int, Tensor | str]
+    plans: dict
+    bound: StreamBindings
+    runner: BoundStream
+
+    def current(self) -> bool:
+        """Whether the job would run as prepared: nothing it was worked out from has changed."""
+        translations = self.translations
+        got = translations.bindings.get(id(self.program))
+        return (
+            self.processor._translations.get(self.pt_root) is translations
+            and got is not None
+            and got[1] is self.bound
+            and self.bound.runner is self.runner
+            and not _per_op_sinks  # a per-opcode profile times the instruction loop
+            and (not self.runner.groups or self.runner.mac_isa == mac_array.selected_isa())
+            and translations.still_valid()
+        )
+
+    def run(
+        self, abort: threading.Event | None = None, on_irq: Callable[[int], None] | None = None
+    ) -> JobResult:
+        """Run the job as a job from the ring would run: its result, never an exception. Only
+        right after :meth:`current` said True, with the core's lock held since."""
+        start = time.perf_counter() if _profile_sinks else 0.0
+        abort = abort if abort is not None else _NEVER_ABORTED
+        job = self.processor._new_job(self.pt_root, abort, on_irq, self.translations)
+        job.program, job.tensors, job.plans, job.bound = self.program, self.tensors, self.plans, self.bound
+        try:
+            result = self.processor._execute(job, self.runner, abort, None)
+        except Exception as e:  # noqa: BLE001 - every outcome is a JobResult
+            result = _failed(e, job)
+        if _profile_sinks:
+            _record(JobProfile(0.0, 0, 0), start, result)
+        return result
+
+
+def _record(profile: JobProfile, start: float, result: JobResult) -> None:
+    """Complete ``profile`` of a job that started at ``start`` and give it to every sink."""
+    profile.seconds = time.perf_counter() - start
+    profile.status = result.status
+    profile.cycles = result.cycles
+    with _profile_lock:
+        for sink in _profile_sinks:
+            sink.append(profile)
+
+
+def _failed(e: Exception, job: _Job | None) -> JobResult:
+    """The result of a job that raised ``e`` (call from its except clause)."""
+    cycles = job.cycles if job is not None else 0
+    if isinstance(e, MmuFault):
+        return JobResult(-errno.EFAULT, e.va, cycles, str(e))
+    if isinstance(e, JobError):
+        return JobResult(-errno.EIO, 0, cycles, str(e))
+    if isinstance(e, JobCancelled):
+        return JobResult(-errno.ECANCELED, 0, cycles, "aborted by a device reset")
+    # A model bug must fail the job, not kill the device.
+    log.exception("command processor: unexpected error")
+    return JobResult(-errno.EIO, 0, cycles, f"internal error: {e!r}")

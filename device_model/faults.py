@@ -98,6 +98,11 @@ class FaultInjector:
     def spec(self) -> FaultSpec:
         return self._spec
 
+    @property
+    def off(self) -> bool:
+        """No job can get a fault: no kind is set, and no control file could set one."""
+        return self.control is None and not self._spec.kind
+
     def set(self, spec: FaultSpec) -> None:
         with self._lock:
             self._apply(spec)

@@ -65,7 +65,7 @@ from uapi.queue_entries import CQE, SQE
 from vnpu_common import probe
 
 from . import mac_array
-from .command_processor import CommandProcessor, JobResult
+from .command_processor import CommandProcessor, JobResult, PreparedJob
 from .core_worker import (
     CoreWorker,
     CoreWorkerError,
@@ -658,10 +658,10 @@ class Npu:
         core's queue here, under the core's lock, exactly as that thread would (in order, one job
         at a time, each completed through the CQ and the interrupt). False, and nothing run, when
         the core's thread or another caller holds the core (the driver then rings the doorbell),
-        when a worker process runs the core's jobs, or while faults are injected (a hang must not
+        when a worker process runs the core's jobs, or while faults may be injected (a hang must not
         block the caller)."""
         core = self.cores[index]
-        if core.worker is not None or self.faults is not None or self._stop.is_set():
+        if core.worker is not None or self._injecting() or self._stop.is_set():
             return False
         if not core.lock.acquire(blocking=False):
             return False
@@ -677,6 +677,65 @@ class Npu:
         finally:
             core.lock.release()
         return True
+
+    def _injecting(self) -> bool:
+        """Faults may be injected into the next job (which then must not run in a driver's thread:
+        a hang would block it)."""
+        return self.faults is not None and not self.faults.off
+
+    def prepare(self, index: int, pt_root: int, stream: bytes) -> PreparedJob | None:
+        """Core ``index``'s :class:`PreparedJob` of ``stream`` in the space at ``pt_root`` (None
+        unless that core's last run of it left it bound; see :meth:`run_prepared`)."""
+        processor = self.cores[index].processor if index < len(self.cores) else None
+        if not isinstance(processor, CommandProcessor):
+            return None
+        return processor.prepare(pt_root, stream)
+
+    def run_prepared(self, index: int, prepared: PreparedJob, admit: Callable[[], bool]) -> JobResult | None:
+        """Run a job the in-process driver prepared (:meth:`prepare`) on core ``index``, in the
+        calling thread and without the rings: the driver's replay of a job it validated before.
+
+        The core must be idle with nothing queued for it, and still hold the command processor
+        that prepared the job, whose state must be :meth:`PreparedJob.current`; then ``admit`` (the
+        driver's bookkeeping of the job, which may decline) runs under the core's lock, and the
+        job runs as the core would run it from its queue: its counters as a completion moves them,
+        no completion entry and no interrupt (the caller completes the job itself). None, and
+        nothing run, when any of it does not hold: the driver then submits through the ring. A
+        RESET during the run aborts it as any job (its result is returned, no counter moves)."""
+        core = self.cores[index]
+        if core.worker is not None or self._injecting() or self._stop.is_set():
+            return None
+        if not core.lock.acquire(blocking=False):
+            return None
+        try:
+            with self._dispatch_lock:
+                idle = not (core.busy or core.queue or core.abort.is_set())
+                if not (idle and self._powered and core.processor is prepared.processor):
+                    return None
+                if self._u32[_SQ_TAIL_WORD] != self._u32[_SQ_HEAD_WORD]:
+                    return None  # entries not yet taken may be this core's: they run first
+                core.busy = True
+            try:
+                if not prepared.current() or not admit():
+                    return None
+                probe.mark("core.start")
+                result = prepared.run(core.abort, self._on_irq_instruction)
+                probe.mark("core.end")
+                self.last_result = result
+                if result.status:
+                    log.info("job failed on core %d: %d %s", core.index, result.status, result.error)
+                if core.abort.is_set():
+                    core.aborted_cycles = result.cycles
+                    return result
+                with self._cq_lock:  # the counters _write_cqe moves
+                    self._w32(hw.REG_JOBS_DONE, self._r32(hw.REG_JOBS_DONE) + 1)
+                    core.jobs_done += 1
+                    self._update_powered_us()
+                return result
+            finally:
+                core.busy = False
+        finally:
+            core.lock.release()
 
     def _run(self, core: Core, sqe: SqEntry) -> None:
         """Run one job on ``core`` (its lock held) and complete it, unless a RESET aborts it."""

@@ -104,6 +104,9 @@ class AddressSpace:
         self._l2: dict[int, int] = {}  # L1 index -> L2 table PA
         self._l2_count: dict[int, int] = {}  # L1 index -> valid entries in it
         self._lock = threading.Lock()
+        # Bumped by every map, unmap and destroy: what was worked out from the tables (a driver's
+        # replayed job, libaccel.backends.shim.replay) holds while it is unchanged.
+        self.changes = 0
 
     def _entries(self, pa: int) -> np.ndarray:
         return np.frombuffer(self.memory.view(pa, hw.PAGE_SIZE), dtype="<u8")
@@ -128,6 +131,7 @@ class AddressSpace:
         flags = hw.PTE_VALID | hw.PTE_READ | (hw.PTE_WRITE if writable else 0)
         vpn0 = va >> hw.PAGE_SHIFT
         with self._lock:
+            self.changes += 1
             for i in range(len(pages)):
                 if self._lookup(vpn0 + i) & hw.PTE_VALID:
                     raise ValueError(f"VA {(vpn0 + i) << hw.PAGE_SHIFT:#x} is already mapped")
@@ -150,6 +154,7 @@ class AddressSpace:
         self._check_range(va, npages)
         vpn0 = va >> hw.PAGE_SHIFT
         with self._lock:
+            self.changes += 1
             ptes = [self._lookup(vpn0 + i) for i in range(npages)]
             for i, pte in enumerate(ptes):
                 if not pte & hw.PTE_VALID:
@@ -178,6 +183,7 @@ class AddressSpace:
     def destroy(self) -> None:
         """Free every table page (not the mapped data pages)."""
         with self._lock:
+            self.changes += 1
             self.allocator.free_pages([*self._l2.values(), self.root])
             self._l2.clear()
             self._l2_count.clear()

@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from libaccel.errors import Interrupted
 from uapi.bindings import DRM_VNPU_JOB_BO_READ, DRM_VNPU_JOB_BO_WRITE, IOCTLS, ffi
+from vnpu_common import probe
 
 if TYPE_CHECKING:
+    from libaccel.backends import Backend
     from libaccel.bo import BufferObject
 
 
@@ -89,6 +92,7 @@ class SubmitArgs:
 _JOB_STRUCT_SIZE = ffi.sizeof("struct drm_vnpu_job")
 _JOB_BO_SIZE = ffi.sizeof("struct drm_vnpu_job_bo")
 _IOCTL_SUBMIT = IOCTLS["DRM_IOCTL_VNPU_SUBMIT"]
+_IOCTL_BO_WAIT = IOCTLS["DRM_IOCTL_VNPU_BO_WAIT"]
 
 
 def _address(cdata: Any) -> int:
@@ -139,3 +143,57 @@ def submit_jobs(device: Any, jobs: Sequence[Job]) -> None:
     # SUBMIT only reads its structs, so one job's cached structs serve every submission of it.
     args = jobs[0].submit_args if len(jobs) == 1 else build_submit(jobs)
     device.backend.ioctl(_IOCTL_SUBMIT, args.submit)
+
+
+def restarted(backend: Backend, request: int, arg: object) -> None:
+    """The ioctl, made again when a signal interrupted it (libdrm's rule, and libteflon.so's C:
+    SUBMIT queues nothing before it can be interrupted and BO_WAIT's deadline is absolute). Between
+    the tries Python runs the signal's handler, which may raise (KeyboardInterrupt)."""
+    while True:
+        try:
+            backend.ioctl(request, arg)
+            return
+        except Interrupted:
+            continue
+
+
+class PreparedSubmit:
+    """One job submitted again and again, each time followed by a BO_WAIT on one of its BOs (a
+    compiled partition's invoke): :meth:`run` is the pair, raising what a failed job reports.
+
+    Here :meth:`run` is the two ioctls on structs built once (:attr:`submit_arg`, :attr:`wait_arg`);
+    a backend may replay a job it validated instead (the shim: ``Backend.prepare_submit``), with
+    the same fences, statuses and results. :attr:`full_submits` and :attr:`replays` count how
+    each run went. One caller at a time."""
+
+    def __init__(self, backend: Backend, job: Job, wait_handle: int, timeout: float) -> None:
+        self.backend = backend
+        self.job = job
+        self.timeout = timeout
+        self.submit_arg = job.submit_args.submit
+        self.wait_arg = ffi.new("struct drm_vnpu_bo_wait *")
+        self.wait_arg.handle = wait_handle
+        self.full_submits = 0
+        self.replays = 0
+
+    def run(self) -> None:
+        """SUBMIT the job, then BO_WAIT on the wait BO; raises JobFault (or the ioctl's error)."""
+        self.full_submits += 1
+        restarted(self.backend, _IOCTL_SUBMIT, self.submit_arg)
+        probe.mark("libaccel.wait")
+        self.wait()
+
+    def wait(self) -> None:
+        """BO_WAIT on the wait BO until the job's deadline; raises what the job reports."""
+        wait = self.wait_arg
+        wait.timeout_ns = deadline_after(self.timeout)
+        wait.job_status = 0
+        wait.fault_va = 0
+        restarted(self.backend, _IOCTL_BO_WAIT, wait)
+        if wait.job_status:
+            from libaccel.bo import JobStatus  # bo imports this module
+
+            JobStatus(wait.job_status, wait.fault_va).raise_for_status()
+
+    def close(self) -> None:
+        """Let go of what a replay keeps (nothing here)."""

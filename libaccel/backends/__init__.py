@@ -11,7 +11,10 @@ same way on the kernel and on the shim.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from libaccel.job import Job, PreparedSubmit
 
 
 class Backend(ABC):
@@ -41,3 +44,10 @@ class Backend(ABC):
     @property
     @abstractmethod
     def closed(self) -> bool: ...
+
+    def prepare_submit(self, job: Job, wait_handle: int, timeout: float) -> PreparedSubmit:
+        """``job``'s SUBMIT and a BO_WAIT on its BO ``wait_handle``, to be made again and again
+        (:class:`libaccel.job.PreparedSubmit`): here the two ioctls each time."""
+        from libaccel.job import PreparedSubmit
+
+        return PreparedSubmit(self, job, wait_handle, timeout)

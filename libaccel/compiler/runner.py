@@ -7,30 +7,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from libaccel.backends import Backend
-from libaccel.bo import BufferObject, JobStatus
+from libaccel.bo import BufferObject
 from libaccel.compiler.compiled import CompiledPartition, IoBinding, WeightsFile
 from libaccel.compiler.relocation import Region, relocate
 from libaccel.device import Device
-from libaccel.errors import Interrupted
-from libaccel.job import Job, JobBo, deadline_after
-from uapi.bindings import IOCTLS, ffi
+from libaccel.job import Job, JobBo, PreparedSubmit
 from vnpu_common import probe
-
-_SUBMIT = IOCTLS["DRM_IOCTL_VNPU_SUBMIT"]
-_BO_WAIT = IOCTLS["DRM_IOCTL_VNPU_BO_WAIT"]
-
-
-def _restarted(backend: Backend, request: int, arg: object) -> None:
-    """The ioctl, made again when a signal interrupted it (libdrm's rule, and libteflon.so's C:
-    SUBMIT queues nothing before it can be interrupted and BO_WAIT's deadline is absolute). Between
-    the tries Python runs the signal's handler, which may raise (KeyboardInterrupt)."""
-    while True:
-        try:
-            backend.ioctl(request, arg)
-            return
-        except Interrupted:
-            continue
 
 
 def _upload_weights(device: Device, weights: bytes | bytearray | memoryview | WeightsFile) -> BufferObject:
@@ -88,8 +70,8 @@ class PartitionRunner:
         )
         self._inputs = {b.index: b for b in compiled.inputs}
         self._outputs = {b.index: b for b in compiled.outputs}
-        self._wait = ffi.new("struct drm_vnpu_bo_wait *")
-        self._wait.handle = self.arena.handle
+        # The invoke: the job's SUBMIT and a BO_WAIT on the arena (replayed on the shim).
+        self._prepared = device.backend.prepare_submit(self._job, self.arena.handle, timeout)
 
     def _bo(self, bo: BufferObject) -> BufferObject:
         self._bos.append(bo)
@@ -119,31 +101,27 @@ class PartitionRunner:
     @property
     def submit_arg(self) -> object:
         """The job's struct drm_vnpu_submit, reused by every :meth:`submit_and_wait`."""
-        return self._job.submit_args.submit
+        return self._prepared.submit_arg
 
     @property
     def wait_arg(self) -> object:
         """The struct drm_vnpu_bo_wait on the arena that :meth:`submit_and_wait` reuses."""
-        return self._wait
+        return self._prepared.wait_arg
+
+    @property
+    def prepared(self) -> PreparedSubmit:
+        """The job's prepared SUBMIT and BO_WAIT (how its runs went: full submits, replays)."""
+        return self._prepared
 
     def submit_and_wait(self) -> None:
         """Run the job on what the input views hold; raises JobFault if the device fails it.
 
-        One caller at a time: the SUBMIT and BO_WAIT arguments are built once and reused (the
-        job's structs by :class:`~libaccel.job.Job`, the wait's here), so an invoke is two ioctls
-        and no allocation."""
+        One caller at a time: the SUBMIT and BO_WAIT arguments are built once and reused
+        (:class:`~libaccel.job.PreparedSubmit`), so an invoke is two ioctls and no allocation, or
+        on the shim a replay of the job it validated."""
         probe.mark("delegate.submit")
-        backend = self.device.backend
-        _restarted(backend, _SUBMIT, self._job.submit_args.submit)
-        probe.mark("libaccel.wait")
-        wait = self._wait
-        wait.timeout_ns = deadline_after(self.timeout)
-        wait.job_status = 0
-        wait.fault_va = 0
-        _restarted(backend, _BO_WAIT, wait)
+        self._prepared.run()
         probe.mark("delegate.waited")
-        if wait.job_status:
-            JobStatus(wait.job_status, wait.fault_va).raise_for_status()
 
     def run(self, inputs: Mapping[int, np.ndarray], copy: bool = True) -> dict[int, np.ndarray]:
         """Copy ``inputs`` (tensor index -> array) in, run, return the outputs (views if not ``copy``)."""
@@ -164,6 +142,9 @@ class PartitionRunner:
         return {i: (self._view(b).copy() if copy else self._view(b)) for i, b in self._outputs.items()}
 
     def close(self) -> None:
+        prepared = getattr(self, "_prepared", None)
+        if prepared is not None:
+            prepared.close()
         self._views.clear()
         for bo in reversed(self._bos):
             bo.close()

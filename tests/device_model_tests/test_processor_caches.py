@@ -83,3 +83,35 @@ def test_profile_jobs_collects_exactly_the_jobs_run_inside_its_block() -> None:
     assert p.status == 0 and p.op_counts == {"TENSOR": 1, "FILL": 1} and p.seconds > 0
     (t,) = totals
     assert t.status == 0 and t.cycles == 3 and t.seconds > 0 and t.op_counts == {}
+
+
+def test_a_prepared_job_runs_as_from_the_ring_until_its_page_tables_change() -> None:
+    m = Machine()
+    src = m.array(np.arange(16, dtype=np.int8))
+    dst = m.buffer(16)
+    stream = program(
+        tensor(0, "INT8", src, (16,)), tensor(1, "INT8", dst, (16,)), isa.encode("COPY", src=0, dst=1)
+    )
+    cmd = m.buffer(len(stream), stream)
+    cp = CommandProcessor(m.memory)
+    assert cp.prepare(m.space.root, stream) is None  # never ran: nothing bound
+    assert cp.run(m.space.root, cmd, len(stream)).status == 0
+    prepared = cp.prepare(m.space.root, stream)
+    assert prepared is not None and prepared.current()
+    m.write(src, (np.arange(16, dtype=np.int8) * 3).tobytes())
+    m.write(dst, bytes(16))
+    ran = prepared.run()
+    assert ran == cp.run(m.space.root, cmd, len(stream))  # the same result as a job from the ring
+    assert m.read(dst, 16).view(np.int8).tolist() == [3 * i for i in range(16)]
+
+    # The destination moves to another page: what was prepared is stale, and a job from the ring
+    # (which prepares it again) writes the new page, not the old one.
+    old = m.space.unmap(dst, 1)
+    m.memory.view(old[0], 16)[:] = bytes([0x55]) * 16
+    m.space.map(dst, m.allocator.alloc_pages(1), writable=True)
+    assert not prepared.current()
+    assert cp.run(m.space.root, cmd, len(stream)).status == 0
+    assert bytes(m.memory.view(old[0], 16)) == bytes([0x55]) * 16
+    assert m.read(dst, 16).view(np.int8).tolist() == [3 * i for i in range(16)]
+    again = cp.prepare(m.space.root, stream)
+    assert again is not None and again.current() and again is not prepared

@@ -358,7 +358,7 @@ def test_the_prompt_edits_lines_and_recalls_history(tmp_path: Path) -> None:
     os.close(sub)
     out = b""
 
-    def read_until(marker: bytes, timeout: float = 60.0) -> None:
+    def read_until(marker: bytes, timeout: float = 240.0) -> None:  # a loaded host starts slowly
         nonlocal out
         deadline = time.monotonic() + timeout
         while marker not in out:
@@ -379,7 +379,7 @@ def test_the_prompt_edits_lines_and_recalls_history(tmp_path: Path) -> None:
         os.write(main, b"help\r")
         read_until(b"wait bo NAME")
         os.write(main, b"\x04")  # Ctrl-D at an empty line
-        assert proc.wait(timeout=60) == ExitCode.USAGE
+        assert proc.wait(timeout=240) == ExitCode.USAGE
     finally:
         proc.kill()
         os.close(main)

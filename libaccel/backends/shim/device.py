@@ -584,12 +584,35 @@ class ShimDevice:
             self.cq_head = (self.cq_head + 1) & 0xFFFFFFFF
             job = self.jobs.get(seqno)
             if job is not None and job.core == core:
-                self.last_completion_ns[core] = _now()
-                # Only the statuses the device contract allows reach userspace (as in vnpu.ko).
-                if status not in (0, -errno.EFAULT, -errno.EIO):
-                    status = -errno.EIO
-                self._complete(job, status, fault_va)
+                self._completed(job, status, fault_va)
         self.w32(hw.CQ_HEAD, self.cq_head)
+
+    def _completed(self, job: ShimJob, status: int, fault_va: int) -> None:
+        """The device says ``job`` ended with ``status``: complete it (lock held)."""
+        self.last_completion_ns[job.core] = _now()
+        # Only the statuses the device contract allows reach userspace (as in vnpu.ko).
+        if status not in (0, -errno.EFAULT, -errno.EIO):
+            status = -errno.EIO
+        self._complete(job, status, fault_va)
+
+    # --- replayed jobs (libaccel.backends.shim.replay; lock held) -----------------
+    def start_replayed(self, job: ShimJob, core: int) -> None:
+        """``job`` runs on ``core`` of an idle device without the ring: on the device as a job
+        pushed to that core is (the watchdog, a reset and close see it), at the head of its
+        queue. Being the head, a reset of the core completes it, never requeues it: it has no
+        stream copy to put back on the ring."""
+        self.jobs[job.seqno] = job
+        job.core = core
+        job.file.last_core = core
+        job.pushed_ns = _now()
+        self.inflight[core].append(job)
+
+    def finish_replayed(self, job: ShimJob, status: int, fault_va: int) -> None:
+        """The device ran the replayed ``job``: complete it as its completion entry would, unless
+        a reset completed it meanwhile."""
+        if self.jobs.get(job.seqno) is job:
+            self._completed(job, status, fault_va)
+            self._push_backlog()
 
     def _complete(self, job: ShimJob, status: int, fault_va: int = 0) -> None:
         del self.jobs[job.seqno]

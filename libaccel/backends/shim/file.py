@@ -41,6 +41,7 @@ from libaccel.backends.shim.device import (
 )
 from libaccel.backends.stream_check import BoRange, StreamRejected, check_stream
 from libaccel.errors import DeviceClosed, from_errno
+from libaccel.job import Job, PreparedSubmit
 from uapi import bindings as b
 from uapi import hw_layout as hw
 from uapi import isa
@@ -182,6 +183,7 @@ class ShimBackend(Backend):
         # (whether each WAITs): both valid until the BO table changes (_bos_changed).
         self._bo_lists: dict[bytes, tuple[list[tuple[ShimBo, int]], list[BoRange]]] = {}
         self._checked: dict[tuple[bytes, bytes], bool] = {}
+        self.bo_changes = 0  # bumped with every change of the BO table (replayed jobs check it)
         self._closed = False
         self.last_core = 0  # the core of its last job: its next one goes there on a tie (ShimDevice)
         self._handlers = {
@@ -300,6 +302,7 @@ class ShimBackend(Backend):
         return pa, va
 
     def _bos_changed(self) -> None:
+        self.bo_changes += 1
         self._bo_lists.clear()
         self._checked.clear()
 
@@ -314,6 +317,8 @@ class ShimBackend(Backend):
 
     def free_cmd_copy(self, job: ShimJob) -> None:
         """A finished job's stream copy goes back to the file's pool (call with the device lock)."""
+        if not job.cmd_alloc:  # a replayed job runs without one (replay.py)
+            return
         if not self._closed and self.aspace.root >= 0 and len(self._cmd_pool) < CMD_POOL:
             self._cmd_pool.append((job.cmd_pa, job.cmd_va, job.cmd_alloc))
             return
@@ -616,8 +621,6 @@ class ShimBackend(Backend):
         here: bool = False,
     ) -> int | None:
         """Queue one checked job; the core to run it on in this thread, if any (ShimDevice.queue_job)."""
-        pa, va, alloc = copy
-        fence = Fence()
         deps = [f for f in in_fences if not f.signaled]
         # Implicit dependencies, as the BOs' reservations give them in vnpu.ko: a writer waits
         # for every earlier user of the BO, a reader for its earlier writers. (Jobs of this file
@@ -630,6 +633,20 @@ class ShimBackend(Backend):
                     or any(ebo is bo and ef & b.DRM_VNPU_JOB_BO_WRITE for ebo, ef in job.bos)
                 ):
                     deps.append(job.out_fence)
+        return self.dev.queue_job(self.new_job(bos, copy, cmd_size, out, deps), here)
+
+    def new_job(
+        self,
+        bos: list[tuple[ShimBo, int]],
+        copy: tuple[int, int, int],
+        cmd_size: int,
+        out: int,
+        deps: list[Fence],
+    ) -> ShimJob:
+        """A checked job's fence (in syncobj ``out`` if not 0), seqno and references on its BOs
+        (call with the device lock held): what a SUBMIT gives every job it queues."""
+        pa, va, alloc = copy
+        fence = Fence()
         if out:
             self.syncobjs[out] = fence
             for waiter in self.dev.submit_waiters:  # WAIT_FOR_SUBMIT waits for a fence to appear
@@ -638,4 +655,10 @@ class ShimBackend(Backend):
         for bo, _ in bos:
             bo.refs += 1
             bo.pending.add(seqno)
-        return self.dev.queue_job(ShimJob(seqno, self, bos, pa, va, alloc, cmd_size, fence, deps), here)
+        return ShimJob(seqno, self, bos, pa, va, alloc, cmd_size, fence, deps)
+
+    def prepare_submit(self, job: Job, wait_handle: int, timeout: float) -> PreparedSubmit:
+        """The shim replays a job it validated (:class:`.replay.ShimReplay`)."""
+        from libaccel.backends.shim.replay import ShimReplay
+
+        return ShimReplay(self, job, wait_handle, timeout)
