@@ -205,6 +205,7 @@ def mac_share(work: ModelWork, invokes: int) -> MacShare:
 
     totals = {"job": 0.0, "mac": 0.0}
     run_job, run_mac, run_bound, run_group = Npu._run, mac.run, mac.BoundRun.run, mac.UnitGroup.run
+    run_replay = Npu.run_prepared  # a job the shim validated once runs here, past _run
 
     def timed(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any) -> Any:
@@ -222,6 +223,7 @@ def mac_share(work: ModelWork, invokes: int) -> MacShare:
         with PartitionRunner(dev, work.compiled) as runner:
             runner.run(work.feed)
             Npu._run, mac.run = timed("job", run_job), timed("mac", run_mac)  # type: ignore[method-assign]
+            Npu.run_prepared = timed("job", run_replay)  # type: ignore[method-assign]
             mac.BoundRun.run = timed("mac", run_bound)  # type: ignore[method-assign]  # layers bound to memory
             mac.UnitGroup.run = timed("mac", run_group)  # type: ignore[method-assign]  # a bound stream's C runs
             try:
@@ -229,6 +231,7 @@ def mac_share(work: ModelWork, invokes: int) -> MacShare:
                     runner.run(work.feed)
             finally:
                 Npu._run, mac.run = run_job, run_mac  # type: ignore[method-assign]
+                Npu.run_prepared = run_replay  # type: ignore[method-assign]
                 mac.BoundRun.run = run_bound  # type: ignore[method-assign]
                 mac.UnitGroup.run = run_group  # type: ignore[method-assign]
         dev.close()

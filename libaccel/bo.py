@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from libaccel.errors import DeviceClosed, JobFault
-from libaccel.job import deadline_after
+from libaccel.errors import DeviceClosed
+from libaccel.job import JobStatus, deadline_after  # JobStatus: BO_WAIT's answer, imported from here too
 from uapi.bindings import (
     DRM_VNPU_BO_DEVICE_READ_ONLY,
     DRM_VNPU_BO_SYNC_FOR_CPU,
@@ -20,22 +19,6 @@ from uapi.bindings import (
 
 if TYPE_CHECKING:
     from libaccel.device import Device
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """What BO_WAIT reports: the last writer job's status (0 or a negative errno) and fault VA."""
-
-    status: int
-    fault_va: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.status == 0
-
-    def raise_for_status(self) -> None:
-        if self.status:
-            raise JobFault(self.status, self.fault_va, "DRM_IOCTL_VNPU_BO_WAIT")
 
 
 class BufferObject:

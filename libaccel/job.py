@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from libaccel.errors import Interrupted
+from libaccel.errors import Interrupted, JobFault
 from uapi.bindings import DRM_VNPU_JOB_BO_READ, DRM_VNPU_JOB_BO_WRITE, IOCTLS, ffi
 from vnpu_common import probe
 
@@ -157,6 +157,22 @@ def restarted(backend: Backend, request: int, arg: object) -> None:
             continue
 
 
+@dataclass(frozen=True)
+class JobStatus:
+    """What BO_WAIT reports: the last writer job's status (0 or a negative errno) and fault VA."""
+
+    status: int
+    fault_va: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+    def raise_for_status(self) -> None:
+        if self.status:
+            raise JobFault(self.status, self.fault_va, "DRM_IOCTL_VNPU_BO_WAIT")
+
+
 class PreparedSubmit:
     """One job submitted again and again, each time followed by a BO_WAIT on one of its BOs (a
     compiled partition's invoke): :meth:`run` is the pair, raising what a failed job reports.
@@ -191,8 +207,6 @@ class PreparedSubmit:
         wait.fault_va = 0
         restarted(self.backend, _IOCTL_BO_WAIT, wait)
         if wait.job_status:
-            from libaccel.bo import JobStatus  # bo imports this module
-
             JobStatus(wait.job_status, wait.fault_va).raise_for_status()
 
     def close(self) -> None:

@@ -45,7 +45,11 @@ ALLOWED: dict[str, set[str]] = {
 # Edges allowed only from some modules: (importing package, imported package) -> (importing modules).
 NARROW: dict[tuple[str, str], set[str]] = {
     # The shim backend is the device model behind the uapi semantics, in-process (drm-shim's idea).
-    ("libaccel", "device_model"): {"libaccel.backends.shim.device", "libaccel.backends.shim.file"},
+    ("libaccel", "device_model"): {
+        "libaccel.backends.shim.device",
+        "libaccel.backends.shim.file",
+        "libaccel.backends.shim.replay",
+    },
     # accel submit/trace/coredump read and print command streams in the assembler's syntax.
     ("libaccel", "firmware_tools"): {"libaccel.session", "libaccel.trace", "libaccel.coredump"},
 }

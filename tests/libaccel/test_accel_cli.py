@@ -358,26 +358,31 @@ def test_the_prompt_edits_lines_and_recalls_history(tmp_path: Path) -> None:
     os.close(sub)
     out = b""
 
-    def read_until(marker: bytes, timeout: float = 240.0) -> None:  # a loaded host starts slowly
+    def read_until(marker: bytes, start: int = 0) -> int:
+        """Read until ``marker`` appears at or after ``start``; the index just past it."""
         nonlocal out
-        deadline = time.monotonic() + timeout
-        while marker not in out:
+        deadline = time.monotonic() + 240  # a loaded host starts a session slowly
+        while (at := out.find(marker, start)) < 0:
             left = deadline - time.monotonic()
             assert left > 0, out
             if select.select([main], [], [], left)[0]:
-                try:
-                    out += os.read(main, 4096)
-                except OSError:
-                    break
+                out += os.read(main, 4096)
+        return at + len(marker)
+
+    def answer_then_prompt(marker: bytes) -> None:
+        # Type the next line only once readline waits at the prompt after the answer: a key sent
+        # earlier reaches the tty in its cooked mode, where a Ctrl-D is no EOF for readline.
+        read_until(b"accel> ", read_until(marker))
+        time.sleep(0.2)
 
     try:
         read_until(b"accel> ")
         os.write(main, b"bo create a 4096\r")
-        read_until(b"a: handle 1")
+        answer_then_prompt(b"a: handle 1")
         os.write(main, b"\x1b[A\r")  # up arrow: the same line again
-        read_until(b"exists")
+        answer_then_prompt(b"exists")
         os.write(main, b"help\r")
-        read_until(b"wait bo NAME")
+        answer_then_prompt(b"wait bo NAME")
         os.write(main, b"\x04")  # Ctrl-D at an empty line
         assert proc.wait(timeout=240) == ExitCode.USAGE
     finally:
