@@ -146,6 +146,8 @@ struct vnpu_core {
  * @hw_lock: serialises submission-queue writes against reset
  * @complete_lock: with @complete_in_thread, one path at a time ends jobs
  *	and signals them after job_lock (vnpu_job_end_begin())
+ * @complete_cookie: what dma_fence_begin_signalling() gave the holder of
+ *	@complete_lock, for vnpu_job_end_finish()
  * @complete_in_thread: the DMA mappings may bounce (or the device is not
  *	coherent): completions copy back, in process context, outside job_lock
  * @job_lock: protects the cores' active lists, the completion queue and the
@@ -195,6 +197,7 @@ struct vnpu_device {
 	struct mutex reset_lock; /* protects recovery: one reset (timeout, close, unbind) at once */
 	struct mutex hw_lock; /* protects the submission queue (entries, SQ_TAIL, @sq_tail) */
 	struct mutex complete_lock; /* serialises ending jobs outside job_lock, see above */
+	bool complete_cookie;
 	bool complete_in_thread;
 	spinlock_t job_lock; /* protects the cores' active lists, @cq_head, the jobs' clocks; IRQ */
 	spinlock_t fence_lock; /* protects the hardware fences (their dma_fence lock) */

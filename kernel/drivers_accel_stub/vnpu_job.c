@@ -339,9 +339,18 @@ void vnpu_job_complete(struct vnpu_device *vdev, struct vnpu_job *job, int statu
  */
 struct list_head *vnpu_job_end_begin(struct vnpu_device *vdev, struct list_head *ended)
 {
+	bool cookie;
+
 	if (!vdev->complete_in_thread)
 		return NULL;
+	/*
+	 * The path signals fences while it holds complete_lock: the lock is
+	 * taken inside a fence-signalling section on every path (the
+	 * completion thread's included), so lockdep sees one order.
+	 */
+	cookie = dma_fence_begin_signalling();
 	mutex_lock(&vdev->complete_lock);
+	vdev->complete_cookie = cookie;
 	return ended;
 }
 
@@ -353,6 +362,7 @@ struct list_head *vnpu_job_end_begin(struct vnpu_device *vdev, struct list_head 
 void vnpu_job_end_finish(struct vnpu_device *vdev, struct list_head *ended)
 {
 	struct vnpu_job *job, *tmp;
+	bool cookie;
 
 	if (!ended)
 		return;
@@ -361,7 +371,9 @@ void vnpu_job_end_finish(struct vnpu_device *vdev, struct list_head *ended)
 		list_del_init(&job->node);
 		vnpu_job_signal(job);
 	}
+	cookie = vdev->complete_cookie;
 	mutex_unlock(&vdev->complete_lock);
+	dma_fence_end_signalling(cookie);
 }
 
 /* The cores running a closed file's job, as a CMD_RESET mask. Called with job_lock held. */

@@ -290,6 +290,21 @@ void vnpu_job_resume(struct vnpu_device *vdev)
 	vnpu_job_unquiesce(vdev);
 }
 
+/*
+ * Cancel every job on the device with a reset of every core. Like the
+ * watchdog and the cancellation of closed files' jobs, it signals fences
+ * under reset_lock: reset_lock is taken inside the signalling section.
+ */
+static void vnpu_job_reset_all(struct vnpu_device *vdev)
+{
+	bool cookie = dma_fence_begin_signalling();
+
+	mutex_lock(&vdev->reset_lock);
+	vnpu_job_reset_hw(vdev, vnpu_all_cores(vdev), 0, 0, false);
+	mutex_unlock(&vdev->reset_lock);
+	dma_fence_end_signalling(cookie);
+}
+
 /**
  * vnpu_job_quiesce() - stop feeding the device and let its jobs finish, for system sleep
  * @vdev: the device
@@ -309,9 +324,7 @@ void vnpu_job_quiesce(struct vnpu_device *vdev)
 		return;
 	drm_warn(&vdev->drm, "jobs still on the device after %llu ms: cancelled\n",
 		 timeout_us / USEC_PER_MSEC);
-	mutex_lock(&vdev->reset_lock);
-	vnpu_job_reset_hw(vdev, vnpu_all_cores(vdev), 0, 0, false);
-	mutex_unlock(&vdev->reset_lock);
+	vnpu_job_reset_all(vdev);
 }
 
 /**
@@ -345,7 +358,5 @@ void vnpu_job_stop_device(struct vnpu_device *vdev)
 	cancel_work_sync(&vdev->cancel_work);
 	if (!vnpu_job_count_active(vdev))
 		return;
-	mutex_lock(&vdev->reset_lock);
-	vnpu_job_reset_hw(vdev, vnpu_all_cores(vdev), 0, 0, false);
-	mutex_unlock(&vdev->reset_lock);
+	vnpu_job_reset_all(vdev);
 }

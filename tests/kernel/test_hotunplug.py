@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import os
 import subprocess
 import threading
 import time
