@@ -126,7 +126,17 @@ def test_reload_lets_a_running_job_finish(long_job_timeout, dev) -> None:
     assert int(st["build_id"], 16) == BUILD_ID
 
 
-def test_reload_lets_a_hung_job_time_out_and_runs_the_jobs_behind_it(short_job_timeout, dev) -> None:
+@pytest.fixture
+def reload_job_timeout() -> Iterator[int]:
+    """A timeout the test can see a hung job inside of, even on the debug kernel (where reading
+    debugfs takes seconds under TCG), and short enough to wait for: 10 s."""
+    from driver_knobs import job_timeout
+
+    with job_timeout("kernel", 10_000) as ms:
+        yield ms
+
+
+def test_reload_lets_a_hung_job_time_out_and_runs_the_jobs_behind_it(reload_job_timeout, dev) -> None:
     """A reload waits for the jobs on the device as system sleep does: a hung one fails with its own
     -ETIMEDOUT (the watchdog still runs while the reload waits), and the job queued behind it, which
     is innocent, runs after the reload instead of being cancelled."""
@@ -141,7 +151,7 @@ def test_reload_lets_a_hung_job_time_out_and_runs_the_jobs_behind_it(short_job_t
     queued = _fill(dev, 6)
     log_before = len(dmesg().splitlines())
     assert wait_until(lambda: debugfs_counters()["jobs_on_device"] >= 1, 30), "the job never started"
-    reload()  # waits for the job timeout (short here)
+    reload()  # waits for the job timeout
     assert out.wait(timeout=30).status == -errno.ETIMEDOUT
     assert queued.wait(timeout=30).status == 0 and (queued.array(np.int8, 4096) == 6).all()
     assert "cancelled" not in "\n".join(dmesg().splitlines()[log_before:])
