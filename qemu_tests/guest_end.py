@@ -69,10 +69,12 @@ def diagnose(
     model_rc: int | None = 0,
     model_log: str = "",
     model_killed_on_request: bool = False,
+    ran: bool = False,
 ) -> GuestEnd:
     """The verdict on a guest run: ``rc`` is vng's exit code, ``console`` what vng printed,
-    ``model_rc``/``model_log`` the device model's exit status and log."""
-    started = GUEST_RUN_MARK in console
+    ``model_rc``/``model_log`` the device model's exit status and log; ``ran``: the command left
+    results in the shared directory (a kernel whose console vng does not capture prints nothing)."""
+    started = ran or GUEST_RUN_MARK in console
     last = tail(console)
     if timed_out:
         where = "while its command ran" if started else "before its command started"

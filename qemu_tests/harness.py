@@ -1082,6 +1082,7 @@ def say_guest_end(
         model_rc=None if server.forced else server_rc,
         model_log=_read(server.log_path),
         model_killed_on_request=server.killed,
+        ran=any((outdir / name).exists() for name in ("results.ktap", "junit.xml")),
     )
     model = f"stopped by the harness ({server.forced})" if server.forced else guest_end.exit_status(server_rc)
     clock.say("guest", f"{guest_end.exit_status(booted.rc)}; device model {model}")

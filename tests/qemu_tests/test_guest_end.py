@@ -47,6 +47,12 @@ def test_an_empty_console_says_the_guest_never_started() -> None:
     assert "never started its command and printed nothing (vng exit code 255)" in end.headline
 
 
+def test_results_in_the_shared_directory_mean_the_command_ran_whatever_the_console_says() -> None:
+    """The debug kernel's guest prints nothing vng captures: its test results tell it ran."""
+    end = diagnose(1, "", ran=True)
+    assert end.kind == "command" and "the guest command failed (exit code 1)" in end.headline
+
+
 def test_a_guest_that_never_reached_its_command_quotes_what_it_printed() -> None:
     end = diagnose(1, "Traceback (most recent call last):\nvirtme_ng.utils.Error: no busybox\n")
     assert end.kind == "no start" and end.details[-1] == "virtme_ng.utils.Error: no busybox"
