@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from delegate_teflon.context_reader import TFLITE_TYPES
 from libaccel.compiler.graph import Graph, OpNode, QuantParams, TensorInfo, _enum_names
 from libaccel.compiler.tflite_check import DTYPES
 
@@ -23,17 +24,8 @@ class ReaderError(RuntimeError):
     """A LiteRT accessor failed: which one, on what, with its status."""
 
 
-# LiteRtElementType values (TfLiteType's) -> the graph's dtype names.
-ELEMENT_TYPES = {
-    1: "float32",
-    2: "int32",
-    3: "uint8",
-    4: "int64",
-    6: "bool",
-    7: "int16",
-    9: "int8",
-    10: "float16",
-}
+# LiteRtElementType values are TfLiteType's: the delegate's table of them names the graph's dtypes.
+ELEMENT_TYPES = TFLITE_TYPES
 
 # Per op: (option key, accessor suffix, kind). The accessor is get_<prefix>_<suffix>_option.
 _CONV = (
