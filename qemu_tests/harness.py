@@ -1032,6 +1032,11 @@ def _run_kernel(
         record.boot_start, t0 = kcidb.now(), time.monotonic()
         timeout = guest_timeout(args, spec)
         booted = boot(cmd, timeout, clock, outdir / "console.log", on_line)
+        if boot_never_began(booted, outdir / "console.log"):
+            # Under TCG vng now and then exits 255 at once, before the guest prints a byte: no test
+            # ran, so one more boot cannot hide a failure.
+            clock.say("boot", "vng exited 255 before the guest printed anything: booting once more")
+            booted = boot(cmd, timeout, clock, outdir / "console.log", on_line)
         rc = booted.rc
         record.guest_rc, record.guest_seconds = rc, time.monotonic() - t0
     except HarnessError as e:
@@ -1063,6 +1068,11 @@ def _run_kernel(
         },
     )
     return Outcome(report(outdir, rc, clock), build, release)
+
+
+def boot_never_began(booted: BootResult, console: Path) -> bool:
+    """vng's 255 with an empty console: the guest ended before its console opened."""
+    return booted.rc == guest_end.VNG_NO_EXIT_CODE and not booted.timed_out and not _read(console).strip()
 
 
 def say_guest_end(

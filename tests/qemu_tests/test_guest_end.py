@@ -117,3 +117,15 @@ def test_the_harness_prints_the_verdict_with_host_time(
     assert out[0].startswith("[host ") and out[0].endswith("guest: exit code 255; device model exit code 0")
     assert "never started its command and printed nothing" in out[1]
     assert f"console: {tmp_path / 'console.log'}" in out[-1]
+
+
+def test_only_a_boot_that_printed_nothing_is_booted_again(tmp_path) -> None:  # noqa: ANN001
+    from qemu_tests.harness import BootResult, boot_never_began
+
+    console = tmp_path / "console.log"
+    console.write_text("")
+    assert boot_never_began(BootResult(255, False), console)
+    assert not boot_never_began(BootResult(1, False), console)  # the command's own failure
+    assert not boot_never_began(BootResult(255, True), console)  # a timeout
+    console.write_text("[    0.000000] Linux version 6.12\n")
+    assert not boot_never_began(BootResult(255, False), console)  # it printed: it ran, or said why
