@@ -106,7 +106,7 @@ def test_every_entry_is_read_where_it_says() -> None:
 
 
 def test_python_reads_the_variables_through_the_table() -> None:
-    """No ``os.environ.get("VNPU_X")`` / ``os.getenv("VNPU_X")`` / ``os.environ["VNPU_X"]`` read."""
+    """No read of a VNPU_ name by ``os.environ.get``, ``os.getenv`` or ``os.environ[...]``."""
     offenders = []
     for path in _files():
         if path.suffix != ".py":
