@@ -439,11 +439,6 @@ class Npu:
         return status
 
     @property
-    def fw_reject_reason(self) -> int:
-        """REG_FW_REJECT: why the last BOOT failed (hw_layout.FW_REJECT_*), 0 after a good one."""
-        return self._r32(hw.REG_FW_REJECT)
-
-    @property
     def powered(self) -> bool:
         """REG_POWER_STATE is POWER_ON."""
         return self._powered

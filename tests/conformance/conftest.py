@@ -17,9 +17,9 @@ import pytest
 
 from libaccel import Device
 from libaccel.discovery import list_devices
-from vnpu_common import config
+from vnpu_common import config as vnpu_config
 
-ENV = config.CONFORMANCE_BACKENDS.name
+ENV = vnpu_config.CONFORMANCE_BACKENDS.name
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,7 +35,7 @@ def _backends(config: pytest.Config) -> list[str]:
     chosen = config.getoption("--backend", default=None)
     if chosen:
         return list(dict.fromkeys(chosen))
-    return list(dict.fromkeys(config.CONFORMANCE_BACKENDS.get()))
+    return list(dict.fromkeys(vnpu_config.CONFORMANCE_BACKENDS.get()))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
