@@ -44,6 +44,7 @@ from libaccel.session import (
     error_code,
     run_session,
 )
+from vnpu_common import config
 from vnpu_common.cli import ExitCode, add_version, os_error_words
 
 
@@ -243,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         if message:
             print(message if isinstance(e, ParseError) else f"accel: {message}", file=sys.stderr)
         return code
+    except config.ConfigError as e:  # a VNPU_* variable's value
+        print(f"accel: {e}", file=sys.stderr)
+        return ExitCode.USAGE
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
     except BrokenPipeError:

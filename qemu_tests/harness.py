@@ -38,7 +38,7 @@ from qemu_tests import (
     sid_kernel,
 )
 from uapi import hw_layout
-from vnpu_common import cache
+from vnpu_common import cache, config
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
@@ -728,7 +728,7 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="run each NPU core's jobs in a device-model worker process (vnpu-device-model "
-        "--core-processes; default: the device model's, threads unless $VNPU_CORE_PROCESSES=1)",
+        "--core-processes; default: threads)",
     )
     p.add_argument(
         "--timeout",
@@ -895,7 +895,7 @@ def _run_kernel(
     record: kcidb.Run,
 ) -> Outcome:
     guest_ram = parse_size(GUEST_RAM)
-    spec = spec or os.environ.get(preflight.KERNEL_ENV)
+    spec = spec or config.KERNEL.get()
     record.spec = spec
     try:
         wanted = preflight.select_kernel(override=spec, kdir=kdir) if spec else None

@@ -15,15 +15,18 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-ENV = "VNPU_CACHE_DIR"
+from vnpu_common import config
+
+ENV = config.CACHE_DIR.name
 
 __all__ = ["ENV", "build_once", "cache_root", "content_hash", "publish"]
 
 
 def cache_root() -> Path:
     """``$VNPU_CACHE_DIR``, else ``$XDG_CACHE_HOME/vnpu``, else ``~/.cache/vnpu``."""
-    if os.environ.get(ENV):
-        return Path(os.environ[ENV])
+    root = config.CACHE_DIR.get()
+    if root is not None:
+        return root
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "vnpu"
 
