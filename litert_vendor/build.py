@@ -9,7 +9,7 @@ Two libraries in one directory, the way LiteRT looks for them:
 * ``libLiteRtDispatch_Vnpu.so``: the dispatch library (``--dispatch_library_path DIR``, a
   CompiledModel's dispatch library path).
 
-Each is a C surface (``litert_vendor.abi``) over Python: the first call that needs Python starts it
+Each is a C surface (``litert_vendor/c/``, :mod:`litert_vendor.abi`) over Python: the first call that needs Python starts it
 (in a C host such as ``apply_plugin_main``) or joins it (in a Python host), as libteflon.so does.
 """
 
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import cffi
 
-from delegate_teflon.build import PACKAGE_ROOT, SITE_DIRS, python_start_macros
+from delegate_teflon.abi import PYTHON_START
+from delegate_teflon.build import COMPILE_ARGS, PACKAGE_ROOT, SITE_DIRS, python_start_macros
 from libaccel.compiler.compiled import COMPILER_VERSION
 from litert_vendor import abi
 from vnpu_common.cache import content_hash, publish
@@ -52,14 +53,14 @@ from litert_vendor import {python}
 def _parts(library: str) -> tuple[str, str, str, str]:
     """(cffi module name, cdef, C source, init code) of ``library``."""
     if library == PLUGIN_LIBRARY:
-        module, python, callbacks, source = (
+        module, python, callbacks, own = (
             "_vnpu_litert_plugin",
             "compiler_plugin",
             abi.PLUGIN_CALLBACKS,
             abi.PLUGIN_SOURCE,
         )
     elif library == DISPATCH_LIBRARY:
-        module, python, callbacks, source = (
+        module, python, callbacks, own = (
             "_vnpu_litert_dispatch",
             "dispatch",
             abi.DISPATCH_CALLBACKS,
@@ -69,14 +70,9 @@ def _parts(library: str) -> tuple[str, str, str, str]:
         raise ValueError(f"no LiteRT vendor library {library!r}: {PLUGIN_LIBRARY} or {DISPATCH_LIBRARY}")
     init = _INIT_CODE.format(sites=SITE_DIRS, root=str(PACKAGE_ROOT), module=module, python=python)
     cdef = abi.LITERT_CDEF + abi.RESULT_TYPES + callbacks
-    # The callbacks' prototypes, for the C that calls them (cffi defines them static, after it).
-    prototypes = callbacks.replace('extern "Python" ', "static ")
-    return (
-        module,
-        cdef,
-        abi.common_source(library, SDK_VERSION) + abi.RESULT_TYPES + prototypes + source,
-        init,
-    )
+    # One unit after cffi's prologue: Python's start, then the library's entry points.
+    source = "\n".join(path.read_text() for path in (PYTHON_START, abi.START_SOURCE, own))
+    return module, cdef, source, init
 
 
 def make_ffi(library: str) -> cffi.FFI:
@@ -87,9 +83,12 @@ def make_ffi(library: str) -> cffi.FFI:
         module,
         source,
         libraries=["dl", "pthread"],
-        include_dirs=[str(abi.INCLUDE_DIR)],
-        define_macros=python_start_macros("vnpu LiteRT vendor library", "_vnpu_litert_embedded"),
-        extra_compile_args=["-O2", "-Wall"],
+        include_dirs=[str(abi.INCLUDE_DIR), str(abi.C_DIR)],
+        define_macros=[
+            *python_start_macros("vnpu LiteRT vendor library", "_vnpu_litert_embedded"),
+            *abi.macros(library, SDK_VERSION),
+        ],
+        extra_compile_args=COMPILE_ARGS,
     )
     ffi.embedding_init_code(init)
     return ffi
@@ -104,6 +103,9 @@ def source_hash() -> str:
         (
             *parts,
             abi.HEADER.read_text(),
+            abi.VENDOR_HEADER.read_text(),
+            repr([abi.macros(library, SDK_VERSION) for library in (PLUGIN_LIBRARY, DISPATCH_LIBRARY)]),
+            " ".join(COMPILE_ARGS),
             cffi.__version__,
             sys.version,
             sysconfig.get_config_var("SOABI") or "",
