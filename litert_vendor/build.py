@@ -9,8 +9,9 @@ Two libraries in one directory, the way LiteRT looks for them:
 * ``libLiteRtDispatch_Vnpu.so``: the dispatch library (``--dispatch_library_path DIR``, a
   CompiledModel's dispatch library path).
 
-Each is a C surface (``litert_vendor/c/``, :mod:`litert_vendor.abi`) over Python: the first call that needs Python starts it
-(in a C host such as ``apply_plugin_main``) or joins it (in a Python host), as libteflon.so does.
+Each is a C surface (``litert_vendor/c/``, :mod:`litert_vendor.abi`) over Python: the first call
+that needs Python starts it (in a C host such as ``apply_plugin_main``) or joins it (in a Python
+host), as libteflon.so does.
 """
 
 from __future__ import annotations
