@@ -2,7 +2,8 @@
 
 ``python -m litert_vendor.build [--out DIR]``.
 
-Two libraries in one directory, the way LiteRT looks for them:
+Two libraries in one directory, the way LiteRT looks for them (a wheel carries them built in
+``litert_vendor/lib/``: ``setup.py`` calls :func:`build`):
 
 * ``libLiteRtCompilerPlugin_Vnpu.so``: the compiler plugin (``apply_plugin_main --libs DIR``, the
   ``ai_edge_litert.aot`` backend ``vnpu``, or a CompiledModel's compiler plugin path);
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
 import cffi
@@ -27,25 +27,31 @@ import cffi
 from delegate_teflon.abi import PYTHON_START
 from delegate_teflon.build import COMPILE_ARGS, PACKAGE_ROOT, SITE_DIRS, python_start_macros
 from libaccel.compiler.compiled import COMPILER_VERSION
-from litert_vendor import abi
+from litert_vendor import DISPATCH_LIBRARY, PLUGIN_LIBRARY, abi
 from vnpu_common.cache import content_hash, publish
+from vnpu_common.cbuild import staging, sweep
 
-PLUGIN_LIBRARY = "libLiteRtCompilerPlugin_Vnpu.so"
-DISPATCH_LIBRARY = "libLiteRtDispatch_Vnpu.so"
 SDK_VERSION = f"vnpu compiler {COMPILER_VERSION}"
 
 # Runs in the process that loaded the library, at its first Python call (see delegate_teflon.build).
+# The directory that holds litert_vendor goes on sys.path: for the libraries a wheel carries
+# (litert_vendor/lib/) the site-packages they sit in, found from the library's own path; for a build
+# in the cache, the package root it was built from. A host without Python (a C host such as
+# apply_plugin_main: sys._vnpu_litert_embedded) also gets that site-packages' .pth files, or the
+# build's site-packages.
 _INIT_CODE = """
-import sys
+import os, sys
+from {module} import ffi, lib
+_here = os.path.dirname(ffi.string(lib.vnpu_library_file()).decode())
+_installed = _here.endswith(os.path.join("litert_vendor", "lib"))
+_root = os.path.dirname(os.path.dirname(_here)) if _installed else {root!r}
 if getattr(sys, "_vnpu_litert_embedded", False):
     import site
-    for _dir in {sites!r}:
+    for _dir in [_root] if _installed else {sites!r}:
         if _dir not in sys.path:
             site.addsitedir(_dir)
-_root = {root!r}
 if _root not in sys.path:
     sys.path.append(_root)
-from {module} import ffi, lib
 from litert_vendor import {python}
 {python}.install(ffi, lib)
 """
@@ -114,14 +120,17 @@ def source_hash() -> str:
     )
 
 
-def build(out_dir: Path) -> Path:
-    """Compile both libraries into ``out_dir`` (each atomically replaced); returns ``out_dir``."""
+def build(out_dir: Path, build_id: bool = True) -> Path:
+    """Compile both libraries into ``out_dir`` (each atomically replaced); returns ``out_dir``.
+    ``build_id``: also write the source hash beside them as ``BUILD_ID`` (a cache directory's record)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    sweep(out_dir)  # what an interrupted build left
     for library in (PLUGIN_LIBRARY, DISPATCH_LIBRARY):
-        with tempfile.TemporaryDirectory(prefix="vnpu-litert-build-") as tmp:
-            built = make_ffi(library).compile(tmpdir=tmp, target=library, verbose=False)
+        with staging(out_dir) as tmp:  # in out_dir, not /tmp: a killed build leaves nothing there
+            built = make_ffi(library).compile(tmpdir=str(tmp), target=library, verbose=False)
             publish(Path(built), out_dir / library)
-    (out_dir / "BUILD_ID").write_text(source_hash() + "\n")
+    if build_id:
+        (out_dir / "BUILD_ID").write_text(source_hash() + "\n")
     return out_dir
 
 

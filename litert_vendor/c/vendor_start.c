@@ -2,9 +2,11 @@
 /*
  * Python's start for both LiteRT vendor libraries: vnpu_ensure_python() starts the Python the
  * library was built for (vnpu_start_python, delegate_teflon/c/python_start.c) once, then cffi's
- * embedded module, whose init code imports the library's Python half. Compiled after
+ * embedded module, whose init code imports the library's Python half; vnpu_library_file() tells
+ * that init code where the library is. Compiled after
  * python_start.c, in one unit with cffi's generated code (litert_vendor.build).
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 
@@ -29,4 +31,14 @@ static int vnpu_ensure_python(void)
         return -1;
     }
     return 0;
+}
+
+/* This library's own file, which the init code finds the installed package from. */
+const char *vnpu_library_file(void)
+{
+    Dl_info info;
+
+    if (dladdr((void *)&vnpu_library_file, &info) && info.dli_fname)
+        return info.dli_fname;
+    return NULL;
 }

@@ -2,7 +2,8 @@
 /*
  * What vnpu's two LiteRT vendor libraries share (libLiteRtCompilerPlugin_Vnpu.so, compiler_plugin.c;
  * libLiteRtDispatch_Vnpu.so, dispatch.c): LiteRT's vendor C API (vnpu_litert.h), the constants the
- * build defines from litert_vendor/abi.py, and the record a Compile hands back.
+ * build defines from litert_vendor/abi.py, the record a Compile hands back, and the helper the init
+ * code finds the library's own file with.
  *
  * The block between the interface markers is also cffi's cdef (litert_vendor.build reads it), so it
  * holds only what cffi parses: declarations, no preprocessor lines.
@@ -32,6 +33,9 @@ typedef struct vnpu_compiled_result {
     const size_t *call_info_size;          /* without the NUL */
     const size_t *call_byte_code;          /* which byte code module a call runs */
 } vnpu_compiled_result;
+
+/* The path of the library this is compiled into (vendor_start.c), or NULL. */
+const char *vnpu_library_file(void);
 /* --- interface: end --- */
 
 #endif /* VNPU_VENDOR_H */
