@@ -324,20 +324,8 @@ def test_accel_info_and_run(venv: Venv) -> None:
     assert venv.run(venv.bin("accel"), "--version").stdout == f"accel {version}\n"
 
 
-C_PROGRAM = r"""
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/ioctl.h>
-#include <drm/vnpu_accel.h>
-
-int main(void)
-{
-    int fd = open("/dev/null", O_RDWR);
-    struct drm_vnpu_get_param p = { .param = DRM_VNPU_PARAM_MAX_JOB_BOS };
-
-    return ioctl(fd, DRM_IOCTL_VNPU_GET_PARAM, &p) == -1 && errno == ENOTTY ? 7 : 1;
-}
-"""
+# A uapi program accel trace traces: one GET_PARAM, ENOTTY from /dev/null, exit status 7.
+C_PROGRAM = ROOT / "tests" / "packaging" / "c" / "get_param_enotty.c"
 
 
 def test_accel_trace_uses_the_wheels_interposer(venv: Venv) -> None:
@@ -345,7 +333,7 @@ def test_accel_trace_uses_the_wheels_interposer(venv: Venv) -> None:
         pytest.fail("gcc is required (apt-get install gcc)")
     cflags = venv.run(venv.bin("python"), "-m", "uapi", "cflags").stdout.strip()
     assert cflags == f"-I{venv.site / 'uapi'}"
-    (venv.cwd / "prog.c").write_text(C_PROGRAM)
+    shutil.copy(C_PROGRAM, venv.cwd / "prog.c")
     _run(["gcc", "-Wall", "-Werror", cflags, "prog.c", "-o", "prog"], cwd=venv.cwd, env=venv.with_gcc())
     r = subprocess.run(
         [venv.bin("accel"), "trace", "--json", "-o", "trace.jsonl", "--", "./prog"],
