@@ -40,6 +40,7 @@ from libaccel import decode
 from libaccel.session import BadFile, UsageError
 from uapi import bindings
 from vnpu_common.cache import cache_root, content_hash
+from vnpu_common.cbuild import prebuilt
 from vnpu_common.cli import os_error_words
 
 SOURCE = Path(__file__).with_name("trace_preload.c")
@@ -93,31 +94,40 @@ def _cache_dirs() -> list[Path]:
 
 
 def library() -> Path:
-    """The interposer's path: built now with gcc if this source has no build in the cache yet.
+    """The interposer's path: the wheel's (``libaccel/libvnpu_trace.so``, built with the wheel),
+    else the cache's, built now with gcc if this source has no build in the cache yet.
 
     The cache may be read-only (the QEMU guest sees the host's): then a temporary directory.
     """
+    if (path := prebuilt(SOURCE.with_name(LIBRARY_NAME))) is not None:
+        return path
     dirs = _cache_dirs()
     for d in dirs:
         if (d / LIBRARY_NAME).exists():
             return d / LIBRARY_NAME
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        raise UsageError("accel trace builds its interposer with gcc: apt-get install gcc")
     last = ""
     for d in dirs:
         try:
-            d.mkdir(parents=True, exist_ok=True)
-            staged = d / f".{LIBRARY_NAME}.{os.getpid()}"
-            cmd = [gcc, *COMPILE_ARGS, "-I", str(bindings.HEADER_DIR.parent), str(SOURCE), "-o", str(staged)]
-            r = subprocess.run([*cmd, *LINK_ARGS], capture_output=True, text=True)
-            if r.returncode != 0:
-                raise UsageError(f"building {LIBRARY_NAME} failed: {r.stderr.strip().splitlines()[-1:]}")
-            os.replace(staged, d / LIBRARY_NAME)  # a concurrent tracer never loads a half-written file
-            return d / LIBRARY_NAME
+            return build(d)
         except OSError as e:
             last = f"{d}: {e.strerror or e}"
     raise UsageError(f"cannot build {LIBRARY_NAME}: {last}")
+
+
+def build(out_dir: Path) -> Path:
+    """Compile the interposer into ``out_dir`` with gcc (atomically replaced) and return its path;
+    ``setup.py`` builds the wheel's copy with it."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        raise UsageError("accel trace builds its interposer with gcc: apt-get install gcc")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staged = out_dir / f".{LIBRARY_NAME}.{os.getpid()}"
+    cmd = [gcc, *COMPILE_ARGS, "-I", str(bindings.HEADER_DIR.parent), str(SOURCE), "-o", str(staged)]
+    r = subprocess.run([*cmd, *LINK_ARGS], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise UsageError(f"building {LIBRARY_NAME} failed: {r.stderr.strip().splitlines()[-1:]}")
+    os.replace(staged, out_dir / LIBRARY_NAME)  # a concurrent tracer never loads a half-written file
+    return out_dir / LIBRARY_NAME
 
 
 # --- decoding ----------------------------------------------------------------------------------------
