@@ -32,6 +32,7 @@ node (or input) and the reason.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,12 +81,20 @@ class OnnxGraph:
 
     def to_ir(self, index: int, value: np.ndarray) -> np.ndarray:
         """An ONNX-layout value of IR tensor ``index`` in the IR's layout."""
-        perm = self.layouts.get(index)
-        return np.ascontiguousarray(value.transpose(perm)) if perm else value
+        return layout_to_ir(value, self.layouts.get(index))
 
     def to_onnx(self, index: int, value: np.ndarray) -> np.ndarray:
-        perm = self.layouts.get(index)
-        return np.ascontiguousarray(value.transpose(np.argsort(perm))) if perm else value
+        return layout_to_onnx(value, self.layouts.get(index))
+
+
+def layout_to_ir(value: np.ndarray, perm: Sequence[int] | None) -> np.ndarray:
+    """An ONNX-layout value in the IR's layout, ``perm`` being its tensor's ``OnnxGraph.layouts``."""
+    return np.ascontiguousarray(value.transpose(perm)) if perm else value
+
+
+def layout_to_onnx(value: np.ndarray, perm: Sequence[int] | None) -> np.ndarray:
+    """An IR-layout value back in ONNX's layout (the inverse of :func:`layout_to_ir`)."""
+    return np.ascontiguousarray(value.transpose(np.argsort(perm))) if perm else value
 
 
 def _attrs(node: Any) -> dict[str, Any]:
