@@ -32,7 +32,7 @@ from vnpu_ort_ep.graph_reader import Api, model_from_graph
 
 VENDOR = "vnpu"
 VERSION = "0.1.0"
-OPTION_KEYS = ("device", "strict")
+OPTION_KEYS = ("device", "strict", "exact")
 CONTEXT_KEYS = ("context_enable", "context_embed_mode", "context_file_path")
 
 _ffi: Any = None
@@ -83,6 +83,9 @@ class Ep:
     strict: bool
     context: ContextOptions = field(default_factory=lambda: ContextOptions())
     model_path: str = ""  # the model's file, as GetCapability's graph names it ("" for bytes)
+    # exact: the QDQ Conv/MatMul groups onnxruntime computes in float stay on the CPU EP (else the
+    # NPU takes them, at most 1 quantized unit from the CPU EP's outputs)
+    exact: bool = False
     programs: dict[str, Program] = field(default_factory=dict)  # fused node name -> program
     plans: dict[frozenset[str], Any] = field(default_factory=dict)  # group key -> Plan, for Compile
     infos: dict[int, tuple[Any, Program]] = field(default_factory=dict)  # OrtNodeComputeInfo address
@@ -129,15 +132,20 @@ def default_device() -> str:
     return "kernel" if discovery.list_devices() else discovery.SHIM
 
 
+def _flag(values: dict[str, str], key: str) -> bool:
+    text = values.get(key, "false").lower()
+    if text not in ("true", "false", "1", "0"):
+        raise OptionError(f"vnpu EP: option {key!r} = {text!r}: expected true or false")
+    return text in ("true", "1")
+
+
 def parse_options(values: dict[str, str]) -> tuple[str, bool]:
     """(the device to open, checked; strict) from the EP's options."""
     from libaccel.device import checked_device
     from libaccel.errors import AccelError
 
     device = values.get("device", "") or default_device()
-    strict_text = values.get("strict", "false").lower()
-    if strict_text not in ("true", "false", "1", "0"):
-        raise OptionError(f"vnpu EP: option 'strict' = {strict_text!r}: expected true or false")
+    strict = _flag(values, "strict")
     if device not in ("shim", "kernel") and not device.startswith("/"):
         raise OptionError(
             f"vnpu EP: option 'device' = {device!r}: expected shim, kernel or an absolute device node path"
@@ -146,7 +154,7 @@ def parse_options(values: dict[str, str]) -> tuple[str, bool]:
         target = checked_device(device)
     except (AccelError, OSError) as e:
         raise OptionError(f"vnpu EP: option 'device' = {device!r}: {e}") from None
-    return target, strict_text in ("true", "1")
+    return target, strict
 
 
 def _session_option(api: Api, options: Any, key: str) -> str | None:
@@ -263,6 +271,7 @@ def create_ep(
     entries = {k: _session_entry(f.api, session_options, f"ep.{k}") for k in CONTEXT_KEYS}
     try:
         target, strict = parse_options(values)
+        exact = _flag(values, "exact")
         context = context_options(entries)
     except OptionError as e:
         return _error(f.api, "ORT_INVALID_ARGUMENT", str(e))
@@ -272,7 +281,7 @@ def create_ep(
     struct.GetCapability = _lib.vnpu_ep_get_capability
     struct.Compile = _lib.vnpu_ep_compile
     struct.ReleaseNodeComputeInfos = _lib.vnpu_ep_release_node_compute_infos
-    ep = Ep(f, struct, logger, Device.open(target), target, strict, context)
+    ep = Ep(f, struct, logger, Device.open(target), target, strict, context, exact=exact)
     _eps[_addr(struct)] = ep
     ep.log("info", f"vnpu EP: device {target}")
     out[0] = struct
@@ -507,7 +516,7 @@ def get_capability(this: Any, graph: Any, support: Any) -> Any:
     if any(context.is_ours(n, EP_NAME) for n in model.graph.node):
         return _claim_contexts(ep, model, nodes, support)
     try:
-        og = fe.graph_from_onnx(model)
+        og = fe.graph_from_onnx(model, float_sums=not ep.exact)
         placed = onnx_placement(og, ep.strict)
         groups = npu_groups(model, og, placed)
     except Exception as e:  # noqa: BLE001 - a graph the EP cannot read runs on the CPU EP
