@@ -176,6 +176,16 @@ def cmd_top(args: argparse.Namespace) -> int:
     return top.main(args)
 
 
+def _pid(text: str) -> int:
+    try:
+        pid = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}") from None
+    if pid <= 0:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}")
+    return pid
+
+
 def build_parser() -> ArgumentParser:
     ap = ArgumentParser(prog="accel", description="The vnpu NPU at the ioctl level (docs/tools.md).")
     add_version(ap)
@@ -203,8 +213,26 @@ def build_parser() -> ArgumentParser:
     # bo and wait parse here as in a session, then say why they need one.
     for p in (add_bo_commands(sub), add_wait_command(sub)):
         p.set_defaults(func=cmd_needs_session)
-    p = sub.add_parser("trace", help="run a program and print every DRM ioctl it makes")
-    p.add_argument("--json", action="store_true", help="one JSON object per ioctl")
+    p = sub.add_parser("trace", help="run a program (or attach to one) and print every DRM ioctl it makes")
+    p.add_argument("--json", action="store_true", help="one JSON object per ioctl (and for the summary)")
+    p.add_argument(
+        "-c", dest="summary_only", action="store_true", help="only a summary at the end, as strace -c"
+    )
+    p.add_argument("-C", dest="summary", action="store_true", help="every ioctl and the summary at the end")
+    p.add_argument(
+        "-e",
+        "--ioctl",
+        type=lambda v: v.removeprefix("trace="),
+        metavar="NAME[,NAME]",
+        help="only these ioctls, named as in the uapi headers (SUBMIT, BO_WAIT, DRM_IOCTL_GEM_CLOSE)",
+    )
+    p.add_argument(
+        "-p",
+        "--pid",
+        type=_pid,
+        metavar="PID",
+        help="attach to a running process (ptrace) instead of running one",
+    )
     p.add_argument("--no-stream", action="store_true", help="do not disassemble SUBMIT command streams")
     p.add_argument("-o", "--output", metavar="FILE", help="write the trace here (default: stderr)")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- CMD ...")
