@@ -153,9 +153,9 @@ def cmd_needs_session(args: argparse.Namespace) -> int:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from libaccel import trace
+    from libaccel import trace, trace_attach
 
-    return trace.main(args)
+    return trace.main(args, trace_attach.attach)
 
 
 def cmd_state(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -547,7 +548,9 @@ def options_of(args: argparse.Namespace) -> Options:
     )
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, attach: Callable[[int, Sink], int] | None = None) -> int:
+    """``accel trace``: run the program, or with ``-p`` hand a :class:`Sink` to ``attach``
+    (:func:`libaccel.trace_attach.attach`, which builds on this module)."""
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     options = options_of(args)
     if args.pid is not None and program:
@@ -560,11 +563,9 @@ def main(args: argparse.Namespace) -> int:
 
     def go(out: TextIO) -> int:
         if args.pid is not None:
-            from libaccel import trace_attach
-
-            return trace_attach.attach(
-                args.pid, Sink(out, options, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
-            )
+            if attach is None:
+                raise UsageError("trace: -p needs an attacher (libaccel.trace_attach.attach)")
+            return attach(args.pid, Sink(out, options, time.clock_gettime_ns(time.CLOCK_MONOTONIC)))
         return run(program, out, options=options)
 
     if args.output:
