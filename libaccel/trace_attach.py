@@ -11,15 +11,17 @@ value. The result is the :class:`libaccel.trace.Record` the interposer sends, so
 filtering, the summary and :func:`libaccel.trace.render` are shared.
 
 Written with ctypes (no second C helper to build): a stop costs far more in the kernel's context
-switches than in Python here. A command stream is read from the process's own mapping of its BO
-(found in ``/proc/PID/maps`` at the BO's mmap offset, learnt from BO_CREATE or BO_INFO); a BO
-created before the attach or not mapped gives a note instead.
+switches than in Python here. A SUBMIT's command stream is read as the interposer reads it (BO_INFO
+of the command BO, then mmap) on a duplicate of the process's fd from ``pidfd_getfd``: the same DRM
+file, so the same handles, whenever the BO was created and whether or not the process maps it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
+import mmap
 import os
 import platform
 import signal
@@ -48,6 +50,7 @@ PTRACE_EVENT_CLONE = 3
 PTRACE_EVENT_STOP = 128
 WALL = 0x40000000  # __WALL: wait for every thread, not only the leader
 SYS_IOCTL = 16  # x86_64
+SYS_PIDFD_GETFD = 438
 DRM_MAJOR = 226
 ACCEL_MAJOR = 261
 _IOC_READ = 2
@@ -73,6 +76,7 @@ _libc.ptrace.restype = ctypes.c_long
 _libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
 # The kernel's ERESTART* codes: the call is redone (a new entry stop follows); its exit is not a result.
 _RESTART = {512, 513, 514, 516}
+_libc.syscall.restype = ctypes.c_long
 _libc.process_vm_readv.restype = ctypes.c_ssize_t
 _libc.process_vm_readv.argtypes = [
     ctypes.c_int,
@@ -194,7 +198,6 @@ class Attach:
     fd_filter: FdFilter = is_drm_fd  # a test passes one that accepts /dev/null
     tids: set[int] = field(default_factory=set)
     pending: dict[int, _Pending] = field(default_factory=dict)
-    mmap_offsets: dict[tuple[int, int], int] = field(default_factory=dict)  # (fd, handle) -> offset
     exit_status: int | None = None
 
     # --- records
@@ -242,9 +245,7 @@ class Attach:
         name = decode.ioctl_name(rec.request)
         d = decode.lookup_ioctl(rec.request)
         out = _struct(d.struct, rec.blob("arg_out")) if d and d.struct and d.size == size else None
-        if out and name in ("DRM_IOCTL_VNPU_BO_CREATE", "DRM_IOCTL_VNPU_BO_INFO"):
-            self.mmap_offsets[(rec.fd, out["handle"])] = out["mmap_offset"]
-        elif out and name == "DRM_IOCTL_VERSION" and pending.version_in is not None:
+        if out and name == "DRM_IOCTL_VERSION" and pending.version_in is not None:
             for key in ("name", "date", "desc"):
                 length = min(pending.version_in[f"{key}_len"], out[f"{key}_len"])
                 if out[key] and length:
@@ -278,15 +279,15 @@ class Attach:
                 self._add_stream(rec, fd, i, job)
 
     def _add_stream(self, rec: Record, fd: int, index: int, job: dict[str, int]) -> None:
-        offset = self.mmap_offsets.get((fd, job["cmd_bo_handle"]))
-        base = None if offset is None else _mapping(self.pid, fd, offset)
-        if base is None:
-            why = "created before the attach" if offset is None else "not mapped by the process"
-            rec.blobs.append(("error", 0, f"the command stream's BO is {why}: not read".encode(), 0))
-            return
-        data = read_memory(self.pid, base + job["cmd_offset"], min(job["cmd_size"], MAX_BLOB))
-        if data is None:
-            rec.blobs.append(("error", 0, b"the command range lies outside its BO's mapping", 0))
+        """The job's stream, read as the interposer reads it: BO_INFO and mmap of the command BO, on a
+        duplicate of the process's fd (pidfd_getfd: the same DRM file, so the same handles)."""
+        try:
+            data = _read_bo(
+                self.pid, fd, job["cmd_bo_handle"], job["cmd_offset"], min(job["cmd_size"], MAX_BLOB)
+            )
+        except OSError as e:
+            why = f"{e.strerror or e}".lower()
+            rec.blobs.append(("error", 0, f"the command stream could not be read: {why}".encode(), 0))
         else:
             rec.blobs.append(("job_stream", index, data, job["cmd_size"]))
 
@@ -396,18 +397,25 @@ def _struct(name: str, data: bytes | None) -> dict[str, int] | None:
     return decode.decode_struct(name, data)
 
 
-def _mapping(pid: int, fd: int, offset: int) -> int | None:
-    """The address where ``pid`` maps ``fd``'s device at file offset ``offset`` (a BO), or None."""
-    path, _ = fd_target(pid, fd)
+def _read_bo(pid: int, fd: int, handle: int, offset: int, length: int) -> bytes:
+    """``length`` bytes at ``offset`` of BO ``handle`` of ``pid``'s device file ``fd``."""
+    pidfd = os.pidfd_open(pid)
     try:
-        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
-    except OSError:
-        return None
-    for line in maps:
-        parts = line.split(maxsplit=5)
-        if len(parts) == 6 and parts[5] == path and int(parts[2], 16) == offset:
-            return int(parts[0].split("-")[0], 16)
-    return None
+        dup = _libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+        if dup < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+    finally:
+        os.close(pidfd)
+    try:
+        info = bindings.ffi.new("struct drm_vnpu_bo_info *", {"handle": handle})
+        fcntl.ioctl(dup, bindings.IOCTLS["DRM_IOCTL_VNPU_BO_INFO"], bindings.ffi.buffer(info), True)
+        if offset + length > info.size:
+            raise OSError(errno.ERANGE, "the command range lies outside its BO")
+        with mmap.mmap(dup, info.size, mmap.MAP_SHARED, mmap.PROT_READ, offset=info.mmap_offset) as m:
+            return m[offset : offset + length]
+    finally:
+        os.close(dup)
 
 
 def attach(pid: int, sink: Sink, fd_filter: FdFilter = is_drm_fd) -> int:

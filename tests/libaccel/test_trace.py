@@ -390,3 +390,21 @@ def test_refusal_names_the_yama_scope_and_the_way_out() -> None:
     assert "already traced" in refusal(5, errno.EPERM, 1, True)  # root: Yama is not why
     assert all("accel trace -- CMD" in refusal(5, errno.EPERM, s, False) for s in (None, 1, 2, 3))
     assert refusal(5, errno.ESRCH, None, False) == "trace: no process 5"
+
+
+def test_a_stream_is_read_through_a_duplicate_of_the_process_fd() -> None:
+    """pidfd_getfd gives the tracer the process's own open file; on /dev/null its BO_INFO is ENOTTY
+    (on vnpu.ko: the BO, tests/kernel/test_accel_tools.py)."""
+    from libaccel.trace_attach import _read_bo
+
+    proc = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
+    try:
+        with pytest.raises(OSError) as e:
+            _read_bo(proc.pid, 0, 1, 0, 16)
+        assert e.value.errno == errno.ENOTTY
+        with pytest.raises(OSError) as e:
+            _read_bo(proc.pid, 99, 1, 0, 16)  # no such fd in the process
+        assert e.value.errno == errno.EBADF
+    finally:
+        proc.kill()
+        proc.wait()
