@@ -299,8 +299,8 @@ ATTACH_PROGRAM = "import sys\n" + textwrap.dedent(PY_PROGRAM).replace(
 
 
 def test_trace_attaches_to_a_running_libaccel_program(tmp_path: Path) -> None:
-    """``accel trace -p PID`` (ptrace): the same decoded records as the interposer's, the stream read
-    from the process's mapping of its BO, and the -C summary."""
+    """``accel trace -p PID`` (ptrace), attached once the program has the device open: the same decoded
+    records as the interposer's, the SUBMIT's stream read through a duplicate of its fd, the -C summary."""
     if not accel_nodes():
         pytest.skip("no vnpu device")
     import subprocess
@@ -315,9 +315,10 @@ def test_trace_attaches_to_a_running_libaccel_program(tmp_path: Path) -> None:
     )  # fmt: skip
     out = tmp_path / "trace.jsonl"
     cmd = [sys.executable, "-m", "libaccel.cli", "trace", "-p", str(target.pid), "-C", "--json", "-o", str(out)]
-    tracer = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=trace_env())
+    tracer = None
     try:
-        assert target.stdout is not None and target.stdout.readline() == "ready\n"
+        assert target.stdout is not None and target.stdout.readline() == "ready\n"  # the device is open
+        tracer = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=trace_env())
         assert tracer.stderr is not None
         line = tracer.stderr.readline()
         assert line.startswith(f"accel trace: attached to process {target.pid} ("), line
@@ -327,7 +328,8 @@ def test_trace_attaches_to_a_running_libaccel_program(tmp_path: Path) -> None:
         err = tracer.communicate(timeout=300 * scale)[1]
     finally:
         target.kill()
-        tracer.kill()
+        if tracer is not None:
+            tracer.kill()
     assert tracer.returncode == 0 and target.wait() == 0, err
     *events, last = json_events(out.read_text())
     names = [e["ioctl"] for e in events]
