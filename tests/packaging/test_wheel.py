@@ -65,6 +65,7 @@ DATA = (
     "uapi/firmware/vnpu/vnpu_fw.toml",
     "uapi/firmware/keys/dev-ed25519.pub",
     "libaccel/trace_preload.c",
+    "libaccel/man/accel.1",
     "device_model/mac_array/mac_array.c",
     "delegate_teflon/c/teflon_abi.h",
     "delegate_teflon/c/prepared_invoke.c",
@@ -310,6 +311,18 @@ def test_the_litert_vendor_libraries_compile_and_dispatch_from_the_wheel(venv: V
     venv.python(code, TFLITE_MODEL.name, "npu.tflite")
     assert b"DISPATCH_OP" in (venv.cwd / "npu.tflite").read_bytes()
     assert list(Path(venv.env["VNPU_CACHE_DIR"]).glob("*/*.so")) == []
+
+
+def test_the_man_page_is_installed_where_man_finds_it(venv: Venv) -> None:
+    """``man accel`` for a venv on PATH: accel.1 under the prefix's share/man/man1, the committed page."""
+    installed = venv.root / "share" / "man" / "man1" / "accel.1"
+    assert installed.read_text() == (ROOT / "libaccel" / "man" / "accel.1").read_text()
+    if shutil.which("man") is not None:
+        # No MANPATH: man-db finds bin/../share/man of every PATH entry.
+        env = dict(venv.env, PATH=f"{venv.root / 'bin'}:/usr/bin:/bin", MANWIDTH="80")
+        env.pop("MANPATH", None)
+        r = _run(["man", "-P", "cat", "accel"], env=env)
+        assert "accel trace" in r.stdout and "EXIT STATUS" in r.stdout
 
 
 def test_accel_info_and_run(venv: Venv) -> None:
