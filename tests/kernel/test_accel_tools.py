@@ -20,6 +20,7 @@ from kernel_helpers import accel_nodes
 from trace_helpers import build_uapi_program, trace_in_process
 
 from uapi import bindings
+from vnpu_common import config
 
 PY_PROGRAM = """
 import errno
@@ -307,7 +308,7 @@ def test_trace_attaches_to_a_running_libaccel_program(tmp_path: Path) -> None:
 
     from trace_helpers import json_events, trace_env
 
-    scale = float(os.environ.get("VNPU_TIMEOUT_SCALE", "1"))
+    scale = config.TIMEOUT_SCALE.get()
     (tmp_path / "prog.py").write_text(ATTACH_PROGRAM)
     target = subprocess.Popen(
         [sys.executable, str(tmp_path / "prog.py")],
