@@ -168,16 +168,28 @@ def syntax_problem(block: Block) -> str | None:
 
 def workdir(path: Path, root: Path = REPO) -> Path:
     """Make ``path`` a working directory that looks like the checkout to the docs' commands: its
-    data directories (``tests/``, ``firmware/``, ...) and ``.venv`` as links into it, its Python
-    packages not (they come from PYTHONPATH, so every build in the cache is keyed by the checkout's
-    own path, not this directory's), and ``build/`` its own. What a block writes lands here."""
+    data directories (``tests/``, ``firmware/``, ...) as links into it, its Python packages not
+    (they come from PYTHONPATH), ``build/`` its own, and a ``.venv/bin`` of wrappers that run the
+    test's venv. What a block writes lands here.
+
+    Nothing may make Python see another path for the checkout or the venv: libteflon.so's cache
+    key holds both (delegate_teflon.build), so a link to the venv (sys.prefix would be the link)
+    would build the delegate again for every directory, and miss the guest's read-only cache."""
     path.mkdir(parents=True, exist_ok=True)
     names = {p.split("/")[0] for p in _git(root, "ls-files").split("\n") if p}
     for name in sorted(names):
         if (root / name / "__init__.py").exists():
             continue
         (path / name).symlink_to(root / name)
-    (path / ".venv").symlink_to(Path(sys.prefix))
+    venv = Path(sys.prefix)
+    bin_dir = path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for exe in sorted((venv / "bin").iterdir()):
+        if exe.name.startswith("activate") or not os.access(exe, os.X_OK):
+            (bin_dir / exe.name).symlink_to(exe)
+            continue
+        (bin_dir / exe.name).write_text(f'#!/bin/sh\nexec {shlex.quote(str(exe))} "$@"\n')
+        (bin_dir / exe.name).chmod(0o755)
     return path
 
 
@@ -189,7 +201,7 @@ def clean_env(cwd: Path, root: Path = REPO) -> dict[str, str]:
         "HOME": os.environ.get("HOME", "/root"),
         "LANG": "C.UTF-8",
         "TERM": "dumb",
-        "VIRTUAL_ENV": str(cwd / ".venv"),
+        "VIRTUAL_ENV": sys.prefix,
         "PYTHONPATH": str(root),
     }
     for name in ("VNPU_CACHE_DIR", "XDG_CACHE_HOME", "TMPDIR"):
@@ -243,9 +255,12 @@ def run_block(block: Block, cwd: Path, env: dict[str, str], timeout: float = TIM
     return Outcome(block, proc.returncode, out)
 
 
-def run_document(blocks: list[Block], cwd: Path, kinds: frozenset[str | None]) -> list[Outcome]:
+def run_document(
+    blocks: list[Block], cwd: Path, kinds: frozenset[str | None], timeout: float = TIMEOUT
+) -> list[Outcome]:
     """Run a document's blocks in order in one working directory: the ones whose kind is in
-    ``kinds``, and every named non-runnable block (a file the later blocks read)."""
+    ``kinds``, each within ``timeout`` seconds, and write every named block that does not run (a
+    file the later blocks read)."""
     env = clean_env(cwd)
     outcomes = []
     for block in blocks:
@@ -254,7 +269,7 @@ def run_document(blocks: list[Block], cwd: Path, kinds: frozenset[str | None]) -
                 (cwd / block.filename).write_text(block.text)
             continue
         if block.kind in kinds:
-            outcomes.append(run_block(block, cwd, env))
+            outcomes.append(run_block(block, cwd, env, timeout))
         elif block.filename:
             (cwd / block.filename).write_text(block.text)
     return outcomes

@@ -8,6 +8,7 @@ document with a clean environment and a time limit; ``slow`` ones too with ``--d
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import docs_blocks as db
@@ -95,3 +96,13 @@ def test_a_timeout_ends_the_block(tmp_path: Path) -> None:
     (block,) = _doc(tmp_path, "```sh\nsleep 30 & sleep 30\n```\n")
     outcome = db.run_block(block, tmp_path, db.clean_env(tmp_path), timeout=0.5)
     assert outcome.returncode is None and "timed out" in outcome.describe()
+
+
+def test_the_workdir_runs_the_tests_venv_and_checkout(tmp_path: Path) -> None:
+    # The delegate's cache key holds both paths: another path for either would build it again.
+    command = ".venv/bin/python -c 'import sys, uapi; print(sys.prefix, uapi.__file__)'"
+    (block,) = _doc(tmp_path, f"```sh\n{command}\n```\n")
+    cwd = db.workdir(tmp_path / "checkout")
+    outcome = db.run_block(block, cwd, db.clean_env(cwd))
+    assert outcome.ok, outcome.describe()
+    assert outcome.output.split() == [sys.prefix, str(db.REPO / "uapi" / "__init__.py")]
