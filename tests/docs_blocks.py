@@ -34,6 +34,7 @@ EXIT = re.compile(r"^\[exit (\d+)\]$")
 # One block's time limit: the longest host blocks build libteflon.so or a wheel's worth of C
 # into a cold cache; anything longer is marked slow.
 TIMEOUT = 180.0
+SLOW_TIMEOUT = 1200.0  # a block marked slow: a benchmark, a long fuzzing run
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,9 @@ def run_document(
                 (cwd / block.filename).write_text(block.text)
             continue
         if block.kind in kinds:
-            outcomes.append(run_block(block, cwd, env, timeout))
+            outcomes.append(
+                run_block(block, cwd, env, max(timeout, SLOW_TIMEOUT) if block.kind == "slow" else timeout)
+            )
         elif block.filename:
             (cwd / block.filename).write_text(block.text)
     return outcomes
