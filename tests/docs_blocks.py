@@ -28,7 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RUNNABLE = frozenset({"sh", "bash", "shell", "console", "python"})
 KINDS = frozenset({"guest", "slow", "skip"})
-FENCE = re.compile(r"^```(.*)$")
+# An opening fence, indented inside a list item or not; its info string holds no backtick.
+FENCE = re.compile(r"^(?P<indent> *)```(?P<info>[^`]*)$")
+CLOSE = re.compile(r"^ *```\s*$")
 MARKER = re.compile(r"^<!--\s*docs-run:\s*(?P<kind>\S+)\s*(?P<reason>.*?)\s*-->\s*$")
 EXIT = re.compile(r"^\[exit (\d+)\]$")
 # One block's time limit: the longest host blocks build libteflon.so or a wheel's worth of C
@@ -71,18 +73,19 @@ def parse(path: Path, root: Path = REPO) -> list[Block]:
         if not m:
             i += 1
             continue
-        words = m.group(1).split()
-        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
+        words = m["info"].split()
+        indent = len(m["indent"])
+        end = next((j for j in range(i + 1, len(lines)) if CLOSE.match(lines[j])), None)
         if end is None:
             raise ValueError(f"{doc}:{i + 1}: the fence never closes")
-        marker = MARKER.match(lines[i - 1]) if i else None
+        marker = MARKER.match(lines[i - 1].strip()) if i else None
         blocks.append(
             Block(
                 doc=doc,
                 line=i + 1,
                 lang=words[0] if words else "",
                 filename=words[1] if len(words) > 1 else None,
-                text="\n".join(lines[i + 1 : end]) + "\n",
+                text="\n".join(line[indent:] for line in lines[i + 1 : end]) + "\n",
                 kind=marker["kind"] if marker else None,
                 reason=marker["reason"] if marker else "",
             )

@@ -106,3 +106,10 @@ def test_the_workdir_runs_the_tests_venv_and_checkout(tmp_path: Path) -> None:
     outcome = db.run_block(block, cwd, db.clean_env(cwd))
     assert outcome.ok, outcome.describe()
     assert outcome.output.split() == [sys.prefix, str(db.REPO / "uapi" / "__init__.py")]
+
+
+def test_fences_inside_list_items_are_blocks(tmp_path: Path) -> None:
+    text = "1. Run:\n\n   <!-- docs-run: skip a reason -->\n   ```sh\n   echo hi\n   ```\n"
+    text += "\n2. ``` `` ``` inline\n"
+    (block,) = _doc(tmp_path, text)
+    assert (block.lang, block.kind, block.reason, block.text) == ("sh", "skip", "a reason", "echo hi\n")
