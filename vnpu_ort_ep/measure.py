@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        models = {p.stem: p for p in args.models} or quantized_networks(Path(tmp), args.activations)
+        # Resolved: each model runs in a child whose working directory is /.
+        models = {p.stem: p.resolve() for p in args.models} or quantized_networks(Path(tmp), args.activations)
         print(f"{'model':<28} {'vnpu EP':>10} {'CPU EP':>7} {'differing bytes':>16}")
         for name, path in models.items():
             try:

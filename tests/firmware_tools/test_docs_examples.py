@@ -2,14 +2,16 @@
 
 Fenced blocks are processed in order, in a fresh directory per document:
 
-- ```` ```asm NAME ```` and ```` ```text NAME ```` blocks are written to the file NAME;
+- a block with a NAME after its language (```` ```asm NAME ````) is written to the file NAME;
 - ```` ```console ```` blocks are transcripts: each ``$ command`` is run with bash and
   its output (stdout and stderr) must equal the lines up to the next ``$``; an
   expected exit status other than 0 is written as a last line ``[exit N]``;
 - ```` ```python ```` blocks run in one namespace per document (later blocks see earlier
   definitions).
 
-```` ```sh ```` blocks are instructions to run in the repository and are not executed.
+```` ```sh ```` blocks are instructions to run in the repository and are not executed here
+(tests/docs runs them), nor are blocks marked ``docs-run: guest/slow/skip`` (docs/contributing.md).
+Blocks are read by tests/docs_blocks.py.
 """
 
 from __future__ import annotations
@@ -20,20 +22,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import docs_blocks
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "docs" / "isa.md", ROOT / "docs" / "firmware.md", ROOT / "docs" / "tools.md"]
-_FENCE = re.compile(r"^( *)```(\S*)[ \t]*(\S*)\n(.*?)^\1```$", re.S | re.M)
-
-
-def _blocks(text: str) -> list[tuple[str, str, str]]:
-    out = []
-    for m in _FENCE.finditer(text):
-        indent = len(m.group(1))
-        body = "".join(line[indent:] for line in m.group(4).splitlines(keepends=True))
-        out.append((m.group(2), m.group(3), body))
-    return out
 
 
 def _transcript(body: str) -> list[tuple[str, list[str], int]]:
@@ -53,18 +46,22 @@ def _transcript(body: str) -> list[tuple[str, list[str], int]]:
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_doc_examples(doc: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = _blocks(doc.read_text())
+    blocks = docs_blocks.parse(doc)
     assert blocks, f"{doc} has no examples"
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(ROOT)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))  # a named python block is a module for later ones
     namespace: dict[str, object] = {"__name__": "doc_example"}
     ran = 0
-    for lang, name, body in blocks:
-        if lang in ("asm", "text") and name:
+    for block in blocks:
+        lang, name, body = block.lang, block.filename, block.text
+        if name:
             (tmp_path / name).write_text(body)
-        elif lang == "console":
+        if block.kind is not None:
+            continue
+        if lang == "console":
             for cmd, expected, status in _transcript(body):
                 r = subprocess.run(
                     ["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60

@@ -1,4 +1,4 @@
-"""LiteRT's C API with vnpu's libraries and no Python host (tests/litert_npu/c/npu_host.c): a plain
+"""LiteRT's C API with vnpu's libraries and no Python host (tests/c/litert_host.c, its npu mode): a plain
 model compiled just in time on the NPU class, the device chosen by the ``vnpu`` opaque options."""
 
 from __future__ import annotations
