@@ -362,7 +362,7 @@ def _guest_model_rows(summary: dict[str, Any]) -> list[TargetRow]:
     if shim is None:
         return []
     return [
-        _row("guest_model_vs_shim", f"{r['part']}, {shim['part']}", f"{r['model']}: {r['where']} / shim",
+        _row("guest_model_vs_shim", f"{shim['part']}, {r['part']}", f"{r['model']}: {r['where']} / shim",
              r["invoke_ms"] / shim["invoke_ms"], "{:.2f}x")
         for r in rows
         if r["where"].startswith(GUEST)
