@@ -146,13 +146,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="shim")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--activations", choices=("int8", "uint8"), default="int8")
+    parser.add_argument(
+        "--exact", action="store_true", help="the EP's exact option (float sums on the CPU EP)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         models = {p.stem: p for p in args.models} or quantized_networks(Path(tmp), args.activations)
         print(f"{'model':<28} {'vnpu EP':>10} {'CPU EP':>7} {'differing bytes':>16}")
         for name, path in models.items():
             try:
-                m = measure(name, path, {"device": args.device}, args.runs)
+                options = {"device": args.device, "exact": "true" if args.exact else "false"}
+                m = measure(name, path, options, args.runs)
             except (RuntimeError, OSError) as e:
                 print(f"vnpu_ort_ep.measure: {e}".splitlines()[0], file=sys.stderr)
                 return 1

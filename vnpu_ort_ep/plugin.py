@@ -12,9 +12,10 @@ Life cycle (onnxruntime's plugin EP interface, ``vnpu_ort_abi.h``):
    one partitioner (:func:`libaccel.model.onnx_placement`); each NPU partition's original nodes
    (a fused QOperator node covers its DequantizeLinear -> op -> QuantizeLinear group) are one fused
    node. A graph the front end cannot read is left to the CPU EP, the reason in onnxruntime's log.
-5. ``Compile``: each fused subgraph read the same way, compiled and loaded once
-   (:class:`libaccel.model.OnnxProgram`); ``Compute`` copies its inputs in, runs one NPU job, and
-   writes the outputs.
+5. ``Compile``: each fused node's partition compiled from the whole model's front-end graph and
+   loaded once (with ``ep.context_enable=1`` also an EPContext node, :mod:`vnpu_ort_ep.context`;
+   an EPContext node's payload is loaded as it is); ``Compute`` copies its inputs in, runs one NPU
+   job, and writes the outputs.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from vnpu_ort_ep import EP_NAME
+from vnpu_ort_ep import EP_NAME, context
 from vnpu_ort_ep.graph_reader import Api, model_from_graph
 
 VENDOR = "vnpu"
 VERSION = "0.1.0"
-OPTION_KEYS = ("device", "strict")
+OPTION_KEYS = ("device", "strict", "exact")
+CONTEXT_KEYS = ("context_enable", "context_embed_mode", "context_file_path")
 
 _ffi: Any = None
 _lib: Any = None
@@ -63,6 +65,15 @@ class Program:
 
 
 @dataclass
+class ContextOptions:
+    """onnxruntime's EP context session entries, as this EP reads them."""
+
+    enable: bool = False  # ep.context_enable: make an EPContext node for each compiled fused node
+    embed: bool = False  # ep.context_embed_mode (onnxruntime's default 0: the payload in a file)
+    file_path: str = ""  # ep.context_file_path
+
+
+@dataclass
 class Ep:
     factory: Factory
     struct: Any
@@ -70,6 +81,11 @@ class Ep:
     device: Any
     target: str
     strict: bool
+    context: ContextOptions = field(default_factory=lambda: ContextOptions())
+    model_path: str = ""  # the model's file, as GetCapability's graph names it ("" for bytes)
+    # exact: the QDQ Conv/MatMul groups onnxruntime computes in float stay on the CPU EP (else the
+    # NPU takes them, at most 1 quantized unit from the CPU EP's outputs)
+    exact: bool = False
     programs: dict[str, Program] = field(default_factory=dict)  # fused node name -> program
     plans: dict[frozenset[str], Any] = field(default_factory=dict)  # group key -> Plan, for Compile
     infos: dict[int, tuple[Any, Program]] = field(default_factory=dict)  # OrtNodeComputeInfo address
@@ -116,15 +132,20 @@ def default_device() -> str:
     return "kernel" if discovery.list_devices() else discovery.SHIM
 
 
+def _flag(values: dict[str, str], key: str) -> bool:
+    text = values.get(key, "false").lower()
+    if text not in ("true", "false", "1", "0"):
+        raise OptionError(f"vnpu EP: option {key!r} = {text!r}: expected true or false")
+    return text in ("true", "1")
+
+
 def parse_options(values: dict[str, str]) -> tuple[str, bool]:
     """(the device to open, checked; strict) from the EP's options."""
     from libaccel.device import checked_device
     from libaccel.errors import AccelError
 
     device = values.get("device", "") or default_device()
-    strict_text = values.get("strict", "false").lower()
-    if strict_text not in ("true", "false", "1", "0"):
-        raise OptionError(f"vnpu EP: option 'strict' = {strict_text!r}: expected true or false")
+    strict = _flag(values, "strict")
     if device not in ("shim", "kernel") and not device.startswith("/"):
         raise OptionError(
             f"vnpu EP: option 'device' = {device!r}: expected shim, kernel or an absolute device node path"
@@ -133,11 +154,29 @@ def parse_options(values: dict[str, str]) -> tuple[str, bool]:
         target = checked_device(device)
     except (AccelError, OSError) as e:
         raise OptionError(f"vnpu EP: option 'device' = {device!r}: {e}") from None
-    return target, strict_text in ("true", "1")
+    return target, strict
 
 
 def _session_option(api: Api, options: Any, key: str) -> str | None:
-    full = f"ep.{EP_NAME.lower()}.{key}".encode()
+    """The EP's own option ``key`` (``ep.vnpuexecutionprovider.<key>``), None when not set."""
+    return _session_entry(api, options, f"ep.{EP_NAME.lower()}.{key}")
+
+
+def context_options(values: dict[str, str | None]) -> ContextOptions:
+    """The EP context entries (keys without the ``ep.`` prefix), checked."""
+    flags = {}
+    for key, default in (("context_enable", "0"), ("context_embed_mode", "0")):
+        text = values.get(key) or default
+        if text not in ("0", "1"):
+            raise OptionError(f"vnpu EP: session config entry 'ep.{key}' = {text!r}: expected 0 or 1")
+        flags[key] = text == "1"
+    return ContextOptions(
+        flags["context_enable"], flags["context_embed_mode"], values.get("context_file_path") or ""
+    )
+
+
+def _session_entry(api: Api, options: Any, key: str) -> str | None:
+    full = key.encode()
     has = _ffi.new("int *")
     api.check(api.ort.HasSessionConfigEntry(options, full, has), "HasSessionConfigEntry")
     if not has[0]:
@@ -229,8 +268,11 @@ def create_ep(
     f = _factory(this)
     out[0] = _ffi.NULL
     values = {k: v for k in OPTION_KEYS if (v := _session_option(f.api, session_options, k)) is not None}
+    entries = {k: _session_entry(f.api, session_options, f"ep.{k}") for k in CONTEXT_KEYS}
     try:
         target, strict = parse_options(values)
+        exact = _flag(values, "exact")
+        context = context_options(entries)
     except OptionError as e:
         return _error(f.api, "ORT_INVALID_ARGUMENT", str(e))
     struct = _ffi.new("OrtEp *")
@@ -239,7 +281,7 @@ def create_ep(
     struct.GetCapability = _lib.vnpu_ep_get_capability
     struct.Compile = _lib.vnpu_ep_compile
     struct.ReleaseNodeComputeInfos = _lib.vnpu_ep_release_node_compute_infos
-    ep = Ep(f, struct, logger, Device.open(target), target, strict)
+    ep = Ep(f, struct, logger, Device.open(target), target, strict, context, exact=exact)
     _eps[_addr(struct)] = ep
     ep.log("info", f"vnpu EP: device {target}")
     out[0] = struct
@@ -302,6 +344,9 @@ class Edge:
     name: str
     ir: int
     flip: bool
+    dtype: str  # the IR tensor's
+    shape: tuple[int, ...]  # the IR tensor's (its layout's)
+    perm: tuple[int, ...] | None  # the ONNX-to-IR layout permutation (OnnxGraph.layouts), if any
 
 
 @dataclass
@@ -309,10 +354,12 @@ class Plan:
     """A claimed group: the IR nodes of its NPU partition in the whole model's front-end graph, and
     the fused node's inputs and outputs in onnxruntime's names and types."""
 
-    og: Any
+    og: Any  # None for a plan loaded from an EPContext node
     run: tuple[int, ...]
     inputs: dict[str, Edge]
     outputs: dict[str, Edge]
+    compiled: Any = None  # the CompiledPartition of an EPContext node's payload
+    error: str = ""  # why an EPContext node cannot run (Compile fails the session with it)
 
 
 def _original_tensor(model: Any, og: Any, fused_name: str, types: dict[str, Any]) -> str:
@@ -376,7 +423,9 @@ def edge_plan(model: Any, og: Any, run: tuple[int, ...], group: list[int]) -> Pl
         mine, theirs = og.info[fused][0], types.get(name)
         if mine != theirs and {mine, theirs} != {"int8", "uint8"}:
             raise ValueError(f"tensor {name!r} is {theirs} in onnxruntime's graph, {mine} in the front end's")
-        return Edge(name, index, mine != theirs)
+        t = graph.tensors[index]
+        perm = og.layouts.get(index)
+        return Edge(name, index, mine != theirs, t.dtype, tuple(t.shape), tuple(perm) if perm else None)
 
     inputs = {e.name: e for e in map(edge, part_ins)}
     outputs = {e.name: e for e in map(edge, part_outs) if e.name in outs}
@@ -462,9 +511,12 @@ def get_capability(this: Any, graph: Any, support: Any) -> Any:
 
     ep = _eps[_addr(this)]
     api = ep.factory.api
+    model, nodes = model_from_graph(api, graph)
+    ep.model_path = _model_path(api, graph)
+    if any(context.is_ours(n, EP_NAME) for n in model.graph.node):
+        return _claim_contexts(ep, model, nodes, support)
     try:
-        model, nodes = model_from_graph(api, graph)
-        og = fe.graph_from_onnx(model)
+        og = fe.graph_from_onnx(model, float_sums=not ep.exact)
         placed = onnx_placement(og, ep.strict)
         groups = npu_groups(model, og, placed)
     except Exception as e:  # noqa: BLE001 - a graph the EP cannot read runs on the CPU EP
@@ -485,15 +537,60 @@ def get_capability(this: Any, graph: Any, support: Any) -> Any:
         del plans[k]
         _left(ep, model, groups[k], reason)
     for k, plan in plans.items():
-        group = groups[k]
-        array = _ffi.new("const OrtNode *[]", [nodes[k] for k in group])
-        api.check(
-            ep.factory.ep_api.EpGraphSupportInfo_AddNodesToFuse(support, array, len(group), _ffi.NULL),
-            "EpGraphSupportInfo_AddNodesToFuse",
-        )
-        ep.plans[_group_key(model.graph.node[k] for k in group)] = plan
-        ep.claimed.extend(model.graph.node[k].name for k in group)
+        _fuse(ep, model, nodes, groups[k], plan, support)
     ep.log("info", f"vnpu EP: claimed {len(ep.claimed)} of {len(model.graph.node)} nodes")
+    return _ffi.NULL
+
+
+def _fuse(ep: Ep, model: Any, nodes: list[Any], group: list[int], plan: Plan, support: Any) -> None:
+    """Claim ``group`` (node indices) as one fused node that runs ``plan``."""
+    options = _ffi.new("OrtNodeFusionOptions *")
+    options.ort_version_supported = _ffi.integer_const("VNPU_ORT_API_VERSION")
+    # the weights are compiled in: the fused (and EPContext) node need not take the initializers
+    options.drop_constant_initializers = True
+    array = _ffi.new("const OrtNode *[]", [nodes[k] for k in group])
+    ep.factory.api.check(
+        ep.factory.ep_api.EpGraphSupportInfo_AddNodesToFuse(support, array, len(group), options),
+        "EpGraphSupportInfo_AddNodesToFuse",
+    )
+    ep.plans[_group_key(model.graph.node[k] for k in group)] = plan
+    ep.claimed.extend(model.graph.node[k].name for k in group)
+
+
+def _model_path(api: Api, graph: Any) -> str:
+    out = _ffi.new("const char **")
+    api.check(api.ort.Graph_GetModelPath(graph, out), "Graph_GetModelPath")
+    return _ffi.string(out[0]).decode() if out[0] != _ffi.NULL else ""
+
+
+def _claim_contexts(ep: Ep, model: Any, nodes: list[Any], support: Any) -> Any:
+    """An EPContext model: each of the EP's EPContext nodes is one fused node whose payload is its
+    compiled partition, read and checked now; one that cannot run is claimed with its reason, for
+    Compile to fail the session with (onnxruntime only logs a GetCapability error)."""
+    for k, node in enumerate(model.graph.node):
+        if not context.is_ours(node, EP_NAME):
+            continue
+        try:
+            if ep.context.enable:
+                raise context.ContextError(
+                    "vnpu EP: ep.context_enable=1 on a model that is already an EPContext model: "
+                    "give the original model, or leave ep.context_enable unset"
+                )
+            compiled, ins, outs = context.load(node, ep.model_path, ep.device.params.isa_version)
+        except context.ContextError as e:
+            _fuse(ep, model, nodes, [k], Plan(None, (), {}, {}, error=str(e)), support)
+            continue
+        inputs = {d["name"]: Edge(**d) for d in ins}
+        outputs = {d["name"]: Edge(**d) for d in outs}
+        _fuse(
+            ep,
+            model,
+            nodes,
+            [k],
+            Plan(None, tuple(compiled.node_indices), inputs, outputs, compiled),
+            support,
+        )
+    ep.log("info", f"vnpu EP: EPContext model: claimed {len(ep.claimed)} of {len(model.graph.node)} nodes")
     return _ffi.NULL
 
 
@@ -517,13 +614,22 @@ def compile_graphs(this: Any, graphs: Any, fused_nodes: Any, count: int, infos: 
             return _error(
                 api, "ORT_EP_FAIL", f"vnpu EP: fused node {name!r} is no group GetCapability claimed"
             )
+        if plan.error:
+            return _error(api, "ORT_INVALID_GRAPH", plan.error)
         input_names = [api.string(api.ort.GetValueInfoName, v, "name") for v in ins]
         output_names = [api.string(api.ort.GetValueInfoName, v, "name") for v in outs]
         if missing := [n for n in output_names if n not in plan.outputs]:
             return _error(
                 api, "ORT_EP_FAIL", f"vnpu EP: fused node {name!r}: no NPU value for output {missing[0]!r}"
             )
-        compiled, _ = compile_cached(plan.og.graph, list(plan.run), ep.device.params.isa_version)
+        if plan.compiled is not None:  # an EPContext node's: compiled already
+            compiled = plan.compiled
+        else:
+            compiled, _ = compile_cached(plan.og.graph, list(plan.run), ep.device.params.isa_version)
+            if ep.context.enable:
+                if ctx_nodes == _ffi.NULL:
+                    return _error(api, "ORT_EP_FAIL", "vnpu EP: onnxruntime gave no room for EPContext nodes")
+                ctx_nodes[i] = _context_node(ep, name, compiled, plan, input_names, output_names)
         program = Program(
             name, input_names, output_names, plan, PartitionRunner(ep.device, compiled), len(plan.run)
         )
@@ -537,6 +643,63 @@ def compile_graphs(this: Any, graphs: Any, fused_nodes: Any, count: int, infos: 
         infos[i] = info
         ep.log("info", f"vnpu EP: {name}: {len(plan.run)} IR node(s) in one NPU job")
     return _ffi.NULL
+
+
+def _context_node(
+    ep: Ep, name: str, compiled: Any, plan: Plan, input_names: list[str], output_names: list[str]
+) -> Any:
+    """The EPContext node (an OrtNode onnxruntime takes ownership of) of one compiled fused node."""
+    api = ep.factory.api
+    ctx_path = context.context_model_path(ep.model_path, ep.context.file_path)
+    attrs = context.make_attributes(
+        EP_NAME,
+        name,
+        compiled,
+        [plan.inputs[n] for n in input_names if n in plan.inputs],
+        [plan.outputs[n] for n in output_names],
+        ep.context.embed,
+        ctx_path,
+    )
+    made = _ffi.new("OrtOpAttr *[]", len(attrs))
+    try:
+        for k, (key, value) in enumerate(attrs.items()):
+            out = _ffi.new("OrtOpAttr **")
+            if isinstance(value, int):
+                data = _ffi.new("int64_t *", value)
+                kind = _ffi.integer_const("ORT_OP_ATTR_INT")
+                status = api.ort.CreateOpAttr(key.encode(), data, 1, kind, out)
+            else:
+                raw = _ffi.new("char[]", value.encode())
+                kind = _ffi.integer_const("ORT_OP_ATTR_STRING")
+                status = api.ort.CreateOpAttr(key.encode(), raw, len(value.encode()), kind, out)
+            api.check(status, f"CreateOpAttr({key})")
+            made[k] = out[0]
+        editor = api.ort.GetModelEditorApi()
+        if editor == _ffi.NULL:
+            raise RuntimeError(
+                "this onnxruntime has no model editor API (a minimal build) for EPContext nodes"
+            )
+        c_ins = [_ffi.new("char[]", n.encode()) for n in input_names]
+        c_outs = [_ffi.new("char[]", n.encode()) for n in output_names]
+        node = _ffi.new("OrtNode **")
+        api.check(
+            editor.CreateNode(
+                context.EP_CONTEXT_OP.encode(), context.EP_CONTEXT_DOMAIN.encode(), name.encode(),
+                _ffi.new("const char *[]", c_ins), len(c_ins),
+                _ffi.new("const char *[]", c_outs), len(c_outs),
+                made, len(attrs), node,
+            ),
+            "CreateNode(EPContext)",
+        )  # fmt: skip
+    finally:
+        for k in range(len(attrs)):  # CreateNode takes (and NULLs) the ones it copied
+            if made[k] != _ffi.NULL:
+                api.ort.ReleaseOpAttr(made[k])
+    ep.log(
+        "info",
+        f"vnpu EP: {name}: EPContext node ({'embedded' if ep.context.embed else attrs['ep_cache_context']})",
+    )
+    return node[0]
 
 
 def release_infos(this: Any, infos: Any, count: int) -> None:
@@ -567,11 +730,12 @@ def _flip(value: np.ndarray, flip: bool, dtype: str) -> np.ndarray:
 def compute(this: Any, state: Any, context: Any) -> Any:
     import onnx
 
+    from libaccel.compiler.onnx_frontend import layout_to_ir, layout_to_onnx
+
     p = _program_of(this)
     ep = next(e for e in _eps.values() if _addr(this) in e.infos)
     api = ep.factory.api
     ffi, ort = _ffi, api.ort
-    og, graph = p.plan.og, p.plan.og.graph
     feeds: dict[int, np.ndarray] = {}
     for k, name in enumerate(p.input_names):
         edge = p.plan.inputs.get(name)
@@ -590,15 +754,13 @@ def compute(this: Any, state: Any, context: Any) -> Any:
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
         count = int(np.prod(dims)) if dims else 1
         arr = np.frombuffer(ffi.buffer(data[0], count * dtype.itemsize), dtype).reshape(dims)
-        t = graph.tensors[edge.ir]
-        feeds[edge.ir] = og.to_ir(edge.ir, _flip(arr, edge.flip, t.dtype))
+        feeds[edge.ir] = layout_to_ir(_flip(arr, edge.flip, edge.dtype), edge.perm)
     values = p.runner.run(feeds)
     for k, name in enumerate(p.output_names):
         edge = p.plan.outputs[name]
-        t = graph.tensors[edge.ir]
-        ir_value = values[edge.ir].reshape(t.shape)
-        own = np.dtype("int8" if t.dtype == "uint8" else "uint8") if edge.flip else np.dtype(t.dtype)
-        result = np.ascontiguousarray(_flip(og.to_onnx(edge.ir, ir_value), edge.flip, own.name))
+        ir_value = values[edge.ir].reshape(edge.shape)
+        own = np.dtype("int8" if edge.dtype == "uint8" else "uint8") if edge.flip else np.dtype(edge.dtype)
+        result = np.ascontiguousarray(_flip(layout_to_onnx(ir_value, edge.perm), edge.flip, own.name))
         dims = ffi.new("int64_t[]", list(result.shape) or [0])
         value = ffi.new("OrtValue **")
         api.check(ort.KernelContext_GetOutput(context, k, dims, result.ndim, value), f"output {name}")

@@ -101,6 +101,7 @@ typedef struct OrtAllocator OrtAllocator;
 typedef struct OrtDataTransferImpl OrtDataTransferImpl;
 typedef struct OrtSyncStreamImpl OrtSyncStreamImpl;
 typedef struct OrtEpApi OrtEpApi;
+typedef struct OrtModelEditorApi OrtModelEditorApi;
 typedef struct OrtApi OrtApi;
 
 /* OrtApiBase: never versioned, never grows. */
@@ -136,7 +137,10 @@ struct OrtApi {
     void (*ReleaseValue)(OrtValue *input);  /* 96 */
     void *unused_97_98[2];
     void (*ReleaseTensorTypeAndShapeInfo)(OrtTensorTypeAndShapeInfo *input);  /* 99 */
-    void *unused_100_236[137];
+    void *unused_100_210[111];
+    OrtStatus *(*CreateOpAttr)(const char *name, const void *data, int len, OrtOpAttrType type, OrtOpAttr **op_attr);  /* 211 */
+    void (*ReleaseOpAttr)(OrtOpAttr *input);  /* 212 */
+    void *unused_213_236[24];
     OrtStatus *(*HasSessionConfigEntry)(const OrtSessionOptions *options, const char *config_key, int *out);  /* 237 */
     OrtStatus *(*GetSessionConfigEntry)(const OrtSessionOptions *options, const char *config_key, char *config_value, size_t *size);  /* 238 */
     void *unused_239_246[8];
@@ -146,7 +150,8 @@ struct OrtApi {
     void *unused_273_288[16];
     OrtStatus *(*GetValueInfoName)(const OrtValueInfo *value_info, const char **name);  /* 289 */
     OrtStatus *(*GetValueInfoTypeInfo)(const OrtValueInfo *value_info, const OrtTypeInfo **type_info);  /* 290 */
-    void *unused_291_294[4];
+    const OrtModelEditorApi *(*GetModelEditorApi)(void);  /* 291 */
+    void *unused_292_294[3];
     void (*CreateKeyValuePairs)(OrtKeyValuePairs **out);  /* 295 */
     void (*AddKeyValuePair)(OrtKeyValuePairs *kvps, const char *key, const char *value);  /* 296 */
     void *unused_297_299[3];
@@ -160,7 +165,8 @@ struct OrtApi {
     OrtStatus *(*ValueInfo_GetInitializerValue)(const OrtValueInfo *value_info, const OrtValue **initializer_value);  /* 326 */
     void *unused_327_330[4];
     OrtStatus *(*ValueInfo_IsConstantInitializer)(const OrtValueInfo *value_info, bool *is_constant_initializer);  /* 331 */
-    void *unused_332_334[3];
+    void *unused_332_333[2];
+    OrtStatus *(*Graph_GetModelPath)(const OrtGraph *graph, const char **model_path);  /* 334 (ORTCHAR_T is char on Linux) */
     OrtStatus *(*Graph_GetOnnxIRVersion)(const OrtGraph *graph, int64_t *onnx_ir_version);  /* 335 */
     OrtStatus *(*Graph_GetNumOperatorSets)(const OrtGraph *graph, size_t *num_operator_sets);  /* 336 */
     OrtStatus *(*Graph_GetOperatorSets)(const OrtGraph *graph, const char **domains, int64_t *opset_versions, size_t num_operator_sets);  /* 337 */
@@ -203,6 +209,15 @@ struct OrtEpApi {
                                                     const void *node_fusion_options);  /* 2 */
     void *EpGraphSupportInfo_AddSingleNode;  /* 3 */
     const char *(*NodeComputeContext_NodeName)(const OrtNodeComputeContext *context);  /* 4 */
+};
+
+/* OrtModelEditorApi (onnxruntime_c_api.h, a full build's): CreateNode makes the EPContext nodes. */
+struct OrtModelEditorApi {
+    void *unused_0_5[6];
+    OrtStatus *(*CreateNode)(const char *operator_name, const char *domain_name, const char *node_name,
+                             const char *const *input_names, size_t input_names_len,
+                             const char *const *output_names, size_t output_names_len,
+                             OrtOpAttr **attributes, size_t attribs_len, OrtNode **node);  /* 6 */
 };
 
 /* Structs the library fills: every member up to version 23, in the header's order. */
@@ -291,6 +306,8 @@ _Static_assert(offsetof(OrtApi, KernelContext_GetOutput) / sizeof(void *) == 91,
 _Static_assert(offsetof(OrtApi, ReleaseStatus) / sizeof(void *) == 93, "OrtApi slot of ReleaseStatus");
 _Static_assert(offsetof(OrtApi, ReleaseValue) / sizeof(void *) == 96, "OrtApi slot of ReleaseValue");
 _Static_assert(offsetof(OrtApi, ReleaseTensorTypeAndShapeInfo) / sizeof(void *) == 99, "OrtApi slot of ReleaseTensorTypeAndShapeInfo");
+_Static_assert(offsetof(OrtApi, CreateOpAttr) / sizeof(void *) == 211, "OrtApi slot of CreateOpAttr");
+_Static_assert(offsetof(OrtApi, ReleaseOpAttr) / sizeof(void *) == 212, "OrtApi slot of ReleaseOpAttr");
 _Static_assert(offsetof(OrtApi, HasSessionConfigEntry) / sizeof(void *) == 237, "OrtApi slot of HasSessionConfigEntry");
 _Static_assert(offsetof(OrtApi, GetSessionConfigEntry) / sizeof(void *) == 238, "OrtApi slot of GetSessionConfigEntry");
 _Static_assert(offsetof(OrtApi, Logger_LogMessage) / sizeof(void *) == 247, "OrtApi slot of Logger_LogMessage");
@@ -300,11 +317,13 @@ _Static_assert(offsetof(OrtApi, GetValueInfoTypeInfo) / sizeof(void *) == 290, "
 _Static_assert(offsetof(OrtApi, CreateKeyValuePairs) / sizeof(void *) == 295, "OrtApi slot of CreateKeyValuePairs");
 _Static_assert(offsetof(OrtApi, AddKeyValuePair) / sizeof(void *) == 296, "OrtApi slot of AddKeyValuePair");
 _Static_assert(offsetof(OrtApi, ReleaseKeyValuePairs) / sizeof(void *) == 300, "OrtApi slot of ReleaseKeyValuePairs");
+_Static_assert(offsetof(OrtApi, GetModelEditorApi) / sizeof(void *) == 291, "OrtApi slot of GetModelEditorApi");
 _Static_assert(offsetof(OrtApi, HardwareDevice_Type) / sizeof(void *) == 307, "OrtApi slot of HardwareDevice_Type");
 _Static_assert(offsetof(OrtApi, GetEpApi) / sizeof(void *) == 317, "OrtApi slot of GetEpApi");
 _Static_assert(offsetof(OrtApi, GetTensorSizeInBytes) / sizeof(void *) == 318, "OrtApi slot of GetTensorSizeInBytes");
 _Static_assert(offsetof(OrtApi, ValueInfo_GetInitializerValue) / sizeof(void *) == 326, "OrtApi slot of ValueInfo_GetInitializerValue");
 _Static_assert(offsetof(OrtApi, ValueInfo_IsConstantInitializer) / sizeof(void *) == 331, "OrtApi slot of ValueInfo_IsConstantInitializer");
+_Static_assert(offsetof(OrtApi, Graph_GetModelPath) / sizeof(void *) == 334, "OrtApi slot of Graph_GetModelPath");
 _Static_assert(offsetof(OrtApi, Graph_GetOnnxIRVersion) / sizeof(void *) == 335, "OrtApi slot of Graph_GetOnnxIRVersion");
 _Static_assert(offsetof(OrtApi, Graph_GetNumOperatorSets) / sizeof(void *) == 336, "OrtApi slot of Graph_GetNumOperatorSets");
 _Static_assert(offsetof(OrtApi, Graph_GetOperatorSets) / sizeof(void *) == 337, "OrtApi slot of Graph_GetOperatorSets");
@@ -329,6 +348,7 @@ _Static_assert(offsetof(OrtApi, OpAttr_GetTensorAttributeAsOrtValue) / sizeof(vo
 _Static_assert(offsetof(OrtApi, OpAttr_GetType) / sizeof(void *) == 363, "OrtApi slot of OpAttr_GetType");
 _Static_assert(offsetof(OrtApi, OpAttr_GetName) / sizeof(void *) == 364, "OrtApi slot of OpAttr_GetName");
 _Static_assert(offsetof(OrtApi, GetTensorData) / sizeof(void *) == 378, "OrtApi slot of GetTensorData");
+_Static_assert(offsetof(OrtModelEditorApi, CreateNode) / sizeof(void *) == 6, "OrtModelEditorApi slot of CreateNode");
 _Static_assert(offsetof(OrtEpApi, NodeComputeContext_NodeName) / sizeof(void *) == 4, "OrtEpApi slot 4");
 _Static_assert(offsetof(OrtEp, GetCompiledModelCompatibilityInfo) / sizeof(void *) == 12, "OrtEp of version 23");
 _Static_assert(offsetof(OrtEpFactory, CreateSyncStreamForDevice) / sizeof(void *) == 13,

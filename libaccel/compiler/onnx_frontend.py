@@ -32,6 +32,7 @@ node (or input) and the reason.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,12 +81,20 @@ class OnnxGraph:
 
     def to_ir(self, index: int, value: np.ndarray) -> np.ndarray:
         """An ONNX-layout value of IR tensor ``index`` in the IR's layout."""
-        perm = self.layouts.get(index)
-        return np.ascontiguousarray(value.transpose(perm)) if perm else value
+        return layout_to_ir(value, self.layouts.get(index))
 
     def to_onnx(self, index: int, value: np.ndarray) -> np.ndarray:
-        perm = self.layouts.get(index)
-        return np.ascontiguousarray(value.transpose(np.argsort(perm))) if perm else value
+        return layout_to_onnx(value, self.layouts.get(index))
+
+
+def layout_to_ir(value: np.ndarray, perm: Sequence[int] | None) -> np.ndarray:
+    """An ONNX-layout value in the IR's layout, ``perm`` being its tensor's ``OnnxGraph.layouts``."""
+    return np.ascontiguousarray(value.transpose(perm)) if perm else value
+
+
+def layout_to_onnx(value: np.ndarray, perm: Sequence[int] | None) -> np.ndarray:
+    """An IR-layout value back in ONNX's layout (the inverse of :func:`layout_to_ir`)."""
+    return np.ascontiguousarray(value.transpose(np.argsort(perm))) if perm else value
 
 
 def _attrs(node: Any) -> dict[str, Any]:
@@ -399,6 +408,8 @@ def _ort_dtype(type_str: str) -> np.dtype:
 
 QDQ_GROUP_OPS = ("Add", "Mul", "MaxPool", "Concat")  # float ops a QDQ group is lowered around
 _FLOAT_SUMS = ("Conv", "MatMul", "Gemm", "GlobalAveragePool", "AveragePool")  # float QDQ ops left alone
+# float QDQ ops taken, with ``float_sums``, as the QLinear op of their bytes (at most 1 unit off)
+FLOAT_SUM_GROUP_OPS = ("Conv", "MatMul")
 
 
 @dataclass
@@ -412,7 +423,10 @@ class QdqGroup:
 
 
 def select_qdq_groups(
-    model: Any, consts: dict[str, np.ndarray], info: dict[str, tuple[str, tuple[int, ...]]]
+    model: Any,
+    consts: dict[str, np.ndarray],
+    info: dict[str, tuple[str, tuple[int, ...]]],
+    ops: tuple[str, ...] = QDQ_GROUP_OPS,
 ) -> dict[int, QdqGroup]:
     """The QDQ groups of a QOperator-form model around an op of :data:`QDQ_GROUP_OPS`, by id(op).
 
@@ -420,7 +434,9 @@ def select_qdq_groups(
     op is elementwise or selects its inputs' values (Add, Mul, MaxPool, Concat), so the group is a
     function of one or two stored bytes per element, and the reader lowers it as tables of that
     very float computation (:meth:`_Reader._read_group`). A group's DequantizeLinear outputs and
-    its op's output are read by the group alone; its scales and zero points are constants, one each."""
+    its op's output are read by the group alone; its scales and zero points are constants, one each
+    (a constant weight's may be per channel). ``ops`` adds :data:`FLOAT_SUM_GROUP_OPS` for
+    ``float_sums`` (:meth:`_Reader._group_sum`)."""
     nodes = [n for n in model.graph.node if n.op_type != "Constant"]
     producer = {o: n for n in nodes for o in n.output if o}
     consumers: dict[str, list[Any]] = {}
@@ -435,7 +451,7 @@ def select_qdq_groups(
 
     groups: dict[int, QdqGroup] = {}
     for n in nodes:
-        if n.op_type not in QDQ_GROUP_OPS or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
+        if n.op_type not in ops or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
             continue
         readers = consumers.get(n.output[0], [])
         if len(readers) != 1 or readers[0].op_type != "QuantizeLinear" or n.output[0] in graph_outputs:
@@ -463,11 +479,14 @@ def select_qdq_groups(
 class _Reader:
     """One pass over a QOperator-form model, building the IR."""
 
-    def __init__(self, model: Any, info: dict[str, tuple[str, tuple[int, ...]]]) -> None:
+    def __init__(
+        self, model: Any, info: dict[str, tuple[str, tuple[int, ...]]], float_sums: bool = False
+    ) -> None:
         from onnx import numpy_helper
 
         self.model = model
         self.info = info
+        self.float_sums = float_sums
         self.opset = model_opset(model)
         self.consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
         for n in model.graph.node:  # Constant nodes are constants too
@@ -615,7 +634,8 @@ class _Reader:
 
     def read(self) -> None:
         self.collect_quant()
-        self.groups = select_qdq_groups(self.model, self.consts, self.info)
+        ops = QDQ_GROUP_OPS + (FLOAT_SUM_GROUP_OPS if self.float_sums else ())
+        self.groups = select_qdq_groups(self.model, self.consts, self.info, ops)
         members = {id(m): g for g in self.groups.values() for m in (*g.dqs, g.q)}
         done: set[int] = set()
         dequantized = {n.output[0]: True for n in self.model.graph.node if n.op_type == "DequantizeLinear"}
@@ -1200,13 +1220,68 @@ class _Reader:
     def _read_group(self, g: QdqGroup) -> bool:
         """A :class:`QdqGroup` on the NPU, every IR node mapped to the group's op."""
         start = len(self.nodes)
-        reader = {"MaxPool": self._group_pool, "Concat": self._group_concat}.get(
-            g.op.op_type, self._group_binary
-        )
+        readers = {"MaxPool": self._group_pool, "Concat": self._group_concat}
+        readers |= dict.fromkeys(FLOAT_SUM_GROUP_OPS, self._group_sum)
+        reader = readers.get(g.op.op_type, self._group_binary)
         if not reader(g):
             return False
         for i in range(start, len(self.nodes)):
             self.onnx_nodes[i] = g.op
+        return True
+
+    def _group_sum(self, g: QdqGroup) -> bool:
+        """A float Conv or MatMul group as the QLinearConv / QLinearMatMul of its stored bytes: the
+        NPU's exact integer sum requantized once, where onnxruntime sums the dequantized values in
+        float32 before its QuantizeLinear, so an output can be 1 unit off (taken with ``float_sums``)."""
+        from onnx import helper
+
+        op = g.op
+        dq_of = {d.output[0]: d for d in g.dqs}
+        x, w = dq_of.get(op.input[0]), dq_of.get(op.input[1])
+        if x is None or w is None or w.input[0] not in self.consts or x.input[0] in self.consts:
+            self._refused = "its weight is not a constant quantized by a DequantizeLinear"
+            return False
+        if any(len(d.input) < 3 or not d.input[2] for d in (x, w, g.q)):
+            self._refused = "a zero point is implicit"
+            return False
+        inputs = [*x.input[:3], *w.input[:3], *g.q.input[1:3]]
+        if op.op_type == "Conv" and len(op.input) > 2 and op.input[2]:
+            b = dq_of.get(op.input[2])
+            if b is None or b.input[0] not in self.consts or self.consts[b.input[0]].dtype != np.int32:
+                self._refused = "its bias is not an int32 constant quantized by a DequantizeLinear"
+                return False
+            # QLinearConv's bias is in units of x_scale * w_scale, as quantize_static writes it
+            want = np.float32(self.consts[x.input[1]]) * np.asarray(self.consts[w.input[1]], np.float32)
+            zp = self.consts.get(b.input[2]) if len(b.input) > 2 and b.input[2] else None
+            scale = np.asarray(self.consts[b.input[1]], np.float32)
+            a, c = np.ravel(scale), np.ravel(want)
+            same = a.size in (1, c.size) or c.size == 1
+            if (zp is not None and np.any(zp != 0)) or not same or not np.all(a == c):
+                self._refused = "its bias is not quantized by x_scale * w_scale"
+                return False
+            inputs.append(b.input[0])
+        y, x_type = g.q.output[0], self.info[x.input[0]][0]
+        out = y
+        if self.info[y][0] != x_type:  # the output's Q converted to the other 8-bit type (zero point +-128)
+            out = f"{y}:{x_type}"
+            self.info[out] = (x_type, self.info[y][1])
+            zp = int(np.asarray(self.consts[g.q.input[2]]).ravel()[0]) + (128 if x_type == "int8" else -128)
+            self.consts[f"{out}:zero_point"] = np.array(
+                zp - 256 if x_type == "int8" and zp > 127 else zp, x_type
+            )
+            inputs[7] = f"{out}:zero_point"
+        qop = "QLinearConv" if op.op_type == "Conv" else "QLinearMatMul"
+        node = helper.make_node(qop, inputs, [out], name=op.name)
+        if op.op_type == "Conv":
+            node.attribute.extend(op.attribute)
+        if out != y:
+            self.quant[out] = self.qparams(node, inputs[6], inputs[7])
+        if not (self._read_QLinearConv(node) if qop == "QLinearConv" else self._read_QLinearMatMul(node)):
+            return False
+        if out != y:  # the same values in the output's type: each byte XOR 0x80
+            table = (_bytes(x_type).view(np.uint8) ^ np.uint8(0x80)).view(self.info[y][0])
+            index = self._table_tensor(f"{y}:flip", self.info[y][0], table)
+            self.nodes.append(OpNode(len(self.nodes), "LOOKUP", (self.tensor(out), index), (self.tensor(y),)))
         return True
 
     def _group_pool(self, g: QdqGroup) -> bool:
@@ -1315,9 +1390,15 @@ def _bytes(dtype: str) -> np.ndarray:
 
 
 def graph_from_onnx(
-    model: str | Path | bytes | Any, shapes: dict[str, tuple[int, ...]] | None = None
+    model: str | Path | bytes | Any,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    float_sums: bool = False,
 ) -> OnnxGraph:
-    """Read a quantized ONNX model (path, bytes or ModelProto) into the IR; see the module docstring."""
+    """Read a quantized ONNX model (path, bytes or ModelProto) into the IR; see the module docstring.
+
+    ``float_sums``: the QDQ Conv and MatMul groups onnxruntime computes in float32 are lowered too,
+    as the integer QLinear op of their bytes, at most 1 quantized unit from onnxruntime's outputs
+    (by default they stay on the CPU, and every NPU output is bit-exact)."""
     import onnx
 
     m = onnx.ModelProto()
@@ -1328,7 +1409,7 @@ def graph_from_onnx(
     if form == "qdq":
         m = qoperator_form(m)
     info = _probe(m)
-    reader = _Reader(m, info)
+    reader = _Reader(m, info, float_sums)
     reader.read()
     types = {name: dtype for name, (dtype, _) in info.items()}
     types |= {name: str(v.dtype) for name, v in reader.consts.items()}

@@ -64,15 +64,63 @@ def test_int8_quantize_static_model_runs_exactly(tmp_path: Path) -> None:
     onnx.save(quantize(resnet_like(), "qdq", "int8"), path)
     result = run_ep(path, {"device": "shim"})
     assert result["differing_bytes"] == 0
-    # each group compiled from the whole model, where the fusion sees the int8 Q/DQ context
-    assert result["assigned"] == {"VnpuExecutionProvider": 36, "CPUExecutionProvider": 17}
+    # each group compiled from the whole model, where the fusion sees the int8 Q/DQ context; the
+    # float Conv groups too (at most 1 unit off, none on these inputs)
+    assert result["assigned"] == {"VnpuExecutionProvider": 51, "CPUExecutionProvider": 2}
+    exact = run_ep(path, {"device": "shim", "exact": "true"})
+    assert exact["differing_bytes"] == 0
+    assert exact["assigned"] == {"VnpuExecutionProvider": 36, "CPUExecutionProvider": 17}
 
 
 # (vnpu EP nodes, all nodes) of onnxruntime's graph, quantize_static's defaults and uint8 activations
 NETWORK_COUNTS = {
-    "int8": {"odd_cnn": (37, 54), "attention_block": (0, 56), "ffn": (16, 22)},
+    "int8": {"odd_cnn": (52, 54), "attention_block": (0, 56), "ffn": (20, 22)},
     "uint8": {"odd_cnn": (52, 54), "attention_block": (23, 56), "ffn": (12, 22)},
 }
+# with the exact option: the QDQ Conv/MatMul groups onnxruntime computes in float stay on the CPU EP
+EXACT_COUNTS = {"odd_cnn": (37, 54), "attention_block": (0, 56), "ffn": (16, 22)}
+
+
+def test_exact_option_keeps_float_sums_on_the_cpu(tmp_path: Path) -> None:
+    paths = measure.quantized_networks(tmp_path, "int8")
+    counts = {}
+    for name, path in paths.items():
+        m = measure.measure(name, path, {"device": "shim", "exact": "true"}, runs=3)
+        assert m.differing_bytes == 0, (name, m)
+        counts[name] = (m.vnpu, m.total)
+    assert counts == EXACT_COUNTS
+
+
+def test_float_sum_groups_on_the_npu_within_one_unit() -> None:
+    """float_sums: a QDQ Conv/MatMul group onnxruntime computes in float32 runs as the QLinear op
+    of its bytes; every output within 1 quantized unit of onnxruntime's."""
+    from onnx import numpy_helper
+
+    from libaccel import Device
+    from libaccel.compiler import onnx_frontend as fe
+    from libaccel.model import OnnxProgram
+    from tools.convert.make_onnx_models import ffn, odd_cnn, quantize
+
+    device = Device.open("shim")
+    rng = np.random.default_rng(5)
+    for build in (odd_cnn, ffn):
+        model = quantize(build(), "qdq", "int8")
+        program = OnnxProgram(fe.graph_from_onnx(model, float_sums=True), device)
+        npu = {p.op for p in program.placement if p.npu}
+        assert {"Conv" if build is odd_cnn else "MatMul"} <= npu, npu
+        inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        last = next(n for n in reversed(model.graph.node) if n.op_type == "DequantizeLinear")
+        unit = float(inits[last.input[1]])
+        ref = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        name = model.graph.input[0].name
+        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+        for _ in range(4):
+            x = (2 * rng.standard_normal(shape)).astype(np.float32)
+            (want,) = ref.run(None, {name: x})
+            (got,) = program.run({name: x}).values()
+            assert np.abs(got - want).max() <= unit * 1.001
+        program.close()
+    device.close()
 
 
 @pytest.mark.parametrize("activations", ["int8", "uint8"])
