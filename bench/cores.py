@@ -5,9 +5,10 @@ Each client is one open file of the device, doing one of two workloads back to b
 * ``empty job``: a stream that is just END (the driver, scheduler, doorbell and interrupt
   path with no device work), queued back to back, waiting for the last one;
 * ``model invoke``: a MobileNetV1-shaped int8 network (128x128, width 0.5) compiled as one
-  NPU partition, run and waited for, over and over; every output is compared byte for byte
-  with the same input's output from one client alone, so concurrency that changed a result
-  shows as ``exact: no``.
+  NPU partition, run and waited for, over and over, each run on the next of ``POOL`` distinct
+  input sets (a new input each invoke, as in every model bench here); every output is compared
+  byte for byte with the same input's output from one client alone, so concurrency that changed
+  a result shows as ``exact: no``.
 
 A third measure is the head-of-line blocking the cores remove: the empty-job round trip of one
 file while another file invokes the model back to back. On one core every empty job waits for
@@ -49,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from bench.clients import EmptyJob, collect_results, percentile, wait_until_ready, wall_seconds
+from bench.input_feed import POOL
 
 EMPTY, MODEL = "empty job", "model invoke"
 THREADS, PROCESSES = "threads", "processes"  # how the device model runs its cores
@@ -180,12 +182,12 @@ def hand_off(work: ModelWork, invokes: int) -> HandOff:
         assert worker is not None and worker.pid is not None
         dev = Device(ShimBackend(shim))
         with PartitionRunner(dev, work.compiled) as runner:
-            runner.run(work.feed)
+            runner.run(work.feed(0))
             Npu._run = timed  # type: ignore[method-assign]
             try:
                 w0 = _proc_cpu_seconds(worker.pid)
-                for _ in range(invokes):
-                    runner.run(work.feed)
+                for i in range(invokes):
+                    runner.run(work.feed(i))
                 worker_s = _proc_cpu_seconds(worker.pid) - w0
             finally:
                 Npu._run = run_job  # type: ignore[method-assign]
@@ -221,14 +223,14 @@ def mac_share(work: ModelWork, invokes: int) -> MacShare:
     try:
         dev = Device(ShimBackend(shim))
         with PartitionRunner(dev, work.compiled) as runner:
-            runner.run(work.feed)
+            runner.run(work.feed(0))
             Npu._run, mac.run = timed("job", run_job), timed("mac", run_mac)  # type: ignore[method-assign]
             Npu.run_prepared = timed("job", run_replay)  # type: ignore[method-assign]
             mac.BoundRun.run = timed("mac", run_bound)  # type: ignore[method-assign]  # layers bound to memory
             mac.UnitGroup.run = timed("mac", run_group)  # type: ignore[method-assign]  # a bound stream's C runs
             try:
-                for _ in range(invokes):
-                    runner.run(work.feed)
+                for i in range(invokes):
+                    runner.run(work.feed(i))
             finally:
                 Npu._run, mac.run = run_job, run_mac  # type: ignore[method-assign]
                 Npu.run_prepared = run_replay  # type: ignore[method-assign]
@@ -242,11 +244,21 @@ def mac_share(work: ModelWork, invokes: int) -> MacShare:
 
 @dataclass
 class ModelWork:
-    """The benchmark model, compiled once; its input and the output a lone client gets."""
+    """The benchmark model, compiled once; its distinct input sets, which the invokes take in turn (a
+    new input each invoke, :mod:`bench.input_feed`), and the output a lone client gets for each."""
 
     compiled: Any
-    feed: dict[int, np.ndarray]
-    expected: dict[int, np.ndarray] | None = None
+    feeds: list[dict[int, np.ndarray]]
+    expected: list[dict[int, np.ndarray]] | None = None
+
+    def feed(self, i: int) -> dict[int, np.ndarray]:
+        """The input set of the ``i``-th invoke."""
+        return self.feeds[i % len(self.feeds)]
+
+    def equals_alone(self, i: int, out: dict[int, np.ndarray]) -> bool:
+        """Whether the ``i``-th invoke's outputs are the lone client's for its input set."""
+        assert self.expected is not None
+        return all(np.array_equal(out[k], v) for k, v in self.expected[i % len(self.expected)].items())
 
     @classmethod
     def build(cls) -> ModelWork:
@@ -257,14 +269,16 @@ class ModelWork:
         model = g.mobilenet_v1_model(128, 0.5, 10, seed=1)
         graph = graph_from_tflite(model)
         compiled = compile_partition(graph, [n.index for n in graph.nodes], SPEC.version)
-        inputs = g.random_inputs(model, seed=1)
-        return cls(compiled, dict(zip(graph.inputs, inputs, strict=True)))
+        feeds = [
+            dict(zip(graph.inputs, g.random_inputs(model, seed=1 + k), strict=True)) for k in range(POOL)
+        ]
+        return cls(compiled, feeds)
 
     def run_alone(self, dev: Any) -> None:
         from libaccel.compiler import PartitionRunner
 
         with PartitionRunner(dev, self.compiled) as runner:
-            self.expected = {k: v.copy() for k, v in runner.run(self.feed).items()}
+            self.expected = [{k: v.copy() for k, v in runner.run(f).items()} for f in self.feeds]
 
 
 def _client(
@@ -296,14 +310,14 @@ def _client(
 
             assert work is not None and work.expected is not None
             with PartitionRunner(dev, work.compiled) as runner:
-                runner.run(work.feed)
+                runner.run(work.feed(0))
                 ready.put(True)
                 start.wait()
                 exact = True
                 t0 = time.perf_counter()
-                for _ in range(count):
-                    out = runner.run(work.feed)
-                    exact &= all(np.array_equal(out[k], v) for k, v in work.expected.items())
+                for i in range(count):
+                    out = runner.run(work.feed(i))
+                    exact &= work.equals_alone(i, out)
                 results.put(("ok", t0, time.perf_counter(), exact))
         finally:
             dev.close()
@@ -320,11 +334,11 @@ def _background(open_device: Callable[[], Any], work: ModelWork, ready: Any, sto
         dev = open_device()
         try:
             with PartitionRunner(dev, work.compiled) as runner:
-                runner.run(work.feed)
+                runner.run(work.feed(0))
                 ready.put(True)
                 n = 0
                 while not stop.is_set():
-                    runner.run(work.feed)
+                    runner.run(work.feed(n))
                     n += 1
                 results.put(("ok", n))
         finally:

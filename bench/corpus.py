@@ -119,7 +119,7 @@ def run_exact(model: bytes, runtime: str, device: str, lib_path: str | None = No
 MIN_GROUP_SECONDS = 0.2  # a timing group lasts at least this long: small models get enough invokes
 
 
-def _median_invoke_ms(interp: Any, feed: InputFeed, runs: int) -> float:
+def median_invoke_ms(interp: Any, feed: InputFeed, runs: int) -> float:
     """Median of at least ``runs`` invokes, and of as many more as fit in ``MIN_GROUP_SECONDS``, each
     after a new input (:mod:`bench.input_feed`, not timed)."""
     feed.feed(interp)
@@ -150,8 +150,8 @@ def time_invokes(model: bytes, device: str, runs: int) -> tuple[float, float]:
     # Interleave the two so that a change in the machine's load hits both alike.
     npu_ms, cpu_ms = [], []
     for _ in range(3):
-        npu_ms.append(_median_invoke_ms(npu, feed, max(1, runs // 3)))
-        cpu_ms.append(_median_invoke_ms(cpu, feed, max(1, runs // 3)))
+        npu_ms.append(median_invoke_ms(npu, feed, max(1, runs // 3)))
+        cpu_ms.append(median_invoke_ms(cpu, feed, max(1, runs // 3)))
     return float(np.median(npu_ms)), float(np.median(cpu_ms))
 
 

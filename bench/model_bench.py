@@ -48,6 +48,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -806,18 +807,25 @@ class _SplitSamples:
         )
 
 
-def _time_plain(samples: _SplitSamples, run: Callable[[], None], count: int) -> None:
-    """``count`` runs back to back, each timed, as an application's invoke loop makes them."""
+def _time_plain(
+    samples: _SplitSamples, run: Callable[[], None], count: int, before: Callable[[], None]
+) -> None:
+    """``count`` runs back to back, each timed after ``before`` (a new input, not timed), as an
+    application's invoke loop makes them."""
     clock = time.perf_counter_ns
     for _ in range(count):
+        before()
         t0 = clock()
         run()
         samples.plain.append((clock() - t0) / 1000)
 
 
-def _sample(samples: _SplitSamples, run: Callable[[], None], first: str, last: str) -> None:
-    """One run, timed with the marks and job profiles on."""
+def _sample(
+    samples: _SplitSamples, run: Callable[[], None], first: str, last: str, before: Callable[[], None]
+) -> None:
+    """One run after ``before`` (not timed), timed with the marks and job profiles on."""
     clock = time.perf_counter_ns
+    before()
     with profile_jobs() as jobs, probe.collect() as marks:
         probe.mark(first)
         t0 = clock()
@@ -834,13 +842,12 @@ def profile_splits(runs: int, models: Sequence[tuple[str, bytes]] | None = None)
     (One sample of each in turn would measure cold invokes: about 10% slower.) In its block, a
     subject runs ``runs / SPLIT_ROUNDS`` times back to back without marks (the invoke's figure: a
     marked run before each would cool the caches for it), then as many times with the marks on
-    (the split)."""
+    (the split). A model gets a new input before every run (:mod:`bench.input_feed`, not timed)."""
     import tflite_runtime.interpreter as tfl
 
     import delegate_teflon
     from bench.clients import EmptyJob
     from libaccel.compiler import graph_from_tflite
-    from modelgen import random_inputs
     from modelgen.ops import elementwise_model
 
     if models is None:
@@ -858,29 +865,36 @@ def profile_splits(runs: int, models: Sequence[tuple[str, bytes]] | None = None)
             probe.mark("libaccel.wait")
             ej.wait()
 
-        subjects: list[tuple[_SplitSamples, Callable[[], None], str, str]] = [
-            (_SplitSamples("empty job", 0), empty_round_trip, "delegate.submit", "delegate.waited")
+        def nothing() -> None:
+            pass
+
+        subjects: list[tuple[_SplitSamples, Callable[[], None], str, str, Callable[[], None]]] = [
+            (_SplitSamples("empty job", 0), empty_round_trip, "delegate.submit", "delegate.waited", nothing)
         ]
         for name, model in models:
             cache = stack.enter_context(tempfile.TemporaryDirectory(prefix="vnpu-bench-profile-"))
             delegate = tfl.load_delegate(delegate_teflon.library_path(), _delegate_options(Path(cache)))
             interp = _interpreter(tfl, model, [delegate], tfl.OpResolverType.BUILTIN_REF, 1)
-            _set_inputs(interp, random_inputs(model, seed=0))
+            feed = InputFeed(interp.get_input_details(), seed=2)
             samples = _SplitSamples(name, len(graph_from_tflite(model).nodes))
-            subjects.append((samples, interp.invoke, "tflite.invoke", "tflite.returned"))
+            subjects.append(
+                (samples, interp.invoke, "tflite.invoke", "tflite.returned", partial(feed.feed, interp))
+            )
         for _ in range(20):
-            for _, run, _, _ in subjects:
+            for _, run, _, _, before in subjects:
+                before()
                 run()
         rounds = min(runs, SPLIT_ROUNDS)
         for r in range(rounds):
-            for samples, run, first, last in subjects:
+            for samples, run, first, last, before in subjects:
                 for _ in range(SPLIT_WARMUP):
+                    before()
                     run()
                 count = runs * (r + 1) // rounds - runs * r // rounds
-                _time_plain(samples, run, count)
+                _time_plain(samples, run, count, before)
                 for _ in range(count):
-                    _sample(samples, run, first, last)
-        return [samples.split() for samples, _, _, _ in subjects]
+                    _sample(samples, run, first, last, before)
+        return [samples.split() for samples, _, _, _, _ in subjects]
 
 
 def format_split(splits: Sequence[InvokeSplit]) -> str:

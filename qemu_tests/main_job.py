@@ -28,16 +28,31 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKDIR = ROOT / "build" / "main_job"
 
 
+DEFAULT_SIZE, DEFAULT_ALPHA = 224, 1.0  # the generated model's input size and width multiplier
+
+
+def default_model_path(size: int = DEFAULT_SIZE, alpha: float = DEFAULT_ALPHA) -> Path:
+    """Where :func:`default_model` writes the generated model."""
+    return WORKDIR / f"mobilenet_v1_{size}_{alpha:g}.tflite"
+
+
+def default_model(size: int = DEFAULT_SIZE, alpha: float = DEFAULT_ALPHA) -> Path:
+    """The generated MobileNetV1-shaped int8 model the job runs without ``--model``, written once."""
+    from modelgen import mobilenet_v1_model
+
+    WORKDIR.mkdir(parents=True, exist_ok=True)
+    model = default_model_path(size, alpha)
+    if not model.exists():
+        print(f"[main] writing a MobileNetV1-shaped int8 model ({size}x{size}, alpha {alpha:g})")
+        model.write_bytes(mobilenet_v1_model(size=size, alpha=alpha))
+    return model
+
+
 def prepare(model: Path | None, size: int, alpha: float, seed: int) -> tuple[Path, Path]:
     """Write (or reuse) the model and its reference outputs; return both paths."""
     WORKDIR.mkdir(parents=True, exist_ok=True)
     if model is None:
-        from modelgen import mobilenet_v1_model
-
-        model = WORKDIR / f"mobilenet_v1_{size}_{alpha:g}.tflite"
-        if not model.exists():
-            print(f"[main] writing a MobileNetV1-shaped int8 model ({size}x{size}, alpha {alpha:g})")
-            model.write_bytes(mobilenet_v1_model(size=size, alpha=alpha))
+        model = default_model(size, alpha)
     reference = WORKDIR / f"{model.stem}.seed{seed}.reference.npz"
     if not reference.exists() or reference.stat().st_mtime < model.stat().st_mtime:
         start = time.perf_counter()
@@ -50,8 +65,15 @@ def prepare(model: Path | None, size: int, alpha: float, seed: int) -> tuple[Pat
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m qemu_tests.main_job", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, help="your own int8 .tflite file (default: generated MobileNetV1)")
-    p.add_argument("--size", type=int, default=224, help="input size of the generated model (default 224)")
-    p.add_argument("--alpha", type=float, default=1.0, help="width multiplier of the generated model")
+    p.add_argument(
+        "--size",
+        type=int,
+        default=DEFAULT_SIZE,
+        help=f"input size of the generated model (default {DEFAULT_SIZE})",
+    )
+    p.add_argument(
+        "--alpha", type=float, default=DEFAULT_ALPHA, help="width multiplier of the generated model"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--runs", type=int, default=3, help="timed invokes after the first")
     p.add_argument("--kernel", metavar="RELEASE", help="the guest kernel (as python -m qemu_tests --kernel)")
