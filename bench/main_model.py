@@ -21,11 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import RESULTS
 from bench.corpus import median_invoke_ms
 from bench.input_feed import InputFeed
 
 GROUPS = 3
 INPUT_SEED = 3
+
+DEFAULT_JSON = RESULTS / "main_model.json"
 
 
 def time_model(model: bytes, device: str, runs: int) -> dict[str, float | int | str]:
@@ -54,7 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("model", type=Path, help="the .tflite file")
     p.add_argument("--device", default="shim", help="shim (default), kernel, or /dev/accel/accelN")
     p.add_argument("--runs", type=int, default=30, help="the fewest timed invokes (default 30)")
-    p.add_argument("--json", type=Path, required=True, help="where the result goes")
+    p.add_argument(
+        "--json", type=Path, default=DEFAULT_JSON, help="the result (default build/bench/main_model.json)"
+    )
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be positive")
