@@ -46,6 +46,7 @@ rng = np.random.default_rng(0)
 types = {"tensor(float)": np.float32, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8}
 result["differing_bytes"] = 0
 result["bytes"] = 0
+result["max_abs"] = [0.0] * len(ref.get_outputs())
 for _ in range(runs):
     feeds = {}
     for inp in session.get_inputs():
@@ -56,9 +57,11 @@ for _ in range(runs):
         else:
             info = np.iinfo(dtype)
             feeds[inp.name] = rng.integers(info.min, info.max + 1, shape).astype(dtype)
-    for y, r in zip(session.run(None, feeds), ref.run(None, feeds)):
+    for k, (y, r) in enumerate(zip(session.run(None, feeds), ref.run(None, feeds))):
         result["differing_bytes"] += int((y.view(np.uint8) != r.view(np.uint8)).sum())
         result["bytes"] += int(r.nbytes)
+        diff = float(np.abs(y.astype(np.float64) - r.astype(np.float64)).max()) if r.size else 0.0
+        result["max_abs"][k] = max(result["max_abs"][k], diff)
 result["assigned"] = {}
 for a in session.get_provider_graph_assignment_info():
     result["assigned"][a.ep_name] = result["assigned"].get(a.ep_name, 0) + len(a.get_nodes())
@@ -82,6 +85,26 @@ class Measured:
     differing_bytes: int
     bytes: int
     vnpu_ops: list[str]
+    max_units: float = 0.0  # the largest output difference, in quantized units of that output
+
+
+def output_units(model: Path | str) -> list[float]:
+    """Each graph output's quantized unit: the scale of the DequantizeLinear that writes it (a
+    float output), else 1 (an 8-bit output's stored values are its units)."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(model), load_external_data=False)
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    producer = {o: n for n in m.graph.node for o in n.output}
+    units = []
+    for out in m.graph.output:
+        node = producer.get(out.name)
+        scale = inits.get(node.input[1]) if node is not None and node.op_type == "DequantizeLinear" else None
+        if scale is not None and scale.size != 1:
+            raise ValueError(f"output {out.name!r}: its DequantizeLinear is per channel")
+        units.append(float(scale) if scale is not None else 1.0)
+    return units
 
 
 def run_ep(model: Path | str, options: dict[str, str], runs: int = 1) -> dict:
@@ -113,6 +136,7 @@ def measure(name: str, model: Path | str, options: dict[str, str], runs: int = 1
     if "error" in r:
         raise RuntimeError(f"{name}: {r['error']}")
     assigned = r["assigned"]
+    units = output_units(model)
     return Measured(
         name,
         assigned.get(vnpu_ort_ep.EP_NAME, 0),
@@ -120,6 +144,7 @@ def measure(name: str, model: Path | str, options: dict[str, str], runs: int = 1
         r["differing_bytes"],
         r["bytes"],
         r["vnpu_ops"],
+        max((d / u for d, u in zip(r["max_abs"], units, strict=True)), default=0.0),
     )
 
 
