@@ -38,6 +38,13 @@ install_debian_packages() {
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
 }
 
+# pip's output cut to a line per step (each package it collects and downloads, the install, the result), so a
+# minute of downloads is not a minute of silence; from the first error on, every line.
+pip_progress() {
+	awk '/^(ERROR|error)/ { err = 1 }
+		err || /^(Collecting|Obtaining|  Downloading|Building|Installing collected|Successfully)/ { print "  pip: " $0; fflush() }'
+}
+
 install_venv() {
 	if [ ! -x .venv/bin/python ]; then
 		step "creating .venv"
@@ -46,8 +53,8 @@ install_venv() {
 	# Re-install when pyproject.toml changed since the last install.
 	if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
 		step "installing Python packages into .venv"
-		.venv/bin/pip install -q -U pip
-		.venv/bin/pip install -q -e '.[dev]'
+		.venv/bin/pip install -U pip 2>&1 | pip_progress
+		.venv/bin/pip install -e '.[dev]' 2>&1 | pip_progress
 		touch .venv/.installed
 	fi
 }

@@ -38,6 +38,7 @@ from pathlib import Path
 from bench import RESULTS
 from bench import cores as core_bench
 from bench.clients import EmptyJob, collect_results, percentile, wait_until_ready, wall_seconds
+from vnpu_common import config
 
 DEFAULT_OUT = RESULTS / "bench.json"
 FLOOR_READS = 4  # the kernel's doorbell floor, read before each quarter of the round trips
@@ -194,7 +195,7 @@ def round_trip_with_floor(device_name: str, iterations: int) -> tuple[LatencyRes
 
 
 def in_guest() -> bool:
-    return os.environ.get("VNPU_GUEST") == "1"
+    return bool(config.GUEST.get())
 
 
 def format_table(lat: LatencyResult, tps: list[ThroughputResult], floor: DoorbellFloor | None = None) -> str:

@@ -30,6 +30,7 @@ from bench import RESULTS
 from bench.doc_block import replace_block
 from bench.targets import target
 from qemu_tests.leak_check import count_leaks
+from vnpu_common import config
 
 DEFAULT_JSON = RESULTS / "reliability.json"
 MARK_BEGIN = (
@@ -69,7 +70,7 @@ def run_parts(
     else:
         # Through the environment: the fuzzer's forked workers open their own shim device (one
         # made here before the fork would be left without its threads in them).
-        os.environ["VNPU_SHIM_JOB_TIMEOUT_MS"] = str(GUEST_TIMEOUT_MS)
+        os.environ[config.SHIM_JOB_TIMEOUT_MS.name] = str(GUEST_TIMEOUT_MS)
 
     say(f"ioctl fuzzer, {budget * SHARES['fuzz']:.0f} s")
     fz = ioctl_fuzz.run(device, seed, budget * SHARES["fuzz"], procs=2, threads=2, batch=FUZZ_BATCH_S)

@@ -45,4 +45,5 @@ def library_path() -> str:
         sweep(out_dir)
         return build(out_dir)
 
-    return str(build_once(default_build_dir() / LIBRARY_NAME, sweep_and_build).resolve())
+    target = default_build_dir() / LIBRARY_NAME
+    return str(build_once(target, sweep_and_build, "the TFLite delegate libteflon.so (once, ~2 s)").resolve())

@@ -65,12 +65,6 @@ plugin.install(ffi, lib)
 COMPILE_ARGS = ["-O2", *WARNINGS, "-Wno-unused-parameter"]
 
 
-def python_start_source() -> str:
-    """The C of ``vnpu_start_python`` (``c/python_start.c``), for any library built with cffi's
-    embedding mode; compile it with :func:`python_start_macros`."""
-    return abi.PYTHON_START.read_text()
-
-
 def python_start_macros(label: str, flag: str) -> list[tuple[str, str]]:
     """python_start.c's macros: this Python's home, ``label`` (the library in messages) and ``flag``
     (the ``sys`` attribute the init code checks to know it runs embedded)."""

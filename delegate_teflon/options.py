@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from libaccel.compiler import partition
+from vnpu_common import config
 
-LOG_LEVELS = ("quiet", "info", "verbose")
+LOG_LEVELS = config.LOG_LEVELS
 #: The log level when the ``log_level`` option is absent (for hosts whose options you cannot change).
-LOG_LEVEL_ENV = "VNPU_DELEGATE_LOG_LEVEL"
+LOG_LEVEL_ENV = config.DELEGATE_LOG_LEVEL.name
 #: Mesa Teflon's switch, honoured too: a comma list of flags of which ``verbose`` counts here.
 TEFLON_DEBUG_ENV = "TEFLON_DEBUG"
 
@@ -69,12 +70,11 @@ def _op_list(key: str, value: str, known_ops: frozenset[str]) -> frozenset[str]:
 
 def default_log_level(environ: Mapping[str, str] = os.environ) -> str:
     """The log level the environment asks for: $VNPU_DELEGATE_LOG_LEVEL, then $TEFLON_DEBUG, else info."""
-    level = environ.get(LOG_LEVEL_ENV, "")
-    if level:
-        if level not in LOG_LEVELS:
-            raise OptionError(
-                f"vnpu delegate: {LOG_LEVEL_ENV}={level!r}: expected one of " + ", ".join(LOG_LEVELS)
-            )
+    try:
+        level = config.DELEGATE_LOG_LEVEL.get(environ)
+    except config.ConfigError as e:
+        raise OptionError(f"vnpu delegate: {e}") from None
+    if level is not None:
         return level
     flags = {f.strip() for f in environ.get(TEFLON_DEBUG_ENV, "").split(",")}
     return "verbose" if "verbose" in flags else "info"

@@ -164,10 +164,6 @@ class Mmu:
             raise MmuFault(VA_LIMIT, write, f"beyond the {hw.VA_BITS}-bit VA space")
         return runs
 
-    def translate(self, va: int, write: bool = False) -> int:
-        """The physical address of one byte."""
-        return self.translate_range(va, 1, write)[0][0]
-
     # --- data movement ----------------------------------------------------
     def gather(self, va: int, size: int, write: bool = False) -> np.ndarray:
         """Copy [va, va + size) out as a uint8 array.

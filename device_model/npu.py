@@ -53,7 +53,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -76,7 +75,6 @@ from .core_worker import (
 )
 from .faults import FaultInjector
 from .memory import PhysicalAddressError, SystemMemory
-from .sq_poll import DEFAULT_LIMIT_US, SqPoller
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -122,7 +120,6 @@ class Core:
     worker: CoreWorker | None = None  # process mode: the process that executes its jobs
     started: threading.Event = field(default_factory=threading.Event)  # its thread is serving
     start_error: str = ""  # why its worker did not start
-    poller: SqPoller = field(default_factory=SqPoller)  # its SQ polling window (device_model.sq_poll)
     # Took an entry and has not written its completion yet (guarded by Npu._dispatch_lock when set).
     busy: bool = False
 
@@ -148,8 +145,6 @@ class Npu:
         queue_fds: Sequence[int] | None = None,
         fw_pubkey: Ed25519PublicKey | None = None,
         num_cores: int = DEFAULT_CORES,
-        sq_poll_us: int = DEFAULT_LIMIT_US,
-        sq_poll_control: Path | None = None,
         core_processes: bool = False,
     ) -> None:
         mv = memoryview(bar2).cast("B")
@@ -197,7 +192,6 @@ class Npu:
                 i,
                 os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC),
                 doorbells=tuple(dict.fromkeys((self._queue_fds[i], *(absent if i == 0 else ())))),
-                poller=SqPoller(sq_poll_us, sq_poll_control, f"core {i}"),
             )
             for i in range(num_cores)
         ]
@@ -445,11 +439,6 @@ class Npu:
         return status
 
     @property
-    def fw_reject_reason(self) -> int:
-        """REG_FW_REJECT: why the last BOOT failed (hw_layout.FW_REJECT_*), 0 after a good one."""
-        return self._r32(hw.REG_FW_REJECT)
-
-    @property
     def powered(self) -> bool:
         """REG_POWER_STATE is POWER_ON."""
         return self._powered
@@ -603,15 +592,6 @@ class Npu:
             if fd in ready and _eventfd_drain(fd):
                 core.doorbell_wakes += 1
 
-    def _sq_work(self, core: Core) -> bool:
-        """Work for an idle core: new SQ entries, entries queued for it, or a stop or RESET."""
-        return (
-            self._u32[_SQ_TAIL_WORD] != self._u32[_SQ_HEAD_WORD]
-            or bool(core.queue)
-            or core.abort.is_set()
-            or self._stop.is_set()
-        )
-
     def _core_loop(self, core: Core) -> None:
         if core.worker is not None:
             # Started by this thread: the worker dies with it (PR_SET_PDEATHSIG), never orphaned.
@@ -629,7 +609,6 @@ class Npu:
                 core.worker.close()
 
     def _serve_core(self, core: Core) -> None:
-        ran = False
         while not self._stop.is_set():
             # The core's lock, then the dispatch lock: the order _reset takes them in too.
             with core.lock:
@@ -640,14 +619,7 @@ class Npu:
                     except Exception:
                         log.exception("core %d: unexpected error", core.index)
                     core.busy = False  # completed (then already clear), aborted or failed
-                    ran = True
                     continue
-            # Only after a job: a core that found nothing on a doorbell goes back to sleep.
-            polled = ran and core.poller.poll(lambda: self._sq_work(core))
-            ran = False  # one window per job: a RESET or another core's entry must not spin here
-            if polled:
-                continue
-            core.poller.refresh(sum(c.jobs_done for c in self.cores))
             self._wait_kick(core)
 
     def run_here(self, index: int) -> bool:

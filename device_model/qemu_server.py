@@ -47,7 +47,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from device_model import sq_poll
 from uapi import hw_layout
 from vnpu_common.cli import CommandLineError, ExitCode, OneLineArgumentParser, add_version, os_error_words
 
@@ -59,7 +58,6 @@ PROTOCOL_VERSION = 0
 DEVICE_PEER = 1
 GUEST_PEER = 2
 READY_MARK = "vnpu-device-model: ready"
-ENV_CORE_PROCESSES = "VNPU_CORE_PROCESSES"
 
 
 def pack_msg(value: int) -> bytes:
@@ -192,10 +190,6 @@ class DeviceServer:
         self.memory = None
         self.npu = None
         self.fault_control: Path | None = None  # device_model.faults control file (--fault-control)
-        # Submission-queue polling after each job (device_model.sq_poll): the limit in us and
-        # the file that changes it at run time; None: the Npu's defaults.
-        self.sq_poll_us: int | None = None
-        self.sq_poll_control: Path | None = None
         self.core_processes = False  # each core's jobs in a worker process (device_model.core_worker)
 
     def _make_npu(self) -> object:
@@ -208,10 +202,6 @@ class DeviceServer:
 
             factory = Npu
             extra["fw_pubkey"] = self.fw_pubkey
-            if self.sq_poll_us is not None:
-                extra["sq_poll_us"] = self.sq_poll_us
-            if self.sq_poll_control is not None:
-                extra["sq_poll_control"] = self.sq_poll_control
             extra["core_processes"] = self.core_processes
         if self.num_cores is not None:
             extra["num_cores"] = self.num_cores
@@ -361,27 +351,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"NPU cores, 1..{hw_layout.MAX_CORES} (default: {_default_cores()})",
     )
     p.add_argument(
-        "--sq-poll-us",
-        type=int,
-        default=os.environ.get("VNPU_SQ_POLL_US", str(sq_poll.DEFAULT_LIMIT_US)),  # type= converts it
-        help="after a job, watch the submission ring this long at most (adaptive window) before "
-        f"sleeping on the doorbell; 0 is off, at most {sq_poll.MAX_LIMIT_US} "
-        f"(default $VNPU_SQ_POLL_US, else {sq_poll.DEFAULT_LIMIT_US})",
-    )
-    p.add_argument(
-        "--sq-poll-control",
-        type=Path,
-        default=os.environ.get("VNPU_SQ_POLL_CONTROL"),
-        help="a file holding the --sq-poll-us limit, re-read when it changes, so that a running "
-        "guest can switch polling for an A/B run (default $VNPU_SQ_POLL_CONTROL)",
-    )
-    p.add_argument(
         "--core-processes",
         action=argparse.BooleanOptionalAction,
-        default=os.environ.get(ENV_CORE_PROCESSES, "0") == "1",
+        default=False,
         help="run each NPU core's jobs in a worker process of its own (its own GIL, so cores use "
-        "separate host CPUs) instead of a thread of this process "
-        f"(default: ${ENV_CORE_PROCESSES}=1 turns it on, else threads)",
+        "separate host CPUs) instead of a thread of this process (default: threads)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log device model activity to stderr")
     return p
@@ -406,11 +380,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.cores is not None and not 1 <= args.cores <= hw_layout.MAX_CORES:
         print(f"vnpu-device-model: --cores {args.cores} is not 1..{hw_layout.MAX_CORES}", file=sys.stderr)
         return ExitCode.USAGE
-    try:
-        sq_poll.check_limit(args.sq_poll_us)
-    except ValueError as e:
-        print(f"vnpu-device-model: --sq-poll-us: {e}", file=sys.stderr)
-        return ExitCode.USAGE
     fw_pubkey = None
     if args.fw_pubkey is not None:
         from uapi.firmware_format import FirmwareError, load_public_key
@@ -423,8 +392,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = DeviceServer(args.socket, args.ram, ram_size, fw_pubkey=fw_pubkey, num_cores=args.cores)
         server.fault_control = args.fault_control
-        server.sq_poll_us = args.sq_poll_us
-        server.sq_poll_control = args.sq_poll_control
         server.core_processes = args.core_processes
     except OSError as e:  # the socket or the RAM file
         where = f"{e.filename}: " if e.filename else ""

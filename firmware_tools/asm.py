@@ -182,12 +182,6 @@ def _parse_tokens(tokens: list[Token], symbols: Mapping[str, int] | None) -> Sou
     return SourceInstruction(Instruction(spec.name, values), head.line, head.column, columns)
 
 
-def parse_line(text: str, line: int = 1, symbols: Mapping[str, int] | None = None) -> Instruction | None:
-    """Parse one source line; None for a blank or comment-only line."""
-    tokens = _tokens(text.split("#", 1)[0], line)
-    return _parse_tokens(tokens, symbols).instruction if tokens else None
-
-
 def parse(text: str, symbols: Mapping[str, int] | None = None) -> list[SourceInstruction]:
     return [_parse_tokens(tokens, symbols) for tokens in _logical_lines(text)]
 

@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from typing import Any
 
 from libaccel import decode
@@ -44,6 +45,7 @@ from libaccel.session import (
     error_code,
     run_session,
 )
+from vnpu_common import config
 from vnpu_common.cli import ExitCode, add_version, os_error_words
 
 
@@ -153,9 +155,9 @@ def cmd_needs_session(args: argparse.Namespace) -> int:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from libaccel import trace
+    from libaccel import trace, trace_attach
 
-    return trace.main(args)
+    return trace.main(args, trace_attach.attach)
 
 
 def cmd_state(args: argparse.Namespace) -> int:
@@ -176,8 +178,115 @@ def cmd_top(args: argparse.Namespace) -> int:
     return top.main(args)
 
 
+# What each command does and how to call it: its --help (argparse's description and epilog) and the
+# man page tools/generate_manpage.py writes from these parsers.
+COMMAND_HELP: dict[str, tuple[str, str]] = {
+    "list": (
+        "List the vnpu devices: node, PCI slot, driver, firmware version and build id, ISA, cores.",
+        "accel list\naccel list --device shim --json",
+    ),
+    "info": (
+        "Read every GET_PARAM of one device, decoded from the uapi header, and the driver's version.",
+        "accel info\naccel info --device /dev/accel/accel0 --json",
+    ),
+    "session": (
+        "Open one device and run bo, submit and wait commands in it: from a prompt (with help, line "
+        "editing and history), a script file, stdin, or -e. BOs and syncobjs live as long as the session.",
+        "accel session --device shim\n"
+        "accel session -e 'bo create in in.bin' -e 'submit copy.s --bo in --bo out=64:w --out out=out.bin'",
+    ),
+    "submit": (
+        "Assemble a command stream (vnpu-asm text, where BO names are symbols: va=NAME+0x40) or read "
+        "a binary .bin, create and fill the BOs it names, submit it as one job, wait, and write BOs out.",
+        "accel submit copy.s --bo src=in.bin --bo dst=64:w --out dst=out.bin\n"
+        "accel submit job.bin --bo a=4096 --disasm",
+    ),
+    "bo": (
+        "Buffer objects by name: create, list, info, write, dump, close. A BO lives as long as its "
+        "device file, so these run inside accel session.",
+        "accel session -e 'bo create a 4K' -e 'bo dump a --length 16'",
+    ),
+    "wait": (
+        "BO_WAIT on a BO or SYNCOBJ_WAIT on a syncobj of the session (after submit --no-wait).",
+        "accel session -e 'bo create a 64' -e 'submit fill.s --bo a:w --no-wait' -e 'wait bo a'",
+    ),
+    "trace": (
+        "The strace of the device: run a program (C or Python) under an LD_PRELOAD interposer, or "
+        "attach to a running one with ptrace (-p), and print every DRM ioctl it makes, decoded: the "
+        "argument struct before and after, errno, the time, and each SUBMIT's command stream "
+        "disassembled. -c prints strace -c's summary instead, -C both; -e keeps only some ioctls. "
+        "A program on the shim makes no ioctls.",
+        "accel trace -- python app.py\n"
+        "accel trace -c -e SUBMIT,BO_WAIT -- ./prog /dev/accel/accel0\n"
+        "accel trace -p 1234 --json -o trace.jsonl",
+    ),
+    "state": (
+        "vnpu.ko's debugfs (state, counters, open files), pretty-printed; root only, kernel devices only.",
+        "sudo accel state\nsudo accel state --json",
+    ),
+    "coredump": (
+        "Decode the device coredump of a failed job: the job, its stream disassembled, the faulting "
+        "instruction and the BOs; from the kernel's devcoredump or a saved file.",
+        "sudo accel coredump --save job.dump --discard\naccel coredump job.dump --json",
+    ),
+    "top": (
+        "Live NPU use per client and device from fdinfo and debugfs: busy share, jobs/s, memory.",
+        "accel top\naccel top --once --json",
+    ),
+    "run": (
+        "Run a .tflite or .onnx int8 model on the NPU: which nodes ran where and why, load and invoke "
+        "times, and with --compare whether the outputs equal the CPU reference.",
+        "accel run model.tflite --device shim --compare\naccel run model.onnx --runs 10 --json",
+    ),
+    "cache": (
+        "List what the stack keeps in its cache directory (the MAC array and libteflon.so builds, "
+        "compiled models, kernels), or remove entries.",
+        "accel cache\naccel cache --clear",
+    ),
+}
+
+DESCRIPTION = (
+    "The vnpu NPU at the ioctl level: devices, parameters, BOs and jobs, traces, debugfs state, "
+    "coredumps, live use, models and the cache."
+)
+MAN_PAGE_HINT = (
+    "Each command has its own help: accel COMMAND --help. The manual: man accel (the package installs "
+    "accel.1 under share/man/man1 of its prefix); in a source tree, docs/tools.md."
+)
+TOP_EXAMPLES = (
+    "accel list\naccel info --device shim\naccel run model.tflite --compare\naccel trace -c -- python app.py"
+)
+
+
+def _describe(sub: argparse._SubParsersAction) -> None:
+    """Give every command its description and examples (COMMAND_HELP)."""
+    for name, (what, examples) in COMMAND_HELP.items():
+        p = sub.choices[name]
+        p.description = textwrap.fill(what, 79)
+        p.epilog = "examples:\n" + textwrap.indent(examples, "  ")
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def _pid(text: str) -> int:
+    try:
+        pid = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}") from None
+    if pid <= 0:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}")
+    return pid
+
+
 def build_parser() -> ArgumentParser:
-    ap = ArgumentParser(prog="accel", description="The vnpu NPU at the ioctl level (docs/tools.md).")
+    ap = ArgumentParser(
+        prog="accel",
+        description=textwrap.fill(DESCRIPTION, 79),
+        epilog="examples:\n"
+        + textwrap.indent(TOP_EXAMPLES, "  ")
+        + "\n\n"
+        + textwrap.fill(MAN_PAGE_HINT, 79),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
 
@@ -203,8 +312,26 @@ def build_parser() -> ArgumentParser:
     # bo and wait parse here as in a session, then say why they need one.
     for p in (add_bo_commands(sub), add_wait_command(sub)):
         p.set_defaults(func=cmd_needs_session)
-    p = sub.add_parser("trace", help="run a program and print every DRM ioctl it makes")
-    p.add_argument("--json", action="store_true", help="one JSON object per ioctl")
+    p = sub.add_parser("trace", help="run a program (or attach to one) and print every DRM ioctl it makes")
+    p.add_argument("--json", action="store_true", help="one JSON object per ioctl (and for the summary)")
+    p.add_argument(
+        "-c", dest="summary_only", action="store_true", help="only a summary at the end, as strace -c"
+    )
+    p.add_argument("-C", dest="summary", action="store_true", help="every ioctl and the summary at the end")
+    p.add_argument(
+        "-e",
+        "--ioctl",
+        type=lambda v: v.removeprefix("trace="),
+        metavar="NAME[,NAME]",
+        help="only these ioctls, named as in the uapi headers (SUBMIT, BO_WAIT, DRM_IOCTL_GEM_CLOSE)",
+    )
+    p.add_argument(
+        "-p",
+        "--pid",
+        type=_pid,
+        metavar="PID",
+        help="attach to a running process (ptrace) instead of running one",
+    )
     p.add_argument("--no-stream", action="store_true", help="do not disassemble SUBMIT command streams")
     p.add_argument("-o", "--output", metavar="FILE", help="write the trace here (default: stderr)")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- CMD ...")
@@ -229,6 +356,7 @@ def build_parser() -> ArgumentParser:
 
     add_run_command(sub).set_defaults(func=cmd_run)
     add_cache_command(sub).set_defaults(func=cmd_cache)
+    _describe(sub)
     return ap
 
 
@@ -243,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         if message:
             print(message if isinstance(e, ParseError) else f"accel: {message}", file=sys.stderr)
         return code
+    except config.ConfigError as e:  # a VNPU_* variable's value
+        print(f"accel: {e}", file=sys.stderr)
+        return ExitCode.USAGE
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
     except BrokenPipeError:

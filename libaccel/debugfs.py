@@ -24,8 +24,9 @@ from typing import Any
 
 from libaccel import decode, discovery
 from libaccel.errors import NoDevice, from_errno
+from vnpu_common import config
 
-DEBUGFS = Path(os.environ.get("VNPU_DEBUGFS", "/sys/kernel/debug"))
+DEBUGFS: Path = config.DEBUGFS.get()
 FILES = ("state", "counters", "files")
 # Files that do work when read (doorbell_rtt times 256 device round trips): read on request only.
 MEASUREMENTS = ("doorbell_rtt",)

@@ -26,7 +26,7 @@ from typing import Any
 import cffi
 
 from uapi import bindings
-from uapi.bindings import CONSTANTS, IOCTLS, ffi
+from uapi.bindings import CONSTANTS, ffi
 
 _IOC_DIR_NAMES = {0: "IO", 1: "IOW", 2: "IOR", 3: "IOWR"}
 DRM_TYPE = CONSTANTS["DRM_IOCTL_BASE"]
@@ -269,15 +269,3 @@ def format_param(param: Param, value: int) -> str:
     if param.name.endswith("_id"):
         return f"{value:#x}"
     return str(value)
-
-
-def ioctl_struct_defs() -> dict[str, IoctlDef]:
-    """Name -> definition of every ioctl whose argument struct is known (for the trace's decoder)."""
-    return {d.name: d for d in ioctl_table().values()}
-
-
-def request_of(name: str) -> int:
-    """The request number of a DRM_IOCTL_* name, as the compiler computed it."""
-    if name in IOCTLS:
-        return IOCTLS[name]
-    return bindings.ABI.ioctls[name].request

@@ -9,10 +9,11 @@ import sys
 from dataclasses import dataclass
 
 from libaccel.errors import NoDevice
+from vnpu_common import config
 
 DRIVER_NAME = "vnpu"
 SHIM = "shim"
-ENV_DEVICE = "VNPU_DEVICE"
+ENV_DEVICE = config.DEVICE.name
 # Every tool's --device help: the rule of resolve().
 DEVICE_HELP = (
     "node path, 'kernel' or 'shim' (default: $VNPU_DEVICE, else the first vnpu kernel device, else the shim)"
@@ -71,7 +72,7 @@ def resolve(which: str | None = None, quiet: bool = False) -> str:
     for the user who set it and forgot.
     """
     if which is None:
-        which = os.environ.get(ENV_DEVICE) or None
+        which = config.DEVICE.get()
         if which not in (None, SHIM, "kernel"):
             _check_env_node(which)
     if which == SHIM:

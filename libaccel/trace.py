@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -40,6 +41,7 @@ from libaccel import decode
 from libaccel.session import BadFile, UsageError
 from uapi import bindings
 from vnpu_common.cache import cache_root, content_hash
+from vnpu_common.cbuild import prebuilt
 from vnpu_common.cli import os_error_words
 
 SOURCE = Path(__file__).with_name("trace_preload.c")
@@ -47,6 +49,7 @@ LIBRARY_NAME = "libvnpu_trace.so"
 COMPILE_ARGS = ["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-D__user="]
 LINK_ARGS = ["-ldl", "-lpthread"]
 ENV_SOCKET = "VNPU_TRACE_SOCKET"
+MAX_BLOB = 64 * 1024  # trace_preload.c's MAX_BLOB: longer arrays and streams are cut
 
 # The wire format of trace_preload.c: struct trace_record, then struct trace_blob + data.
 _RECORD = struct.Struct("<IIiiiiiIQQQ")
@@ -93,31 +96,40 @@ def _cache_dirs() -> list[Path]:
 
 
 def library() -> Path:
-    """The interposer's path: built now with gcc if this source has no build in the cache yet.
+    """The interposer's path: the wheel's (``libaccel/libvnpu_trace.so``, built with the wheel),
+    else the cache's, built now with gcc if this source has no build in the cache yet.
 
     The cache may be read-only (the QEMU guest sees the host's): then a temporary directory.
     """
+    if (path := prebuilt(SOURCE.with_name(LIBRARY_NAME))) is not None:
+        return path
     dirs = _cache_dirs()
     for d in dirs:
         if (d / LIBRARY_NAME).exists():
             return d / LIBRARY_NAME
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        raise UsageError("accel trace builds its interposer with gcc: apt-get install gcc")
     last = ""
     for d in dirs:
         try:
-            d.mkdir(parents=True, exist_ok=True)
-            staged = d / f".{LIBRARY_NAME}.{os.getpid()}"
-            cmd = [gcc, *COMPILE_ARGS, "-I", str(bindings.HEADER_DIR.parent), str(SOURCE), "-o", str(staged)]
-            r = subprocess.run([*cmd, *LINK_ARGS], capture_output=True, text=True)
-            if r.returncode != 0:
-                raise UsageError(f"building {LIBRARY_NAME} failed: {r.stderr.strip().splitlines()[-1:]}")
-            os.replace(staged, d / LIBRARY_NAME)  # a concurrent tracer never loads a half-written file
-            return d / LIBRARY_NAME
+            return build(d)
         except OSError as e:
             last = f"{d}: {e.strerror or e}"
     raise UsageError(f"cannot build {LIBRARY_NAME}: {last}")
+
+
+def build(out_dir: Path) -> Path:
+    """Compile the interposer into ``out_dir`` with gcc (atomically replaced) and return its path;
+    ``setup.py`` builds the wheel's copy with it."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        raise UsageError("accel trace builds its interposer with gcc: apt-get install gcc")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staged = out_dir / f".{LIBRARY_NAME}.{os.getpid()}"
+    cmd = [gcc, *COMPILE_ARGS, "-I", str(bindings.HEADER_DIR.parent), str(SOURCE), "-o", str(staged)]
+    r = subprocess.run([*cmd, *LINK_ARGS], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise UsageError(f"building {LIBRARY_NAME} failed: {r.stderr.strip().splitlines()[-1:]}")
+    os.replace(staged, out_dir / LIBRARY_NAME)  # a concurrent tracer never loads a half-written file
+    return out_dir / LIBRARY_NAME
 
 
 # --- decoding ----------------------------------------------------------------------------------------
@@ -322,11 +334,173 @@ def render(event: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# --- filtering and the -c summary --------------------------------------------------------------------
+
+
+def _short(name: str) -> str:
+    for prefix in ("DRM_IOCTL_VNPU_", "DRM_IOCTL_"):
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
+def parse_ioctl_filter(text: str) -> frozenset[str]:
+    """``SUBMIT,BO_WAIT`` (names as the uapi headers define them, with or without the
+    ``DRM_IOCTL_VNPU_`` / ``DRM_IOCTL_`` prefix, any case) -> the full ``DRM_IOCTL_*`` names.
+
+    An unknown name is a :class:`UsageError` that lists the valid ones."""
+    known = {d.name for d in decode.ioctl_table().values()}
+    by_short = {_short(n): n for n in known}
+    out = set()
+    for word in (w.strip().upper() for w in text.split(",")):
+        if not word:
+            raise UsageError(f"trace: an empty ioctl name in {text!r}")
+        name = word if word in known else by_short.get(word)
+        if name is None:
+            vnpu = ", ".join(sorted(_short(n) for n in known if n.startswith("DRM_IOCTL_VNPU_")))
+            near = sorted(_short(n) for n in known if word in _short(n))
+            hint = f"did you mean {', '.join(near)}? " if near else ""
+            raise UsageError(
+                f"trace: unknown ioctl {word!r}: {hint}the vnpu ioctls are {vnpu}, and every "
+                f"DRM_IOCTL_* of drm/drm.h is known too (e.g. {', '.join(_short(n) for n in _COMMON_DRM)})"
+            )
+        out.add(name)
+    return frozenset(out)
+
+
+# The core DRM ioctls a vnpu program makes (libaccel and the delegate), named in the filter's error.
+_COMMON_DRM = (
+    "DRM_IOCTL_VERSION",
+    "DRM_IOCTL_GEM_CLOSE",
+    "DRM_IOCTL_SYNCOBJ_CREATE",
+    "DRM_IOCTL_SYNCOBJ_WAIT",
+)
+
+
+@dataclass
+class IoctlStats:
+    """One row of the ``-c`` summary."""
+
+    ioctl: str
+    calls: int = 0
+    errors: int = 0
+    total_us: float = 0.0
+
+
+def summary(stats: dict[str, IoctlStats]) -> dict[str, Any]:
+    """The ``-c`` summary as data: rows by total time (largest first, as strace sorts), then the total."""
+    total_us = sum(s.total_us for s in stats.values())
+    rows = []
+    for s in sorted(stats.values(), key=lambda s: (-s.total_us, s.ioctl)):
+        rows.append(
+            {
+                "ioctl": s.ioctl,
+                "calls": s.calls,
+                "errors": s.errors,
+                "total_s": round(s.total_us / 1e6, 6),
+                "avg_us": round(s.total_us / s.calls, 1),
+                "percent": round(100 * s.total_us / total_us, 2) if total_us else 0.0,
+            }
+        )
+    calls = sum(s.calls for s in stats.values())
+    total = {
+        "calls": calls,
+        "errors": sum(s.errors for s in stats.values()),
+        "total_s": round(total_us / 1e6, 6),
+        "avg_us": round(total_us / calls, 1) if calls else 0.0,
+    }
+    return {"ioctls": rows, "total": total}
+
+
+def render_summary(data: dict[str, Any]) -> str:
+    """``strace -c``'s table: % time, seconds, usecs/call, calls, errors, ioctl, then the total."""
+    rule = "------ ----------- ----------- --------- --------- " + "-" * 24
+    lines = ["% time     seconds  usecs/call     calls    errors ioctl", rule]
+
+    def row(percent: float, r: dict[str, Any], name: str) -> str:
+        errors = str(r["errors"]) if r["errors"] else ""
+        return f"{percent:6.2f} {r['total_s']:11.6f} {r['avg_us']:11.0f} {r['calls']:9d} {errors:>9} {name}"
+
+    for r in data["ioctls"]:
+        lines.append(row(r["percent"], r, _short(r["ioctl"])))
+    lines.append(rule)
+    lines.append(row(100.0 if data["ioctls"] else 0.0, data["total"], "total"))
+    return "\n".join(lines)
+
+
+@dataclass
+class Options:
+    """What ``accel trace`` prints: per-ioctl lines and/or the summary, for which ioctls, how."""
+
+    json_mode: bool = False
+    streams: bool = True
+    calls: bool = True  # one line (or JSON object) per ioctl
+    summary: bool = False  # the -c table at the end
+    ioctls: frozenset[str] | None = None  # only these DRM_IOCTL_* names (None: all)
+
+
+class Sink:
+    """Decodes records from either tracer (the interposer or ptrace), filters and prints them, and
+    counts them for the summary."""
+
+    def __init__(self, out: TextIO, options: Options, t0_ns: int) -> None:
+        self.out = out
+        self.options = options
+        self.decoder = Decoder(t0_ns, options.streams and options.calls)
+        self.seen = 0  # every DRM ioctl, filtered or not: "no ioctl at all" means the shim
+        self.stats: dict[str, IoctlStats] = {}
+
+    def emit(self, rec: Record) -> None:
+        self.seen += 1
+        event = self.decoder.decode(rec)  # every record: BO_CREATE names the stream's BOs
+        if self.options.ioctls is not None and event["ioctl"] not in self.options.ioctls:
+            return
+        s = self.stats.setdefault(event["ioctl"], IoctlStats(event["ioctl"]))
+        s.calls += 1
+        s.errors += event["ret"] < 0
+        s.total_us += (rec.t_end_ns - rec.t_start_ns) / 1e3
+        if self.options.calls:
+            self.out.write((json.dumps(event) if self.options.json_mode else render(event)) + "\n")
+            self.out.flush()
+
+    def emit_message(self, data: bytes) -> None:
+        try:
+            rec = parse_message(data)
+        except (ValueError, struct.error) as e:
+            print(f"accel trace: a malformed record ({e})", file=sys.stderr)
+            return
+        self.emit(rec)
+
+    def finish(self) -> None:
+        if self.options.summary:
+            data = summary(self.stats)
+            text = json.dumps({"summary": data}) if self.options.json_mode else render_summary(data)
+            self.out.write(text + "\n")
+            self.out.flush()
+        if not self.seen:
+            # The shim is a device model inside the traced process: its "ioctls" are calls, not syscalls.
+            print(NO_IOCTLS, file=sys.stderr)
+
+
+NO_IOCTLS = (
+    "accel trace: the program made no DRM ioctl. The shim (--device shim, VNPU_DEVICE=shim, "
+    "or no vnpu kernel device) runs in the process and makes none: trace a program that "
+    "opens /dev/accel/accelN"
+)
+
+
 # --- running ---------------------------------------------------------------------------------------
 
 
-def run(program: list[str], out: TextIO, json_mode: bool = False, streams: bool = True) -> int:
+def run(
+    program: list[str],
+    out: TextIO,
+    json_mode: bool = False,
+    streams: bool = True,
+    options: Options | None = None,
+) -> int:
     """Run ``program`` under the interposer, print its DRM ioctls to ``out``; its exit status."""
+    options = options or Options(json_mode=json_mode, streams=streams)
     lib = library()
     with tempfile.TemporaryDirectory(prefix="vnpu-trace-") as tmp:
         path = os.path.join(tmp, "socket")
@@ -336,27 +510,13 @@ def run(program: list[str], out: TextIO, json_mode: bool = False, streams: bool 
         env = dict(os.environ)
         env["LD_PRELOAD"] = " ".join(p for p in (str(lib), env.get("LD_PRELOAD", "")) if p)
         env[ENV_SOCKET] = path
-        decoder = Decoder(time.clock_gettime_ns(time.CLOCK_MONOTONIC), streams)
+        sink = Sink(out, options, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
         try:
             proc = subprocess.Popen(program, env=env)
         except OSError as e:
             raise BadFile(f"cannot run {program[0]}: {os_error_words(e)}") from None
         sel = selectors.DefaultSelector()
         sel.register(server, selectors.EVENT_READ)
-
-        seen = 0
-
-        def emit(data: bytes) -> None:
-            nonlocal seen
-            seen += 1
-            try:
-                event = decoder.decode(parse_message(data))
-            except (ValueError, struct.error) as e:
-                print(f"accel trace: a malformed record ({e})", file=sys.stderr)
-                return
-            out.write((json.dumps(event) if json_mode else render(event)) + "\n")
-            out.flush()
-
         try:
             while True:
                 events = sel.select(timeout=0.05)
@@ -371,7 +531,7 @@ def run(program: list[str], out: TextIO, json_mode: bool = False, streams: bool 
                         sel.unregister(sock)
                         sock.close()  # type: ignore[union-attr]
                     else:
-                        emit(data)
+                        sink.emit_message(data)
                 # The program is done and nothing more is pending: every record it sent is read
                 # (a message is queued before its send() returns).
                 if not events and proc.poll() is not None:
@@ -383,26 +543,46 @@ def run(program: list[str], out: TextIO, json_mode: bool = False, streams: bool 
             for key in list(sel.get_map().values()):
                 key.fileobj.close()  # type: ignore[union-attr]
             sel.close()
-    if not seen:
-        # The shim is a device model inside the traced process: its "ioctls" are calls, not syscalls.
-        print(
-            "accel trace: the program made no DRM ioctl. The shim (--device shim, VNPU_DEVICE=shim, "
-            "or no vnpu kernel device) runs in the process and makes none: trace a program that "
-            "opens /dev/accel/accelN",
-            file=sys.stderr,
-        )
+    sink.finish()
     code = proc.returncode
     return code if code >= 0 else 128 - code
 
 
-def main(args: argparse.Namespace) -> int:
+def options_of(args: argparse.Namespace) -> Options:
+    return Options(
+        json_mode=args.json,
+        streams=not args.no_stream,
+        calls=not args.summary_only,
+        summary=args.summary_only or args.summary,
+        ioctls=parse_ioctl_filter(args.ioctl) if args.ioctl is not None else None,
+    )
+
+
+def main(args: argparse.Namespace, attach: Callable[[int, Sink], int] | None = None) -> int:
+    """``accel trace``: run the program, or with ``-p`` hand a :class:`Sink` to ``attach``
+    (:func:`libaccel.trace_attach.attach`, which builds on this module)."""
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
-    if not program:
-        raise UsageError("accel trace: give the program to run: accel trace [--json] -- CMD [ARG...]")
+    options = options_of(args)
+    if args.pid is not None and program:
+        raise UsageError("trace: give either -p PID or a program to run, not both")
+    if args.pid is None and not program:
+        raise UsageError(
+            "trace: give the program to run (accel trace [--json] -- CMD [ARG...]) or a process "
+            "to attach to (accel trace -p PID)"
+        )
+
+    def go(out: TextIO) -> int:
+        if args.pid is not None:
+            if attach is None:
+                raise UsageError("trace: -p needs an attacher (libaccel.trace_attach.attach)")
+            return attach(args.pid, Sink(out, options, time.clock_gettime_ns(time.CLOCK_MONOTONIC)))
+        return run(program, out, options=options)
+
     if args.output:
         try:
-            with open(args.output, "w") as out:
-                return run(program, out, args.json, not args.no_stream)
+            out = open(args.output, "w")
         except OSError as e:
             raise BadFile(f"cannot write {args.output}: {os_error_words(e)}") from None
-    return run(program, sys.stderr, args.json, not args.no_stream)
+        with out:
+            return go(out)
+    return go(sys.stderr)

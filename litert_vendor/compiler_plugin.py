@@ -12,7 +12,6 @@ status; nothing raises into C.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,9 +21,10 @@ from libaccel.compiler.lower import compile_partition
 from litert_vendor import abi, bytecode
 from litert_vendor.model_reader import SubgraphReader
 from uapi import isa
+from vnpu_common import config
 
 LIBRARY = "libLiteRtCompilerPlugin_Vnpu.so"
-ENV_REPORT = "VNPU_LITERT_REPORT"  # 1: print the placement report of each Partition on stderr
+ENV_REPORT = config.LITERT_REPORT.name  # 1: print the placement report of each Partition on stderr
 
 STATUS_OK = 0
 STATUS_INVALID_ARGUMENT = 1
@@ -68,7 +68,7 @@ def partition_subgraph(reader: SubgraphReader, subgraph: Any) -> list[tuple[Any,
     graph, ops, dynamic = reader.read(subgraph)
     rules = partition.Rules(dynamic=dynamic, strict=partition.strict_default())
     placed = partition.numbered(partition.place(graph, rules))
-    if os.environ.get(ENV_REPORT) == "1":
+    if config.LITERT_REPORT.get():
         report = partition.format_report(
             placed, "vnpu LiteRT placement", len(partition.partition_runs(placed))
         )

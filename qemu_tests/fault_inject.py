@@ -40,6 +40,7 @@ from libaccel.bo import BufferObject
 from libaccel.errors import AccelError
 from qemu_tests import leak_check
 from uapi.isa import SPEC, encode
+from vnpu_common import config
 
 # The status the victim of each fault ends with (uapi "Job status", docs/kernel.md).
 EXPECTED: dict[str, tuple[int, ...]] = {
@@ -291,7 +292,7 @@ class Campaign:
 
 def reload_module(timeout_ms: int) -> None:
     """Load vnpu.ko again with ``timeout_ms`` (no file of the device may be open)."""
-    module = os.environ.get("VNPU_MODULE", "kernel/drivers_accel_stub/vnpu.ko")
+    module = str(config.MODULE.get())
     subprocess.run(["rmmod", "vnpu"], check=True, capture_output=True)
     subprocess.run(["insmod", module, f"timeout_ms={timeout_ms}"], check=True, capture_output=True)
     deadline = time.monotonic() + 10
@@ -353,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.timeout_ms is not None:
             if args.device == "shim":
-                os.environ["VNPU_SHIM_JOB_TIMEOUT_MS"] = str(args.timeout_ms)
+                os.environ[config.SHIM_JOB_TIMEOUT_MS.name] = str(args.timeout_ms)
             else:
                 reload_module(args.timeout_ms)
         stats = run(args.device, args.rounds, args.seed, args.seconds, args.kill)

@@ -19,7 +19,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 
 from qemu_tests.kernel_oops import KmsgWatch, wait_unless_oops
-from vnpu_common import cache
+from vnpu_common import cache, config
 
 PCI_VENDOR = "0x1af4"
 PCI_DEVICE = "0x1110"
@@ -73,9 +73,9 @@ def setup(repo: Path, module: Path | None) -> None:
     Path("/sys/module/firmware_class/parameters/path").write_text(str(repo / "firmware"))
     params = module_params()
     # Tests that reload the module (kernel_helpers.insmod_command) load it the same way.
-    os.environ["VNPU_MODULE_PARAMS"] = " ".join(params)
+    os.environ[config.MODULE_PARAMS.name] = " ".join(params)
     # Tests scale their subprocess time limits by it (trace_helpers.run_trace).
-    os.environ["VNPU_TIMEOUT_SCALE"] = str(CHECKING_KERNEL_TIMEOUT_SCALE if checking_kernel() else 1)
+    os.environ[config.TIMEOUT_SCALE.name] = str(CHECKING_KERNEL_TIMEOUT_SCALE if checking_kernel() else 1)
     run(["insmod", str(module), *params])
     if not wait_for("/dev/accel/accel*", 10.0):
         raise RuntimeError("vnpu.ko loaded but no /dev/accel/accel* appeared (see dmesg)")
@@ -225,16 +225,16 @@ def set_environment(
     env["PATH"] = f"{venv_bin}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
     # The root is read-only: no bytecode or pytest cache writes.
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["VNPU_GUEST"] = "1"
+    env[config.GUEST.name] = "1"
     if cache_dir is not None:  # what the host built (libteflon.so, the MAC array), wherever its cache is
         env[cache.ENV] = str(cache_dir)
     # The host's cache is read-only in the guest: compile caches go to the guest's /tmp.
-    env.setdefault("VNPU_COMPILE_CACHE", "/tmp/vnpu-compile-cache")
+    env.setdefault(config.COMPILE_CACHE.name, "/tmp/vnpu-compile-cache")
     # Device-agnostic suites (the compiler's op grid, networks) run on the kernel device here.
-    env.setdefault("VNPU_TEST_DEVICE", "kernel")
+    env.setdefault(config.TEST_DEVICE.name, "kernel")
     # Entry-point plugin discovery scans every installed distribution: seconds under TCG.
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    env["VNPU_MODULE"] = str(module)
+    env[config.MODULE.name] = str(module)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,7 +38,7 @@ from qemu_tests import (
     sid_kernel,
 )
 from uapi import hw_layout
-from vnpu_common import cache
+from vnpu_common import cache, config
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
@@ -493,19 +493,56 @@ def _terminated(signum: int, frame: object) -> None:
     raise Terminated(128 + signum)
 
 
+ALIVE_EVERY = 30.0  # seconds of guest silence before the harness says it still runs
+
+
+class Alive:
+    """While the guest is silent, one ``guest still running`` line per ``every`` seconds (a daemon
+    thread), so a long command under TCG does not look hung."""
+
+    def __init__(self, clock: Clock, every: float) -> None:
+        self.clock, self.every = clock, every
+        self.started = self.last = time.monotonic()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def heard(self) -> None:
+        self.last = time.monotonic()
+
+    def _run(self) -> None:
+        while not self._done.wait(min(self.every, max(0.1, self.last + self.every - time.monotonic()))):
+            now = time.monotonic()
+            if now - self.last >= self.every:
+                quiet = now - self.last
+                self.clock.say(
+                    "guest", f"still running, {now - self.started:.0f} s (no output for {quiet:.0f} s)"
+                )
+                self.last = now
+
+    def __enter__(self) -> Alive:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 def boot(
     cmd: list[str],
     timeout: float,
     clock: Clock,
     log_path: Path,
     on_line: Callable[[bytes], None] | None = None,
+    alive_every: float = ALIVE_EVERY,
 ) -> BootResult:
     """Run vng; returns the guest command's exit code (matrix.EXIT_TIMEOUT when the timer killed it).
 
     The guest's output is copied line by line to our stdout and to
     ``log_path``. vng must write into a pipe: QEMU opens its output chardevs
     as files (``/proc/self/fd/1``), which truncates and overwrites a regular
-    file stdout.
+    file stdout. After ``alive_every`` seconds without a line (a long model
+    compile, a slow TCG test), one line says the guest still runs.
     """
     # vng and QEMU run in a session of their own: a SIGTERM to the harness (timeout(1), a CI
     # runner cancelling a job) must take the guest down too, not leave QEMU running. The handler
@@ -553,8 +590,10 @@ def boot(
         timer = threading.Timer(timeout, expire)
         timer.daemon = True
         timer.start()
-        with open(log_path, "wb") as log:
+        alive = Alive(clock, alive_every)
+        with open(log_path, "wb") as log, alive:
             for line in proc.stdout:
+                alive.heard()
                 sys.stdout.buffer.write(line)
                 sys.stdout.buffer.flush()
                 log.write(line)
@@ -734,7 +773,7 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="run each NPU core's jobs in a device-model worker process (vnpu-device-model "
-        "--core-processes; default: the device model's, threads unless $VNPU_CORE_PROCESSES=1)",
+        "--core-processes; default: threads)",
     )
     p.add_argument(
         "--timeout",
@@ -901,7 +940,7 @@ def _run_kernel(
     record: kcidb.Run,
 ) -> Outcome:
     guest_ram = parse_size(GUEST_RAM)
-    spec = spec or os.environ.get(preflight.KERNEL_ENV)
+    spec = spec or config.KERNEL.get()
     record.spec = spec
     try:
         wanted = preflight.select_kernel(override=spec, kdir=kdir) if spec else None

@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import TextIO
 
 from qemu_tests import debug_kernel, sid_kernel
+from vnpu_common import config as vnpu_config
 
 # The kernel series the project targets; within it, the newest generic
 # (-amd64) build wins. -rt-amd64 is PREEMPT_RT, -cloud-amd64 has no DRM.
 KERNEL_SERIES = (6, 12)
 # A kernel release to use instead of the newest installed one, e.g. 6.12.107+deb12-amd64.
-KERNEL_ENV = "VNPU_KERNEL"
+KERNEL_ENV = vnpu_config.KERNEL.name
 # Exit code of `--check` (and of the harness) when a host requirement is missing:
 # distinct from 1 (tests failed) and 2 (usage or harness errors).
 EXIT_MISSING = 3
@@ -244,7 +245,7 @@ def select_kernel(
     Raises ValueError for a bad spec.
     """
     host = host or Host()
-    spec = override or os.environ.get(KERNEL_ENV)
+    spec = override or vnpu_config.KERNEL.get()
     if spec:
         return kernel_from_spec(spec, kdir, host)
     release = newest_release(installed_releases(host))
@@ -391,7 +392,7 @@ def check_sid_prepare(series: str) -> list[Requirement]:
 
 def check_kernel(host: Host, override: str | None = None, kdir: Path | None = None) -> list[Requirement]:
     """Image, build tree, DRM accel support and the kernel's own compiler."""
-    spec = override or os.environ.get(KERNEL_ENV) or ""
+    spec = override or vnpu_config.KERNEL.get() or ""
     if sid_kernel.is_series(spec):
         reqs = check_sid_prepare(spec)
         found = sid_kernel.current(spec)

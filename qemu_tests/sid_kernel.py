@@ -158,8 +158,9 @@ def archive_uri(sources: Iterable[str]) -> str:
 
 
 def source_list(uri: str, keyring: str = KEYRING) -> str:
-    """The one-line apt source list for sid's main component of ``uri``."""
-    return f"deb [signed-by={keyring}] {uri} {SUITE} main\n"
+    """The apt source list for sid's main component of ``uri``: its binary packages, and its
+    source packages (tools the kernel checks need newer than bookworm's are built from them)."""
+    return "".join(f"{kind} [signed-by={keyring}] {uri} {SUITE} main\n" for kind in ("deb", "deb-src"))
 
 
 def machine_sources() -> list[str]:
@@ -350,6 +351,29 @@ class Apt:
                 "check the network and the archive in /etc/apt"
             )
 
+    def refresh(self, say: Say) -> None:
+        """Fetch sid's lists when they are older than LISTS_MAX_AGE, or lack the source packages'."""
+        age = self.lists_age()
+        if age > LISTS_MAX_AGE or not any((self.root / "lists").glob("*_Sources*")):
+            say("lists", f"apt-get update of {SUITE} ({self.root / 'sources.list'})")
+            self.update()
+        else:
+            say("lists", f"{SUITE}'s lists from {age / 3600:.1f} h ago ({self.root / 'lists'})")
+
+    def fetch_source(self, name: str, into: Path) -> None:
+        """Download sid's source package ``name`` (its .dsc, orig and debian tarballs) into ``into``."""
+        into.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(
+            ["apt-get", *self.options(), "source", "--download-only", "-q", name],
+            cwd=into,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if r.returncode != 0:
+            tail = r.stderr.strip()[-500:]
+            raise PrepareError(f"apt-get source {name} failed (exit {r.returncode}): {tail}")
+
     def names(self, series: str) -> list[str]:
         """The package names of sid that a ``series`` kernel may take (one apt-cache run: each reads
         the whole list)."""
@@ -427,12 +451,7 @@ def ensure_prepared(series: str, say: Say = _print_say, refresh: bool = True) ->
             + f"; fix: apt-get install {' '.join(sorted({p for _, p in missing}))}"
         )
     apt = Apt()
-    age = apt.lists_age()
-    if age > LISTS_MAX_AGE:
-        say("lists", f"apt-get update of {SUITE} ({apt.root / 'sources.list'})")
-        apt.update()
-    else:
-        say("lists", f"{SUITE}'s lists from {age / 3600:.1f} h ago ({apt.root / 'lists'})")
+    apt.refresh(say)
     release = pick_release(apt.names(series), series)
     if release is None:
         raise PrepareError(f"{SUITE} offers no generic {series} kernel with all of its packages")

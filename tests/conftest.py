@@ -5,13 +5,15 @@ import os
 import pytest
 from hypothesis import settings
 
+from vnpu_common import config
+
 # The shim's job timeout in the tests (and the programs they start): long, so that a model's jobs on a
 # loaded machine (pytest-xdist's workers beside other guests) are not taken for hangs. The hang tests
 # set a short one themselves (driver_knobs.job_timeout), on either backend.
-os.environ.setdefault("VNPU_SHIM_JOB_TIMEOUT_MS", "10000")
+os.environ.setdefault(config.SHIM_JOB_TIMEOUT_MS.name, "10000")
 # Every placement the tests make is strict: a planner error fails the test instead of quietly putting
 # its node on the CPU (libaccel.compiler.partition). Tests of the fallback ask for it explicitly.
-os.environ.setdefault("VNPU_STRICT_PLACEMENT", "1")
+os.environ.setdefault(config.STRICT_PLACEMENT.name, "1")
 
 # The suite runs on 2 shared cores (and inside a TCG guest): wall-clock
 # deadlines per example would make property tests flaky, not stricter.

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from vnpu_common import config
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,7 +37,7 @@ def run_trace(
     """``accel trace [--json] -o OUT -- ARGV``: the finished process and what it wrote to ``out``
     (its stderr when it wrote nothing). ``timeout`` is scaled by ``$VNPU_TIMEOUT_SCALE`` (set in the
     guest: larger on a debug kernel)."""
-    timeout *= float(os.environ.get("VNPU_TIMEOUT_SCALE", "1"))
+    timeout *= config.TIMEOUT_SCALE.get()
     cmd = [sys.executable, "-m", "libaccel.cli", "trace", *(["--json"] if json_mode else []), "-o", str(out)]
     r = subprocess.run([*cmd, "--", *argv], env=trace_env(), capture_output=True, text=True, timeout=timeout)
     return r, out.read_text() if out.exists() else r.stderr
@@ -47,7 +49,7 @@ def trace_in_process(argv: list[str], out: Path, timeout: float = 300) -> tuple[
     (scaled as in run_trace)."""
     from libaccel import trace
 
-    timeout *= float(os.environ.get("VNPU_TIMEOUT_SCALE", "1"))
+    timeout *= config.TIMEOUT_SCALE.get()
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = trace_env()["PYTHONPATH"]
     try:

@@ -37,14 +37,17 @@ line unless ``--maintainer`` says otherwise. ``--tree-url`` adds a ``T: git URL`
 Commit dates are the project checkout's last commit's, so a checkout always makes the same
 series.
 
-``--check-build`` is the heavy check (20-30 min the first time on 2 cores, about a minute
-after): it unpacks the whole linux-source-6.12 into ``~/.cache/vnpu/upstream/`` once, commits
-it to git, then each time resets that tree, makes the series against it, ``git am``s it, runs
-checkpatch (``--strict``, from the tree) on every patch and ``kernel-doc -none -Wall`` on
-every file the documentation pulls in, configures the tree with Debian's
-``/boot/config-<newest 6.12 generic>`` plus ``CONFIG_DRM_ACCEL_VNPU=m`` (``make olddefconfig
-modules_prepare``), and builds the driver with ``make W=1 C=1 M=drivers/accel/vnpu`` (sparse), then
-runs the tree's coccinelle scripts over it (``make coccicheck MODE=report``).
+``--check-build [SERIES]`` is the heavy check (about 15 min the first time on 2 cores, a few
+after), in a full Debian kernel tree: ``7.2`` (the default, sid's linux-source-7.2 with the config
+and ``Module.symvers`` of the 7.2 kernel qemu_tests boots) or ``6.12`` (bookworm's
+linux-source-6.12 with ``/boot/config-<newest 6.12 generic>``). It unpacks the source into
+``~/.cache/vnpu/upstream/`` once, commits it to git, then each time resets that tree, makes the
+series against it, ``git am``s it, runs checkpatch (``--strict``, from the tree) on every patch
+and ``kernel-doc -none -Wall`` on every file the documentation pulls in, configures the tree
+with the kernel's config plus ``CONFIG_DRM_ACCEL_VNPU=m`` (``make olddefconfig
+modules_prepare``), and builds the driver with ``make W=1 C=1 M=drivers/accel/vnpu`` (sparse: the
+machine's, or sid's built by tools/sparse_checker.py when the tree refuses it), then runs the
+tree's coccinelle scripts over it (``make coccicheck MODE=report``).
 Any warning fails it. tests/tools/test_upstream.py is the fast check; docs/kernel.md, "Upstream
 patch series", shows both.
 """
@@ -72,6 +75,7 @@ if str(ROOT) not in sys.path:  # run as a script: the project's packages
     sys.path.insert(0, str(ROOT))
 
 from qemu_tests import debug_kernel, preflight  # noqa: E402
+from tools import sparse_checker  # noqa: E402
 from tools.headers_install import VENDORED  # noqa: E402
 from vnpu_common.cache import cache_root  # noqa: E402
 
@@ -1155,21 +1159,88 @@ class CheckFailed(RuntimeError):
     pass
 
 
-def ensure_tree(root: Path, say: Say) -> Path:
+@dataclass(frozen=True)
+class CheckBase:
+    """A distribution's full kernel source for the heavy check, with the config and exported
+    symbols of the kernel it packages."""
+
+    package: str  # the source package, e.g. linux-source-7.2
+    version: str  # its version (the cache key)
+    config: Path  # the packaged kernel's .config
+    symvers: Path  # its Module.symvers (modpost checks the module against it)
+    # The source tarball: already on the machine, or fetched into the directory given.
+    tarball: Callable[[Path, Say], Path]
+
+    @property
+    def desc(self) -> str:
+        return f"Debian's {self.package} {self.version}"
+
+
+def bookworm_base() -> CheckBase:
+    """linux-source-6.12 with /boot's newest generic 6.12 config (bookworm's own packages)."""
+    config = newest_debian_config()
+    if config is None:
+        raise CheckFailed("no /boot/config-6.12.*-amd64: install a Debian 6.12 generic kernel")
+    headers = Path("/usr/src") / f"linux-headers-{config.name.removeprefix('config-')}"
+    return CheckBase(
+        package=debug_kernel.SOURCE_PACKAGE,
+        version=debug_kernel.source_version() or "unknown",
+        config=config,
+        symvers=headers / "Module.symvers",
+        tarball=lambda _into, _say: SOURCE_TARBALL,
+    )
+
+
+def sid_base(series: str, say: Say) -> CheckBase:
+    """sid's linux-source-SERIES, with the config and symbols of the kernel qemu_tests boots on it."""
+    from qemu_tests import sid_kernel
+
+    try:
+        kernel = sid_kernel.ensure_prepared(series, lambda phase, msg: say(f"{phase}: {msg}"))
+    except sid_kernel.PrepareError as e:
+        raise CheckFailed(str(e)) from e
+    headers = kernel.files / "usr" / "src" / f"linux-headers-{kernel.release}"
+    package = sid_kernel.packages(kernel.release, series)["source"]
+
+    def fetch(into: Path, say: Say) -> Path:
+        # The prepared kernel keeps its unpacked, configured tree, not the tarball: fetch it again.
+        debs = into / "debs"
+        try:
+            sid_kernel.Apt().download([package], debs, lambda phase, msg: say(f"{phase}: {msg}"))
+        except sid_kernel.PrepareError as e:
+            raise CheckFailed(str(e)) from e
+        (deb,) = debs.glob(f"{package}_*.deb")
+        rc, _ = _run(["dpkg-deb", "-x", str(deb), str(debs)], into / "unpack.log")
+        if rc:
+            raise CheckFailed(f"dpkg-deb -x {deb.name} failed; see {into / 'unpack.log'}")
+        return debs / "usr" / "src" / f"{package}.tar.xz"
+
+    return CheckBase(
+        package=package,
+        version=kernel.release,
+        config=headers / ".config",
+        symvers=headers / "Module.symvers",
+        tarball=fetch,
+    )
+
+
+def ensure_tree(root: Path, base: CheckBase, say: Say) -> Path:
     """The full source, unpacked and committed (tag ``base``) once."""
     tree = root / "tree"
     if (root / "tree.json").is_file():
         return tree
     log = root / "unpack.log"
-    say(f"unpacking {SOURCE_TARBALL} into {tree} (once)")
+    tarball = base.tarball(root, say)
+    say(f"unpacking {tarball} into {tree} (once)")
     shutil.rmtree(tree, ignore_errors=True)
     partial = root / "tree.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     t0 = time.monotonic()
-    rc, _ = _run(_nice(["tar", "-xJf", str(SOURCE_TARBALL), "-C", str(partial), "--strip-components=1"]), log)
+    rc, _ = _run(_nice(["tar", "-xJf", str(tarball), "-C", str(partial), "--strip-components=1"]), log)
     if rc:
         raise CheckFailed(f"unpacking failed; see {log}")
+    shutil.rmtree(root / "debs", ignore_errors=True)  # a fetched tarball is not kept
     say(f"unpacked in {time.monotonic() - t0:.0f}s; committing it to git (once)")
     t0 = time.monotonic()
     git = [
@@ -1186,7 +1257,7 @@ def ensure_tree(root: Path, say: Say) -> Path:
     for args in (
         ["init", "-q"],
         ["add", "-A", "-f"],
-        ["commit", "-q", "-m", "linux-source-6.12"],
+        ["commit", "-q", "-m", base.package],
         ["tag", "base"],
     ):
         rc, _ = _run(_nice([*git, *args]), log)
@@ -1194,42 +1265,48 @@ def ensure_tree(root: Path, say: Say) -> Path:
             raise CheckFailed(f"git {args[0]} failed; see {log}")
     say(f"committed in {time.monotonic() - t0:.0f}s")
     partial.rename(tree)
-    (root / "tree.json").write_text(json.dumps({"source_version": debug_kernel.source_version()}) + "\n")
+    record = {"package": base.package, "source_version": base.version}
+    (root / "tree.json").write_text(json.dumps(record) + "\n")
     return tree
 
 
-def check_build(out: Path, opts: Options, say: Say = _say) -> int:
+CHECK_SERIES = ("6.12", BASE_SERIES)  # the kernels --check-build can build the series in
+
+
+def check_build(out: Path, opts: Options, say: Say = _say, series: str = BASE_SERIES) -> int:
     """The heavy check; 0 when the series applies, is checkpatch/kernel-doc clean and builds warning-free."""
-    tools = (("sparse", "sparse"), ("git", "git"), ("spatch", "coccinelle"))
+    tools = (("git", "git"), ("spatch", "coccinelle"), ("dpkg-deb", "dpkg"))
     missing = [*debug_kernel.missing_requirements(), *((w, p) for w, p in tools if shutil.which(w) is None)]
     if missing:
         pkgs = " ".join(sorted({p for _, p in missing}))
         say(f"missing: {', '.join(w for w, _ in missing)}; fix: apt-get install {pkgs}")
         return 3
-    config = newest_debian_config()
-    if config is None:
-        say("no /boot/config-6.12.*-amd64: install a Debian 6.12 generic kernel")
-        return 3
-    version = debug_kernel.source_version() or "unknown"
-    root = cache_root() / "upstream" / f"{debug_kernel.SOURCE_PACKAGE}-{_safe(version)}"
-    root.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    try:
+        base = bookworm_base() if series == "6.12" else sid_base(series, say)
+    except CheckFailed as e:
+        say(f"FAILED: {e}")
+        return 3
+    root = cache_root() / "upstream" / f"{base.package}-{_safe(base.version)}"
+    root.mkdir(parents=True, exist_ok=True)
     with _locked(root / ".lock"):
         out.mkdir(parents=True, exist_ok=True)
         log = out / "check-build.log"
         log.write_text("")
         try:
-            tree = ensure_tree(root, say)
-            return _check_in_tree(tree, out, opts, config, log, say, start)
-        except (CheckFailed, SeriesError) as e:
+            tree = ensure_tree(root, base, say)
+            sparse = sparse_checker.ensure(tree, say)
+            say(f"sparse: {sparse}")
+            return _check_in_tree(tree, out, opts, base, sparse, log, say, start)
+        except (CheckFailed, SeriesError, sparse_checker.SparseUnavailable) as e:
             say(f"FAILED: {e}")
             return 1
 
 
 def _check_in_tree(
-    tree: Path, out: Path, opts: Options, config: Path, log: Path, say: Say, start: float
+    tree: Path, out: Path, opts: Options, base: CheckBase, sparse: str, log: Path, say: Say, start: float
 ) -> int:
-    version = debug_kernel.source_version() or "unknown"
+    config = base.config
     git = ["git", "-C", str(tree), "-c", "user.name=check", "-c", "user.email=check@localhost"]
     # Back to the pristine source, keeping the build products outside the driver's directories.
     for args in (
@@ -1240,7 +1317,7 @@ def _check_in_tree(
         rc, text = _run([*git, *args], log)
         if rc and args[0] != "am":
             raise CheckFailed(f"git {' '.join(args)}: {text.strip()}")
-    paths = write_series(out, tree, opts, say, base_desc=f"Debian's {debug_kernel.SOURCE_PACKAGE} {version}")
+    paths = write_series(out, tree, opts, say, base_desc=base.desc)
     patches = [p for p in paths if not p.name.startswith("0000-")]
     rc, text = _run([*git, "am", "-q", *map(str, patches)], log)
     if rc:
@@ -1287,12 +1364,11 @@ def _check_in_tree(
         raise CheckFailed(f"make modules_prepare failed; see {log}")
     say(f"modules_prepare: {time.monotonic() - t0:.0f}s")
     # The exported symbols of the kernel the config comes from: modpost checks the module against them.
-    symvers = Path("/usr/src") / f"linux-headers-{config.name.removeprefix('config-')}" / "Module.symvers"
-    if symvers.is_file():
-        shutil.copyfile(symvers, tree / "Module.symvers")
+    if base.symvers.is_file():
+        shutil.copyfile(base.symvers, tree / "Module.symvers")
     say(f"make W=1 C=1 M={IN_TREE_DIR} (sparse)")
     t0 = time.monotonic()
-    rc, text = _run([*make, "W=1", "C=1", f"M={IN_TREE_DIR}", "modules"], log)
+    rc, text = _run([*make, "W=1", "C=1", f"CHECK={sparse}", f"M={IN_TREE_DIR}", "modules"], log)
     warnings = [ln for ln in text.splitlines() if BUILD_WARNING.search(ln)]
     say(f"build: exit {rc}, {len(warnings)} warnings, {time.monotonic() - t0:.0f}s")
     if rc:
@@ -1371,7 +1447,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--subject-prefix", default="PATCH")
     p.add_argument(
-        "--check-build", action="store_true", help="the heavy check in a full linux-source-6.12 tree"
+        "--check-build",
+        nargs="?",
+        const=BASE_SERIES,
+        choices=CHECK_SERIES,
+        metavar="SERIES",
+        help=f"the heavy check in a full Debian kernel tree: {' or '.join(CHECK_SERIES)} "
+        f"(default {BASE_SERIES}, the series' base)",
     )
     return p
 
@@ -1396,8 +1478,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out
     if args.check_build:
         if args.base_tree:
-            p.error("--check-build makes its own tree from linux-source-6.12; drop --base-tree")
-        return check_build(out, opts)
+            p.error("--check-build makes its own tree from Debian's kernel source; drop --base-tree")
+        return check_build(out, opts, series=args.check_build)
     try:
         if args.base_tree:
             if not args.base_tree.is_dir():

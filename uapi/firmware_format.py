@@ -222,10 +222,6 @@ def _read_key(path: str | Path) -> bytes:
         raise FirmwareError(f"{path}: cannot read the key: {e.strerror}") from None
 
 
-def public_key_bytes(key: Ed25519PublicKey) -> bytes:
-    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-
-
 # --- build and sign ------------------------------------------------------------------
 
 

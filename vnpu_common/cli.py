@@ -37,7 +37,8 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.DIFFERENT: "the tool ran and the answer is no: outputs differ from the reference "
     "(`accel run --compare`, `python -m delegate_teflon.run`), a firmware image is rejected or stale "
     "(`vnpu-fw verify`, `install`, `build --check`)",
-    ExitCode.USAGE: "a bad command line: an unknown command or option, a missing or out-of-range value",
+    ExitCode.USAGE: "a bad command line: an unknown command or option, a missing or out-of-range value, "
+    "a process `accel trace -p` may not attach to",
     ExitCode.JOB_FAILED: "the job ran and failed (its status is printed), or a wait timed out",
     ExitCode.BAD_FILE: "a file named on the command line cannot be read, written or used: a model, an "
     "input, a command stream or its source (`FILE:LINE:COLUMN`), a coredump, an image, a key, an output path",

@@ -4,7 +4,8 @@ The same mechanism as libteflon.so (delegate_teflon.build): a thin C surface who
 The exports ``CreateEpFactories`` / ``ReleaseEpFactory`` and every callback onnxruntime calls
 (the OrtEpFactory, OrtEp and OrtNodeComputeInfo members) are cffi ``extern "Python"`` functions;
 the first call starts (or joins) the Python interpreter and imports :mod:`vnpu_ort_ep.plugin`. The
-ABI is the project's mirror of onnxruntime's headers, ``vnpu_ort_abi.h``.
+ABI is the project's mirror of onnxruntime's headers, ``vnpu_ort_abi.h``. A wheel carries the
+library built (``setup.py`` calls :func:`build`).
 """
 
 from __future__ import annotations
@@ -131,15 +132,17 @@ def source_hash() -> str:
     )
 
 
-def build(out_dir: Path) -> Path:
-    """Compile libvnpu_ort_ep.so into ``out_dir`` (atomically replaced) and return its path."""
+def build(out_dir: Path, build_id: bool = True) -> Path:
+    """Compile libvnpu_ort_ep.so into ``out_dir`` (atomically replaced) and return its path;
+    ``build_id``: also write the source hash beside it as ``BUILD_ID`` (a cache directory's record)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / LIBRARY_NAME
     sweep(out_dir)  # what an interrupted build left
     with staging(out_dir) as tmp:  # in the cache, not /tmp: a killed build leaves nothing there
         ffi = make_ffi()
         publish(Path(ffi.compile(tmpdir=str(tmp), target=LIBRARY_NAME, verbose=False)), target)
-    (out_dir / "BUILD_ID").write_text(source_hash() + "\n")
+    if build_id:
+        (out_dir / "BUILD_ID").write_text(source_hash() + "\n")
     return target
 
 

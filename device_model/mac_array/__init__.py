@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -39,11 +38,13 @@ from typing import Any
 
 import numpy as np
 
+from vnpu_common import config
+
 from .. import numerics as nm
 
 log = logging.getLogger(__name__)
 
-ENV = "VNPU_MAC_ARRAY"
+ENV = config.MAC_ARRAY.name
 ISA_GENERIC = 0
 ISA_AVX2 = 1
 ISA_AVX512VNNI = 2
@@ -82,10 +83,7 @@ def library() -> ModuleType | None:
             from . import build
 
             try:
-                out_dir = build.default_build_dir()
-                if build.installed() is None and not build._library_file(out_dir).exists():
-                    log.info("building the MAC array's C kernels into %s (first use, a few seconds)", out_dir)
-                t0 = time.perf_counter()
+                t0 = time.perf_counter()  # ensure_built says on stderr when it really builds
                 path = build.ensure_built()
                 _module = build.load(path)
                 log.debug("MAC array library %s ready in %.2f s", path, time.perf_counter() - t0)
@@ -117,26 +115,28 @@ def cpu_isas() -> list[int]:
     return isas
 
 
-_selected: dict[str | None, int | None] = {}  # selected_isa by the variable's value (the CPU's are fixed)
+_selected: dict[str, int | None] = {}  # selected_isa by the variable's value (the CPU's are fixed)
 
 
 def selected_isa() -> int | None:
     """The C variant ``VNPU_MAC_ARRAY`` selects now, or None for the numpy path (asked once per job:
-    worked out once per value of the variable)."""
-    raw = os.environ.get(ENV)
+    worked out once per value of the variable: the raw value is the key)."""
+    raw = config.MAC_ARRAY.raw()
     if raw in _selected:
         return _selected[raw]
     isa = _selected[raw] = _select(raw)
     return isa
 
 
-def _select(raw: str | None) -> int | None:
-    mode = (raw or "auto").strip().lower() or "auto"
+def _select(raw: str) -> int | None:
+    try:
+        mode = config.MAC_ARRAY.parse_value(raw) if raw.strip() else "auto"
+    except config.ConfigError as e:
+        # Read at each job: the device model warns and runs on rather than fail the job.
+        _warn_once(f"MAC array: {e}; using auto")
+        mode = "auto"
     if mode == "numpy":
         return None
-    if mode not in _BY_NAME and mode not in ("auto", "c"):
-        _warn_once(f"MAC array: {ENV}={mode!r} is not auto, numpy, {', '.join(_BY_NAME)}; using auto")
-        mode = "auto"
     isas = cpu_isas()
     if not isas:
         return None

@@ -35,6 +35,9 @@ SOURCE_PATH = PACKAGE_DIR / "mac_array.c"
 # cffi's generated wrappers leave parameters unused; mac_array.c turns that warning back on itself.
 COMPILE_ARGS = ["-O3", "-std=gnu11", *WARNINGS, "-Wno-unused-parameter"]
 
+# What a first use says on stderr while it builds (vnpu_common.cache.build_once).
+ANNOUNCE = "the MAC array for this CPU (once, ~10 s)"
+
 # The declarations cffi's cdef reads: mac_array.c's interface block.
 CDEF = interface(SOURCE_PATH.read_text())
 
@@ -92,7 +95,7 @@ def ensure_built(out_dir: Path | None = None) -> Path:
     this source hash has none yet. ``out_dir`` names the cache directory (never the wheel's)."""
     if out_dir is None and (path := installed()) is not None:
         return path
-    return build_once(_library_file(out_dir or default_build_dir()), _sweep_and_build)
+    return build_once(_library_file(out_dir or default_build_dir()), _sweep_and_build, ANNOUNCE)
 
 
 def load(path: Path) -> ModuleType:

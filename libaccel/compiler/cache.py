@@ -13,17 +13,15 @@ from pathlib import Path
 from libaccel.compiler.compiled import COMPILER_VERSION, CompiledPartition
 from libaccel.compiler.graph import Graph
 from libaccel.compiler.lower import compile_partition
+from vnpu_common import config
 from vnpu_common.cache import cache_root
 
-ENV_CACHE_DIR = "VNPU_COMPILE_CACHE"
+ENV_CACHE_DIR = config.COMPILE_CACHE.name
 
 
 def default_cache_dir() -> Path:
     """$VNPU_COMPILE_CACHE, else ``compile`` in the project's cache (:func:`vnpu_common.cache.cache_root`)."""
-    env = os.environ.get(ENV_CACHE_DIR)
-    if env:
-        return Path(env)
-    return cache_root() / "compile"
+    return config.COMPILE_CACHE.get() or cache_root() / "compile"
 
 
 def cache_key(

@@ -31,7 +31,6 @@ the node on the CPU, and a partition that fails to compile fails the model, so t
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -39,10 +38,10 @@ from libaccel.compiler import float_chain, registry
 from libaccel.compiler.graph import Graph, OpNode
 from libaccel.compiler.plan_common import Support, Unsupported
 from libaccel.compiler.shape_folding import is_folded
+from vnpu_common import config
 
 #: Strict mode where a caller does not choose (``1``/``true`` or ``0``/``false``; unset: off).
-STRICT_ENV = "VNPU_STRICT_PLACEMENT"
-_BOOLEANS = {"1": True, "true": True, "0": False, "false": False, "": False}
+STRICT_ENV = config.STRICT_PLACEMENT.name
 
 #: A node's support check: the compiler's (:func:`check_node`) or a memoized one of the same answers.
 Check = Callable[[Graph, OpNode], Support]
@@ -50,14 +49,15 @@ Check = Callable[[Graph, OpNode], Support]
 
 def parse_strict(value: str, what: str) -> bool:
     """A strict-mode switch's value (``what`` names where it came from in the ValueError)."""
-    if value.strip().lower() not in _BOOLEANS:
-        raise ValueError(f"{what} = {value!r}: expected true, false, 1 or 0")
-    return _BOOLEANS[value.strip().lower()]
+    try:
+        return config.parse_flag(value)
+    except ValueError:
+        raise ValueError(f"{what} = {value!r}: expected {config.FLAG_ACCEPTS}") from None
 
 
-def strict_default(environ: Mapping[str, str] = os.environ) -> bool:
-    """Strict mode as ``$VNPU_STRICT_PLACEMENT`` asks (unset: off)."""
-    return parse_strict(environ.get(STRICT_ENV, ""), STRICT_ENV)
+def strict_default(environ: Mapping[str, str] | None = None) -> bool:
+    """Strict mode as ``$VNPU_STRICT_PLACEMENT`` asks (unset: off); ConfigError for a bad value."""
+    return bool(config.STRICT_PLACEMENT.get(environ))
 
 
 class PlannerError(RuntimeError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +13,11 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from libaccel import Device  # noqa: E402
+from vnpu_common import config  # noqa: E402
 
 # The device the compiled jobs run on: the shim on the host; the QEMU harness sets "kernel" in the
 # guest, so the op grid and the networks are checked on vnpu.ko too.
-TEST_DEVICE = os.environ.get("VNPU_TEST_DEVICE", "shim")
+TEST_DEVICE = config.TEST_DEVICE.get()
 
 
 @pytest.fixture(scope="module")

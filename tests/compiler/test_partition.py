@@ -106,7 +106,7 @@ def test_strict_default_reads_the_environment() -> None:
     assert partition.strict_default({}) is False
     assert partition.strict_default({partition.STRICT_ENV: "1"}) is True
     assert partition.strict_default({partition.STRICT_ENV: "false"}) is False
-    with pytest.raises(ValueError, match="VNPU_STRICT_PLACEMENT = 'yes': expected true, false, 1 or 0"):
+    with pytest.raises(ValueError, match="VNPU_STRICT_PLACEMENT='yes': expected 1, true, 0 or false"):
         partition.strict_default({partition.STRICT_ENV: "yes"})
 
 

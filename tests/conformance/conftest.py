@@ -10,7 +10,6 @@ and the shim to the same contract.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import driver_knobs
@@ -18,8 +17,9 @@ import pytest
 
 from libaccel import Device
 from libaccel.discovery import list_devices
+from vnpu_common import config as vnpu_config
 
-ENV = "VNPU_CONFORMANCE_BACKENDS"
+ENV = vnpu_config.CONFORMANCE_BACKENDS.name
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,8 +35,7 @@ def _backends(config: pytest.Config) -> list[str]:
     chosen = config.getoption("--backend", default=None)
     if chosen:
         return list(dict.fromkeys(chosen))
-    env = os.environ.get(ENV, "")
-    return [b.strip() for b in env.split(",") if b.strip()] or ["shim"]
+    return list(dict.fromkeys(vnpu_config.CONFORMANCE_BACKENDS.get()))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -14,13 +14,13 @@ only the models of ``GUEST_SUBSET`` run (time budget under TCG).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 
 import numpy as np
 import pytest
 
 from bench import corpus
+from vnpu_common import config
 
 MODELS = sorted(corpus.manifest())
 RUNTIMES = ("tflite_runtime", "ai_edge_litert")
@@ -36,7 +36,7 @@ GUEST_SUBSET = (
     "unet",
     "transformer_block",
 )
-DEVICE = os.environ.get("VNPU_TEST_DEVICE", "shim")
+DEVICE = config.TEST_DEVICE.get()
 
 # Known failures, each with its cause (strict: a fixed case fails the run until its entry goes).
 KNOWN_FAILURES = {

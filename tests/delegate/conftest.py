@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Any
 
 import pytest
 
 import delegate_teflon
+from vnpu_common import config
 
 RUNTIMES = ("tflite_runtime", "ai_edge_litert")
 
@@ -21,7 +21,7 @@ def lib_path() -> str:
 @pytest.fixture(scope="session")
 def test_device() -> str:
     """The delegate's device: the shim on the host; the QEMU harness sets "kernel" in the guest."""
-    return os.environ.get("VNPU_TEST_DEVICE", "shim")
+    return config.TEST_DEVICE.get()
 
 
 @pytest.fixture(params=RUNTIMES)

@@ -1,5 +1,5 @@
 """A first-use build killed half-way leaves nothing in /tmp: it stages in the cache directory, and
-the next build there removes what it left."""
+the next build there removes what it left; a build that runs says so on stderr."""
 
 from __future__ import annotations
 
@@ -43,3 +43,11 @@ def test_a_killed_build_leaves_nothing_in_tmp_and_the_next_build_sweeps(tmp_path
     assert Path(r.stdout.strip()) == build_dir / "libteflon.so"
     assert sorted(p.name for p in build_dir.iterdir()) == [".lock", "BUILD_ID", "libteflon.so"]
     assert list((tmp_path / "tmp").iterdir()) == []
+    # A build that really ran said so, in one line and a done line; the cached library says nothing.
+    building, built = r.stderr.splitlines()
+    assert building == "vnpu: building the TFLite delegate libteflon.so (once, ~2 s)\u2026"
+    assert built.startswith("vnpu: built the TFLite delegate libteflon.so in ") and str(build_dir) in built
+    r = subprocess.run(
+        [sys.executable, "-c", BUILD], cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True
+    )
+    assert (r.returncode, r.stderr) == (0, "")

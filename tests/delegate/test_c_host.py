@@ -1,8 +1,14 @@
 """libteflon.so in hosts without Python: C programs (built here with gcc) dlopen it the way TFLite's
 external delegate loader does, with an environment that names no Python, from its build directory
-and from an installed prefix (``python -m delegate_teflon.build --install PREFIX``); and a C program
-linked against LiteRT's C runtime (libLiteRt.so from the ai-edge-litert wheel) runs whole models
-through it, its outputs compared with BUILTIN_REF's, computed here in Python beforehand."""
+and from an installed prefix (``python -m delegate_teflon.build --install PREFIX``); and the C host
+on LiteRT's C runtime (tests/c/litert_host.c, libLiteRt.so from the ai-edge-litert wheel) runs whole
+models through it, its outputs compared with BUILTIN_REF's, computed here in Python beforehand.
+
+The host's ``delegate`` mode registers libteflon.so as a GPU-class accelerator; its ``npu`` mode,
+vnpu as LiteRT's NPU vendor, is tests/litert_npu's. This mode stays because it is the one test of
+libteflon.so running whole models in a host without Python: ai-edge-litert's libLiteRt.so is the
+only TFLite runtime a package registry ships as a C library (it exports no TfLiteInterpreter* API,
+and no wheel ships libtensorflowlite_c.so), and the vendor libraries are other libraries."""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import litert_host
 import pytest
 
 C_DIR = Path(__file__).parent / "c"
@@ -103,67 +110,32 @@ MODELS_DIR = Path(__file__).resolve().parents[1] / "corpus" / "models"
 
 
 @pytest.fixture(scope="module")
-def litert_host(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tests/delegate/c/litert_host.c linked against the wheel's libLiteRt.so (found by rpath)."""
-    import ai_edge_litert
-
-    lib_dir = Path(ai_edge_litert.__file__).parent
-    assert (lib_dir / "libLiteRt.so").is_file()
-    out = tmp_path_factory.mktemp("c") / "litert_host"
-    subprocess.run(
-        ["gcc", "-Wall", "-Werror", "-O1", "-o", str(out), str(C_DIR / "litert_host.c"),
-         f"-L{lib_dir}", "-l:libLiteRt.so", f"-Wl,-rpath,{lib_dir}", "-ldl"],
-        check=True,
-    )  # fmt: skip
+def host(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = litert_host.build(tmp_path_factory.mktemp("c") / "litert_host")
     linked = subprocess.run(["ldd", str(out)], capture_output=True, text=True, check=True).stdout
     assert "libLiteRt.so" in linked and "libpython" not in linked
     return out
 
 
-def _write_reference(model: Path, out_dir: Path) -> tuple[list[Path], list[Path]]:
-    """Seeded random inputs and BUILTIN_REF's outputs (ai-edge-litert), one raw file per tensor."""
-    from ai_edge_litert import interpreter as litert
-
-    from delegate_teflon.run import invoke, make_interpreter, random_inputs
-
-    interp = make_interpreter(litert, model.read_bytes(), [], None)
-    inputs = random_inputs(interp.get_input_details(), seed=0)
-    outputs = invoke(interp, inputs)
-    paths: tuple[list[Path], list[Path]] = ([], [])
-    for kind, arrays, dest in (("input", inputs, paths[0]), ("reference", outputs, paths[1])):
-        for i, array in enumerate(arrays):
-            dest.append(out_dir / f"{kind}{i}.bin")
-            array.tofile(dest[-1])
-    return paths
-
-
 def _run_litert_host(
     host: Path, lib: str, model: Path, device: str, files: list[Path]
 ) -> subprocess.CompletedProcess[str]:
-    env = {
-        **_clean_env(),
-        "VNPU_DELEGATE_LOG_LEVEL": "verbose",
-        # The shim's device model may build its C kernels on the first job of a cold cache: give
-        # that job more than the 2 s job timeout.
-        "VNPU_SHIM_JOB_TIMEOUT_MS": "120000",
-    }
-    return subprocess.run(
-        [str(host), lib, str(model), device, *map(str, files)],
-        env=env, capture_output=True, text=True, timeout=300, cwd="/",
-    )  # fmt: skip
+    return litert_host.run(
+        host, "delegate", lib, model, device, files, {"VNPU_DELEGATE_LOG_LEVEL": "verbose"}
+    )
 
 
 @pytest.mark.parametrize("name", FULLY_NPU_MODELS)
 def test_litert_c_host_runs_model_on_npu(
-    litert_host: Path, lib_path: str, test_device: str, tmp_path: Path, name: str
+    host: Path, lib_path: str, test_device: str, tmp_path: Path, name: str
 ) -> None:
     model = MODELS_DIR / f"{name}.tflite"
-    inputs, references = _write_reference(model, tmp_path)
-    result = _run_litert_host(litert_host, lib_path, model, test_device, inputs + references)
+    files = litert_host.write_reference(model, tmp_path)
+    result = _run_litert_host(host, lib_path, model, test_device, files)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "fully delegated: yes" in result.stdout
-    for i, ref in enumerate(references):
-        assert f"output {i}: {ref.stat().st_size} bytes, 0 differing" in result.stdout
+    assert "fully accelerated: yes" in result.stdout
+    outputs = [line for line in result.stdout.splitlines() if line.startswith("output ")]
+    assert outputs and all(line.endswith(" 0 differing") for line in outputs), result.stdout
     # The delegate ran inside libLiteRt.so's interpreter, every node on the NPU.
     assert re.search(r"vnpu delegate: runtime ai-edge-litert [\d.]+ \(libLiteRt\.so\)", result.stderr)
     assert re.search(
@@ -173,15 +145,15 @@ def test_litert_c_host_runs_model_on_npu(
 
 
 def test_litert_c_host_reports_a_differing_output(
-    litert_host: Path, lib_path: str, test_device: str, tmp_path: Path
+    host: Path, lib_path: str, test_device: str, tmp_path: Path
 ) -> None:
     """The comparison can fail: one flipped reference byte is one differing byte, exit status 1."""
     model = MODELS_DIR / "small_cnn_uint8.tflite"
-    inputs, references = _write_reference(model, tmp_path)
-    data = bytearray(references[0].read_bytes())
+    files = litert_host.write_reference(model, tmp_path)
+    data = bytearray(files[-1].read_bytes())
     data[3] ^= 0x01
-    references[0].write_bytes(bytes(data))
-    result = _run_litert_host(litert_host, lib_path, model, test_device, inputs + references)
+    files[-1].write_bytes(bytes(data))
+    result = _run_litert_host(host, lib_path, model, test_device, files)
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"output 0: {len(data)} bytes, 1 differing" in result.stdout
 
@@ -192,7 +164,7 @@ def test_docs_litert_host_recipe_runs(lib_path: str, tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[2]
     doc = (repo / "docs" / "delegate.md").read_text()
     (script,) = re.findall(r"```sh\n(.*?)```", doc, re.S)
-    assert "/usr/local/lib/libteflon.so" in script and "tests/delegate/c/litert_host.c" in script
+    assert "/usr/local/lib/libteflon.so" in script and "tests/c/litert_host.c" in script
     assert ".venv/bin/python" in script
     script = script.replace("/usr/local/lib/libteflon.so", lib_path).replace("/tmp/", f"{tmp_path}/")
     script = script.replace(".venv/bin/python", shlex.quote(sys.executable))  # whatever Python runs the tests
@@ -201,4 +173,4 @@ def test_docs_litert_host_recipe_runs(lib_path: str, tmp_path: Path) -> None:
         ["bash", "-e", "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=repo
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "fully delegated: yes\noutput 0: 10 bytes, 0 differing\n" in result.stdout
+    assert "fully accelerated: yes\noutput 0: 10 bytes, 0 differing\n" in result.stdout

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from vnpu_common import config
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # The C entry point called through ctypes with NULLs; the TfLiteDelegate it returns goes to the
@@ -67,5 +69,5 @@ def test_a_delegate_created_with_no_options_works(lib_path: str) -> None:
     # One line says which device the rule took: the guest's vnpu.ko, else the shim on this host.
     notices = [line for line in r.stderr.splitlines() if line.startswith("vnpu: using ")]
     assert len(notices) == 1, r.stderr
-    if os.environ.get("VNPU_TEST_DEVICE", "shim") == "shim":
+    if config.TEST_DEVICE.get() == "shim":
         assert notices[0].startswith("vnpu: using the in-process shim: no vnpu kernel device found"), r.stderr

@@ -5,6 +5,9 @@ when that directory exists). Every C variant this CPU can run is checked."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -1153,3 +1156,17 @@ def test_dynamic_plan_refuses_what_it_cannot_run() -> None:
         ma.BoundDynamic(plan, memory[:16], memory[16:48], (4, 1, 1, 9), (9, 0, 0, 1), memory[48:56], [], 0)
     with pytest.raises(ValueError, match="leave 31 bytes"):
         ma.BoundDynamic(plan, memory[:16], memory[16:47], (4, 1, 1, 8), (8, 0, 0, 1), memory[48:56], [], 0)
+
+
+def test_the_first_build_prints_one_progress_line_and_a_done_line(tmp_path: Path) -> None:
+    """A first use in a fresh cache builds the C kernels (seconds of gcc -O3) and says so; the next
+    use finds them and prints nothing."""
+    code = "from device_model import mac_array; assert mac_array.library() is not None"
+    env = {**os.environ, "VNPU_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    lines = first.stderr.splitlines()
+    assert lines[0] == "vnpu: building the MAC array for this CPU (once, ~10 s)\u2026", lines
+    assert lines[1].startswith("vnpu: built the MAC array for this CPU in ") and "mac-array-" in lines[1]
+    again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stderr == ""

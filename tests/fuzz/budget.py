@@ -10,11 +10,11 @@ finds is fixed and kept as an ``@example``.
 
 from __future__ import annotations
 
-import os
-
 from hypothesis import HealthCheck, settings
 
-SCALE = max(1, int(os.environ.get("VNPU_FUZZ_SCALE", "1")))
+from vnpu_common import config
+
+SCALE: int = config.FUZZ_SCALE.get()
 
 
 def budget(examples: int) -> settings:

@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from vnpu_common import config
+
 ROOT = Path(__file__).resolve().parents[2]
-IN_GUEST = bool(os.environ.get("VNPU_GUEST"))
+IN_GUEST = bool(config.GUEST.get())
 
 host_only = pytest.mark.skipif(IN_GUEST, reason="host test (the shim)")
 guest_only = pytest.mark.skipif(not IN_GUEST, reason="runs on vnpu.ko in the QEMU guest")

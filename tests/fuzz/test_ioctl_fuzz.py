@@ -8,12 +8,12 @@ the dmesg splat checks after every batch and the debugfs / meminfo leak accounti
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from qemu_tests import ioctl_fuzz
 from tests.fuzz.budget import SCALE
 from tests.fuzz.guest import guest_only, host_only, run_on_vnpu_ko
+from vnpu_common import config
 
 # The shim runs are host tests; in the guest the same file fuzzes the kernel instead.
 
@@ -56,5 +56,5 @@ def test_failing_run_prints_a_reproducer() -> None:
 
 @guest_only
 def test_kernel_ioctl_fuzz(tmp_path: Path) -> None:
-    seconds = os.environ.get("VNPU_FUZZ_SECONDS", "30")
+    seconds = str(config.FUZZ_SECONDS.get())
     run_on_vnpu_ko("ioctl_fuzz", "--seconds", seconds, "--json", str(tmp_path / "fuzz.json"), timeout=900)

@@ -5,10 +5,9 @@ On the shim here; on vnpu.ko in the QEMU guest (VNPU_STRESS_SECONDS, default 20)
 
 from __future__ import annotations
 
-import os
-
 from qemu_tests import stress
 from tests.fuzz.guest import guest_only, host_only, run_on_vnpu_ko
+from vnpu_common import config
 
 
 @host_only
@@ -20,4 +19,4 @@ def test_stress_on_the_shim() -> None:
 
 @guest_only
 def test_stress_on_vnpu_ko() -> None:
-    run_on_vnpu_ko("stress", "--seconds", os.environ.get("VNPU_STRESS_SECONDS", "20"), timeout=1200)
+    run_on_vnpu_ko("stress", "--seconds", str(config.STRESS_SECONDS.get()), timeout=1200)

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from uapi.isa import SPEC, encode
+from vnpu_common import config
 
 REPO = Path(__file__).resolve().parents[2]
-MODULE = Path(os.environ.get("VNPU_MODULE", REPO / "kernel" / "drivers_accel_stub" / "vnpu.ko"))
+MODULE = REPO / config.MODULE.get()  # relative to the checkout unless absolute
 DEBUGFS = Path("/sys/kernel/debug")
 PCI_DRIVER = Path("/sys/bus/pci/drivers/vnpu")  # its bind and unbind files take a PCI address
 BAD_DMESG = re.compile(
@@ -29,7 +30,7 @@ INT32 = SPEC.dtypes["INT32"].code
 
 def insmod_command() -> list[str]:
     """insmod vnpu.ko with the parameters guest_run loaded it with (guest_run.module_params)."""
-    return ["insmod", str(MODULE), *os.environ.get("VNPU_MODULE_PARAMS", "").split()]
+    return ["insmod", str(MODULE), *config.MODULE_PARAMS.get()]
 
 
 def accel_nodes() -> list[str]:

@@ -20,6 +20,7 @@ from kernel_helpers import accel_nodes
 from trace_helpers import build_uapi_program, trace_in_process
 
 from uapi import bindings
+from vnpu_common import config
 
 PY_PROGRAM = """
 import errno
@@ -288,3 +289,59 @@ def test_state_shows_this_process_as_an_open_file(dev: object, capsys: pytest.Ca
     assert cli.main(["state"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("vnpu debugfs: /sys/kernel/debug/accel/") and "\nfiles\n  CTX  PID" in out
+
+
+# PY_PROGRAM, waiting for the test's go once its imports are done and the device is open: `accel trace -p`
+# attaches in between.
+ATTACH_PROGRAM = "import sys\n" + textwrap.dedent(PY_PROGRAM).replace(
+    'with Device.open("kernel") as dev:\n',
+    'with Device.open("kernel") as dev:\n    print("ready", flush=True)\n    sys.stdin.readline()\n',
+)
+
+
+def test_trace_attaches_to_a_running_libaccel_program(tmp_path: Path) -> None:
+    """``accel trace -p PID`` (ptrace), attached once the program has the device open: the same decoded
+    records as the interposer's, the SUBMIT's stream read through a duplicate of its fd, the -C summary."""
+    if not accel_nodes():
+        pytest.skip("no vnpu device")
+    import subprocess
+
+    from trace_helpers import json_events, trace_env
+
+    scale = config.TIMEOUT_SCALE.get()
+    (tmp_path / "prog.py").write_text(ATTACH_PROGRAM)
+    target = subprocess.Popen(
+        [sys.executable, str(tmp_path / "prog.py")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=trace_env(),
+    )  # fmt: skip
+    out = tmp_path / "trace.jsonl"
+    cmd = [sys.executable, "-m", "libaccel.cli", "trace", "-p", str(target.pid), "-C", "--json", "-o", str(out)]
+    tracer = None
+    try:
+        assert target.stdout is not None and target.stdout.readline() == "ready\n"  # the device is open
+        tracer = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=trace_env())
+        assert tracer.stderr is not None
+        line = tracer.stderr.readline()
+        assert line.startswith(f"accel trace: attached to process {target.pid} ("), line
+        assert target.stdin is not None
+        target.stdin.write("go\n")
+        target.stdin.flush()
+        err = tracer.communicate(timeout=300 * scale)[1]
+    finally:
+        target.kill()
+        if tracer is not None:
+            tracer.kill()
+    assert tracer.returncode == 0 and target.wait() == 0, err
+    *events, last = json_events(out.read_text())
+    names = [e["ioctl"] for e in events]
+    assert names[:2] == ["DRM_IOCTL_VNPU_BO_CREATE"] * 2 and "DRM_IOCTL_VNPU_BO_WAIT" in names, names
+    assert all(e["path"] == accel_nodes()[0] and e["pid"] == target.pid for e in events)
+    creates = _by_name(events, "DRM_IOCTL_VNPU_BO_CREATE")
+    src, dst = creates[0]["out"]["handle"], creates[1]["out"]["handle"]
+    (submit,) = _by_name(events, "DRM_IOCTL_VNPU_SUBMIT")
+    (job,) = submit["jobs"]
+    assert job["bo_list"] == [{"handle": src, "flags": "READ"}, {"handle": dst, "flags": "WRITE"}]
+    assert job["stream"]["disasm"][2].startswith("COPY src=0 dst=1  # 0x0080"), job
+    assert _is_the_bad_info(events[-1]) and events[-1]["errno"] == "ENOENT"
+    rows = {r["ioctl"]: r for r in last["summary"]["ioctls"]}
+    assert rows["DRM_IOCTL_VNPU_BO_INFO"]["errors"] == 1 and rows["DRM_IOCTL_VNPU_SUBMIT"]["calls"] == 1

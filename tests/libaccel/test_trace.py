@@ -8,6 +8,7 @@ tests/kernel/test_trace.py runs the same tool in the QEMU guest against vnpu.ko.
 
 from __future__ import annotations
 
+import errno
 import shutil
 import subprocess
 import sys
@@ -210,3 +211,200 @@ def test_decoder_disassembles_a_submitted_stream() -> None:
     assert j["stream"]["disasm"][1] == "FILL dst=0 value=3  # 0x0040  -> dst INT8[1,1,1,8]@bo1"
     text = trace.render(event)
     assert "      bos: bo1:WRITE" in text and f"      stream ({len(stream)} bytes):" in text
+
+
+# --- -c, -C and the ioctl filter -----------------------------------------------------------------------
+
+
+def _cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "libaccel.cli", "trace", *args],
+        env=trace_env(), capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def test_c_prints_only_a_summary_table_as_strace_does(c_program: Path, tmp_path: Path) -> None:
+    r = _cli(["-c", "-o", str(tmp_path / "out"), "--", str(c_program)])
+    assert r.returncode == 7, r.stderr
+    lines = (tmp_path / "out").read_text().splitlines()
+    assert lines[0] == "% time     seconds  usecs/call     calls    errors ioctl"
+    assert lines[1].startswith("------ -----------") and lines[-2] == lines[1]
+    rows = {line.split()[-1]: line.split() for line in lines[2:-2]}
+    assert set(rows) == {"GET_PARAM", "SUBMIT"}  # no per-call lines, and TCGETS is not DRM
+    assert rows["SUBMIT"][3:5] == ["1", "1"]  # calls, errors
+    total = lines[-1].split()
+    assert total[0] == "100.00" and total[3:] == ["2", "2", "total"]
+    assert abs(float(total[1]) - sum(float(r[1]) for r in rows.values())) < 2e-6
+
+
+def test_c_json_is_one_summary_object_and_capital_c_keeps_the_calls(c_program: Path, tmp_path: Path) -> None:
+    r = _cli(["-c", "--json", "-o", str(tmp_path / "out"), "--", str(c_program)])
+    assert r.returncode == 7, r.stderr
+    (only,) = json_events((tmp_path / "out").read_text())
+    rows = only["summary"]["ioctls"]
+    assert {row["ioctl"] for row in rows} == {"DRM_IOCTL_VNPU_GET_PARAM", "DRM_IOCTL_VNPU_SUBMIT"}
+    assert all(row["calls"] == 1 and row["errors"] == 1 and row["avg_us"] >= 0 for row in rows)
+    assert only["summary"]["total"]["calls"] == 2 and round(sum(row["percent"] for row in rows)) == 100
+    r = _cli(["-C", "--json", "-o", str(tmp_path / "both"), "--", str(c_program)])
+    events = json_events((tmp_path / "both").read_text())
+    assert [e.get("ioctl") for e in events[:2]] == ["DRM_IOCTL_VNPU_GET_PARAM", "DRM_IOCTL_VNPU_SUBMIT"]
+    assert "summary" in events[2]
+
+
+@pytest.mark.parametrize("spec", ["SUBMIT", "trace=submit", "DRM_IOCTL_VNPU_SUBMIT,GEM_CLOSE"])
+def test_the_ioctl_filter_keeps_only_the_named_ioctls(c_program: Path, tmp_path: Path, spec: str) -> None:
+    r = _cli(["--json", "-e", spec, "-o", str(tmp_path / "out"), "--", str(c_program)])
+    assert r.returncode == 7, r.stderr
+    assert [e["ioctl"] for e in json_events((tmp_path / "out").read_text())] == ["DRM_IOCTL_VNPU_SUBMIT"]
+    r = _cli(
+        ["-c", "--ioctl", spec.removeprefix("trace="), "-o", str(tmp_path / "sum"), "--", str(c_program)]
+    )
+    rows = (tmp_path / "sum").read_text().splitlines()[2:-2]
+    assert [row.split()[-1] for row in rows] == ["SUBMIT"]
+
+
+def test_an_unknown_ioctl_name_is_one_line_listing_the_valid_ones(c_program: Path) -> None:
+    r = _cli(["-e", "SUBMIT,WAIT", "--", str(c_program)])
+    assert r.returncode == ExitCode.USAGE and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert (
+        "unknown ioctl 'WAIT': did you mean BO_WAIT, SYNCOBJ_TIMELINE_WAIT, SYNCOBJ_WAIT, WAIT_VBLANK?"
+        in r.stderr
+    )
+    assert "the vnpu ioctls are BO_CREATE, BO_INFO, BO_SYNC, BO_WAIT, GET_PARAM, SUBMIT" in r.stderr
+    with pytest.raises(trace.UsageError, match="an empty ioctl name"):
+        trace.parse_ioctl_filter("SUBMIT,")
+
+
+def test_the_interposers_blob_limit_is_the_decoders() -> None:
+    source = (ROOT / "libaccel" / "trace_preload.c").read_text()
+    assert "#define MAX_BLOB (64u * 1024u)" in source and trace.MAX_BLOB == 64 * 1024
+
+
+# --- -p PID: ptrace ------------------------------------------------------------------------------------
+
+TARGET = """
+import fcntl, os, sys, threading
+from uapi.bindings import IOCTLS, ffi
+fd = os.open("/dev/null", os.O_RDWR)
+print("ready", flush=True)
+sys.stdin.readline()
+arg = ffi.new("struct drm_vnpu_bo_info *")
+arg.handle = 42
+def work():  # in a second thread: every thread of the process is traced
+    for _ in range(3):
+        try:
+            fcntl.ioctl(fd, IOCTLS["DRM_IOCTL_VNPU_BO_INFO"], ffi.buffer(arg), True)
+        except OSError:
+            pass
+t = threading.Thread(target=work)
+t.start()
+t.join()
+try:
+    fcntl.ioctl(fd, IOCTLS["DRM_IOCTL_GEM_CLOSE"], bytearray(8))
+except OSError:
+    pass
+try:
+    fcntl.ioctl(fd, 0x5401, bytearray(64))  # TCGETS: not DRM, not traced
+except OSError:
+    pass
+"""
+
+# libaccel.trace_attach as `accel trace -p` runs it, with /dev/null counted as a DRM device (the host
+# has none) and the JSON events on stdout.
+TRACER = """
+import sys, time
+from libaccel import trace, trace_attach
+options = trace.Options(json_mode=True, summary=True)
+sink = trace.Sink(sys.stdout, options, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+sys.exit(trace_attach.attach(int(sys.argv[1]), sink, fd_filter=lambda path, rdev: path == "/dev/null"))
+"""
+
+
+def _target(tmp_path: Path) -> subprocess.Popen[str]:
+    (tmp_path / "target.py").write_text(TARGET)
+    t = subprocess.Popen(
+        [sys.executable, str(tmp_path / "target.py")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=trace_env(),
+    )  # fmt: skip
+    assert t.stdout is not None and t.stdout.readline() == "ready\n"
+    return t
+
+
+def test_attach_traces_every_thread_of_a_running_process(tmp_path: Path) -> None:
+    t = _target(tmp_path)
+    tracer = subprocess.Popen(
+        [sys.executable, "-c", TRACER, str(t.pid)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=trace_env(),
+    )  # fmt: skip
+    try:
+        assert tracer.stderr is not None
+        assert tracer.stderr.readline() == f"accel trace: attached to process {t.pid} (1 threads)\n"
+        assert t.stdin is not None
+        t.stdin.write("go\n")
+        t.stdin.flush()
+        out, err = tracer.communicate(timeout=120)
+    finally:
+        t.kill()
+        tracer.kill()
+    assert tracer.returncode == 0, err  # the target's own exit status
+    *events, last = json_events(out)
+    assert [e["ioctl"] for e in events] == ["DRM_IOCTL_VNPU_BO_INFO"] * 3 + ["DRM_IOCTL_GEM_CLOSE"]
+    assert {e["pid"] for e in events} == {t.pid} and events[0]["tid"] != t.pid  # the worker thread
+    assert events[0]["in"]["handle"] == 42 and events[0]["errno"] == "ENOTTY" and events[0]["ret"] == -1
+    assert events[0]["path"] == "/dev/null" and events[0]["comm"].startswith("python")
+    assert last["summary"]["total"] == {**last["summary"]["total"], "calls": 4, "errors": 4}
+
+
+def test_attach_refusals_are_one_line_saying_why_and_what_to_do(tmp_path: Path) -> None:
+    t = _target(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", TRACER, str(t.pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=trace_env(),
+    )  # fmt: skip
+    try:
+        assert holder.stderr is not None and holder.stderr.readline().startswith("accel trace: attached")
+        r = _cli(["-p", str(t.pid)])  # a second tracer: ptrace allows one
+    finally:
+        t.kill()
+        holder.kill()
+    assert r.returncode == ExitCode.USAGE and r.stderr.count("\n") == 1, r.stderr
+    assert f"cannot attach to process {t.pid}: " in r.stderr and "already traced" in r.stderr
+    r = _cli(["-p", "999999999"])
+    assert (r.returncode, r.stderr) == (ExitCode.USAGE, "accel: trace: no process 999999999\n")
+    for bad in (["-p", "x"], ["-p", "0"]):
+        r = _cli(bad)
+        assert r.returncode == ExitCode.USAGE and "not a process id" in r.stderr and r.stderr.count("\n") == 1
+    r = _cli(["-p", "1", "--", "true"])
+    assert r.returncode == ExitCode.USAGE and "not both" in r.stderr
+
+
+def test_refusal_names_the_yama_scope_and_the_way_out() -> None:
+    from libaccel.trace_attach import refusal
+
+    assert "ptrace_scope is 1 (a process may trace only its own children)" in refusal(
+        5, errno.EPERM, 1, False
+    )
+    assert "sudo sysctl kernel.yama.ptrace_scope=0" in refusal(5, errno.EPERM, 1, False)
+    assert "ptrace_scope is 2 (only root may attach)" in refusal(5, errno.EPERM, 2, False)
+    assert "until reboot" in refusal(5, errno.EPERM, 3, True)
+    assert "already traced" in refusal(5, errno.EPERM, 1, True)  # root: Yama is not why
+    assert all("accel trace -- CMD" in refusal(5, errno.EPERM, s, False) for s in (None, 1, 2, 3))
+    assert refusal(5, errno.ESRCH, None, False) == "trace: no process 5"
+
+
+def test_a_stream_is_read_through_a_duplicate_of_the_process_fd() -> None:
+    """pidfd_getfd gives the tracer the process's own open file; on /dev/null its BO_INFO is ENOTTY
+    (on vnpu.ko: the BO, tests/kernel/test_accel_tools.py)."""
+    from libaccel.trace_attach import _read_bo
+
+    proc = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
+    try:
+        with pytest.raises(OSError) as e:
+            _read_bo(proc.pid, 0, 1, 0, 16)
+        assert e.value.errno == errno.ENOTTY
+        with pytest.raises(OSError) as e:
+            _read_bo(proc.pid, 99, 1, 0, 16)  # no such fd in the process
+        assert e.value.errno == errno.EBADF
+    finally:
+        proc.kill()
+        proc.wait()

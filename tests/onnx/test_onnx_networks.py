@@ -7,7 +7,6 @@ On the shim here; in the QEMU guest on vnpu.ko (qemu_tests runs this file with V
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +15,9 @@ from test_onnx_models import MODELS, _check
 
 from libaccel import cli
 from libaccel import model as lm
+from vnpu_common import config
 
-DEVICE = os.environ.get("VNPU_TEST_DEVICE", "shim")
+DEVICE = config.TEST_DEVICE.get()
 
 
 @pytest.mark.parametrize("fixture", sorted(p.name for p in MODELS.glob("*.onnx")))

@@ -5,17 +5,18 @@ directory with gcc out of reach.
 Offline and fast on a machine where ``./run.sh`` made ``.venv``:
 
 - ``python -m build --no-isolation`` builds the sdist, then the wheel from the sdist, with this
-  venv's setuptools and cffi (the dev extras carry ``build``, ``setuptools`` and ``twine``); setup.py
-  compiles libteflon.so and the MAC array into it (about 30 s of gcc), so it is a platform wheel;
+  venv's setuptools, cffi and numpy (the dev extras carry ``build``, ``setuptools`` and ``twine``);
+  setup.py compiles every shared library into it (libteflon.so, the MAC array, the LiteRT compiler
+  plugin and dispatch library, the onnxruntime EP, accel trace's interposer), so it is a platform
+  wheel;
 - the new venv gets the wheel alone (``pip install --no-deps --no-index``) and finds the wheel's
   dependencies through one ``.pth`` line naming this venv's site-packages. A directory added that way
   is a plain ``sys.path`` entry: its own ``.pth`` files (the editable install's finder among them) do
   not run, so the project's packages can come only from the wheel, which the test checks, with the
   wheel's ``Requires-Dist`` against the versions that directory provides;
 - the commands run with ``PATH`` holding the venv's ``bin/`` alone and ``CC=false`` (no gcc, no cc)
-  and ``$VNPU_CACHE_DIR`` in an empty temporary directory: the delegate and the MAC array are the
-  wheel's own builds, and nothing is compiled into the cache. Only ``accel trace``, whose interposer
-  is compiled on first use, and the C program it traces get gcc.
+  and ``$VNPU_CACHE_DIR`` in an empty temporary directory: every library is the wheel's own build,
+  and nothing is compiled into the cache. Only the C program ``accel trace`` traces gets gcc.
 
 Every subprocess gets an environment without ``PYTHON*`` and ``VNPU_*`` variables, so a
 ``PYTHONPATH`` naming the checkout cannot put the checkout's packages in front of the wheel's.
@@ -64,10 +65,14 @@ DATA = (
     "uapi/firmware/vnpu/vnpu_fw.toml",
     "uapi/firmware/keys/dev-ed25519.pub",
     "libaccel/trace_preload.c",
+    "libaccel/man/accel.1",
     "device_model/mac_array/mac_array.c",
     "delegate_teflon/c/teflon_abi.h",
     "delegate_teflon/c/prepared_invoke.c",
     "delegate_teflon/c/embedding_host.c",
+    "litert_vendor/c/vnpu_vendor.h",
+    "litert_vendor/c/compiler_plugin.c",
+    "litert_vendor/c/dispatch.c",
 )
 TFLITE_MODEL = ROOT / "tests" / "corpus" / "models" / "ds_cnn_kws.tflite"
 ONNX_MODEL = ROOT / "tests" / "onnx" / "models" / "mobilenet_like_qdq.onnx"
@@ -77,6 +82,10 @@ WHEEL_TAG = "cp311-cp311-linux_x86_64"
 BUILT = (
     "delegate_teflon/libteflon.so",
     "device_model/mac_array/_vnpu_mac_array.cpython-311-x86_64-linux-gnu.so",
+    "litert_vendor/lib/libLiteRtCompilerPlugin_Vnpu.so",
+    "litert_vendor/lib/libLiteRtDispatch_Vnpu.so",
+    "vnpu_ort_ep/libvnpu_ort_ep.so",
+    "libaccel/libvnpu_trace.so",
 )
 # The environment of every subprocess: this one without what would reach into the checkout.
 CLEAN_ENV = {
@@ -265,6 +274,57 @@ def test_the_delegate_runs_a_corpus_model_exactly(venv: Venv) -> None:
     assert list(Path(venv.env["VNPU_CACHE_DIR"]).glob("*/*.so")) == []  # nothing compiled on first use
 
 
+def test_the_onnxruntime_ep_registers_from_the_wheel_and_runs_exactly(venv: Venv) -> None:
+    code = "import vnpu_ort_ep; print(vnpu_ort_ep.library_path())"
+    assert venv.python(code).stdout == f"{venv.site / BUILT[4]}\n"
+    # onnxruntime registers the wheel's library and runs the model on it; the CPU EP is the reference
+    model = str(venv.cwd / ONNX_MODEL.name)  # measure runs onnxruntime in a child whose cwd is /
+    r = venv.run(venv.bin("python"), "-m", "vnpu_ort_ep.measure", model, "--runs", "1")
+    row = r.stdout.splitlines()[1].split()
+    assert row[0] == ONNX_MODEL.stem and row[1] != "0" and row[-3] == "0", r.stdout  # "<n> of <m>"
+    assert list(Path(venv.env["VNPU_CACHE_DIR"]).glob("*/*.so")) == []
+
+
+LITERT_JIT = """
+import sys
+import litert_vendor
+from litert_vendor.tools import run_compiled
+from delegate_teflon.run import invoke, make_interpreter, random_inputs
+from ai_edge_litert import interpreter
+
+model = sys.argv[1]
+ref = make_interpreter(interpreter, open(model, "rb").read(), [], None)  # BUILTIN_REF
+inputs = random_inputs(ref.get_input_details(), seed=0)
+outputs = run_compiled(model, inputs)
+diff = sum(int((a.view("u1") != b.view("u1")).sum()) for a, b in zip(outputs, invoke(ref, inputs)))
+print("libraries", litert_vendor.library_dir())
+print("differing bytes", diff)
+"""
+
+
+def test_the_litert_vendor_libraries_compile_and_dispatch_from_the_wheel(venv: Venv) -> None:
+    # The compiler plugin (JIT) and the dispatch library in LiteRT's CompiledModel, a Python host.
+    out = venv.python(LITERT_JIT, TFLITE_MODEL.name).stdout
+    assert f"libraries {venv.site / 'litert_vendor' / 'lib'}\n" in out and "differing bytes 0\n" in out
+    # apply_plugin_main, a C host: the plugin starts Python and finds the wheel from its own path.
+    code = "import sys; from litert_vendor import tools; tools.apply_plugin(sys.argv[1], sys.argv[2])"
+    venv.python(code, TFLITE_MODEL.name, "npu.tflite")
+    assert b"DISPATCH_OP" in (venv.cwd / "npu.tflite").read_bytes()
+    assert list(Path(venv.env["VNPU_CACHE_DIR"]).glob("*/*.so")) == []
+
+
+def test_the_man_page_is_installed_where_man_finds_it(venv: Venv) -> None:
+    """``man accel`` for a venv on PATH: accel.1 under the prefix's share/man/man1, the committed page."""
+    installed = venv.root / "share" / "man" / "man1" / "accel.1"
+    assert installed.read_text() == (ROOT / "libaccel" / "man" / "accel.1").read_text()
+    if shutil.which("man") is not None:
+        # No MANPATH: man-db finds bin/../share/man of every PATH entry.
+        env = dict(venv.env, PATH=f"{venv.root / 'bin'}:/usr/bin:/bin", MANWIDTH="80")
+        env.pop("MANPATH", None)
+        r = _run(["man", "-P", "cat", "accel"], env=env)
+        assert "accel trace" in r.stdout and "EXIT STATUS" in r.stdout
+
+
 def test_accel_info_and_run(venv: Venv) -> None:
     info = json.loads(venv.run(venv.bin("accel"), "info", "--device", "shim", "--json").stdout)
     assert info["device"] == "shim" and info["driver"] == "vnpu"
@@ -277,33 +337,21 @@ def test_accel_info_and_run(venv: Venv) -> None:
     assert venv.run(venv.bin("accel"), "--version").stdout == f"accel {version}\n"
 
 
-C_PROGRAM = r"""
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/ioctl.h>
-#include <drm/vnpu_accel.h>
-
-int main(void)
-{
-    int fd = open("/dev/null", O_RDWR);
-    struct drm_vnpu_get_param p = { .param = DRM_VNPU_PARAM_MAX_JOB_BOS };
-
-    return ioctl(fd, DRM_IOCTL_VNPU_GET_PARAM, &p) == -1 && errno == ENOTTY ? 7 : 1;
-}
-"""
+# A uapi program accel trace traces: one GET_PARAM, ENOTTY from /dev/null, exit status 7.
+C_PROGRAM = ROOT / "tests" / "packaging" / "c" / "get_param_enotty.c"
 
 
-def test_accel_trace_builds_its_interposer_from_the_wheel(venv: Venv) -> None:
+def test_accel_trace_uses_the_wheels_interposer(venv: Venv) -> None:
     if shutil.which("gcc") is None:
         pytest.fail("gcc is required (apt-get install gcc)")
     cflags = venv.run(venv.bin("python"), "-m", "uapi", "cflags").stdout.strip()
     assert cflags == f"-I{venv.site / 'uapi'}"
-    (venv.cwd / "prog.c").write_text(C_PROGRAM)
+    shutil.copy(C_PROGRAM, venv.cwd / "prog.c")
     _run(["gcc", "-Wall", "-Werror", cflags, "prog.c", "-o", "prog"], cwd=venv.cwd, env=venv.with_gcc())
     r = subprocess.run(
         [venv.bin("accel"), "trace", "--json", "-o", "trace.jsonl", "--", "./prog"],
         cwd=venv.cwd,
-        env=venv.with_gcc(),
+        env=venv.env,  # no compiler: the interposer is the wheel's
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -311,7 +359,7 @@ def test_accel_trace_builds_its_interposer_from_the_wheel(venv: Venv) -> None:
     assert r.returncode == 7, r.stderr  # the traced program's exit status
     events = [json.loads(line) for line in (venv.cwd / "trace.jsonl").read_text().splitlines()]
     assert [(e["ioctl"], e["errno"]) for e in events] == [("DRM_IOCTL_VNPU_GET_PARAM", "ENOTTY")]
-    assert list(Path(venv.env["VNPU_CACHE_DIR"]).glob("trace-*/libvnpu_trace.so"))
+    assert list(Path(venv.env["VNPU_CACHE_DIR"]).glob("trace-*")) == []
 
 
 ASM = """\

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -213,3 +214,17 @@ def test_outside_a_checkout_main_says_so_and_changes_nothing(
     assert harness.checkout_missing() is not None
     monkeypatch.undo()
     assert harness.checkout_missing() is None  # this checkout has them
+
+
+def test_a_silent_guest_command_is_said_to_be_alive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A guest line resets the count; silence longer than ``alive_every`` gets one line per period."""
+    cmd = ["sh", "-c", "sleep 1.6; echo one; sleep 0.3; echo two"]
+    booted = harness.boot(cmd, 60, harness.Clock(), tmp_path / "console.log", alive_every=0.5)
+    assert booted == harness.BootResult(0, False)
+    out = capsys.readouterr().out.splitlines()
+    alive = [line for line in out if "guest: still running, " in line]
+    assert 2 <= len(alive) <= 4, out
+    assert re.fullmatch(r"\[host +[\d.]+s\] guest: still running, \d+ s \(no output for \d+ s\)", alive[0])
+    assert out.index("one") > out.index(alive[-1]) and out[-1] == "two"  # none after "one": 0.3 s < 0.5 s

@@ -98,7 +98,8 @@ def test_no_sources_fall_back_to_debian_s_own_archive() -> None:
 
 def test_the_source_list_names_sid_main_and_the_keyring() -> None:
     text = sid_kernel.source_list("http://deb.debian.org/debian")
-    assert text == f"deb [signed-by={sid_kernel.KEYRING}] http://deb.debian.org/debian sid main\n"
+    line = f"[signed-by={sid_kernel.KEYRING}] http://deb.debian.org/debian sid main"
+    assert text.splitlines() == [f"deb {line}", f"deb-src {line}"]
 
 
 def test_apt_keeps_to_its_own_directory(tmp_path: Path) -> None:

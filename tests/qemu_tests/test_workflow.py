@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 import shlex
+import subprocess
 
 import pytest
 import yaml
@@ -210,4 +211,40 @@ def test_the_matrix_expands_as_github_does() -> None:
         {"kernel": "a", "variant": "default"},
         {"kernel": "b", "variant": "default", "note": "x"},
         {"kernel": "b", "variant": "forced", "args": "--y"},
+    ]
+
+
+PIP_OUTPUT = """\
+Obtaining file:///work/main
+  Installing build dependencies: started
+Collecting numpy<2
+  Downloading numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.whl (18.2 MB)
+     ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 18.2/18.2 MB 40.1 MB/s eta 0:00:00
+Requirement already satisfied: cffi in ./.venv/lib/python3.11/site-packages
+Installing collected packages: numpy, vnpu
+Successfully installed numpy-1.26.4 vnpu-0.1.0
+ERROR: pip's dependency resolver does not currently take into account
+  all the packages that are installed.
+"""
+
+
+def test_run_sh_shows_pips_progress_a_line_per_step() -> None:
+    """The venv step is not a minute of silence: pip runs without -q through a filter that keeps a
+    line per package and step, and every line from an error on."""
+    run_sh = (harness.REPO / "run.sh").read_text()
+    assert ".venv/bin/pip install -e '.[dev]' 2>&1 | pip_progress\n" in run_sh
+    assert "pip install -q" not in run_sh
+    function = re.search(r"^pip_progress\(\) \{\n.*?^\}\n", run_sh, re.S | re.M)
+    assert function is not None
+    r = subprocess.run(
+        ["bash", "-c", function.group(0) + "pip_progress"], input=PIP_OUTPUT, capture_output=True, text=True
+    )
+    assert r.returncode == 0 and r.stdout.splitlines() == [
+        "  pip: Obtaining file:///work/main",
+        "  pip: Collecting numpy<2",
+        "  pip:   Downloading numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.whl (18.2 MB)",
+        "  pip: Installing collected packages: numpy, vnpu",
+        "  pip: Successfully installed numpy-1.26.4 vnpu-0.1.0",
+        "  pip: ERROR: pip's dependency resolver does not currently take into account",
+        "  pip:   all the packages that are installed.",
     ]

@@ -44,6 +44,19 @@ def test_concurrent_callers_build_once(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "key").iterdir() if p.name.startswith(".lib.so")] == []
 
 
+def test_a_real_build_says_so_on_stderr_and_a_cached_one_says_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "key" / "lib.so"
+    assert cache.build_once(target, _build, "the thing (once, ~1 s)").read_text() == "library"
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "vnpu: building the thing (once, ~1 s)\u2026"
+    assert err[1].startswith("vnpu: built the thing in ") and err[1].endswith(f" s: {target}")
+    assert len(err) == 2
+    cache.build_once(target, _build, "the thing (once, ~1 s)")
+    assert capsys.readouterr().err == ""
+
+
 def test_content_hash_separates_parts() -> None:
     assert cache.content_hash(["ab", "c"]) != cache.content_hash(["a", "bc"])
     assert cache.content_hash(["ab", b"c"]) == cache.content_hash([b"ab", "c"])

@@ -11,19 +11,15 @@ import pytest
 from uapi import __main__ as uapi_cli
 from uapi.bindings import HEADER_DIR
 
-PROGRAM = """
-#include <drm/vnpu_accel.h>
-#include <drm/vnpu_isa.h>
-int main(void) { return sizeof(struct drm_vnpu_submit) == 0; }
-"""
+PROGRAM = Path(__file__).resolve().parent / "c" / "include_both.c"
 
 
 def _compile(tmp_path: Path, include: str) -> None:
     if shutil.which("gcc") is None:
         pytest.skip("no gcc")
-    src = tmp_path / "prog.c"
-    src.write_text(PROGRAM)
-    subprocess.run(["gcc", "-Wall", "-Werror", include, str(src), "-o", str(tmp_path / "prog")], check=True)
+    subprocess.run(
+        ["gcc", "-Wall", "-Werror", include, str(PROGRAM), "-o", str(tmp_path / "prog")], check=True
+    )
 
 
 def test_cflags_name_the_package_headers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -28,7 +28,7 @@ wait on it, as on QEMU's eventfd), and an interrupt thread handles the Npu's
 ``raise_irq`` (as the kernel's IRQ handler does) and runs the job watchdog.
 One shortcut: a lone job for an idle core, with no WAIT, runs in the
 submitting thread under the core's lock (``Npu.run_here``), so the round trip
-wakes no thread; ``VNPU_SHIM_INLINE=0`` turns it off. Where the shim and the
+wakes no thread. Where the shim and the
 kernel differ, the kernel is right.
 
 The device side (rings, schedulers, watchdog, reset) is :mod:`.device`; the files and their ioctl

@@ -34,22 +34,11 @@ from uapi import hw_layout as hw
 from uapi.bindings import ffi
 from uapi.firmware_format import DEFAULT_IMAGE_PATH
 from uapi.queue_entries import CQE, SQE
-from vnpu_common import probe
+from vnpu_common import config, probe
 
 if TYPE_CHECKING:
     from libaccel.backends.shim.file import ShimBackend
 FIRMWARE_PATH = DEFAULT_IMAGE_PATH  # the image the device boots; $VNPU_SHIM_FIRMWARE for another
-ENV_FIRMWARE = "VNPU_SHIM_FIRMWARE"
-ENV_JOB_TIMEOUT_MS = "VNPU_SHIM_JOB_TIMEOUT_MS"
-ENV_CORES = "VNPU_SHIM_CORES"
-# The autosuspend delay in ms, as vnpu.ko's power/autosuspend_delay_ms (default hw.AUTOSUSPEND_DELAY_MS).
-ENV_AUTOSUSPEND_MS = "VNPU_SHIM_AUTOSUSPEND_MS"
-# "1": the device model runs each core's jobs in a worker process (device_model.core_worker), so
-# two cores use two host CPUs; off by default: a device then costs a worker start-up per core.
-ENV_CORE_PROCESSES = "VNPU_SHIM_CORE_PROCESSES"
-# "0": every job is run by its core's thread, woken by the doorbell (the default runs a lone job
-# for an idle core in the submitting thread: see ShimDevice.queue_job).
-ENV_INLINE = "VNPU_SHIM_INLINE"
 
 
 DRIVER_NAME = "vnpu"
@@ -197,7 +186,8 @@ class ShimDevice:
         from device_model.npu import DEFAULT_CORES, Npu  # the device model
 
         if core_processes is None:
-            core_processes = os.environ.get(ENV_CORE_PROCESSES, "0") == "1"
+            # Off by default: a device then costs a worker start-up per core.
+            core_processes = bool(config.SHIM_CORE_PROCESSES.get())
         # Worker processes map system memory themselves: a memfd they inherit.
         self.memory = MemfdMemory(RAM_SIZE) if core_processes else AnonymousMemory(RAM_SIZE)
         # Set in a forked child (_after_fork_in_child): the device is the parent's. Its threads
@@ -222,22 +212,21 @@ class ShimDevice:
         # gives one a fence.
         self.submit_waiters: set[threading.Condition] = set()
         self._irqs: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-        self._job_timeout_ms = job_timeout_ms or int(
-            os.environ.get(ENV_JOB_TIMEOUT_MS, DEFAULT_JOB_TIMEOUT_MS)
-        )
+        self._job_timeout_ms = job_timeout_ms or config.SHIM_JOB_TIMEOUT_MS.get() or DEFAULT_JOB_TIMEOUT_MS
         self._seqnos = itertools.count(1)
         self._mmap_next = MMAP_OFFSET_START
         self._file_ids = itertools.count(1)
         self.mmap_table: dict[int, ShimBo] = {}
         if num_cores is None:
-            num_cores = int(os.environ.get(ENV_CORES, DEFAULT_CORES))
+            num_cores = config.SHIM_CORES.get() or DEFAULT_CORES
         self.backlog: deque[ShimJob] = deque()  # not on the device yet, in submission order
         self.jobs: dict[int, ShimJob] = {}
         self.sq_tail = 0
         self.cq_head = 0
         self.resets = 0
         # Runtime PM as vnpu_pm.c: powered while any job exists; off once idle for autosuspend_ms.
-        self._autosuspend_ms = int(os.environ.get(ENV_AUTOSUSPEND_MS, hw.AUTOSUSPEND_DELAY_MS))
+        autosuspend_ms = config.SHIM_AUTOSUSPEND_MS.get()
+        self._autosuspend_ms = hw.AUTOSUSPEND_DELAY_MS if autosuspend_ms is None else autosuspend_ms
         self.powered = True
         self.power_offs = 0
         self.idle_since_ns = _now()
@@ -246,8 +235,9 @@ class ShimDevice:
         # fw_version and fw_build_id): powered off, its registers read 0.
         self.fw_version = 0
         self.fw_build_id = 0
-        # A lone job for an idle core runs in the submitting thread (queue_job); "0" turns it off.
-        self.inline_jobs = os.environ.get(ENV_INLINE, "1") != "0" and not core_processes
+        # A lone job for an idle core runs in the submitting thread (queue_job), unless the cores
+        # are processes.
+        self.inline_jobs = not core_processes
         self._closed = False
         self.broken = ""
 
@@ -270,7 +260,7 @@ class ShimDevice:
             t.start()
         try:
             with self.lock:  # the interrupt thread's autosuspend waits for the boot
-                self._boot(firmware or Path(os.environ.get(ENV_FIRMWARE, FIRMWARE_PATH)))
+                self._boot(firmware or config.SHIM_FIRMWARE.get() or FIRMWARE_PATH)
                 self.idle_since_ns = _now()
         except BaseException:
             self.close()

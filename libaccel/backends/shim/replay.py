@@ -13,7 +13,7 @@ from has changed, runs the job with only what changes per run:
   BO's bytes still the validated stream (userspace may rewrite them, and a SUBMIT takes the
   stream as it is then), the out-syncobj still there; and the device's: powered, no job on it
   (so no ordering or dependency to respect), lone jobs run in the submitting thread
-  (``VNPU_SHIM_INLINE``), no fault injected;
+  (its cores are threads), no fault injected;
 * the device's side (``Npu.run_prepared``): the core idle, its command processor the one that
   prepared the job, the page tables byte for byte as when the stream was bound, its bindings
   and MAC array variant unchanged (``PreparedJob.current``).

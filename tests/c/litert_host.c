@@ -1,22 +1,35 @@
-/* A C host with no Python: runs a .tflite model on LiteRT's NPU accelerator alone (libLiteRt.so
- * from the ai-edge-litert wheel) with vnpu's vendor libraries, and compares every output with
- * reference bytes.
+/* A C host with no Python: runs a .tflite model through LiteRT's CompiledModel C API (libLiteRt.so
+ * from the ai-edge-litert wheel) with vnpu, and compares every output with reference bytes.
  *
- *     npu_host LIBDIR MODEL VNPU_OPTIONS INPUT_FILE... REFERENCE_FILE...
+ *     litert_host npu LIBDIR MODEL VNPU_OPTIONS INPUT_FILE... REFERENCE_FILE...
+ *     litert_host delegate LIBTEFLON MODEL DEVICE INPUT_FILE... REFERENCE_FILE...
  *
- * LIBDIR holds libLiteRtCompilerPlugin_Vnpu.so and libLiteRtDispatch_Vnpu.so: it is given to the
- * environment as both the compiler plugin and the dispatch library directory, so a plain .tflite
- * is compiled just in time and an AOT-compiled one (DISPATCH_OP nodes) runs as it is.
- * VNPU_OPTIONS is the payload of the "vnpu" opaque options added to the compilation options
- * ("device=/dev/accel/accel0"); an empty string adds none. One raw file per signature input and one
- * per output (the bytes it must equal). Exit status: 0 all outputs equal, 1 some differ, 2 setup
- * failure.
+ * npu: vnpu as LiteRT's NPU vendor. LIBDIR holds libLiteRtCompilerPlugin_Vnpu.so and
+ * libLiteRtDispatch_Vnpu.so: it is given to the environment as both the compiler plugin and the
+ * dispatch library directory, so a plain .tflite is compiled just in time and an AOT-compiled one
+ * (DISPATCH_OP nodes) runs as it is. VNPU_OPTIONS is the payload of the "vnpu" opaque options added
+ * to the compilation options ("device=/dev/accel/accel0"); an empty string adds none.
+ *
+ * delegate: libteflon.so, the TFLite external delegate, inside LiteRT. libLiteRt.so exports no
+ * TfLiteInterpreter* API, so the delegate reaches the runtime as an accelerator this host registers:
+ * its CreateDelegate callback calls tflite_plugin_create_delegate ("device" = DEVICE) and wraps the
+ * TfLiteDelegate with LiteRtWrapDelegate. LiteRT 2.3 applies an NPU-class accelerator only to a
+ * model holding DISPATCH_OP nodes, so this one does its own JIT compilation under the GPU class
+ * and the options ask for that class alone: LiteRT's CPU accelerator (XNNPACK) is not applied, and
+ * compilation fails ("Some ops are not accelerated") unless the delegate takes every node.
+ *
+ * Either way the compilation options ask for one accelerator class alone, so "fully accelerated:
+ * yes" means no node ran on LiteRT's CPU kernels. One raw file per signature input (written into
+ * the input buffer as is) and one per output (the bytes it must equal). Exit status: 0 all outputs
+ * equal, 1 some differ, 2 setup failure.
  *
  * The declarations are LiteRT 2.3's litert/c headers (litert_common.h, litert_any.h,
  * litert_environment_options.h, litert_environment.h, litert_model.h, litert_options.h,
- * litert_opaque_options.h, litert_compiled_model.h, litert_tensor_buffer.h), which the wheel does
- * not ship.
+ * litert_opaque_options.h, litert_compiled_model.h, litert_tensor_buffer.h,
+ * internal/litert_accelerator_registration.h, internal/litert_delegate_wrapper.h), which the wheel
+ * does not ship.
  */
+#include <dlfcn.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,7 +41,7 @@
 typedef int LiteRtStatus; /* kLiteRtStatusOk = 0 */
 typedef int LiteRtHwAcceleratorSet;
 typedef size_t LiteRtParamIndex;
-enum { kLiteRtHwAcceleratorNpu = 1 << 2 };
+enum { kLiteRtHwAcceleratorGpu = 1 << 1, kLiteRtHwAcceleratorNpu = 1 << 2 };
 enum { kLiteRtTensorBufferLockModeRead = 0, kLiteRtTensorBufferLockModeWrite = 1 };
 enum { kLiteRtEnvOptionTagCompilerPluginLibraryDir = 0, kLiteRtEnvOptionTagDispatchLibraryDir = 1 };
 enum { kLiteRtAnyTypeString = 8 };
@@ -42,6 +55,11 @@ typedef struct LiteRtOpaqueOptionsT *LiteRtOpaqueOptions;
 typedef struct LiteRtCompiledModelT *LiteRtCompiledModel;
 typedef struct LiteRtTensorBufferT *LiteRtTensorBuffer;
 typedef struct LiteRtTensorBufferRequirementsT *LiteRtTensorBufferRequirements;
+typedef struct LiteRtAcceleratorT *LiteRtAccelerator;
+typedef const struct LiteRtAcceleratorT *LiteRtAcceleratorConst;
+typedef struct LiteRtDelegateWrapperT *LiteRtDelegateWrapper;
+typedef struct LiteRtRuntimeContext LiteRtRuntimeContext;
+typedef struct { int major, minor, patch; } LiteRtApiVersion;
 typedef struct {
     int type; /* LiteRtAnyType */
     union {
@@ -70,6 +88,27 @@ typedef struct {
 LiteRtStatus LiteRtCreateEnvironment(int num_options, const LiteRtEnvOption *options,
                                      LiteRtEnvironment *environment);
 void LiteRtDestroyEnvironment(LiteRtEnvironment environment);
+LiteRtStatus LiteRtCreateAccelerator(LiteRtAccelerator *accelerator);
+LiteRtStatus LiteRtSetAcceleratorGetName(LiteRtAccelerator accelerator,
+                                         LiteRtStatus (*GetName)(LiteRtAcceleratorConst, const char **));
+LiteRtStatus LiteRtSetAcceleratorGetVersion(LiteRtAccelerator accelerator,
+                                            LiteRtStatus (*GetVersion)(LiteRtAcceleratorConst,
+                                                                       LiteRtApiVersion *));
+LiteRtStatus LiteRtSetAcceleratorGetHardwareSupport(
+    LiteRtAccelerator accelerator, LiteRtStatus (*GetHardwareSupport)(LiteRtAcceleratorConst,
+                                                                      LiteRtHwAcceleratorSet *));
+LiteRtStatus LiteRtSetDelegateFunction(
+    LiteRtAccelerator accelerator,
+    LiteRtStatus (*CreateDelegate)(LiteRtRuntimeContext *runtime_context, LiteRtEnvironment env,
+                                   LiteRtAcceleratorConst accelerator, LiteRtOptions options,
+                                   LiteRtDelegateWrapper *delegate));
+LiteRtStatus LiteRtSetIsAcceleratorDelegateResponsibleForJitCompilation(
+    LiteRtAccelerator accelerator,
+    LiteRtStatus (*IsResponsible)(LiteRtAcceleratorConst, bool *does_jit_compilation));
+LiteRtStatus LiteRtRegisterAccelerator(LiteRtEnvironment environment, LiteRtAccelerator accelerator,
+                                       void *data, void (*ReleaseData)(void *));
+LiteRtStatus LiteRtWrapDelegate(void *tflite_opaque_delegate, void (*deleter)(void *),
+                                LiteRtDelegateWrapper *wrapper);
 LiteRtStatus LiteRtCreateModelFromFile(LiteRtEnvironment environment, const char *filename,
                                        LiteRtModel *model);
 void LiteRtDestroyModel(LiteRtModel model);
@@ -124,6 +163,57 @@ LiteRtStatus LiteRtUnlockTensorBuffer(LiteRtTensorBuffer buffer);
 
 #define MAX_TENSORS 16
 
+/* ---- delegate mode: libteflon.so as a GPU-class accelerator ---- */
+static const char *device;
+static void *(*plugin_create)(char **, char **, size_t, void (*)(const char *));
+static void (*plugin_destroy)(void *);
+
+static void report_error(const char *message) { fprintf(stderr, "report_error: %s\n", message); }
+
+static LiteRtStatus get_name(LiteRtAcceleratorConst accelerator, const char **name)
+{
+    (void)accelerator;
+    *name = "vnpu";
+    return 0;
+}
+
+static LiteRtStatus get_version(LiteRtAcceleratorConst accelerator, LiteRtApiVersion *version)
+{
+    (void)accelerator;
+    *version = (LiteRtApiVersion){1, 0, 0};
+    return 0;
+}
+
+static LiteRtStatus get_hardware(LiteRtAcceleratorConst accelerator, LiteRtHwAcceleratorSet *hw)
+{
+    (void)accelerator;
+    *hw = kLiteRtHwAcceleratorGpu;
+    return 0;
+}
+
+static LiteRtStatus does_jit(LiteRtAcceleratorConst accelerator, bool *jit)
+{
+    (void)accelerator;
+    *jit = true;
+    return 0;
+}
+
+static LiteRtStatus create_delegate(LiteRtRuntimeContext *runtime_context, LiteRtEnvironment env,
+                                    LiteRtAcceleratorConst accelerator, LiteRtOptions options,
+                                    LiteRtDelegateWrapper *wrapper)
+{
+    (void)runtime_context, (void)env, (void)accelerator, (void)options;
+    char *keys[] = {"device"}, *values[] = {(char *)device};
+    void *delegate = plugin_create(keys, values, 1, report_error); /* a TfLiteDelegate * */
+    if (!delegate)
+        return 3; /* kLiteRtStatusErrorRuntimeFailure; report_error said why */
+    fprintf(stderr, "litert_host: delegate created\n");
+    LiteRtStatus status = LiteRtWrapDelegate(delegate, plugin_destroy, wrapper);
+    if (status != 0)
+        plugin_destroy(delegate);
+    return status;
+}
+
 static long read_file(const char *path, void *dst, size_t size)
 {
     FILE *f = fopen(path, "rb");
@@ -135,48 +225,89 @@ static long read_file(const char *path, void *dst, size_t size)
     return extra ? (long)size + 1 : (long)n;
 }
 
-#define CHECK(call)                                                                 \
-    do {                                                                            \
-        LiteRtStatus status_ = (call);                                              \
-        if (status_ != 0) {                                                         \
-            fprintf(stderr, "npu_host: %s failed with status %d\n", #call, status_); \
-            return 2;                                                               \
-        }                                                                           \
+#define CHECK(call)                                                                     \
+    do {                                                                                \
+        LiteRtStatus status_ = (call);                                                  \
+        if (status_ != 0) {                                                             \
+            fprintf(stderr, "litert_host: %s failed with status %d\n", #call, status_); \
+            return 2;                                                                   \
+        }                                                                               \
     } while (0)
+
+/* delegate mode: libteflon.so's entry points, and its accelerator registered with env; 0 or 2. */
+static int register_delegate(LiteRtEnvironment env, const char *library)
+{
+    void *lib = dlopen(library, RTLD_LAZY | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "litert_host: %s\n", dlerror());
+        return 2;
+    }
+    plugin_create = (void *(*)(char **, char **, size_t, void (*)(const char *)))dlsym(
+        lib, "tflite_plugin_create_delegate");
+    plugin_destroy = (void (*)(void *))dlsym(lib, "tflite_plugin_destroy_delegate");
+    if (!plugin_create || !plugin_destroy) {
+        fprintf(stderr, "litert_host: %s exports no TFLite external delegate\n", library);
+        return 2;
+    }
+    LiteRtAccelerator accelerator;
+    CHECK(LiteRtCreateAccelerator(&accelerator));
+    CHECK(LiteRtSetAcceleratorGetName(accelerator, get_name));
+    CHECK(LiteRtSetAcceleratorGetVersion(accelerator, get_version));
+    CHECK(LiteRtSetAcceleratorGetHardwareSupport(accelerator, get_hardware));
+    CHECK(LiteRtSetDelegateFunction(accelerator, create_delegate));
+    CHECK(LiteRtSetIsAcceleratorDelegateResponsibleForJitCompilation(accelerator, does_jit));
+    CHECK(LiteRtRegisterAccelerator(env, accelerator, NULL, NULL));
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: %s LIBDIR MODEL VNPU_OPTIONS INPUT... REFERENCE...\n", argv[0]);
+    bool npu = argc >= 2 && strcmp(argv[1], "npu") == 0;
+    if (argc < 5 || (!npu && strcmp(argv[1], "delegate") != 0)) {
+        fprintf(stderr, "usage: %s npu LIBDIR MODEL VNPU_OPTIONS INPUT... REFERENCE...\n"
+                        "       %s delegate LIBTEFLON MODEL DEVICE INPUT... REFERENCE...\n",
+                argv[0], argv[0]);
         return 2;
     }
-    LiteRtEnvOption env_options[2] = {
-        {kLiteRtEnvOptionTagCompilerPluginLibraryDir, {kLiteRtAnyTypeString, {.str_value = argv[1]}}},
-        {kLiteRtEnvOptionTagDispatchLibraryDir, {kLiteRtAnyTypeString, {.str_value = argv[1]}}},
-    };
+    const char *lib = argv[2], *model_path = argv[3], *arg = argv[4];
+    char **files = argv + 5;
+    int n_files = argc - 5;
+
     LiteRtEnvironment env;
-    CHECK(LiteRtCreateEnvironment(2, env_options, &env));
+    if (npu) {
+        LiteRtEnvOption env_options[2] = {
+            {kLiteRtEnvOptionTagCompilerPluginLibraryDir, {kLiteRtAnyTypeString, {.str_value = lib}}},
+            {kLiteRtEnvOptionTagDispatchLibraryDir, {kLiteRtAnyTypeString, {.str_value = lib}}},
+        };
+        CHECK(LiteRtCreateEnvironment(2, env_options, &env));
+    } else {
+        CHECK(LiteRtCreateEnvironment(0, NULL, &env));
+        device = arg;
+        if (register_delegate(env, lib) != 0)
+            return 2;
+    }
 
     LiteRtModel model;
-    CHECK(LiteRtCreateModelFromFile(env, argv[2], &model));
+    CHECK(LiteRtCreateModelFromFile(env, model_path, &model));
     LiteRtSignature signature;
     CHECK(LiteRtGetModelSignature(model, 0, &signature));
     LiteRtParamIndex n_in, n_out;
     CHECK(LiteRtGetNumSignatureInputs(signature, &n_in));
     CHECK(LiteRtGetNumSignatureOutputs(signature, &n_out));
-    if (n_in > MAX_TENSORS || n_out > MAX_TENSORS || (size_t)argc != 4 + n_in + n_out) {
-        fprintf(stderr, "npu_host: the model has %zu inputs and %zu outputs: give one file each\n",
+    if (n_in > MAX_TENSORS || n_out > MAX_TENSORS || (size_t)n_files != n_in + n_out) {
+        fprintf(stderr, "litert_host: the model has %zu inputs and %zu outputs: give one file each\n",
                 n_in, n_out);
         return 2;
     }
 
     LiteRtOptions options;
     CHECK(LiteRtCreateOptions(&options));
-    CHECK(LiteRtSetOptionsHardwareAccelerators(options, kLiteRtHwAcceleratorNpu));
-    if (argv[3][0]) {
+    CHECK(LiteRtSetOptionsHardwareAccelerators(options,
+                                                npu ? kLiteRtHwAcceleratorNpu : kLiteRtHwAcceleratorGpu));
+    if (npu && arg[0]) {
         /* LiteRT owns the payload from here and frees it with the options. */
         LiteRtOpaqueOptions vnpu;
-        CHECK(LiteRtCreateOpaqueOptions("vnpu", strdup(argv[3]), free, &vnpu));
+        CHECK(LiteRtCreateOpaqueOptions("vnpu", strdup(arg), free, &vnpu));
         CHECK(LiteRtAddOpaqueOptions(options, vnpu));
     }
     LiteRtCompiledModel compiled;
@@ -215,11 +346,11 @@ int main(int argc, char **argv)
             void *host;
             CHECK(LiteRtGetTensorBufferPackedSize(inputs[k], &size));
             CHECK(LiteRtLockTensorBuffer(inputs[k], &host, kLiteRtTensorBufferLockModeWrite));
-            long got = read_file(argv[4 + k], host, size);
+            long got = read_file(files[k], host, size);
             CHECK(LiteRtUnlockTensorBuffer(inputs[k]));
             if (got != (long)size) {
-                fprintf(stderr, "npu_host: input %zu needs %zu bytes; %s has %s\n", k, size,
-                        argv[4 + k], got < 0 ? "none (cannot read it)" : "another size");
+                fprintf(stderr, "litert_host: input %zu needs %zu bytes; %s has %s\n", k, size,
+                        files[k], got < 0 ? "none (cannot read it)" : "another size");
                 return 2;
             }
         }
@@ -233,10 +364,10 @@ int main(int argc, char **argv)
         void *host;
         CHECK(LiteRtGetTensorBufferPackedSize(outputs[k], &size));
         unsigned char *want = malloc(size + 1);
-        long got = read_file(argv[4 + n_in + k], want, size);
+        long got = read_file(files[n_in + k], want, size);
         if (got != (long)size) {
-            fprintf(stderr, "npu_host: output %zu has %zu bytes; reference %s has %s\n", k, size,
-                    argv[4 + n_in + k], got < 0 ? "none (cannot read it)" : "another size");
+            fprintf(stderr, "litert_host: output %zu has %zu bytes; reference %s has %s\n", k, size,
+                    files[n_in + k], got < 0 ? "none (cannot read it)" : "another size");
             return 2;
         }
         CHECK(LiteRtLockTensorBuffer(outputs[k], &host, kLiteRtTensorBufferLockModeRead));
@@ -252,7 +383,7 @@ int main(int argc, char **argv)
         LiteRtDestroyTensorBuffer(inputs[k]);
     for (size_t k = 0; k < n_out; k++)
         LiteRtDestroyTensorBuffer(outputs[k]);
-    LiteRtDestroyCompiledModel(compiled);
+    LiteRtDestroyCompiledModel(compiled); /* delegate mode: tflite_plugin_destroy_delegate */
     LiteRtDestroyOptions(options);
     LiteRtDestroyModel(model);
     LiteRtDestroyEnvironment(env);
