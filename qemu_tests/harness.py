@@ -101,6 +101,7 @@ DEFAULT_SUITES = (
     "tests/delegate/test_prepared_invoke.py",  # libteflon.so's C invoke: its own ioctls on vnpu.ko
     "tests/corpus/test_corpus.py",
     "tests/onnx/test_onnx_networks.py",  # quantized ONNX networks through accel run, onnxruntime in the guest
+    "tests/ort_ep/test_ort_ep_guest.py",  # onnxruntime with the vnpu EP library on vnpu.ko
     "tests/fuzz/test_ioctl_fuzz.py",  # the ioctl fuzzer on vnpu.ko (VNPU_FUZZ_SECONDS, default 30)
     "tests/fuzz/test_fault_inject.py",  # device-model faults, one round of each, on vnpu.ko
     "tests/fuzz/test_stress.py",  # processes x threads of models and streams (VNPU_STRESS_SECONDS)
@@ -194,13 +195,18 @@ def build_guest_libraries(clock: Clock) -> None:
     """Build the host libraries the guest loads from the build cache: its view of the host is
     read-only, so what a fresh checkout has not built yet could not be built there."""
     import delegate_teflon
+    import vnpu_ort_ep
     from libaccel import trace
 
-    try:
-        path = delegate_teflon.library_path()
-    except Exception as e:  # a compiler's error of any kind: one line, and the harness stops
-        raise HarnessError(f"building libteflon.so for the guest failed: {e}") from e
-    clock.say("build", f"{path} ok")
+    for name, library_path in (
+        ("libteflon.so", delegate_teflon.library_path),
+        (vnpu_ort_ep.LIBRARY_NAME, vnpu_ort_ep.library_path),  # onnxruntime's plugin EP
+    ):
+        try:
+            path = library_path()
+        except Exception as e:  # a compiler's error of any kind: one line, and the harness stops
+            raise HarnessError(f"building {name} for the guest failed: {e}") from e
+        clock.say("build", f"{path} ok")
     # accel trace's interposer: the guest would otherwise compile it (seconds under TCG) per tracer.
     try:
         clock.say("build", f"{trace.library()} ok")

@@ -7,7 +7,8 @@ Life cycle (onnxruntime's plugin EP interface, ``vnpu_ort_abi.h``):
    through the device the ``device`` option names, not through a device onnxruntime enumerates);
    its metadata names the default device.
 3. ``CreateEp``: the session's options (``ep.vnpuexecutionprovider.<key>``): ``device`` (shim,
-   kernel or a node path; default: a kernel device if there is one, else the shim), ``strict``.
+   kernel or a node path; default: a kernel device if there is one, else the shim), ``strict``,
+   ``exact``, ``verbose``.
 4. ``GetCapability``: the OrtGraph as an onnx ModelProto, read by the ONNX front end, placed by the
    one partitioner (:func:`libaccel.model.onnx_placement`); each NPU partition's original nodes
    (a fused QOperator node covers its DequantizeLinear -> op -> QuantizeLinear group) are one fused
@@ -15,7 +16,8 @@ Life cycle (onnxruntime's plugin EP interface, ``vnpu_ort_abi.h``):
 5. ``Compile``: each fused node's partition compiled from the whole model's front-end graph and
    loaded once (with ``ep.context_enable=1`` also an EPContext node, :mod:`vnpu_ort_ep.context`;
    an EPContext node's payload is loaded as it is); ``Compute`` copies its inputs in, runs one NPU
-   job, and writes the outputs.
+   job, and writes the outputs; with ``verbose``, a fused node holding a float-sum group then logs
+   how many of its output bytes differ from the CPU EP's float computation (:class:`Reference`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from vnpu_ort_ep.graph_reader import Api, model_from_graph
 
 VENDOR = "vnpu"
 VERSION = "0.1.0"
-OPTION_KEYS = ("device", "strict", "exact")
+OPTION_KEYS = ("device", "strict", "exact", "verbose")
 CONTEXT_KEYS = ("context_enable", "context_embed_mode", "context_file_path")
 
 _ffi: Any = None
@@ -62,6 +64,7 @@ class Program:
     plan: Any  # Plan
     runner: Any  # libaccel.compiler.PartitionRunner
     npu_nodes: int
+    reference: Any = None  # Reference, with the verbose option when the partition has float sums
 
 
 @dataclass
@@ -86,6 +89,9 @@ class Ep:
     # exact: the QDQ Conv/MatMul groups onnxruntime computes in float stay on the CPU EP (else the
     # NPU takes them, at most 1 quantized unit from the CPU EP's outputs)
     exact: bool = False
+    # verbose: after each run of a fused node with a float-sum group, log how many of its output
+    # bytes differ from the CPU EP's float computation of the same nodes on the same inputs
+    verbose: bool = False
     programs: dict[str, Program] = field(default_factory=dict)  # fused node name -> program
     plans: dict[frozenset[str], Any] = field(default_factory=dict)  # group key -> Plan, for Compile
     infos: dict[int, tuple[Any, Program]] = field(default_factory=dict)  # OrtNodeComputeInfo address
@@ -272,6 +278,7 @@ def create_ep(
     try:
         target, strict = parse_options(values)
         exact = _flag(values, "exact")
+        verbose = _flag(values, "verbose")
         context = context_options(entries)
     except OptionError as e:
         return _error(f.api, "ORT_INVALID_ARGUMENT", str(e))
@@ -281,7 +288,7 @@ def create_ep(
     struct.GetCapability = _lib.vnpu_ep_get_capability
     struct.Compile = _lib.vnpu_ep_compile
     struct.ReleaseNodeComputeInfos = _lib.vnpu_ep_release_node_compute_infos
-    ep = Ep(f, struct, logger, Device.open(target), target, strict, context, exact=exact)
+    ep = Ep(f, struct, logger, Device.open(target), target, strict, context, exact=exact, verbose=verbose)
     _eps[_addr(struct)] = ep
     ep.log("info", f"vnpu EP: device {target}")
     out[0] = struct
@@ -633,6 +640,8 @@ def compile_graphs(this: Any, graphs: Any, fused_nodes: Any, count: int, infos: 
         program = Program(
             name, input_names, output_names, plan, PartitionRunner(ep.device, compiled), len(plan.run)
         )
+        if ep.verbose:
+            _verbose_reference(ep, program)
         ep.programs[name] = program
         info = _ffi.new("OrtNodeComputeInfo *")
         info.ort_version_supported = _ffi.integer_const("VNPU_ORT_API_VERSION")
@@ -737,6 +746,7 @@ def compute(this: Any, state: Any, context: Any) -> Any:
     api = ep.factory.api
     ffi, ort = _ffi, api.ort
     feeds: dict[int, np.ndarray] = {}
+    seen: dict[str, np.ndarray] = {}  # the verbose report's: the front end's types, ONNX's layout
     for k, name in enumerate(p.input_names):
         edge = p.plan.inputs.get(name)
         if edge is None:
@@ -754,20 +764,147 @@ def compute(this: Any, state: Any, context: Any) -> Any:
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
         count = int(np.prod(dims)) if dims else 1
         arr = np.frombuffer(ffi.buffer(data[0], count * dtype.itemsize), dtype).reshape(dims)
-        feeds[edge.ir] = layout_to_ir(_flip(arr, edge.flip, edge.dtype), edge.perm)
+        seen[name] = _flip(arr, edge.flip, edge.dtype)
+        feeds[edge.ir] = layout_to_ir(seen[name], edge.perm)
     values = p.runner.run(feeds)
+    made: dict[str, np.ndarray] = {}
     for k, name in enumerate(p.output_names):
         edge = p.plan.outputs[name]
         ir_value = values[edge.ir].reshape(edge.shape)
         own = np.dtype("int8" if edge.dtype == "uint8" else "uint8") if edge.flip else np.dtype(edge.dtype)
-        result = np.ascontiguousarray(_flip(layout_to_onnx(ir_value, edge.perm), edge.flip, own.name))
+        made[name] = layout_to_onnx(ir_value, edge.perm)
+        result = np.ascontiguousarray(_flip(made[name], edge.flip, own.name))
         dims = ffi.new("int64_t[]", list(result.shape) or [0])
         value = ffi.new("OrtValue **")
         api.check(ort.KernelContext_GetOutput(context, k, dims, result.ndim, value), f"output {name}")
         data = ffi.new("void **")
         api.check(ort.GetTensorMutableData(value[0], data), "GetTensorMutableData")
         ffi.memmove(data[0], result.tobytes(), result.nbytes)
+    if p.reference is not None:
+        ep.log("warning", compare(p.reference, seen, made).line(p.name, p.reference.groups))
     return ffi.NULL
+
+
+def _verbose_reference(ep: Ep, program: Program) -> None:
+    """``program``'s :class:`Reference` for the verbose report, or the reason there is none."""
+    plan = program.plan
+    if plan.og is None:
+        ep.log("warning", f"vnpu EP: {program.name}: no verbose report for an EPContext node (no front end)")
+        return
+    try:
+        program.reference = reference(plan.og, plan)
+    except ValueError as e:
+        ep.log("warning", f"vnpu EP: {program.name}: no verbose report: {e}")
+
+
+# --- verbose: the float-sum groups against the CPU EP's float computation ------------------------
+
+
+@dataclass
+class Reference:
+    """A fused node as onnxruntime's CPU EP computes it: the front end's (QOperator-form) nodes of
+    its partition in an onnxruntime session of their own, where a float-sum group is its
+    DequantizeLinear -> float op -> QuantizeLinear as onnxruntime's fusion left it."""
+
+    session: Any  # onnxruntime.InferenceSession
+    inputs: dict[str, str]  # the fused node's input (onnxruntime's name) -> the session's input
+    outputs: dict[str, str]  # the fused node's output -> the session's output
+    groups: list[str]  # the float-sum groups' ops, as "MatMul 'name'"
+
+
+@dataclass
+class Difference:
+    """The fused node's outputs against its :class:`Reference`'s."""
+
+    differing: int  # bytes
+    total: int
+    max_units: int  # the largest difference of one stored value
+
+    def line(self, name: str, groups: list[str]) -> str:
+        return (
+            f"vnpu EP: {name} (float-sum groups: {', '.join(groups)}): {self.differing} of {self.total} "
+            f"bytes differ from the CPU EP's float computation (max {self.max_units} unit"
+            f"{'' if self.max_units == 1 else 's'})"
+        )
+
+
+def float_sum_groups(og: Any, run: tuple[int, ...]) -> list[Any]:
+    """The ops of the QDQ groups in ``run`` (IR nodes) that onnxruntime computes in float32 and the
+    NPU as integer sums (``graph_from_onnx(float_sums=True)``), once each, in order."""
+    from libaccel.compiler.onnx_frontend import FLOAT_SUM_GROUP_OPS
+
+    ops: dict[int, Any] = {}
+    for k in run:
+        node = og.onnx_nodes[k]
+        if node.op_type in FLOAT_SUM_GROUP_OPS and id(node) in og.absorbed:
+            ops.setdefault(id(node), node)
+    return list(ops.values())
+
+
+def reference(og: Any, plan: Plan) -> Reference | None:
+    """The :class:`Reference` of ``plan``'s fused node, None when its partition has no float-sum
+    group (its output is then bit-exact by construction); ValueError when its nodes are no graph."""
+    import onnx
+    import onnxruntime
+
+    groups = float_sum_groups(og, plan.run)
+    if not groups:
+        return None
+    members = {id(og.onnx_nodes[k]) for k in plan.run}
+    members |= {id(m) for k in plan.run for m in og.absorbed.get(id(og.onnx_nodes[k]), [])}
+    nodes = [n for n in og.model.graph.node if id(n) in members]
+    produced = {o for n in nodes for o in n.output if o}
+    read = {t for n in nodes for t in n.input if t}
+    constants = [n for n in og.model.graph.node if n.op_type == "Constant" and set(n.output) & read]
+    inits = [t for t in og.model.graph.initializer if t.name in read]
+    tensor = {e.ir: og.graph.tensors[e.ir].name for e in [*plan.inputs.values(), *plan.outputs.values()]}
+    inputs = {name: tensor[e.ir] for name, e in plan.inputs.items()}
+    outputs = {name: tensor[e.ir] for name, e in plan.outputs.items()}
+    known = produced | {o for n in constants for o in n.output} | {t.name for t in inits}
+    if missing := sorted(read - known - set(inputs.values())):
+        raise ValueError(f"the partition's nodes read {missing[0]!r}, which is no input of the fused node")
+    if missing := sorted(set(outputs.values()) - produced):
+        raise ValueError(f"the fused node's output {missing[0]!r} is no output of the partition's nodes")
+
+    def value(name: str) -> Any:
+        dtype, shape = og.info[name]
+        elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        return onnx.helper.make_tensor_value_info(name, elem, shape)
+
+    graph = onnx.helper.make_graph(
+        [*constants, *nodes],
+        "vnpu_reference",
+        [value(n) for n in dict.fromkeys(inputs.values())],
+        [value(n) for n in dict.fromkeys(outputs.values())],
+        inits,
+    )
+    model = onnx.helper.make_model(graph, opset_imports=og.model.opset_import, ir_version=og.model.ir_version)
+    options = onnxruntime.SessionOptions()
+    # the nodes as the fusion left them (it ran when the front end read the model), one thread
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    labels = [f"{n.op_type} {n.name!r}" if n.name else n.op_type for n in groups]
+    return Reference(session, inputs, outputs, labels)
+
+
+def compare(ref: Reference, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> Difference:
+    """``outputs`` (the fused node's, in the front end's types and ONNX's layout) against ``ref``'s
+    run on ``inputs`` (likewise)."""
+    feeds = {ref.inputs[name]: value for name, value in inputs.items() if name in ref.inputs}
+    names = list(dict.fromkeys(ref.outputs.values()))
+    want = dict(zip(names, ref.session.run(names, feeds), strict=True))
+    differing = total = units = 0
+    for name, got in outputs.items():
+        w = want[ref.outputs[name]]
+        g = np.asarray(got).reshape(w.shape).view(w.dtype)
+        differing += int((g.view(np.uint8) != w.view(np.uint8)).sum())
+        total += int(w.nbytes)
+        if w.size:
+            units = max(units, int(np.abs(g.astype(np.int64) - w.astype(np.int64)).max()))
+    return Difference(differing, total, units)
 
 
 # --- binding ------------------------------------------------------------------------------------

@@ -1077,6 +1077,8 @@ class _Reader:
         the path the model's shapes take: equal shapes, or a one-element operand. Other broadcasts stay
         on the CPU."""
         a, b, y = node.input[0], node.input[3], node.output[0]
+        if a != b and (a in self.consts) != (b in self.consts):
+            return self._binary_const(node, a, b, y)
         dtype = self._byte_io(node, [a, b, y])
         if dtype is None:
             return False
@@ -1099,6 +1101,56 @@ class _Reader:
             return False
         table_index = self._table_tensor(y, dtype, table)
         self.add(node, "LOOKUP2", [self.tensor(a), self.tensor(b), table_index])
+        return True
+
+    def _binary_const(self, node: Any, a: str, b: str, y: str) -> bool:
+        """QLinearAdd / QLinearMul of an activation and a constant: a one-element constant as
+        LOOKUP (the node run on every byte of the activation, by onnxruntime's one-element path), a
+        bias as LOOKUP2 with the constant's stored bytes as its operand. The bias must fill the
+        activation's trailing dimensions (a ``[N]`` bias of an ``[M, N]`` activation):
+        onnxruntime's broadcaster then takes each row as a span of both operands, the equal-shape
+        path the table is made by."""
+        import onnx
+
+        const, x = (a, b) if a in self.consts else (b, a)
+        dtype = self._byte_io(node, [x, y])
+        data = np.asarray(self.consts[const])
+        if dtype is None:
+            return False
+        if str(data.dtype) != dtype:
+            self._refused = f"a {data.dtype} constant operand of {dtype} activations"
+            return False
+        v = _bytes(dtype)
+        if data.size == 1 and int(np.prod(self.info[x][1])) > 1:  # a function of x's byte alone
+            table = self._run(node, {x: v})
+            self.add(node, "LOOKUP", [self.tensor(x), self._table_tensor(y, dtype, table)])
+            return True
+        shape_x = tuple(self.info[x][1])
+        trailing = tuple(data.shape)
+        while trailing[:1] == (1,):
+            trailing = trailing[1:]
+        fills = len(data.shape) <= len(shape_x) and shape_x[len(shape_x) - len(trailing) :] == trailing
+        if not fills:
+            shapes = [list(self.info[a][1]) if a == x else list(data.shape)]
+            shapes.append(list(self.info[b][1]) if b == x else list(data.shape))
+            self._refused = f"broadcast of {shapes[0]} and {shapes[1]} (onnxruntime splits it by spans)"
+            return False
+        # the table: the node with the constant fed as an input, on every byte pair
+        probe = onnx.NodeProto()
+        probe.CopyFrom(node)
+        fed = const + ":bytes"
+        probe.input[list(node.input).index(const)] = fed
+        pairs = {a if a == x else fed: np.repeat(v, 256), b if b == x else fed: np.tile(v, 256)}
+        table = self._run(probe, pairs).reshape(256, 256)
+        rank = len(shape_x)
+        stored = data.reshape((1,) * (rank - data.ndim) + data.shape)
+        if rank == 4:
+            stored = stored.transpose(NCHW_TO_NHWC)
+        k = 0 if const == a else 3
+        q = self.qparams(node, node.input[k + 1], _get(node.input, k + 2))
+        c = self._new(fed, dtype, stored.shape, q, np.ascontiguousarray(stored))
+        operands = [c, self.tensor(x)] if const == a else [self.tensor(x), c]
+        self.add(node, "LOOKUP2", [*operands, self._table_tensor(y, dtype, table)])
         return True
 
     _read_QLinearAdd = _read_binary  # noqa: N815

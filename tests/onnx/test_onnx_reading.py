@@ -340,3 +340,55 @@ def test_accel_run_takes_one_input_per_name(tmp_path: Path) -> None:
         str(tmp_path / "sub.onnx"), "--input", f"a={tmp_path / 'a.npy'}", "--input", f"a={tmp_path / 'b.npy'}"
     )
     assert r.returncode == ExitCode.USAGE and r.stderr.count("\n") == 1 and "given twice" in r.stderr
+
+
+def _qlinear_binary(
+    op: str, dtype: type, x_shape: list[int], c_shape: list[int], const_first: bool
+) -> onnx.ModelProto:
+    rng = np.random.default_rng(4)
+    info = np.iinfo(dtype)
+    zp = dtype(0 if dtype is np.int8 else 128)
+    inits = {
+        "c": rng.integers(info.min, info.max + 1, c_shape).astype(dtype),
+        "xs": np.float32(0.03),
+        "xz": zp,
+        "cs": np.float32(0.011),
+        "cz": dtype(zp + 5),
+        "ys": np.float32(0.05 if op == "QLinearAdd" else 0.002),
+        "yz": zp,
+    }
+    a, b = (["c", "cs", "cz"], ["x", "xs", "xz"]) if const_first else (["x", "xs", "xz"], ["c", "cs", "cz"])
+    node = helper.make_node(op, [*a, *b, "ys", "yz"], ["y"], domain="com.microsoft")
+    return _model([node], [_vi("x", dtype, x_shape)], [_vi("y", dtype, None)], inits)
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize(
+    ("x_shape", "c_shape", "const_first", "lowered"),
+    [
+        ([10, 40], [40], False, "LOOKUP2"),  # a MatMul's bias
+        ([10, 40], [1, 40], True, "LOOKUP2"),
+        ([1, 3, 5, 6], [6], False, "LOOKUP2"),  # 4-D: the constant moves to the NHWC layout
+        ([12, 12], [], False, "LOOKUP"),  # a one-element constant (attention's scale)
+        ([12, 12], [1, 1], True, "LOOKUP"),
+    ],
+)
+def test_qlinear_binary_with_a_constant_operand_on_the_npu(
+    tmp_path: Path,
+    op: str,
+    dtype: type,
+    x_shape: list[int],
+    c_shape: list[int],
+    const_first: bool,
+    lowered: str,
+) -> None:
+    model = _qlinear_binary(op, dtype, x_shape, c_shape, const_first)
+    assert _placed(_run(tmp_path, model)) == [(op, True)]
+    assert [n.op for n in graph_from_onnx(model).graph.nodes] == [lowered]
+
+
+def test_qlinear_add_of_a_per_channel_constant_says_why(tmp_path: Path) -> None:
+    result = _run(tmp_path, _qlinear_binary("QLinearAdd", np.uint8, [1, 3, 5, 6], [1, 3, 1, 1], False))
+    assert _placed(result) == [("QLinearAdd", False)]
+    assert "broadcast of [1, 3, 5, 6] and [1, 3, 1, 1]" in result.placement[0].reason

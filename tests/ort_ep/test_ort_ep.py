@@ -8,6 +8,7 @@ unregisters the library and exits.
 from __future__ import annotations
 
 import ctypes
+import re
 from pathlib import Path
 
 import numpy as np
@@ -72,13 +73,14 @@ def test_int8_quantize_static_model_runs_exactly(tmp_path: Path) -> None:
     assert exact["assigned"] == {"VnpuExecutionProvider": 36, "CPUExecutionProvider": 17}
 
 
-# (vnpu EP nodes, all nodes) of onnxruntime's graph, quantize_static's defaults and uint8 activations
+# (vnpu EP nodes, all nodes) of onnxruntime's graph, quantize_static's defaults (int8 activations)
+# and uint8 activations, per-tensor or per-channel weights alike
 NETWORK_COUNTS = {
-    "int8": {"odd_cnn": (52, 54), "attention_block": (0, 56), "ffn": (20, 22)},
-    "uint8": {"odd_cnn": (52, 54), "attention_block": (23, 56), "ffn": (12, 22)},
+    "int8": {"odd_cnn": (52, 54), "resnet_like": (51, 53), "attention_block": (0, 56), "ffn": (20, 22)},
+    "uint8": {"odd_cnn": (52, 54), "resnet_like": (51, 53), "attention_block": (43, 56), "ffn": (20, 22)},
 }
 # with the exact option: the QDQ Conv/MatMul groups onnxruntime computes in float stay on the CPU EP
-EXACT_COUNTS = {"odd_cnn": (37, 54), "attention_block": (0, 56), "ffn": (16, 22)}
+EXACT_COUNTS = {"odd_cnn": (37, 54), "resnet_like": (36, 53), "attention_block": (0, 56), "ffn": (16, 22)}
 
 
 def test_exact_option_keeps_float_sums_on_the_cpu(tmp_path: Path) -> None:
@@ -123,14 +125,17 @@ def test_float_sum_groups_on_the_npu_within_one_unit() -> None:
     device.close()
 
 
-@pytest.mark.parametrize("activations", ["int8", "uint8"])
-def test_quantize_static_networks_placed_and_exact(tmp_path: Path, activations: str) -> None:
-    paths = measure.quantized_networks(tmp_path, activations)
+@pytest.mark.parametrize(("activations", "weights"), measure.CONFIGURATIONS)
+def test_quantize_static_networks_placed_and_exact(tmp_path: Path, activations: str, weights: str) -> None:
+    paths = measure.quantized_networks(tmp_path, activations, weights)
     counts = {}
     for name, path in paths.items():
         m = measure.measure(name, path, {"device": "shim"}, runs=3)
         assert m.differing_bytes == 0, (name, m)
+        assert m.boundary == 2, m  # the input QuantizeLinear and the output DequantizeLinear
         counts[name] = (m.vnpu, m.total)
+        if m.share < measure.TARGET:  # what stays on the CPU EP says why
+            assert m.reasons, m
     assert counts == NETWORK_COUNTS[activations]
 
 
@@ -227,3 +232,74 @@ def test_npu_groups_take_whole_qdq_node_units() -> None:
     ops = {model.graph.node[k].op_type for g in groups for k in g}
     assert {"Conv", "DequantizeLinear", "QuantizeLinear"} <= ops
     assert np.all(np.diff(groups[0]) > 0)
+
+
+VERBOSE_LINE = re.compile(
+    r"vnpu EP: (\S+) \(float-sum groups: (.*?)\): (\d+) of (\d+) bytes differ from the CPU EP's "
+    r"float computation \(max (\d+) units?\)"
+)
+
+
+def test_verbose_reports_the_float_sum_groups_differing_bytes(tmp_path: Path) -> None:
+    from tools.convert.make_onnx_models import ffn, quantize
+
+    path = tmp_path / "ffn_int8_qdq.onnx"
+    onnx.save(quantize(ffn(), "qdq", "int8"), path)
+    runs = 2
+    result = measure.run_ep(path, {"device": "shim", "verbose": "true"}, runs)  # at warning level
+    assert result["differing_bytes"] == 0
+    lines = [m.groups() for m in VERBOSE_LINE.finditer(result["log"])]
+    # one line per run of each fused node with a float MatMul group
+    assert lines and len(lines) % runs == 0, result["log"][-3000:]
+    assert all("MatMul" in groups for _, groups, *_ in lines)
+    assert all(int(n) <= int(m) and int(units) <= 1 for _, _, n, m, units in lines)
+    exact = measure.run_ep(path, {"device": "shim", "verbose": "true", "exact": "true"}, runs)
+    assert not VERBOSE_LINE.search(exact["log"])  # no float-sum group on the NPU: nothing to report
+
+
+def test_verbose_reference_counts_differing_bytes() -> None:
+    """The verbose report's reference (the partition's front-end nodes in onnxruntime's CPU EP)
+    against the NPU's run of the same partition, and a changed byte counted."""
+    from libaccel import Device
+    from libaccel.compiler import PartitionRunner, compile_cached, partition
+    from libaccel.compiler import onnx_frontend as fe
+    from libaccel.model import onnx_placement
+    from tools.convert.make_onnx_models import ffn, quantize
+    from vnpu_ort_ep.plugin import Difference, compare, edge_plan, npu_groups, reference
+
+    model = onnx.shape_inference.infer_shapes(quantize(ffn(), "qdq", "int8"))
+    og = fe.graph_from_onnx(model, float_sums=True)
+    placed = onnx_placement(og, True)
+    groups = npu_groups(model, og, placed)
+    plans = []
+    for run, g in zip(partition.partition_runs(placed), groups, strict=True):
+        try:
+            plans.append(edge_plan(model, og, run, g))
+        except ValueError:
+            pass  # a DequantizeLinear shared with a CPU node: onnxruntime's graph has it duplicated
+    refs = [(plan, ref) for plan in plans if (ref := reference(og, plan)) is not None]
+    assert refs and all("MatMul" in " ".join(ref.groups) for _, ref in refs)
+    device = Device.open("shim")
+    rng = np.random.default_rng(7)
+    for plan, ref in refs:
+        compiled, _ = compile_cached(og.graph, list(plan.run), device.params.isa_version)
+        with PartitionRunner(device, compiled) as runner:
+            inputs = {}
+            for name, edge in plan.inputs.items():
+                shape = og.info[og.graph.tensors[edge.ir].name][1]
+                inputs[name] = rng.integers(-128, 128, shape).astype(edge.dtype)
+            values = runner.run({e.ir: fe.layout_to_ir(inputs[n], e.perm) for n, e in plan.inputs.items()})
+            outputs = {
+                n: fe.layout_to_onnx(values[e.ir].reshape(e.shape), e.perm) for n, e in plan.outputs.items()
+            }
+        d = compare(ref, inputs, outputs)
+        assert d.total == sum(v.nbytes for v in outputs.values()) and d.max_units <= 1, d
+        # the reference's own outputs, one byte moved by one unit
+        names = list(dict.fromkeys(ref.outputs.values()))
+        feeds = {ref.inputs[n]: v for n, v in inputs.items()}
+        want = dict(zip(names, ref.session.run(names, feeds), strict=True))
+        changed = {n: want[t].copy() for n, t in ref.outputs.items()}
+        first = next(iter(changed.values())).reshape(-1)
+        first[0] = first[0] + 1 if first[0] < np.iinfo(first.dtype).max else first[0] - 1
+        assert compare(ref, inputs, changed) == Difference(1, d.total, 1)
+    device.close()
