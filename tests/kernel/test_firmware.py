@@ -219,9 +219,14 @@ def test_probe_with_a_tampered_image_fails_with_one_line(tmp_path: Path) -> None
             r = _sh(*insmod_command())
             assert r.returncode == 0, r.stderr  # the module loads; the device's probe fails
             assert not accel_nodes()
-            new = dmesg().splitlines()[before:]
-            ours = [line for line in new if "vnpu" in line and "*ERROR*" in line]
-            assert len(ours) == 1 and REJECTED_LINE in ours[0], new
+
+            def ours() -> list[str]:
+                return [line for line in dmesg().splitlines()[before:] if "vnpu" in line and "*ERROR*" in line]
+
+            # The probe's verdict may land in the log after insmod returns: wait for it, then count.
+            wait_until(lambda: any(REJECTED_LINE in line for line in ours()), 10)
+            lines = ours()
+            assert len(lines) == 1 and REJECTED_LINE in lines[0], dmesg().splitlines()[before:]
             assert _sh("rmmod", "vnpu").returncode == 0
     finally:
         if not accel_nodes():
