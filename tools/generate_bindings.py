@@ -34,6 +34,11 @@ import cffi
 from pycparser import c_ast, c_generator, c_parser
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the project's packages
+    sys.path.insert(0, str(ROOT))
+
+from tools.generated_files import write_or_check  # noqa: E402
+
 UAPI = ROOT / "uapi"
 OUTPUT = UAPI / "abi_generated.json"
 HEADERS = ("drm.h", "drm_mode.h", "vnpu_accel.h")  # the declarations that are ours to read
@@ -225,17 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     except GeneratorError as e:
         print(f"generate_bindings: {e}", file=sys.stderr)
         return 2
-    current = OUTPUT.read_text() if OUTPUT.exists() else None
-    if args.check:
-        if current != text:
-            rel = OUTPUT.relative_to(ROOT)
-            print(f"stale generated file: {rel}; run tools/generate_bindings.py", file=sys.stderr)
-            return 1
-        return 0
-    if current != text:
-        OUTPUT.write_text(text)
-        print(f"wrote {OUTPUT.relative_to(ROOT)}")
-    return 0
+    return write_or_check({OUTPUT: text}, args.check, ROOT, "file", "tools/generate_bindings.py")
 
 
 if __name__ == "__main__":

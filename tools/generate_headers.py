@@ -21,12 +21,12 @@ import ast
 import io
 import sys
 import tokenize
-from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tools.generated_files import write_or_check  # noqa: E402
 from uapi.isa import HEADER_SIZE, SPEC, FieldSpec, InstructionSpec, IsaSpec  # noqa: E402
 
 ISA_HEADER = ROOT / "uapi" / "drm" / "vnpu_isa.h"
@@ -461,30 +461,11 @@ def outputs() -> dict[Path, str]:
     }
 
 
-def stale(files: dict[Path, str]) -> Iterable[Path]:
-    for path, text in files.items():
-        if not path.exists() or path.read_text() != text:
-            yield path
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if a generated file is stale; write nothing")
     args = ap.parse_args(argv)
-    files = outputs()
-    bad = [p.relative_to(ROOT) for p in stale(files)]
-    if args.check:
-        if bad:
-            names = ", ".join(str(p) for p in bad)
-            print(f"stale generated header(s): {names}; run tools/generate_headers.py", file=sys.stderr)
-            return 1
-        return 0
-    for path, text in files.items():
-        if path.relative_to(ROOT) in bad:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path.relative_to(ROOT)}")
-    return 0
+    return write_or_check(outputs(), args.check, ROOT, "header(s)", "tools/generate_headers.py")
 
 
 if __name__ == "__main__":

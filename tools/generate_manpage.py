@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from libaccel import cli  # noqa: E402
+from tools.generated_files import write_or_check  # noqa: E402
 from vnpu_common.cli import EXIT_MEANINGS, package_version  # noqa: E402
 
 MAN_PAGE = ROOT / "libaccel" / "man" / "accel.1"
@@ -131,19 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if the man page is stale; write nothing")
     args = ap.parse_args(argv)
-    text = render()
-    current = MAN_PAGE.read_text() if MAN_PAGE.exists() else None
-    if args.check:
-        if current != text:
-            rel = MAN_PAGE.relative_to(ROOT)
-            print(f"stale generated man page: {rel}; run tools/generate_manpage.py", file=sys.stderr)
-            return 1
-        return 0
-    if current != text:
-        MAN_PAGE.parent.mkdir(parents=True, exist_ok=True)
-        MAN_PAGE.write_text(text)
-        print(f"wrote {MAN_PAGE.relative_to(ROOT)}")
-    return 0
+    return write_or_check({MAN_PAGE: render()}, args.check, ROOT, "man page", "tools/generate_manpage.py")
 
 
 if __name__ == "__main__":

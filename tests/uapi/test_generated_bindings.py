@@ -33,6 +33,7 @@ def test_a_header_change_makes_the_file_stale_and_regenerating_follows_it(tmp_pa
     (tmp_path / "tools").mkdir()
     gen = tmp_path / "tools" / "generate_bindings.py"
     shutil.copy(GENERATOR, gen)
+    shutil.copy(GENERATOR.parent / "generated_files.py", tmp_path / "tools")
     header = tmp_path / "uapi" / "drm" / "vnpu_accel.h"
     # One more field in the SUBMIT struct: its size, hence its request number, must change.
     text = header.read_text()
