@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,9 +70,29 @@ def holders() -> str:
     return "\n".join(lines)
 
 
-def bad_dmesg_lines(since: int = 0) -> list[str]:
-    """The kernel log's splats (WARNING, BUG, Oops, ...) after its first ``since`` lines."""
-    return [line for line in dmesg().splitlines()[since:] if BAD_DMESG.search(line)]
+def log_mark() -> str:
+    """Write a unique line into the kernel log and return it, for :func:`dmesg_since`.
+
+    Counting lines does not mark a place: once the ring buffer is full (a quarter hour into a
+    guest run), every new line pushes an old one out and the count stays put."""
+    mark = f"vnpu-test mark {uuid.uuid4().hex}"
+    write_once(Path("/dev/kmsg"), mark + "\n")
+    return mark
+
+
+def dmesg_since(mark: str) -> list[str]:
+    """The kernel log's lines after ``mark`` (all of them if it has rotated out: each is newer)."""
+    lines = dmesg().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].endswith(mark):
+            return lines[i + 1 :]
+    return lines
+
+
+def bad_dmesg_lines(since: str | None = None) -> list[str]:
+    """The kernel log's splats (WARNING, BUG, Oops, ...), after the :func:`log_mark` ``since`` if given."""
+    lines = dmesg().splitlines() if since is None else dmesg_since(since)
+    return [line for line in lines if BAD_DMESG.search(line)]
 
 
 def vector(slot: int, va: int, count: int, dtype: int = INT8) -> bytes:

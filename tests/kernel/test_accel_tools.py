@@ -315,7 +315,8 @@ def test_trace_attaches_to_a_running_libaccel_program(tmp_path: Path) -> None:
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=trace_env(),
     )  # fmt: skip
     out = tmp_path / "trace.jsonl"
-    cmd = [sys.executable, "-m", "libaccel.cli", "trace", "-p", str(target.pid), "-C", "--json", "-o", str(out)]
+    cmd = [sys.executable, "-m", "libaccel.cli", "trace", "-p", str(target.pid), "-C", "--json"]
+    cmd += ["-o", str(out)]
     tracer = None
     try:
         assert target.stdout is not None and target.stdout.readline() == "ready\n"  # the device is open

@@ -14,8 +14,8 @@ import pytest
 from driver_knobs import injected_fault
 from kernel_helpers import copy_stream, hang_stream
 
-from uapi import hw_layout as hw
 from libaccel.coredump import parse, vnpu_dumps
+from uapi import hw_layout as hw
 
 
 def discard_dumps() -> None:
@@ -120,7 +120,7 @@ def test_hang_leaves_a_dump_marking_the_wait(
 
 def test_a_user_who_faults_many_jobs_cannot_flood_the_kernel_log(dev) -> None:
     """Any user can make jobs fault: the coredump line each faulting job logs is rate-limited."""
-    from kernel_helpers import debugfs_counters, dmesg, wait_until
+    from kernel_helpers import debugfs_counters, dmesg_since, log_mark, wait_until
 
     from libaccel import Job, JobBo
 
@@ -129,13 +129,13 @@ def test_a_user_who_faults_many_jobs_cannot_flood_the_kernel_log(dev) -> None:
     out = dev.create_bo(4096)
     stream = copy_stream(out.va, out.va + 2048, 16)
     cmd = dev.create_bo_with(stream, read_only=True)
-    before = len(dmesg().splitlines())
+    before = log_mark()
     with injected_fault("kernel", "mmu_fault", count=jobs):
         for _ in range(jobs):
             dev.submit(Job(cmd, len(stream), [JobBo(out, write=True)]))
         assert out.wait(timeout=120).status == -errno.EFAULT
     # Each job logs when it is freed, after its fence: wait until all of them are.
     assert wait_until(lambda: debugfs_counters()["jobs"] <= live, 30)
-    lines = [line for line in dmesg().splitlines()[before:] if "device coredump captured" in line]
+    lines = [line for line in dmesg_since(before) if "device coredump captured" in line]
     assert 1 <= len(lines) <= 10, lines
     discard_dumps()

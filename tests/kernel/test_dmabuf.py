@@ -196,4 +196,3 @@ def test_an_import_cannot_hold_a_command_stream(dev) -> None:
                 other.submit(Job(cmd, len(stream), [JobBo(dst, write=True)]))
     finally:
         os.close(fd)
-

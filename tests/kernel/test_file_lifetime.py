@@ -11,8 +11,8 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
-import mmap
 import gc
+import mmap
 import os
 import struct
 import threading
@@ -209,7 +209,14 @@ def _raw_mmap(fd: int, offset: int) -> int:
     which would hold the file open by itself."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
     addr = libc.mmap(None, PAGE, mmap.PROT_READ, mmap.MAP_SHARED, fd, offset)
     assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
     return addr

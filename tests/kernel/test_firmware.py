@@ -24,14 +24,16 @@ from kernel_helpers import (
     accel_nodes,
     debugfs_counters,
     dmesg,
+    dmesg_since,
     fill_stream,
     hang_stream,
     insmod_command,
+    log_mark,
     wait_until,
 )
 
-from uapi.firmware_format import parse_image
 from firmware_tools.image import DEFAULT_IMAGE_PATH
+from uapi.firmware_format import parse_image
 
 FW_PATH = Path("/sys/module/firmware_class/parameters/path")
 BUILD_ID = parse_image(DEFAULT_IMAGE_PATH.read_bytes()).build_id
@@ -149,12 +151,12 @@ def test_reload_lets_a_hung_job_time_out_and_runs_the_jobs_behind_it(reload_job_
         Job(dev.create_bo_with(stream, read_only=True), len(stream), [JobBo(sem), JobBo(out, write=True)])
     )
     queued = _fill(dev, 6)
-    log_before = len(dmesg().splitlines())
+    log_before = log_mark()
     assert wait_until(lambda: debugfs_counters()["jobs_on_device"] >= 1, 30), "the job never started"
     reload()  # waits for the job timeout
     assert out.wait(timeout=30).status == -errno.ETIMEDOUT
     assert queued.wait(timeout=30).status == 0 and (queued.array(np.int8, 4096) == 6).all()
-    assert "cancelled" not in "\n".join(dmesg().splitlines()[log_before:])
+    assert "cancelled" not in "\n".join(dmesg_since(log_before))
     assert _fill(dev, 7).wait(timeout=30).status == 0
 
 
@@ -213,7 +215,7 @@ def _sh(*cmd: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.isolated
 def test_probe_with_a_tampered_image_fails_with_one_line(tmp_path: Path) -> None:
     assert wait_until(lambda: _sh("rmmod", "vnpu").returncode == 0, 30), "vnpu is busy"
-    before = len(dmesg().splitlines())
+    before = log_mark()
     try:
         with tampered_firmware(tmp_path):
             r = _sh(*insmod_command())
@@ -221,12 +223,12 @@ def test_probe_with_a_tampered_image_fails_with_one_line(tmp_path: Path) -> None
             assert not accel_nodes()
 
             def ours() -> list[str]:
-                return [line for line in dmesg().splitlines()[before:] if "vnpu" in line and "*ERROR*" in line]
+                return [line for line in dmesg_since(before) if "vnpu" in line and "*ERROR*" in line]
 
             # The probe's verdict may land in the log after insmod returns: wait for it, then count.
             wait_until(lambda: any(REJECTED_LINE in line for line in ours()), 10)
             lines = ours()
-            assert len(lines) == 1 and REJECTED_LINE in lines[0], dmesg().splitlines()[before:]
+            assert len(lines) == 1 and REJECTED_LINE in lines[0], dmesg_since(before)
             assert _sh("rmmod", "vnpu").returncode == 0
     finally:
         if not accel_nodes():

@@ -20,6 +20,7 @@ from kernel_helpers import (
 
 pytestmark = pytest.mark.isolated
 
+
 def _job_works(value: int) -> bool:
     """Open the device, run one FILL job, check it. Returns with no file or mapping left open.
 

@@ -25,6 +25,7 @@ from kernel_helpers import (
     dmesg,
     fill_stream,
     hang_stream,
+    log_mark,
     npu_address,
     wait_until,
     write_once,
@@ -66,7 +67,7 @@ def test_a_completion_interrupt_at_probe_completes_no_job() -> None:
     succeeds, and the first jobs, which wait on a semaphore, stay unfinished until it is released."""
     from libaccel import Device, Job, JobBo
 
-    since = len(dmesg().splitlines())
+    since = log_mark()
     with unbound() as address, injected_fault("kernel", "early_cq"):
         write_once(PCI_DRIVER / "bind", address)
     with Device.open("kernel") as a, Device.open("kernel") as b:
@@ -74,7 +75,9 @@ def test_a_completion_interrupt_at_probe_completes_no_job() -> None:
         for dev in (a, b):  # two idle files: their jobs go to both cores
             sem, out = dev.create_bo(4096), dev.create_bo(4096)
             s = hang_stream(sem.va, out.va)
-            dev.submit(Job(dev.create_bo_with(s, read_only=True), len(s), [JobBo(sem), JobBo(out, write=True)]))
+            dev.submit(
+                Job(dev.create_bo_with(s, read_only=True), len(s), [JobBo(sem), JobBo(out, write=True)])
+            )
             held.append((sem, out))
         time.sleep(1)
         assert debugfs_counters()["jobs_done"] == 0, "a phantom completion ended a job"
@@ -113,7 +116,7 @@ def test_a_probe_the_device_refuses_unwinds_and_the_device_binds_again(
 ) -> None:
     """A bind the device refuses fails with a negative errno, leaves no node and no splat, and the
     next bind brings up a working device."""
-    since = len(dmesg().splitlines())
+    since = log_mark()
     with unbound() as address:
         with refusal(tmp_path), pytest.raises(OSError) as e:
             write_once(PCI_DRIVER / "bind", address)
