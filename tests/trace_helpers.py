@@ -1,5 +1,5 @@
-"""`accel trace` as the host and guest tests run it: a C program built against the uapi headers, and
-the tracer around a command."""
+"""`accel trace` as the host and guest tests run it: a C program of tests/c/ built against the uapi
+headers, and the tracer around a command."""
 
 from __future__ import annotations
 
@@ -12,17 +12,20 @@ from pathlib import Path
 from vnpu_common import config
 
 ROOT = Path(__file__).resolve().parents[1]
+C_DIR = ROOT / "tests" / "c"
 
 
-def build_uapi_program(source: str, out_dir: Path) -> Path:
-    """Compile ``source`` (C, including "drm/vnpu_accel.h") with gcc against uapi/; the executable."""
-    (out_dir / "prog.c").write_text(source)
+def build_uapi_program(name: str, out_dir: Path) -> Path:
+    """Compile tests/c/``name`` (C including "drm/vnpu_accel.h") with gcc against uapi/, warnings as
+    errors; the executable, ``out_dir``/prog (its comm in the trace)."""
     exe = out_dir / "prog"
-    subprocess.run(
-        ["gcc", "-D__user=", "-I", str(ROOT / "uapi"), str(out_dir / "prog.c"), "-o", str(exe)],
-        check=True,
+    r = subprocess.run(
+        ["gcc", "-Wall", "-Wextra", "-Werror", "-I", str(ROOT / "uapi"), str(C_DIR / name), "-o", str(exe)],
         capture_output=True,
+        text=True,
     )
+    if r.returncode != 0:
+        raise AssertionError(f"gcc {name} failed:\n{r.stderr}")
     return exe
 
 

@@ -9,6 +9,7 @@ tests/kernel/test_trace.py runs the same tool in the QEMU guest against vnpu.ko.
 from __future__ import annotations
 
 import errno
+import re
 import shutil
 import subprocess
 import sys
@@ -24,36 +25,6 @@ from vnpu_common.cli import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
 
-C_PROGRAM = r"""
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/ioctl.h>
-#include <termios.h>
-#include <unistd.h>
-#include "drm/vnpu_accel.h"
-
-int main(void)
-{
-    int fd = open("/dev/null", O_RDWR);
-    struct drm_vnpu_get_param p = { .param = DRM_VNPU_PARAM_MAX_JOB_BOS };
-    struct drm_vnpu_submit s;
-    struct termios t;
-
-    memset(&s, 0, sizeof(s));
-    s.job_count = 1;
-    s.job_struct_size = sizeof(struct drm_vnpu_job);
-    s.jobs = 8; /* a bad pointer: the interposer must survive it */
-    if (ioctl(fd, DRM_IOCTL_VNPU_GET_PARAM, &p) == 0 || errno != ENOTTY)
-        return 10;
-    if (ioctl(fd, DRM_IOCTL_VNPU_SUBMIT, &s) == 0)
-        return 11;
-    ioctl(0, TCGETS, &t); /* not DRM: not traced */
-    return 7;
-}
-"""
-
 
 def _trace(argv: list[str], tmp_path: Path, json_mode: bool = True) -> tuple[int, list[dict] | str]:
     r, text = run_trace(argv, tmp_path / "trace.out", json_mode)
@@ -64,7 +35,7 @@ def _trace(argv: list[str], tmp_path: Path, json_mode: bool = True) -> tuple[int
 def c_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("gcc") is None:
         pytest.fail("gcc is required (apt-get install gcc)")
-    return build_uapi_program(C_PROGRAM, tmp_path_factory.mktemp("c"))
+    return build_uapi_program("trace_host_client.c", tmp_path_factory.mktemp("c"))
 
 
 def test_c_program_ioctls_are_named_decoded_with_errno(c_program: Path, tmp_path: Path) -> None:
@@ -277,7 +248,7 @@ def test_an_unknown_ioctl_name_is_one_line_listing_the_valid_ones(c_program: Pat
 
 def test_the_interposers_blob_limit_is_the_decoders() -> None:
     source = (ROOT / "libaccel" / "trace_preload.c").read_text()
-    assert "#define MAX_BLOB (64u * 1024u)" in source and trace.MAX_BLOB == 64 * 1024
+    assert re.search(r"^#\s*define MAX_BLOB \(64u \* 1024u\)$", source, re.M) and trace.MAX_BLOB == 64 * 1024
 
 
 # --- -p PID: ptrace ------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def test_abi_mirror_against_the_installed_onnxruntime() -> None:
     base = lib.OrtGetApiBase().contents
     assert base.GetVersionString().decode() == onnxruntime.__version__
     header = (Path(vnpu_ort_ep.__file__).parent / "vnpu_ort_abi.h").read_text()
-    version = int(header.split("#define VNPU_ORT_API_VERSION ")[1].split()[0])
+    version = int(re.search(r"^#\s*define VNPU_ORT_API_VERSION (\d+)", header, re.M)[1])
     assert base.GetApi(version), (
         f"onnxruntime {onnxruntime.__version__} offers no OrtApi of version {version}"
     )

@@ -1,10 +1,12 @@
 """The project's C lives in .c/.h files, where compilers, checkpatch and grep see it: no Python string
-of the packages the wheel ships (pyproject.toml's package list) holds C (a preprocessor line, a
-typedef, a function body). cffi's cdef text is allowed where cffi needs it, as declarations
-(delegate_teflon/abi.py's extern "Python" callbacks).
+of the packages the wheel ships (pyproject.toml's package list), nor of the test suites, holds C (a
+preprocessor line, a typedef, a function body). cffi's cdef text is allowed where cffi needs it, as
+declarations (delegate_teflon/abi.py's extern "Python" callbacks). A test's C program is a file of
+tests/c/, compiled with -Wall -Wextra -Werror.
 
-Not shipped, so not checked: the generators that write C headers (tools/generate_headers.py) and the
-test suites' own C programs, inputs compiled against the uapi headers beside the tests that do so."""
+Not checked: the generators that write C headers (tools/generate_headers.py), and the test files of
+:data:`TESTS_WITH_C_TEXT`, whose C is made from Python's tables or is the input of the tool they test.
+"""
 
 from __future__ import annotations
 
@@ -48,14 +50,29 @@ def c_in_strings(source: str) -> list[tuple[int, str]]:
     return found
 
 
+#: Test files whose strings hold C on purpose, and why (each must still hold some: no stale entry).
+TESTS_WITH_C_TEXT = {
+    "tests/packaging/test_c_sources.py": "the examples this check must see",
+    "tests/uapi/test_abi_layout.py": "a program generated from the bindings' tables, compared with them",
+    "tests/tools/test_generated_headers.py": "a program generated from the ISA spec, compared with it",
+    "tests/uapi/test_headers_install.py": "header text the uapi sanitizer under test rewrites",
+    "tests/tools/test_upstream.py": "kernel header fragments the upstream tool under test probes",
+}
+
+
 def python_sources() -> list[Path]:
+    """The shipped packages' Python files, setup.py and the test suites' (less TESTS_WITH_C_TEXT)."""
     r = subprocess.run(
         ["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
         capture_output=True,
         text=True,
         check=True,
     )
-    return [ROOT / name for name in r.stdout.split() if name.startswith(SHIPPED) or name == "setup.py"]
+    return [
+        ROOT / name
+        for name in r.stdout.split()
+        if name.startswith((*SHIPPED, "tests/")) and name not in TESTS_WITH_C_TEXT or name == "setup.py"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -79,6 +96,7 @@ def test_a_cdef_declaration_is_not_c_text() -> None:
 def test_no_c_in_python_strings() -> None:
     sources = python_sources()
     assert {ROOT / "delegate_teflon" / "build.py", ROOT / "litert_vendor" / "abi.py"} <= set(sources)
+    assert ROOT / "tests" / "libaccel" / "test_trace.py" in sources
     found = [
         f"{path.relative_to(ROOT)}:{line}: {text!r}"
         for path in sources
@@ -86,3 +104,8 @@ def test_no_c_in_python_strings() -> None:
         for line, text in c_in_strings(path.read_text())
     ]
     assert found == [], "C in Python strings (move it to a .c/.h file):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("name", TESTS_WITH_C_TEXT)
+def test_every_test_file_allowed_c_text_has_some(name: str) -> None:
+    assert c_in_strings((ROOT / name).read_text()), f"{name} holds no C now: drop it from TESTS_WITH_C_TEXT"

@@ -61,7 +61,7 @@ def test_the_tree_is_the_module_its_headers_and_dkms_conf(tree: Path) -> None:
     (include,) = re.findall(r"-I\$\(src\)/(\S+)", kbuild)
     assert (module_dir / include / "vnpu_accel.h").is_file()
     sources = "".join(p.read_text() for p in module_dir.glob("*.[ch]"))
-    for header in re.findall(r'#include "(\w+\.h)"', sources):
+    for header in re.findall(r'#\s*include "(\w+\.h)"', sources):
         assert (module_dir / header).is_file() or (module_dir / include / header).is_file(), header
     # The copies are the repository's files, and nothing a build in place leaves behind.
     for path in tree.rglob("*"):

@@ -131,8 +131,7 @@ def test_the_client_builds_static_with_warnings_as_errors(tmp_path: Path) -> Non
 
 
 def test_a_client_that_does_not_compile_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bad = tmp_path / "bad.c"
-    bad.write_text("int main(void) { return undeclared; }\n")
+    bad = Path(__file__).resolve().parents[1] / "c" / "does_not_compile.c"
     monkeypatch.setattr(system_sleep, "CLIENT_SOURCE", bad)
     with pytest.raises(system_sleep.ScenarioError, match="building the client failed .*undeclared"):
         system_sleep.build_client(tmp_path)

@@ -101,12 +101,8 @@ def test_plain_include_compiles(tmp_path: Path, compiler: str, flags: list[str])
     cc = shutil.which(compiler)
     if cc is None:
         pytest.skip(f"{compiler} is not installed")
-    src = tmp_path / ("t.c" if compiler == "gcc" else "t.cc")
-    src.write_text(
-        "#include <drm/vnpu_accel.h>\n#include <drm/vnpu_isa.h>\n"
-        "static struct drm_vnpu_submit s;\n"
-        "int main(void) { return (int)sizeof(s) + (int)(DRM_IOCTL_VNPU_SUBMIT & 1); }\n"
-    )
-    cmd = [cc, "-Wall", "-Wextra", "-Werror", *flags, "-I", str(ROOT / "uapi"), "-c", str(src)]
+    src = ROOT / "tests" / "c" / "plain_include.c"
+    language = ["-x", "c++"] if compiler == "g++" else []
+    cmd = [cc, "-Wall", "-Wextra", "-Werror", *flags, "-I", str(ROOT / "uapi"), "-c", *language, str(src)]
     res = subprocess.run([*cmd, "-o", str(tmp_path / "t.o")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
