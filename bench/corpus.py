@@ -21,7 +21,6 @@ Writes JSON to ``build/bench/corpus.json`` (``--json`` to change).
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import os
@@ -38,6 +37,7 @@ import numpy as np
 from bench import RESULTS, ROOT
 from bench.doc_block import replace_block
 from bench.input_feed import InputFeed
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 CORPUS_DIR = ROOT / "tests" / "corpus" / "models"
 PLACEMENT_FILE = ROOT / "tests" / "corpus" / "placement.json"
@@ -205,8 +205,9 @@ def replace_between_markers(text: str, body: str) -> str:
     return replace_block(text, MARK_BEGIN, MARK_END, body)
 
 
+@cli_main("python -m bench.corpus")
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineArgumentParser(prog="python -m bench.corpus", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="shim", help="shim (default), kernel, or /dev/accel/accelN")
     parser.add_argument(
         "--runs",

@@ -23,7 +23,6 @@ guest's own load; the host's must be noted by whoever runs it).
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -39,6 +38,7 @@ from bench import RESULTS
 from bench import cores as core_bench
 from bench.clients import EmptyJob, collect_results, percentile, wait_until_ready, wall_seconds
 from vnpu_common import config
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 DEFAULT_OUT = RESULTS / "bench.json"
 FLOOR_READS = 4  # the kernel's doorbell floor, read before each quarter of the round trips
@@ -220,8 +220,9 @@ def format_table(lat: LatencyResult, tps: list[ThroughputResult], floor: Doorbel
     return "\n".join(lines)
 
 
+@cli_main("python -m bench")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p = OneLineArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument(
         "out", nargs="?", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})"
     )

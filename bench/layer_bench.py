@@ -23,7 +23,7 @@ from bench import RESULTS
 from device_model.mac_array import ISA_NAMES, KIND_CONV, KIND_DEPTHWISE, cpu_isas, plan_layer, run
 from device_model.numerics import Requant
 from modelgen.networks import MOBILENET_V1_BLOCKS, MOBILENET_V2_BLOCKS
-from vnpu_common.cli import CommandLineError, OneLineArgumentParser
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 Geometry = tuple[int, int, int, int, int, int, int, int]
 
@@ -121,8 +121,9 @@ def time_layer(
     return {ISA_NAMES[isa]: best[isa] * 1e3 for isa in isas}, identical
 
 
+@cli_main("python -m bench.layer_bench")
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m bench.layer_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
     parser.add_argument("--reps", type=int, default=15, help="runs per layer and variant (default 15)")
     parser.add_argument("--layers", type=int, default=0, help="only the first N layers of each model")
@@ -130,13 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=DEFAULT_OUT, help=f"the figures as JSON (default {DEFAULT_OUT})"
     )
     parser.add_argument("--per-layer", action="store_true", help="print every layer, not only the totals")
-    try:
-        args = parser.parse_args(argv)
-        if args.reps < 1:
-            parser.error("--reps must be at least 1")
-    except CommandLineError as e:
-        print(f"layer_bench: {e}", file=sys.stderr)
-        return 2
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error("--reps must be at least 1")
     isas = cpu_isas()
     if not isas:
         print("layer_bench: the MAC array's C kernels could not be built here", file=sys.stderr)

@@ -12,7 +12,6 @@ reads it from the host's filesystem instead of generating it under TCG.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -24,6 +23,7 @@ import numpy as np
 from bench import RESULTS
 from bench.corpus import median_invoke_ms
 from bench.input_feed import InputFeed
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 GROUPS = 3
 INPUT_SEED = 3
@@ -52,8 +52,9 @@ def time_model(model: bytes, device: str, runs: int) -> dict[str, float | int | 
     }
 
 
+@cli_main("python -m bench.main_model")
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.main_model", description=__doc__.splitlines()[0])
+    p = OneLineArgumentParser(prog="python -m bench.main_model", description=__doc__.splitlines()[0])
     p.add_argument("model", type=Path, help="the .tflite file")
     p.add_argument("--device", default="shim", help="shim (default), kernel, or /dev/accel/accelN")
     p.add_argument("--runs", type=int, default=30, help="the fewest timed invokes (default 30)")

@@ -59,6 +59,7 @@ from bench.input_feed import InputFeed
 from bench.targets import target
 from device_model.command_processor import profile_jobs
 from vnpu_common import probe
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 DEFAULT_OUT = RESULTS / "model_bench.json"
 MODELS: dict[str, Callable[[], bytes]] = {}
@@ -925,8 +926,9 @@ def mac_array_note() -> str:
     return f"MAC array: {'numpy' if isa is None else 'C ' + mac_array.ISA_NAMES[isa]}"
 
 
+@cli_main("python -m bench.model_bench")
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.model_bench", description=__doc__.splitlines()[0])
+    p = OneLineArgumentParser(prog="python -m bench.model_bench", description=__doc__.splitlines()[0])
     p.add_argument(
         "--models", default="mobilenet_v1,mobilenet_v2", help="comma list (default: both; '' none)"
     )

@@ -42,7 +42,6 @@ does nothing else. Only ``--markdown`` and ``--plots`` write into the checkout's
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -61,6 +60,7 @@ from bench.doc_block import replace_block
 from bench.targets import target, targets
 from qemu_tests.harness import GUEST_OUT  # the guest's view of the results directory
 from qemu_tests.main_job import default_model, default_model_path
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 DEFAULT_OUT = RESULTS / "performance"
 PLOTS_SUBDIR = "img"  # the pictures of a run, under its --out
@@ -617,8 +617,9 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@cli_main("python -m bench.performance")
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.performance", description=__doc__.splitlines()[0])
+    p = OneLineArgumentParser(prog="python -m bench.performance", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results directory (default {DEFAULT_OUT})")
     p.add_argument("--markdown", type=Path, help="replace the summary block between the markers of this file")
     p.add_argument("--quick", action="store_true", help="a few invokes and jobs per part (checks the run)")

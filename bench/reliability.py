@@ -31,6 +31,7 @@ from bench.doc_block import replace_block
 from bench.targets import target
 from qemu_tests.leak_check import count_leaks
 from vnpu_common import config
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 DEFAULT_JSON = RESULTS / "reliability.json"
 MARK_BEGIN = (
@@ -200,8 +201,9 @@ def write_markdown(path: Path, doc: dict[str, Any]) -> None:
     path.write_text(replace_block(text, MARK_BEGIN, MARK_END, markdown_block(doc)))
 
 
+@cli_main("python -m bench.reliability")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.reliability", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m bench.reliability", description=__doc__.split("\n\n")[0])
     p.add_argument("--budget", type=float, default=60.0, help="seconds of fuzzing, injection and stress")
     p.add_argument("--device", default="kernel", choices=("kernel", "shim"))
     p.add_argument("--kernel", metavar="SPEC", help="the guest kernel (as python -m qemu_tests --kernel)")

@@ -12,7 +12,6 @@ carries it built as ``delegate_teflon/libteflon.so`` (``setup.py`` calls :func:`
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import site
@@ -26,6 +25,7 @@ from delegate_teflon import PREBUILT, abi
 from uapi.bindings import HEADER_DIR
 from vnpu_common.cache import content_hash, publish
 from vnpu_common.cbuild import WARNINGS, staging
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 LIBRARY_NAME = PREBUILT.name
 MODULE_NAME = "_vnpu_teflon"
@@ -127,8 +127,12 @@ def build(out_dir: Path, build_id: bool = True) -> Path:
     return target
 
 
+@cli_main("python -m delegate_teflon.build")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build the vnpu TFLite external delegate (libteflon.so).")
+    parser = OneLineArgumentParser(
+        prog="python -m delegate_teflon.build",
+        description="Build the vnpu TFLite external delegate (libteflon.so).",
+    )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--out",

@@ -17,7 +17,6 @@ benches and tests import from it (:func:`make_interpreter`, :func:`invoke`, :fun
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,15 @@ from libaccel.model import (
     run_tflite,
     runtime_module,
 )
-from vnpu_common.cli import ExitCode, OneLineArgumentParser, add_version, non_negative_int, os_error_words
+from vnpu_common.cli import (
+    CliError,
+    ExitCode,
+    OneLineArgumentParser,
+    add_version,
+    cli_main,
+    non_negative_int,
+    os_error_words,
+)
 
 __all__ = [
     "RUNTIMES",
@@ -67,7 +74,10 @@ def reference_outputs(model: bytes, seed: int, path: Path, runtime: str = "tflit
     np.savez(path, **{f"output{i}": out for i, out in enumerate(outputs)})
 
 
-class UsageError(Exception):
+PROG = "python -m delegate_teflon.run"
+
+
+class UsageError(CliError):
     """A command line argparse refused (ExitCode.USAGE); the message is one line."""
 
 
@@ -77,7 +87,7 @@ class _Parser(OneLineArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="python -m delegate_teflon.run",
+        prog=PROG,
         description="Run a .tflite model on the vnpu NPU via libteflon.so and compare with BUILTIN_REF.",
     )
     add_version(parser)
@@ -106,14 +116,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Refused(Exception):
-    """A file, option or device refused before the run: (exit code, one-line message)."""
-
-    def __init__(self, code: ExitCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def _options(args: argparse.Namespace) -> dict[str, str]:
     """The delegate's options, validated here as the delegate would: a bad one is this tool's one
     line, not the delegate's line, TFLite's "Failed to load delegate" and the line again."""
@@ -126,12 +128,12 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep:
-            raise _Refused(ExitCode.USAGE, f"--option {item!r} is not KEY=VALUE")
+            raise CliError(f"--option {item!r} is not KEY=VALUE", ExitCode.USAGE)
         options[key] = value
     try:
         parse_options(list(options.items()), KNOWN_OPS)
     except OptionError as e:
-        raise _Refused(ExitCode.USAGE, str(e)) from None
+        raise CliError(str(e), ExitCode.USAGE) from None
     return options
 
 
@@ -144,39 +146,27 @@ def _reference(path: Path) -> list[np.ndarray]:
         message = f"cannot read reference outputs {path}: {os_error_words(e)}"
     except (ValueError, KeyError, AttributeError):  # not an .npz, or not reference_outputs()'s
         message = f"{path}: not a reference .npz (write one with delegate_teflon.run.reference_outputs)"
-    raise _Refused(ExitCode.BAD_FILE, message)
+    raise CliError(message, ExitCode.BAD_FILE)
 
 
 def _device(which: str | None) -> str:
     try:
         return checked_device(which)
     except AccelError as e:
-        raise _Refused(ExitCode.DEVICE, str(e)) from None
+        raise CliError(str(e), ExitCode.DEVICE) from None
 
 
+@cli_main(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        return _main(argv)
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.USAGE
-    except _Refused as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.code
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED
-
-
-def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         model = args.model.read_bytes()
     except OSError as e:
-        raise _Refused(ExitCode.BAD_FILE, f"cannot read {args.model}: {os_error_words(e)}") from None
+        raise CliError(f"cannot read {args.model}: {os_error_words(e)}", ExitCode.BAD_FILE) from None
     try:
         check_tflite(model)  # a damaged file stops before the runtime reads it
     except ModelError as e:
-        raise _Refused(ExitCode.BAD_FILE, f"{args.model}: {e}") from None
+        raise CliError(f"{args.model}: {e}", ExitCode.BAD_FILE) from None
     want = _reference(args.reference) if args.reference is not None and not args.no_compare else None
     options = _options(args)
     # The device last: its rule's notice (a default device) follows the checks, not a refusal.
@@ -184,9 +174,9 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         result = run_tflite(model, None, args.device, args.runtime, options, args.runs, args.seed)
     except DelegateError as e:  # load_delegate refused what the checks above could not foresee
-        raise _Refused(ExitCode.DEVICE, str(e)) from None
+        raise CliError(str(e), ExitCode.DEVICE) from None
     except RuntimeError as e:  # an invoke failed: the runtime's first line says which node
-        raise _Refused(ExitCode.JOB_FAILED, f"{args.model}: {str(e).splitlines()[0]}") from None
+        raise CliError(f"{args.model}: {str(e).splitlines()[0]}", ExitCode.JOB_FAILED) from None
     print(f"model: {args.model} ({len(model)} bytes), runtime {args.runtime}, device {args.device}")
     print(result.timing())
     if args.no_compare:

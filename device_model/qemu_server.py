@@ -43,12 +43,12 @@ import socket
 import struct
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from uapi import hw_layout
-from vnpu_common.cli import CommandLineError, ExitCode, OneLineArgumentParser, add_version, os_error_words
+from vnpu_common.cli import CliError, ExitCode, OneLineArgumentParser, add_version, cli_main, os_error_words
 
 log = logging.getLogger("vnpu.qemu_server")
 
@@ -361,12 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except CommandLineError as e:
-        print(f"vnpu-device-model: {e}", file=sys.stderr)
-        return ExitCode.USAGE
+@cli_main("vnpu-device-model")
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -375,11 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ram_size = parse_size(args.ram_size)
     except ValueError as e:
-        print(f"vnpu-device-model: {e}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise CliError(str(e)) from None
     if args.cores is not None and not 1 <= args.cores <= hw_layout.MAX_CORES:
-        print(f"vnpu-device-model: --cores {args.cores} is not 1..{hw_layout.MAX_CORES}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise CliError(f"--cores {args.cores} is not 1..{hw_layout.MAX_CORES}")
     fw_pubkey = None
     if args.fw_pubkey is not None:
         from uapi.firmware_format import FirmwareError, load_public_key
@@ -387,16 +382,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             fw_pubkey = load_public_key(args.fw_pubkey)
         except FirmwareError as e:
-            print(f"vnpu-device-model: --fw-pubkey: {e}", file=sys.stderr)
-            return ExitCode.BAD_FILE
+            raise CliError(f"--fw-pubkey: {e}", ExitCode.BAD_FILE) from None
     try:
         server = DeviceServer(args.socket, args.ram, ram_size, fw_pubkey=fw_pubkey, num_cores=args.cores)
         server.fault_control = args.fault_control
         server.core_processes = args.core_processes
     except OSError as e:  # the socket or the RAM file
         where = f"{e.filename}: " if e.filename else ""
-        print(f"vnpu-device-model: cannot set up: {where}{os_error_words(e)}", file=sys.stderr)
-        return ExitCode.BAD_FILE
+        raise CliError(f"cannot set up: {where}{os_error_words(e)}", ExitCode.BAD_FILE) from None
 
     def on_signal(signum: int, _frame: object) -> None:
         server.request_stop()
@@ -412,8 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return server.serve(on_ready=ready)
     except CoreWorkerError as e:
-        print(f"vnpu-device-model: {e}", file=sys.stderr)
-        return ExitCode.DEVICE
+        raise CliError(str(e), ExitCode.DEVICE) from None
     finally:
         server.close()
         if not args.keep_ram:

@@ -16,10 +16,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from uapi.isa import IsaError
-from vnpu_common.cli import ExitCode, OneLineArgumentParser, add_version, os_error_words, output_path_problem
+from vnpu_common.cli import (
+    CliError,
+    ExitCode,
+    OneLineArgumentParser,
+    add_version,
+    cli_main,
+    os_error_words,
+    output_path_problem,
+)
 
 from .asm import AsmError, assemble, disassemble_prefix
 
@@ -54,12 +63,14 @@ def _regions(items: list[str]) -> dict[str, tuple[int, int]]:
     return out
 
 
-class UsageError(ValueError):
+class UsageError(CliError):
     """A bad option value (reported without a file name)."""
 
 
-class BadFile(Exception):
+class BadFile(CliError):
     """A file that cannot be read or written; the message names it."""
+
+    code = ExitCode.BAD_FILE
 
 
 def _read(path: str, binary: bool) -> str | bytes:
@@ -128,23 +139,16 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
+@cli_main("vnpu-asm")
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
-        args = build_parser().parse_args(argv)
         return args.func(args)
-    except UsageError as e:
-        print(f"vnpu-asm: {e}", file=sys.stderr)
-        return ExitCode.USAGE
-    except BadFile as e:
-        print(f"vnpu-asm: {e}", file=sys.stderr)
     except AsmError as e:
         where = f"{args.input}:{e.line}:{e.column or 1}" if e.line is not None else args.input
-        print(f"vnpu-asm: {where}: {e.message}", file=sys.stderr)
+        raise BadFile(f"{where}: {e.message}") from None
     except IsaError as e:
-        print(f"vnpu-asm: {args.input}: {e}", file=sys.stderr)
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED
-    return ExitCode.BAD_FILE
+        raise BadFile(f"{args.input}: {e}") from None
 
 
 if __name__ == "__main__":

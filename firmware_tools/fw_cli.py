@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +43,20 @@ from uapi.firmware_format import (
     sign_image,
 )
 from uapi.isa import SPEC, IsaError
-from vnpu_common.cli import ExitCode, OneLineArgumentParser, add_version, os_error_words
+from vnpu_common.cli import CliError, ExitCode, OneLineArgumentParser, add_version, cli_main, os_error_words
 
 from .image import DEFAULT_IMAGE_PATH, DEFAULT_MANIFEST_PATH, default_image
 from .manifest import load_manifest
 
 
-class UsageError(Exception):
+class UsageError(CliError):
     """A bad command line (ExitCode.USAGE)."""
 
 
-class BadFile(Exception):
+class BadFile(CliError):
     """A file that cannot be read, written or used: an image, a manifest, a key (ExitCode.BAD_FILE)."""
+
+    code = ExitCode.BAD_FILE
 
 
 def _image_from_args(args: argparse.Namespace) -> tuple[FirmwareImage, Path | None]:
@@ -318,22 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
+@cli_main("vnpu-fw")
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
-        args = build_parser().parse_args(argv)
         return args.func(args)
-    except UsageError as e:
-        print(f"vnpu-fw: {e}", file=sys.stderr)
-        return ExitCode.USAGE
-    except BadFile as e:
-        print(f"vnpu-fw: {e}", file=sys.stderr)
-        return ExitCode.BAD_FILE
     except FirmwareError as e:
         where = f"{args.path}: " if getattr(args, "path", None) else ""
-        print(f"vnpu-fw: {where}rejected ({e.reason_name}): {e}", file=sys.stderr)
-        return ExitCode.DIFFERENT
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED
+        raise CliError(f"{where}rejected ({e.reason_name}): {e}", ExitCode.DIFFERENT) from None
 
 
 if __name__ == "__main__":

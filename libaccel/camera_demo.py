@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -25,7 +26,15 @@ from libaccel import BufferObject, Device, Job, JobBo
 from libaccel.errors import AccelError
 from libaccel.v4l2 import Capture, Frame, PixFormat, V4l2Error, capture_nodes
 from uapi import isa
-from vnpu_common.cli import CommandLineError, ExitCode, OneLineArgumentParser, add_version, non_negative_int
+from vnpu_common.cli import (
+    CliError,
+    CommandLineError,
+    ExitCode,
+    OneLineArgumentParser,
+    add_version,
+    cli_main,
+    non_negative_int,
+)
 
 UINT8 = isa.SPEC.dtypes["UINT8"].code
 INT32 = isa.SPEC.dtypes["INT32"].code
@@ -101,32 +110,29 @@ def run(dev: Device, cap: Capture, frames: int) -> int:
     return bad
 
 
-def main(argv: list[str] | None = None) -> int:
+def _device_error(e: Exception) -> tuple[int, str] | None:
+    return (ExitCode.DEVICE, str(e)) if isinstance(e, (AccelError, V4l2Error)) else None
+
+
+@cli_main("camera_demo", _device_error)
+def main(argv: Sequence[str] | None = None) -> int:
     p = OneLineArgumentParser(prog="python -m libaccel.camera_demo", description=__doc__.split("\n\n")[0])
     add_version(p)
     p.add_argument("--video", help="the V4L2 capture node (default: the first vivid one, else the first)")
     p.add_argument("--frames", type=non_negative_int, default=5)
     p.add_argument("--size", default="320x240", help="WIDTHxHEIGHT, multiples of 4")
+    args = p.parse_args(argv)
     try:
-        args = p.parse_args(argv)
         width, height = (int(v) for v in args.size.split("x"))
-    except (CommandLineError, ValueError) as e:
-        message = str(e) if isinstance(e, CommandLineError) else f"--size {args.size!r} is not WIDTHxHEIGHT"
-        print(f"camera_demo: {message}", file=sys.stderr)
-        return ExitCode.USAGE
+    except ValueError:
+        raise CommandLineError(f"--size {args.size!r} is not WIDTHxHEIGHT") from None
     nodes = [args.video] if args.video else (capture_nodes("vivid") or capture_nodes())
     if not nodes:
-        print(
-            "camera_demo: no V4L2 capture node; load a camera driver (modprobe vivid node_types=0x1)",
-            file=sys.stderr,
+        raise CliError(
+            "no V4L2 capture node; load a camera driver (modprobe vivid node_types=0x1)", ExitCode.DEVICE
         )
-        return ExitCode.DEVICE
-    try:
-        with Device.open("kernel") as dev, Capture(nodes[0], width, height) as cap:
-            bad = run(dev, cap, args.frames)
-    except (AccelError, V4l2Error) as e:
-        print(f"camera_demo: {e}", file=sys.stderr)
-        return ExitCode.DEVICE
+    with Device.open("kernel") as dev, Capture(nodes[0], width, height) as cap:
+        bad = run(dev, cap, args.frames)
     print(f"camera_demo: {args.frames - bad} of {args.frames} frames exact")
     return ExitCode.DIFFERENT if bad else ExitCode.OK
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 from libaccel import decode
@@ -35,18 +35,15 @@ from libaccel.discovery import DEVICE_HELP, SHIM, list_devices
 from libaccel.errors import AccelError
 from libaccel.session import (
     ArgumentParser,
-    JobFailed,
-    ParseError,
     Session,
     UsageError,
     add_bo_commands,
     add_submit_command,
     add_wait_command,
-    error_code,
+    command_error,
     run_session,
 )
-from vnpu_common import config
-from vnpu_common.cli import ExitCode, add_version, os_error_words
+from vnpu_common.cli import ExitCode, add_version, cli_main
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -360,32 +357,12 @@ def build_parser() -> ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = build_parser().parse_args(argv)
-        args.argv = argv
-        return args.func(args)
-    except (UsageError, JobFailed, AccelError) as e:
-        code, message = error_code(e)
-        if message:
-            print(message if isinstance(e, ParseError) else f"accel: {message}", file=sys.stderr)
-        return code
-    except config.ConfigError as e:  # a VNPU_* variable's value
-        print(f"accel: {e}", file=sys.stderr)
-        return ExitCode.USAGE
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED
-    except BrokenPipeError:
-        # The reader went away (accel ... | head): stop quietly, as cat does.
-        sys.stdout = open(os.devnull, "w")  # Python flushes stdout at exit: let it flush here
-        return ExitCode.BROKEN_PIPE
-    except OSError as e:
-        if e.filename is None:
-            raise
-        # A file no command checked for (each names its own): still one line, never a traceback.
-        print(f"accel: {e.filename}: {os_error_words(e)}", file=sys.stderr)
-        return ExitCode.BAD_FILE
+@cli_main("accel", command_error)
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    return args.func(args)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +25,7 @@ from libaccel.discovery import DEVICE_HELP
 from libaccel.errors import AccelError
 from uapi import isa
 from uapi.fixed_point import multiply_by_quantized_multiplier, quantize_multiplier
-from vnpu_common.cli import CommandLineError, ExitCode, OneLineArgumentParser, add_version
+from vnpu_common.cli import ExitCode, OneLineArgumentParser, add_version, cli_main
 
 INT8 = isa.SPEC.dtypes["INT8"].code
 INT32 = isa.SPEC.dtypes["INT32"].code
@@ -174,32 +175,25 @@ def run_conv(dev: Device, p: ConvProblem) -> ConvRun:
     return ConvRun(out, latency)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _device_error(e: Exception) -> tuple[int, str] | None:
+    return (ExitCode.DEVICE, str(e)) if isinstance(e, AccelError) else None
+
+
+@cli_main("python -m libaccel.demo", _device_error)
+def main(argv: Sequence[str] | None = None) -> int:
     ap = OneLineArgumentParser(prog="python -m libaccel.demo", description=__doc__.splitlines()[0])
     add_version(ap)
     ap.add_argument("--device", help=DEVICE_HELP)
     ap.add_argument("--seed", type=int, default=0)
-    try:
-        args = ap.parse_args(argv)
-    except CommandLineError as e:
-        print(f"accel demo: {e}", file=sys.stderr)
-        return ExitCode.USAGE
-    try:
-        dev = Device.open(args.device)
-    except AccelError as e:
-        print(f"accel demo: {e}", file=sys.stderr)
-        return ExitCode.DEVICE
+    args = ap.parse_args(argv)
+    dev = Device.open(args.device)
     with dev:
         print(f"using the {dev.kind} device {dev.path}")
         info = dict(dev.params.describe())
         print(f"device: id {info['device_id']}, firmware {info['fw_version']}, ISA {info['isa_version']}")
         p = make_problem(args.seed)
         print(f"CONV2D int8: input {list(p.x.shape)} -> output {list(p.out_shape)}, 3x3, per-channel quant")
-        try:
-            run = run_conv(dev, p)
-        except AccelError as e:
-            print(f"accel demo: {e}", file=sys.stderr)
-            return ExitCode.DEVICE
+        run = run_conv(dev, p)
     ref = reference_conv2d(p.x, p.w, p.bias, p.in_zp, p.out_zp, p.mult, p.shift, p.stride, p.pad, p.out_hw)
     print(f"placement: NPU ({dev.kind} backend)")
     print(f"latency: {run.latency_s * 1e3:.2f} ms (submit to completion)")

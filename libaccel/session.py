@@ -39,18 +39,20 @@ from libaccel.device import Device
 from libaccel.errors import AccelError, JobFault, Timeout
 from libaccel.job import Job, JobBo, deadline_after, monotonic_ns
 from uapi.bindings import DRM_VNPU_BO_DEVICE_READ_ONLY
-from vnpu_common.cli import ExitCode, OneLineArgumentParser, os_error_words, positive_float
+from vnpu_common.cli import CliError, ExitCode, OneLineArgumentParser, os_error_words, positive_float
 
 _SIZE = re.compile(r"(0[xX][0-9a-fA-F]+|\d+)([kKmM]?)")
 _MODES = {"r": (True, False), "w": (False, True), "rw": (True, True)}
 
 
-class UsageError(Exception):
+class UsageError(CliError):
     """A bad command line or command (exit code ExitCode.USAGE)."""
 
 
 class BadFile(UsageError):
     """A file named in a command that cannot be read, written or used (ExitCode.BAD_FILE)."""
+
+    code = ExitCode.BAD_FILE
 
 
 class JobFailed(Exception):
@@ -591,13 +593,16 @@ def error_code(e: BaseException) -> tuple[int, str | None]:
     """The exit code of an exception from a command, and the one-line message to print (if any)."""
     if isinstance(e, JobFailed):
         return ExitCode.JOB_FAILED, None
-    if isinstance(e, BadFile):
-        return ExitCode.BAD_FILE, str(e)
-    if isinstance(e, UsageError):
-        return ExitCode.USAGE, str(e)
+    if isinstance(e, CliError):
+        return e.code, str(e)
     if isinstance(e, AccelError):
         return ExitCode.DEVICE, str(e)
     raise e
+
+
+def command_error(e: Exception) -> tuple[int, str | None] | None:
+    """:func:`error_code` for the errors of a command, else None (a :data:`vnpu_common.cli.Translate`)."""
+    return error_code(e) if isinstance(e, (UsageError, JobFailed, AccelError)) else None
 
 
 def run_script(

@@ -17,7 +17,6 @@ host), as libteflon.so does.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import sysconfig
 from pathlib import Path
@@ -30,6 +29,7 @@ from libaccel.compiler.compiled import COMPILER_VERSION
 from litert_vendor import DISPATCH_LIBRARY, PLUGIN_LIBRARY, abi
 from vnpu_common.cache import content_hash, publish
 from vnpu_common.cbuild import staging, sweep
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 SDK_VERSION = f"vnpu compiler {COMPILER_VERSION}"
 
@@ -134,8 +134,12 @@ def build(out_dir: Path, build_id: bool = True) -> Path:
     return out_dir
 
 
+@cli_main("python -m litert_vendor.build")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build vnpu's LiteRT compiler plugin and dispatch library.")
+    parser = OneLineArgumentParser(
+        prog="python -m litert_vendor.build",
+        description="Build vnpu's LiteRT compiler plugin and dispatch library.",
+    )
     parser.add_argument(
         "--out",
         type=Path,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from modelgen.ops import (
     softmax_model,
 )
 from modelgen.reference import random_inputs, run_reference
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 SAMPLES: dict[str, Callable[[], bytes]] = {
     "conv2d_int8_per_channel": lambda: conv2d_model((1, 16, 16, 8), 16, 3, 1, "SAME", True, "RELU6", 1),
@@ -27,8 +27,11 @@ SAMPLES: dict[str, Callable[[], bytes]] = {
 }
 
 
+@cli_main("python -m modelgen")
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write the sample int8 TFLite models")
+    parser = OneLineArgumentParser(
+        prog="python -m modelgen", description="Write the sample int8 TFLite models"
+    )
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--check", action="store_true", help="also run each on TFLite's reference kernels")
     args = parser.parse_args(argv)

@@ -17,7 +17,6 @@ again.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from qemu_tests import preflight
 from vnpu_common import cache
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 MODES = ("auto", "kvm", "tcg")
 KVM_DEVICE = Path("/dev/kvm")
@@ -301,8 +301,9 @@ def requirement(mode: str, choice: Choice | None) -> preflight.Requirement:
     return preflight.Requirement("kvm", True, f"the guest runs on {choice.line()}")
 
 
+@cli_main("python -m qemu_tests.accel")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m qemu_tests.accel", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m qemu_tests.accel", description=__doc__.split("\n\n")[0])
     p.add_argument("--kernel", metavar="SPEC", help="the kernel the probe boots (default: the harness's)")
     p.add_argument("--accel", choices=MODES, default="auto")
     args = p.parse_args(argv)

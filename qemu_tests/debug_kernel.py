@@ -24,7 +24,6 @@ docs/qemu_tests.md shows a build and a run.
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import hashlib
 import json
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vnpu_common import cache
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 # The --kernel / --matrix word that names this kernel.
 SPEC = "debug"
@@ -343,10 +343,9 @@ def _build(kernel: DebugKernel, say: Say) -> None:
     say("done", f"{release} in {seconds / 60:.1f} min; {kernel.build}")
 
 
+@cli_main("python -m qemu_tests.debug_kernel")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m qemu_tests.debug_kernel", description=__doc__.split("\n\n")[0]
-    )
+    p = OneLineArgumentParser(prog="python -m qemu_tests.debug_kernel", description=__doc__.split("\n\n")[0])
     p.add_argument("--print", action="store_true", help="print the cached build tree (exit 3 when not built)")
     args = p.parse_args(argv)
     kernel = current()

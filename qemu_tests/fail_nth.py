@@ -34,7 +34,6 @@ between the write to fail-nth and the ioctl never take the fault. Every knob is 
 
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import os
@@ -57,6 +56,7 @@ from qemu_tests import leak_check
 from qemu_tests.fault_inject import fill_stream
 from qemu_tests.matrix import count_splats
 from uapi.bindings import VNPU_HEADER, ffi
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 FAIL_NTH = Path("/proc/thread-self/fail-nth")
 DEBUGFS = debugfs.DEBUGFS
@@ -1003,8 +1003,9 @@ def markdown_table(doc: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n"
 
 
+@cli_main("python -m qemu_tests.fail_nth")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m qemu_tests.fail_nth", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m qemu_tests.fail_nth", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="kernel", help="kernel (default) or /dev/accel/accelN")
     p.add_argument("--only", nargs="*", default=[], metavar="CALL", help=f"only these: {' '.join(NAMES)}")
     p.add_argument(

@@ -22,7 +22,6 @@ control file the harness shares (qemu_tests.harness.FAULT_CONTROL).
 
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import os
@@ -41,6 +40,7 @@ from libaccel.errors import AccelError
 from qemu_tests import leak_check
 from uapi.isa import SPEC, encode
 from vnpu_common import config
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 # The status the victim of each fault ends with (uapi "Job status", docs/kernel.md).
 EXPECTED: dict[str, tuple[int, ...]] = {
@@ -337,10 +337,9 @@ def run(
     return c.stats
 
 
+@cli_main("python -m qemu_tests.fault_inject")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m qemu_tests.fault_inject", description=__doc__.split("\n\n")[0]
-    )
+    p = OneLineArgumentParser(prog="python -m qemu_tests.fault_inject", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="kernel", help="kernel (default) or shim")
     p.add_argument("--rounds", type=int, default=1, help="rounds of every fault kind (default 1)")
     p.add_argument("--seconds", type=float, help="rounds until this many seconds have passed instead")

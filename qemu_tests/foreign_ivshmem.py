@@ -17,7 +17,6 @@ nothing measurable, and every run proves again that the driver leaves foreign de
 
 from __future__ import annotations
 
-import argparse
 import mmap
 import os
 import selectors
@@ -28,6 +27,7 @@ import sys
 from pathlib import Path
 
 from device_model.qemu_server import PeerVectors, send_setup
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 SIZE = 1 << 20  # as large as the NPU's BAR2, so the size check alone does not refuse it
 VECTORS = 1
@@ -125,8 +125,9 @@ class ForeignIvshmemProcess:
         self.socket.unlink(missing_ok=True)
 
 
+@cli_main("python -m qemu_tests.foreign_ivshmem")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = OneLineArgumentParser(
         prog="python -m qemu_tests.foreign_ivshmem",
         description="Serve one QEMU ivshmem-doorbell with patterned memory: a device that is not the NPU.",
     )

@@ -39,6 +39,7 @@ from qemu_tests import (
 )
 from uapi import hw_layout
 from vnpu_common import cache, config
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_DIR = REPO / "kernel" / "drivers_accel_stub"
@@ -680,7 +681,7 @@ def _kernel_args(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineArgumentParser(
         prog="python -m qemu_tests",
         description="Boot the vnpu stack under QEMU (KVM where it works, else TCG) and run the in-guest "
         "test suite, or one command.",
@@ -790,6 +791,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@cli_main("python -m qemu_tests")
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -21,7 +21,6 @@ to their baseline, and that a known-good job still gives the right bytes. Exit 0
 
 from __future__ import annotations
 
-import argparse
 import errno
 import fcntl
 import functools
@@ -49,6 +48,7 @@ from qemu_tests import leak_check
 from uapi import bindings as b
 from uapi.bindings import ffi
 from uapi.isa import SPEC, encode
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 # Instructions the structure-aware streams leave out: WAIT spins on memory until the job timeout
 # (fault injection covers hangs on purpose; here each one would stall the queue for seconds).
@@ -788,8 +788,9 @@ def reproducer(device: str, seed: int, seconds: float, procs: int, threads: int)
     return cmd if device == "shim" else f"python -m qemu_tests --exec '{cmd}'"
 
 
+@cli_main("python -m qemu_tests.ioctl_fuzz")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m qemu_tests.ioctl_fuzz", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m qemu_tests.ioctl_fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="kernel", help="kernel (default), shim, or /dev/accel/accelN")
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--seed", type=int, default=1)

@@ -13,7 +13,6 @@ the host because TFLite's reference kernels are slow under TCG.
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import time
@@ -23,6 +22,7 @@ import delegate_teflon
 from delegate_teflon.run import reference_outputs
 from libaccel.compiler.tflite_check import ModelError
 from qemu_tests import harness
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKDIR = ROOT / "build" / "main_job"
@@ -62,8 +62,9 @@ def prepare(model: Path | None, size: int, alpha: float, seed: int) -> tuple[Pat
     return model.resolve(), reference.resolve()
 
 
+@cli_main("python -m qemu_tests.main_job")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m qemu_tests.main_job", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m qemu_tests.main_job", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, help="your own int8 .tflite file (default: generated MobileNetV1)")
     p.add_argument(
         "--size",

@@ -29,6 +29,7 @@ from typing import TextIO
 
 from qemu_tests import debug_kernel, sid_kernel
 from vnpu_common import config as vnpu_config
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 # The kernel series the project targets; within it, the newest generic
 # (-amd64) build wins. -rt-amd64 is PREEMPT_RT, -cloud-amd64 has no DRM.
@@ -552,8 +553,9 @@ def _debian_release(text: str) -> str:
     return text
 
 
+@cli_main("python3 -m qemu_tests.preflight")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m qemu_tests.preflight", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python3 -m qemu_tests.preflight", description=__doc__.split("\n\n")[0])
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--apt-packages", action="store_true", help="print the Debian packages to install")
     what.add_argument("--kernel-build-dir", action="store_true", help="print the chosen kernel's build tree")

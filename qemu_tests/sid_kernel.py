@@ -26,7 +26,6 @@ docs/kernel.md ("Linux 7.2 from Debian unstable") says why the tree is made this
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pwd
@@ -40,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vnpu_common import cache
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 SUITE = "sid"
 # The series the matrix, CI and ./run.sh test run besides bookworm's 6.12.
@@ -527,8 +527,9 @@ def _prepare(kernel: SidKernel, apt: Apt, say: Say) -> None:
     os.replace(staged, kernel.done)
 
 
+@cli_main("python -m qemu_tests.sid_kernel")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m qemu_tests.sid_kernel", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m qemu_tests.sid_kernel", description=__doc__.split("\n\n")[0])
     p.add_argument("series", nargs="?", default=CURRENT_SERIES, help=f"X.Y (default {CURRENT_SERIES})")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--print", action="store_true", help="print the prepared build tree (exit 3 when not)")

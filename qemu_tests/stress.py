@@ -17,7 +17,6 @@ Exit 0 when every output matched; the figures (jobs checked, mismatches) go to `
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import random
@@ -27,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus" / "models"
@@ -186,8 +187,9 @@ def run(device: str, seconds: float, procs: int = 2, threads: int = 2) -> Stress
     return total
 
 
+@cli_main("python -m qemu_tests.stress")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m qemu_tests.stress", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m qemu_tests.stress", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="kernel", help="kernel (default) or shim")
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--procs", type=int, default=2)

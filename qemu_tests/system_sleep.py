@@ -33,6 +33,7 @@ from pathlib import Path
 
 from qemu_tests import accel, guest_run, harness, preflight
 from uapi import firmware_format
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 HERE = Path(__file__).resolve().parent
 CLIENT_SOURCE = HERE / "system_sleep.c"
@@ -316,7 +317,7 @@ def _level(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineArgumentParser(
         prog="python -m qemu_tests.system_sleep",
         description="System sleep of vnpu.ko through the PM core (pm_test), with jobs in flight, "
         "in a QEMU guest whose root is an initramfs.",
@@ -348,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@cli_main("python -m qemu_tests.system_sleep")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.kernel is not None and "/" in args.kernel:

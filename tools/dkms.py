@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from vnpu_common.cli import OneLineArgumentParser, cli_main
+
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "kernel" / "dkms.conf"
 MODULE_DIR = Path("kernel") / "drivers_accel_stub"
@@ -161,7 +163,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tools.dkms", description=__doc__.split("\n\n")[0])
+    ap = OneLineArgumentParser(prog="python -m tools.dkms", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     t = sub.add_parser("tree", help="write the DKMS source tree vnpu-VERSION/")
     t.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"directory (default: {DEFAULT_OUT})")
@@ -184,6 +186,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+@cli_main("python -m tools.dkms")
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.command == "tree":

@@ -70,6 +70,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vnpu_common.cli import OneLineArgumentParser, cli_main
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the project's packages
     sys.path.insert(0, str(ROOT))
@@ -1417,7 +1419,7 @@ def _probe(text: str) -> tuple[str, bool]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tools.upstream", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m tools.upstream", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--out",
         type=Path,
@@ -1458,6 +1460,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@cli_main("python -m tools.upstream")
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)

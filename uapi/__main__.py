@@ -13,13 +13,13 @@ only where DIR has none: a system's own (linux-libc-dev's /usr/include/drm/drm.h
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
 from pathlib import Path
 
 from uapi.bindings import HEADER_DIR
+from vnpu_common.cli import CliError, ExitCode, OneLineArgumentParser, cli_main, os_error_words
 
 OWN_HEADERS = ("vnpu_accel.h", "vnpu_isa.h")
 KERNEL_HEADERS = ("drm.h", "drm_mode.h")
@@ -48,8 +48,9 @@ def headers_install(prefix: Path) -> list[tuple[Path, str]]:
     return done
 
 
+@cli_main("python -m uapi")
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m uapi", description=__doc__.split("\n\n")[0])
+    ap = OneLineArgumentParser(prog="python -m uapi", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("cflags", help="print the -I option for #include <drm/vnpu_accel.h>")
     h = sub.add_parser("headers-install", help="copy the headers to DIR/include/drm/")
@@ -61,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         done = headers_install(args.prefix)
     except OSError as e:
-        print(f"python -m uapi: {e.filename or args.prefix}: {e.strerror}", file=sys.stderr)
-        return 1
+        raise CliError(f"{e.filename or args.prefix}: {os_error_words(e)}", ExitCode.BAD_FILE) from None
     for path, what in done:
         print(f"{path}: {what}" + (" (DIR has its own)" if what == "kept" else ""))
     return 0

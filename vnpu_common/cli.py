@@ -1,21 +1,28 @@
 """The command-line conventions of the project's CLIs: one-line errors, one table of exit codes,
 ``--version``, and the words for a file that cannot be read or written.
 
-Every CLI (``accel``, ``vnpu-fw``, ``vnpu-asm``, ``python -m delegate_teflon.run``) exits with an
-:class:`ExitCode`; docs/tools.md shows :func:`exit_code_table` (tests/tools/test_cli_conventions.py
-compares the two).
+Every CLI (the console scripts and the documented ``python -m`` commands) wraps its ``main`` in
+:func:`cli_main`, which checks the ``VNPU_*`` environment first and turns a user's mistake
+(:class:`CliError`, :class:`vnpu_common.config.ConfigError`, a file that cannot be used) into
+``PROG: message`` on one line and an :class:`ExitCode`; docs/tools.md shows :func:`exit_code_table`
+(tests/tools/test_cli_conventions.py compares the two, and runs every CLI with a bad variable).
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import os
+import sys
 import tomllib
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
+
+from vnpu_common import config
 
 
 class ExitCode(IntEnum):
@@ -56,7 +63,18 @@ def exit_code_table() -> str:
     return "\n".join(rows)
 
 
-class CommandLineError(Exception):
+class CliError(Exception):
+    """A user's mistake a CLI reports as one line (the message) and ends with ``code``."""
+
+    code: ExitCode = ExitCode.USAGE
+
+    def __init__(self, message: str, code: ExitCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class CommandLineError(CliError):
     """A command line argparse refused; the message is one line."""
 
 
@@ -155,3 +173,69 @@ def output_path_problem(path: str | os.PathLike[str]) -> str | None:
     if p.exists() and not os.access(p, os.W_OK):
         return f"cannot write {p}: the file is read-only"
     return None
+
+
+# --- main ------------------------------------------------------------------------------------------
+#: (exit code, message or None to print nothing) for an exception a CLI knows, else None.
+Translate = Callable[[Exception], "tuple[int, str | None] | None"]
+Main = Callable[[Sequence[str] | None], int]
+# Options that only ask about the tool: answered whatever the environment holds.
+_ABOUT_ITSELF = frozenset({"-h", "--help", "--version"})
+
+
+def user_error(e: Exception, translate: Translate | None = None) -> tuple[int, str | None] | None:
+    """The exit code and one-line message of a user's mistake, or None for a bug (left to raise)."""
+    if translate is not None and (known := translate(e)) is not None:
+        return known
+    if isinstance(e, CliError):
+        return e.code, str(e)
+    if isinstance(e, config.ConfigError):
+        return ExitCode.USAGE, str(e)
+    if isinstance(e, OSError) and e.filename is not None:
+        # A file no check foresaw (each names its own): still one line, never a traceback.
+        return ExitCode.BAD_FILE, f"{e.filename}: {os_error_words(e)}"
+    return None
+
+
+def say_error(prog: str, message: str) -> None:
+    """``PROG: message`` on stderr, one line (a message that names the program already keeps its own
+    start: ``accel bo create: ...``)."""
+    line = "; ".join(part.strip() for part in message.splitlines() if part.strip())
+    if not (line.startswith(f"{prog}:") or line.startswith(f"{prog} ")):
+        line = f"{prog}: {line}"
+    print(line, file=sys.stderr)
+
+
+def cli_main(prog: str, translate: Translate | None = None) -> Callable[[Main], Main]:
+    """Wrap a CLI's ``main(argv) -> exit code``: the ``VNPU_*`` variables are checked before it runs
+    (:func:`vnpu_common.config.check_environment`), a user's mistake it raises (see
+    :func:`user_error`; ``translate`` for the CLI's own exceptions) is one line and its
+    :class:`ExitCode`, Ctrl-C is 130 and a closed output pipe 141, quietly."""
+
+    def decorate(main: Main) -> Main:
+        @functools.wraps(main)
+        def wrapped(argv: Sequence[str] | None = None) -> int:
+            args = sys.argv[1:] if argv is None else argv
+            try:
+                if not _ABOUT_ITSELF.intersection(args):
+                    config.check_environment()
+                return int(main(argv))
+            except KeyboardInterrupt:
+                return ExitCode.INTERRUPTED
+            except BrokenPipeError:
+                # The reader went away (accel ... | head): stop quietly, as cat does; Python
+                # flushes stdout at exit, so let it flush into nothing.
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+                return ExitCode.BROKEN_PIPE
+            except Exception as e:
+                known = user_error(e, translate)
+                if known is None:
+                    raise
+                code, message = known
+                if message:
+                    say_error(prog, message)
+                return code
+
+        return wrapped
+
+    return decorate

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -185,7 +185,8 @@ MAC_ARRAY: Variable[str] = Variable(
     "VNPU_MAC_ARRAY", _choice(*MAC_ARRAY_MODES), ", ".join(MAC_ARRAY_MODES), "auto",
     "auto",
     "the device model's MAC array: the best C variant the CPU runs, numpy, or at most a named C "
-    "variant (read at each job; a bad value is warned about once and `auto` used)",
+    "variant (read at each job: in a process no CLI started, a bad value is warned about once and "
+    "`auto` used)",
     "device_model.md", "device_model.mac_array",
 )  # fmt: skip
 SHIM_FIRMWARE: Variable[Path] = Variable(
@@ -299,6 +300,14 @@ VARIABLES: tuple[Variable, ...] = tuple(v for v in globals().values() if isinsta
 BY_NAME: dict[str, Variable] = {v.name: v for v in VARIABLES}
 
 
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Parse every variable set in ``environ`` (default: the process's): :class:`ConfigError` for the
+    first bad one. A CLI calls it at start-up (:func:`vnpu_common.cli.cli_main`), so a bad value is
+    one line before any work, whichever part of the stack would read it later."""
+    for v in VARIABLES:
+        v.get(environ)
+
+
 def markdown_table() -> str:
     """The table docs/configuration.md shows: one row per variable, users' first."""
     rows = [
@@ -315,4 +324,17 @@ def markdown_table() -> str:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(markdown_table())
+    # The CLI conventions import this module: their import stays out of the module's own.
+    from vnpu_common.cli import OneLineArgumentParser, cli_main
+
+    @cli_main("python -m vnpu_common.config")
+    def main(argv: Sequence[str] | None = None) -> int:
+        """``python -m vnpu_common.config``: print :func:`markdown_table`."""
+        parser = OneLineArgumentParser(
+            prog="python -m vnpu_common.config", description=__doc__.splitlines()[0]
+        )
+        parser.parse_args(argv)
+        sys.stdout.write(markdown_table())
+        return 0
+
+    sys.exit(main())

@@ -10,7 +10,6 @@ library built (``setup.py`` calls :func:`build`).
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import sysconfig
@@ -21,6 +20,7 @@ import cffi
 from delegate_teflon.build import PACKAGE_ROOT
 from vnpu_common.cache import content_hash, publish
 from vnpu_common.cbuild import WARNINGS, staging, sweep
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 from vnpu_ort_ep import LIBRARY_NAME
 
 MODULE_NAME = "_vnpu_ort_ep"
@@ -146,8 +146,12 @@ def build(out_dir: Path, build_id: bool = True) -> Path:
     return target
 
 
+@cli_main("python -m vnpu_ort_ep.build")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build libvnpu_ort_ep.so, vnpu's onnxruntime plugin EP.")
+    parser = OneLineArgumentParser(
+        prog="python -m vnpu_ort_ep.build",
+        description="Build libvnpu_ort_ep.so, vnpu's onnxruntime plugin EP.",
+    )
     parser.add_argument("--out", type=Path, default=None, help="output directory (default: library_path()'s)")
     args = parser.parse_args(argv)
     from vnpu_ort_ep import default_build_dir

@@ -17,7 +17,6 @@ and, for what stays on the CPU EP, the reasons the EP logged.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import vnpu_ort_ep
+from vnpu_common.cli import CliError, ExitCode, OneLineArgumentParser, cli_main
 
 SCRIPT = r"""
 import json, sys
@@ -252,8 +252,9 @@ def row(label: str, m: Measured) -> str:
     return text
 
 
+@cli_main("python -m vnpu_ort_ep.measure")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m vnpu_ort_ep.measure", description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--device", default="shim")
     parser.add_argument("--runs", type=int, default=3)
@@ -263,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
         "--exact", action="store_true", help="the EP's exact option (float sums on the CPU EP)"
     )
     args = parser.parse_args(argv)
+    for model in args.models:  # before the first row: a long run does not end on a typo
+        if not model.is_file():
+            problem = "is a directory" if model.is_dir() else "no such file"
+            raise CliError(f"{model}: {problem}; give an .onnx model", ExitCode.BAD_FILE)
     options = {"device": args.device, "exact": "true" if args.exact else "false"}
     configurations = [
         (a, w) for a, w in CONFIGURATIONS if args.activations in (None, a) and args.weights in (None, w)

@@ -14,7 +14,6 @@ this module builds now and prints the library's path, or the compiler's error.
 
 from __future__ import annotations
 
-import argparse
 import importlib.machinery
 import importlib.util
 import platform
@@ -27,6 +26,7 @@ import cffi
 
 from vnpu_common.cache import build_once, cache_root, content_hash, publish
 from vnpu_common.cbuild import WARNINGS, interface, prebuilt, staging, sweep
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 MODULE_NAME = "_vnpu_mac_array"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -108,8 +108,12 @@ def load(path: Path) -> ModuleType:
     return module
 
 
+@cli_main("python -m device_model.mac_array.build")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build the vnpu device model's MAC array (C kernels).")
+    parser = OneLineArgumentParser(
+        prog="python -m device_model.mac_array.build",
+        description="Build the vnpu device model's MAC array (C kernels).",
+    )
     parser.add_argument("--out", type=Path, default=None, help="output directory (default: the cache)")
     args = parser.parse_args(argv)
     path = build(args.out) if args.out else ensure_built()

@@ -112,7 +112,8 @@ def test_delegate_run_refuses_a_cut_model(tmp_path: Path) -> None:
     )
     assert r.returncode == ExitCode.BAD_FILE, r
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {cut}: not a valid TFLite model"), r.stderr
+    expected = f"python -m delegate_teflon.run: {cut}: not a valid TFLite model"
+    assert len(lines) == 1 and lines[0].startswith(expected), r.stderr
 
 
 # Run in a child: a model the check lets through must not kill the runtime with a signal.

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from qemu_tests import accel, harness, preflight
+from vnpu_common.cli import CommandLineError
 
 BUSYBOX = "#!/bin/sh\n"  # the probe only packs it into the initramfs; the fakes never run it
 
@@ -214,7 +215,7 @@ def test_accel_option_and_the_cmdline_alias() -> None:
     parse = harness.build_parser().parse_args
     assert parse([]).accel == "auto"
     assert parse(["--accel", "tcg"]).accel == "tcg"
-    with pytest.raises(SystemExit):
+    with pytest.raises(CommandLineError, match="--accel: invalid choice: 'xen'"):
         parse(["--accel", "xen"])
     assert parse(["--cmdline", "swiotlb=65536,force"]).kernel_args == ["swiotlb=65536,force"]
     assert parse(["--cmdline", "nokaslr", "--append", "quiet"]).kernel_args == ["nokaslr", "quiet"]

@@ -1,9 +1,12 @@
-"""The conventions every CLI shares (vnpu_common.cli): one table of exit codes, and --version."""
+"""The conventions every CLI shares (vnpu_common.cli): one table of exit codes, --version, and a bad
+VNPU_* value as one line and exit 2 from every entry point (pyproject's scripts and every ``python -m``
+command the README and docs show)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -34,6 +37,55 @@ CLIS = {
     "python -m libaccel.camera_demo": ["-m", "libaccel.camera_demo"],
     "vnpu-device-model": ["-m", "device_model.qemu_server"],
 }
+
+
+def entry_points() -> dict[str, list[str]]:
+    """Every command a user is told to run, as the interpreter's arguments: the console scripts as
+    pip's wrapper starts them, and each of the project's ``python -m`` modules the docs name."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    found: dict[str, list[str]] = {}
+    for name, target in scripts.items():
+        module, function = target.split(":")
+        found[name] = ["-c", f"import sys; from {module} import {function}; sys.exit({function}())"]
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    modules = {m for doc in docs for m in re.findall(r"\bpython3? -m ([A-Za-z_][\w.]*)", doc.read_text())}
+    for module in sorted(modules):
+        path = ROOT.joinpath(*module.split("."))
+        ours = path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()  # not pytest, pip
+        if ours and not module.startswith("tests."):
+            found[f"python -m {module}"] = ["-m", module]
+    return found
+
+
+ENTRY_POINTS = entry_points()
+
+
+def test_the_entry_points_are_found() -> None:
+    assert {"accel", "vnpu-fw", "vnpu-asm", "vnpu-device-model"} <= set(ENTRY_POINTS)
+    for module in ("qemu_tests", "delegate_teflon.run", "bench.performance", "tools.upstream"):
+        assert f"python -m {module}" in ENTRY_POINTS
+    assert "python -m pytest" not in ENTRY_POINTS and "python -m build" not in ENTRY_POINTS
+
+
+@pytest.mark.parametrize("prog", ENTRY_POINTS)
+def test_a_bad_vnpu_variable_is_one_line_from_every_entry_point(prog: str, tmp_path: Path) -> None:
+    """Each checks the environment at start-up, before its own work. The unknown option makes a
+    command that does not check first fail fast (argparse's refusal names no variable) instead of
+    running a bench or booting a guest."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VNPU_SHIM_CORES": "two"}
+    r = subprocess.run(
+        [sys.executable, *ENTRY_POINTS[prog], "--no-such-option"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.endswith("\n"), r.stderr
+    assert "VNPU_SHIM_CORES='two': expected a positive integer" in r.stderr, r.stderr
+    assert r.returncode == ExitCode.USAGE, (r.returncode, r.stderr)
+    assert r.stdout == "", r.stdout
 
 
 def test_docs_table_is_the_exit_code_enum() -> None:

@@ -501,8 +501,9 @@ def test_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "upstream: drm_sched_init() form: positional" in err and f"{PATCHES + 1} files in" in err
     assert "+T:\tgit https://example.org/v.git\n" in next(out.glob(f"{PATCHES:04}-*")).read_text()
     assert "Linux 6.12.117" in next(out.glob("0000-*")).read_text()
-    with pytest.raises(SystemExit):
-        upstream.main(["--out", str(out), "--base-tree", str(base), "--signoff", "no address"])
+    assert upstream.main(["--out", str(out), "--base-tree", str(base), "--signoff", "no address"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == "python -m tools.upstream: 'no address': expected 'Name <email>'", line
 
 
 def test_the_workflow_runs_the_heavy_check(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,6 @@ numpy and protobuf)::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -32,6 +31,8 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
+
+from vnpu_common.cli import OneLineArgumentParser, cli_main
 
 SEED = 20261123
 REPRESENTATIVE_SAMPLES = 24
@@ -349,8 +350,12 @@ def io_signature(model: bytes) -> dict[str, list[dict[str, Any]]]:
     return {"inputs": describe(interp.get_input_details()), "outputs": describe(interp.get_output_details())}
 
 
+@cli_main("python -m tools.convert.make_corpus")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write the real-model corpus (TensorFlow converter, int8)")
+    parser = OneLineArgumentParser(
+        prog="python -m tools.convert.make_corpus",
+        description="Write the real-model corpus (TensorFlow converter, int8)",
+    )
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--only", action="append", help="model name (repeatable); default: all")
     args = parser.parse_args(argv)
