@@ -8,7 +8,7 @@ compares the output with a reference convolution written here in plain numpy
 ``uapi.fixed_point``): it shares no code with the device model's GEMM and
 padding paths. Exit status 1 on mismatch.
 
-    python -m libaccel.demo [--device PATH|shim] [--seed N]
+    python -m libaccel.demos.demo [--device PATH|shim] [--seed N]
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def run_conv(dev: Device, p: ConvProblem) -> ConvRun:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = OneLineArgumentParser(prog="python -m libaccel.demo", description=__doc__.splitlines()[0])
+    ap = OneLineArgumentParser(prog="python -m libaccel.demos.demo", description=__doc__.splitlines()[0])
     add_version(ap)
     ap.add_argument("--device", help=DEVICE_HELP)
     ap.add_argument("--seed", type=int, default=0)
