@@ -10,7 +10,7 @@ modules that load the result, and each loader takes that copy when it is there:
 - ``litert_vendor/lib/libLiteRtCompilerPlugin_Vnpu.so`` and ``libLiteRtDispatch_Vnpu.so``
   (``litert_vendor.build.build``);
 - ``vnpu_ort_ep/libvnpu_ort_ep.so`` (``vnpu_ort_ep.build.build``);
-- ``libaccel/libvnpu_trace.so``, accel trace's interposer (``libaccel.trace.build``).
+- ``libaccel/tools/libvnpu_trace.so``, accel trace's interposer (``libaccel.tools.trace.build``).
 
 An editable install builds nothing here: the checkout keeps building into the cache on first use.
 The build modules import numpy (pyproject.toml's build requirements carry it).
@@ -38,7 +38,7 @@ class BuildWithLibraries(build_py):
         import litert_vendor
         from delegate_teflon import build as teflon
         from device_model.mac_array import build as mac_array
-        from libaccel import trace
+        from libaccel.tools import trace
         from litert_vendor import build as litert
         from vnpu_ort_ep import build as ort_ep
 
@@ -48,7 +48,7 @@ class BuildWithLibraries(build_py):
         litert_dir = out / "litert_vendor" / litert_vendor.PREBUILT.name
         print(f"building {litert.build(litert_dir, build_id=False)}")
         print(f"building {ort_ep.build(out / 'vnpu_ort_ep', build_id=False)}")
-        print(f"building {trace.build(out / 'libaccel')}")
+        print(f"building {trace.build(out / 'libaccel' / 'tools')}")
 
 
 class BinaryDistribution(Distribution):

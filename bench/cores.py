@@ -548,7 +548,7 @@ def kernel_table(
     def sync() -> tuple[Any, Any, Any]:
         return ctx.Queue(), ctx.Event(), ctx.Queue()
 
-    from libaccel.debugfs import knob_files
+    from libaccel.tools.debugfs import knob_files
 
     masks = knob_files("core_mask")  # the cores new jobs may go to, per device
     old = [f.read_text().strip() for f in masks]

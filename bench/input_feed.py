@@ -3,7 +3,7 @@ next sentence): the rule of every model benchmark here.
 
 One fixed input hides every cost that depends on the data: a cache keyed on what a job writes, a
 plan rebuilt when an activation operand changes, the copy of an input the runtime did not rewrite.
-The feed cycles through ``POOL`` distinct random input sets (:mod:`libaccel.inputs`), written with
+The feed cycles through ``POOL`` distinct random input sets (:mod:`libaccel.runtime.inputs`), written with
 ``set_tensor`` outside the timed interval, to the NPU and to its CPU peer alike.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from libaccel.inputs import random_arrays
+from libaccel.runtime.inputs import random_arrays
 
 POOL = 16  # distinct input sets: more than any cache of the stack holds for one model
 

@@ -160,7 +160,7 @@ class DoorbellFloor:
 
 def doorbell_floor() -> DoorbellFloor:
     """Read vnpu.ko's debugfs ``doorbell_rtt`` (the kernel device only; needs root and debugfs)."""
-    from libaccel import debugfs
+    from libaccel.tools import debugfs
 
     (directory,) = debugfs.device_dirs(None)[:1]
     r = debugfs.parse((directory / "doorbell_rtt").read_text())

@@ -36,7 +36,7 @@ def time_model(model: bytes, device: str, runs: int) -> dict[str, float | int | 
     import tflite_runtime.interpreter as tfl
 
     import delegate_teflon
-    from libaccel.model import make_interpreter
+    from libaccel.runtime.model import make_interpreter
 
     t0 = time.perf_counter()
     delegate = tfl.load_delegate(delegate_teflon.library_path(), {"device": device, "log_level": "quiet"})

@@ -9,7 +9,7 @@ latency of the delegated interpreter, and whether every output equals the same m
 for a model or reference file that cannot be used, 5 for a device that cannot be opened. The model,
 the reference, the options and the device are checked before the run.
 
-The running is :func:`libaccel.model.run_tflite`'s, the runner ``accel run MODEL.tflite`` uses
+The running is :func:`libaccel.runtime.model.run_tflite`'s, the runner ``accel run MODEL.tflite`` uses
 too; this module is its command line with the delegate's options, and keeps the names the
 benches and tests import from it (:func:`make_interpreter`, :func:`invoke`, :func:`differing_bytes`).
 """
@@ -27,8 +27,8 @@ from libaccel.compiler.tflite_check import ModelError, check_tflite
 from libaccel.device import checked_device
 from libaccel.discovery import DEVICE_HELP
 from libaccel.errors import AccelError
-from libaccel.inputs import random_arrays
-from libaccel.model import (
+from libaccel.runtime.inputs import random_arrays
+from libaccel.runtime.model import (
     RUNTIMES,
     DelegateError,
     differing_bytes,
@@ -59,7 +59,7 @@ __all__ = [
 
 
 def random_inputs(details: list[dict[str, Any]], seed: int) -> list[np.ndarray]:
-    """Random inputs for an interpreter's input details (:mod:`libaccel.inputs`)."""
+    """Random inputs for an interpreter's input details (:mod:`libaccel.runtime.inputs`)."""
     return random_arrays(((d["dtype"], d["shape"]) for d in details), seed)
 
 

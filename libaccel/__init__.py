@@ -19,8 +19,8 @@ from libaccel.job import Job, JobBo, deadline_after, monotonic_ns
 
 
 def run_model(path, inputs=None, device="shim", **kwargs):  # noqa: ANN001, ANN201
-    """libaccel.model.run_model: a .onnx or .tflite file on the NPU (imports onnx only when called)."""
-    from libaccel.model import run_model as run
+    """libaccel.runtime.model.run_model: a .onnx or .tflite file on the NPU (imports onnx when called)."""
+    from libaccel.runtime.model import run_model as run
 
     return run(path, inputs, device=device, **kwargs)
 

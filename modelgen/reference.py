@@ -38,7 +38,7 @@ def reference_interpreter(
 def random_inputs(model: bytes, seed: int = 0) -> list[np.ndarray]:
     """Uniformly random inputs over each input's full integer range (as Mesa's Teflon tests do)."""
     from libaccel.compiler.graph import graph_from_tflite
-    from libaccel.inputs import random_arrays
+    from libaccel.runtime.inputs import random_arrays
 
     g = graph_from_tflite(model)
     return random_arrays(((NP_TYPES[g.tensors[i].dtype], g.tensors[i].shape) for i in g.inputs), seed)

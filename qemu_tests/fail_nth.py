@@ -47,11 +47,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from libaccel import Device, debugfs, discovery, fdinfo
+from libaccel import Device, discovery
 from libaccel.backends.kernel import KernelBackend
 from libaccel.bo import BufferObject
 from libaccel.errors import ERESTARTSYS, AccelError
 from libaccel.job import Job, JobBo
+from libaccel.tools import debugfs, fdinfo
 from qemu_tests import leak_check
 from qemu_tests.fault_inject import fill_stream
 from qemu_tests.matrix import count_splats

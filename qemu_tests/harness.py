@@ -197,7 +197,7 @@ def build_guest_libraries(clock: Clock) -> None:
     read-only, so what a fresh checkout has not built yet could not be built there."""
     import delegate_teflon
     import vnpu_ort_ep
-    from libaccel import trace
+    from libaccel.tools import trace
 
     for name, library_path in (
         ("libteflon.so", delegate_teflon.library_path),

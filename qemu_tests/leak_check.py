@@ -118,7 +118,7 @@ def slab_growth(before: dict[str, int], after: dict[str, int]) -> dict[str, tupl
 
 def live_counters() -> dict[str, int]:
     """The live-object counts of every vnpu device's debugfs ``counters``, summed over devices."""
-    from libaccel import debugfs
+    from libaccel.tools import debugfs
 
     out: dict[str, int] = {}
     for d in sorted(debugfs.DEBUGFS.glob("accel/*/counters")):

@@ -95,7 +95,7 @@ def injected_fault(backend: str, kind: str, count: int = 1) -> Iterator[None]:
 
 def core_mask_files() -> list[Path]:
     """vnpu.ko's debugfs ``core_mask`` of each device: the cores new jobs may be given, a bit each."""
-    from libaccel.debugfs import knob_files
+    from libaccel.tools.debugfs import knob_files
 
     return knob_files("core_mask")
 

@@ -7,8 +7,10 @@ bindings), the ISA (``vnpu_isa.toml``, ``isa``), the fixed-point arithmetic, the
 the project but ``vnpu_common`` (the cache, the CLI conventions), which imports none. Above them the
 device model and the firmware tools are peers that never import each other; libaccel runs the device
 model in-process only in its shim backend and uses the firmware tools' assembler for its debugging
-CLI; the delegate sits on libaccel. The QEMU harness, the benchmarks and the tools sit above the
-product, and nothing imports the tests. docs/architecture.md draws the same graph.
+CLI; the delegate sits on libaccel. Inside libaccel the driver imports none of its subpackages
+(``runtime``, the model runner; ``tools``, the debugging CLI, which uses the runner; ``demos``). The
+QEMU harness, the benchmarks and the tools sit above the product, and nothing imports the tests.
+docs/architecture.md draws the same graph.
 
 An import is an ``import`` statement anywhere in a module (inside functions too), or a string naming
 a project module in a module that imports by name (``importlib.import_module``, ``__import__``).
@@ -51,14 +53,29 @@ NARROW: dict[tuple[str, str], set[str]] = {
         "libaccel.backends.shim.replay",
     },
     # accel submit/trace/coredump read and print command streams in the assembler's syntax.
-    ("libaccel", "firmware_tools"): {"libaccel.session", "libaccel.trace", "libaccel.coredump"},
+    ("libaccel", "firmware_tools"): {
+        "libaccel.tools.session",
+        "libaccel.tools.trace",
+        "libaccel.tools.coredump",
+    },
 }
 # Imports against the layering, each with its reason; an entry that no longer matches fails too.
 EXCEPTIONS: dict[tuple[str, str], str] = {
     # accel run MODEL.tflite runs the model the way an application does: in LiteRT with libteflon.so,
     # found by the package's library_path; the placement comes back through the delegate's
     # placement_file option, not from its modules (test_the_exception_uses_the_public_entry_only).
-    ("libaccel.model", "delegate_teflon"): "a .tflite model runs through the delegate",
+    ("libaccel.runtime.model", "delegate_teflon"): "a .tflite model runs through the delegate",
+}
+# Inside libaccel: the driver (its own modules, backends/, compiler/) imports none of its subpackages;
+# subpackage -> the other subpackages it may import. The tools' ``accel run`` is the model runner's.
+LIBACCEL_SUBPACKAGES: dict[str, set[str]] = {
+    "libaccel.runtime": set(),
+    "libaccel.demos": set(),
+    "libaccel.tools": {"libaccel.runtime"},
+}
+# The driver's imports of a subpackage, each with its reason.
+LIBACCEL_EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("libaccel", "libaccel.runtime"): "libaccel.run_model (public) runs libaccel.runtime.model",
 }
 PROJECT = set(ALLOWED) | {"tests"}
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")  # a dotted module name ("tests" alone is a path)
@@ -227,6 +244,46 @@ def test_the_graph_is_checked_on_real_imports() -> None:
     assert {("device_model", "uapi"), ("libaccel", "device_model"), ("delegate_teflon", "libaccel")} <= edges
 
 
+def _subpackage(name: str) -> str | None:
+    """The libaccel subpackage module ``name`` is in, or None for the driver (and outside libaccel)."""
+    return next((s for s in LIBACCEL_SUBPACKAGES if name == s or name.startswith(s + ".")), None)
+
+
+def _libaccel_edges() -> set[tuple[str, str]]:
+    """(importing libaccel module, imported libaccel subpackage) for every import across them."""
+    edges = set()
+    for module, path in MODULES.items():
+        if module.split(".")[0] != "libaccel":
+            continue
+        for name in _imported_names(path, module):
+            target = _subpackage(name)
+            if target is not None and target != _subpackage(module):
+                edges.add((module, target))
+    return edges
+
+
+def test_the_driver_imports_none_of_libaccels_subpackages() -> None:
+    bad = []
+    for module, target in sorted(_libaccel_edges()):
+        own = _subpackage(module)
+        allowed = LIBACCEL_SUBPACKAGES[own] if own else set()
+        if target not in allowed and (module, target) not in LIBACCEL_EXCEPTIONS:
+            bad.append(f"{module} imports {target}")
+    assert not bad, "imports against libaccel's layering (tests/test_imports.py):\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(("module", "target"), sorted(LIBACCEL_EXCEPTIONS))
+def test_every_libaccel_exception_is_still_needed(module: str, target: str) -> None:
+    assert (module, target) in _libaccel_edges(), f"drop the exception {module} -> {target}"
+
+
+def test_the_libaccel_check_sees_its_edges() -> None:
+    # accel run imports the runner, and the runner's modules import the driver (not an edge: no subpackage).
+    assert ("libaccel.tools.run_cli", "libaccel.runtime") in _libaccel_edges()
+    assert _subpackage("libaccel.runtime.model") == "libaccel.runtime"
+    assert _subpackage("libaccel.job") is None and _subpackage("libaccel.compiler.lower") is None
+
+
 def test_no_module_imports_itself_through_others() -> None:
     cycles = _cycles(_module_graph())
     assert not cycles, "modules that import each other at run time:\n" + "\n".join(
@@ -253,8 +310,8 @@ def test_imports_by_name_and_type_checking(tmp_path: Path) -> None:
 
 
 def test_the_exception_uses_the_public_entry_only() -> None:
-    """libaccel.model reaches the delegate through its package's public entry point alone."""
-    names = _imported_names(MODULES["libaccel.model"], "libaccel.model")
+    """libaccel.runtime.model reaches the delegate through its package's public entry point alone."""
+    names = _imported_names(MODULES["libaccel.runtime.model"], "libaccel.runtime.model")
     assert {n for n in names if n.split(".")[0] == "delegate_teflon"} == {
         "delegate_teflon",
         "delegate_teflon.library_path",

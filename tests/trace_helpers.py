@@ -41,16 +41,24 @@ def run_trace(
     (its stderr when it wrote nothing). ``timeout`` is scaled by ``$VNPU_TIMEOUT_SCALE`` (set in the
     guest: larger on a debug kernel)."""
     timeout *= config.TIMEOUT_SCALE.get()
-    cmd = [sys.executable, "-m", "libaccel.cli", "trace", *(["--json"] if json_mode else []), "-o", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "libaccel.tools.cli",
+        "trace",
+        *(["--json"] if json_mode else []),
+        "-o",
+        str(out),
+    ]
     r = subprocess.run([*cmd, "--", *argv], env=trace_env(), capture_output=True, text=True, timeout=timeout)
     return r, out.read_text() if out.exists() else r.stderr
 
 
 def trace_in_process(argv: list[str], out: Path, timeout: float = 300) -> tuple[int, list[dict]]:
-    """``argv`` traced by this process (libaccel.trace.run, as ``accel trace --json`` does, without
+    """``argv`` traced by this process (libaccel.tools.trace.run, as ``accel trace --json`` does, without
     starting the CLI's interpreter): its exit status and the events. ``timeout(1)`` bounds the program
     (scaled as in run_trace)."""
-    from libaccel import trace
+    from libaccel.tools import trace
 
     timeout *= config.TIMEOUT_SCALE.get()
     saved = os.environ.get("PYTHONPATH")

@@ -224,7 +224,7 @@ DEBUGFS: Variable[Path] = Variable(
     "VNPU_DEBUGFS", _path, "a directory", Path("/sys/kernel/debug"),
     "`/sys/kernel/debug`",
     "where debugfs is mounted, for `accel state`, `accel top` and `accel coredump`",
-    "tools.md", "libaccel.debugfs",
+    "tools.md", "libaccel.tools.debugfs",
 )  # fmt: skip
 LITERT_REPORT: Variable[bool] = Variable(
     "VNPU_LITERT_REPORT", **_FLAG_KW, default=False, default_doc="0",
@@ -235,7 +235,7 @@ TRACE_SOCKET: Variable[str] = Variable(
     "VNPU_TRACE_SOCKET", _text, "a Unix socket path", None,
     "unset: the preload library traces nothing",
     "where `accel trace`'s preload library sends the ioctls it sees (`accel trace` sets it)",
-    "tools.md", "C: libaccel/trace_preload.c",
+    "tools.md", "C: libaccel/tools/trace_preload.c",
 )  # fmt: skip
 KERNEL: Variable[str] = Variable(
     "VNPU_KERNEL", _text, "a kernel spec (a release, `debug`, `sid`, or a path)", None,

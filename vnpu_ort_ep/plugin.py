@@ -10,7 +10,7 @@ Life cycle (onnxruntime's plugin EP interface, ``vnpu_ort_abi.h``):
    kernel or a node path; default: a kernel device if there is one, else the shim), ``strict``,
    ``exact``, ``verbose``.
 4. ``GetCapability``: the OrtGraph as an onnx ModelProto, read by the ONNX front end, placed by the
-   one partitioner (:func:`libaccel.model.onnx_placement`); each NPU partition's original nodes
+   one partitioner (:func:`libaccel.runtime.model.onnx_placement`); each NPU partition's original nodes
    (a fused QOperator node covers its DequantizeLinear -> op -> QuantizeLinear group) are one fused
    node. A graph the front end cannot read is left to the CPU EP, the reason in onnxruntime's log.
 5. ``Compile``: each fused node's partition compiled from the whole model's front-end graph and
@@ -514,7 +514,7 @@ def keep_cpu_fusions(model: Any, og: Any, groups: list[list[int]], plans: dict[i
 def get_capability(this: Any, graph: Any, support: Any) -> Any:
     from libaccel.compiler import onnx_frontend as fe
     from libaccel.compiler import partition
-    from libaccel.model import onnx_placement
+    from libaccel.runtime.model import onnx_placement
 
     ep = _eps[_addr(this)]
     api = ep.factory.api

@@ -21,7 +21,7 @@ leaves the whole ONNX node to the CPU with the compiler's reason. The QDQ groups
 float around Add, Mul, MaxPool and Concat (:func:`select_qdq_groups`) become tables of that float
 computation; float Conv/MatMul/Gemm groups stay on the CPU (float32 sums are not the NPU's). Every
 other node becomes an IR node named ``ONNX:<op_type>`` that the compiler does not lower;
-:mod:`libaccel.model` runs it on the CPU in onnxruntime, in ONNX's own layout.
+:mod:`libaccel.runtime.model` runs it on the CPU in onnxruntime, in ONNX's own layout.
 
 Shapes and element types of every tensor are taken from onnxruntime running the model once on ones
 (contrib ops such as QLinearAdd are unknown to ``onnx.shape_inference``); ``shapes`` fixes dynamic

@@ -148,7 +148,7 @@ def test_attention_with_a_new_input_each_invoke(variant: str, monkeypatch: pytes
 
     import delegate_teflon
     from delegate_teflon.run import invoke, random_inputs
-    from libaccel.model import make_interpreter
+    from libaccel.runtime.model import make_interpreter
 
     monkeypatch.setenv("VNPU_MAC_ARRAY", variant)
     model = corpus.model_bytes("transformer_block")

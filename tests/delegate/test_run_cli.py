@@ -34,7 +34,7 @@ def test_bad_option_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_accel_run_prints_the_same_timing_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """``accel run --runs N`` and this runner time a .tflite model alike: the delegate's prepare,
     the first invoke, the median of the N after it."""
-    from libaccel import cli
+    from libaccel.tools import cli
 
     path = tmp_path / "add.tflite"
     path.write_bytes(gen.elementwise_model("ADD", (1, 4, 4, 4), None, "NONE", 1))
@@ -48,7 +48,7 @@ def test_accel_run_prints_the_same_timing_line(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_a_refused_delegate_is_its_own_reason_in_one_line() -> None:
-    from libaccel.model import DelegateError, run_tflite
+    from libaccel.runtime.model import DelegateError, run_tflite
 
     model = gen.elementwise_model("ADD", (1, 4, 4, 4), None, "NONE", 1)
     with pytest.raises(DelegateError) as e:

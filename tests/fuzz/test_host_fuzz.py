@@ -20,7 +20,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from firmware_tools import asm, asm_cli, fw_cli
-from libaccel import cli as accel_cli
+from libaccel.tools import cli as accel_cli
 from tests.fuzz.budget import budget
 from uapi import firmware_format as fw_image
 from uapi import isa

@@ -25,8 +25,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
-from libaccel import model as lm
 from libaccel.compiler.onnx_frontend import OnnxModelError, graph_from_onnx
+from libaccel.runtime import model as lm
 from tests.fuzz.budget import budget
 from vnpu_common.cli import ExitCode
 
@@ -322,7 +322,10 @@ def test_accel_run_prints_one_line(tmp_path: Path) -> None:
     path = tmp_path / "bad_group.onnx"
     onnx.save(m, path)
     r = subprocess.run(
-        [sys.executable, "-m", "libaccel.cli", "run", str(path)], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "libaccel.tools.cli", "run", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert r.returncode == ExitCode.BAD_FILE and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("accel run: ") and "onnxruntime" in r.stderr and not r.stdout, r.stderr

@@ -54,7 +54,7 @@ def _by_name(events: list[dict], name: str) -> list[dict]:
 
 # One traced command runs the C program, then one Python process with PY_PROGRAM and a delegate run
 # (a small conv through libteflon.so in tflite_runtime, once, without the BUILTIN_REF comparison),
-# traced by the test process itself (libaccel.trace.run, what `accel trace --json` runs): under TCG
+# traced by the test process itself (libaccel.tools.trace.run, what `accel trace --json` runs): under TCG
 # every interpreter start and its imports cost seconds. The CLI around it is tested on the host
 # (tests/libaccel/test_trace.py).
 DELEGATE_PART = """
@@ -161,7 +161,7 @@ def test_trace_of_a_delegate_run(traced: Traced) -> None:
 
 
 def test_submit_and_session_on_the_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from libaccel import cli
+    from libaccel.tools import cli
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "in.bin").write_bytes(bytes(range(64)))
@@ -201,7 +201,7 @@ def test_submit_and_session_on_the_kernel(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_state_shows_this_process_as_an_open_file(dev: object, capsys: pytest.CaptureFixture[str]) -> None:
-    from libaccel import cli
+    from libaccel.tools import cli
 
     assert cli.main(["state", "--json"]) == 0
     state = json.loads(capsys.readouterr().out)
@@ -237,7 +237,7 @@ def test_trace_attaches_to_a_running_libaccel_program(tmp_path: Path) -> None:
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=trace_env(),
     )  # fmt: skip
     out = tmp_path / "trace.jsonl"
-    cmd = [sys.executable, "-m", "libaccel.cli", "trace", "-p", str(target.pid), "-C", "--json"]
+    cmd = [sys.executable, "-m", "libaccel.tools.cli", "trace", "-p", str(target.pid), "-C", "--json"]
     cmd += ["-o", str(out)]
     tracer = None
     try:

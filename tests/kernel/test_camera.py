@@ -1,5 +1,5 @@
 """Camera to NPU with no copy: vivid's frames, exported as dma-bufs, read in place by NPU jobs and
-checked against the CPU (libaccel.camera_demo)."""
+checked against the CPU (libaccel.demos.camera_demo)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def vivid() -> Iterator[None]:
 
 
 def test_vivid_frames_are_read_in_place_and_exact(vivid, capsys: pytest.CaptureFixture[str]) -> None:
-    from libaccel import camera_demo
-    from libaccel.v4l2 import capture_nodes
+    from libaccel.demos import camera_demo
+    from libaccel.demos.v4l2 import capture_nodes
 
     assert capture_nodes("vivid"), "vivid loaded but no capture node"
     assert camera_demo.main(["--frames", "4"]) == 0

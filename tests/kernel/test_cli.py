@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from kernel_helpers import accel_nodes
 
-from libaccel import Device, cli
+from libaccel import Device
+from libaccel.tools import cli
 
 
 def test_list_shows_the_vnpu_node(capsys: pytest.CaptureFixture[str]) -> None:

@@ -63,7 +63,8 @@ def test_many_files_submitting_at_once_spread_over_both_cores() -> None:
 
     from kernel_helpers import bad_dmesg_lines, log_mark
 
-    from libaccel import Device, Job, JobBo, fdinfo
+    from libaccel import Device, Job, JobBo
+    from libaccel.tools import fdinfo
 
     since = log_mark()
     devs = [Device.open("kernel") for _ in range(FILES)]

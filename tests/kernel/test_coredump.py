@@ -14,7 +14,7 @@ import pytest
 from driver_knobs import injected_fault
 from kernel_helpers import copy_stream, hang_stream
 
-from libaccel.coredump import parse, vnpu_dumps
+from libaccel.tools.coredump import parse, vnpu_dumps
 from uapi import hw_layout as hw
 
 
@@ -46,7 +46,7 @@ class Result(NamedTuple):
 
 def accel_coredump(capsys: pytest.CaptureFixture[str], *args: str) -> Result:
     """The CLI in this process: a Python start-up costs seconds in the TCG guest."""
-    from libaccel.cli import main
+    from libaccel.tools.cli import main
 
     code = main(["coredump", *args])
     out, err = capsys.readouterr()

@@ -158,7 +158,8 @@ def test_accel_state_shows_imported_bos(dev, capsys: pytest.CaptureFixture[str])
     """The importing file's row in `accel state` counts its imported BO, the counters the device's."""
     import json
 
-    from libaccel import Device, cli
+    from libaccel import Device
+    from libaccel.tools import cli
 
     if not debugfs_counters():
         pytest.skip("debugfs is not mounted")

@@ -8,7 +8,7 @@ device working.
 from __future__ import annotations
 
 from bench.jobs import FLOOR_READS, doorbell_floor, format_table, round_trip, round_trip_with_floor
-from libaccel import debugfs
+from libaccel.tools import debugfs
 
 
 def test_doorbell_rtt_is_an_ordered_measurement_and_the_device_still_runs_jobs() -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from kernel_helpers import fill_stream, hang_stream
 
-from libaccel import fdinfo
+from libaccel.tools import fdinfo
 
 
 def _stats(dev) -> fdinfo.FdInfo:

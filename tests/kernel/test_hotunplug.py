@@ -31,7 +31,7 @@ from kernel_helpers import (
     write_once,
 )
 
-from libaccel import fdinfo
+from libaccel.tools import fdinfo
 
 pytestmark = pytest.mark.isolated
 

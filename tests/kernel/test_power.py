@@ -136,7 +136,7 @@ def test_frozen_processes_find_their_jobs_done(dev, autosuspend, long_job_timeou
 
 
 def test_power_counters_in_accel_info(dev, capsys: pytest.CaptureFixture[str]) -> None:
-    from libaccel import cli
+    from libaccel.tools import cli
 
     assert cli.main(["info", "--device", dev.path]) == 0
     out = capsys.readouterr().out

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from kernel_helpers import fill_stream, hang_stream
 
-from libaccel import fdinfo
+from libaccel.tools import fdinfo
 
 
 def top_once(capsys: pytest.CaptureFixture[str], interval: float) -> dict:
-    from libaccel.cli import main
+    from libaccel.tools.cli import main
 
     assert main(["top", "--once", "--json", "--interval", str(interval)]) == 0
     return json.loads(capsys.readouterr().out)

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from libaccel import cli, decode
-from libaccel.session import hexdump
+from libaccel.tools import cli, decode
+from libaccel.tools.session import hexdump
 from uapi import bindings
 from uapi.isa import SPEC
 from vnpu_common.cli import ExitCode
@@ -282,7 +282,7 @@ FILES = "# ctx pid bos bo_bytes jobs_in_flight\nctx 1 pid 1 bos 3 bo_bytes 12288
 def test_state_parses_and_prints_debugfs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from libaccel import debugfs
+    from libaccel.tools import debugfs
 
     d = tmp_path / "accel" / "0000:00:04.0"
     d.mkdir(parents=True)
@@ -324,7 +324,7 @@ def test_state_parses_and_prints_debugfs(
 
 
 def test_job_status_text_names_the_errno_and_fault_va() -> None:
-    from libaccel.session import status_text
+    from libaccel.tools.session import status_text
 
     assert status_text(0) == "ok"
     assert status_text(-14, 0x101000).startswith("failed: EFAULT (the device MMU faulted")
@@ -334,7 +334,7 @@ def test_job_status_text_names_the_errno_and_fault_va() -> None:
 
 
 def test_session_help_lists_every_command() -> None:
-    from libaccel.session import command_parser, session_help
+    from libaccel.tools.session import command_parser, session_help
 
     text = session_help()
     parser = command_parser()
@@ -352,7 +352,7 @@ def test_the_prompt_edits_lines_and_recalls_history(tmp_path: Path) -> None:
     main, sub = pty.openpty()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "libaccel.cli", "session", "--device", "shim"],
+        [sys.executable, "-m", "libaccel.tools.cli", "session", "--device", "shim"],
         stdin=sub, stdout=sub, stderr=sub, env=env, cwd=tmp_path, close_fds=True,
     )  # fmt: skip
     os.close(sub)

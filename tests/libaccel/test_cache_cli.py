@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from libaccel import cli
+from libaccel.tools import cli
 from vnpu_common.cli import ExitCode
 
 

@@ -6,7 +6,8 @@ import errno
 
 import pytest
 
-from libaccel import cli, errors
+from libaccel import errors
+from libaccel.tools import cli
 from uapi.isa import SPEC
 from vnpu_common.cli import ExitCode
 

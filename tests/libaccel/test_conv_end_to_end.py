@@ -1,7 +1,7 @@
 """CONV2D through libaccel on the shim, bit-identical to TFLite's int8 reference formulas.
 
 The reference here is written independently of the device model and of
-libaccel.demo: scalar Python integers, straight from TFLite's
+libaccel.demos.demo: scalar Python integers, straight from TFLite's
 reference_integer_ops::ConvPerChannel, with the tests' fixed-point oracle
 (tests/reference_kernels.py).
 """
@@ -13,7 +13,7 @@ import pytest
 from reference_kernels import mbqm, rdbp, srdhm
 
 from libaccel import Device
-from libaccel.demo import ConvProblem, make_problem, quantize_multiplier, run_conv
+from libaccel.demos.demo import ConvProblem, make_problem, quantize_multiplier, run_conv
 
 
 def reference(p: ConvProblem) -> np.ndarray:

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libaccel.cli import main
-from libaccel.coredump import CoredumpError, parse, render, to_json, vnpu_dumps
+from libaccel.tools.cli import main
+from libaccel.tools.coredump import CoredumpError, parse, render, to_json, vnpu_dumps
 from uapi import hw_layout as hw
 from uapi.bindings import ffi
 from vnpu_common.cli import ExitCode
@@ -130,7 +130,7 @@ def test_a_closed_pipe_is_no_traceback() -> None:
     import sys
 
     p = subprocess.Popen(
-        [sys.executable, "-m", "libaccel.cli", "coredump", str(DATA / "coredump_fault.bin")],
+        [sys.executable, "-m", "libaccel.tools.cli", "coredump", str(DATA / "coredump_fault.bin")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

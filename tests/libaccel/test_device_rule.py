@@ -83,11 +83,11 @@ def test_a_bogus_variable_is_named_as_the_variable(rule: pytest.MonkeyPatch) -> 
 
 # Every tool with no device named, as a user runs it: the same rule, the same one line.
 TOOLS = {
-    "accel info": ["-m", "libaccel.cli", "info"],
-    "accel submit": ["-m", "libaccel.cli", "submit", "copy.s", "--bo", "src=64", "--bo", "dst=64:w"],
-    "accel run": ["-m", "libaccel.cli", "run", "add.tflite"],
+    "accel info": ["-m", "libaccel.tools.cli", "info"],
+    "accel submit": ["-m", "libaccel.tools.cli", "submit", "copy.s", "--bo", "src=64", "--bo", "dst=64:w"],
+    "accel run": ["-m", "libaccel.tools.cli", "run", "add.tflite"],
     "delegate_teflon.run": ["-m", "delegate_teflon.run", "add.tflite", "--runs", "1"],
-    "libaccel.demo": ["-m", "libaccel.demo"],
+    "libaccel.demos.demo": ["-m", "libaccel.demos.demo"],
 }
 
 

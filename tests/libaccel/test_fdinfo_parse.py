@@ -1,5 +1,5 @@
-"""libaccel.fdinfo parses DRM usage stats; the sample is a real /proc/self/fdinfo of vnpu.ko in the guest
-(data/capture_fdinfo.py made it)."""
+"""libaccel.tools.fdinfo parses DRM usage stats; the sample is a real /proc/self/fdinfo of vnpu.ko in the
+guest (data/capture_fdinfo.py made it)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from libaccel import fdinfo
+from libaccel.tools import fdinfo
 
 SAMPLE = Path(__file__).parent / "data" / "fdinfo_vnpu.txt"
 

@@ -1,11 +1,11 @@
-"""libaccel.inputs: the one definition of random model inputs, and the runners that use it agree."""
+"""libaccel.runtime.inputs: the one definition of random model inputs, and the runners that use it agree."""
 
 from __future__ import annotations
 
 import numpy as np
 
 import modelgen
-from libaccel.inputs import random_arrays
+from libaccel.runtime.inputs import random_arrays
 
 
 def test_ranges_and_kinds() -> None:
@@ -23,7 +23,7 @@ def test_ranges_and_kinds() -> None:
 def test_the_runners_draw_the_same_inputs() -> None:
     """modelgen's, the delegate runner's and accel run's random inputs for one model and seed agree."""
     from delegate_teflon.run import random_inputs as run_inputs
-    from libaccel.model import random_inputs as model_inputs
+    from libaccel.runtime.model import random_inputs as model_inputs
 
     model = modelgen.conv2d_model((1, 8, 8, 4), 8, kernel=3, stride=1, padding="SAME", act="RELU6")
     (x,) = modelgen.random_inputs(model, seed=5)
@@ -33,7 +33,7 @@ def test_the_runners_draw_the_same_inputs() -> None:
 
 
 def test_timing_reports_the_spread_of_the_runs() -> None:
-    from libaccel.model import ModelResult
+    from libaccel.runtime.model import ModelResult
 
     result = ModelResult({}, [], 1, 1.0, 0.0, 5.0, "tflite", runs_ms=[float(t) for t in range(1, 101)])
     assert result.percentiles() == {"min": 1.0, "median": 50.5, "p90": 90.0, "p99": 99.0}

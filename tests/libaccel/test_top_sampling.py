@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from libaccel import top
-from libaccel.cli import main
+from libaccel.tools import top
+from libaccel.tools.cli import main
 
 SAMPLE = (Path(__file__).parent / "data" / "fdinfo_vnpu.txt").read_text()
 SLOT = "0000:00:0a.0"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from trace_helpers import build_uapi_program, json_events, run_trace, trace_env
 
-from libaccel import trace
+from libaccel.tools import trace
 from uapi import bindings
 from vnpu_common.cli import ExitCode
 
@@ -101,7 +101,7 @@ def test_python_program_and_its_child_processes_are_traced(tmp_path: Path) -> No
 
 def test_a_missing_program_is_a_usage_error(tmp_path: Path) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "libaccel.cli", "trace", "--", str(tmp_path / "nope")],
+        [sys.executable, "-m", "libaccel.tools.cli", "trace", "--", str(tmp_path / "nope")],
         env=trace_env(),
         capture_output=True,
         text=True,
@@ -109,7 +109,7 @@ def test_a_missing_program_is_a_usage_error(tmp_path: Path) -> None:
     assert r.returncode == ExitCode.BAD_FILE and r.stderr.count("\n") == 1
     assert "cannot run" in r.stderr and "no such file or directory" in r.stderr
     r = subprocess.run(
-        [sys.executable, "-m", "libaccel.cli", "trace"], env=trace_env(), capture_output=True, text=True
+        [sys.executable, "-m", "libaccel.tools.cli", "trace"], env=trace_env(), capture_output=True, text=True
     )
     assert r.returncode == 2 and "give the program to run" in r.stderr
 
@@ -117,9 +117,9 @@ def test_a_missing_program_is_a_usage_error(tmp_path: Path) -> None:
 def test_a_program_on_the_shim_is_told_the_shim_makes_no_ioctls() -> None:
     """``accel info --device shim`` reads the device without a syscall to a DRM node: the trace says why
     it is empty instead of printing nothing."""
-    program = [sys.executable, "-m", "libaccel.cli", "info", "--device", "shim"]
+    program = [sys.executable, "-m", "libaccel.tools.cli", "info", "--device", "shim"]
     r = subprocess.run(
-        [sys.executable, "-m", "libaccel.cli", "trace", "--", *program],
+        [sys.executable, "-m", "libaccel.tools.cli", "trace", "--", *program],
         env=trace_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -189,7 +189,7 @@ def test_decoder_disassembles_a_submitted_stream() -> None:
 
 def _cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "libaccel.cli", "trace", *args],
+        [sys.executable, "-m", "libaccel.tools.cli", "trace", *args],
         env=trace_env(), capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 
@@ -247,7 +247,7 @@ def test_an_unknown_ioctl_name_is_one_line_listing_the_valid_ones(c_program: Pat
 
 
 def test_the_interposers_blob_limit_is_the_decoders() -> None:
-    source = (ROOT / "libaccel" / "trace_preload.c").read_text()
+    source = (ROOT / "libaccel" / "tools" / "trace_preload.c").read_text()
     assert re.search(r"^#\s*define MAX_BLOB \(64u \* 1024u\)$", source, re.M) and trace.MAX_BLOB == 64 * 1024
 
 
@@ -280,11 +280,11 @@ except OSError:
     pass
 """
 
-# libaccel.trace_attach as `accel trace -p` runs it, with /dev/null counted as a DRM device (the host
+# libaccel.tools.trace_attach as `accel trace -p` runs it, with /dev/null counted as a DRM device (the host
 # has none) and the JSON events on stdout.
 TRACER = """
 import sys, time
-from libaccel import trace, trace_attach
+from libaccel.tools import trace, trace_attach
 options = trace.Options(json_mode=True, summary=True)
 sink = trace.Sink(sys.stdout, options, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
 sys.exit(trace_attach.attach(int(sys.argv[1]), sink, fd_filter=lambda path, rdev: path == "/dev/null"))
@@ -350,7 +350,7 @@ def test_attach_refusals_are_one_line_saying_why_and_what_to_do(tmp_path: Path) 
 
 
 def test_refusal_names_the_yama_scope_and_the_way_out() -> None:
-    from libaccel.trace_attach import refusal
+    from libaccel.tools.trace_attach import refusal
 
     assert "ptrace_scope is 1 (a process may trace only its own children)" in refusal(
         5, errno.EPERM, 1, False
@@ -366,7 +366,7 @@ def test_refusal_names_the_yama_scope_and_the_way_out() -> None:
 def test_a_stream_is_read_through_a_duplicate_of_the_process_fd() -> None:
     """pidfd_getfd gives the tracer the process's own open file; on /dev/null its BO_INFO is ENOTTY
     (on vnpu.ko: the BO, tests/kernel/test_accel_tools.py)."""
-    from libaccel.trace_attach import _read_bo
+    from libaccel.tools.trace_attach import _read_bo
 
     proc = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
     try:

@@ -19,7 +19,7 @@ pytest.importorskip("ai_edge_litert")
 from conftest import MODELS  # noqa: E402
 
 from libaccel import discovery  # noqa: E402
-from libaccel.model import differing_bytes  # noqa: E402
+from libaccel.runtime.model import differing_bytes  # noqa: E402
 from litert_vendor import abi, bytecode  # noqa: E402
 
 HOST_MEMORY, DMA_BUF = 1, 4

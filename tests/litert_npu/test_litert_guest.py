@@ -16,7 +16,7 @@ pytest.importorskip("ai_edge_litert")
 from conftest import MODELS, run_npu_host, write_reference  # noqa: E402
 
 from libaccel import discovery  # noqa: E402
-from libaccel.model import differing_bytes  # noqa: E402
+from libaccel.runtime.model import differing_bytes  # noqa: E402
 from litert_vendor import tools  # noqa: E402
 
 pytestmark = pytest.mark.skipif(

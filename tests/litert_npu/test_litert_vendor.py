@@ -18,7 +18,7 @@ pytest.importorskip("ai_edge_litert")
 from ai_edge_litert import interpreter  # noqa: E402
 
 from delegate_teflon.run import invoke, make_interpreter, random_inputs  # noqa: E402
-from libaccel.model import differing_bytes  # noqa: E402
+from libaccel.runtime.model import differing_bytes  # noqa: E402
 from litert_vendor import abi, bytecode, tools  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[1] / "corpus" / "models"

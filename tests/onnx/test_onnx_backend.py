@@ -16,7 +16,7 @@ import onnx.backend.test
 import pytest
 from onnx import helper
 
-from libaccel.onnx_backend import VnpuBackend, VnpuBackendRep
+from libaccel.runtime.onnx_backend import VnpuBackend, VnpuBackendRep
 
 INCLUDE = [
     r"^test_(qlinearconv|qlinearmatmul|quantizelinear|dequantizelinear|dynamicquantizelinear)",

@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 import pytest
 
-from libaccel import model as lm
 from libaccel.compiler.onnx_frontend import OnnxModelError, graph_from_onnx
+from libaccel.runtime import model as lm
 from tools.convert import make_onnx_models as M
 from vnpu_common.cli import ExitCode
 
@@ -136,7 +136,7 @@ def test_layout_is_lowered_once() -> None:
 
 
 def _accel(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "libaccel.cli", "run", *args]
+    cmd = [sys.executable, "-m", "libaccel.tools.cli", "run", *args]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
 
 

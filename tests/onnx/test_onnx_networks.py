@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from test_onnx_models import MODELS, _check
 
-from libaccel import cli
-from libaccel import model as lm
+from libaccel.runtime import model as lm
+from libaccel.tools import cli
 from vnpu_common import config
 
 DEVICE = config.TEST_DEVICE.get()

@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from libaccel import model as lm
 from libaccel.compiler.onnx_frontend import OnnxModelError, graph_from_onnx
+from libaccel.runtime import model as lm
 from tools.convert import make_onnx_models as M
 from vnpu_common.cli import ExitCode
 
@@ -68,7 +68,7 @@ def _placed(result: lm.ModelResult) -> list[tuple[str, bool]]:
 
 def _accel(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "libaccel.cli", "run", *args], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "libaccel.tools.cli", "run", *args], capture_output=True, text=True, cwd=ROOT
     )
 
 

@@ -100,7 +100,7 @@ def test_float_sum_groups_on_the_npu_within_one_unit() -> None:
 
     from libaccel import Device
     from libaccel.compiler import onnx_frontend as fe
-    from libaccel.model import OnnxProgram
+    from libaccel.runtime.model import OnnxProgram
     from tools.convert.make_onnx_models import ffn, odd_cnn, quantize
 
     device = Device.open("shim")
@@ -152,7 +152,7 @@ def test_float_qdq_groups_on_the_npu_exact_and_float_sums_left_with_the_reason(t
     float as tables of that float computation; a float Conv/MatMul group stays on the CPU, saying why."""
     from libaccel import Device
     from libaccel.compiler import onnx_frontend as fe
-    from libaccel.model import OnnxProgram
+    from libaccel.runtime.model import OnnxProgram
     from tools.convert.make_onnx_models import ffn, odd_cnn, quantize
 
     device = Device.open("shim")
@@ -182,7 +182,7 @@ def test_float_qdq_groups_on_the_npu_exact_and_float_sums_left_with_the_reason(t
 def test_groups_that_would_change_a_cpu_fusion_stay_on_the_cpu(tmp_path: Path) -> None:
     from libaccel.compiler import onnx_frontend as fe
     from libaccel.compiler import partition
-    from libaccel.model import onnx_placement
+    from libaccel.runtime.model import onnx_placement
     from tools.convert.make_onnx_models import attention_block, quantize
     from vnpu_ort_ep.plugin import edge_plan, keep_cpu_fusions, npu_groups
 
@@ -223,7 +223,7 @@ def test_default_device_is_the_shim_without_a_kernel_device() -> None:
 
 def test_npu_groups_take_whole_qdq_node_units() -> None:
     from libaccel.compiler import onnx_frontend as fe
-    from libaccel.model import onnx_placement
+    from libaccel.runtime.model import onnx_placement
     from vnpu_ort_ep.plugin import npu_groups
 
     model = onnx.load(MODELS / "resnet_like_qdq.onnx")
@@ -263,7 +263,7 @@ def test_verbose_reference_counts_differing_bytes() -> None:
     from libaccel import Device
     from libaccel.compiler import PartitionRunner, compile_cached, partition
     from libaccel.compiler import onnx_frontend as fe
-    from libaccel.model import onnx_placement
+    from libaccel.runtime.model import onnx_placement
     from tools.convert.make_onnx_models import ffn, quantize
     from vnpu_ort_ep.plugin import Difference, compare, edge_plan, npu_groups, reference
 

@@ -64,8 +64,8 @@ DATA = (
     "uapi/firmware/vnpu/vnpu_fw.bin",
     "uapi/firmware/vnpu/vnpu_fw.toml",
     "uapi/firmware/keys/dev-ed25519.pub",
-    "libaccel/trace_preload.c",
-    "libaccel/man/accel.1",
+    "libaccel/tools/trace_preload.c",
+    "libaccel/tools/man/accel.1",
     "device_model/mac_array/mac_array.c",
     "delegate_teflon/c/teflon_abi.h",
     "delegate_teflon/c/prepared_invoke.c",
@@ -85,7 +85,7 @@ BUILT = (
     "litert_vendor/lib/libLiteRtCompilerPlugin_Vnpu.so",
     "litert_vendor/lib/libLiteRtDispatch_Vnpu.so",
     "vnpu_ort_ep/libvnpu_ort_ep.so",
-    "libaccel/libvnpu_trace.so",
+    "libaccel/tools/libvnpu_trace.so",
 )
 # The environment of every subprocess: this one without what would reach into the checkout.
 CLEAN_ENV = {
@@ -316,7 +316,7 @@ def test_the_litert_vendor_libraries_compile_and_dispatch_from_the_wheel(venv: V
 def test_the_man_page_is_installed_where_man_finds_it(venv: Venv) -> None:
     """``man accel`` for a venv on PATH: accel.1 under the prefix's share/man/man1, the committed page."""
     installed = venv.root / "share" / "man" / "man1" / "accel.1"
-    assert installed.read_text() == (ROOT / "libaccel" / "man" / "accel.1").read_text()
+    assert installed.read_text() == (ROOT / "libaccel" / "tools" / "man" / "accel.1").read_text()
     if shutil.which("man") is not None:
         # No MANPATH: man-db finds bin/../share/man of every PATH entry.
         env = dict(venv.env, PATH=f"{venv.root / 'bin'}:/usr/bin:/bin", MANWIDTH="80")

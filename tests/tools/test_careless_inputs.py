@@ -18,7 +18,7 @@ from vnpu_common.cli import ExitCode
 ROOT = Path(__file__).resolve().parents[2]
 COREDUMP = ROOT / "tests" / "libaccel" / "data" / "coredump_fault.bin"
 
-ACCEL = ["-m", "libaccel.cli"]
+ACCEL = ["-m", "libaccel.tools.cli"]
 RUN = ["-m", "delegate_teflon.run"]
 ASM = ["-m", "firmware_tools.asm_cli"]
 FW = ["-m", "firmware_tools.fw_cli"]
@@ -72,7 +72,7 @@ CASES: dict[str, tuple[list[str], dict[str, str], ExitCode, str]] = {
         "a directory, not a device",
     ),
     "demo-dir": (
-        ["-m", "libaccel.demo", "--device", "/tmp"],
+        ["-m", "libaccel.demos.demo", "--device", "/tmp"],
         {},
         ExitCode.DEVICE,
         "a directory, not a device",
@@ -170,7 +170,12 @@ CASES: dict[str, tuple[list[str], dict[str, str], ExitCode, str]] = {
         ExitCode.USAGE,
         "unknown option 'speed'",
     ),
-    "camera-frames": (["-m", "libaccel.camera_demo", "--frames", "-1"], {}, ExitCode.USAGE, "-1 is negative"),
+    "camera-frames": (
+        ["-m", "libaccel.demos.camera_demo", "--frames", "-1"],
+        {},
+        ExitCode.USAGE,
+        "-1 is negative",
+    ),
     "delegate-bad-flag": (
         [*RUN, "add.tflite", "--frob"],
         {},

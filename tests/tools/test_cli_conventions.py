@@ -29,12 +29,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Every user-facing CLI, as a user starts it (the console scripts are these modules' main()).
 CLIS = {
-    "accel": ["-m", "libaccel.cli"],
+    "accel": ["-m", "libaccel.tools.cli"],
     "vnpu-asm": ["-m", "firmware_tools.asm_cli"],
     "vnpu-fw": ["-m", "firmware_tools.fw_cli"],
     "python -m delegate_teflon.run": ["-m", "delegate_teflon.run"],
-    "python -m libaccel.demo": ["-m", "libaccel.demo"],
-    "python -m libaccel.camera_demo": ["-m", "libaccel.camera_demo"],
+    "python -m libaccel.demos.demo": ["-m", "libaccel.demos.demo"],
+    "python -m libaccel.demos.camera_demo": ["-m", "libaccel.demos.camera_demo"],
     "vnpu-device-model": ["-m", "device_model.qemu_server"],
 }
 

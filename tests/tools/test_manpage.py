@@ -13,10 +13,11 @@ from types import ModuleType
 
 import pytest
 
-from libaccel import cli
+from libaccel.tools import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = ROOT / "tools" / "generate_manpage.py"
+MAN_PAGE = ROOT / "libaccel" / "tools" / "man" / "accel.1"
 
 
 def _generator() -> ModuleType:
@@ -64,7 +65,7 @@ def test_every_command_says_what_it_does_with_examples() -> None:
 
 def test_accel_help_points_at_the_manual_a_wheel_user_has() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "libaccel.cli", "--help"], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "libaccel.tools.cli", "--help"], capture_output=True, text=True, cwd=ROOT
     )
     assert r.returncode == 0
     flat = " ".join(r.stdout.split())
@@ -73,7 +74,7 @@ def test_accel_help_points_at_the_manual_a_wheel_user_has() -> None:
 
 
 def test_the_page_covers_every_command_and_option_and_renders_cleanly() -> None:
-    page = (ROOT / "libaccel" / "man" / "accel.1").read_text()
+    page = MAN_PAGE.read_text()
     for name, p in _commands().items():
         assert f".SS accel {name}\n" in page
         for action in p._actions:
@@ -85,6 +86,6 @@ def test_the_page_covers_every_command_and_option_and_renders_cleanly() -> None:
     assert ".SH EXIT STATUS" in page and "\\fB141\\fR" in page
     if shutil.which("groff") is None:
         pytest.skip("groff is not installed: the page's syntax is not checked")
-    r = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", str(ROOT / "libaccel" / "man" / "accel.1")],
+    r = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", str(MAN_PAGE)],
                        capture_output=True, text=True)  # fmt: skip
     assert (r.returncode, r.stderr) == (0, "")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from libaccel import decode
+from libaccel.tools import decode
 from uapi import bindings
 
 ROOT = Path(__file__).resolve().parents[2]

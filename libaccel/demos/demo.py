@@ -8,7 +8,7 @@ compares the output with a reference convolution written here in plain numpy
 ``uapi.fixed_point``): it shares no code with the device model's GEMM and
 padding paths. Exit status 1 on mismatch.
 
-    python -m libaccel.demo [--device PATH|shim] [--seed N]
+    python -m libaccel.demos.demo [--device PATH|shim] [--seed N]
 """
 
 from __future__ import annotations
@@ -179,9 +179,9 @@ def _device_error(e: Exception) -> tuple[int, str] | None:
     return (ExitCode.DEVICE, str(e)) if isinstance(e, AccelError) else None
 
 
-@cli_main("python -m libaccel.demo", _device_error)
+@cli_main("python -m libaccel.demos.demo", _device_error)
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = OneLineArgumentParser(prog="python -m libaccel.demo", description=__doc__.splitlines()[0])
+    ap = OneLineArgumentParser(prog="python -m libaccel.demos.demo", description=__doc__.splitlines()[0])
     add_version(ap)
     ap.add_argument("--device", help=DEVICE_HELP)
     ap.add_argument("--seed", type=int, default=0)

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from firmware_tools.asm import disassemble_prefix
-from libaccel import decode
 from libaccel.errors import AccelError
-from libaccel.session import BadFile, write_file
+from libaccel.tools import decode
+from libaccel.tools.session import BadFile, write_file
 from uapi import hw_layout as hw
 from uapi.bindings import CONSTANTS, ffi
 from vnpu_common.cli import os_error_words, output_path_problem
@@ -279,6 +279,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from libaccel.cli import main as cli_main
+    from libaccel.tools.cli import main as cli_main
 
     sys.exit(cli_main(["coredump", *sys.argv[1:]]))

@@ -22,8 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from libaccel import decode, discovery
+from libaccel import discovery
 from libaccel.errors import NoDevice, from_errno
+from libaccel.tools import decode
 from vnpu_common import config
 
 DEBUGFS: Path = config.DEBUGFS.get()
@@ -200,6 +201,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from libaccel.cli import main as cli_main
+    from libaccel.tools.cli import main as cli_main
 
     sys.exit(cli_main(["state", *sys.argv[1:]]))

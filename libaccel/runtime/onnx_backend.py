@@ -1,13 +1,13 @@
 """vnpu as an ONNX backend (``onnx.backend.base.Backend``): what ``onnx.backend.test.BackendTest`` drives.
 
-    from libaccel.onnx_backend import VnpuBackend
+    from libaccel.runtime.onnx_backend import VnpuBackend
 
     rep = VnpuBackend.prepare(model)          # a ModelProto; read, compiled and loaded once
     (y,) = rep.run([x])                       # the graph inputs in order (or a dict by name)
     print(rep.report())                       # which node ran on the NPU, which on the CPU and why
 
 ``prepare`` reads the model with :func:`libaccel.compiler.onnx_frontend.graph_from_onnx` and runs it
-as :class:`libaccel.model.OnnxProgram` does for ``accel run``: NPU partitions for the nodes the
+as :class:`libaccel.runtime.model.OnnxProgram` does for ``accel run``: NPU partitions for the nodes the
 compiler lowers, onnxruntime for the rest. A model the front end cannot read at all (a float-only
 model, a type it does not take, ...) still runs: the whole model in one onnxruntime session, every
 node reported on the CPU with the front end's reason. Either way the answer is onnxruntime's where
@@ -28,7 +28,7 @@ import numpy as np
 from onnx.backend.base import Backend, BackendRep
 
 from libaccel.compiler import onnx_frontend as fe
-from libaccel.model import ModelResult, OnnxProgram, Placement
+from libaccel.runtime.model import ModelResult, OnnxProgram, Placement
 
 __all__ = [
     "VnpuBackend",
@@ -138,7 +138,7 @@ class VnpuBackendRep(BackendRep):
         return sum(p.npu for p in self.placement)
 
     def report(self) -> str:
-        """The placement report of ``accel run`` (:meth:`libaccel.model.ModelResult.report`)."""
+        """The placement report of ``accel run`` (:meth:`libaccel.runtime.model.ModelResult.report`)."""
         return ModelResult({}, self.placement, self.partitions, 0.0, 0.0, 0.0).report()
 
     def close(self) -> None:

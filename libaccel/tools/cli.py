@@ -29,11 +29,11 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from libaccel import decode
 from libaccel.device import Device
 from libaccel.discovery import DEVICE_HELP, SHIM, list_devices
 from libaccel.errors import AccelError
-from libaccel.session import (
+from libaccel.tools import decode
+from libaccel.tools.session import (
     ArgumentParser,
     Session,
     UsageError,
@@ -152,25 +152,25 @@ def cmd_needs_session(args: argparse.Namespace) -> int:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from libaccel import trace, trace_attach
+    from libaccel.tools import trace, trace_attach
 
     return trace.main(args, trace_attach.attach)
 
 
 def cmd_state(args: argparse.Namespace) -> int:
-    from libaccel import debugfs
+    from libaccel.tools import debugfs
 
     return debugfs.main(args)
 
 
 def cmd_coredump(args: argparse.Namespace) -> int:
-    from libaccel import coredump
+    from libaccel.tools import coredump
 
     return coredump.main(args)
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    from libaccel import top
+    from libaccel.tools import top
 
     return top.main(args)
 
@@ -348,8 +348,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--count", type=int, metavar="N", help="N samples, then exit (default: until Ctrl-C)")
     p.add_argument("--json", action="store_true", help="one JSON object per sample")
     p.set_defaults(func=cmd_top)
-    from libaccel.cache_cli import add_cache_command, cmd_cache
-    from libaccel.run_cli import add_run_command, cmd_run
+    from libaccel.tools.cache_cli import add_cache_command, cmd_cache
+    from libaccel.tools.run_cli import add_run_command, cmd_run
 
     add_run_command(sub).set_defaults(func=cmd_run)
     add_cache_command(sub).set_defaults(func=cmd_cache)

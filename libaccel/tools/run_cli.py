@@ -6,7 +6,7 @@
 Prints the placement (which node ran on the NPU, in which partition, which stayed on the CPU and
 why), the compile, load and invoke times, and with ``--compare`` the differing bytes against the
 model's reference runtime (onnxruntime, or TFLite's BUILTIN_REF). The running is
-:mod:`libaccel.model`'s (a .tflite file through :func:`libaccel.model.run_tflite`, the runner
+:mod:`libaccel.runtime.model`'s (a .tflite file through :func:`libaccel.runtime.model.run_tflite`, the runner
 ``python -m delegate_teflon.run`` uses too). ``--output`` saves the model's
 (first) output as .npy: float32 when the model's output is float (its DequantizeLinear ran), else
 the quantized values. Exit status (:class:`vnpu_common.cli.ExitCode`): 0, 1 when ``--compare`` finds
@@ -30,7 +30,7 @@ import numpy as np
 from libaccel.device import checked_device
 from libaccel.discovery import DEVICE_HELP
 from libaccel.errors import AccelError
-from libaccel.session import BadFile, UsageError, error_code
+from libaccel.tools.session import BadFile, UsageError, error_code
 from vnpu_common.cli import ExitCode, non_negative_int, os_error_words, output_path_problem
 
 
@@ -79,7 +79,7 @@ def add_run_command(sub: Any) -> argparse.ArgumentParser:
 
 
 def _checked_model(path: Path) -> None:
-    from libaccel.model import MODEL_SUFFIXES
+    from libaccel.runtime.model import MODEL_SUFFIXES
 
     if path.is_dir():
         raise BadFile(f"{path} is a directory; give a .onnx or .tflite file")
@@ -132,8 +132,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Before onnxruntime loads: its telemetry warns on stderr where it cannot store a device id (a
     # read-only home, as in the QEMU guest), which would break the one-line errors.
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-    from libaccel import model as lm
     from libaccel.compiler.tflite_check import ModelError
+    from libaccel.runtime import model as lm
 
     try:
         return _run(args, lm)
@@ -197,7 +197,7 @@ def _run(args: argparse.Namespace, lm: Any) -> int:
 
 
 def _print_result(args: argparse.Namespace, result: Any, diff: int | None, read_ms: float) -> None:
-    from libaccel.model import is_tflite
+    from libaccel.runtime.model import is_tflite
 
     reference = "TFLite BUILTIN_REF" if is_tflite(args.model) else "onnxruntime"
     if args.json:

@@ -1,13 +1,13 @@
 """``accel trace -- CMD ...``: the strace of the vnpu device.
 
-Runs CMD with ``libvnpu_trace.so`` (``libaccel/trace_preload.c``) in ``LD_PRELOAD``. The
+Runs CMD with ``libvnpu_trace.so`` (``libaccel/tools/trace_preload.c``) in ``LD_PRELOAD``. The
 library interposes libc's ``ioctl()``: every ioctl of type ``'d'`` (DRM and vnpu) is
 passed on and reported, with its argument struct before and after, the arrays it points
 at (for a SUBMIT: the jobs, their BO lists and the command stream, read through the BO's
 mapping), the return value, errno and the time, as one message on a Unix
 ``SOCK_SEQPACKET`` socket. This module builds the library (gcc, cached like the MAC
 array's build), listens on the socket, and decodes each message with the uapi header
-(:mod:`libaccel.decode`) and the ISA (:mod:`firmware_tools.asm`).
+(:mod:`libaccel.tools.decode`) and the ISA (:mod:`firmware_tools.asm`).
 
 Why an interposer, not ptrace: it sees the same calls for C programs and for CPython
 (``fcntl.ioctl`` calls libc's ``ioctl``), costs a function call instead of two context
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from firmware_tools.asm import disassemble_prefix
-from libaccel import decode
-from libaccel.session import BadFile, UsageError
+from libaccel.tools import decode
+from libaccel.tools.session import BadFile, UsageError
 from uapi import bindings
 from vnpu_common.cache import cache_root, content_hash
 from vnpu_common.cbuild import prebuilt
@@ -96,7 +96,7 @@ def _cache_dirs() -> list[Path]:
 
 
 def library() -> Path:
-    """The interposer's path: the wheel's (``libaccel/libvnpu_trace.so``, built with the wheel),
+    """The interposer's path: the wheel's (``libaccel/tools/libvnpu_trace.so``, built with the wheel),
     else the cache's, built now with gcc if this source has no build in the cache yet.
 
     The cache may be read-only (the QEMU guest sees the host's): then a temporary directory.
@@ -560,7 +560,7 @@ def options_of(args: argparse.Namespace) -> Options:
 
 def main(args: argparse.Namespace, attach: Callable[[int, Sink], int] | None = None) -> int:
     """``accel trace``: run the program, or with ``-p`` hand a :class:`Sink` to ``attach``
-    (:func:`libaccel.trace_attach.attach`, which builds on this module)."""
+    (:func:`libaccel.tools.trace_attach.attach`, which builds on this module)."""
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     options = options_of(args)
     if args.pid is not None and program:
@@ -574,7 +574,7 @@ def main(args: argparse.Namespace, attach: Callable[[int, Sink], int] | None = N
     def go(out: TextIO) -> int:
         if args.pid is not None:
             if attach is None:
-                raise UsageError("trace: -p needs an attacher (libaccel.trace_attach.attach)")
+                raise UsageError("trace: -p needs an attacher (libaccel.tools.trace_attach.attach)")
             return attach(args.pid, Sink(out, options, time.clock_gettime_ns(time.CLOCK_MONOTONIC)))
         return run(program, out, options=options)
 

@@ -1,7 +1,7 @@
 """``accel top``: live NPU use per client and per device, like intel_gpu_top or nvtop (docs/tools.md).
 
 Per client (one open file of a vnpu node, whichever processes hold it): the DRM usage
-stats in ``/proc/<pid>/fdinfo/<fd>`` (:mod:`libaccel.fdinfo`): NPU busy time
+stats in ``/proc/<pid>/fdinfo/<fd>`` (:mod:`libaccel.tools.fdinfo`): NPU busy time
 (``drm-engine-npu``) and memory (``drm-total-memory``, ``drm-resident-memory``). Two
 samples ``--interval`` apart give the busy share: busy ns gained / wall ns elapsed.
 
@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from libaccel import discovery, fdinfo
+from libaccel import discovery
 from libaccel.errors import AccelError
+from libaccel.tools import fdinfo
 
 ACCEL_PREFIX = "/dev/accel/accel"
 
@@ -232,7 +233,7 @@ def render(devices: list[DeviceRow], interval: float) -> str:
 
 def main(args: argparse.Namespace) -> int:
     if args.interval <= 0:
-        from libaccel.session import UsageError
+        from libaccel.tools.session import UsageError
 
         raise UsageError(f"accel top: --interval must be positive, not {args.interval}")
     if not discovery.list_devices():

@@ -34,7 +34,7 @@ from libaccel.compiler import onnx_frontend as fe
 from libaccel.compiler import partition
 from libaccel.compiler.onnx_frontend import OnnxModelError
 from libaccel.compiler.partition import Placement
-from libaccel.inputs import random_arrays
+from libaccel.runtime.inputs import random_arrays
 
 __all__ = [
     "RUNTIMES",
@@ -273,7 +273,7 @@ def input_specs(
 
 
 def random_inputs(specs: list[tuple[str, np.dtype, tuple[int, ...]]], seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs by name for :func:`input_specs`' (name, dtype, shape) (:mod:`libaccel.inputs`)."""
+    """Random inputs by name for :func:`input_specs`' (name, dtype, shape) (from :mod:`.inputs`)."""
     arrays = random_arrays(((dtype, shape) for _, dtype, shape in specs), seed)
     return {name: a for (name, _, _), a in zip(specs, arrays, strict=True)}
 

@@ -7,8 +7,8 @@ too), stops it with ``PTRACE_INTERRUPT``, and resumes it with ``PTRACE_SYSCALL``
 call stops it twice. At an ``ioctl`` entry (registers from ``PTRACE_GETREGS``: x86_64 only) whose
 fd is ``/dev/accel/accel*`` or a DRM node (``/proc/PID/fd/N``), it copies the argument struct and
 the arrays it points at with ``process_vm_readv``; at the exit, the struct again and the return
-value. The result is the :class:`libaccel.trace.Record` the interposer sends, so decoding,
-filtering, the summary and :func:`libaccel.trace.render` are shared.
+value. The result is the :class:`libaccel.tools.trace.Record` the interposer sends, so decoding,
+filtering, the summary and :func:`libaccel.tools.trace.render` are shared.
 
 Written with ctypes (no second C helper to build): a stop costs far more in the kernel's context
 switches than in Python here. A SUBMIT's command stream is read as the interposer reads it (BO_INFO
@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from libaccel import decode
-from libaccel.session import UsageError
-from libaccel.trace import MAX_BLOB, Record, Sink
+from libaccel.tools import decode
+from libaccel.tools.session import UsageError
+from libaccel.tools.trace import MAX_BLOB, Record, Sink
 from uapi import bindings
 
 PTRACE_CONT = 7

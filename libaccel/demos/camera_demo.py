@@ -9,7 +9,8 @@ rounding: the window's sum plus half its size, divided by its size; the first ma
 
 In the QEMU guest, with Linux's virtual camera ``vivid``::
 
-    python -m qemu_tests --exec 'modprobe vivid node_types=0x1 && python -m libaccel.camera_demo --frames 5'
+    python -m qemu_tests --exec \
+        'modprobe vivid node_types=0x1 && python -m libaccel.demos.camera_demo --frames 5'
 
 Exit status 0 when every frame's outputs match, 1 otherwise, 2 when there is no camera or NPU.
 """
@@ -23,8 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from libaccel import BufferObject, Device, Job, JobBo
+from libaccel.demos.v4l2 import Capture, Frame, PixFormat, V4l2Error, capture_nodes
 from libaccel.errors import AccelError
-from libaccel.v4l2 import Capture, Frame, PixFormat, V4l2Error, capture_nodes
 from uapi import isa
 from vnpu_common.cli import (
     CliError,
@@ -114,9 +115,11 @@ def _device_error(e: Exception) -> tuple[int, str] | None:
     return (ExitCode.DEVICE, str(e)) if isinstance(e, (AccelError, V4l2Error)) else None
 
 
-@cli_main("camera_demo", _device_error)
+@cli_main("python -m libaccel.demos.camera_demo", _device_error)
 def main(argv: Sequence[str] | None = None) -> int:
-    p = OneLineArgumentParser(prog="python -m libaccel.camera_demo", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(
+        prog="python -m libaccel.demos.camera_demo", description=__doc__.split("\n\n")[0]
+    )
     add_version(p)
     p.add_argument("--video", help="the V4L2 capture node (default: the first vivid one, else the first)")
     p.add_argument("--frames", type=non_negative_int, default=5)
