@@ -10,7 +10,9 @@ modules that load the result, and each loader takes that copy when it is there:
 - ``litert_vendor/lib/libLiteRtCompilerPlugin_Vnpu.so`` and ``libLiteRtDispatch_Vnpu.so``
   (``litert_vendor.build.build``);
 - ``vnpu_ort_ep/libvnpu_ort_ep.so`` (``vnpu_ort_ep.build.build``);
-- ``libaccel/tools/libvnpu_trace.so``, accel trace's interposer (``libaccel.tools.trace.build``).
+- ``libaccel/tools/libvnpu_trace.so``, accel trace's interposer (``libaccel.tools.trace.build``);
+- ``libaccel/libvnpu_run.so``, the run of a prepared job on the kernel backend
+  (``libaccel.prepared_run.build``).
 
 An editable install builds nothing here: the checkout keeps building into the cache on first use.
 The build modules import numpy (pyproject.toml's build requirements carry it).
@@ -38,6 +40,7 @@ class BuildWithLibraries(build_py):
         import litert_vendor
         from delegate_teflon import build as teflon
         from device_model.mac_array import build as mac_array
+        from libaccel import prepared_run
         from libaccel.tools import trace
         from litert_vendor import build as litert
         from vnpu_ort_ep import build as ort_ep
@@ -49,6 +52,7 @@ class BuildWithLibraries(build_py):
         print(f"building {litert.build(litert_dir, build_id=False)}")
         print(f"building {ort_ep.build(out / 'vnpu_ort_ep', build_id=False)}")
         print(f"building {trace.build(out / 'libaccel' / 'tools')}")
+        print(f"building {prepared_run.build(out / 'libaccel')}")
 
 
 class BinaryDistribution(Distribution):

@@ -22,12 +22,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from libaccel import prepared_run
 from vnpu_common.cbuild import interface
 
 C_DIR = Path(__file__).resolve().with_name("c")
 HEADER = C_DIR / "teflon_abi.h"
-# The C files of libteflon.so, in the order they are compiled as one unit after cffi's prologue.
-SOURCES = (C_DIR / "prepared_invoke.c", C_DIR / "python_start.c", C_DIR / "embedding_host.c")
+# The C files of libteflon.so, in the order they are compiled as one unit after cffi's prologue; the
+# last is libaccel's run of a prepared job, which the invoke calls (one source with libvnpu_run.so).
+SOURCES = (
+    C_DIR / "prepared_invoke.c",
+    C_DIR / "python_start.c",
+    C_DIR / "embedding_host.c",
+    prepared_run.SOURCE,
+)
+# The directories of the headers those include: TFLite's ABI (teflon_abi.h), the prepared run's.
+INCLUDE_DIRS = (C_DIR, prepared_run.C_DIR)
 # Python's start, which every library built with cffi's embedding mode shares (litert_vendor too).
 PYTHON_START = C_DIR / "python_start.c"
 
@@ -40,8 +49,7 @@ extern "Python" void vnpu_kernel_free(TfLiteContext *context, void *buffer);
 extern "Python" TfLiteStatus vnpu_kernel_prepare(TfLiteContext *context, TfLiteNode *node);
 extern "Python" TfLiteStatus vnpu_kernel_invoke(TfLiteContext *context, TfLiteNode *node);
 extern "Python" TfLiteStatus vnpu_kernel_run(TfLiteContext *context, int handle);
-extern "Python" TfLiteStatus vnpu_kernel_failed(TfLiteContext *context, int handle, unsigned long request,
-                                                int error, int32_t job_status, uint64_t fault_va);
+extern "Python" TfLiteStatus vnpu_kernel_failed(TfLiteContext *context, int handle, int result, int step);
 extern "Python" TfLiteDelegate *vnpu_plugin_create(char **options_keys, char **options_values,
                                                    size_t num_options, void (*report_error)(const char *));
 extern "Python" void vnpu_plugin_destroy(TfLiteDelegate *delegate);

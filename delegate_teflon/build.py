@@ -1,7 +1,8 @@
 """Build libteflon.so with cffi's embedding mode: ``python -m delegate_teflon.build [--out DIR]``.
 
 The library is a thin C surface (``c/embedding_host.c``: the plugin entry points; ``c/prepared_invoke.c``:
-the by-value registration call, dladdr, and the invoke Python prepared: copies, SUBMIT and BO_WAIT)
+the by-value registration call, dladdr, and the invoke Python prepared: copies, and the job's run,
+libaccel's ``c/prepared_run.c``, compiled in)
 whose logic is Python: the first call into it starts (or joins) the Python interpreter, imports
 :mod:`delegate_teflon.plugin` and binds the callbacks. It includes the ioctl ABI's header,
 ``uapi/drm/vnpu_accel.h``, and ``c/teflon_abi.h``, whose interface block is also the cdef.
@@ -87,8 +88,8 @@ def make_ffi() -> cffi.FFI:
         MODULE_NAME,
         c_source(),
         libraries=["dl", "pthread"],
-        # "drm/vnpu_accel.h": the ioctl ABI; "teflon_abi.h": the TFLite ABI
-        include_dirs=[str(HEADER_DIR.parent), str(abi.C_DIR)],
+        # "drm/vnpu_accel.h": the ioctl ABI; "teflon_abi.h": the TFLite ABI; "prepared_run.h"
+        include_dirs=[str(HEADER_DIR.parent), *(str(d) for d in abi.INCLUDE_DIRS)],
         define_macros=python_start_macros("vnpu delegate", "_vnpu_teflon_embedded"),
         extra_compile_args=COMPILE_ARGS,
     )
@@ -102,7 +103,7 @@ def source_hash() -> str:
         (
             abi.cdef(),
             c_source(),
-            *(path.read_text() for path in sorted(abi.C_DIR.glob("*.h"))),
+            *(path.read_text() for d in abi.INCLUDE_DIRS for path in sorted(d.glob("*.h"))),
             PYTHON_HOME,
             " ".join(COMPILE_ARGS),
             INIT_CODE,

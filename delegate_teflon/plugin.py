@@ -45,14 +45,12 @@ from delegate_teflon.options import DelegateOptions, OptionError, parse_options
 from delegate_teflon.placement import write_placement
 from delegate_teflon.runtime_abi import RuntimeLayout, identify
 from libaccel.backends.kernel import KernelBackend
-from libaccel.bo import JobStatus
 from libaccel.compiler import partition
 from libaccel.compiler.graph import Graph
 from libaccel.compiler.partition import Placement
 from libaccel.compiler.reference import annotate_reference
 from libaccel.compiler.shape_folding import fold_shapes
-from libaccel.errors import from_errno
-from uapi.bindings import ioctl_name
+from libaccel.job import run_failure
 from vnpu_common import probe
 
 K_TFLITE_OK = 0
@@ -532,7 +530,7 @@ def _prepare_invoke(context: Any, kernel: PartitionKernel, buffers: list[Any]) -
     p.io_count, p.io_tensors, p.io_data = len(io), tensors, data
     p.in_count, p.copies_in = len(g.inputs), copies
     p.out_count, p.copies_out = len(g.outputs), copies + len(g.inputs)
-    p.submit, p.wait, p.timeout_ns = runner.submit_arg, runner.wait_arg, int(runner.timeout * 1e9)
+    p.submit, p.wait, p.timeout_ns = runner.submit_arg, runner.wait_arg, runner.prepared.timeout_ns
     backend = kernel.delegate.device.backend
     p.fd = backend.fileno() if isinstance(backend, KernelBackend) else -1
     p.ready = not kernel.delegate.options.verbose
@@ -587,13 +585,14 @@ def _kernel_run(context: Any, handle: int) -> int:
     return K_TFLITE_OK
 
 
-def _kernel_failed(context: Any, handle: int, request: int, error: int, status: int, fault_va: int) -> int:
-    """C's invoke failed: the ioctl ``request`` with ``error``, or the job with ``status``. Raises
-    what Python's invoke would have, for _guarded to report."""
-    if error:
-        raise from_errno(error, ioctl_name(request))
-    JobStatus(status, fault_va).raise_for_status()
-    raise RuntimeError(f"NPU partition {handle}: the job failed with no status")
+def _kernel_failed(context: Any, handle: int, result: int, step: int) -> int:
+    """C's run of the job failed: ``result`` and ``step`` are vnpu_prepared_run()'s, whose wait
+    struct is the runner's. Raises what Python's invoke would have, for _guarded to report."""
+    kernel = _kernels.get(handle)
+    if kernel is None or kernel.runner is None:
+        _report(context, _NO_PARTITION)
+        return K_TFLITE_ERROR
+    raise run_failure(result, step, kernel.runner.wait_arg)
 
 
 def prepared_invokes() -> dict[int, int]:

@@ -12,14 +12,16 @@ would be most of an empty job's round trip.
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from libaccel.errors import Interrupted, JobFault
-from uapi.bindings import DRM_VNPU_JOB_BO_READ, DRM_VNPU_JOB_BO_WRITE, IOCTLS, ffi
+from libaccel import prepared_run
+from libaccel.errors import AccelError, DeviceClosed, JobFault, from_errno
+from uapi.bindings import DRM_VNPU_JOB_BO_READ, DRM_VNPU_JOB_BO_WRITE, IOCTLS, ffi, ioctl_name
 from vnpu_common import probe
 
 if TYPE_CHECKING:
@@ -145,18 +147,6 @@ def submit_jobs(device: Any, jobs: Sequence[Job]) -> None:
     device.backend.ioctl(_IOCTL_SUBMIT, args.submit)
 
 
-def restarted(backend: Backend, request: int, arg: object) -> None:
-    """The ioctl, made again when a signal interrupted it (libdrm's rule, and libteflon.so's C:
-    SUBMIT queues nothing before it can be interrupted and BO_WAIT's deadline is absolute). Between
-    the tries Python runs the signal's handler, which may raise (KeyboardInterrupt)."""
-    while True:
-        try:
-            backend.ioctl(request, arg)
-            return
-        except Interrupted:
-            continue
-
-
 @dataclass(frozen=True)
 class JobStatus:
     """What BO_WAIT reports: the last writer job's status (0 or a negative errno) and fault VA."""
@@ -168,46 +158,80 @@ class JobStatus:
     def ok(self) -> bool:
         return self.status == 0
 
+    def error(self) -> JobFault | None:
+        """The JobFault of a failed job; None when it succeeded."""
+        return JobFault(self.status, self.fault_va, "DRM_IOCTL_VNPU_BO_WAIT") if self.status else None
+
     def raise_for_status(self) -> None:
-        if self.status:
-            raise JobFault(self.status, self.fault_va, "DRM_IOCTL_VNPU_BO_WAIT")
+        if (error := self.error()) is not None:
+            raise error
+
+
+def run_failure(result: int, step: int, wait: Any) -> AccelError:
+    """The exception of a failed ``vnpu_prepared_run()`` (libaccel/c/prepared_run.h): ``result``
+    is its return value (not 0), ``step`` where it stopped, ``wait`` its struct drm_vnpu_bo_wait."""
+    if result == prepared_run.JOB_FAILED and (error := JobStatus(wait.job_status, wait.fault_va).error()):
+        return error
+    if result >= 0:
+        return AccelError(errno.EPROTO, "vnpu_prepared_run", f"unknown result {result}")
+    return from_errno(-result, ioctl_name(_IOCTL_SUBMIT if step == prepared_run.SUBMIT else _IOCTL_BO_WAIT))
 
 
 class PreparedSubmit:
     """One job submitted again and again, each time followed by a BO_WAIT on one of its BOs (a
     compiled partition's invoke): :meth:`run` is the pair, raising what a failed job reports.
 
-    Here :meth:`run` is the two ioctls on structs built once (:attr:`submit_arg`, :attr:`wait_arg`);
-    a backend may replay a job it validated instead (the shim: ``Backend.prepare_submit``), with
-    the same fences, statuses and results. :attr:`full_submits` and :attr:`replays` count how
-    each run went. One caller at a time."""
+    :meth:`run` makes the two ioctls on structs built once (:attr:`submit_arg`, :attr:`wait_arg`):
+    on an accel node (``fd_run``: the kernel backend) in C, ``vnpu_prepared_run()``
+    (:mod:`libaccel.prepared_run`, which libteflon.so's invoke calls too), else through the
+    backend's ``ioctl``. A backend may replay a job it validated instead (the shim:
+    ``Backend.prepare_submit``), with the same fences, statuses and results. :attr:`full_submits`
+    and :attr:`replays` count how each run went. One caller at a time."""
 
-    def __init__(self, backend: Backend, job: Job, wait_handle: int, timeout: float) -> None:
+    def __init__(
+        self, backend: Backend, job: Job, wait_handle: int, timeout: float, fd_run: bool = False
+    ) -> None:
         self.backend = backend
         self.job = job
         self.timeout = timeout
+        self.timeout_ns = int(timeout * 1e9)
         self.submit_arg = job.submit_args.submit
         self.wait_arg = ffi.new("struct drm_vnpu_bo_wait *")
         self.wait_arg.handle = wait_handle
         self.full_submits = 0
         self.replays = 0
+        self._run = prepared_run.library().vnpu_prepared_run if fd_run else None
+        self._step = ffi.new("int *")
 
     def run(self) -> None:
         """SUBMIT the job, then BO_WAIT on the wait BO; raises JobFault (or the ioctl's error)."""
         self.full_submits += 1
-        restarted(self.backend, _IOCTL_SUBMIT, self.submit_arg)
-        probe.mark("libaccel.wait")
-        self.wait()
+        if self._run is None:
+            self.backend.ioctl(_IOCTL_SUBMIT, self.submit_arg)
+            probe.mark("libaccel.wait")
+            self.wait()
+            return
+        fd = self.backend.fileno()
+        if fd < 0:
+            raise DeviceClosed(errno.EBADF, ioctl_name(_IOCTL_SUBMIT))
+        run, submit, wait, step = self._run, self.submit_arg, self.wait_arg, self._step
+        step[0] = prepared_run.SUBMIT
+        # Without VNPU_RUN_RESTART an interrupted ioctl comes back here, where Python runs the
+        # signal's handler (which may raise: KeyboardInterrupt) before the run resumes at its step.
+        while (result := run(fd, submit, wait, self.timeout_ns, 0, step)) == -errno.EINTR:
+            pass
+        if result:
+            raise run_failure(result, step[0], self.wait_arg)
 
     def wait(self) -> None:
-        """BO_WAIT on the wait BO until the job's deadline; raises what the job reports."""
+        """BO_WAIT on the wait BO until the job's deadline, through the backend's ``ioctl`` (the
+        shim's); raises what the job reports."""
         wait = self.wait_arg
         wait.timeout_ns = deadline_after(self.timeout)
         wait.job_status = 0
         wait.fault_va = 0
-        restarted(self.backend, _IOCTL_BO_WAIT, wait)
-        if wait.job_status:
-            JobStatus(wait.job_status, wait.fault_va).raise_for_status()
+        self.backend.ioctl(_IOCTL_BO_WAIT, wait)
+        JobStatus(wait.job_status, wait.fault_va).raise_for_status()
 
     def close(self) -> None:
         """Let go of what a replay keeps (nothing here)."""

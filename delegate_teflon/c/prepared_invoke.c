@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * libteflon.so's C: the invoke Python prepared (copies, SUBMIT and BO_WAIT without Python), the
- * by-value registration call, and the helpers Python calls. It is compiled as one translation unit
+ * libteflon.so's C: the invoke Python prepared (copies, and the job's run, libaccel's
+ * vnpu_prepared_run(), without Python), the by-value registration call, and the helpers Python calls. It is compiled as one translation unit
  * with cffi's generated code (delegate_teflon.build), which defines the extern "Python" callbacks
  * declared static below and includes Python.h first.
  */
@@ -16,10 +16,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
-#include <time.h>
 
 #include "drm/vnpu_accel.h"
+#include "prepared_run.h"
 #include "teflon_abi.h"
 
 /* The build passes -Wno-unused-parameter for cffi's generated code around this file; here it is an error. */
@@ -33,8 +32,7 @@ static void vnpu_kernel_free(TfLiteContext *context, void *buffer);
 static TfLiteStatus vnpu_kernel_prepare(TfLiteContext *context, TfLiteNode *node);
 static TfLiteStatus vnpu_kernel_invoke(TfLiteContext *context, TfLiteNode *node);
 static TfLiteStatus vnpu_kernel_run(TfLiteContext *context, int handle);
-static TfLiteStatus vnpu_kernel_failed(TfLiteContext *context, int handle, unsigned long request, int error,
-                                       int32_t job_status, uint64_t fault_va);
+static TfLiteStatus vnpu_kernel_failed(TfLiteContext *context, int handle, int result, int step);
 static TfLiteDelegate *vnpu_plugin_create(char **options_keys, char **options_values, size_t num_options,
                                           void (*report_error)(const char *));
 static void vnpu_plugin_destroy(TfLiteDelegate *delegate);
@@ -86,18 +84,6 @@ static void vnpu_free(TfLiteContext *context, void *buffer)
     free(partition);
 }
 
-/* libdrm's rule: an ioctl a signal interrupted is made again (SUBMIT queues nothing before it
-   can be interrupted; BO_WAIT's deadline is absolute). Returns 0 or the errno. */
-static int vnpu_ioctl(int fd, unsigned long request, void *arg)
-{
-    int ret;
-
-    do {
-        ret = ioctl(fd, request, arg);
-    } while (ret == -1 && errno == EINTR);
-    return ret == -1 ? errno : 0;
-}
-
 /* A signal's Python handler that a callback of the invoke held back (vnpu_deferred, set by
    plugin._defer) runs here, in the caller's frame, once the runtime's invoke has returned to Python:
    a pending call runs at the first bytecode the main thread executes, and while it is pending the
@@ -142,14 +128,13 @@ static TfLiteStatus vnpu_after_python(TfLiteStatus status)
 
 /* A kernel's invoke. Once Python has run one and prepared the next (the arena's copies, the
    SUBMIT and BO_WAIT arguments), an invoke whose tensors are still where they were is this
-   function alone: copy in, SUBMIT and BO_WAIT on the accel node (on another backend, one call into
-   Python's submit), copy out. Anything else is Python's invoke, which prepares again. */
+   function alone: copy in, the job's run on the accel node (vnpu_prepared_run(); on another
+   backend, one call into Python's submit), copy out. Anything else is Python's invoke, which
+   prepares again. A failed run's exception is Python's (vnpu_kernel_failed). */
 static TfLiteStatus vnpu_invoke(TfLiteContext *context, TfLiteNode *node)
 {
     vnpu_partition *p = node->user_data;
-    struct drm_vnpu_bo_wait *wait;
-    struct timespec now;
-    int i, error;
+    int i, error, step;
 
     if (vnpu_deferred)
         return vnpu_after_python(0);     /* an interrupted invoke: the rest is skipped */
@@ -165,20 +150,10 @@ static TfLiteStatus vnpu_invoke(TfLiteContext *context, TfLiteNode *node)
         if (error || vnpu_deferred)
             return vnpu_after_python(error);
     } else {
-        error = vnpu_ioctl(p->fd, DRM_IOCTL_VNPU_SUBMIT, p->submit);
+        step = VNPU_RUN_SUBMIT;
+        error = vnpu_prepared_run(p->fd, p->submit, p->wait, p->timeout_ns, VNPU_RUN_RESTART, &step);
         if (error)
-            return vnpu_after_python(
-                vnpu_kernel_failed(context, p->handle, DRM_IOCTL_VNPU_SUBMIT, error, 0, 0));
-        wait = p->wait;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        wait->timeout_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec + p->timeout_ns;
-        wait->job_status = 0;
-        wait->fault_va = 0;
-        error = vnpu_ioctl(p->fd, DRM_IOCTL_VNPU_BO_WAIT, wait);
-        if (error || wait->job_status)
-            return vnpu_after_python(
-                vnpu_kernel_failed(context, p->handle, DRM_IOCTL_VNPU_BO_WAIT, error,
-                                   error ? 0 : wait->job_status, error ? 0 : wait->fault_va));
+            return vnpu_after_python(vnpu_kernel_failed(context, p->handle, error, step));
     }
     for (i = 0; i < p->out_count; i++)
         memcpy(p->copies_out[i].dst, p->copies_out[i].src, p->copies_out[i].size);

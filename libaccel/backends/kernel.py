@@ -7,12 +7,15 @@ import fcntl
 import mmap
 import os
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from libaccel.backends import Backend
 from libaccel.errors import DeviceClosed, NoDevice, from_errno
 from uapi.bindings import ffi, ioctl_name
 from vnpu_common.cli import os_error_words
+
+if TYPE_CHECKING:
+    from libaccel.job import Job, PreparedSubmit
 
 
 def _not_a_node(path: str, what: str) -> NoDevice:
@@ -64,6 +67,12 @@ class KernelBackend(Backend):
             fcntl.ioctl(self._fd, request, buf, True)
         except OSError as e:
             raise from_errno(e.errno, ioctl_name(request)) from None
+
+    def prepare_submit(self, job: Job, wait_handle: int, timeout: float) -> PreparedSubmit:
+        """``job``'s SUBMIT and BO_WAIT, each run one call of C's ``vnpu_prepared_run()`` on this file."""
+        from libaccel.job import PreparedSubmit
+
+        return PreparedSubmit(self, job, wait_handle, timeout, fd_run=True)
 
     def mmap(self, offset: int, size: int) -> memoryview:
         if self._fd < 0:

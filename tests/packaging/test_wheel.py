@@ -7,8 +7,8 @@ Offline and fast on a machine where ``./run.sh`` made ``.venv``:
 - ``python -m build --no-isolation`` builds the sdist, then the wheel from the sdist, with this
   venv's setuptools, cffi and numpy (the dev extras carry ``build``, ``setuptools`` and ``twine``);
   setup.py compiles every shared library into it (libteflon.so, the MAC array, the LiteRT compiler
-  plugin and dispatch library, the onnxruntime EP, accel trace's interposer), so it is a platform
-  wheel;
+  plugin and dispatch library, the onnxruntime EP, accel trace's interposer, the kernel backend's
+  prepared run), so it is a platform wheel;
 - the new venv gets the wheel alone (``pip install --no-deps --no-index``) and finds the wheel's
   dependencies through one ``.pth`` line naming this venv's site-packages. A directory added that way
   is a plain ``sys.path`` entry: its own ``.pth`` files (the editable install's finder among them) do
@@ -65,6 +65,8 @@ DATA = (
     "uapi/firmware/vnpu/vnpu_fw.toml",
     "uapi/firmware/keys/dev-ed25519.pub",
     "libaccel/tools/trace_preload.c",
+    "libaccel/c/prepared_run.c",
+    "libaccel/c/prepared_run.h",
     "libaccel/tools/man/accel.1",
     "device_model/mac_array/mac_array.c",
     "delegate_teflon/c/teflon_abi.h",
@@ -86,6 +88,7 @@ BUILT = (
     "litert_vendor/lib/libLiteRtDispatch_Vnpu.so",
     "vnpu_ort_ep/libvnpu_ort_ep.so",
     "libaccel/tools/libvnpu_trace.so",
+    "libaccel/libvnpu_run.so",
 )
 # The environment of every subprocess: this one without what would reach into the checkout.
 CLEAN_ENV = {
@@ -241,6 +244,7 @@ import sys
 import numpy as np
 import delegate_teflon
 from device_model import mac_array
+from libaccel import prepared_run
 from tflite_runtime.interpreter import Interpreter, OpResolverType, load_delegate
 
 model = sys.argv[1]
@@ -260,6 +264,8 @@ for interp in (npu, ref):
 diff = sum(int(np.count_nonzero(a.view(np.uint8) != b.view(np.uint8))) for a, b in zip(*outputs))
 print("library", delegate_teflon.library_path())
 print("mac array", mac_array.library().__file__, mac_array.build_failure())
+prepared_run.library()  # loads: the kernel backend's run of a prepared job
+print("prepared run", prepared_run.library_path())
 print("differing bytes", diff)
 """
 
@@ -269,6 +275,7 @@ def test_the_delegate_runs_a_corpus_model_exactly(venv: Venv) -> None:
     assert "differing bytes 0" in out
     assert f"library {venv.site / BUILT[0]}\n" in out  # the wheel's build
     assert f"mac array {venv.site / BUILT[1]} None\n" in out  # the C kernels, no numpy fallback
+    assert f"prepared run {venv.site / BUILT[6]}\n" in out
     r = venv.run(venv.bin("python"), "-m", "delegate_teflon.run", TFLITE_MODEL.name, "--device", "shim")
     assert "0 differing bytes" in r.stdout
     assert list(Path(venv.env["VNPU_CACHE_DIR"]).glob("*/*.so")) == []  # nothing compiled on first use
