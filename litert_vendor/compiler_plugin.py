@@ -79,7 +79,10 @@ def partition_subgraph(reader: SubgraphReader, subgraph: Any) -> list[tuple[Any,
 def compile_subgraph(reader: SubgraphReader, subgraph: Any, function: str) -> bytes:
     """One partition subgraph, whole, as bytecode for DISPATCH_OP function ``function``."""
     graph, _ops, _dynamic = reader.read(subgraph)
-    compiled = compile_partition(graph, [n.index for n in graph.nodes], isa.SPEC.version, list(graph.outputs))
+    # Exclusive I/O: the dispatch library can then run a dma-buf tensor buffer in place, no COPY.
+    compiled = compile_partition(
+        graph, [n.index for n in graph.nodes], isa.SPEC.version, list(graph.outputs), exclusive_io=True
+    )
     bound = {b.index for b in compiled.inputs}
     missing = sorted(bound - set(graph.inputs))
     if missing:

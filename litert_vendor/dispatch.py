@@ -7,8 +7,11 @@
   :class:`~libaccel.compiler.runner.PartitionRunner` (weights, arena and command stream BOs);
 * tensor buffers: host memory, copied into the arena before the job and out of it after; a
   dma-buf (vnpu.ko only) imported by PRIME once at registration, its bytes never touched by the CPU:
-  the invoke's job itself starts by COPYing each dma-buf input into the arena and ends by COPYing
-  each output into its dma-buf (:func:`dmabuf_stream`). The shim has no PRIME import: it refuses them.
+  the partition reads an input from, and writes an output to, its dma-buf in place (the stream's
+  addresses of that tensor moved into the imported BO, :class:`~libaccel.compiler.relocation.Moved`)
+  when the tensor has its arena bytes to itself (``IoBinding.exclusive``); otherwise the invoke's
+  job COPYs it into the arena first or out of it last (:func:`dmabuf_stream`). The shim has no
+  PRIME import: it refuses them.
 
 Errors go to stderr as one line and LiteRT gets an error status; nothing raises into C.
 """
@@ -23,6 +26,7 @@ import numpy as np
 
 from libaccel import discovery
 from libaccel.bo import BufferObject
+from libaccel.compiler.relocation import Moved, Region, relocate
 from libaccel.compiler.runner import PartitionRunner
 from libaccel.device import Device
 from libaccel.job import Job, JobBo
@@ -121,12 +125,31 @@ def dmabuf_stream(
 
 
 @dataclass
+class DmabufJob:
+    """The job an invocation runs on its dma-buf tensor buffers, for one set of attached buffers."""
+
+    key: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]  # (inputs, outputs) attached
+    cmd: BufferObject
+    job: Job
+
+
+@dataclass
 class Invocation:
     device: DeviceContext
     code: bytecode.Bytecode
     runner: PartitionRunner
     inputs: dict[int, int] = field(default_factory=dict)  # DISPATCH_OP input -> buffer handle
     outputs: dict[int, int] = field(default_factory=dict)
+    dmabuf_job: DmabufJob | None = None
+
+    def close_dmabuf_job(self) -> None:
+        if self.dmabuf_job is not None:
+            self.dmabuf_job.cmd.close()
+            self.dmabuf_job = None
+
+    def close(self) -> None:
+        self.close_dmabuf_job()
+        self.runner.close()
 
 
 @dataclass
@@ -250,7 +273,7 @@ def install(ffi: Any, lib: Any) -> None:
         if ctx is not None:
             for key, inv in list(_state.invocations.items()):
                 if inv.device is ctx:
-                    inv.runner.close()
+                    inv.close()
                     del _state.invocations[key]
             ctx.device.close()
 
@@ -384,7 +407,7 @@ def install(ffi: Any, lib: Any) -> None:
     def vnpu_dispatch_invocation_context_destroy(handle: Any) -> None:
         inv = _state.invocations.pop(_key(ffi, handle), None)
         if inv is not None:
-            inv.runner.close()
+            inv.close()
 
     def attach(handle: Any, index: int, buffer: int, what: str) -> None:
         inv = invocation_of(handle)
@@ -477,38 +500,57 @@ def install(ffi: Any, lib: Any) -> None:
             )
         return bo, bo.va + registered.offset
 
-    def run_with_dmabufs(inv: Invocation) -> None:
-        """One job: COPY the dma-buf inputs into the arena, the partition, COPY the outputs out."""
+    def dmabuf_job(inv: Invocation) -> DmabufJob:
+        """The job of the attached dma-bufs: the partition's stream with each exclusive I/O tensor's
+        addresses moved into its dma-buf, and COPYs for the others (made once per attachment set)."""
+        key = (tuple(sorted(inv.inputs.items())), tuple(sorted(inv.outputs.items())))
+        if inv.dmabuf_job is not None and inv.dmabuf_job.key == key:
+            return inv.dmabuf_job
         runner, arena_va = inv.runner, inv.runner.arena.va
+        compiled = runner.compiled
+        moved: list[Moved] = []
         copies_in: list[tuple[int, int, int]] = []
         copies_out: list[tuple[int, int, int]] = []
-        bos = [JobBo(runner.cmd), JobBo(runner.weights), JobBo(runner.arena, read=True, write=True)]
+        bos = [JobBo(runner.weights), JobBo(runner.arena, read=True, write=True)]
         for index, number in inv.inputs.items():
             if inv.device.buffers[number].imported is None:
                 continue
             try:
-                offset, nbytes = runner.io_span(inv.code.inputs[index])
+                binding = compiled.input(inv.code.inputs[index])
             except KeyError:
                 continue  # an input the partition does not read
-            bo, va = dmabuf_span(inv, number, nbytes, f"input {index}")
-            copies_in.append((va, arena_va + offset, nbytes))
+            bo, va = dmabuf_span(inv, number, binding.nbytes, f"input {index}")
+            if binding.exclusive:
+                moved.append(Moved(Region.ARENA, binding.offset, binding.nbytes, va))
+            else:
+                copies_in.append((va, arena_va + binding.offset, binding.nbytes))
             bos.append(JobBo(bo))
         for index, number in inv.outputs.items():
             if inv.device.buffers[number].imported is None:
                 continue
-            offset, nbytes = runner.io_span(inv.code.outputs[index])
-            bo, va = dmabuf_span(inv, number, nbytes, f"output {index}")
-            copies_out.append((arena_va + offset, va, nbytes))
-            bos.append(JobBo(bo, read=False, write=True))
-        stream = dmabuf_stream(bytes(runner.cmd.read(len(runner.compiled.stream))), copies_in, copies_out)
-        device = inv.device.device
-        cmd = device.create_bo_with(stream, read_only=True)
-        try:
-            bos[0] = JobBo(cmd)
-            device.submit(Job(cmd, len(stream), bos))
-            cmd.wait(timeout=runner.timeout).raise_for_status()
-        finally:
-            cmd.close()
+            binding = compiled.output(inv.code.outputs[index])
+            bo, va = dmabuf_span(inv, number, binding.nbytes, f"output {index}")
+            if binding.exclusive:
+                moved.append(Moved(Region.ARENA, binding.offset, binding.nbytes, va))
+                # Read too: a node of the partition may consume an output another has written.
+                bos.append(JobBo(bo, read=True, write=True))
+            else:
+                copies_out.append((arena_va + binding.offset, va, binding.nbytes))
+                bos.append(JobBo(bo, read=False, write=True))
+        bases = {Region.WEIGHTS: runner.weights.va, Region.ARENA: arena_va}
+        stream = relocate(compiled.stream, compiled.relocations, bases, moved)
+        stream = dmabuf_stream(stream, copies_in, copies_out)
+        cmd = inv.device.device.create_bo_with(stream, read_only=True)
+        inv.close_dmabuf_job()
+        inv.dmabuf_job = DmabufJob(key, cmd, Job(cmd, len(stream), [JobBo(cmd), *bos]))
+        return inv.dmabuf_job
+
+    def run_with_dmabufs(inv: Invocation) -> None:
+        """One job on the dma-bufs: the partition reading and writing them in place where it can,
+        with COPYs into and out of the arena for the tensors that must stay there."""
+        made = dmabuf_job(inv)
+        inv.device.device.submit(made.job)
+        made.cmd.wait(timeout=inv.runner.timeout).raise_for_status()
 
     def copy_outputs(inv: Invocation) -> None:
         """The arena's outputs into host-memory buffers (the job wrote the dma-buf ones)."""

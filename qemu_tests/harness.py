@@ -103,6 +103,7 @@ DEFAULT_SUITES = (
     "tests/corpus/test_corpus.py",
     "tests/onnx/test_onnx_networks.py",  # quantized ONNX networks through accel run, onnxruntime in the guest
     "tests/ort_ep/test_ort_ep_guest.py",  # onnxruntime with the vnpu EP library on vnpu.ko
+    "tests/litert_npu/test_litert_guest.py",  # LiteRT with the vnpu dispatch library on vnpu.ko
     "tests/fuzz/test_ioctl_fuzz.py",  # the ioctl fuzzer on vnpu.ko (VNPU_FUZZ_SECONDS, default 30)
     "tests/fuzz/test_fault_inject.py",  # device-model faults, one round of each, on vnpu.ko
     "tests/fuzz/test_stress.py",  # processes x threads of models and streams (VNPU_STRESS_SECONDS)

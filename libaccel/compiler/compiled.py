@@ -33,12 +33,17 @@ COMPILER_VERSION = "1.16.0"  # bump whenever the generated code (or which nodes 
 
 @dataclass(frozen=True)
 class IoBinding:
-    """Where a partition input or output lives in the arena (a dense tensor of ``shape`` at ``offset``)."""
+    """Where a partition input or output lives in the arena (a dense tensor of ``shape`` at ``offset``).
+
+    ``exclusive``: no other tensor of the partition ever uses these bytes, so every stream address
+    inside them is this tensor's, and a runner may move the tensor to another buffer by rebasing
+    those addresses (:class:`~libaccel.compiler.relocation.Moved`)."""
 
     index: int
     offset: int
     shape: tuple[int, ...]
     dtype: str
+    exclusive: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -178,7 +183,10 @@ class CompiledPartition:
             raise ValueError(f"compiled by compiler {h['compiler_version']}, this is {COMPILER_VERSION}")
 
         def io(d: dict) -> IoBinding:
-            return IoBinding(d["index"], d["offset"], tuple(d["shape"]), d["dtype"])
+            # No ``exclusive`` key (a partition serialized without it): the tensor stays in the arena.
+            return IoBinding(
+                d["index"], d["offset"], tuple(d["shape"]), d["dtype"], d.get("exclusive", False)
+            )
 
         return cls(
             isa_version=h["isa_version"],

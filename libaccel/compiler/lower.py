@@ -52,6 +52,7 @@ def compile_partition(
     node_indices: Sequence[int],
     isa_version: int,
     outputs: Sequence[int] | None = None,
+    exclusive_io: bool = False,
 ) -> CompiledPartition:
     """Compile ``node_indices`` of ``graph`` into one job for a device of ``isa_version``.
 
@@ -61,7 +62,9 @@ def compile_partition(
     graph outputs). Raises :class:`CompileError` naming the first node that
     cannot be lowered exactly. Partition inputs/outputs are
     :attr:`CompiledPartition.inputs`/``outputs`` (graph tensor indices and
-    their arena placement).
+    their arena placement). ``exclusive_io`` gives every input and output arena bytes no other
+    tensor uses (:attr:`IoBinding.exclusive`), so a runner can move it to a buffer of the caller's
+    (LiteRT's dma-buf tensor buffers); the arena grows by their size.
     """
     if isa_version >> 16 != isa.SPEC.version_major:
         raise CompileError(
@@ -91,7 +94,7 @@ def compile_partition(
         p_outputs = tuple(outputs)
     plans = fusion.fuse(graph, nodes, plans, set(p_outputs))
 
-    memory = plan_memory(graph, nodes, plans, p_inputs, p_outputs)
+    memory = plan_memory(graph, nodes, plans, p_inputs, p_outputs, keep_io=exclusive_io)
     em = Emitter(graph, memory.offsets, memory.scratch)
     for plan, ids in zip(plans, memory.scratch_ids, strict=True):
         if plan.emit is not None:
@@ -101,7 +104,7 @@ def compile_partition(
 
     def binding(t: int) -> IoBinding:
         info = graph.tensors[t]
-        return IoBinding(t, memory.offsets[t], info.shape, info.dtype)
+        return IoBinding(t, memory.offsets[t], info.shape, info.dtype, t in memory.exclusive)
 
     return CompiledPartition(
         isa_version=isa_version,

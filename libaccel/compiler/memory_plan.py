@@ -10,7 +10,7 @@ node only. Constants are not here: the emitter puts them in the weights.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from libaccel.compiler.emitter import align_up
@@ -27,6 +27,10 @@ class MemoryPlan:
     scratch: dict[int, TensorInfo]  # the plans' scratch tensors, indexed past the graph's
     scratch_ids: tuple[tuple[int, ...], ...]  # each plan's scratch tensor indices, in plan order
     unshared_bytes: int  # what the stored tensors would take with no sharing (before alignment)
+    # The partition inputs and outputs whose bytes no other stored tensor ever uses (an alias of one
+    # is the tensor itself, unless it is another input or output): a runner may move such a tensor
+    # out of the arena into a buffer of its own by rebasing the stream's addresses inside it.
+    exclusive: frozenset[int] = frozenset()
 
 
 def plan_arena(sizes: dict[int, int], lifetimes: dict[int, tuple[int, int]]) -> tuple[dict[int, int], int]:
@@ -76,11 +80,14 @@ def plan_memory(
     plans: Sequence[OpPlan],
     inputs: Sequence[int],
     outputs: Sequence[int],
+    keep_io: bool = False,
 ) -> MemoryPlan:
     """Place the tensors of ``nodes`` (in execution order, each with its plan) in one arena.
 
     Step ``k`` is the ``k``-th node; the partition's ``inputs`` are live from before the first
-    node, its ``outputs`` until after the last.
+    node, its ``outputs`` until after the last. ``keep_io``: they are live for the whole job, so no
+    other tensor shares their bytes and each is :attr:`MemoryPlan.exclusive` (unless it is another
+    one's alias), at the cost of their bytes in the arena.
     """
     root: dict[int, int] = {}  # an aliasing tensor -> the tensor whose bytes it is
 
@@ -110,6 +117,10 @@ def plan_memory(
             touch(t, step)
     for t in outputs:
         touch(t, len(nodes))
+    if keep_io:
+        for t in (*inputs, *outputs):
+            touch(t, -1)
+            touch(t, len(nodes))
     scratch, scratch_ids = scratch_tensors(graph, nodes, plans)
     for step, ids in enumerate(scratch_ids):
         lifetimes.update((t, (step, step)) for t in ids)  # only while its node's instructions run
@@ -121,4 +132,23 @@ def plan_memory(
         scratch=scratch,
         scratch_ids=tuple(scratch_ids),
         unshared_bytes=sum(sizes.values()),
+        exclusive=_exclusive((*inputs, *outputs), find, offsets, sizes),
+    )
+
+
+def _exclusive(
+    io: Sequence[int], find: Callable[[int], int], offsets: dict[int, int], sizes: dict[int, int]
+) -> frozenset[int]:
+    """The tensors of ``io`` whose root's bytes overlap no other root's, at any time, and that share
+    their root with no other tensor of ``io``."""
+    roots = [find(t) for t in io]
+
+    def alone(r: int) -> bool:
+        start, end = offsets[r], offsets[r] + max(sizes[r], 1)
+        return all(
+            o == r or not (offsets[o] < end and start < offsets[o] + max(sizes[o], 1)) for o in offsets
+        )
+
+    return frozenset(
+        t for t, r in zip(io, roots, strict=True) if r in offsets and roots.count(r) == 1 and alone(r)
     )

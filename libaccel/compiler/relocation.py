@@ -3,13 +3,14 @@
 The compiler does not know where the runner's buffer objects will be mapped, so every TENSOR
 instruction's ``va`` holds an offset into a region (the weights or the arena) and the emitter
 records a :class:`Relocation` for it; the runner adds each region's base VA once, at load
-(:func:`relocate`). The compile cache stores them as :meth:`Relocation.to_json` pairs.
+(:func:`relocate`). The compile cache stores them as :meth:`Relocation.to_json` pairs. A tensor no
+other shares bytes with can also be moved out of its region at load (:class:`Moved`).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -55,8 +56,26 @@ class Relocation:
         return cls(at, Region(region))
 
 
-def relocate(stream: bytes, relocations: Iterable[Relocation], bases: Mapping[Region, int]) -> bytes:
-    """``stream`` with each relocated ``va`` turned from a region offset into ``bases[region]`` + it.
+@dataclass(frozen=True)
+class Moved:
+    """The ``nbytes`` at ``offset`` of ``region`` live at device address ``va`` instead: a tensor
+    moved out of its region (a partition's input read straight from a buffer of the caller's). Only
+    a tensor no other tensor shares bytes with can move (``IoBinding.exclusive``)."""
+
+    region: Region
+    offset: int
+    nbytes: int
+    va: int
+
+
+def relocate(
+    stream: bytes,
+    relocations: Iterable[Relocation],
+    bases: Mapping[Region, int],
+    moved: Sequence[Moved] = (),
+) -> bytes:
+    """``stream`` with each relocated ``va`` turned from a region offset into ``bases[region]`` + it,
+    or, for an offset inside one of ``moved``, into that span's ``va`` + the offset within it.
 
     A relocation that does not point at a whole, aligned ``va`` field inside the stream is a
     ValueError (a corrupt compiled partition), as is an address beyond 64 bits.
@@ -71,6 +90,10 @@ def relocate(stream: bytes, relocations: Iterable[Relocation], bases: Mapping[Re
             )
         (offset,) = _VA_FORMAT.unpack_from(out, at)
         va = bases[r.region] + offset
+        for m in moved:
+            if m.region == r.region and m.offset <= offset < m.offset + m.nbytes:
+                va = m.va + offset - m.offset
+                break
         if va >= 1 << 64:
             raise ValueError(f"relocation at byte {at}: {r.region.name} base + {offset:#x} exceeds 64 bits")
         _VA_FORMAT.pack_into(out, at, va)

@@ -108,3 +108,25 @@ def test_plan_arena_is_first_fit_in_decreasing_size(seed: int) -> None:
         assert offsets[k] == at
         at += -(-sizes[k] // 64) * 64
     assert total == at
+
+
+def test_exclusive_io_is_io_no_other_tensor_ever_shares_bytes_with() -> None:
+    """On the chain 0 -> A -> 2 -> B -> 3 -> C -> 4 the input shares bytes with 3 and the output with
+    2; kept live for the whole job (``keep_io``) both have bytes of their own."""
+    nodes = [OpNode(0, "A", (0, 1), (2,)), OpNode(1, "B", (2,), (3,)), OpNode(2, "C", (3,), (4,))]
+    graph = _graph(5, nodes, constants=(1,))
+    plans = [OpPlan(), OpPlan(), OpPlan()]
+    assert plan_memory(graph, nodes, plans, (0,), (4,)).exclusive == frozenset()
+    kept = plan_memory(graph, nodes, plans, (0,), (4,), keep_io=True)
+    assert kept.exclusive == {0, 4}
+    o = kept.offsets
+    assert not any(_overlap(o[io], o[t]) for io in (0, 4) for t in (2, 3))
+    assert kept.size == 4 * 128  # 2 and 3 are neighbours: nothing shares bytes now
+
+
+def test_an_output_that_aliases_an_input_is_not_exclusive() -> None:
+    """A lone RESHAPE: its output is its input's bytes, so neither can move to a buffer of its own."""
+    nodes = [OpNode(0, "RESHAPE", (0,), (1,))]
+    graph = _graph(2, nodes)
+    plan = plan_memory(graph, nodes, [OpPlan(alias_of=0)], (0,), (1,), keep_io=True)
+    assert plan.offsets[0] == plan.offsets[1] and plan.exclusive == frozenset()

@@ -3,11 +3,13 @@ the ISA decoder (uapi.isa), not against the relocation module itself."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import modelgen as g
 from libaccel.compiler import CompiledPartition, compile_partition, graph_from_tflite
-from libaccel.compiler.relocation import Region, Relocation, relocate
+from libaccel.compiler.relocation import Moved, Region, Relocation, relocate
 from uapi import isa
 
 ISA = 1 << 16
@@ -81,3 +83,54 @@ def test_a_compiled_partition_relocates_every_tensor_and_nothing_else() -> None:
     assert relocate(back.stream, back.relocations, BASES) == relocate(
         compiled.stream, compiled.relocations, BASES
     )
+
+
+def test_a_moved_span_takes_the_addresses_inside_it_and_only_those() -> None:
+    """ARENA offsets inside the moved span go to its VA (keeping their offset within it); the
+    offset just past it, and a WEIGHTS offset inside the same numbers, keep their region's base."""
+    offsets = [(Region.ARENA, 0x40), (Region.ARENA, 0x7F), (Region.ARENA, 0x80), (Region.WEIGHTS, 0x40)]
+    stream = b"".join(_tensor(o) for _, o in offsets) + isa.encode("END")
+    size = len(_tensor(0))
+    relocs = [Relocation.tensor_va(k * size, region) for k, (region, _) in enumerate(offsets)]
+    moved = [Moved(Region.ARENA, 0x40, 0x40, 0x3_0000_0000)]
+    got = [i["va"] for i in isa.decode(relocate(stream, relocs, BASES, moved)) if i.op == "TENSOR"]
+    assert got == [0x3_0000_0000, 0x3_0000_003F, BASES[Region.ARENA] + 0x80, BASES[Region.WEIGHTS] + 0x40]
+
+
+def test_exclusive_io_gives_inputs_and_outputs_bytes_that_can_move() -> None:
+    """resnet_small's planner shares its input's and output's bytes with intermediates; compiled with
+    ``exclusive_io`` it does not, and moving both rebases exactly the TENSORs inside their spans."""
+    graph = graph_from_tflite(
+        (Path(__file__).resolve().parents[1] / "corpus/models/resnet_small.tflite").read_bytes()
+    )
+    nodes = [n.index for n in graph.nodes]
+    shared, own = (
+        compile_partition(graph, nodes, ISA),
+        compile_partition(graph, nodes, ISA, exclusive_io=True),
+    )
+    assert [b.exclusive for b in (*shared.inputs, *shared.outputs)] == [False, False]
+    assert [b.exclusive for b in (*own.inputs, *own.outputs)] == [True, True]
+    assert own.arena_size > shared.arena_size
+    back = CompiledPartition.from_bytes(own.to_bytes())
+    assert (back.inputs, back.outputs) == (own.inputs, own.outputs)
+    spans = {b.index: b for b in (*own.inputs, *own.outputs)}
+    new_va = {b.index: 0x5_0000_0000 + k * 0x1_0000_0000 for k, b in enumerate(spans.values())}
+    moved = [Moved(Region.ARENA, b.offset, b.nbytes, new_va[t]) for t, b in spans.items()]
+    before = isa.decode(own.stream)
+    after = isa.decode(relocate(own.stream, own.relocations, BASES, moved))
+    va = isa.SPEC.by_name("TENSOR").field("va").offset
+    by_at = {r.at - va: r.region for r in own.relocations}
+    hits = dict.fromkeys(spans, 0)
+    for old, new in zip(before, after, strict=True):
+        if old.op != "TENSOR":
+            continue
+        offset, region = old["va"], by_at[old.offset]
+        inside = [
+            t for t, b in spans.items() if region == Region.ARENA and b.offset <= offset < b.offset + b.nbytes
+        ]
+        if inside:
+            hits[inside[0]] += 1
+            assert new["va"] == new_va[inside[0]] + offset - spans[inside[0]].offset
+        else:
+            assert new["va"] == BASES[region] + offset
+    assert all(hits.values()), hits  # the input is read and the output written through moved TENSORs

@@ -95,8 +95,10 @@ def dispatch(libs: str) -> tuple[cffi.FFI, Any, Runtime]:
     return ffi, api.interface, runtime
 
 
-def _resnet() -> tuple[bytes, list[np.ndarray], list[np.ndarray]]:
-    """resnet_small's one partition as vnpu bytecode, seeded inputs, BUILTIN_REF's outputs."""
+def _resnet(exclusive_io: bool = False) -> tuple[bytes, list[np.ndarray], list[np.ndarray]]:
+    """resnet_small's one partition as vnpu bytecode, seeded inputs, BUILTIN_REF's outputs;
+    ``exclusive_io`` as the compiler plugin compiles (else its input and output share arena bytes
+    with intermediates)."""
     from ai_edge_litert import interpreter
 
     from delegate_teflon.run import invoke, make_interpreter, random_inputs
@@ -106,7 +108,9 @@ def _resnet() -> tuple[bytes, list[np.ndarray], list[np.ndarray]]:
 
     data = (MODELS / "resnet_small.tflite").read_bytes()
     graph = graph_from_tflite(data)
-    compiled = compile_partition(graph, [n.index for n in graph.nodes], isa.SPEC.version)
+    compiled = compile_partition(
+        graph, [n.index for n in graph.nodes], isa.SPEC.version, exclusive_io=exclusive_io
+    )
     code = bytecode.pack("vnpu_partition_0", graph.inputs, graph.outputs, compiled)
     interp = make_interpreter(interpreter, data, [], None)
     inputs = random_inputs(interp.get_input_details(), seed=7)
@@ -148,15 +152,29 @@ def test_the_shim_refuses_a_dmabuf_tensor_buffer(
 @pytest.mark.skipif(
     not discovery.list_devices(), reason="no vnpu kernel device: this test runs in the QEMU guest"
 )
+@pytest.mark.parametrize("exclusive_io", [True, False], ids=["in-place", "copied"])
 def test_dmabuf_input_and_output_on_vnpu_ko_are_exact(
-    dispatch: tuple[cffi.FFI, Any, Runtime], monkeypatch: pytest.MonkeyPatch
+    dispatch: tuple[cffi.FFI, Any, Runtime], monkeypatch: pytest.MonkeyPatch, exclusive_io: bool
 ) -> None:
+    """In place (exclusive I/O, as the compiler plugin compiles) the job reads the input dma-buf and
+    writes the output one directly: no COPY in its stream; otherwise it COPYs them, once each."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
     from dmabuf_sources import udmabuf_buffer
 
+    from libaccel.device import Device
+    from uapi import isa
+
+    streams: list[list[str]] = []
+    submit = Device.submit
+
+    def recording(self: Device, jobs: Any) -> None:  # the library runs in this interpreter
+        streams.append([i.op for i in isa.decode(jobs.cmd_bo.read(jobs.cmd_size))])
+        submit(self, jobs)
+
+    monkeypatch.setattr(Device, "submit", recording)
     ffi, iface, runtime = dispatch
     monkeypatch.setenv("VNPU_DEVICE", discovery.list_devices()[0].node)
-    code, inputs, want = _resnet()
+    code, inputs, want = _resnet(exclusive_io)
     device, inv = _device_and_invocation(ffi, iface, runtime, code)
     pages = lambda n: -(-n // 4096) * 4096  # noqa: E731 - udmabuf takes whole pages
     src, dst = udmabuf_buffer(pages(inputs[0].nbytes)), udmabuf_buffer(pages(want[0].nbytes))
@@ -173,6 +191,9 @@ def test_dmabuf_input_and_output_on_vnpu_ko_are_exact(
             assert iface.invoke(inv) == 0
             got = np.frombuffer(bytes(dst.view[: want[0].nbytes]), want[0].dtype).reshape(want[0].shape)
             assert differing_bytes(want[0], got) == 0
+        assert len(streams) == 2 and streams[0] == streams[1]
+        own = [i.op for i in isa.decode(bytecode.unpack(code).compiled.stream)].count("COPY")
+        assert streams[0].count("COPY") == own + (0 if exclusive_io else 2), streams[0]
         for handle in handles:
             assert iface.unregister_tensor_buffer(device, handle) == 0
     finally:
