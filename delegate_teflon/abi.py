@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from libaccel import prepared_run
-from vnpu_common.cbuild import interface
+from vnpu_common.cbuild import PREPARED_RUN_C_DIR, interface
 
 C_DIR = Path(__file__).resolve().with_name("c")
 HEADER = C_DIR / "teflon_abi.h"
@@ -33,10 +32,10 @@ SOURCES = (
     C_DIR / "prepared_invoke.c",
     C_DIR / "python_start.c",
     C_DIR / "embedding_host.c",
-    prepared_run.SOURCE,
+    PREPARED_RUN_C_DIR / "prepared_run.c",
 )
 # The directories of the headers those include: TFLite's ABI (teflon_abi.h), the prepared run's.
-INCLUDE_DIRS = (C_DIR, prepared_run.C_DIR)
+INCLUDE_DIRS = (C_DIR, PREPARED_RUN_C_DIR)
 # Python's start, which every library built with cffi's embedding mode shares (litert_vendor too).
 PYTHON_START = C_DIR / "python_start.c"
 

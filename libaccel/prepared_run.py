@@ -28,9 +28,9 @@ import cffi
 
 from uapi import bindings
 from vnpu_common.cache import build_once, cache_root, content_hash
-from vnpu_common.cbuild import WARNINGS, interface, prebuilt
+from vnpu_common.cbuild import PREPARED_RUN_C_DIR, WARNINGS, interface, prebuilt
 
-C_DIR = Path(__file__).resolve().with_name("c")
+C_DIR = PREPARED_RUN_C_DIR
 SOURCE = C_DIR / "prepared_run.c"
 HEADER = C_DIR / "prepared_run.h"
 LIBRARY_NAME = "libvnpu_run.so"

@@ -23,6 +23,9 @@ WARNINGS = ["-Wall", "-Wextra", "-Werror"]
 INTERFACE_BEGIN = "/* --- interface: begin"
 INTERFACE_END = "/* --- interface: end --- */"
 STAGING_PREFIX = ".build-"
+# libaccel's run of a prepared job (prepared_run.c/.h), which libvnpu_run.so and libteflon.so both
+# compile: named here, below both packages, so the delegate's build needs no import of libaccel.
+PREPARED_RUN_C_DIR = Path(__file__).resolve().parents[1] / "libaccel" / "c"
 
 __all__ = ["INTERFACE_BEGIN", "INTERFACE_END", "WARNINGS", "interface", "prebuilt", "staging"]
 
