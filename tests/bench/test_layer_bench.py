@@ -26,4 +26,4 @@ def test_layer_bench_runs_every_variant(tmp_path: Path, capsys: pytest.CaptureFi
     assert all(row["identical"] and set(row["ms"]) == set(report["variants"]) for row in report["layers"])
     assert "identical bytes in every variant: yes" in capsys.readouterr().out
     assert layer_bench.main(["--reps", "0"]) == 2
-    assert capsys.readouterr().err.strip() == "layer_bench: --reps must be at least 1"
+    assert capsys.readouterr().err.strip() == "python -m bench.layer_bench: --reps must be at least 1"
